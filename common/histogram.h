@@ -1,0 +1,67 @@
+#pragma once
+// Log-linear histogram (HdrHistogram-style): fixed memory chosen at construction, O(1) record,
+// mergeable, percentiles up to p99.999 and max. Exact count, min, max and sum; percentiles carry
+// a relative error of at most 2^-sub_bucket_bits (default 7 bits: < 0.79 %).
+//
+// Values are signed int64 (one-way delays with a clock offset can be negative): negative values
+// are kept in a mirrored set of buckets, so precision is symmetric around zero.
+//
+// Threading: not synchronised. One writer; copy or merge into a reader's histogram to publish.
+// record() never allocates or throws and is safe on a datapath.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace detwan::common {
+
+class LogLinearHistogram {
+ public:
+  // sub_bucket_bits in [1, 12]: each power-of-two range is split into 2^sub_bucket_bits linear
+  // buckets. Values with |v| < 2^sub_bucket_bits are recorded exactly.
+  explicit LogLinearHistogram(int sub_bucket_bits = 7);
+
+  void record(int64_t value) noexcept { record_n(value, 1); }
+  void record_n(int64_t value, uint64_t count) noexcept;
+
+  // Adds `other` into this one. Both must have the same sub_bucket_bits; returns false (and
+  // changes nothing) otherwise.
+  [[nodiscard]] bool merge(const LogLinearHistogram& other) noexcept;
+  void reset() noexcept;
+
+  [[nodiscard]] uint64_t count() const noexcept { return count_; }
+  [[nodiscard]] int64_t min() const noexcept;  // exact; 0 when empty
+  [[nodiscard]] int64_t max() const noexcept;  // exact; 0 when empty
+  [[nodiscard]] double mean() const noexcept;  // exact (from the running sum); 0 when empty
+  [[nodiscard]] double stddev() const noexcept;  // from bucket midpoints
+
+  // Value at quantile q in [0, 1] (0.99 = p99). Returns a value v such that at least q*count
+  // samples are <= v within the bucket precision, clamped to [min(), max()]; q >= 1 returns
+  // max() exactly and q <= 0 returns min() exactly. 0 when empty.
+  [[nodiscard]] int64_t percentile(double q) const noexcept;
+
+  // Number of samples strictly greater than `value` (bucket precision).
+  [[nodiscard]] uint64_t count_above(int64_t value) const noexcept;
+
+  [[nodiscard]] int sub_bucket_bits() const noexcept { return sub_bucket_bits_; }
+  [[nodiscard]] size_t memory_bytes() const noexcept;
+
+  // {"count":..,"min":..,"mean":..,"p50":..,"p90":..,"p99":..,"p99_9":..,"p99_99":..,
+  //  "p99_999":..,"max":..}  (integers, same unit as the recorded values)
+  [[nodiscard]] std::string summary_json() const;
+
+ private:
+  [[nodiscard]] size_t index_of(uint64_t magnitude) const noexcept;
+  [[nodiscard]] uint64_t lowest_of(size_t index) const noexcept;
+  [[nodiscard]] uint64_t highest_of(size_t index) const noexcept;
+
+  int sub_bucket_bits_;
+  std::vector<uint64_t> positive_;  // magnitude buckets for values >= 0
+  std::vector<uint64_t> negative_;  // magnitude buckets for values < 0 (stores -value)
+  uint64_t count_ = 0;
+  int64_t min_ = 0;
+  int64_t max_ = 0;
+  __int128 sum_ = 0;
+  bool empty_ = true;
+};
+
+}  // namespace detwan::common
