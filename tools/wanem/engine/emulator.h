@@ -20,7 +20,7 @@
 
 #include "common/histogram.h"
 #include "common/status.h"
-#include "tools/wanem/spec.h"
+#include "tools/wanem/engine/spec.h"
 
 namespace detwan::wanem {
 
