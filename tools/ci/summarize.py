@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Counts test results over every suite and prints one closing line "N passed, N failed, N skipped".
+
+Inputs: a directory with GoogleTest JSON reports (one per binary, from GTEST_OUTPUT=json:DIR/) and
+pytest JUnit XML files, plus meson's testlog.json. A test binary that meson saw fail but that left
+no report (a crash, a timeout) counts as one failure, so nothing disappears from the count.
+Exit status 1 when anything failed.
+"""
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+
+def gtest_counts(path):
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)
+    passed = failed = skipped = 0
+    failures = []
+    for suite in report.get("testsuites", []):
+        for case in suite.get("testsuite", []):
+            name = f"{suite.get('name')}.{case.get('name')}"
+            if case.get("failures"):
+                failed += 1
+                failures.append(name)
+            elif case.get("result") == "SKIPPED" or case.get("status") == "NOTRUN":
+                skipped += 1
+            else:
+                passed += 1
+    return passed, failed, skipped, failures
+
+
+def junit_counts(path):
+    root = ET.parse(path).getroot()
+    passed = failed = skipped = 0
+    failures = []
+    for case in root.iter("testcase"):
+        name = f"{case.get('classname')}.{case.get('name')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+            failures.append(name)
+        elif case.find("skipped") is not None:
+            skipped += 1
+        else:
+            passed += 1
+    return passed, failed, skipped, failures
+
+
+def main():
+    results_dir = sys.argv[1]
+    testlog = sys.argv[2] if len(sys.argv) > 2 else None
+    totals = [0, 0, 0]
+    failures = []
+    reported = {}  # gtest binary name -> failures in its report
+    for name in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []:
+        path = os.path.join(results_dir, name)
+        try:
+            if name.endswith(".json"):
+                counts = gtest_counts(path)
+                reported[name[: -len(".json")]] = counts[1]
+            elif name.endswith(".xml"):
+                counts = junit_counts(path)
+            else:
+                continue
+        except (ValueError, ET.ParseError, OSError) as err:
+            counts = (0, 1, 0, [f"{name}: unreadable report ({err})"])
+        for i in range(3):
+            totals[i] += counts[i]
+        failures += counts[3]
+        print(f"  {name}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped")
+
+    if testlog and os.path.exists(testlog):
+        with open(testlog, encoding="utf-8") as f:
+            for line in f:
+                entry = json.loads(line)
+                exe = os.path.basename(entry.get("cmd", [""])[0])
+                if entry.get("result") in ("OK", "SKIP", "EXPECTEDFAIL"):
+                    continue
+                # Failed in meson's eyes but no failing case in a report: a crash, a timeout or
+                # a sanitizer error at exit. Count it once.
+                if reported.get(exe, 0) == 0:
+                    totals[1] += 1
+                    failures.append(f"{entry.get('name')}: {entry.get('result')} (exit status)")
+
+    for name in failures:
+        print(f"  FAILED: {name}")
+    print(f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
+    return 1 if totals[1] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
