@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -69,10 +70,14 @@ class ConfigNode {
   [[nodiscard]] const YAML::Node& raw() const noexcept { return node_; }
 
  private:
+  // 1-based line/column that messages about this node point at (see config.cc).
+  [[nodiscard]] std::pair<int, int> position() const noexcept;
+
   YAML::Node node_;
   std::string file_;
   std::string path_;
-  // Position of the parent map, used when a required child is missing.
+  // Position of this node's key (or its parent), used when the node has no position of its own
+  // (yaml-cpp gives an empty value the mark of the next token).
   int parent_line_ = 0;
   int parent_column_ = 0;
 };

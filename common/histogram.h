@@ -60,7 +60,7 @@ class LogLinearHistogram {
   uint64_t count_ = 0;
   int64_t min_ = 0;
   int64_t max_ = 0;
-  __int128 sum_ = 0;
+  __extension__ __int128 sum_ = 0;  // exact running sum (__extension__: no -Wpedantic error)
   bool empty_ = true;
 };
 

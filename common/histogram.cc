@@ -1,0 +1,223 @@
+#include "common/histogram.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "common/status.h"
+
+namespace detwan::common {
+namespace {
+
+// -Wpedantic rejects the spelling i128; __extension__ on the alias silences it.
+__extension__ typedef __int128 i128;
+__extension__ typedef unsigned __int128 u128;
+
+constexpr int kMinSubBucketBits = 1;
+constexpr int kMaxSubBucketBits = 12;
+
+// Magnitudes go up to 2^63 (|INT64_MIN|). With S = 2^b sub-buckets, magnitudes below 2S are
+// exact and each power-of-two range [2^e, 2^(e+1)) for e in [b+1, 63] adds S buckets:
+// (65 - b) * S buckets in all.
+size_t bucket_count(int sub_bucket_bits) {
+  return static_cast<size_t>(65 - sub_bucket_bits) << sub_bucket_bits;
+}
+
+uint64_t magnitude_of(int64_t value) noexcept {
+  // Well defined for INT64_MIN: unsigned negation is modular.
+  return value < 0 ? 0 - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
+}
+
+int64_t negate_magnitude(uint64_t magnitude) noexcept {
+  // -magnitude for magnitude in [0, 2^63]; modular conversion maps 2^63 to INT64_MIN.
+  return static_cast<int64_t>(0 - magnitude);
+}
+
+}  // namespace
+
+LogLinearHistogram::LogLinearHistogram(int sub_bucket_bits) : sub_bucket_bits_(sub_bucket_bits) {
+  if (sub_bucket_bits < kMinSubBucketBits || sub_bucket_bits > kMaxSubBucketBits) {
+    throw Failure(Error{ErrorCode::kInvalidArgument,
+                        fmt::format("histogram sub_bucket_bits {} out of range [{}, {}]",
+                                    sub_bucket_bits, kMinSubBucketBits, kMaxSubBucketBits)});
+  }
+  positive_.assign(bucket_count(sub_bucket_bits_), 0);
+  negative_.assign(bucket_count(sub_bucket_bits_), 0);
+}
+
+// index = shift * S + (m >> shift), where shift = max(0, bit_width(m) - 1 - b); the mantissa
+// m >> shift lies in [S, 2S) once shift > 0, so every bucket index is used exactly once.
+size_t LogLinearHistogram::index_of(uint64_t magnitude) const noexcept {
+  const int width = std::bit_width(magnitude);
+  const int shift = std::max(0, width - 1 - sub_bucket_bits_);
+  return (static_cast<size_t>(shift) << sub_bucket_bits_) + static_cast<size_t>(magnitude >> shift);
+}
+
+uint64_t LogLinearHistogram::lowest_of(size_t index) const noexcept {
+  const size_t sub_count = size_t{1} << sub_bucket_bits_;
+  if (index < 2 * sub_count) return index;
+  const size_t shift = (index >> sub_bucket_bits_) - 1;
+  const uint64_t mantissa = (index & (sub_count - 1)) + sub_count;
+  return mantissa << shift;
+}
+
+uint64_t LogLinearHistogram::highest_of(size_t index) const noexcept {
+  const size_t sub_count = size_t{1} << sub_bucket_bits_;
+  if (index < 2 * sub_count) return index;
+  const size_t shift = (index >> sub_bucket_bits_) - 1;
+  return lowest_of(index) + ((uint64_t{1} << shift) - 1);  // top bucket ends at 2^64 - 1
+}
+
+void LogLinearHistogram::record_n(int64_t value, uint64_t count) noexcept {
+  if (count == 0) return;
+  if (value < 0) {
+    negative_[index_of(magnitude_of(value))] += count;
+  } else {
+    positive_[index_of(magnitude_of(value))] += count;
+  }
+  if (empty_) {
+    min_ = value;
+    max_ = value;
+    empty_ = false;
+  } else {
+    min_ = std::min(min_, value);
+    max_ = std::max(max_, value);
+  }
+  count_ += count;
+  // Modular arithmetic in unsigned 128 bits: no UB even for absurd count * value products.
+  sum_ = static_cast<i128>(static_cast<u128>(sum_) +
+                           static_cast<u128>(static_cast<i128>(value)) * count);
+}
+
+bool LogLinearHistogram::merge(const LogLinearHistogram& other) noexcept {
+  if (other.sub_bucket_bits_ != sub_bucket_bits_) return false;
+  if (other.empty_) return true;
+  for (size_t i = 0; i < positive_.size(); ++i) positive_[i] += other.positive_[i];
+  for (size_t i = 0; i < negative_.size(); ++i) negative_[i] += other.negative_[i];
+  if (empty_) {
+    min_ = other.min_;
+    max_ = other.max_;
+    empty_ = false;
+  } else {
+    min_ = std::min(min_, other.min_);
+    max_ = std::max(max_, other.max_);
+  }
+  count_ += other.count_;
+  sum_ = static_cast<i128>(static_cast<u128>(sum_) + static_cast<u128>(other.sum_));
+  return true;
+}
+
+void LogLinearHistogram::reset() noexcept {
+  std::fill(positive_.begin(), positive_.end(), 0);
+  std::fill(negative_.begin(), negative_.end(), 0);
+  count_ = 0;
+  min_ = 0;
+  max_ = 0;
+  sum_ = 0;
+  empty_ = true;
+}
+
+int64_t LogLinearHistogram::min() const noexcept { return empty_ ? 0 : min_; }
+int64_t LogLinearHistogram::max() const noexcept { return empty_ ? 0 : max_; }
+
+double LogLinearHistogram::mean() const noexcept {
+  if (empty_ || count_ == 0) return 0.0;
+  return static_cast<double>(static_cast<long double>(sum_) / static_cast<long double>(count_));
+}
+
+double LogLinearHistogram::stddev() const noexcept {
+  if (empty_ || count_ == 0) return 0.0;
+  const long double avg = static_cast<long double>(mean());
+  long double acc = 0.0L;
+  auto add = [&](const std::vector<uint64_t>& buckets, long double sign) {
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      if (buckets[i] == 0) continue;
+      const long double mid =
+          (static_cast<long double>(lowest_of(i)) + static_cast<long double>(highest_of(i))) / 2.0L;
+      const long double d = sign * mid - avg;
+      acc += d * d * static_cast<long double>(buckets[i]);
+    }
+  };
+  add(negative_, -1.0L);
+  add(positive_, 1.0L);
+  return static_cast<double>(std::sqrt(acc / static_cast<long double>(count_)));
+}
+
+int64_t LogLinearHistogram::percentile(double q) const noexcept {
+  if (empty_ || count_ == 0) return 0;
+  if (!(q > 0.0)) return min_;  // also NaN
+  if (q >= 1.0) return max_;
+
+  // Rank of the sample we want (1-based): the smallest r with r >= q * count. The relative
+  // slack keeps binary rounding from skipping a rank (0.9 * 100 is 90.000000000000002).
+  const double exact = q * static_cast<double>(count_);
+  auto rank = static_cast<uint64_t>(std::ceil(exact - exact * 1e-12));
+  rank = std::clamp<uint64_t>(rank, 1, count_);
+
+  // The answer is the highest value of the bucket holding that rank, so at least q * count
+  // samples are <= it; its distance from the true sample is below one bucket width.
+  i128 answer = max_;
+  uint64_t seen = 0;
+  bool found = false;
+  for (size_t i = negative_.size(); i-- > 1 && !found;) {  // most negative first
+    seen += negative_[i];
+    if (seen >= rank) {
+      answer = negate_magnitude(lowest_of(i));
+      found = true;
+    }
+  }
+  for (size_t i = 0; i < positive_.size() && !found; ++i) {
+    seen += positive_[i];
+    if (seen >= rank) {
+      answer = static_cast<i128>(highest_of(i));
+      found = true;
+    }
+  }
+  answer = std::clamp<i128>(answer, min_, max_);
+  return static_cast<int64_t>(answer);
+}
+
+uint64_t LogLinearHistogram::count_above(int64_t value) const noexcept {
+  if (empty_ || value >= max_) return 0;
+  if (value < min_) return count_;
+  // A bucket counts when its lowest value is above `value`: exact for |v| < 2S, otherwise the
+  // bucket holding `value` itself is not counted.
+  uint64_t above = 0;
+  for (size_t i = 1; i < negative_.size(); ++i) {
+    if (negative_[i] != 0 && static_cast<i128>(value) < -static_cast<i128>(highest_of(i))) {
+      above += negative_[i];
+    }
+  }
+  for (size_t i = 0; i < positive_.size(); ++i) {
+    if (positive_[i] != 0 && static_cast<i128>(value) < static_cast<i128>(lowest_of(i))) {
+      above += positive_[i];
+    }
+  }
+  return above;
+}
+
+size_t LogLinearHistogram::memory_bytes() const noexcept {
+  return sizeof(*this) + (positive_.capacity() + negative_.capacity()) * sizeof(uint64_t);
+}
+
+std::string LogLinearHistogram::summary_json() const {
+  // Mean as an integer rounded to nearest, computed from the exact 128-bit sum.
+  int64_t mean_int = 0;
+  if (!empty_ && count_ > 0) {
+    const auto n = static_cast<i128>(count_);
+    i128 quotient = sum_ / n;
+    const i128 remainder = sum_ % n;
+    if (2 * (remainder < 0 ? -remainder : remainder) >= n) quotient += (sum_ < 0 ? -1 : 1);
+    mean_int = static_cast<int64_t>(std::clamp<i128>(quotient, min(), max()));
+  }
+  return fmt::format(
+      "{{\"count\":{},\"min\":{},\"mean\":{},\"p50\":{},\"p90\":{},\"p99\":{},\"p99_9\":{},"
+      "\"p99_99\":{},\"p99_999\":{},\"max\":{}}}",
+      count_, min(), mean_int, percentile(0.5), percentile(0.9), percentile(0.99),
+      percentile(0.999), percentile(0.9999), percentile(0.99999), max());
+}
+
+}  // namespace detwan::common
