@@ -1,0 +1,68 @@
+"""Lab tests: real network namespaces, veth and detwan-wanem on one machine.
+
+Run as root: `python3 -m pytest tests/lab` (build first; DETWAN_BUILD_DIR selects the build,
+default <repo>/build). Tests that need namespaces skip with the reason when not root or when
+`ip netns` does not work. Every test that brings a lab up tears it down in a finalizer.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import labutil  # noqa: E402
+
+
+def _netns_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "lab tests need root (network namespaces)"
+    try:
+        res = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"'ip netns' unavailable: {e}"
+    if res.returncode != 0:
+        return f"'ip netns' unavailable: {res.stderr.strip()}"
+    return None
+
+
+NETNS_PROBLEM = _netns_problem()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "netns: needs root and network namespaces")
+
+
+def pytest_collection_modifyitems(config, items):
+    if NETNS_PROBLEM:
+        skip = pytest.mark.skip(reason=NETNS_PROBLEM)
+        for item in items:
+            if "netns" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def probe_bin():
+    path = labutil.probe_binary()
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path} is not built: run ninja -C {labutil.build_dir()} "
+                    "(or set DETWAN_BUILD_DIR)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def wanem_ready():
+    """The emulator must be built (or replaced for development via DETWAN_WANEM_CMD), and no
+    lab may be up already: tests create and remove their own."""
+    if not os.environ.get("DETWAN_WANEM_CMD") and not os.access(labutil.wanem_binary(), os.X_OK):
+        pytest.fail(f"{labutil.wanem_binary()} is not built: run ninja -C "
+                    f"{labutil.build_dir()} (or set DETWAN_BUILD_DIR)")
+    left = labutil.namespaces()
+    if left:
+        pytest.fail(f"a lab is already up ({', '.join(left)}): run tools/testbed down first")
+    yield
+    # Belt and braces: nothing may survive the session.
+    if labutil.namespaces():
+        labutil.tb("down", "-q")

@@ -1,0 +1,87 @@
+"""Helpers for the lab tests: run tools/testbed, bring labs up and down, drive detwan-probe and
+iperf3 inside the lab. Every wait is bounded."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TESTBED = REPO / "tools" / "testbed"
+PREFIX = "dwtb-"
+RUN_DIR = pathlib.Path("/run/detwan-testbed")
+
+sys.path.insert(0, str(REPO / "tools"))
+from lab import measure  # noqa: E402
+
+
+def build_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("DETWAN_BUILD_DIR") or REPO / "build").resolve()
+
+
+def probe_binary() -> pathlib.Path:
+    return build_dir() / "tools" / "probe" / "detwan-probe"
+
+
+def wanem_binary() -> pathlib.Path:
+    return build_dir() / "tools" / "wanem" / "detwan-wanem"
+
+
+def tb(*args: str, check: bool = False, timeout: float = 120,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, **(env or {}))
+    res = subprocess.run([str(TESTBED), *args], capture_output=True, text=True,
+                         timeout=timeout, env=full_env, stdin=subprocess.DEVNULL)
+    if check and res.returncode != 0:
+        raise AssertionError(f"tools/testbed {' '.join(args)} exited {res.returncode}:\n"
+                             f"{res.stdout}\n{res.stderr}")
+    return res
+
+
+def status() -> dict:
+    res = tb("status", "--json")
+    assert res.returncode in (0, 3), res.stderr
+    return json.loads(res.stdout)
+
+
+def namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines()
+            if line.strip() and line.startswith(PREFIX)]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def lab(*up_args: str):
+    """A lab for the duration of the block; always torn down, whatever happens inside."""
+    try:
+        tb("up", "-q", *up_args, check=True)
+        yield status()
+    finally:
+        res = tb("down", "-q")
+        assert res.returncode == 0, f"down failed: {res.stderr}"
+
+
+def probe(src: str, dst: dict, **kwargs) -> dict:
+    return measure.probe(str(probe_binary()), src, dst, **kwargs)
+
+
+def probe_flows(flows: list) -> list[dict]:
+    return measure.probe_flows(str(probe_binary()), flows)
+
+
+ProbeFlow = measure.ProbeFlow
+
+
+iperf3_goodput_bps = measure.iperf3_goodput_bps
+wait_for_line = measure.wait_for_line

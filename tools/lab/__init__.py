@@ -1,0 +1,1 @@
+"""detwan multi-site WAN lab (tools/testbed): topology, namespace operations, state, CLI."""

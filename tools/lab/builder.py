@@ -1,0 +1,312 @@
+"""Bringing a lab up and down.
+
+`up` is an ordered list of steps (STEPS); each step takes the Lab and does one thing. A later
+feature (gateways with --dataplane, tunnels with --tunnel-rate/--bound) adds fields to LabConfig
+and inserts its steps here; `down` needs no change because it removes by prefix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import time
+from typing import Callable
+
+from lab import netns, state, topology, wanem
+from lab.netns import LabError, ip, run, sysctl
+from lab.topology import Site, Topology, WanPath, mac_for
+
+PING_ATTEMPTS = 30          # per target; each attempt waits at most PING_WAIT_S
+PING_WAIT_S = 1
+OFFLOAD_FEATURES = ["gro", "off", "gso", "off", "tso", "off", "tx", "off"]
+
+
+@dataclasses.dataclass
+class LabConfig:
+    sites: int = 2
+    paths: int = 1
+    wan_spec: str = ""
+    path_specs: dict[int, str] = dataclasses.field(default_factory=dict)  # k -> SPEC override
+    seed: int = 1
+    build_dir: pathlib.Path | None = None
+    wanem_cmd: list[str] = dataclasses.field(default_factory=list)
+    wanem_run_args: list[str] = dataclasses.field(default_factory=list)  # extra `run` options
+    check_reachability: bool = True
+
+    def spec_for(self, path: WanPath) -> str:
+        return self.path_specs.get(path.index, self.wan_spec)
+
+
+@dataclasses.dataclass
+class Lab:
+    config: LabConfig
+    topo: Topology
+    emulators: dict[str, dict] = dataclasses.field(default_factory=dict)  # path key -> record
+    phase: str = "creating"
+    step: str = ""  # the step of `up` in progress (for status and post-mortems)
+    created_unix_ns: int = dataclasses.field(default_factory=time.time_ns)
+
+    def to_state(self) -> dict:
+        cfg = self.config
+        return {
+            "phase": self.phase,
+            "step": self.step,
+            "prefix": topology.PREFIX,
+            "created_unix_ns": self.created_unix_ns,
+            "build_dir": str(cfg.build_dir) if cfg.build_dir else None,
+            "wanem_cmd": cfg.wanem_cmd,
+            "options": {"sites": cfg.sites, "paths": cfg.paths, "wan": cfg.wan_spec,
+                        "wan_path": {str(k): v for k, v in cfg.path_specs.items()},
+                        "seed": cfg.seed, "wanem_opt": cfg.wanem_run_args},
+            "namespaces": self.topo.namespaces,
+            "sites": [site_record(s) for s in self.topo.sites],
+            "paths": [path_record(self, p) for p in self.topo.paths],
+        }
+
+    def save(self) -> None:
+        state.write(self.to_state())
+
+
+def site_record(s: Site) -> dict:
+    return {"name": s.name, "index": s.index, "host_ns": s.host_ns, "gateway_ns": s.gateway_ns,
+            "best_effort_addr": s.best_effort_addr, "tunnel_addr": s.tunnel_addr,
+            "gateway_addr": s.gateway_lan_addr, "lan_prefix": s.lan_prefix,
+            "tunnel_prefix": s.tunnel_prefix, "host_if": s.host_if,
+            "gateway_lan_if": s.gateway_lan_if}
+
+
+def path_record(lab: Lab, p: WanPath) -> dict:
+    rec = {"pair": p.pair, "sites": [p.a.name, p.b.name], "index": p.index, "key": p.key,
+           "wan_ns": p.wan_ns, "spec": lab.config.spec_for(p), "subnet": p.subnet,
+           "gateway_addrs": {p.a.name: p.gateway_addr(p.a), p.b.name: p.gateway_addr(p.b)},
+           "gateway_ifs": {p.a.name: p.gateway_if(p.a), p.b.name: p.gateway_if(p.b)},
+           "wan_ifs": {"a": p.wan_if(p.a), "b": p.wan_if(p.b)},
+           "control_socket": str(wanem.control_socket(p)), "log": str(wanem.log_file(p)),
+           "stats_json": str(wanem.stats_file(p)), "pid": None, "pid_start_time": None,
+           "carries_best_effort": p.index == 1}
+    emu = lab.emulators.get(p.key)
+    if emu:
+        rec.update(pid=emu["pid"], pid_start_time=emu["pid_start_time"],
+                   started_unix_ns=emu["started_unix_ns"])
+    return rec
+
+
+# ---------------------------------------------------------------------------- steps of `up`
+
+def create_namespaces(lab: Lab) -> None:
+    for ns in lab.topo.namespaces:
+        ip("netns", "add", ns)
+        ip("link", "set", "dev", "lo", "up", ns=ns)
+        # No IPv6: keeps router solicitations and MLD reports off the emulated WAN.
+        sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1")
+        sysctl(ns, "net.ipv6.conf.default.disable_ipv6", "1")
+    for s in lab.topo.sites:
+        sysctl(s.gateway_ns, "net.ipv4.ip_forward", "1")
+        # Later tunnels and path 2 make routing asymmetric on purpose.
+        sysctl(s.gateway_ns, "net.ipv4.conf.all.rp_filter", "0")
+        sysctl(s.gateway_ns, "net.ipv4.conf.default.rp_filter", "0")
+
+
+def _veth(ns1: str, if1: str, ns2: str, if2: str) -> None:
+    # Created directly inside the namespaces: nothing of ours ever sits in the root namespace.
+    ip("link", "add", if1, "address", mac_for(if1), "type", "veth",
+       "peer", "name", if2, "address", mac_for(if2), "netns", ns2, ns=ns1)
+
+
+def create_links(lab: Lab) -> None:
+    for s in lab.topo.sites:
+        _veth(s.host_ns, s.host_if, s.gateway_ns, s.gateway_lan_if)
+    for p in lab.topo.paths:
+        _veth(p.a.gateway_ns, p.gateway_if(p.a), p.wan_ns, p.wan_if(p.a))
+        _veth(p.wan_ns, p.wan_if(p.b), p.b.gateway_ns, p.gateway_if(p.b))
+
+
+def all_links(topo: Topology) -> list[tuple[str, str]]:
+    links = []
+    for s in topo.sites:
+        links += [(s.host_ns, s.host_if), (s.gateway_ns, s.gateway_lan_if)]
+    for p in topo.paths:
+        links += [(p.a.gateway_ns, p.gateway_if(p.a)), (p.wan_ns, p.wan_if(p.a)),
+                  (p.wan_ns, p.wan_if(p.b)), (p.b.gateway_ns, p.gateway_if(p.b))]
+    return links
+
+
+def disable_offloads(lab: Lab) -> None:
+    # Per-packet emulation needs real frames (no 64 KiB GSO/GRO super-frames), and frames seen by
+    # a raw socket must carry complete checksums (tx checksum offload off).
+    for ns, dev in all_links(lab.topo):
+        res = run(["ethtool", "-K", dev, *OFFLOAD_FEATURES], ns=ns, check=False)
+        if res.returncode != 0 and "Could not change any device features" not in res.stderr:
+            raise LabError(f"ethtool -K {dev} in {ns} failed: {res.stderr.strip()}")
+
+
+def configure_addresses(lab: Lab) -> None:
+    for s in lab.topo.sites:
+        ip("addr", "add", f"{s.best_effort_addr}/24", "dev", s.host_if, ns=s.host_ns)
+        ip("addr", "add", f"{s.tunnel_addr}/32", "dev", s.host_if, ns=s.host_ns)
+        ip("addr", "add", f"{s.gateway_lan_addr}/24", "dev", s.gateway_lan_if, ns=s.gateway_ns)
+    for p in lab.topo.paths:
+        for s in (p.a, p.b):
+            ip("addr", "add", f"{p.gateway_addr(s)}/30", "dev", p.gateway_if(s), ns=s.gateway_ns)
+    for ns, dev in all_links(lab.topo):
+        if ns.startswith(topology.PREFIX + "wan-"):
+            # The emulator bridges at L2 and sees every frame, whatever its MAC.
+            ip("link", "set", "dev", dev, "promisc", "on", ns=ns)
+        ip("link", "set", "dev", dev, "up", ns=ns)
+
+
+def configure_neighbours(lab: Lab) -> None:
+    # Static ARP on every link: no ARP exchange crosses the emulated WAN, so loss and link-down
+    # tests measure only the traffic they send.
+    for s in lab.topo.sites:
+        ip("neigh", "replace", s.gateway_lan_addr, "lladdr", mac_for(s.gateway_lan_if),
+           "dev", s.host_if, "nud", "permanent", ns=s.host_ns)
+        ip("neigh", "replace", s.best_effort_addr, "lladdr", mac_for(s.host_if),
+           "dev", s.gateway_lan_if, "nud", "permanent", ns=s.gateway_ns)
+    for p in lab.topo.paths:
+        for s in (p.a, p.b):
+            peer = p.peer(s)
+            ip("neigh", "replace", p.gateway_addr(peer), "lladdr", mac_for(p.gateway_if(peer)),
+               "dev", p.gateway_if(s), "nud", "permanent", ns=s.gateway_ns)
+
+
+def configure_routes(lab: Lab) -> None:
+    for s in lab.topo.sites:
+        ip("route", "add", "default", "via", s.gateway_lan_addr, ns=s.host_ns)
+        ip("route", "add", s.tunnel_prefix, "via", s.best_effort_addr, ns=s.gateway_ns)
+        for other in lab.topo.sites:
+            if other == s:
+                continue
+            # Both addresses go best effort over path 1 until tunnels exist.
+            p = lab.topo.primary_path(s, other)
+            for prefix in (other.lan_prefix, other.tunnel_prefix):
+                ip("route", "add", prefix, "via", p.gateway_addr(other), "dev", p.gateway_if(s),
+                   ns=s.gateway_ns)
+
+
+def start_emulators(lab: Lab) -> None:
+    for ordinal, p in enumerate(lab.topo.paths):
+        # Distinct seeds: disjoint paths must not drop the same packets.
+        seed = lab.config.seed + 2 * ordinal  # the emulator uses seed (ab) and seed+1 (ba)
+        lab.emulators[p.key] = wanem.start(lab.config.wanem_cmd, p, lab.config.spec_for(p), seed,
+                                           lab.config.wanem_run_args)
+        lab.save()  # pids on record at once, for `status` and for `down` after a crash
+    for p in lab.topo.paths:
+        wanem.wait_ready(p, lab.emulators[p.key])
+
+
+def _ping(ns: str, addr: str) -> bool:
+    for _ in range(PING_ATTEMPTS):
+        res = run(["ping", "-n", "-q", "-c", "1", "-W", str(PING_WAIT_S), addr], ns=ns,
+                  check=False, timeout=PING_WAIT_S + 5)
+        if res.returncode == 0:
+            return True
+    return False
+
+
+def check_reachability(lab: Lab) -> None:
+    if not lab.config.check_reachability:
+        return
+    failures = []
+    for x in lab.topo.sites:
+        for y in lab.topo.sites:
+            if x.index < y.index:
+                for addr in (y.best_effort_addr, y.tunnel_addr):
+                    if not _ping(x.host_ns, addr):
+                        failures.append(f"{x.name}-host -> {addr}")
+    for p in lab.topo.paths:
+        if p.index > 1 and not _ping(p.a.gateway_ns, p.gateway_addr(p.b)):
+            failures.append(f"{p.a.name}-gw -> {p.gateway_addr(p.b)} (path {p.key})")
+    if failures:
+        raise LabError(f"no answer after {PING_ATTEMPTS} pings: " + "; ".join(failures)
+                       + " (a SPEC that drops everything needs --no-ping-check)")
+
+
+Step = Callable[[Lab], None]
+STEPS: list[tuple[str, Step]] = [
+    ("create_namespaces", create_namespaces),
+    ("create_links", create_links),
+    ("disable_offloads", disable_offloads),
+    ("configure_addresses", configure_addresses),
+    ("configure_neighbours", configure_neighbours),
+    ("configure_routes", configure_routes),
+    ("start_emulators", start_emulators),
+    ("check_reachability", check_reachability),
+]
+
+
+def _fault_hook(step: str) -> None:
+    """Test hooks (tests/lab): fail, or die without any cleanup, right after `step`."""
+    if os.environ.get("DETWAN_TESTBED_FAIL_AFTER") == step:
+        raise LabError(f"injected failure after step {step} (DETWAN_TESTBED_FAIL_AFTER)")
+    if os.environ.get("DETWAN_TESTBED_CRASH_AFTER") == step:
+        os._exit(70)  # simulates a crash: no finally blocks, no cleanup
+
+
+def up(config: LabConfig, log: Callable[[str], None]) -> Lab:
+    topo = topology.build(config.sites, config.paths)
+    lab = Lab(config, topo)
+    state.remove_logs()
+    lab.save()
+    for name, step in STEPS:
+        log(f"up: {name}")
+        lab.step = name
+        lab.save()
+        step(lab)
+        _fault_hook(name)
+    lab.phase, lab.step = "up", ""
+    lab.save()
+    return lab
+
+
+# ---------------------------------------------------------------------------------- `down`
+
+def existing_lab() -> str | None:
+    """Describes the lab that is up (project namespaces or a state file), None if none."""
+    found = netns.list_namespaces()
+    st = state.read()
+    if st:
+        sites = ",".join(s.get("name", "?") for s in st.get("sites", []))
+        return f"sites {sites}, phase {st.get('phase')}, {len(found)} namespaces {topology.PREFIX}*"
+    if found:
+        return f"{len(found)} leftover namespaces: {', '.join(found[:4])}" + \
+            (", ..." if len(found) > 4 else "")
+    if state.state_path().exists():
+        return f"unreadable {state.state_path()}"
+    return None
+
+
+def down(log: Callable[[str], None]) -> bool:
+    """Removes every trace; works without (or with a corrupt) state file. True if anything was
+    there."""
+    namespaces = netns.list_namespaces()
+    # Recorded pids count only with their start time: a stale record never hits a recycled pid.
+    pids = {pid: start for pid, start in state.read_pid_files().items() if start is not None}
+    st = state.read()
+    if st:
+        for p in st.get("paths", []):
+            if isinstance(p, dict) and isinstance(p.get("pid"), int) and \
+                    isinstance(p.get("pid_start_time"), int):
+                pids.setdefault(p["pid"], p["pid_start_time"])
+    # Processes inside our namespaces (emulators, and whatever `exec` left running) outlive
+    # `ip netns del`: stop them first.
+    for ns in namespaces:
+        for pid in netns.namespace_pids(ns):
+            pids[pid] = netns.process_start_time(pid)
+    anything = bool(namespaces or state.state_path().exists()
+                    or any(netns.is_alive(p, s) for p, s in pids.items()))
+    survivors = netns.stop_processes(pids)
+    if survivors:
+        log(f"down: warning: pids {survivors} survived SIGKILL")
+    for ns in namespaces:
+        log(f"down: deleting namespace {ns}")
+        ip("netns", "del", ns, check=False)
+    for dev in netns.root_links():
+        anything = True
+        log(f"down: deleting leftover link {dev} in the root namespace")
+        ip("link", "del", "dev", dev, check=False)
+    state.remove_runtime_files()
+    left = netns.list_namespaces()
+    if left:
+        raise LabError(f"namespaces still present after down: {', '.join(left)}")
+    return anything

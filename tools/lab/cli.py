@@ -1,0 +1,297 @@
+"""Command line of tools/testbed: up, down, status, exec, wanem.
+
+Exit codes: 0 success; 1 the lab could not be built/removed or no lab is up; 2 bad usage or a
+bad SPEC; 3 (`status`) a lab exists but is degraded (an emulator died, a namespace is missing);
+`exec` and `wanem` pass the command's exit code through and use 125 for their own errors.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+from lab import builder, netns, state, topology, wanem
+from lab.netns import LabError
+
+PROG = "tools/testbed"
+EXIT_TOOL_ERROR = 125
+
+
+USAGE = {
+    "exec": f"usage: {PROG} exec SITE [--gw] -- CMD...\n"
+            "  runs CMD in SITE's host namespace (gateway namespace with --gw); CMD's exit code\n"
+            "  is passed through (125: exec itself failed)",
+    "wanem": f"usage: {PROG} wanem PAIR K -- SUBCOMMAND [ARGS...]\n"
+             "  runs detwan-wanem SUBCOMMAND --control <socket of path K of PAIR> ARGS\n"
+             "  e.g. wanem ab 1 -- stats --json; wanem ab 1 -- set loss=1%;\n"
+             "       wanem ab 1 -- link down",
+}
+
+
+class Interrupted(Exception):
+    pass
+
+
+def err(msg: str) -> None:
+    print(f"{PROG}: {msg}", file=sys.stderr)
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("must run as root (network namespaces)")
+
+
+# ---------------------------------------------------------------------------------------- up
+
+def _path_spec(text: str) -> tuple[int, str]:
+    k, eq, spec = text.partition("=")
+    if not eq or not k.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}': expected K=SPEC (e.g. 2=delay=20ms)")
+    return int(k), spec
+
+
+def add_up_parser(sub) -> None:
+    p = sub.add_parser("up", help="build the lab")
+    p.add_argument("--sites", type=int, default=2, help="number of sites, 2..4 (default 2)")
+    p.add_argument("--paths", type=int, default=1,
+                   help="disjoint WAN paths per site pair, 1 or 2 (default 1)")
+    p.add_argument("--wan", default="", metavar="SPEC",
+                   help="detwan-wanem SPEC for both directions of every WAN path")
+    p.add_argument("--wan-path", action="append", type=_path_spec, default=[], metavar="K=SPEC",
+                   help="SPEC for path K of every pair (overrides --wan); repeatable")
+    p.add_argument("--seed", type=int, default=1,
+                   help="emulator seeds are SEED, SEED+2, ... in path order (each emulator uses "
+                   "seed and seed+1 for its two directions; seed= in a SPEC wins) (default 1)")
+    p.add_argument("--build-dir",
+                   help="meson build dir (default $DETWAN_BUILD_DIR, else <repo>/build)")
+    p.add_argument("--wanem-cmd", help="emulator command instead of the built detwan-wanem "
+                   "(also $DETWAN_WANEM_CMD); for development only")
+    p.add_argument("--wanem-opt", action="append", default=[], metavar="OPT",
+                   help="extra option for every `detwan-wanem run`, e.g. --wanem-opt=--busy-poll "
+                   "(repeatable)")
+    p.add_argument("--no-ping-check", action="store_true",
+                   help="skip the reachability check (for SPECs that drop everything)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
+
+
+def cmd_up(args) -> int:
+    try:
+        topo = topology.build(args.sites, args.paths)
+    except ValueError as e:
+        err(str(e))
+        return 2
+    path_specs = dict(args.wan_path)
+    for k in path_specs:
+        if not 1 <= k <= args.paths:
+            err(f"--wan-path {k}=...: this lab has paths 1..{args.paths}")
+            return 2
+    build = wanem.build_dir(args.build_dir)
+    cmd = wanem.wanem_command(build, args.wanem_cmd)
+    # Every SPEC is checked before anything is created.
+    for label, spec in [("--wan", args.wan)] + [(f"--wan-path {k}", s)
+                                                  for k, s in path_specs.items()]:
+        if spec:
+            problem = wanem.check_spec(cmd, spec)
+            if problem:
+                err(f"bad {label} SPEC '{spec}': {problem}")
+                return 2
+    _require_root()
+    config = builder.LabConfig(sites=args.sites, paths=args.paths, wan_spec=args.wan,
+                               path_specs=path_specs, seed=args.seed, build_dir=build,
+                               wanem_cmd=cmd, wanem_run_args=args.wanem_opt,
+                               check_reachability=not args.no_ping_check)
+    log = (lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
+    with state.locked():
+        existing = builder.existing_lab()
+        if existing:
+            err(f"a lab is already up ({existing}); run {PROG} down first")
+            return 1
+        t0 = time.monotonic()
+        try:
+            lab = builder.up(config, log)
+        except Exception as e:  # noqa: BLE001 - whatever went wrong, clean up
+            if isinstance(e, Interrupted):
+                err("up interrupted")
+            elif isinstance(e, LabError):
+                err(f"up failed: {e}")
+            else:
+                err(f"up failed: {type(e).__name__}: {e}")
+            with _signals_ignored():
+                try:
+                    builder.down(log)
+                    err("removed everything this up had made")
+                except LabError as e2:
+                    err(f"cleanup after the failed up also failed: {e2}; run {PROG} down")
+            return 1
+    print(f"lab is up: {len(topo.sites)} sites, {len(topo.paths)} WAN paths "
+          f"({time.monotonic() - t0:.1f} s)")
+    _print_status(lab.to_state(), sys.stdout)
+    return 0
+
+
+# -------------------------------------------------------------------------------------- down
+
+def cmd_down(args) -> int:
+    _require_root()
+    log = (lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
+    with state.locked(), _signals_ignored():
+        anything = builder.down(log)
+    print("lab removed" if anything else "no lab to remove")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ status
+
+def live_status() -> dict | None:
+    st = state.read()
+    if st is None:
+        return None
+    present = set(netns.list_namespaces())
+    missing = [ns for ns in st.get("namespaces", []) if ns not in present]
+    healthy = st.get("phase") == "up" and not missing
+    for p in st.get("paths", []):
+        pid = p.get("pid")
+        p["alive"] = bool(pid) and netns.is_alive(pid, p.get("pid_start_time"))
+        p["control_socket_present"] = os.path.exists(p.get("control_socket", ""))
+        healthy = healthy and p["alive"]
+    st["missing_namespaces"] = missing
+    st["healthy"] = healthy
+    return st
+
+
+def _print_status(st: dict, out) -> None:
+    print(f"phase: {st.get('phase')}", file=out)
+    print("sites:", file=out)
+    for s in st.get("sites", []):
+        print(f"  {s['name']}: host {s['host_ns']}  best-effort {s['best_effort_addr']}  "
+              f"tunnel {s['tunnel_addr']}  gateway {s['gateway_ns']} ({s['gateway_addr']})",
+              file=out)
+    print("WAN paths:", file=out)
+    for p in st.get("paths", []):
+        alive = p.get("alive")
+        health = "" if alive is None else ("  alive" if alive else "  DEAD")
+        print(f"  {p['pair']} {p['index']}: {p['wan_ns']}  pid {p.get('pid')}{health}  "
+              f"gw {p['gateway_addrs']}  spec '{p['spec']}'", file=out)
+        print(f"      control {p['control_socket']}  log {p['log']}", file=out)
+
+
+def cmd_status(args) -> int:
+    st = live_status()
+    if st is None:
+        left = netns.list_namespaces()
+        if left:
+            err(f"no lab state in {state.state_path()}, but leftover namespaces exist "
+                f"({', '.join(left)}); run {PROG} down")
+        else:
+            err(f"no lab is up (run {PROG} up)")
+        return 1
+    if args.json:
+        json.dump(st, sys.stdout, indent=2, sort_keys=True)
+        print()
+    else:
+        _print_status(st, sys.stdout)
+        if st["missing_namespaces"]:
+            print(f"missing namespaces: {', '.join(st['missing_namespaces'])}")
+        print("healthy" if st["healthy"] else "DEGRADED")
+    return 0 if st["healthy"] else 3
+
+
+# ------------------------------------------------------------------------------ exec, wanem
+
+def _split_command(argv: list[str], what: str) -> tuple[list[str], list[str]]:
+    if "--" not in argv:
+        raise LabError(f"usage: {PROG} {what} -- CMD...")
+    i = argv.index("--")
+    if i + 1 >= len(argv):
+        raise LabError(f"usage: {PROG} {what} -- CMD... (no command given)")
+    return argv[:i], argv[i + 1:]
+
+
+def cmd_exec(argv: list[str]) -> int:
+    head, command = _split_command(argv, "exec SITE [--gw]")
+    gw = "--gw" in head
+    head = [h for h in head if h != "--gw"]
+    if len(head) != 1:
+        raise LabError(f"usage: {PROG} exec SITE [--gw] -- CMD...")
+    site = head[0]
+    if len(site) != 1 or site not in topology.SITE_NAMES:
+        raise LabError(f"unknown site '{site}' (sites are a..d)")
+    s = topology.Site(site, topology.SITE_NAMES.index(site) + 1)
+    ns = s.gateway_ns if gw else s.host_ns
+    if ns not in netns.list_namespaces():
+        raise LabError(f"namespace {ns} does not exist: is the lab up with site {site}?")
+    sys.stdout.flush()
+    os.execvp("ip", ["ip", "netns", "exec", ns, *command])
+    return EXIT_TOOL_ERROR  # not reached
+
+
+def cmd_wanem(argv: list[str]) -> int:
+    head, args = _split_command(argv, "wanem PAIR K")
+    if len(head) != 2 or not head[1].isdigit():
+        raise LabError(f"usage: {PROG} wanem PAIR K -- ARGS (e.g. wanem ab 1 -- stats --json)")
+    st = state.read()
+    if st is None:
+        raise LabError(f"no lab is up (run {PROG} up)")
+    pair = "".join(sorted(head[0].replace("-", "")))
+    for p in st.get("paths", []):
+        if p["pair"] == pair and p["index"] == int(head[1]):
+            cmd = st.get("wanem_cmd") or []
+            # Subcommand first, then its control socket, then the caller's arguments.
+            argv2 = [*cmd, args[0], "--control", p["control_socket"], *args[1:]]
+            sys.stdout.flush()
+            os.execvp(argv2[0], argv2)
+    known = ", ".join(f"{p['pair']} {p['index']}" for p in st.get("paths", []))
+    raise LabError(f"no WAN path '{head[0]} {head[1]}' (paths: {known})")
+
+
+# -------------------------------------------------------------------------------------- main
+
+class _signals_ignored:
+    """Cleanup must not be cut short by a second Ctrl-C or a SIGTERM."""
+
+    def __enter__(self):
+        self.saved = {s: signal.signal(s, signal.SIG_IGN)
+                      for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+    def __exit__(self, *exc):
+        for s, h in self.saved.items():
+            signal.signal(s, h)
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _raise_interrupted)
+    parser = argparse.ArgumentParser(prog=PROG, description="detwan multi-site WAN lab "
+                                     "(network namespaces + detwan-wanem); see docs/testbed.md")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_up_parser(sub)
+    p = sub.add_parser("down", help="remove the lab (idempotent; works after crashes)")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p = sub.add_parser("status", help="describe the lab")
+    p.add_argument("--json", action="store_true")
+    sub.add_parser("exec", help="SITE [--gw] -- CMD...: run CMD in SITE's host (or gateway) ns")
+    sub.add_parser("wanem", help="PAIR K -- ARGS: detwan-wanem ARGS --control <path's socket>")
+    try:
+        # exec/wanem take raw argv: everything after `--` belongs to the command.
+        if argv and argv[0] in ("exec", "wanem"):
+            rest = argv[1:]
+            if rest in ([], ["-h"], ["--help"]):
+                print(USAGE[argv[0]])
+                return 0 if rest else 2
+            return cmd_exec(rest) if argv[0] == "exec" else cmd_wanem(rest)
+        args = parser.parse_args(argv)
+        return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.command](args)
+    except LabError as e:
+        err(str(e))
+        return EXIT_TOOL_ERROR if argv and argv[0] in ("exec", "wanem") else 1
+    except Interrupted:
+        err("interrupted")
+        return 130
