@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Counts test results over every suite and prints one closing line "N passed, N failed, N skipped".
 
-Inputs: a directory with GoogleTest JSON reports (one per binary, from GTEST_OUTPUT=json:DIR/) and
+Arguments: LABEL=RESULTS_DIR[:MESON_TESTLOG] for each suite run. Each directory holds GoogleTest JSON reports (one per binary, from GTEST_OUTPUT=json:DIR/) and
 pytest JUnit XML files, plus meson's testlog.json. A test binary that meson saw fail but that left
 no report (a crash, a timeout) counts as one failure, so nothing disappears from the count.
 Exit status 1 when anything failed.
@@ -46,13 +46,11 @@ def junit_counts(path):
     return passed, failed, skipped, failures
 
 
-def main():
-    results_dir = sys.argv[1]
-    testlog = sys.argv[2] if len(sys.argv) > 2 else None
-    totals = [0, 0, 0]
-    failures = []
+def summarize_dir(label, results_dir, testlog, totals, failures):
+    """Adds one results directory (and the meson testlog of the build that produced it)."""
     reported = {}  # gtest binary name -> failures in its report
-    for name in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []:
+    names = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
+    for name in names:
         path = os.path.join(results_dir, name)
         try:
             if name.endswith(".json"):
@@ -66,8 +64,8 @@ def main():
             counts = (0, 1, 0, [f"{name}: unreadable report ({err})"])
         for i in range(3):
             totals[i] += counts[i]
-        failures += counts[3]
-        print(f"  {name}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped")
+        failures += [f"{label}{f}" for f in counts[3]]
+        print(f"  {label}{name}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped")
 
     if testlog and os.path.exists(testlog):
         with open(testlog, encoding="utf-8") as f:
@@ -80,8 +78,19 @@ def main():
                 # a sanitizer error at exit. Count it once.
                 if reported.get(exe, 0) == 0:
                     totals[1] += 1
-                    failures.append(f"{entry.get('name')}: {entry.get('result')} (exit status)")
+                    failures.append(f"{label}{entry.get('name')}: {entry.get('result')} "
+                                    "(exit status)")
 
+
+def main():
+    """Arguments: LABEL=RESULTS_DIR[:MESON_TESTLOG] ..."""
+    totals = [0, 0, 0]
+    failures = []
+    for arg in sys.argv[1:]:
+        label, _, rest = arg.partition("=")
+        results_dir, _, testlog = rest.partition(":")
+        summarize_dir(f"{label}/" if label else "", results_dir, testlog or None, totals,
+                      failures)
     for name in failures:
         print(f"  FAILED: {name}")
     print(f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
