@@ -1,0 +1,63 @@
+// Setup side of on-time playout: validation, allocation, counters as JSON.
+#include "dataplane/sched/playout.h"
+
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace detwan::dataplane::sched {
+
+std::string_view to_string(PlayoutDrop reason) noexcept {
+  switch (reason) {
+    case PlayoutDrop::kLate:
+      return "late";
+    case PlayoutDrop::kTooEarly:
+      return "too_early";
+    case PlayoutDrop::kBufferFull:
+      return "buffer_full";
+    case PlayoutDrop::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+Playout::Playout(const PlayoutConfig& config)
+    : config_(config), heap_(std::make_unique<Entry[]>(config.capacity_frames)) {}
+
+common::Result<Playout> Playout::create(const PlayoutConfig& config) {
+  using common::ErrorCode;
+  if (config.bound_ns < 0) {
+    return common::make_error(
+        ErrorCode::kConfig,
+        fmt::format("playout: bound_ns must be >= 0 (got {})", config.bound_ns));
+  }
+  if (config.max_hold_ns < config.bound_ns) {
+    return common::make_error(ErrorCode::kConfig,
+                              fmt::format("playout: max_hold_ns {} is below bound_ns {}",
+                                          config.max_hold_ns, config.bound_ns));
+  }
+  if (config.capacity_frames == 0) {
+    return common::make_error(ErrorCode::kConfig, "playout: capacity_frames must be > 0");
+  }
+  return Playout(config);
+}
+
+std::string Playout::counters_json() const {
+  const PlayoutCounters& c = counters_;
+  std::string dropped;
+  for (int i = 0; i < kPlayoutDropCount; ++i) {
+    dropped += fmt::format("{}\"{}\":{}", i == 0 ? "" : ",", to_string(static_cast<PlayoutDrop>(i)),
+                           c.dropped[i]);
+  }
+  return fmt::format(
+      "{{\"received_packets\":{},\"received_bytes\":{},\"released_packets\":{},"
+      "\"released_bytes\":{},\"late_packets\":{},\"late_delivered\":{},\"dropped\":{{{}}},"
+      "\"wan_delay_ns\":{},\"one_way_delay_ns\":{},\"lateness_ns\":{},\"playout_error_ns\":{},"
+      "\"held_frames\":{}}}",
+      c.received_packets, c.received_bytes, c.released_packets, c.released_bytes, c.late_packets,
+      c.late_delivered, dropped, c.wan_delay_ns.summary_json(), c.one_way_delay_ns.summary_json(),
+      c.lateness_ns.summary_json(), c.playout_error_ns.summary_json(), size_);
+}
+
+}  // namespace detwan::dataplane::sched

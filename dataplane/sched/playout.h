@@ -1,0 +1,139 @@
+#pragma once
+// On-time playout at the receiving gateway (DetNet "on-time" delivery; docs/dataplane.md).
+//
+// Each packet is released at
+//     target = tx_timestamp_ns + clock_offset_ns + bound_ns
+// where tx_timestamp_ns is the sender's transmit timestamp (sender's clock), clock_offset_ns is
+// receiver clock - sender clock, and bound_ns >= the path's worst-case latency. The WAN's
+// jitter is absorbed; what remains is the receiver's own scheduling error (playout_error_ns).
+//
+//  * bound_ns == 0: no playout; every packet is released on receipt and never counted late.
+//  * A packet arriving after its target (arrival > target) is late: counted (late_packets,
+//    lateness_ns), then released at once (LateAction::kDeliver) or dropped (kDrop, counted).
+//  * A packet whose target is more than max_hold_ns ahead of its arrival (a garbled timestamp or
+//    a wrong offset) is dropped (too_early): a peer can never pin the buffer.
+//  * capacity_frames packets are held at most; beyond that a packet is dropped (buffer_full).
+// Release order is by release time, then arrival order. Timestamps come from the network and are
+// treated as hostile: all arithmetic saturates, nothing asserts.
+//
+// Status of push(): kOk = held (the buffer owns the handle until the sink gets it); kDropped =
+// counted, the caller frees the packet.
+// Time: now_ns is the receiver's clock, must not go backwards (earlier values are treated as the
+// latest seen). Threading: one owner thread. No allocation after create(), no exceptions.
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/histogram.h"
+#include "common/status.h"
+
+namespace detwan::dataplane::sched {
+
+enum class LateAction : uint8_t { kDeliver = 0, kDrop = 1 };
+
+enum class PlayoutDrop : uint8_t {
+  kLate = 0,    // arrived after its release time and the policy drops late packets
+  kTooEarly,    // release time more than max_hold_ns after arrival
+  kBufferFull,  // capacity_frames held
+  kCount
+};
+inline constexpr int kPlayoutDropCount = static_cast<int>(PlayoutDrop::kCount);
+std::string_view to_string(PlayoutDrop reason) noexcept;  // "late", "too_early", "buffer_full"
+
+struct PlayoutConfig {
+  int64_t bound_ns = 0;         // 0 = release on receipt
+  int64_t clock_offset_ns = 0;  // receiver clock - sender clock
+  LateAction late_action = LateAction::kDeliver;
+  int64_t max_hold_ns = 1'000'000'000;  // >= bound_ns
+  uint32_t capacity_frames = 4096;
+};
+
+struct PlayoutCounters {
+  uint64_t received_packets = 0;
+  uint64_t received_bytes = 0;
+  uint64_t released_packets = 0;
+  uint64_t released_bytes = 0;
+  uint64_t late_packets = 0;    // arrived after their release time (delivered or dropped)
+  uint64_t late_delivered = 0;  // of those, released anyway (LateAction::kDeliver)
+  uint64_t dropped[kPlayoutDropCount] = {};
+  // Arrival - (tx timestamp + offset): the WAN's one-way delay, before playout.
+  common::LogLinearHistogram wan_delay_ns;
+  // Release time - (tx timestamp + offset): one-way delay at egress, after playout (= bound for
+  // every on-time packet).
+  common::LogLinearHistogram one_way_delay_ns;
+  // Arrival - release target, late packets only.
+  common::LogLinearHistogram lateness_ns;
+  // Actual release - target, from record_release().
+  common::LogLinearHistogram playout_error_ns;
+};
+
+// One packet handed to the release_due() sink.
+struct PlayoutFrame {
+  uint64_t handle = 0;
+  uint32_t bytes = 0;
+  bool late = false;
+  int64_t tx_timestamp_ns = 0;  // as received (sender's clock)
+  int64_t arrival_ns = 0;
+  int64_t target_ns = 0;   // tx + offset + bound (arrival when bound is 0)
+  int64_t release_ns = 0;  // scheduled release: target, or arrival for a late packet
+};
+
+class Playout {
+ public:
+  // Setup: bound_ns >= 0, max_hold_ns >= bound_ns, capacity_frames > 0 (ErrorCode::kConfig).
+  static common::Result<Playout> create(const PlayoutConfig& config);
+
+  [[nodiscard]] common::Status push(uint64_t handle, uint32_t bytes, int64_t tx_timestamp_ns,
+                                    int64_t now_ns) noexcept;
+  // Calls sink(const PlayoutFrame&) for each packet with release_ns <= now_ns, in release
+  // order, at most max_frames. Returns how many. Must not block.
+  template <typename Sink>
+  uint32_t release_due(int64_t now_ns, Sink&& sink,
+                       uint32_t max_frames = std::numeric_limits<uint32_t>::max()) noexcept;
+  // Release time of the next packet; INT64_MAX when empty.
+  [[nodiscard]] int64_t next_event_ns() const noexcept;
+  // The caller reports when it actually released a packet: playout error = actual - target.
+  void record_release(const PlayoutFrame& frame, int64_t actual_ns) noexcept;
+  // New estimate of receiver - sender clock offset; applies to packets pushed from now on.
+  void set_clock_offset_ns(int64_t offset_ns) noexcept { config_.clock_offset_ns = offset_ns; }
+
+  [[nodiscard]] const PlayoutConfig& config() const noexcept { return config_; }
+  [[nodiscard]] const PlayoutCounters& counters() const noexcept { return counters_; }
+  [[nodiscard]] uint32_t held_frames() const noexcept { return size_; }
+  // {"received_packets",...,"dropped":{"late","too_early","buffer_full"},"wan_delay_ns":H,
+  //  "one_way_delay_ns":H,"lateness_ns":H,"playout_error_ns":H,"held_frames":N}
+  [[nodiscard]] std::string counters_json() const;
+
+ private:
+  struct Entry {
+    PlayoutFrame frame;
+    int64_t sender_time_ns = 0;  // tx timestamp + offset, in the receiver's clock
+    uint64_t sequence = 0;       // arrival order, for ties
+  };
+  explicit Playout(const PlayoutConfig& config);
+  common::Status drop(PlayoutDrop reason) noexcept;
+  bool pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept;  // playout_datapath.cc
+  [[nodiscard]] bool before(uint32_t a, uint32_t b) const noexcept;
+
+  PlayoutConfig config_;
+  PlayoutCounters counters_;
+  std::unique_ptr<Entry[]> heap_;  // binary min-heap on (release_ns, sequence)
+  uint32_t size_ = 0;
+  uint64_t next_sequence_ = 0;
+  int64_t last_now_ns_ = std::numeric_limits<int64_t>::min();
+};
+
+template <typename Sink>
+uint32_t Playout::release_due(int64_t now_ns, Sink&& sink, uint32_t max_frames) noexcept {
+  uint32_t count = 0;
+  PlayoutFrame frame;
+  while (count < max_frames && pop_due(now_ns, &frame)) {
+    sink(static_cast<const PlayoutFrame&>(frame));
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace detwan::dataplane::sched

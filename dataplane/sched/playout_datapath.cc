@@ -1,0 +1,115 @@
+// Per-packet work of on-time playout: a fixed-capacity binary heap on release time.
+// No allocation, no exceptions, no logging; timestamps from the peer saturate, never overflow.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <utility>
+
+#include "dataplane/sched/playout.h"
+
+namespace detwan::dataplane::sched {
+namespace {
+
+using common::Status;
+
+int64_t saturating_add(int64_t a, int64_t b) noexcept {
+  int64_t out = 0;
+  if (!__builtin_add_overflow(a, b, &out)) return out;
+  return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+}
+
+int64_t saturating_sub(int64_t a, int64_t b) noexcept {
+  int64_t out = 0;
+  if (!__builtin_sub_overflow(a, b, &out)) return out;
+  return b < 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+}
+
+}  // namespace
+
+Status Playout::drop(PlayoutDrop reason) noexcept {
+  ++counters_.dropped[static_cast<int>(reason)];
+  return Status::kDropped;
+}
+
+bool Playout::before(uint32_t a, uint32_t b) const noexcept {
+  const Entry& x = heap_[a];
+  const Entry& y = heap_[b];
+  return x.frame.release_ns != y.frame.release_ns ? x.frame.release_ns < y.frame.release_ns
+                                                  : x.sequence < y.sequence;
+}
+
+Status Playout::push(uint64_t handle, uint32_t bytes, int64_t tx_timestamp_ns,
+                     int64_t now_ns) noexcept {
+  now_ns = std::max(now_ns, last_now_ns_);
+  last_now_ns_ = now_ns;
+  ++counters_.received_packets;
+  counters_.received_bytes += bytes;
+  const int64_t sender_time = saturating_add(tx_timestamp_ns, config_.clock_offset_ns);
+  counters_.wan_delay_ns.record(saturating_sub(now_ns, sender_time));
+
+  PlayoutFrame frame;
+  frame.handle = handle;
+  frame.bytes = bytes;
+  frame.tx_timestamp_ns = tx_timestamp_ns;
+  frame.arrival_ns = now_ns;
+  if (config_.bound_ns == 0) {
+    frame.target_ns = frame.release_ns = now_ns;
+  } else {
+    frame.target_ns = saturating_add(sender_time, config_.bound_ns);
+    if (frame.target_ns < now_ns) {
+      ++counters_.late_packets;
+      counters_.lateness_ns.record(saturating_sub(now_ns, frame.target_ns));
+      if (config_.late_action == LateAction::kDrop) return drop(PlayoutDrop::kLate);
+      frame.late = true;
+      frame.release_ns = now_ns;
+    } else if (saturating_sub(frame.target_ns, now_ns) > config_.max_hold_ns) {
+      return drop(PlayoutDrop::kTooEarly);
+    } else {
+      frame.release_ns = frame.target_ns;
+    }
+  }
+  if (size_ == config_.capacity_frames) return drop(PlayoutDrop::kBufferFull);
+  if (frame.late) ++counters_.late_delivered;
+
+  uint32_t i = size_++;
+  heap_[i] = Entry{frame, sender_time, next_sequence_++};
+  while (i > 0) {
+    const uint32_t parent = (i - 1) / 2;
+    if (!before(i, parent)) break;
+    std::swap(heap_[i], heap_[parent]);
+    i = parent;
+  }
+  return Status::kOk;
+}
+
+bool Playout::pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept {
+  now_ns = std::max(now_ns, last_now_ns_);
+  last_now_ns_ = now_ns;
+  if (size_ == 0 || heap_[0].frame.release_ns > now_ns) return false;
+  *frame = heap_[0].frame;
+  counters_.one_way_delay_ns.record(saturating_sub(frame->release_ns, heap_[0].sender_time_ns));
+  ++counters_.released_packets;
+  counters_.released_bytes += frame->bytes;
+  heap_[0] = heap_[--size_];
+  uint32_t i = 0;
+  for (;;) {
+    const uint32_t left = 2 * i + 1;
+    if (left >= size_) break;
+    uint32_t child = left;
+    if (left + 1 < size_ && before(left + 1, left)) child = left + 1;
+    if (!before(child, i)) break;
+    std::swap(heap_[i], heap_[child]);
+    i = child;
+  }
+  return true;
+}
+
+int64_t Playout::next_event_ns() const noexcept {
+  return size_ == 0 ? std::numeric_limits<int64_t>::max() : heap_[0].frame.release_ns;
+}
+
+void Playout::record_release(const PlayoutFrame& frame, int64_t actual_ns) noexcept {
+  counters_.playout_error_ns.record(saturating_sub(actual_ns, frame.target_ns));
+}
+
+}  // namespace detwan::dataplane::sched

@@ -1,0 +1,173 @@
+#pragma once
+// Timing wheel (Carousel, SIGCOMM 2017): a ring of buckets of fixed granularity, each holding
+// the entries whose timestamp falls in it. Insert and extract are O(1) for the common case of
+// timestamps that arrive in order within a bucket; entries inside one bucket are kept sorted
+// (stable for equal timestamps), so extraction is in exact timestamp order and only releases
+// entries whose timestamp has come, whatever the granularity.
+//
+// Horizon: an entry must fall within bucket_count buckets of the cursor (the bucket of the
+// last extraction time); insert() refuses later ones (kBeyondHorizon). An entry whose time has
+// already passed goes into the current bucket and is due at once.
+//
+// Fixed capacity, allocated at construction; afterwards nothing allocates or throws.
+// Threading: one owner thread. Times must not go backwards between pop_due() calls.
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <memory>
+
+#include "dataplane/sched/link_time.h"
+
+namespace detwan::dataplane::sched {
+
+enum class WheelInsert : uint8_t { kOk = 0, kFull, kBeyondHorizon };
+
+template <typename T>
+class TimingWheel {
+ public:
+  // granularity_ns > 0. bucket_count is rounded up to a power of two, at least 64.
+  TimingWheel(int64_t granularity_ns, uint32_t bucket_count, uint32_t capacity, int64_t start_ns)
+      : granularity_ns_(granularity_ns > 0 ? granularity_ns : 1),
+        bucket_count_(std::bit_ceil(bucket_count < 64 ? 64u : bucket_count)),
+        capacity_(capacity),
+        nodes_(std::make_unique<Node[]>(capacity == 0 ? 1 : capacity)),
+        heads_(std::make_unique<uint32_t[]>(bucket_count_)),
+        tails_(std::make_unique<uint32_t[]>(bucket_count_)),
+        bitmap_(std::make_unique<uint64_t[]>(bucket_count_ / 64)),
+        cursor_(bucket_of(start_ns)) {
+    for (uint32_t i = 0; i < bucket_count_; ++i) heads_[i] = tails_[i] = kNil;
+    for (uint32_t i = 0; i < capacity_; ++i) nodes_[i].next = i + 1 < capacity_ ? i + 1 : kNil;
+    free_head_ = capacity_ > 0 ? 0 : kNil;
+  }
+
+  [[nodiscard]] WheelInsert insert(int64_t ts_ns, const T& value) noexcept {
+    if (free_head_ == kNil) return WheelInsert::kFull;
+    int64_t bucket = bucket_of(ts_ns);
+    if (bucket < cursor_) bucket = cursor_;
+    if (bucket - cursor_ >= static_cast<int64_t>(bucket_count_)) return WheelInsert::kBeyondHorizon;
+    const uint32_t node = free_head_;
+    free_head_ = nodes_[node].next;
+    nodes_[node].ts_ns = ts_ns;
+    nodes_[node].value = value;
+    const auto b = static_cast<uint32_t>(bucket) & (bucket_count_ - 1);
+    if (heads_[b] == kNil) {
+      nodes_[node].next = kNil;
+      heads_[b] = tails_[b] = node;
+      bitmap_[b / 64] |= uint64_t{1} << (b % 64);
+    } else if (nodes_[tails_[b]].ts_ns <= ts_ns) {  // in order: O(1)
+      nodes_[node].next = kNil;
+      nodes_[tails_[b]].next = node;
+      tails_[b] = node;
+    } else {  // out of order within the bucket: keep it sorted, after equal timestamps
+      uint32_t prev = kNil;
+      uint32_t cur = heads_[b];
+      while (cur != kNil && nodes_[cur].ts_ns <= ts_ns) {
+        prev = cur;
+        cur = nodes_[cur].next;
+      }
+      nodes_[node].next = cur;
+      if (prev == kNil) {
+        heads_[b] = node;
+      } else {
+        nodes_[prev].next = node;
+      }
+    }
+    ++size_;
+    return WheelInsert::kOk;
+  }
+
+  // Removes the earliest entry with timestamp <= now_ns; false if there is none.
+  [[nodiscard]] bool pop_due(int64_t now_ns, int64_t* ts_ns, T* value) noexcept {
+    const int64_t target = bucket_of(now_ns);
+    if (size_ == 0) {
+      if (target > cursor_) cursor_ = target;
+      return false;
+    }
+    for (;;) {
+      const auto b = static_cast<uint32_t>(cursor_) & (bucket_count_ - 1);
+      const uint32_t head = heads_[b];
+      if (head != kNil) {
+        if (nodes_[head].ts_ns > now_ns) return false;  // sorted: nothing else is due
+        heads_[b] = nodes_[head].next;
+        if (heads_[b] == kNil) {
+          tails_[b] = kNil;
+          bitmap_[b / 64] &= ~(uint64_t{1} << (b % 64));
+        }
+        *ts_ns = nodes_[head].ts_ns;
+        *value = nodes_[head].value;
+        nodes_[head].next = free_head_;
+        free_head_ = head;
+        --size_;
+        return true;
+      }
+      if (cursor_ >= target) return false;
+      // Jump over empty buckets, but not past now.
+      const int64_t distance = next_set_distance(b);
+      cursor_ = distance < target - cursor_ ? cursor_ + distance : target;
+    }
+  }
+
+  // Timestamp of the earliest entry; INT64_MAX when empty.
+  [[nodiscard]] int64_t next_ts_ns() const noexcept {
+    if (size_ == 0) return std::numeric_limits<int64_t>::max();
+    const auto b = static_cast<uint32_t>(cursor_) & (bucket_count_ - 1);
+    if (heads_[b] != kNil) return nodes_[heads_[b]].ts_ns;
+    const auto next = static_cast<uint32_t>((b + next_set_distance(b)) & (bucket_count_ - 1));
+    return nodes_[heads_[next]].ts_ns;
+  }
+
+  // First timestamp that insert() would refuse as beyond the horizon.
+  [[nodiscard]] int64_t horizon_end_ns() const noexcept {
+    return (cursor_ + static_cast<int64_t>(bucket_count_)) * granularity_ns_;
+  }
+  [[nodiscard]] uint32_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] uint32_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] uint32_t bucket_count() const noexcept { return bucket_count_; }
+  [[nodiscard]] int64_t granularity_ns() const noexcept { return granularity_ns_; }
+
+ private:
+  static constexpr uint32_t kNil = std::numeric_limits<uint32_t>::max();
+  struct Node {
+    int64_t ts_ns = 0;
+    uint32_t next = kNil;
+    T value{};
+  };
+
+  [[nodiscard]] int64_t bucket_of(int64_t ts_ns) const noexcept {
+    return floor_div(ts_ns, granularity_ns_);
+  }
+
+  // Distance (1 .. bucket_count-1) from bucket b to the next non-empty bucket, circularly;
+  // bucket_count if every other bucket is empty.
+  [[nodiscard]] int64_t next_set_distance(uint32_t b) const noexcept {
+    const uint32_t words = bucket_count_ / 64;
+    uint32_t word = b / 64;
+    // Bits above b in its own word first.
+    const uint32_t shift = b % 64 + 1;
+    uint64_t bits = shift == 64 ? 0 : bitmap_[word] & (~uint64_t{0} << shift);
+    for (uint32_t step = 0; step <= words; ++step) {
+      if (bits != 0) {
+        const uint32_t found = word * 64 + static_cast<uint32_t>(std::countr_zero(bits));
+        return (static_cast<int64_t>(found) - b + bucket_count_) % bucket_count_;
+      }
+      word = (word + 1) % words;
+      bits = bitmap_[word];
+      if (word == b / 64) bits &= (uint64_t{1} << (b % 64)) - 1;  // wrapped: only bits below b
+    }
+    return bucket_count_;
+  }
+
+  int64_t granularity_ns_;
+  uint32_t bucket_count_;
+  uint32_t capacity_;
+  std::unique_ptr<Node[]> nodes_;
+  std::unique_ptr<uint32_t[]> heads_;
+  std::unique_ptr<uint32_t[]> tails_;
+  std::unique_ptr<uint64_t[]> bitmap_;
+  int64_t cursor_;  // bucket number (absolute) of the last extraction time
+  uint32_t free_head_ = kNil;
+  uint32_t size_ = 0;
+};
+
+}  // namespace detwan::dataplane::sched

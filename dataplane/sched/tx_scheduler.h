@@ -1,0 +1,206 @@
+#pragma once
+// Transmit scheduler of one WAN port: policer + optional shaper per tunnel, the gate control
+// list's departure rule, and a timing wheel that releases each frame at its departure time
+// (docs/dataplane.md, "The time-slot model"). Pure logic in injected time: no I/O, no clock
+// reads, no allocation after create(), no exceptions on the datapath.
+//
+// Per frame, enqueue() at now_ns:
+//   1. unknown tunnel -> drop unknown_tunnel; size 0 or above max_frame_bytes -> drop oversize;
+//   2. policer (reserved rate, burst_bytes): an exceeding frame is dropped (policed) or, per the
+//      tunnel's policy, downgraded to best effort (counted on the tunnel as downgraded, then
+//      scheduled and counted as best effort);
+//   3. the owner's queue holds queue_frames frames at most -> drop queue_full;
+//   4. departure = the earliest exact instant >= max(now, end of the owner's previous frame,
+//      shaper conformance time) at which the frame's serialisation at line rate fits one of
+//      the owner's windows before its usable end (gate_control_list.h). If that is later than
+//      the earliest instant it was *held* for a later slot (counted held_for_slot). If the wait
+//      (departure - now) exceeds max_wait_ns -> drop max_wait. No window fits -> drop no_slot;
+//   5. the frame goes into the timing wheel (capacity_frames for the whole port -> drop
+//      no_capacity; past the wheel's horizon -> drop beyond_horizon).
+// Frames of one owner never overlap and leave in order; owners have disjoint windows, so no two
+// frames of the port overlap on the line.
+//
+// dequeue_due(now_ns) hands every frame whose departure time has come to the sink, in
+// departure order. If the caller is so late that the frame can no longer end inside its
+// window (now > the latest start), it is handed over with send == false and counted
+// missed_slot: never silently late. The caller frees every frame the sink receives.
+//
+// Status: kOk = queued (the scheduler holds the handle until the sink gets it);
+//         kDropped = not queued, reason counted, the caller frees the frame.
+// Time: arguments are absolute ns of one clock (the cycle's clock, e.g. CLOCK_TAI) and must not
+// go backwards; an earlier value is treated as the latest seen.
+// Threading: every method belongs to the port's thread.
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/histogram.h"
+#include "common/status.h"
+#include "dataplane/sched/gate_control_list.h"
+#include "dataplane/sched/timing_wheel.h"
+#include "dataplane/sched/token_bucket.h"
+
+namespace detwan::dataplane::sched {
+
+inline constexpr int64_t kNoMaxWait = std::numeric_limits<int64_t>::max();
+inline constexpr uint32_t kNoTunnel = std::numeric_limits<uint32_t>::max();
+
+enum class TxDrop : uint8_t {
+  kUnknownTunnel = 0,  // enqueue() for a tunnel the port does not carry
+  kOversize,           // 0 bytes or above max_frame_bytes
+  kPoliced,            // above the reservation, policy drop
+  kQueueFull,          // the owner's queue_frames reached
+  kMaxWait,            // would wait longer than max_wait_ns for its slot
+  kNoSlot,             // no window of the owner fits the frame (e.g. no unreserved slot)
+  kNoCapacity,         // the port's capacity_frames reached
+  kBeyondHorizon,      // departure beyond the timing wheel's horizon
+  kMissedSlot,         // dequeued too late to end inside its window
+  kCount
+};
+inline constexpr int kTxDropCount = static_cast<int>(TxDrop::kCount);
+std::string_view to_string(TxDrop reason) noexcept;  // "unknown_tunnel", "oversize", ...
+
+struct TxCounters {
+  uint64_t offered_packets = 0;  // enqueue() calls (best effort: including downgraded frames)
+  uint64_t offered_bytes = 0;
+  uint64_t queued_packets = 0;  // accepted into the schedule
+  uint64_t queued_bytes = 0;
+  uint64_t sent_packets = 0;  // handed to the sink with send == true
+  uint64_t sent_bytes = 0;
+  uint64_t downgraded_packets = 0;  // tunnel: policed frames moved to best effort
+  uint64_t downgraded_bytes = 0;
+  uint64_t held_for_slot = 0;  // frames that had to wait for a later (owned) slot
+  uint64_t dropped[kTxDropCount] = {};
+  // Actual - scheduled departure, from record_departure().
+  common::LogLinearHistogram departure_error_ns;
+  // Scheduled departure - enqueue time of each queued frame.
+  common::LogLinearHistogram queue_wait_ns;
+};
+
+struct TunnelTxPolicy {
+  uint32_t tunnel_id = 0;
+  uint64_t burst_bytes = 0;  // policer depth; 0 = auto: one cycle at the reserved rate,
+                             // at least 8 * max_frame_bytes
+  OverRateAction over_rate = OverRateAction::kDrop;
+  uint64_t shaper_rate_bps = 0;     // 0 = no shaper (the slots and the policer shape)
+  uint64_t shaper_burst_bytes = 0;  // 0 = max_frame_bytes
+  uint32_t queue_frames = 1024;
+  int64_t max_wait_ns = kNoMaxWait;
+};
+
+struct BestEffortTxPolicy {
+  uint32_t queue_frames = 4096;
+  int64_t max_wait_ns = kNoMaxWait;
+};
+
+struct TxSchedulerConfig {
+  std::vector<TunnelTxPolicy> tunnels;  // tunnels of the list not named here get the defaults
+  BestEffortTxPolicy best_effort;
+  uint32_t capacity_frames = 65536;  // frames held at once, whole port
+  int64_t wheel_granularity_ns = 0;  // 0 = auto: slot length / 8, at least 1 ns
+  uint32_t wheel_buckets = 0;        // 0 = auto: horizon >= 4 cycles and >= max wait + 2 cycles
+};
+
+// One frame handed to the dequeue_due() sink.
+struct TxFrame {
+  uint64_t handle = 0;
+  uint32_t bytes = 0;
+  uint32_t tunnel_id = kNoTunnel;  // kNoTunnel for best-effort traffic
+  OwnerIndex owner = kNoOwner;     // whose slots it leaves in (best_effort_owner() if downgraded)
+  bool best_effort = false;        // leaves in unreserved slots (best effort or downgraded)
+  bool send = true;                // false: missed its window (counted); free, do not send
+  int64_t departure_ns = 0;        // scheduled start of serialisation
+  int64_t tx_end_ns = 0;           // scheduled end of serialisation (rounded up to a ns)
+  int64_t cycle_id = 0;            // of departure_ns
+  uint32_t slot = 0;               // of departure_ns
+  int64_t enqueue_ns = 0;
+};
+
+class TxScheduler {
+ public:
+  // Setup: validates the policies against the list (ErrorCode::kConfig, naming the tunnel) and
+  // allocates everything the datapath will use. start_ns anchors the wheel and the buckets.
+  static common::Result<TxScheduler> create(GateControlList gcl, const TxSchedulerConfig& config,
+                                            int64_t start_ns);
+
+  [[nodiscard]] common::Status enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
+                                       int64_t now_ns) noexcept;
+  [[nodiscard]] common::Status enqueue_best_effort(uint64_t handle, uint32_t bytes,
+                                                   int64_t now_ns) noexcept;
+
+  // Calls sink(const TxFrame&) for each frame with departure_ns <= now_ns, in departure order,
+  // at most max_frames of them. Returns how many it handed over. Must not block.
+  template <typename Sink>
+  uint32_t dequeue_due(int64_t now_ns, Sink&& sink,
+                       uint32_t max_frames = std::numeric_limits<uint32_t>::max()) noexcept;
+  // Departure time of the next frame (INT64_MAX when nothing is queued).
+  [[nodiscard]] int64_t next_event_ns() const noexcept { return wheel_.next_ts_ns(); }
+  // The caller reports when a frame actually left: departure error = actual - scheduled.
+  void record_departure(const TxFrame& frame, int64_t actual_ns) noexcept;
+
+  [[nodiscard]] const GateControlList& gcl() const noexcept { return gcl_; }
+  [[nodiscard]] const TxCounters& port_counters() const noexcept { return port_; }
+  [[nodiscard]] const TxCounters& best_effort_counters() const noexcept {
+    return owners_.back().counters;
+  }
+  // nullptr for a tunnel this port does not carry.
+  [[nodiscard]] const TxCounters* tunnel_counters(uint32_t tunnel_id) const noexcept;
+  [[nodiscard]] uint32_t held_frames() const noexcept { return wheel_.size(); }
+  [[nodiscard]] uint32_t held_frames(OwnerIndex owner) const noexcept;
+  // {"port":C,"best_effort":C,"tunnels":{"7":C,...},"held_frames":N} with
+  // C = {"offered_packets",...,"held_for_slot","dropped":{"unknown_tunnel",...},
+  //      "departure_error_ns":H,"queue_wait_ns":H}, H = LogLinearHistogram::summary_json().
+  [[nodiscard]] std::string counters_json() const;
+  // The effective configuration: the list plus each owner's policy, for printing at start-up.
+  [[nodiscard]] std::string describe() const;
+
+ private:
+  struct Entry {
+    uint64_t handle = 0;
+    int64_t enqueue_ns = 0;
+    int64_t tx_end_ns = 0;
+    int64_t deadline_ns = 0;  // latest whole-ns start that still ends by the usable end
+    uint32_t bytes = 0;
+    uint32_t tunnel_id = kNoTunnel;
+    OwnerIndex owner = kNoOwner;
+  };
+  struct OwnerState {
+    OwnerState(const TunnelTxPolicy& policy, uint64_t reserved_rate_bps, uint64_t burst_bytes,
+               uint64_t shaper_burst_bytes, int64_t start_ns);
+    Policer policer;     // tunnels only (best effort: never consulted)
+    TokenBucket shaper;  // used when shaped
+    bool shaped = false;
+    uint32_t queue_frames = 0;
+    int64_t max_wait_ns = kNoMaxWait;
+    uint32_t held = 0;
+    LinkTime next_free;  // end of the owner's last scheduled frame
+    TxCounters counters;
+  };
+
+  TxScheduler(GateControlList gcl, TimingWheel<Entry> wheel);
+  common::Status schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
+                          int64_t now_ns) noexcept;
+  common::Status drop(OwnerState& state, TxDrop reason) noexcept;
+  bool pop_due(int64_t now_ns, TxFrame* frame) noexcept;  // tx_scheduler_datapath.cc
+
+  GateControlList gcl_;
+  TimingWheel<Entry> wheel_;
+  std::vector<OwnerState> owners_;  // gcl owner order: tunnels, then best effort (back())
+  TxCounters port_;
+  int64_t last_now_ns_ = std::numeric_limits<int64_t>::min();
+};
+
+template <typename Sink>
+uint32_t TxScheduler::dequeue_due(int64_t now_ns, Sink&& sink, uint32_t max_frames) noexcept {
+  uint32_t count = 0;
+  TxFrame frame;
+  while (count < max_frames && pop_due(now_ns, &frame)) {
+    sink(static_cast<const TxFrame&>(frame));
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace detwan::dataplane::sched

@@ -1,0 +1,148 @@
+// Per-frame work of the transmit scheduler: police, shape, place in a slot, release.
+// No allocation, no exceptions, no logging: every outcome is a status plus a counter.
+#include <algorithm>
+#include <cstdint>
+
+#include "dataplane/sched/tx_scheduler.h"
+
+namespace detwan::dataplane::sched {
+
+using common::Status;
+
+Status TxScheduler::drop(OwnerState& state, TxDrop reason) noexcept {
+  ++state.counters.dropped[static_cast<int>(reason)];
+  ++port_.dropped[static_cast<int>(reason)];
+  return Status::kDropped;
+}
+
+Status TxScheduler::enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
+                            int64_t now_ns) noexcept {
+  now_ns = std::max(now_ns, last_now_ns_);
+  last_now_ns_ = now_ns;
+  ++port_.offered_packets;
+  port_.offered_bytes += bytes;
+  const OwnerIndex owner = gcl_.find_owner(tunnel_id);
+  if (owner == kNoOwner) {
+    ++port_.dropped[static_cast<int>(TxDrop::kUnknownTunnel)];
+    return Status::kDropped;
+  }
+  OwnerState& state = owners_[owner];
+  ++state.counters.offered_packets;
+  state.counters.offered_bytes += bytes;
+  if (bytes == 0 || bytes > gcl_.config().max_frame_bytes) return drop(state, TxDrop::kOversize);
+  if (state.policer.police(bytes, now_ns) == PoliceVerdict::kExceed) {
+    if (state.policer.action() == OverRateAction::kDrop) return drop(state, TxDrop::kPoliced);
+    ++state.counters.downgraded_packets;
+    state.counters.downgraded_bytes += bytes;
+    ++port_.downgraded_packets;
+    port_.downgraded_bytes += bytes;
+    OwnerState& best_effort = owners_.back();
+    ++best_effort.counters.offered_packets;
+    best_effort.counters.offered_bytes += bytes;
+    return schedule(gcl_.best_effort_owner(), tunnel_id, handle, bytes, now_ns);
+  }
+  return schedule(owner, tunnel_id, handle, bytes, now_ns);
+}
+
+Status TxScheduler::enqueue_best_effort(uint64_t handle, uint32_t bytes, int64_t now_ns) noexcept {
+  now_ns = std::max(now_ns, last_now_ns_);
+  last_now_ns_ = now_ns;
+  ++port_.offered_packets;
+  port_.offered_bytes += bytes;
+  OwnerState& state = owners_.back();
+  ++state.counters.offered_packets;
+  state.counters.offered_bytes += bytes;
+  if (bytes == 0 || bytes > gcl_.config().max_frame_bytes) return drop(state, TxDrop::kOversize);
+  return schedule(gcl_.best_effort_owner(), kNoTunnel, handle, bytes, now_ns);
+}
+
+Status TxScheduler::schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
+                             int64_t now_ns) noexcept {
+  OwnerState& state = owners_[owner];
+  if (state.held >= state.queue_frames) return drop(state, TxDrop::kQueueFull);
+  LinkTime earliest = std::max(LinkTime::at(now_ns), state.next_free);
+  int64_t conform_ns = now_ns;
+  if (state.shaped) {
+    conform_ns = state.shaper.conform_time_ns(bytes, now_ns);
+    earliest = std::max(earliest, LinkTime::at(conform_ns));
+  }
+  Departure departure;
+  if (!gcl_.find_departure(owner, bytes, earliest, &departure)) return drop(state, TxDrop::kNoSlot);
+  const int64_t departure_ns = departure.start.ceil_ns();
+  if (departure_ns - now_ns > state.max_wait_ns) return drop(state, TxDrop::kMaxWait);
+
+  const uint64_t line_rate = gcl_.config().line_rate_bps;
+  Entry entry;
+  entry.handle = handle;
+  entry.enqueue_ns = now_ns;
+  entry.tx_end_ns = departure.end.ceil_ns();
+  // Latest whole-ns start that still ends by the usable end; never before the scheduled
+  // departure itself (an exact start of 10.5 ns is sent at 11 ns and is on time).
+  entry.deadline_ns =
+      departure.usable_end_ns == kNever
+          ? kNever
+          : std::max(departure_ns, departure.usable_end_ns -
+                                       ceil_serialisation_ns(uint64_t{bytes} * 8, line_rate));
+  entry.bytes = bytes;
+  entry.tunnel_id = tunnel_id;
+  entry.owner = owner;
+  switch (wheel_.insert(departure_ns, entry)) {
+    case WheelInsert::kOk:
+      break;
+    case WheelInsert::kFull:
+      return drop(state, TxDrop::kNoCapacity);
+    case WheelInsert::kBeyondHorizon:
+      return drop(state, TxDrop::kBeyondHorizon);
+  }
+  state.next_free = departure.end;
+  if (state.shaped) state.shaper.consume_at(bytes, conform_ns);
+  ++state.held;
+  const bool held_for_slot = departure.start > earliest;
+  for (TxCounters* counters : {&state.counters, &port_}) {
+    ++counters->queued_packets;
+    counters->queued_bytes += bytes;
+    if (held_for_slot) ++counters->held_for_slot;
+    counters->queue_wait_ns.record(departure_ns - now_ns);
+  }
+  return Status::kOk;
+}
+
+bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
+  now_ns = std::max(now_ns, last_now_ns_);
+  last_now_ns_ = now_ns;
+  int64_t departure_ns = 0;
+  Entry entry;
+  if (!wheel_.pop_due(now_ns, &departure_ns, &entry)) return false;
+  OwnerState& state = owners_[entry.owner];
+  --state.held;
+  const SlotPosition position = gcl_.position_at(departure_ns);
+  frame->handle = entry.handle;
+  frame->bytes = entry.bytes;
+  frame->tunnel_id = entry.tunnel_id;
+  frame->owner = entry.owner;
+  frame->best_effort = entry.owner == gcl_.best_effort_owner();
+  frame->departure_ns = departure_ns;
+  frame->tx_end_ns = entry.tx_end_ns;
+  frame->cycle_id = position.cycle_id;
+  frame->slot = position.slot;
+  frame->enqueue_ns = entry.enqueue_ns;
+  frame->send = now_ns <= entry.deadline_ns;
+  if (!frame->send) {
+    (void)drop(state, TxDrop::kMissedSlot);
+    return true;
+  }
+  for (TxCounters* counters : {&state.counters, &port_}) {
+    ++counters->sent_packets;
+    counters->sent_bytes += entry.bytes;
+  }
+  return true;
+}
+
+void TxScheduler::record_departure(const TxFrame& frame, int64_t actual_ns) noexcept {
+  if (frame.owner >= owners_.size()) return;
+  const int64_t error_ns = actual_ns - frame.departure_ns;
+  owners_[frame.owner].counters.departure_error_ns.record(error_ns);
+  port_.departure_error_ns.record(error_ns);
+}
+
+}  // namespace detwan::dataplane::sched

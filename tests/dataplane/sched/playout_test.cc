@@ -1,0 +1,255 @@
+#include "dataplane/sched/playout.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/clock.h"
+#include "tests/dataplane/sched/sched_test_util.h"
+
+namespace detwan::dataplane::sched {
+namespace {
+
+using common::Status;
+using ::testing::HasSubstr;
+using testing::Random;
+
+constexpr int64_t kUs = 1'000;
+constexpr int64_t kMs = 1'000'000;
+constexpr int kLate = static_cast<int>(PlayoutDrop::kLate);
+constexpr int kTooEarly = static_cast<int>(PlayoutDrop::kTooEarly);
+constexpr int kBufferFull = static_cast<int>(PlayoutDrop::kBufferFull);
+
+Playout make(const PlayoutConfig& config) {
+  auto playout = Playout::create(config);
+  EXPECT_TRUE(playout.has_value()) << playout.error().describe();
+  return std::move(playout).value();
+}
+
+std::vector<PlayoutFrame> release(Playout& p, int64_t now_ns) {
+  std::vector<PlayoutFrame> out;
+  (void)p.release_due(now_ns, [&](const PlayoutFrame& f) { out.push_back(f); });
+  return out;
+}
+
+struct Arrival {
+  int64_t arrival_ns;
+  int64_t tx_ns;
+  uint64_t handle;
+  bool late;  // the WAN delay exceeded the bound
+};
+
+// A sender emits a packet every ~100 us for 20000 packets; the WAN delays each by 1-5 ms
+// (jitter 4 ms), 3 % of them by more than the 5 ms bound. The receiver's clock runs 7.5 us
+// ahead of the sender's. Every on-time packet must leave exactly at tx + offset + bound.
+void run_jittery_wan(LateAction action) {
+  const int64_t bound = 5 * kMs;
+  const int64_t offset = 7'500;
+  PlayoutConfig config;
+  config.bound_ns = bound;
+  config.clock_offset_ns = offset;
+  config.late_action = action;
+  config.capacity_frames = 1024;
+  Playout p = make(config);
+
+  Random rng(4242);
+  std::vector<Arrival> arrivals;
+  int64_t tx = 1'000 * kMs;
+  uint64_t expected_late = 0;
+  for (uint64_t i = 0; i < 20'000; ++i) {
+    tx += static_cast<int64_t>(rng.between(50 * kUs, 150 * kUs));
+    const bool late = rng.between(0, 99) < 3;
+    const int64_t delay = late ? bound + static_cast<int64_t>(rng.between(1, 2 * kMs))
+                               : static_cast<int64_t>(rng.between(1 * kMs, bound));
+    expected_late += late ? 1 : 0;
+    arrivals.push_back(Arrival{tx + offset + delay, tx, i, late});
+  }
+  std::stable_sort(arrivals.begin(), arrivals.end(),
+                   [](const Arrival& a, const Arrival& b) { return a.arrival_ns < b.arrival_ns; });
+
+  common::VirtualClock clock(0);
+  size_t next = 0;
+  uint64_t on_time = 0;
+  uint64_t late_released = 0;
+  int64_t previous_release = 0;
+  for (;;) {
+    int64_t t = p.next_event_ns();
+    if (next < arrivals.size()) t = std::min(t, arrivals[next].arrival_ns);
+    if (t == std::numeric_limits<int64_t>::max()) break;
+    clock.set_ns(t);
+    while (next < arrivals.size() && arrivals[next].arrival_ns == t) {
+      const Arrival& a = arrivals[next++];
+      const Status status = p.push(a.handle, 1200, a.tx_ns, clock.now_ns());
+      EXPECT_EQ(status, a.late && action == LateAction::kDrop ? Status::kDropped : Status::kOk);
+    }
+    (void)p.release_due(clock.now_ns(), [&](const PlayoutFrame& f) {
+      EXPECT_EQ(f.release_ns, clock.now_ns()) << "released at its scheduled time";
+      EXPECT_GE(f.release_ns, previous_release);
+      previous_release = f.release_ns;
+      if (f.late) {
+        ++late_released;
+        EXPECT_EQ(f.release_ns, f.arrival_ns);
+        EXPECT_GT(f.arrival_ns, f.target_ns);
+      } else {
+        ++on_time;
+        EXPECT_EQ(f.release_ns, f.tx_timestamp_ns + offset + bound);  // exactly on time
+        EXPECT_EQ(f.target_ns, f.release_ns);
+      }
+      p.record_release(f, clock.now_ns());
+    });
+  }
+  const PlayoutCounters& c = p.counters();
+  EXPECT_GT(expected_late, 400u);
+  EXPECT_EQ(c.received_packets, 20'000u);
+  EXPECT_EQ(c.late_packets, expected_late);
+  EXPECT_EQ(c.lateness_ns.count(), expected_late);
+  EXPECT_GT(c.lateness_ns.min(), 0);
+  EXPECT_LE(c.lateness_ns.max(), 2 * kMs);
+  EXPECT_EQ(on_time, 20'000u - expected_late);
+  EXPECT_GE(c.wan_delay_ns.min(), 1 * kMs);
+  EXPECT_GT(c.wan_delay_ns.max(), bound);
+  if (action == LateAction::kDeliver) {
+    EXPECT_EQ(late_released, expected_late);
+    EXPECT_EQ(c.late_delivered, expected_late);
+    EXPECT_EQ(c.released_packets, 20'000u);
+    EXPECT_EQ(c.dropped[kLate], 0u);
+  } else {
+    EXPECT_EQ(late_released, 0u);
+    EXPECT_EQ(c.late_delivered, 0u);
+    EXPECT_EQ(c.released_packets, on_time);
+    EXPECT_EQ(c.dropped[kLate], expected_late);
+    // Only on-time packets left: the one-way delay at egress is the bound, exactly.
+    EXPECT_EQ(c.one_way_delay_ns.min(), bound);
+    EXPECT_EQ(c.one_way_delay_ns.max(), bound);
+  }
+  EXPECT_EQ(c.one_way_delay_ns.count(), c.released_packets);
+  EXPECT_EQ(c.playout_error_ns.count(), c.released_packets);
+  EXPECT_EQ(c.playout_error_ns.min(), 0);
+  EXPECT_EQ(p.held_frames(), 0u);
+}
+
+TEST(PlayoutTest, ReleasesExactlyAtTimestampPlusBoundAndDeliversLatePackets) {
+  run_jittery_wan(LateAction::kDeliver);
+}
+
+TEST(PlayoutTest, ReleasesExactlyAtTimestampPlusBoundAndDropsLatePackets) {
+  run_jittery_wan(LateAction::kDrop);
+}
+
+TEST(PlayoutTest, BoundZeroReleasesOnReceiptAndNothingIsLate) {
+  Playout p = make(PlayoutConfig{});
+  ASSERT_EQ(p.push(1, 100, 0, 50 * kMs), Status::kOk);  // sent long ago
+  EXPECT_EQ(p.next_event_ns(), 50 * kMs);
+  const auto frames = release(p, 50 * kMs);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].release_ns, 50 * kMs);
+  EXPECT_FALSE(frames[0].late);
+  EXPECT_EQ(p.counters().late_packets, 0u);
+  EXPECT_EQ(p.counters().wan_delay_ns.max(), 50 * kMs);
+  EXPECT_EQ(p.counters().one_way_delay_ns.max(), 50 * kMs);
+}
+
+TEST(PlayoutTest, PacketAtItsTargetIsNotLate) {
+  PlayoutConfig config;
+  config.bound_ns = 10 * kMs;
+  config.late_action = LateAction::kDrop;
+  Playout p = make(config);
+  EXPECT_EQ(p.push(1, 100, 0, 10 * kMs), Status::kOk);           // exactly at tx + bound
+  EXPECT_EQ(p.push(2, 100, 0, 10 * kMs + 1), Status::kDropped);  // one ns after
+  EXPECT_EQ(p.counters().late_packets, 1u);
+  EXPECT_EQ(p.counters().dropped[kLate], 1u);
+  EXPECT_EQ(release(p, 10 * kMs + 1).size(), 1u);
+}
+
+TEST(PlayoutTest, HostileTimestampsAreDroppedNotHeldOrOverflowed) {
+  PlayoutConfig config;
+  config.bound_ns = 10 * kMs;
+  config.clock_offset_ns = 5 * kMs;
+  config.max_hold_ns = 100 * kMs;
+  Playout p = make(config);
+  const int64_t now = 1'000 * kMs;
+  EXPECT_EQ(p.push(1, 100, now + 10'000 * kMs, now), Status::kDropped);  // 10 s ahead
+  EXPECT_EQ(p.push(2, 100, std::numeric_limits<int64_t>::max(), now), Status::kDropped);
+  EXPECT_EQ(p.counters().dropped[kTooEarly], 2u);
+  EXPECT_EQ(p.push(3, 100, std::numeric_limits<int64_t>::min(), now), Status::kOk);  // late
+  EXPECT_EQ(p.counters().late_packets, 1u);
+  EXPECT_EQ(p.push(4, 100, now + 85 * kMs, now), Status::kOk);  // held 100 ms: the limit
+  EXPECT_EQ(p.held_frames(), 2u);
+  const auto frames = release(p, now);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].handle, 3u);
+  EXPECT_EQ(p.next_event_ns(), now + 100 * kMs);
+}
+
+TEST(PlayoutTest, FullBufferDropsAndCounts) {
+  PlayoutConfig config;
+  config.bound_ns = 1 * kMs;
+  config.capacity_frames = 2;
+  Playout p = make(config);
+  EXPECT_EQ(p.push(1, 100, 0, 0), Status::kOk);
+  EXPECT_EQ(p.push(2, 100, 0, 0), Status::kOk);
+  EXPECT_EQ(p.push(3, 100, 0, 0), Status::kDropped);
+  EXPECT_EQ(p.counters().dropped[kBufferFull], 1u);
+  EXPECT_EQ(p.held_frames(), 2u);
+  EXPECT_EQ(release(p, 1 * kMs).size(), 2u);
+  EXPECT_EQ(p.push(4, 100, 1 * kMs, 1 * kMs), Status::kOk);
+}
+
+TEST(PlayoutTest, EqualTargetsLeaveInArrivalOrderAndOffsetChangesApplyToNewPackets) {
+  PlayoutConfig config;
+  config.bound_ns = 2 * kMs;
+  Playout p = make(config);
+  // Same target (tx 0 + 2 ms), different arrivals; then an earlier target arriving last.
+  ASSERT_EQ(p.push(1, 100, 0, 100 * kUs), Status::kOk);
+  ASSERT_EQ(p.push(2, 100, 0, 200 * kUs), Status::kOk);
+  ASSERT_EQ(p.push(3, 100, -500 * kUs, 300 * kUs), Status::kOk);
+  p.set_clock_offset_ns(-1 * kMs);                       // the receiver is 1 ms behind the sender
+  ASSERT_EQ(p.push(4, 100, 0, 400 * kUs), Status::kOk);  // target 1 ms
+  std::vector<uint64_t> order;
+  std::vector<int64_t> at;
+  for (const PlayoutFrame& f : release(p, 10 * kMs)) {
+    order.push_back(f.handle);
+    at.push_back(f.release_ns);
+  }
+  EXPECT_EQ(order, (std::vector<uint64_t>{4, 3, 1, 2}));
+  EXPECT_EQ(at, (std::vector<int64_t>{1 * kMs, 1'500 * kUs, 2 * kMs, 2 * kMs}));
+}
+
+TEST(PlayoutTest, RecordsPlayoutErrorAndReportsJson) {
+  PlayoutConfig config;
+  config.bound_ns = 1 * kMs;
+  Playout p = make(config);
+  ASSERT_EQ(p.push(1, 100, 0, 0), Status::kOk);
+  const auto frames = release(p, 1 * kMs + 300);  // the caller polled 300 ns late
+  ASSERT_EQ(frames.size(), 1u);
+  p.record_release(frames[0], 1 * kMs + 300);
+  EXPECT_EQ(p.counters().playout_error_ns.count(), 1u);
+  EXPECT_EQ(p.counters().playout_error_ns.max(), 300);
+  const std::string json = p.counters_json();
+  EXPECT_THAT(json, HasSubstr("\"received_packets\":1,"));
+  EXPECT_THAT(json, HasSubstr("\"dropped\":{\"late\":0,\"too_early\":0,\"buffer_full\":0}"));
+  EXPECT_THAT(json, HasSubstr("\"playout_error_ns\":{\"count\":1,"));
+}
+
+TEST(PlayoutTest, RejectsBadConfiguration) {
+  PlayoutConfig config;
+  config.bound_ns = -1;
+  EXPECT_THAT(Playout::create(config).error().message, HasSubstr("bound_ns must be >= 0"));
+  config.bound_ns = 2 * kMs;
+  config.max_hold_ns = 1 * kMs;
+  EXPECT_THAT(Playout::create(config).error().message,
+              HasSubstr("max_hold_ns 1000000 is below bound_ns 2000000"));
+  config.max_hold_ns = 2 * kMs;
+  config.capacity_frames = 0;
+  EXPECT_THAT(Playout::create(config).error().message, HasSubstr("capacity_frames must be > 0"));
+  config.capacity_frames = 1;
+  EXPECT_TRUE(Playout::create(config).has_value());
+}
+
+}  // namespace
+}  // namespace detwan::dataplane::sched

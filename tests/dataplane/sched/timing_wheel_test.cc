@@ -1,0 +1,131 @@
+#include "dataplane/sched/timing_wheel.h"
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/dataplane/sched/sched_test_util.h"
+
+namespace detwan::dataplane::sched {
+namespace {
+
+using testing::Random;
+
+constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+
+std::vector<std::pair<int64_t, int>> drain(TimingWheel<int>& wheel, int64_t now_ns) {
+  std::vector<std::pair<int64_t, int>> out;
+  int64_t ts = 0;
+  int value = 0;
+  while (wheel.pop_due(now_ns, &ts, &value)) out.emplace_back(ts, value);
+  return out;
+}
+
+TEST(TimingWheelTest, ReleasesOnlyDueEntriesInTimestampOrder) {
+  TimingWheel<int> wheel(100, 64, 16, 0);
+  EXPECT_EQ(wheel.next_ts_ns(), kNone);
+  ASSERT_EQ(wheel.insert(250, 1), WheelInsert::kOk);
+  ASSERT_EQ(wheel.insert(210, 2), WheelInsert::kOk);  // same bucket, earlier: sorted in
+  ASSERT_EQ(wheel.insert(250, 3), WheelInsert::kOk);  // equal timestamp: after entry 1
+  ASSERT_EQ(wheel.insert(5'000, 4), WheelInsert::kOk);
+  ASSERT_EQ(wheel.insert(90, 5), WheelInsert::kOk);
+  EXPECT_EQ(wheel.size(), 5u);
+  EXPECT_EQ(wheel.next_ts_ns(), 90);
+  EXPECT_TRUE(drain(wheel, 89).empty());
+  EXPECT_EQ(drain(wheel, 249), (std::vector<std::pair<int64_t, int>>{{90, 5}, {210, 2}}));
+  EXPECT_EQ(wheel.next_ts_ns(), 250);
+  EXPECT_EQ(drain(wheel, 250), (std::vector<std::pair<int64_t, int>>{{250, 1}, {250, 3}}));
+  EXPECT_EQ(wheel.next_ts_ns(), 5'000);
+  EXPECT_TRUE(drain(wheel, 4'999).empty());
+  EXPECT_EQ(drain(wheel, 1'000'000), (std::vector<std::pair<int64_t, int>>{{5'000, 4}}));
+  EXPECT_TRUE(wheel.empty());
+  EXPECT_EQ(wheel.next_ts_ns(), kNone);
+}
+
+TEST(TimingWheelTest, PastTimestampsAreDueAtOnce) {
+  TimingWheel<int> wheel(100, 64, 16, 10'000);
+  ASSERT_EQ(wheel.insert(10'500, 1), WheelInsert::kOk);
+  ASSERT_EQ(wheel.insert(3, 2), WheelInsert::kOk);  // long past
+  EXPECT_EQ(wheel.next_ts_ns(), 3);
+  EXPECT_EQ(drain(wheel, 10'000), (std::vector<std::pair<int64_t, int>>{{3, 2}}));
+}
+
+TEST(TimingWheelTest, RefusesBeyondHorizonAndWhenFull) {
+  TimingWheel<int> wheel(1'000, 100, 3, 0);  // rounded up to 128 buckets: horizon 128 us
+  EXPECT_EQ(wheel.bucket_count(), 128u);
+  EXPECT_EQ(wheel.horizon_end_ns(), 128'000);
+  EXPECT_EQ(wheel.insert(128'000, 1), WheelInsert::kBeyondHorizon);
+  EXPECT_EQ(wheel.insert(127'999, 1), WheelInsert::kOk);
+  EXPECT_EQ(wheel.insert(5, 2), WheelInsert::kOk);
+  EXPECT_EQ(wheel.insert(6, 3), WheelInsert::kOk);
+  EXPECT_EQ(wheel.insert(7, 4), WheelInsert::kFull);
+  EXPECT_EQ(drain(wheel, 10).size(), 2u);
+  EXPECT_EQ(wheel.insert(7, 4), WheelInsert::kOk);  // capacity came back
+  // The horizon moves with the cursor.
+  EXPECT_EQ(drain(wheel, 100'000).size(), 1u);
+  EXPECT_EQ(wheel.horizon_end_ns(), 228'000);
+  EXPECT_EQ(wheel.insert(227'999, 5), WheelInsert::kOk);
+  EXPECT_EQ(wheel.insert(228'000, 6), WheelInsert::kBeyondHorizon);
+}
+
+TEST(TimingWheelTest, HandlesNegativeTimesAndLongIdleJumps) {
+  TimingWheel<int> wheel(64, 64, 8, -10'000);
+  ASSERT_EQ(wheel.insert(-9'000, 1), WheelInsert::kOk);
+  ASSERT_EQ(wheel.insert(-8'999, 2), WheelInsert::kOk);
+  EXPECT_EQ(drain(wheel, -9'000), (std::vector<std::pair<int64_t, int>>{{-9'000, 1}}));
+  // Far beyond one turn of the wheel: the remaining entry comes out, nothing else appears.
+  EXPECT_EQ(drain(wheel, 1'000'000'000), (std::vector<std::pair<int64_t, int>>{{-8'999, 2}}));
+  ASSERT_EQ(wheel.insert(1'000'000'050, 3), WheelInsert::kOk);
+  EXPECT_EQ(wheel.next_ts_ns(), 1'000'000'050);
+  EXPECT_TRUE(drain(wheel, 1'000'000'049).empty());
+  EXPECT_EQ(drain(wheel, 1'000'000'050).size(), 1u);
+}
+
+// Random inserts and extractions against an ordered multimap: same entries, same order,
+// same next timestamp at every step.
+TEST(TimingWheelTest, MatchesAnOrderedReferenceUnderRandomLoad) {
+  Random rng(99);
+  const int64_t granularity = 250;
+  TimingWheel<int> wheel(granularity, 256, 512, 0);
+  std::multimap<int64_t, int> reference;
+  int64_t now = 0;
+  int next_value = 0;
+  uint64_t popped = 0;
+  for (int step = 0; step < 200'000; ++step) {
+    if (rng.between(0, 2) != 0 && reference.size() < 512) {
+      // Within the horizon as seen from the current cursor bucket.
+      const int64_t cursor_start = (now / granularity) * granularity;
+      const int64_t ts = now - 300 + static_cast<int64_t>(rng.between(0, 60'000));
+      const WheelInsert result = wheel.insert(ts, next_value);
+      if (ts >= cursor_start + 256 * granularity) {
+        ASSERT_EQ(result, WheelInsert::kBeyondHorizon) << ts;
+        continue;
+      }
+      ASSERT_EQ(result, WheelInsert::kOk);
+      reference.emplace(ts, next_value++);
+    } else {
+      now += static_cast<int64_t>(rng.between(0, 2'000));
+      int64_t ts = 0;
+      int value = 0;
+      while (wheel.pop_due(now, &ts, &value)) {
+        ASSERT_FALSE(reference.empty());
+        ASSERT_LE(ts, now);
+        ASSERT_EQ(ts, reference.begin()->first);
+        ASSERT_EQ(value, reference.begin()->second);  // multimap keeps insertion order on ties
+        reference.erase(reference.begin());
+        ++popped;
+      }
+      ASSERT_TRUE(reference.empty() || reference.begin()->first > now);
+    }
+    ASSERT_EQ(wheel.size(), reference.size());
+    ASSERT_EQ(wheel.next_ts_ns(), reference.empty() ? kNone : reference.begin()->first);
+  }
+  EXPECT_GT(popped, 50'000u);
+}
+
+}  // namespace
+}  // namespace detwan::dataplane::sched
