@@ -36,7 +36,12 @@ double per_second(uint64_t events, int64_t span_ns) noexcept {
          static_cast<double>(span_ns);
 }
 
-ReceiverStats::ReceiverStats() : owd_ns_(7), ipdv_ns_(7) {}
+// 12 sub-bucket bits: buckets are 1/4096 of the value (2.4 us at 10 ms), so a delay-fidelity
+// figure measured in microseconds is not swamped by bucket width (7 bits would be 78 us).
+constexpr int kProbeHistogramBits = 12;
+
+ReceiverStats::ReceiverStats()
+    : owd_ns_(kProbeHistogramBits), ipdv_ns_(kProbeHistogramBits) {}
 
 bool ReceiverStats::seen(uint64_t seq) const noexcept {
   const uint64_t word = seq / 64;
