@@ -1,0 +1,98 @@
+#pragma once
+// Control bodies the gateways exchange over a tunnel (flag C set, Type = ControlType). Each
+// body has a fixed size per type; fields are 64-bit, network order. docs/wire-format.md
+// ("Control packets") is the source of truth.
+//
+//   time request  (32 bytes): exchange_id, t1, 16 reserved bytes (zero)
+//   time response (32 bytes): exchange_id, t1 (echoed), t2, t3
+//   keepalive     (24 bytes): counter, interval_ns, last_rx_counter
+//
+// The two-way time exchange is NTP's: A sends a request at t1 (A's clock); B receives it at t2
+// and answers at t3 (B's clock); A receives the answer at t4 (A's clock, not on the wire). The
+// request is padded to the response's size so answering never amplifies traffic and both
+// directions serialize equally long.
+//
+// Threading: pure functions; no allocation, exceptions or logging.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <variant>
+
+#include "dataplane/wire/decoded.h"
+#include "dataplane/wire/header.h"
+
+namespace detwan::dataplane::wire {
+
+inline constexpr std::size_t kTimeRequestBodySize = 32;
+inline constexpr std::size_t kTimeResponseBodySize = 32;
+inline constexpr std::size_t kKeepaliveBodySize = 24;
+
+// Keepalive interval range a receiver accepts (1 us .. 1 h).
+inline constexpr int64_t kMinKeepaliveIntervalNs = 1'000;
+inline constexpr int64_t kMaxKeepaliveIntervalNs = 3'600'000'000'000;
+
+struct TimeRequest {
+  uint64_t exchange_id = 0;  // chosen by the requester, echoed in the response; any value
+  int64_t t1_ns = 0;         // requester's TAI transmit time; >= 0
+
+  friend constexpr bool operator==(const TimeRequest&, const TimeRequest&) = default;
+};
+
+struct TimeResponse {
+  uint64_t exchange_id = 0;  // copied from the request
+  int64_t t1_ns = 0;         // copied from the request; >= 0
+  int64_t t2_ns = 0;         // responder's TAI receive time of the request; >= 0
+  int64_t t3_ns = 0;         // responder's TAI transmit time of this response; >= t2_ns
+
+  friend constexpr bool operator==(const TimeResponse&, const TimeResponse&) = default;
+};
+
+struct Keepalive {
+  uint64_t counter = 1;          // per sender and path, +1 per keepalive, starts at 1; 0 invalid
+  int64_t interval_ns = 0;       // the sender's keepalive period, in [kMin.., kMax..IntervalNs]
+  uint64_t last_rx_counter = 0;  // highest counter received from the peer on this path; 0: none
+
+  friend constexpr bool operator==(const Keepalive&, const Keepalive&) = default;
+};
+
+using ControlBody = std::variant<TimeRequest, TimeResponse, Keepalive>;
+
+[[nodiscard]] ControlType type_of(const ControlBody& body) noexcept;
+
+// Fixed body size of a control type; 0 for an unknown type.
+[[nodiscard]] std::size_t body_size(ControlType type) noexcept;
+
+// The rules a receiver applies to a body's fields: bad_timestamp (a time < 0), bad_control
+// (t3 < t2, counter 0, interval out of range). nullopt: valid.
+[[nodiscard]] std::optional<DropReason> validate(const ControlBody& body) noexcept;
+
+// Parses the body of a packet decode() accepted. Checks, in order: the packet is a control
+// packet (bad_flags) of a known type (bad_type), the payload has the type's size
+// (control_length), reserved bytes are zero (reserved_set), then validate(body).
+[[nodiscard]] Decoded<ControlBody> decode_control(const PacketView& packet) noexcept;
+
+// Writes header + body to the front of `out`. The header's flags, type and payload_length are
+// set from the body; tunnel_id, path_id, sequence, cycle_id and tx_time_ns come from `header`.
+// kInvalidHeader if the header or the body would be dropped by a receiver. Writes nothing
+// unless it returns kOk; size is kHeaderSize + body_size(type_of(body)).
+EncodeResult encode_control(const TunnelHeader& header, const ControlBody& body,
+                            std::span<std::byte> out) noexcept;
+
+// One clock-offset sample from a completed exchange (NTP, RFC 5905 section 8):
+//   offset = ((t2 - t1) + (t3 - t4)) / 2   (peer clock minus local clock, rounded toward 0)
+//   rtt    = (t4 - t1) - (t3 - t2)         (network round trip, responder time excluded)
+struct ClockSample {
+  int64_t offset_ns = 0;
+  int64_t rtt_ns = 0;
+
+  friend constexpr bool operator==(const ClockSample&, const ClockSample&) = default;
+};
+
+// nullopt when the four times cannot come from one real exchange: a time < 0, t3 < t2, a
+// negative round trip (t4 - t1 < t3 - t2) or one that does not fit in int64_t. Safe for any
+// input values (no overflow).
+[[nodiscard]] std::optional<ClockSample> clock_sample(const TimeResponse& response,
+                                                      int64_t t4_ns) noexcept;
+
+}  // namespace detwan::dataplane::wire
