@@ -3,8 +3,8 @@
 //
 // A backend opens its port from RunOptions (setup: port.cc of its folder), then runs the
 // templated forwarding loop on it (port_datapath.cc) until the stop flag is set or the duration
-// ends. Meson compiles a backend's folder only when its SDK is present; otherwise a stub
-// (dpdk/absent.cc) makes available() return false.
+// ends. Meson compiles a backend's folder only when its SDK is present; otherwise a fallback
+// (dpdk/absent.cc) makes available() return false and run() say how to enable it.
 #include <atomic>
 #include <memory>
 #include <span>
