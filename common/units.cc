@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
+
 namespace detwan::common {
 namespace {
 
@@ -41,22 +43,6 @@ constexpr std::array<Unit, 5> kSizeUnits = {{
     {"g", uint64_t{1} << 30},
     {"t", uint64_t{1} << 40},
 }};
-
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
-    text.remove_prefix(1);
-  }
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
-    text.remove_suffix(1);
-  }
-  return text;
-}
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // A decimal number as written: value = digits / 10^frac_digits, sign separate.
 struct Decimal {

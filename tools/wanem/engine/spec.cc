@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
+
 #include "common/units.h"
 #include "tools/wanem/engine/spec_text.h"
 
@@ -39,21 +41,8 @@ constexpr std::string_view kKnownKeys =
     "delay, jitter, jitter-dist, loss, ge, dup, reorder, reorder-ahead, rate, queue, cross, "
     "cross-burst, cross-size, prio-dscp, prio-port, down, seed";
 
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
-    text.remove_prefix(1);
-  }
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
-    text.remove_suffix(1);
-  }
-  return text;
-}
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
+using common::lower;
+using common::trim;
 
 std::vector<std::string_view> split(std::string_view text, char separator) {
   std::vector<std::string_view> parts;
