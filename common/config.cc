@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
 #include "common/units.h"
 
 namespace detwan::common {
@@ -63,12 +64,6 @@ std::string describe(const YAML::Node& node) {
       break;
   }
   return "an empty value";
-}
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 struct Entry {
