@@ -1,0 +1,161 @@
+#pragma once
+// Configuration of one detwan-gw: WAN ports with their slot schedules, peers (remote gateways),
+// tunnels, the local TUN interface, and backend settings. Loaded from YAML
+// (docs/examples/gateway.yaml is the commented reference; docs/gateway.md the operator guide).
+//
+// Setup only (tier 2 in docs/errors.md): load_gateway_config() returns every problem as an Error
+// whose message names the file, line, column and field ("gw.yaml:12:9: field
+// 'tunnels[0].slots.wan1': slot 120 out of range [0, 100)"). Validation covers the ranges of
+// every field, unknown keys, duplicate names/ids, slot lists (out of range, claimed twice by two
+// tunnels of one port), guard >= slot length, a reservation above the port's line rate, a
+// tunnel whose slots cannot carry its rate, a bound below the peer's configured minimum
+// path delay, and backend-specific sections (dpdk.* required for backend dpdk).
+// All durations are ns, rates bit/s, sizes bytes (units in the names).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "dataplane/sched/playout.h"
+#include "dataplane/sched/token_bucket.h"
+
+namespace detwan::dataplane::gw {
+
+enum class Backend : uint8_t { kUring = 0, kDpdk = 1 };
+// How the datapath waits for its next deadline.
+enum class TimingMode : uint8_t {
+  kLowCpu = 0,  // sleep in io_uring_wait_cqe_timeout until the next event (small machines)
+  kBusy = 1,    // busy-poll the TSC on a dedicated core (lowest departure/playout error)
+};
+
+// An IPv4 or IPv6 address with a prefix length, e.g. 10.20.2.0/24 or fd00::/64.
+struct Prefix {
+  bool ipv6 = false;
+  uint8_t address[16] = {};  // network order; IPv4 in the first 4 bytes
+  uint8_t length = 0;        // prefix length in bits
+  friend bool operator==(const Prefix&, const Prefix&) = default;
+};
+
+// A UDP endpoint "10.101.12.1:4789" or "[fd00::1]:4789".
+struct Endpoint {
+  bool ipv6 = false;
+  uint8_t address[16] = {};
+  uint16_t port = 0;
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
+};
+
+struct PortRange {
+  uint16_t first = 0;
+  uint16_t last = 65535;  // inclusive
+  friend bool operator==(const PortRange&, const PortRange&) = default;
+};
+
+struct DpdkPortConfig {
+  std::string device;         // PCI address ("0000:3b:00.0") or vdev name as given in eal args
+  std::string local_mac;      // "" = the port's own MAC
+  std::string next_hop_mac;   // MAC the encapsulated frames are addressed to (required)
+  uint16_t rx_queue_size = 1024;
+  uint16_t tx_queue_size = 1024;
+};
+
+struct WanPortConfig {
+  std::string name;               // unique, e.g. "wan1"
+  Endpoint local;                 // UDP endpoint the gateway sends from and listens on
+  uint64_t line_rate_bps = 0;     // the link's rate the slots divide (> 0)
+  uint32_t mtu_bytes = 1500;      // IP MTU of the WAN link (576..9216)
+  int64_t cycle_ns = 1'000'000;   // cycle length C, a multiple of slot_count
+  uint32_t slot_count = 100;      // S
+  int64_t guard_ns = 0;           // < slot length
+  int64_t base_time_ns = 0;       // cycles start at base_time + k*C (TAI ns)
+  uint8_t best_effort_dscp = 0;   // DSCP of best-effort (and downgraded) frames
+  uint32_t capacity_frames = 65536;
+  std::optional<DpdkPortConfig> dpdk;  // required when the backend is dpdk
+};
+
+struct PeerConfig {
+  std::string name;          // unique
+  std::string wan_port;      // name of the WanPortConfig it is reached through
+  Endpoint endpoint;         // the peer gateway's UDP endpoint on that port
+  // Receiver clock - sender clock; nullopt = estimate by two-way exchange ("auto").
+  std::optional<int64_t> clock_offset_ns;
+  int64_t time_exchange_interval_ns = 1'000'000'000;
+  int64_t keepalive_interval_ns = 100'000'000;
+  int64_t dead_after_ns = 1'000'000'000;  // no packet from the peer for this long -> "down"
+  int64_t min_path_delay_ns = 0;  // known propagation delay; a tunnel bound below it is an error
+};
+
+struct TunnelConfig {
+  uint32_t id = 0;             // 1 .. 2^32-1, unique in the gateway, the same at both ends
+  std::string peer;            // PeerConfig name
+  uint64_t rate_bps = 0;       // reserved rate (policer rate)
+  std::vector<uint32_t> slots; // owned slots on the peer's WAN port
+  uint64_t burst_bytes = 0;    // policer depth; 0 = auto (sched::TunnelTxPolicy)
+  sched::OverRateAction over_rate = sched::OverRateAction::kDrop;
+  uint64_t shaper_rate_bps = 0;  // 0 = no shaper beyond the slots and the policer
+  uint32_t queue_frames = 1024;
+  int64_t max_wait_ns = 0;     // 0 = no limit
+  int64_t bound_ns = 0;        // on-time delivery bound; 0 = deliver on receipt
+  sched::LateAction late = sched::LateAction::kDeliver;
+  int64_t max_hold_ns = 1'000'000'000;
+  uint32_t playout_capacity_frames = 4096;
+  uint8_t dscp = 46;           // DSCP of the tunnel's encapsulated frames (EF)
+  uint32_t replay_window_bits = 4096;
+  // Traffic that enters the tunnel from the TUN interface: destination in one of dst_prefixes
+  // and, if udp_ports is not empty, UDP with the destination port in one of the ranges.
+  std::vector<Prefix> dst_prefixes;
+  std::vector<PortRange> udp_ports;
+  // Optional UDP service port: datagrams received on `service_listen` enter the tunnel as
+  // application datagrams; the far gateway sends them from its own service socket to its
+  // tunnel's `service_deliver`.
+  std::optional<Endpoint> service_listen;
+  std::optional<Endpoint> service_deliver;
+};
+
+struct TunConfig {
+  bool enabled = true;
+  std::string name = "dtw0";
+  uint32_t mtu_bytes = 1400;   // must leave room for the encapsulation on every WAN port
+  std::vector<Prefix> routes;  // routes the gateway installs via the TUN device (may be empty)
+};
+
+struct DpdkConfig {
+  std::vector<std::string> eal_args;  // passed to rte_eal_init after argv[0]
+  uint32_t mbuf_count = 8191;
+  int lcore = -1;  // -1 = the main lcore
+};
+
+struct GatewayConfig {
+  std::string source;  // file the config came from ("<string>" for load_string)
+  std::string name;
+  Backend backend = Backend::kUring;
+  TimingMode timing = TimingMode::kLowCpu;
+  int cpu = -1;                       // pin the datapath thread; -1 = no pinning
+  // Unix socket of the control channel: a path, or "@name" for an abstract socket (per network
+  // namespace). "" = "@detwan-gw", so `detwan-gw stats` run in the gateway's namespace finds it.
+  std::string control_socket;
+  uint32_t buffer_count = 8192;       // packet buffers of the uring backend
+  uint32_t batch = 32;                // rx/tx burst size
+  TunConfig tun;
+  std::vector<WanPortConfig> wan_ports;
+  std::vector<PeerConfig> peers;
+  std::vector<TunnelConfig> tunnels;
+  DpdkConfig dpdk;
+};
+
+common::Result<GatewayConfig> load_gateway_config(const std::string& path);
+common::Result<GatewayConfig> load_gateway_config_string(const std::string& yaml,
+                                                         const std::string& source = "<string>");
+// The effective configuration (every default filled in) as YAML that load_gateway_config
+// accepts again, followed by comments with derived values (slot length, guaranteed rate per
+// tunnel, max payload per port). `detwan-gw --check-config` prints it.
+std::string describe(const GatewayConfig& config);
+
+// Formatting/parsing helpers shared with the backends and tests.
+common::Result<Prefix> parse_prefix(std::string_view text);
+common::Result<Endpoint> parse_endpoint(std::string_view text);
+std::string format_prefix(const Prefix& prefix);
+std::string format_endpoint(const Endpoint& endpoint);
+bool prefix_contains(const Prefix& prefix, bool ipv6, const uint8_t* address) noexcept;
+
+}  // namespace detwan::dataplane::gw

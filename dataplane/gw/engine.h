@@ -1,0 +1,191 @@
+#pragma once
+// The gateway's tunnel core, shared by every packet-I/O backend (uring/, dpdk/, loopback/).
+// Sans-I/O: the backend owns the packet buffers and the sockets/ports and calls the engine with
+// opaque buffer handles and the current time; the engine classifies, polices, schedules into
+// the time slots of each WAN port (sched::TxScheduler), builds the tunnel headers, checks and
+// decapsulates what arrives (wire::decode, replay window), releases it on time
+// (sched::Playout), runs the control exchange with each peer (two-way time exchange,
+// keepalives), and keeps every counter and histogram. Backends dispatch to it at compile time:
+// the poll functions are templates taking the backend's sink.
+//
+// Buffers: a handle is the backend's (buffer index, mbuf pointer, ...). When a submit/receive
+// call returns Status::kOk the engine holds the handle and gives it back exactly once, through
+// a poll_tx or poll_rx sink; on any other status the caller still owns it (and frees it). A
+// backend keeps a buffer's payload at a fixed headroom of wire::kHeaderSize so encapsulation
+// writes the header in place (see TxEmit).
+//
+// Time: every now_ns is CLOCK_TAI nanoseconds (or a virtual clock in tests), never going
+// backwards. Threading: one datapath thread owns the engine (functions ending in _st are
+// documented as such; all datapath ones are). Stats text is built on that thread between polls.
+// Datapath functions never allocate, throw or log; they return a Status and count the reason.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "dataplane/gw/config.h"
+#include "dataplane/sched/playout.h"
+#include "dataplane/sched/tx_scheduler.h"
+#include "dataplane/wire/header.h"
+
+namespace detwan::dataplane::gw {
+
+// Engine-level drop reasons (besides the scheduler's TxDrop, the wire's DropReason and the
+// playout's PlayoutDrop), each a counter "detwan-gw stats" prints.
+enum class EngineDrop : uint8_t {
+  kNoRoute = 0,     // local packet whose destination no tunnel serves
+  kNotIp,           // TUN packet that is not a parseable IPv4/IPv6 packet
+  kTooBig,          // local packet above the WAN port's max tunnel payload (MTU - encap)
+  kUnknownTunnel,   // WAN packet with a tunnel id this gateway does not have
+  kWrongPeer,       // WAN packet for a known tunnel from an endpoint that is not its peer
+  kWrongPort,       // WAN packet for a known tunnel received on another WAN port
+  kControlBacklog,  // control packet not sent: the control outbox was full
+  kCount
+};
+inline constexpr int kEngineDropCount = static_cast<int>(EngineDrop::kCount);
+std::string_view to_string(EngineDrop reason) noexcept;  // "no_route", "not_ip", ...
+
+// I/O counters the backend increments (the engine only reports them).
+struct PortIo {
+  uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
+  uint64_t rx_errors = 0;   // receive calls that failed or were truncated
+  uint64_t tx_errors = 0;   // sends that failed (the frame is lost and counted here)
+  uint64_t no_buffer = 0;   // receives skipped because the buffer pool was empty
+};
+struct LocalIo {
+  uint64_t tun_rx_packets = 0, tun_tx_packets = 0, tun_rx_errors = 0, tun_tx_errors = 0;
+  uint64_t service_rx_packets = 0, service_tx_packets = 0, service_rx_errors = 0,
+           service_tx_errors = 0;
+};
+
+// Handed to the poll_tx sink: one frame whose departure time has come.
+struct TxEmit {
+  uint64_t handle = 0;       // the backend's buffer (data frames only)
+  bool control = false;      // an engine-built control packet: send `bytes`, there is no handle
+  bool send = true;          // false: it missed its slot (counted): free it, do not send
+  uint32_t port_index = 0;   // WAN port it leaves on
+  const Endpoint* destination = nullptr;  // peer gateway endpoint
+  uint8_t dscp = 0;          // for the outer IP header (tunnel dscp, or best-effort dscp)
+  // Data frames: the header the backend encodes in front of its payload after setting
+  // header.type and header.payload_length from its buffer (wire::encode). Sequence, cycle id,
+  // flags, tunnel/path id and tx timestamp are already filled in.
+  wire::TunnelHeader header;
+  // Control frames: the complete UDP payload (header + body), valid during the sink call.
+  std::span<const std::byte> bytes;
+};
+
+// What on_wan_datagram() learnt about an accepted data packet, for the backend's buffer.
+struct RxInfo {
+  uint32_t tunnel_index = 0;
+  wire::DataType type = wire::DataType::kDatagram;
+  uint32_t payload_offset = 0;  // = wire::kHeaderSize
+  uint32_t payload_bytes = 0;
+};
+
+// Handed to the poll_rx sink: one packet whose release time has come.
+struct RxEmit {
+  uint64_t handle = 0;
+  uint32_t tunnel_index = 0;
+  bool late = false;
+  // The tunnel's service_deliver endpoint (datagrams), nullptr if it has none.
+  const Endpoint* service_deliver = nullptr;
+};
+
+class Engine {
+ public:
+  static constexpr uint32_t kNoTunnel = UINT32_MAX;
+
+  // Setup: builds one GateControlList + TxScheduler per WAN port, a Playout and a replay window
+  // per tunnel, the classifier. Errors (kConfig) name the tunnel/port. start_ns anchors the
+  // schedulers (TAI ns).
+  static common::Result<std::unique_ptr<Engine>> create(const GatewayConfig& config,
+                                                        int64_t start_ns);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // ---- local -> WAN ----
+  // An IPv4/IPv6 packet read from the TUN device (ip_packet: the whole packet). Classified by
+  // destination prefix and UDP port; policed and queued in its tunnel's slots, or as best
+  // effort (ports not matched, or downgraded). kOk: queued (engine holds handle);
+  // kDropped/kMalformed: counted, caller frees.
+  [[nodiscard]] common::Status submit_tun_st(uint64_t handle, std::span<const std::byte> ip_packet,
+                                             int64_t now_ns) noexcept;
+  // A datagram received on tunnel_index's service port (payload_bytes of application data).
+  [[nodiscard]] common::Status submit_service_st(uint32_t tunnel_index, uint64_t handle,
+                                                 uint32_t payload_bytes, int64_t now_ns) noexcept;
+
+  // Hands every frame due at now_ns to sink(const TxEmit&), across all WAN ports, at most
+  // max_frames. Returns how many. The sink must send (or free when !send) before returning,
+  // or copy what it needs: `bytes` and `destination` are only valid during the call.
+  template <typename Sink>
+  uint32_t poll_tx_st(int64_t now_ns, Sink&& sink, uint32_t max_frames = UINT32_MAX) noexcept;
+
+  // ---- WAN -> local ----
+  // One UDP payload received on WAN port port_index from `source`. Data packets: checked
+  // (decode, tunnel, peer, replay window) and pushed to the tunnel's playout -> kOk (engine holds
+  // handle, *info filled). Control packets: processed -> kBusy ("consumed": caller frees).
+  // Anything else: kMalformed/kDropped, counted, caller frees.
+  [[nodiscard]] common::Status on_wan_datagram_st(uint32_t port_index, const Endpoint& source,
+                                                  uint64_t handle,
+                                                  std::span<const std::byte> udp_payload,
+                                                  int64_t now_ns, RxInfo* info) noexcept;
+  // Hands every packet whose release time has come to sink(const RxEmit&). The backend
+  // delivers it (TUN write or service send) and frees the buffer.
+  template <typename Sink>
+  uint32_t poll_rx_st(int64_t now_ns, Sink&& sink, uint32_t max_frames = UINT32_MAX) noexcept;
+
+  // ---- timers ----
+  // Queues due control packets (time requests, keepalives) and updates peer liveness.
+  void poll_control_st(int64_t now_ns) noexcept;
+  // Earliest instant anything is due (tx departure, playout release, control timer).
+  [[nodiscard]] int64_t next_event_ns() const noexcept;
+
+  // ---- observability and setup ----
+  [[nodiscard]] const GatewayConfig& config() const noexcept;
+  [[nodiscard]] uint32_t port_count() const noexcept;
+  [[nodiscard]] uint32_t tunnel_count() const noexcept;
+  [[nodiscard]] uint32_t tunnel_index(uint32_t tunnel_id) const noexcept;  // kNoTunnel if none
+  [[nodiscard]] uint32_t max_payload_bytes(uint32_t port_index) const noexcept;
+  PortIo& port_io(uint32_t port_index) noexcept;
+  LocalIo& local_io() noexcept;
+  // Everything the engine counts, as one JSON object (schema in docs/gateway.md):
+  // {"gateway":..,"uptime_ns":..,"drops":{..},"ports":[..],"tunnels":[..],"peers":[..],"local":..}
+  [[nodiscard]] std::string stats_json(int64_t now_ns) const;
+  // The same in Prometheus text exposition format (counters *_total, histograms as summaries).
+  [[nodiscard]] std::string prometheus_text(int64_t now_ns) const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  // Datapath steps used by the templates (engine_datapath.cc).
+  bool next_tx_st(int64_t now_ns, TxEmit* emit) noexcept;
+  bool next_rx_st(int64_t now_ns, RxEmit* emit) noexcept;
+  std::unique_ptr<Impl> impl_;
+};
+
+template <typename Sink>
+uint32_t Engine::poll_tx_st(int64_t now_ns, Sink&& sink, uint32_t max_frames) noexcept {
+  uint32_t count = 0;
+  TxEmit emit;
+  while (count < max_frames && next_tx_st(now_ns, &emit)) {
+    sink(static_cast<const TxEmit&>(emit));
+    ++count;
+  }
+  return count;
+}
+
+template <typename Sink>
+uint32_t Engine::poll_rx_st(int64_t now_ns, Sink&& sink, uint32_t max_frames) noexcept {
+  uint32_t count = 0;
+  RxEmit emit;
+  while (count < max_frames && next_rx_st(now_ns, &emit)) {
+    sink(static_cast<const RxEmit&>(emit));
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace detwan::dataplane::gw
