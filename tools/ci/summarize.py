@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Counts test results over every suite and prints one closing line "N passed, N failed, N skipped".
+"""Counts test results over every suite and prints one closing line "N passed, N failed".
 
 Arguments: LABEL=RESULTS_DIR[:MESON_TESTLOG] for each suite run. Each directory holds GoogleTest JSON reports (one per binary, from GTEST_OUTPUT=json:DIR/) and
 pytest JUnit XML files, plus meson's testlog.json. A test binary that meson saw fail but that left
@@ -93,7 +93,9 @@ def main():
                       failures)
     for name in failures:
         print(f"  FAILED: {name}")
-    print(f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
+    # The closing line CI reads is exactly "N passed, N failed"; skips go on the line before.
+    print(f"  ({totals[2]} skipped: see the reasons above)")
+    print(f"{totals[0]} passed, {totals[1]} failed")
     return 1 if totals[1] else 0
 
 
