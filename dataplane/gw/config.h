@@ -5,20 +5,24 @@
 //
 // Setup only (tier 2 in docs/errors.md): load_gateway_config() returns every problem as an Error
 // whose message names the file, line, column and field ("gw.yaml:12:9: field
-// 'tunnels[0].slots.wan1': slot 120 out of range [0, 100)"). Validation covers the ranges of
-// every field, unknown keys, duplicate names/ids, slot lists (out of range, claimed twice by two
-// tunnels of one port), guard >= slot length, a reservation above the port's line rate, a
-// tunnel whose slots cannot carry its rate, a bound below the peer's configured minimum
-// path delay, and backend-specific sections (dpdk.* required for backend dpdk).
+// 'tunnels[0].slots': slot 120 out of range [0, 100) of WAN port 'wan1'"). Validation covers
+// the ranges of every field, unknown keys, duplicate names/ids, slot lists (out of range,
+// claimed twice by two tunnels of one port), guard >= slot length, a reservation above the
+// port's line rate, a tunnel whose slots cannot carry its rate, a bound below the peer's
+// configured minimum path delay, and backend-specific sections (dpdk.* required for backend
+// dpdk). docs/gateway.md ("Configuration") lists every rule.
 // All durations are ns, rates bit/s, sizes bytes (units in the names).
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "dataplane/sched/gate_control_list.h"
 #include "dataplane/sched/playout.h"
 #include "dataplane/sched/token_bucket.h"
+#include "dataplane/sched/tx_scheduler.h"
 
 namespace detwan::dataplane::gw {
 
@@ -57,6 +61,7 @@ struct DpdkPortConfig {
   std::string next_hop_mac;   // MAC the encapsulated frames are addressed to (required)
   uint16_t rx_queue_size = 1024;
   uint16_t tx_queue_size = 1024;
+  friend bool operator==(const DpdkPortConfig&, const DpdkPortConfig&) = default;
 };
 
 struct WanPortConfig {
@@ -71,6 +76,7 @@ struct WanPortConfig {
   uint8_t best_effort_dscp = 0;   // DSCP of best-effort (and downgraded) frames
   uint32_t capacity_frames = 65536;
   std::optional<DpdkPortConfig> dpdk;  // required when the backend is dpdk
+  friend bool operator==(const WanPortConfig&, const WanPortConfig&) = default;
 };
 
 struct PeerConfig {
@@ -83,6 +89,7 @@ struct PeerConfig {
   int64_t keepalive_interval_ns = 100'000'000;
   int64_t dead_after_ns = 1'000'000'000;  // no packet from the peer for this long -> "down"
   int64_t min_path_delay_ns = 0;  // known propagation delay; a tunnel bound below it is an error
+  friend bool operator==(const PeerConfig&, const PeerConfig&) = default;
 };
 
 struct TunnelConfig {
@@ -95,6 +102,9 @@ struct TunnelConfig {
   uint64_t shaper_rate_bps = 0;  // 0 = no shaper beyond the slots and the policer
   uint32_t queue_frames = 1024;
   int64_t max_wait_ns = 0;     // 0 = no limit
+  // A frame the datapath dequeues too late to end inside its window: moved to the tunnel's next
+  // window (default) or dropped; counted either way, never sent outside the tunnel's slots.
+  sched::MissedSlot missed_slot = sched::MissedSlot::kNextWindow;
   int64_t bound_ns = 0;        // on-time delivery bound; 0 = deliver on receipt
   sched::LateAction late = sched::LateAction::kDeliver;
   int64_t max_hold_ns = 1'000'000'000;
@@ -110,6 +120,7 @@ struct TunnelConfig {
   // tunnel's `service_deliver`.
   std::optional<Endpoint> service_listen;
   std::optional<Endpoint> service_deliver;
+  friend bool operator==(const TunnelConfig&, const TunnelConfig&) = default;
 };
 
 struct TunConfig {
@@ -117,12 +128,14 @@ struct TunConfig {
   std::string name = "dtw0";
   uint32_t mtu_bytes = 1400;   // must leave room for the encapsulation on every WAN port
   std::vector<Prefix> routes;  // routes the gateway installs via the TUN device (may be empty)
+  friend bool operator==(const TunConfig&, const TunConfig&) = default;
 };
 
 struct DpdkConfig {
   std::vector<std::string> eal_args;  // passed to rte_eal_init after argv[0]
   uint32_t mbuf_count = 8191;
   int lcore = -1;  // -1 = the main lcore
+  friend bool operator==(const DpdkConfig&, const DpdkConfig&) = default;
 };
 
 struct GatewayConfig {
@@ -141,6 +154,8 @@ struct GatewayConfig {
   std::vector<PeerConfig> peers;
   std::vector<TunnelConfig> tunnels;
   DpdkConfig dpdk;
+  // Compares every field, `source` included (a round-trip test copies it first).
+  friend bool operator==(const GatewayConfig&, const GatewayConfig&) = default;
 };
 
 common::Result<GatewayConfig> load_gateway_config(const std::string& path);
@@ -157,5 +172,21 @@ common::Result<Endpoint> parse_endpoint(std::string_view text);
 std::string format_prefix(const Prefix& prefix);
 std::string format_endpoint(const Endpoint& endpoint);
 bool prefix_contains(const Prefix& prefix, bool ipv6, const uint8_t* address) noexcept;
+
+// ---- Derived values shared by validation, describe() and the engine (additive) ----
+// Ethernet header (14) + FCS (4): what a frame adds to the IP packet on the line.
+inline constexpr uint32_t kEthernetOverheadBytes = 18;
+// Largest frame a port sends, in bytes on the wire: mtu_bytes + kEthernetOverheadBytes
+// (sched::GclConfig::max_frame_bytes).
+uint32_t max_frame_bytes(const WanPortConfig& port) noexcept;
+// Largest tunnel payload on the port: wire::max_payload_for_mtu(mtu, the port's IP version).
+uint32_t max_tunnel_payload_bytes(const WanPortConfig& port) noexcept;
+// Lookup by name; nullptr if there is none.
+const WanPortConfig* find_wan_port(const GatewayConfig& config, std::string_view name) noexcept;
+const PeerConfig* find_peer(const GatewayConfig& config, std::string_view name) noexcept;
+// The port's gate control list configuration: cycle, slots, guard, base time, line rate,
+// max_frame_bytes(port), and every tunnel whose peer is reached through the port (config
+// order; reserved rate = the tunnel's rate). Input of sched::GateControlList::create().
+sched::GclConfig port_gcl_config(const GatewayConfig& config, const WanPortConfig& port);
 
 }  // namespace detwan::dataplane::gw

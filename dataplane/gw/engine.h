@@ -12,7 +12,9 @@
 // call returns Status::kOk the engine holds the handle and gives it back exactly once, through
 // a poll_tx or poll_rx sink; on any other status the caller still owns it (and frees it). A
 // backend keeps a buffer's payload at a fixed headroom of wire::kHeaderSize so encapsulation
-// writes the header in place (see TxEmit).
+// writes the header in place (see TxEmit). Handles must be below Engine::kControlHandleTag (bit
+// 63 clear): the engine tags its own control packets with that bit inside the schedulers, and a
+// submit with the bit set returns kInvalidArgument.
 //
 // Time: every now_ns is CLOCK_TAI nanoseconds (or a virtual clock in tests), never going
 // backwards. Threading: one datapath thread owns the engine (functions ending in _st are
@@ -28,6 +30,8 @@
 #include "dataplane/gw/config.h"
 #include "dataplane/sched/playout.h"
 #include "dataplane/sched/tx_scheduler.h"
+#include "dataplane/wire/control.h"
+#include "dataplane/wire/drop_reason.h"
 #include "dataplane/wire/header.h"
 
 namespace detwan::dataplane::gw {
@@ -42,6 +46,7 @@ enum class EngineDrop : uint8_t {
   kWrongPeer,       // WAN packet for a known tunnel from an endpoint that is not its peer
   kWrongPort,       // WAN packet for a known tunnel received on another WAN port
   kControlBacklog,  // control packet not sent: the control outbox was full
+  kUnknownPath,     // WAN packet for a known tunnel with a path id it does not have (only 0 now)
   kCount
 };
 inline constexpr int kEngineDropCount = static_cast<int>(EngineDrop::kCount);
@@ -50,9 +55,9 @@ std::string_view to_string(EngineDrop reason) noexcept;  // "no_route", "not_ip"
 // I/O counters the backend increments (the engine only reports them).
 struct PortIo {
   uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
-  uint64_t rx_errors = 0;   // receive calls that failed or were truncated
-  uint64_t tx_errors = 0;   // sends that failed (the frame is lost and counted here)
-  uint64_t no_buffer = 0;   // receives skipped because the buffer pool was empty
+  uint64_t rx_errors = 0;  // receive calls that failed or were truncated
+  uint64_t tx_errors = 0;  // sends that failed (the frame is lost and counted here)
+  uint64_t no_buffer = 0;  // receives skipped because the buffer pool was empty
 };
 struct LocalIo {
   uint64_t tun_rx_packets = 0, tun_tx_packets = 0, tun_rx_errors = 0, tun_tx_errors = 0;
@@ -62,15 +67,22 @@ struct LocalIo {
 
 // Handed to the poll_tx sink: one frame whose departure time has come.
 struct TxEmit {
-  uint64_t handle = 0;       // the backend's buffer (data frames only)
-  bool control = false;      // an engine-built control packet: send `bytes`, there is no handle
-  bool send = true;          // false: it missed its slot (counted): free it, do not send
-  uint32_t port_index = 0;   // WAN port it leaves on
+  uint64_t handle = 0;        // the backend's buffer (data frames only)
+  bool control = false;       // an engine-built control packet: send `bytes`, there is no handle
+  bool send = true;           // false: it missed its slot (counted): free it, do not send
+  bool best_effort = false;   // leaves in unreserved slots (flag B on data frames)
+  uint32_t port_index = 0;    // WAN port it leaves on
+  uint32_t tunnel_index = 0;  // tunnel it belongs to (control: the peer's control tunnel)
   const Endpoint* destination = nullptr;  // peer gateway endpoint
-  uint8_t dscp = 0;          // for the outer IP header (tunnel dscp, or best-effort dscp)
+  uint8_t dscp = 0;  // for the outer IP header (tunnel dscp, or best-effort dscp)
+  // As scheduled: bytes on the line (payload + encapsulation + Ethernet header and FCS), start
+  // and end of serialisation. departure_ns <= the now_ns of poll_tx_st.
+  uint32_t wire_bytes = 0;
+  int64_t departure_ns = 0;
+  int64_t tx_end_ns = 0;
   // Data frames: the header the backend encodes in front of its payload after setting
-  // header.type and header.payload_length from its buffer (wire::encode). Sequence, cycle id,
-  // flags, tunnel/path id and tx timestamp are already filled in.
+  // header.type from its buffer (wire::encode). Sequence, cycle id, flags, tunnel/path id,
+  // payload_length (as submitted) and tx timestamp (= now_ns) are already filled in.
   wire::TunnelHeader header;
   // Control frames: the complete UDP payload (header + body), valid during the sink call.
   std::span<const std::byte> bytes;
@@ -89,13 +101,29 @@ struct RxEmit {
   uint64_t handle = 0;
   uint32_t tunnel_index = 0;
   bool late = false;
+  bool best_effort = false;     // flag B: released on receipt, no playout
+  int64_t tx_timestamp_ns = 0;  // sender's clock
+  int64_t target_ns = 0;        // release target (receiver's clock; arrival when not on time)
   // The tunnel's service_deliver endpoint (datagrams), nullptr if it has none.
   const Endpoint* service_deliver = nullptr;
+};
+
+// What the engine knows about a peer's clock and liveness (also in stats_json()).
+struct PeerStatus {
+  bool up = false;
+  bool has_control_tunnel = false;  // false: no tunnel, so no exchange and never up
+  bool offset_configured = false;   // PeerConfig::clock_offset_ns given
+  int64_t playout_offset_ns = 0;    // receiver(local) - sender(peer), applied to the playouts
+  wire::ClockSample best_sample;    // filter's best: offset = peer - local
+  uint64_t clock_samples = 0;
+  int64_t last_rx_ns = INT64_MIN;  // INT64_MIN: never
 };
 
 class Engine {
  public:
   static constexpr uint32_t kNoTunnel = UINT32_MAX;
+  // Handles the backend passes must be below this (see "Buffers" above).
+  static constexpr uint64_t kControlHandleTag = uint64_t{1} << 63;
 
   // Setup: builds one GateControlList + TxScheduler per WAN port, a Playout and a replay window
   // per tunnel, the classifier. Errors (kConfig) name the tunnel/port. start_ns anchors the
@@ -108,26 +136,36 @@ class Engine {
 
   // ---- local -> WAN ----
   // An IPv4/IPv6 packet read from the TUN device (ip_packet: the whole packet). Classified by
-  // destination prefix and UDP port; policed and queued in its tunnel's slots, or as best
-  // effort (ports not matched, or downgraded). kOk: queued (engine holds handle);
-  // kDropped/kMalformed: counted, caller frees.
+  // destination prefix and UDP port (classify.h); policed and queued in its tunnel's slots, or
+  // as best effort on behalf of the tunnel (a prefix matched, its ports did not; or downgraded
+  // by the policer). Frames are scheduled with their size on the wire: payload +
+  // wire::encap_overhead_bytes + 18 (Ethernet header and FCS). kOk: queued (engine holds
+  // handle); kDropped/kMalformed: counted (not_ip, no_route, too_big, or the scheduler's
+  // reason), caller frees; kInvalidArgument: a handle with kControlHandleTag set.
   [[nodiscard]] common::Status submit_tun_st(uint64_t handle, std::span<const std::byte> ip_packet,
                                              int64_t now_ns) noexcept;
   // A datagram received on tunnel_index's service port (payload_bytes of application data).
   [[nodiscard]] common::Status submit_service_st(uint32_t tunnel_index, uint64_t handle,
                                                  uint32_t payload_bytes, int64_t now_ns) noexcept;
 
-  // Hands every frame due at now_ns to sink(const TxEmit&), across all WAN ports, at most
-  // max_frames. Returns how many. The sink must send (or free when !send) before returning,
-  // or copy what it needs: `bytes` and `destination` are only valid during the call.
+  // Hands every frame due at now_ns to sink(const TxEmit&), across all WAN ports in departure
+  // order, at most max_frames. Returns how many. The sink must send (or free when !send) before
+  // returning, or copy what it needs: `bytes` and `destination` are only valid during the call.
+  // A control packet that missed its slot is not handed over (nothing to free; it is counted
+  // missed_slot and the next timer sends a new one).
   template <typename Sink>
   uint32_t poll_tx_st(int64_t now_ns, Sink&& sink, uint32_t max_frames = UINT32_MAX) noexcept;
 
   // ---- WAN -> local ----
-  // One UDP payload received on WAN port port_index from `source`. Data packets: checked
-  // (decode, tunnel, peer, replay window) and pushed to the tunnel's playout -> kOk (engine holds
-  // handle, *info filled). Control packets: processed -> kBusy ("consumed": caller frees).
-  // Anything else: kMalformed/kDropped, counted, caller frees.
+  // One UDP payload received on WAN port port_index from `source`. Checks, in order: wire::decode
+  // with the port's max payload (kMalformed, counted per port by wire reason), tunnel id
+  // (unknown_tunnel), source == the tunnel's peer endpoint (wrong_peer; all 16 address bytes
+  // are compared, so a backend zeroes the unused 12 of an IPv4 address), port (wrong_port),
+  // path id 0 (unknown_path) -> kDropped. Data packets: replay window (duplicate/too_old ->
+  // kDropped, counted on the port and the tunnel), then the tunnel's playout (flag B: released
+  // on receipt) -> kOk (engine holds handle, *info filled) or kDropped (playout reason).
+  // Control packets: processed -> kBusy ("consumed": caller frees), or kMalformed.
+  // kInvalidArgument: port_index out of range or info == nullptr.
   [[nodiscard]] common::Status on_wan_datagram_st(uint32_t port_index, const Endpoint& source,
                                                   uint64_t handle,
                                                   std::span<const std::byte> udp_payload,
@@ -149,6 +187,15 @@ class Engine {
   [[nodiscard]] uint32_t tunnel_count() const noexcept;
   [[nodiscard]] uint32_t tunnel_index(uint32_t tunnel_id) const noexcept;  // kNoTunnel if none
   [[nodiscard]] uint32_t max_payload_bytes(uint32_t port_index) const noexcept;
+  [[nodiscard]] uint32_t peer_count() const noexcept;
+  [[nodiscard]] uint32_t port_of_tunnel(uint32_t tunnel_index) const noexcept;
+  [[nodiscard]] PeerStatus peer_status(uint32_t peer_index) const noexcept;
+  [[nodiscard]] uint64_t drops(EngineDrop reason) const noexcept;
+  [[nodiscard]] const wire::DropCounters& rx_drops(uint32_t port_index) const noexcept;
+  [[nodiscard]] const sched::TxScheduler& scheduler(uint32_t port_index) const noexcept;
+  // The tunnel's on-time playout, or (best_effort) the bound-0 one that releases flag-B packets.
+  [[nodiscard]] const sched::Playout& playout(uint32_t tunnel_index,
+                                              bool best_effort = false) const noexcept;
   PortIo& port_io(uint32_t port_index) noexcept;
   LocalIo& local_io() noexcept;
   // Everything the engine counts, as one JSON object (schema in docs/gateway.md):

@@ -60,8 +60,8 @@ struct PlayoutCounters {
   uint64_t dropped[kPlayoutDropCount] = {};
   // Arrival - (tx timestamp + offset): the WAN's one-way delay, before playout.
   common::LogLinearHistogram wan_delay_ns;
-  // Release time - (tx timestamp + offset): one-way delay at egress, after playout (= bound for
-  // every on-time packet).
+  // Actual release (from record_release()) - (tx timestamp + offset): the one-way delay at
+  // egress, after playout (the bound plus the receiver's playout error for an on-time packet).
   common::LogLinearHistogram one_way_delay_ns;
   // Arrival - release target, late packets only.
   common::LogLinearHistogram lateness_ns;
@@ -78,6 +78,7 @@ struct PlayoutFrame {
   int64_t arrival_ns = 0;
   int64_t target_ns = 0;   // tx + offset + bound (arrival when bound is 0)
   int64_t release_ns = 0;  // scheduled release: target, or arrival for a late packet
+  int64_t sender_time_ns = 0;  // tx timestamp + offset (receiver's clock, saturated)
 };
 
 class Playout {
@@ -94,7 +95,8 @@ class Playout {
                        uint32_t max_frames = std::numeric_limits<uint32_t>::max()) noexcept;
   // Release time of the next packet; INT64_MAX when empty.
   [[nodiscard]] int64_t next_event_ns() const noexcept;
-  // The caller reports when it actually released a packet: playout error = actual - target.
+  // The caller reports when it actually released a packet: playout error = actual - target and
+  // one-way delay at egress = actual - sender time are recorded here.
   void record_release(const PlayoutFrame& frame, int64_t actual_ns) noexcept;
   // New estimate of receiver - sender clock offset; applies to packets pushed from now on.
   void set_clock_offset_ns(int64_t offset_ns) noexcept { config_.clock_offset_ns = offset_ns; }

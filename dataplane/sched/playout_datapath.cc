@@ -87,7 +87,7 @@ bool Playout::pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept {
   last_now_ns_ = now_ns;
   if (size_ == 0 || heap_[0].frame.release_ns > now_ns) return false;
   *frame = heap_[0].frame;
-  counters_.one_way_delay_ns.record(saturating_sub(frame->release_ns, heap_[0].sender_time_ns));
+  frame->sender_time_ns = heap_[0].sender_time_ns;
   ++counters_.released_packets;
   counters_.released_bytes += frame->bytes;
   heap_[0] = heap_[--size_];
@@ -110,6 +110,7 @@ int64_t Playout::next_event_ns() const noexcept {
 
 void Playout::record_release(const PlayoutFrame& frame, int64_t actual_ns) noexcept {
   counters_.playout_error_ns.record(saturating_sub(actual_ns, frame.target_ns));
+  counters_.one_way_delay_ns.record(saturating_sub(actual_ns, frame.sender_time_ns));
 }
 
 }  // namespace detwan::dataplane::sched

@@ -34,9 +34,11 @@ std::string counters_json_of(const TxCounters& c) {
   return fmt::format(
       "{{\"offered_packets\":{},\"offered_bytes\":{},\"queued_packets\":{},\"queued_bytes\":{},"
       "\"sent_packets\":{},\"sent_bytes\":{},\"downgraded_packets\":{},\"downgraded_bytes\":{},"
-      "\"held_for_slot\":{},\"dropped\":{{{}}},\"departure_error_ns\":{},\"queue_wait_ns\":{}}}",
+      "\"held_for_slot\":{},\"rescheduled\":{},\"dropped\":{{{}}},\"departure_error_ns\":{},"
+      "\"queue_wait_ns\":{}}}",
       c.offered_packets, c.offered_bytes, c.queued_packets, c.queued_bytes, c.sent_packets,
-      c.sent_bytes, c.downgraded_packets, c.downgraded_bytes, c.held_for_slot, dropped,
+      c.sent_bytes, c.downgraded_packets, c.downgraded_bytes, c.held_for_slot, c.rescheduled,
+      dropped,
       c.departure_error_ns.summary_json(), c.queue_wait_ns.summary_json());
 }
 
@@ -81,6 +83,7 @@ TxScheduler::OwnerState::OwnerState(const TunnelTxPolicy& policy, uint64_t reser
       shaped(policy.shaper_rate_bps > 0),
       queue_frames(policy.queue_frames),
       max_wait_ns(policy.max_wait_ns),
+      missed_slot(policy.missed_slot),
       next_free(LinkTime::at(start_ns)) {}
 
 TxScheduler::TxScheduler(GateControlList gcl, TimingWheel<Entry> wheel)
@@ -188,6 +191,7 @@ common::Result<TxScheduler> TxScheduler::create(GateControlList gcl,
   best_effort.tunnel_id = kNoTunnel;
   best_effort.queue_frames = config.best_effort.queue_frames;
   best_effort.max_wait_ns = config.best_effort.max_wait_ns;
+  best_effort.missed_slot = config.best_effort.missed_slot;
   scheduler.owners_.emplace_back(best_effort, 0, 0, max_frame, start_ns);
   scheduler.last_now_ns_ = start_ns;
   return scheduler;

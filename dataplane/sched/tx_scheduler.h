@@ -22,8 +22,10 @@
 //
 // dequeue_due(now_ns) hands every frame whose departure time has come to the sink, in
 // departure order. If the caller is so late that the frame can no longer end inside its
-// window (now > the latest start), it is handed over with send == false and counted
-// missed_slot: never silently late. The caller frees every frame the sink receives.
+// window (now > the latest start), it is moved to the owner's next window that fits (policy
+// MissedSlot::kNextWindow, the default; counted `rescheduled`) or, if it may not or cannot wait
+// (max_wait, capacity), handed over with send == false and counted missed_slot: never silently
+// late, never outside its slots. The caller frees every frame the sink receives.
 //
 // Status: kOk = queued (the scheduler holds the handle until the sink gets it);
 //         kDropped = not queued, reason counted, the caller frees the frame.
@@ -56,11 +58,19 @@ enum class TxDrop : uint8_t {
   kNoSlot,             // no window of the owner fits the frame (e.g. no unreserved slot)
   kNoCapacity,         // the port's capacity_frames reached
   kBeyondHorizon,      // departure beyond the timing wheel's horizon
-  kMissedSlot,         // dequeued too late to end inside its window
+  kMissedSlot,         // dequeued too late to end inside its window, and not moved to the next
+                       // (policy MissedSlot::kDrop, or the next window is past max_wait/capacity)
   kCount
 };
 inline constexpr int kTxDropCount = static_cast<int>(TxDrop::kCount);
 std::string_view to_string(TxDrop reason) noexcept;  // "unknown_tunnel", "oversize", ...
+
+// What happens to a frame dequeued too late to end inside its window (the caller's thread woke
+// up late). Either way it is never sent outside its owner's slots, and the event is counted.
+enum class MissedSlot : uint8_t {
+  kNextWindow = 0,  // move it to the owner's next window that fits (counted as rescheduled)
+  kDrop = 1,        // drop it (counted as dropped: missed_slot)
+};
 
 struct TxCounters {
   uint64_t offered_packets = 0;  // enqueue() calls (best effort: including downgraded frames)
@@ -72,6 +82,7 @@ struct TxCounters {
   uint64_t downgraded_packets = 0;  // tunnel: policed frames moved to best effort
   uint64_t downgraded_bytes = 0;
   uint64_t held_for_slot = 0;  // frames that had to wait for a later (owned) slot
+  uint64_t rescheduled = 0;    // frames that missed their window and moved to a later one
   uint64_t dropped[kTxDropCount] = {};
   // Actual - scheduled departure, from record_departure().
   common::LogLinearHistogram departure_error_ns;
@@ -88,11 +99,13 @@ struct TunnelTxPolicy {
   uint64_t shaper_burst_bytes = 0;  // 0 = max_frame_bytes
   uint32_t queue_frames = 1024;
   int64_t max_wait_ns = kNoMaxWait;
+  MissedSlot missed_slot = MissedSlot::kNextWindow;
 };
 
 struct BestEffortTxPolicy {
   uint32_t queue_frames = 4096;
   int64_t max_wait_ns = kNoMaxWait;
+  MissedSlot missed_slot = MissedSlot::kNextWindow;
 };
 
 struct TxSchedulerConfig {
@@ -129,6 +142,16 @@ class TxScheduler {
                                        int64_t now_ns) noexcept;
   [[nodiscard]] common::Status enqueue_best_effort(uint64_t handle, uint32_t bytes,
                                                    int64_t now_ns) noexcept;
+  // Best effort on behalf of a tunnel (e.g. traffic to its prefixes outside its UDP ports):
+  // scheduled and counted exactly like enqueue_best_effort(), but the TxFrame carries tunnel_id
+  // (best_effort == true) so the caller can label the frame. tunnel_id is not looked up.
+  [[nodiscard]] common::Status enqueue_best_effort(uint64_t handle, uint32_t bytes, int64_t now_ns,
+                                                   uint32_t tunnel_id) noexcept;
+  // A frame of the tunnel that bypasses its policer (the gateway's own control packets, which
+  // must get through a saturated tunnel): every other step of enqueue() applies and it is
+  // counted on the tunnel like any frame.
+  [[nodiscard]] common::Status enqueue_unpoliced(uint32_t tunnel_id, uint64_t handle,
+                                                 uint32_t bytes, int64_t now_ns) noexcept;
 
   // Calls sink(const TxFrame&) for each frame with departure_ns <= now_ns, in departure order,
   // at most max_frames of them. Returns how many it handed over. Must not block.
@@ -174,6 +197,7 @@ class TxScheduler {
     bool shaped = false;
     uint32_t queue_frames = 0;
     int64_t max_wait_ns = kNoMaxWait;
+    MissedSlot missed_slot = MissedSlot::kNextWindow;
     uint32_t held = 0;
     LinkTime next_free;  // end of the owner's last scheduled frame
     TxCounters counters;
@@ -184,6 +208,9 @@ class TxScheduler {
                           int64_t now_ns) noexcept;
   common::Status drop(OwnerState& state, TxDrop reason) noexcept;
   bool pop_due(int64_t now_ns, TxFrame* frame) noexcept;  // tx_scheduler_datapath.cc
+  // A frame that missed its window: into the owner's next window if the policy allows and it
+  // fits (true), else counted as dropped (false).
+  bool reschedule_missed(Entry& entry, int64_t now_ns) noexcept;
 
   GateControlList gcl_;
   TimingWheel<Entry> wheel_;

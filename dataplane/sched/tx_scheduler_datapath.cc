@@ -44,7 +44,30 @@ Status TxScheduler::enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
   return schedule(owner, tunnel_id, handle, bytes, now_ns);
 }
 
+Status TxScheduler::enqueue_unpoliced(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
+                                      int64_t now_ns) noexcept {
+  now_ns = std::max(now_ns, last_now_ns_);
+  last_now_ns_ = now_ns;
+  ++port_.offered_packets;
+  port_.offered_bytes += bytes;
+  const OwnerIndex owner = gcl_.find_owner(tunnel_id);
+  if (owner == kNoOwner) {
+    ++port_.dropped[static_cast<int>(TxDrop::kUnknownTunnel)];
+    return Status::kDropped;
+  }
+  OwnerState& state = owners_[owner];
+  ++state.counters.offered_packets;
+  state.counters.offered_bytes += bytes;
+  if (bytes == 0 || bytes > gcl_.config().max_frame_bytes) return drop(state, TxDrop::kOversize);
+  return schedule(owner, tunnel_id, handle, bytes, now_ns);
+}
+
 Status TxScheduler::enqueue_best_effort(uint64_t handle, uint32_t bytes, int64_t now_ns) noexcept {
+  return enqueue_best_effort(handle, bytes, now_ns, kNoTunnel);
+}
+
+Status TxScheduler::enqueue_best_effort(uint64_t handle, uint32_t bytes, int64_t now_ns,
+                                        uint32_t tunnel_id) noexcept {
   now_ns = std::max(now_ns, last_now_ns_);
   last_now_ns_ = now_ns;
   ++port_.offered_packets;
@@ -53,7 +76,7 @@ Status TxScheduler::enqueue_best_effort(uint64_t handle, uint32_t bytes, int64_t
   ++state.counters.offered_packets;
   state.counters.offered_bytes += bytes;
   if (bytes == 0 || bytes > gcl_.config().max_frame_bytes) return drop(state, TxDrop::kOversize);
-  return schedule(gcl_.best_effort_owner(), kNoTunnel, handle, bytes, now_ns);
+  return schedule(gcl_.best_effort_owner(), tunnel_id, handle, bytes, now_ns);
 }
 
 Status TxScheduler::schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
@@ -86,6 +109,14 @@ Status TxScheduler::schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t hand
   entry.bytes = bytes;
   entry.tunnel_id = tunnel_id;
   entry.owner = owner;
+  if (wheel_.empty()) {
+    // An idle port's wheel cursor stays where the last dequeue left it (a caller only dequeues
+    // when something is due): bring it to now, or after an idle spell longer than the horizon
+    // every departure would be refused as beyond it. pop_due() on an empty wheel only moves it.
+    int64_t unused_ns = 0;
+    Entry unused;
+    (void)wheel_.pop_due(now_ns, &unused_ns, &unused);
+  }
   switch (wheel_.insert(departure_ns, entry)) {
     case WheelInsert::kOk:
       break;
@@ -112,9 +143,12 @@ bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
   last_now_ns_ = now_ns;
   int64_t departure_ns = 0;
   Entry entry;
-  if (!wheel_.pop_due(now_ns, &departure_ns, &entry)) return false;
+  for (;;) {
+    if (!wheel_.pop_due(now_ns, &departure_ns, &entry)) return false;
+    --owners_[entry.owner].held;
+    if (now_ns <= entry.deadline_ns || !reschedule_missed(entry, now_ns)) break;
+  }
   OwnerState& state = owners_[entry.owner];
-  --state.held;
   const SlotPosition position = gcl_.position_at(departure_ns);
   frame->handle = entry.handle;
   frame->bytes = entry.bytes;
@@ -135,6 +169,35 @@ bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
     ++counters->sent_packets;
     counters->sent_bytes += entry.bytes;
   }
+  return true;
+}
+
+bool TxScheduler::reschedule_missed(Entry& entry, int64_t now_ns) noexcept {
+  OwnerState& state = owners_[entry.owner];
+  if (state.missed_slot != MissedSlot::kNextWindow) return false;
+  // After the owner's frames already placed, so frames of one owner never overlap on the line.
+  const LinkTime earliest = std::max(LinkTime::at(now_ns), state.next_free);
+  Departure departure;
+  if (!gcl_.find_departure(entry.owner, entry.bytes, earliest, &departure)) return false;
+  const int64_t departure_ns = departure.start.ceil_ns();
+  if (departure_ns - entry.enqueue_ns > state.max_wait_ns) return false;
+  const Entry original = entry;
+  entry.tx_end_ns = departure.end.ceil_ns();
+  entry.deadline_ns =
+      departure.usable_end_ns == kNever
+          ? kNever
+          : std::max(departure_ns,
+                     departure.usable_end_ns -
+                         ceil_serialisation_ns(uint64_t{entry.bytes} * 8,
+                                               gcl_.config().line_rate_bps));
+  if (wheel_.insert(departure_ns, entry) != WheelInsert::kOk) {
+    entry = original;
+    return false;
+  }
+  state.next_free = departure.end;
+  ++state.held;
+  ++state.counters.rescheduled;
+  ++port_.rescheduled;
   return true;
 }
 

@@ -8,13 +8,13 @@ namespace {
 
 constexpr uint8_t kClassMask = kFlagData | kFlagControl;
 
-// Flag combinations with a meaning: D with any of R/F, or C alone.
+// Flag combinations with a meaning: D with any of R/F/B, or C alone.
 constexpr bool flags_valid(uint8_t flags) noexcept {
   switch (flags & kClassMask) {
     case kFlagData:
       return true;
     case kFlagControl:
-      return (flags & (kFlagReplica | kFlagFec)) == 0;
+      return (flags & (kFlagReplica | kFlagFec | kFlagBestEffort)) == 0;
     default:
       return false;  // neither or both of D and C
   }

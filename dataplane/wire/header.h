@@ -6,7 +6,7 @@
 //  0                   1                   2                   3
 //  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
 // +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-// |         Magic (0xDE7A)        |  Version (1)  |D|C|R|F| Rsvd  |   0
+// |         Magic (0xDE7A)        |  Version (1)  |D|C|R|F|B|Rsv|   0
 // |                           Tunnel ID                           |   4
 // |    Path ID    |     Type      |        Payload Length         |   8
 // |                       Reserved (zero)                         |  12
@@ -45,12 +45,14 @@ inline constexpr std::size_t kSequenceOffset = 16;
 inline constexpr std::size_t kCycleIdOffset = 24;
 inline constexpr std::size_t kTxTimeOffset = 32;
 
-// Flags octet. Exactly one of D and C; R and F only with D. The low 4 bits are reserved.
-inline constexpr uint8_t kFlagData = 0x80;     // D: payload is tunnel traffic
-inline constexpr uint8_t kFlagControl = 0x40;  // C: payload is a control body (control.h)
-inline constexpr uint8_t kFlagReplica = 0x20;  // R: sent on more than one path (PREOF)
-inline constexpr uint8_t kFlagFec = 0x10;      // F: payload is FEC repair data
-inline constexpr uint8_t kFlagReservedMask = 0x0F;
+// Flags octet. Exactly one of D and C; R, F and B only with D. The low 3 bits are reserved.
+inline constexpr uint8_t kFlagData = 0x80;        // D: payload is tunnel traffic
+inline constexpr uint8_t kFlagControl = 0x40;     // C: payload is a control body (control.h)
+inline constexpr uint8_t kFlagReplica = 0x20;     // R: sent on more than one path (PREOF)
+inline constexpr uint8_t kFlagFec = 0x10;         // F: payload is FEC repair data
+inline constexpr uint8_t kFlagBestEffort = 0x08;  // B: best effort, not on time: the receiver
+                                                  // releases it on receipt, without playout
+inline constexpr uint8_t kFlagReservedMask = 0x07;
 
 // Type octet of a data packet: what the payload is, so the receiver knows where it goes.
 enum class DataType : uint8_t {
@@ -110,6 +112,9 @@ struct TunnelHeader {
   [[nodiscard]] constexpr bool is_control() const noexcept { return (flags & kFlagControl) != 0; }
   [[nodiscard]] constexpr bool is_replica() const noexcept { return (flags & kFlagReplica) != 0; }
   [[nodiscard]] constexpr bool is_fec() const noexcept { return (flags & kFlagFec) != 0; }
+  [[nodiscard]] constexpr bool is_best_effort() const noexcept {
+    return (flags & kFlagBestEffort) != 0;
+  }
   [[nodiscard]] constexpr DataType data_type() const noexcept { return DataType{type}; }
   [[nodiscard]] constexpr ControlType control_type() const noexcept { return ControlType{type}; }
 

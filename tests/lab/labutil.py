@@ -30,6 +30,10 @@ def wanem_binary() -> pathlib.Path:
     return build_dir() / "tools" / "wanem" / "detwan-wanem"
 
 
+def gw_binary() -> pathlib.Path:
+    return build_dir() / "dataplane" / "daemon" / "detwan-gw"
+
+
 def tb(*args: str, check: bool = False, timeout: float = 120,
             env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, **(env or {}))
@@ -84,4 +88,13 @@ ProbeFlow = measure.ProbeFlow
 
 
 iperf3_goodput_bps = measure.iperf3_goodput_bps
+iperf3_udp = measure.iperf3_udp
+
+
+def wanem_class_counters(pair: str, cls: str, direction: str | None = None,
+                         path: int = 1) -> dict:
+    """One class's engine counters ("reserved", "best_effort", "cross") of path `path` between
+    `pair`, direction `direction` (default: the pair's own order, e.g. "ab")."""
+    res = tb("wanem", pair, str(path), "--", "stats", "--json", check=True)
+    return json.loads(res.stdout)[direction or pair][cls]
 wait_for_line = measure.wait_for_line

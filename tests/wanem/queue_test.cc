@@ -93,6 +93,30 @@ TEST(Queue, BothClassesShareTheByteLimit) {
   EXPECT_EQ(testing::dropped(emulator, kReserved, DropReason::kQueueFull), 1u);
 }
 
+TEST(Queue, PrioQueueGivesTheReservedClassItsOwnByteLimit) {
+  // Best effort fills the shared 3000-byte queue; with prio-queue the reserved class is
+  // admitted against its own 3000 bytes, and best effort no longer counts reserved bytes.
+  Emulator emulator(spec_of("rate=1gbit,queue=3000b,prio-queue=3000b"), 0);
+  Driver driver(emulator);
+  ASSERT_EQ(driver.offer(1, 1500, 0, kBestEffort), Status::kOk);  // on the wire
+  ASSERT_EQ(driver.offer(2, 1500, 0, kBestEffort), Status::kOk);
+  ASSERT_EQ(driver.offer(3, 1500, 0, kBestEffort), Status::kOk);  // shared queue now full
+  EXPECT_EQ(driver.offer(4, 1500, 0, kBestEffort), Status::kDropped);
+  ASSERT_EQ(driver.offer(5, 1500, 0, kReserved), Status::kOk);
+  ASSERT_EQ(driver.offer(6, 1500, 0, kReserved), Status::kOk);
+  EXPECT_EQ(driver.offer(7, 1500, 0, kReserved), Status::kDropped);  // its own limit
+  EXPECT_EQ(driver.offer(8, 1, 0, kBestEffort), Status::kDropped);   // reserved bytes aside
+  EXPECT_EQ(emulator.queued_bytes(), 6000u);
+  EXPECT_EQ(testing::dropped(emulator, kReserved, DropReason::kQueueFull), 1u);
+  EXPECT_EQ(testing::dropped(emulator, kBestEffort, DropReason::kQueueFull), 2u);
+  // Once the reserved frames have left (strict priority: right after frame 1), both fit again.
+  driver.run_until(40 * kUs);
+  EXPECT_EQ(driver.offer(9, 1500, 40 * kUs, kReserved), Status::kOk);
+  driver.drain();
+  EXPECT_EQ(driver.released().size(), 6u);
+  EXPECT_EQ(emulator.queued_bytes(), 0u);
+}
+
 TEST(Priority, ReservedWaitsAtMostTheFrameInTransmission) {
   Emulator emulator(spec_of("rate=1gbit"), 0);
   Driver driver(emulator);

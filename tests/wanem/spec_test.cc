@@ -104,8 +104,8 @@ TEST(SpecParse, ErrorsNameTheTokenAndWhy) {
       {"reorder-ahead=-1ms", "'reorder-ahead=-1ms': negative reorder-ahead"},
       {"delay=10ms,colour=red",
        "'colour=red': unknown key (known: delay, jitter, jitter-dist, loss, ge, dup, reorder, "
-       "reorder-ahead, rate, queue, cross, cross-burst, cross-size, prio-dscp, prio-port, down, "
-       "seed)"},
+       "reorder-ahead, rate, queue, cross, cross-burst, cross-size, prio-dscp, prio-port, "
+       "prio-queue, down, seed)"},
       {"cross=50%", "'cross=50%': cross needs rate"},
       {"delay", "'delay': expected key=value"},
       {"delay=", "'delay=': empty value"},
@@ -183,7 +183,7 @@ TEST(SpecFormat, CanonicalTextRoundTrips) {
       "delay=1.5ms,jitter=250us,jitter-dist=pareto-normal,loss=0.123456789,ge=1%/10%/80%/0.5%,"
       "dup=0.3%,reorder=1%,reorder-ahead=3ms,rate=123456789bit,queue=1500b,cross=33%,"
       "cross-burst=7ms,cross-size=1000b,prio-dscp=46/34,prio-port=5000-5999/7000,"
-      "down=5s-7s/20s-21s,seed=42",
+      "prio-queue=256kb,down=5s-7s/20s-21s,seed=42",
       "loss=0.0001,dup=1e-06,reorder=0.7",
       "ge=0.1%/50%/100%/0%",
       "ge=3%/30%/0.5",

@@ -1,8 +1,8 @@
 """Bringing a lab up and down.
 
-`up` is an ordered list of steps (STEPS); each step takes the Lab and does one thing. A later
-feature (gateways with --dataplane, tunnels with --tunnel-rate/--bound) adds fields to LabConfig
-and inserts its steps here; `down` needs no change because it removes by prefix.
+`up` is an ordered list of steps (STEPS); each step takes the Lab and does one thing. A feature
+adds fields to LabConfig and inserts its steps here (the gateways of --dataplane: the routes in
+configure_routes and the step start_gateways, code in gateway.py); `down` removes by prefix.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pathlib
 import time
 from typing import Callable
 
-from lab import netns, state, topology, wanem
+from lab import gateway, netns, state, topology, wanem
 from lab.netns import LabError, ip, run, sysctl
 from lab.topology import Site, Topology, WanPath, mac_for
 
@@ -32,9 +32,26 @@ class LabConfig:
     wanem_cmd: list[str] = dataclasses.field(default_factory=list)
     wanem_run_args: list[str] = dataclasses.field(default_factory=list)  # extra `run` options
     check_reachability: bool = True
+    # --dataplane uring|dpdk: a detwan-gw per site and a tunnel per pair of sites (None: none).
+    dataplane: str | None = None
+    gateway: gateway.GatewayOptions = dataclasses.field(default_factory=gateway.GatewayOptions)
+    gw_cmd: list[str] = dataclasses.field(default_factory=list)
+    gateway_configs: dict[str, str] = dataclasses.field(default_factory=dict)  # site -> YAML
+
+    def user_spec_for(self, path: WanPath) -> str:
+        return self.path_specs.get(path.index, self.wan_spec)
 
     def spec_for(self, path: WanPath) -> str:
-        return self.path_specs.get(path.index, self.wan_spec)
+        """The SPEC the path's emulator runs: with gateways, the tunnel's DSCP is reserved."""
+        spec = self.user_spec_for(path)
+        return gateway.with_prio_dscp(spec) if self.dataplane else spec
+
+    def plan_gateways(self, topo: Topology) -> dict:
+        """Tunnel plans and each site's configuration text (ValueError: a bad option)."""
+        plans = gateway.plan_tunnels(topo, self.gateway, self.spec_for)
+        self.gateway_configs = {s.name: gateway.render_config(s, topo, plans, self.gateway)
+                                for s in topo.sites}
+        return plans
 
 
 @dataclasses.dataclass
@@ -42,6 +59,7 @@ class Lab:
     config: LabConfig
     topo: Topology
     emulators: dict[str, dict] = dataclasses.field(default_factory=dict)  # path key -> record
+    gateways: dict[str, dict] = dataclasses.field(default_factory=dict)   # site name -> record
     phase: str = "creating"
     step: str = ""  # the step of `up` in progress (for status and post-mortems)
     created_unix_ns: int = dataclasses.field(default_factory=time.time_ns)
@@ -57,9 +75,19 @@ class Lab:
             "wanem_cmd": cfg.wanem_cmd,
             "options": {"sites": cfg.sites, "paths": cfg.paths, "wan": cfg.wan_spec,
                         "wan_path": {str(k): v for k, v in cfg.path_specs.items()},
-                        "seed": cfg.seed, "wanem_opt": cfg.wanem_run_args},
+                        "seed": cfg.seed, "wanem_opt": cfg.wanem_run_args,
+                        "dataplane": cfg.dataplane,
+                        "tunnel_rate": cfg.gateway.tunnel_rate if cfg.dataplane else None,
+                        "bound": cfg.gateway.bound if cfg.dataplane else None,
+                        "timing": cfg.gateway.timing if cfg.dataplane else None,
+                        "shaper_rate": cfg.gateway.shaper_rate if cfg.dataplane else None,
+                        "tunnel_slots": cfg.gateway.slots if cfg.dataplane else None,
+                        "gw_rt_priority": cfg.gateway.effective_rt_priority()
+                        if cfg.dataplane else None},
+            "gw_cmd": cfg.gw_cmd,
             "namespaces": self.topo.namespaces,
-            "sites": [site_record(s) for s in self.topo.sites],
+            "sites": [site_record(s, self) for s in self.topo.sites],
+            "tunnels": tunnel_records(self),
             "paths": [path_record(self, p) for p in self.topo.paths],
         }
 
@@ -67,12 +95,36 @@ class Lab:
         state.write(self.to_state())
 
 
-def site_record(s: Site) -> dict:
-    return {"name": s.name, "index": s.index, "host_ns": s.host_ns, "gateway_ns": s.gateway_ns,
-            "best_effort_addr": s.best_effort_addr, "tunnel_addr": s.tunnel_addr,
-            "gateway_addr": s.gateway_lan_addr, "lan_prefix": s.lan_prefix,
-            "tunnel_prefix": s.tunnel_prefix, "host_if": s.host_if,
-            "gateway_lan_if": s.gateway_lan_if}
+def site_record(s: Site, lab: Lab | None = None) -> dict:
+    rec = {"name": s.name, "index": s.index, "host_ns": s.host_ns, "gateway_ns": s.gateway_ns,
+           "best_effort_addr": s.best_effort_addr, "tunnel_addr": s.tunnel_addr,
+           "gateway_addr": s.gateway_lan_addr, "lan_prefix": s.lan_prefix,
+           "tunnel_prefix": s.tunnel_prefix, "host_if": s.host_if,
+           "gateway_lan_if": s.gateway_lan_if, "gateway": None}
+    if lab is not None and lab.config.dataplane:
+        gw = {"backend": lab.config.dataplane, "timing": lab.config.gateway.timing,
+              "rt_priority": lab.config.gateway.effective_rt_priority(),
+              "config": str(gateway.config_file(s)), "log": str(gateway.log_file(s)),
+              "control": gateway.CONTROL, "tun": gateway.TUN_NAME, "pid": None,
+              "pid_start_time": None}
+        gw.update({k: v for k, v in lab.gateways.get(s.name, {}).items()
+                   if k in ("pid", "pid_start_time", "started_unix_ns")})
+        rec["gateway"] = gw
+    return rec
+
+
+def tunnel_records(lab: Lab) -> list[dict]:
+    """The tunnels of --dataplane (empty without): one per pair of sites, over path 1."""
+    if not lab.config.dataplane:
+        return []
+    plans = gateway.plan_tunnels(lab.topo, lab.config.gateway, lab.config.spec_for)
+    return [{"id": t.id, "sites": [t.path.a.name, t.path.b.name], "path": t.path.key,
+             "wan_port": gateway.wan_port_name(t.path), "rate_bps": t.rate_bps,
+             "line_rate_bps": t.line_rate_bps, "slots": gateway.slot_list(t.slots),
+             "guaranteed_rate_bps": gateway.guaranteed_rate_bps(t.slots, t.line_rate_bps),
+             "bound_ns": t.bound_ns, "min_path_delay_ns": t.min_path_delay_ns,
+             "dscp": gateway.TUNNEL_DSCP, "port": gateway.TUNNEL_PORT}
+            for t in plans.values()]
 
 
 def path_record(lab: Lab, p: WanPath) -> dict:
@@ -171,15 +223,24 @@ def configure_neighbours(lab: Lab) -> None:
 
 
 def configure_routes(lab: Lab) -> None:
+    tunnels = bool(lab.config.dataplane)
     for s in lab.topo.sites:
         ip("route", "add", "default", "via", s.gateway_lan_addr, ns=s.host_ns)
+        if tunnels:
+            # Tunnel traffic leaves from the host's tunnel address, so the far host's replies
+            # come back through the tunnel too; the MTU is the TUN device's, so nothing is
+            # fragmented or refused at the gateway.
+            ip("route", "add", f"{topology.TUNNEL_NET}.0.0/16", "via", s.gateway_lan_addr,
+               "src", s.tunnel_addr, "mtu", str(gateway.TUN_MTU_BYTES), ns=s.host_ns)
         ip("route", "add", s.tunnel_prefix, "via", s.best_effort_addr, ns=s.gateway_ns)
         for other in lab.topo.sites:
             if other == s:
                 continue
-            # Both addresses go best effort over path 1 until tunnels exist.
             p = lab.topo.primary_path(s, other)
-            for prefix in (other.lan_prefix, other.tunnel_prefix):
+            # Best effort goes over path 1, kernel-routed. Without gateways the tunnel address
+            # does too; with them, the gateway routes it into its TUN device (tun.routes).
+            prefixes = [other.lan_prefix] + ([] if tunnels else [other.tunnel_prefix])
+            for prefix in prefixes:
                 ip("route", "add", prefix, "via", p.gateway_addr(other), "dev", p.gateway_if(s),
                    ns=s.gateway_ns)
 
@@ -193,6 +254,26 @@ def start_emulators(lab: Lab) -> None:
         lab.save()  # pids on record at once, for `status` and for `down` after a crash
     for p in lab.topo.paths:
         wanem.wait_ready(p, lab.emulators[p.key])
+
+
+def start_gateways(lab: Lab) -> None:
+    """--dataplane: writes each site's configuration (validated by the CLI before anything was
+    made), starts detwan-gw in the gateway namespace, waits until it answers and its TUN device
+    is up. Pids go on record at once, so `down` stops them even after a crash."""
+    if not lab.config.dataplane:
+        return
+    if not lab.config.gateway_configs:
+        lab.config.plan_gateways(lab.topo)
+    for s in lab.topo.sites:
+        gateway.config_file(s).write_text(lab.config.gateway_configs[s.name], encoding="utf-8")
+        if lab.config.dataplane == "dpdk":
+            gateway.drop_kernel_tunnel_port(s, lab.topo)
+    for s in lab.topo.sites:
+        lab.gateways[s.name] = gateway.start(lab.config.gw_cmd, s,
+                                             lab.config.gateway.effective_rt_priority())
+        lab.save()
+    for s in lab.topo.sites:
+        gateway.wait_ready(lab.config.gw_cmd, s, lab.gateways[s.name])
 
 
 def _ping(ns: str, addr: str) -> bool:
@@ -231,6 +312,7 @@ STEPS: list[tuple[str, Step]] = [
     ("configure_neighbours", configure_neighbours),
     ("configure_routes", configure_routes),
     ("start_emulators", start_emulators),
+    ("start_gateways", start_gateways),
     ("check_reachability", check_reachability),
 ]
 
@@ -284,7 +366,9 @@ def down(log: Callable[[str], None]) -> bool:
     pids = {pid: start for pid, start in state.read_pid_files().items() if start is not None}
     st = state.read()
     if st:
-        for p in st.get("paths", []):
+        records = list(st.get("paths", []))
+        records += [s.get("gateway") for s in st.get("sites", []) if isinstance(s, dict)]
+        for p in records:
             if isinstance(p, dict) and isinstance(p.get("pid"), int) and \
                     isinstance(p.get("pid_start_time"), int):
                 pids.setdefault(p["pid"], p["pid_start_time"])
@@ -306,6 +390,7 @@ def down(log: Callable[[str], None]) -> bool:
         log(f"down: deleting leftover link {dev} in the root namespace")
         ip("link", "del", "dev", dev, check=False)
     state.remove_runtime_files()
+    gateway.remove_dpdk_runtime_dirs()
     left = netns.list_namespaces()
     if left:
         raise LabError(f"namespaces still present after down: {', '.join(left)}")

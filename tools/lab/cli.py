@@ -1,8 +1,9 @@
-"""Command line of tools/testbed: up, down, status, exec, wanem.
+"""Command line of tools/testbed: up, down, status, exec, wanem, gw.
 
-Exit codes: 0 success; 1 the lab could not be built/removed or no lab is up; 2 bad usage or a
-bad SPEC; 3 (`status`) a lab exists but is degraded (an emulator died, a namespace is missing);
-`exec` and `wanem` pass the command's exit code through and use 125 for their own errors.
+Exit codes: 0 success; 1 the lab could not be built/removed or no lab is up; 2 bad usage, a bad
+SPEC or a gateway configuration detwan-gw refuses; 3 (`status`) a lab exists but is degraded (an
+emulator or a gateway died, a namespace is missing); `exec`, `wanem` and `gw` pass the command's
+exit code through and use 125 for their own errors.
 """
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 
-from lab import builder, netns, state, topology, wanem
+from lab import builder, gateway, netns, state, topology, wanem
 from lab.netns import LabError
 
 PROG = "tools/testbed"
@@ -28,6 +30,10 @@ USAGE = {
              "  runs detwan-wanem SUBCOMMAND --control <socket of path K of PAIR> ARGS\n"
              "  e.g. wanem ab 1 -- stats --json; wanem ab 1 -- set loss=1%;\n"
              "       wanem ab 1 -- link down",
+    "gw": f"usage: {PROG} gw SITE -- ARGS...\n"
+          "  runs detwan-gw ARGS in SITE's gateway namespace (lab up with --dataplane), where\n"
+          "  its default control socket reaches that site's gateway\n"
+          "  e.g. gw a -- stats --json; gw b -- stats --prometheus",
 }
 
 
@@ -74,6 +80,31 @@ def add_up_parser(sub) -> None:
                    "(repeatable)")
     p.add_argument("--no-ping-check", action="store_true",
                    help="skip the reachability check (for SPECs that drop everything)")
+    g = p.add_argument_group("gateways (docs/testbed.md, \"Gateways\")")
+    g.add_argument("--dataplane", choices=gateway.BACKENDS,
+                   help="run detwan-gw with this backend in every gateway namespace, with a "
+                   "tunnel between each pair of sites over path 1 that carries the hosts' "
+                   "tunnel addresses; adds prio-dscp=46 and prio-queue=256kb to every SPEC "
+                   "that does not set them")
+    g.add_argument("--tunnel-rate", metavar="RATE",
+                   help=f"reserved rate of every tunnel (default {gateway.DEFAULT_TUNNEL_RATE})")
+    g.add_argument("--bound", metavar="DURATION",
+                   help="on-time delivery bound of every tunnel (default: the path's delay + its "
+                   "largest jitter (uniform: jitter; normal/pareto-normal: 4 x jitter) + 3ms; "
+                   "0 = deliver on receipt)")
+    g.add_argument("--timing", choices=gateway.TIMING_MODES,
+                   help="how the gateways wait for their next deadline (default low-cpu)")
+    g.add_argument("--shaper-rate", metavar="RATE",
+                   help="space each tunnel's frames at this rate (>= --tunnel-rate) instead of "
+                   "sending them back to back inside its slots")
+    g.add_argument("--tunnel-slots", type=int, metavar="N",
+                   help=f"every tunnel owns slots 0..N-1 of the {gateway.SLOT_COUNT} of its WAN "
+                   "port (default: the fewest that carry --tunnel-rate, plus one)")
+    g.add_argument("--gw-rt-priority", type=int, metavar="N",
+                   help=f"run the gateways SCHED_FIFO at priority N, 0 = normal scheduling "
+                   f"(default {gateway.DEFAULT_RT_PRIORITY} with --timing low-cpu, 0 with busy)")
+    g.add_argument("--gw-cmd", help="gateway command instead of the built detwan-gw "
+                   "(also $DETWAN_GW_CMD); for development only")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
 
 
@@ -88,6 +119,15 @@ def cmd_up(args) -> int:
         if not 1 <= k <= args.paths:
             err(f"--wan-path {k}=...: this lab has paths 1..{args.paths}")
             return 2
+    gw_only = [name for name, value in (("--tunnel-rate", args.tunnel_rate),
+                                        ("--bound", args.bound), ("--timing", args.timing),
+                                        ("--shaper-rate", args.shaper_rate),
+                                        ("--tunnel-slots", args.tunnel_slots),
+                                        ("--gw-rt-priority", args.gw_rt_priority),
+                                        ("--gw-cmd", args.gw_cmd)) if value is not None]
+    if gw_only and not args.dataplane:
+        err(f"{', '.join(gw_only)} configure the gateways: add --dataplane uring|dpdk")
+        return 2
     build = wanem.build_dir(args.build_dir)
     cmd = wanem.wanem_command(build, args.wanem_cmd)
     # Every SPEC is checked before anything is created.
@@ -98,11 +138,15 @@ def cmd_up(args) -> int:
             if problem:
                 err(f"bad {label} SPEC '{spec}': {problem}")
                 return 2
-    _require_root()
     config = builder.LabConfig(sites=args.sites, paths=args.paths, wan_spec=args.wan,
                                path_specs=path_specs, seed=args.seed, build_dir=build,
                                wanem_cmd=cmd, wanem_run_args=args.wanem_opt,
                                check_reachability=not args.no_ping_check)
+    if args.dataplane:
+        status = _prepare_gateways(args, config, topo, build)
+        if status:
+            return status
+    _require_root()
     log = (lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
     with state.locked():
         existing = builder.existing_lab()
@@ -132,6 +176,36 @@ def cmd_up(args) -> int:
     return 0
 
 
+def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
+    """--dataplane: plans the tunnels, renders every gateway's configuration and validates it
+    with `detwan-gw --check-config` before anything is created. 0, or the exit status."""
+    config.dataplane = args.dataplane
+    config.gateway = gateway.GatewayOptions(
+        backend=args.dataplane, tunnel_rate=args.tunnel_rate or gateway.DEFAULT_TUNNEL_RATE,
+        bound=args.bound, timing=args.timing or "low-cpu", shaper_rate=args.shaper_rate,
+        slots=args.tunnel_slots, rt_priority=args.gw_rt_priority)
+    if args.gw_rt_priority is not None and not 0 <= args.gw_rt_priority <= 99:
+        err(f"--gw-rt-priority {args.gw_rt_priority}: must be in [0, 99]")
+        return 2
+    config.gw_cmd = gateway.gw_command(build, args.gw_cmd)
+    try:
+        config.plan_gateways(topo)
+    except ValueError as e:
+        err(str(e))
+        return 2
+    with tempfile.TemporaryDirectory(prefix="dwtb-gw-check-") as tmp:
+        for site, text in config.gateway_configs.items():
+            path = os.path.join(tmp, f"gw-{site}.yaml")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            status, message = gateway.check_config(config.gw_cmd, path)
+            if status != 0:
+                err(f"the configuration of gateway {site} is refused by detwan-gw --check-config "
+                    f"(exit {status}): {message}")
+                return 2 if status == 2 else 1
+    return 0
+
+
 # -------------------------------------------------------------------------------------- down
 
 def cmd_down(args) -> int:
@@ -157,6 +231,12 @@ def live_status() -> dict | None:
         p["alive"] = bool(pid) and netns.is_alive(pid, p.get("pid_start_time"))
         p["control_socket_present"] = os.path.exists(p.get("control_socket", ""))
         healthy = healthy and p["alive"]
+    for s in st.get("sites", []):
+        gw = s.get("gateway")
+        if gw:
+            pid = gw.get("pid")
+            gw["alive"] = bool(pid) and netns.is_alive(pid, gw.get("pid_start_time"))
+            healthy = healthy and gw["alive"]
     st["missing_namespaces"] = missing
     st["healthy"] = healthy
     return st
@@ -169,6 +249,19 @@ def _print_status(st: dict, out) -> None:
         print(f"  {s['name']}: host {s['host_ns']}  best-effort {s['best_effort_addr']}  "
               f"tunnel {s['tunnel_addr']}  gateway {s['gateway_ns']} ({s['gateway_addr']})",
               file=out)
+        gw = s.get("gateway")
+        if gw:
+            alive = gw.get("alive")
+            health = "" if alive is None else ("  alive" if alive else "  DEAD")
+            print(f"      detwan-gw {gw['backend']} ({gw['timing']}) pid {gw.get('pid')}{health}"
+                  f"  config {gw['config']}  log {gw['log']}  control {gw['control']}", file=out)
+    if st.get("tunnels"):
+        print("tunnels:", file=out)
+        for t in st["tunnels"]:
+            print(f"  {t['id']}: {'-'.join(t['sites'])} over path {t['path']}  rate "
+                  f"{gateway.format_rate(t['rate_bps'])}  slots {t['slots']} of "
+                  f"{gateway.SLOT_COUNT} at {gateway.format_rate(t['line_rate_bps'])}  bound "
+                  f"{gateway.format_duration(t['bound_ns'])}", file=out)
     print("WAN paths:", file=out)
     for p in st.get("paths", []):
         alive = p.get("alive")
@@ -247,6 +340,25 @@ def cmd_wanem(argv: list[str]) -> int:
     raise LabError(f"no WAN path '{head[0]} {head[1]}' (paths: {known})")
 
 
+def cmd_gw(argv: list[str]) -> int:
+    head, args = _split_command(argv, "gw SITE")
+    st = state.read()
+    if st is None:
+        raise LabError(f"no lab is up (run {PROG} up --dataplane uring)")
+    if len(head) != 1:
+        raise LabError(USAGE["gw"].splitlines()[0])
+    site = next((s for s in st.get("sites", []) if s.get("name") == head[0]), None)
+    if site is None:
+        raise LabError(f"unknown site '{head[0]}' (sites: "
+                       f"{', '.join(s.get('name', '?') for s in st.get('sites', []))})")
+    if not site.get("gateway") or not st.get("gw_cmd"):
+        raise LabError("this lab has no gateways: bring it up with --dataplane uring|dpdk")
+    argv2 = ["ip", "netns", "exec", site["gateway_ns"], *st["gw_cmd"], *args]
+    sys.stdout.flush()
+    os.execvp(argv2[0], argv2)
+    return EXIT_TOOL_ERROR  # not reached
+
+
 # -------------------------------------------------------------------------------------- main
 
 class _signals_ignored:
@@ -279,19 +391,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     sub.add_parser("exec", help="SITE [--gw] -- CMD...: run CMD in SITE's host (or gateway) ns")
     sub.add_parser("wanem", help="PAIR K -- ARGS: detwan-wanem ARGS --control <path's socket>")
+    sub.add_parser("gw", help="SITE -- ARGS: detwan-gw ARGS in SITE's gateway namespace")
     try:
         # exec/wanem take raw argv: everything after `--` belongs to the command.
-        if argv and argv[0] in ("exec", "wanem"):
+        if argv and argv[0] in ("exec", "wanem", "gw"):
             rest = argv[1:]
             if rest in ([], ["-h"], ["--help"]):
                 print(USAGE[argv[0]])
                 return 0 if rest else 2
-            return cmd_exec(rest) if argv[0] == "exec" else cmd_wanem(rest)
+            return {"exec": cmd_exec, "wanem": cmd_wanem, "gw": cmd_gw}[argv[0]](rest)
         args = parser.parse_args(argv)
         return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.command](args)
     except LabError as e:
         err(str(e))
-        return EXIT_TOOL_ERROR if argv and argv[0] in ("exec", "wanem") else 1
+        return EXIT_TOOL_ERROR if argv and argv[0] in ("exec", "wanem", "gw") else 1
     except Interrupted:
         err("interrupted")
         return 130

@@ -143,6 +143,77 @@ def iperf3_goodput_bps(src: str, dst: dict, seconds: int = 4, cc: str | None = N
             server.wait(timeout=5)
 
 
+def _wait_listening(ns: str, port: int, proto: str = "t", timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:  # ready when the port listens
+        ss = subprocess.run(["ip", "netns", "exec", ns, "ss", f"-H{proto}ln", f"sport = :{port}"],
+                            capture_output=True, text=True)
+        if ss.stdout.strip():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} in {ns} after {timeout_s} s")
+
+
+def iperf3_udp(src: str, dst: dict, addr_key: str = "best_effort_addr", rate: str = "20M",
+               seconds: float = 3, length: int = 1200, port: int = 5201,
+               dscp: int | None = None) -> dict:
+    """iperf3 UDP from `src` to dst[addr_key] at `rate` (iperf3 -b) with `length`-byte
+    datagrams. Returns the receiver's view: packets (sent), lost_packets, lost_percent,
+    jitter_ms (RFC 3550 smoothed transit difference), received_bps, plus the client's report
+    under "client". The TCP control connection goes to the same address (through the tunnel
+    for a tunnel address)."""
+    if shutil.which("iperf3") is None:
+        raise RuntimeError("iperf3 missing: run tools/install-deps")
+    addr = dst[addr_key]
+    server = subprocess.Popen([str(TESTBED), "exec", dst["name"], "--", "iperf3", "-s", "-1",
+                               "-B", addr, "-p", str(port), "-J"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL)
+    try:
+        _wait_listening(dst["host_ns"], port)
+        cmd = [str(TESTBED), "exec", src, "--", "iperf3", "-c", addr, "-p", str(port), "-u",
+               "-b", rate, "-t", f"{seconds:g}", "-l", str(length), "-J"]
+        if dscp is not None:
+            cmd += ["--dscp", str(dscp)]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30,
+                             stdin=subprocess.DEVNULL)
+        if res.returncode != 0:
+            raise RuntimeError(f"iperf3 -u failed: {res.stdout[-2000:]} {res.stderr}")
+        client = json.loads(res.stdout)
+        s_out, _ = server.communicate(timeout=20)
+        report = json.loads(s_out)
+        end = report.get("end") or {}
+        total = end.get("sum_received") or end.get("sum")
+        if not total or "error" in report:
+            raise RuntimeError(f"iperf3 -u to {addr}: the server reported "
+                               f"{report.get('error') or 'no result'}")
+        return {"packets": total["packets"], "lost_packets": total["lost_packets"],
+                "lost_percent": total["lost_percent"], "jitter_ms": total["jitter_ms"],
+                "received_bps": total["bits_per_second"], "client": client["end"]["sum"]}
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=5)
+
+
+def gateway_stats(site: str) -> dict:
+    """`detwan-gw stats --json` of a site's gateway (lab up with --dataplane)."""
+    res = subprocess.run([str(TESTBED), "gw", site, "--", "stats", "--json"], capture_output=True,
+                         text=True, timeout=30, stdin=subprocess.DEVNULL)
+    if res.returncode != 0:
+        raise RuntimeError(f"detwan-gw stats of site {site} failed: {res.stderr.strip()}")
+    return json.loads(res.stdout)
+
+
+def wanem_stats(pair: str, path: int = 1) -> dict:
+    """`detwan-wanem stats --json` of path `path` between the sites of `pair`."""
+    res = subprocess.run([str(TESTBED), "wanem", pair, str(path), "--", "stats", "--json"],
+                         capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    if res.returncode != 0:
+        raise RuntimeError(f"detwan-wanem stats of {pair} {path} failed: {res.stderr.strip()}")
+    return json.loads(res.stdout)
+
+
 def lab_present() -> str | None:
     """Describes a lab that is up (any project namespace or state file), else None."""
     from lab import builder  # local import: keeps measure usable without root for probes

@@ -91,9 +91,10 @@ def remove_runtime_files() -> None:
 
 
 def remove_logs() -> None:
+    """Logs, final counters and gateway configurations of the previous lab."""
     if not RUN_DIR.is_dir():
         return
-    for pattern in ("*.log", "*.stats.json"):
+    for pattern in ("*.log", "*.stats.json", "gw-*.yaml"):
         for f in RUN_DIR.glob(pattern):
             with contextlib.suppress(OSError):
                 f.unlink()

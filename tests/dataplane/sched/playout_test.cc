@@ -33,7 +33,10 @@ Playout make(const PlayoutConfig& config) {
 
 std::vector<PlayoutFrame> release(Playout& p, int64_t now_ns) {
   std::vector<PlayoutFrame> out;
-  (void)p.release_due(now_ns, [&](const PlayoutFrame& f) { out.push_back(f); });
+  (void)p.release_due(now_ns, [&](const PlayoutFrame& f) {
+    out.push_back(f);
+    p.record_release(f, now_ns);  // released at the instant it became due
+  });
   return out;
 }
 
@@ -227,9 +230,11 @@ TEST(PlayoutTest, RecordsPlayoutErrorAndReportsJson) {
   ASSERT_EQ(p.push(1, 100, 0, 0), Status::kOk);
   const auto frames = release(p, 1 * kMs + 300);  // the caller polled 300 ns late
   ASSERT_EQ(frames.size(), 1u);
-  p.record_release(frames[0], 1 * kMs + 300);
+  EXPECT_EQ(frames[0].sender_time_ns, 0);
   EXPECT_EQ(p.counters().playout_error_ns.count(), 1u);
   EXPECT_EQ(p.counters().playout_error_ns.max(), 300);
+  // The one-way delay at egress is measured at the actual release: bound + playout error.
+  EXPECT_EQ(p.counters().one_way_delay_ns.max(), 1 * kMs + 300);
   const std::string json = p.counters_json();
   EXPECT_THAT(json, HasSubstr("\"received_packets\":1,"));
   EXPECT_THAT(json, HasSubstr("\"dropped\":{\"late\":0,\"too_early\":0,\"buffer_full\":0}"));

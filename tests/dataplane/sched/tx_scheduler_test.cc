@@ -189,7 +189,9 @@ TEST(TxSchedulerTest, CountsUnknownTunnelsAndBadSizes) {
 }
 
 TEST(TxSchedulerTest, AFrameDequeuedTooLateForItsWindowIsNeverSent) {
-  TxScheduler s = make(generous_config());
+  TxSchedulerConfig config = generous_config();
+  config.tunnels[0].missed_slot = MissedSlot::kDrop;
+  TxScheduler s = make(config);
   ASSERT_EQ(s.enqueue(7, 1, 1250, 0), Status::kOk);
   ASSERT_EQ(s.enqueue(7, 2, 1250, 0), Status::kOk);
   // Frame 1 may still start at 38 us (ends at the usable end, 39 us); frame 2 leaves at 1 us and
@@ -206,6 +208,42 @@ TEST(TxSchedulerTest, AFrameDequeuedTooLateForItsWindowIsNeverSent) {
   EXPECT_EQ(s.tunnel_counters(7)->dropped[kDrop(TxDrop::kMissedSlot)], 1u);
   EXPECT_EQ(s.tunnel_counters(7)->sent_packets, 2u);
   EXPECT_EQ(s.port_counters().dropped[kDrop(TxDrop::kMissedSlot)], 1u);
+}
+
+TEST(TxSchedulerTest, AFrameThatMissedItsWindowMovesToTheOwnersNextWindowByDefault) {
+  TxScheduler s = make(generous_config());
+  ASSERT_EQ(s.enqueue(7, 1, 1250, 0), Status::kOk);  // leaves at 0, may start until 38 us
+  ASSERT_EQ(s.enqueue(7, 2, 1250, 0), Status::kOk);  // leaves at 1 us
+  // The poll loop wakes at 45 us: both missed tunnel 7's window [0, 39 us). They are not sent
+  // now (outside the slots) but moved, in order, to the next window: 100 us and 101 us.
+  EXPECT_TRUE(dequeue(s, 45'000).empty());
+  EXPECT_EQ(s.tunnel_counters(7)->rescheduled, 2u);
+  EXPECT_EQ(s.port_counters().rescheduled, 2u);
+  EXPECT_EQ(s.tunnel_counters(7)->dropped[kDrop(TxDrop::kMissedSlot)], 0u);
+  EXPECT_EQ(s.held_frames(), 2u);
+  EXPECT_EQ(s.next_event_ns(), 100'000);
+  const auto frames = dequeue_on_time(s, 200'000);
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[0].handle, 1u);
+  EXPECT_EQ(frames[0].departure_ns, 100'000);
+  EXPECT_EQ(frames[0].enqueue_ns, 0);  // the original enqueue time is kept
+  EXPECT_EQ(frames[1].handle, 2u);
+  EXPECT_EQ(frames[1].departure_ns, 101'000);
+  EXPECT_EQ(s.tunnel_counters(7)->sent_packets, 2u);
+  EXPECT_THAT(s.counters_json(), HasSubstr("\"rescheduled\":2"));
+}
+
+TEST(TxSchedulerTest, AMissedFrameThatWouldExceedMaxWaitIsDroppedNotMoved) {
+  TxSchedulerConfig config = generous_config();
+  config.tunnels[0].max_wait_ns = 50'000;
+  TxScheduler s = make(config);
+  ASSERT_EQ(s.enqueue(7, 1, 1250, 0), Status::kOk);
+  const auto frames = dequeue(s, 45'000);  // next window at 100 us: 100 us after enqueue
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_FALSE(frames[0].send);
+  EXPECT_EQ(s.tunnel_counters(7)->rescheduled, 0u);
+  EXPECT_EQ(s.tunnel_counters(7)->dropped[kDrop(TxDrop::kMissedSlot)], 1u);
+  EXPECT_EQ(s.held_frames(), 0u);
 }
 
 TEST(TxSchedulerTest, PolicesExcessByDropOrDowngradeToBestEffort) {

@@ -133,8 +133,12 @@ TEST_F(WireDoc, ConstantsAppearInTheText) {
 TEST_F(WireDoc, FlagMasks) {
   const auto rows = table_after(doc_, "### Flags");
   const std::map<std::string, uint8_t> code = {
-      {"D (data)", kFlagData}, {"C (control)", kFlagControl},   {"R (replica)", kFlagReplica},
-      {"F (FEC)", kFlagFec},   {"reserved", kFlagReservedMask},
+      {"D (data)", kFlagData},
+      {"C (control)", kFlagControl},
+      {"R (replica)", kFlagReplica},
+      {"F (FEC)", kFlagFec},
+      {"B (best effort)", kFlagBestEffort},
+      {"reserved", kFlagReservedMask},
   };
   ASSERT_EQ(rows.size(), code.size());
   for (const Row& row : rows) {
@@ -142,6 +146,13 @@ TEST_F(WireDoc, FlagMasks) {
     ASSERT_TRUE(code.contains(row[2])) << row[2];
     EXPECT_EQ(std::stoul(unquote(row[1]), nullptr, 16), code.at(row[2])) << row[2];
   }
+  // The masks partition the octet: every bit is named exactly once.
+  unsigned all = 0;
+  for (const auto& [name, mask] : code) {
+    EXPECT_EQ(all & mask, 0u) << name;
+    all |= mask;
+  }
+  EXPECT_EQ(all, 0xFFu);
 }
 
 TEST_F(WireDoc, TypeValues) {

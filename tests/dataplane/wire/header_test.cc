@@ -3,6 +3,7 @@
 #include "dataplane/wire/header.h"
 
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -84,7 +85,9 @@ std::vector<FieldCase> field_cases() {
   // flags and type: every valid (flags, type) pair.
   for (uint8_t flags :
        {uint8_t{kFlagData}, uint8_t{kFlagData | kFlagReplica}, uint8_t{kFlagData | kFlagFec},
-        uint8_t{kFlagData | kFlagReplica | kFlagFec}}) {
+        uint8_t{kFlagData | kFlagReplica | kFlagFec}, uint8_t{kFlagData | kFlagBestEffort},
+        uint8_t{kFlagData | kFlagReplica | kFlagBestEffort},
+        uint8_t{kFlagData | kFlagReplica | kFlagFec | kFlagBestEffort}}) {
     add("flags", kFlagsOffset, 1, {flags}, [](TunnelHeader& h, uint64_t v) {
       h.flags = static_cast<uint8_t>(v);
       h.type = static_cast<uint8_t>(DataType::kIpv6);
@@ -125,13 +128,18 @@ TEST(HeaderRoundTrip, EveryFieldAtItsBoundaries) {
 
 TEST(HeaderRoundTrip, SeededRandomHeaders) {
   std::mt19937_64 rng(20240603);
-  const uint8_t flag_choices[] = {kFlagData, kFlagData | kFlagReplica, kFlagData | kFlagFec,
-                                  kFlagData | kFlagReplica | kFlagFec, kFlagControl};
+  const uint8_t flag_choices[] = {kFlagData,
+                                  kFlagData | kFlagReplica,
+                                  kFlagData | kFlagFec,
+                                  kFlagData | kFlagReplica | kFlagFec,
+                                  kFlagData | kFlagBestEffort,
+                                  kFlagData | kFlagFec | kFlagBestEffort,
+                                  kFlagControl};
   const uint8_t data_types[] = {1, 4, 6};
   const uint8_t control_types[] = {1, 2, 3};
   for (int i = 0; i < 20000; ++i) {
     TunnelHeader h;
-    h.flags = flag_choices[rng() % 5];
+    h.flags = flag_choices[rng() % std::size(flag_choices)];
     h.type = h.is_data() ? data_types[rng() % 3] : control_types[rng() % 3];
     h.tunnel_id = static_cast<uint32_t>(rng() % 0xFFFFFFFFu) + 1;
     h.path_id = static_cast<uint8_t>(rng());
@@ -165,6 +173,26 @@ TEST(HeaderRoundTrip, DecodesFromUnalignedBuffers) {
   }
 }
 
+TEST(HeaderFlags, BestEffortIsItsOwnBitAndOnlyValidWithData) {
+  TunnelHeader h = sample_header();
+  h.flags = kFlagData | kFlagBestEffort;
+  EXPECT_TRUE(h.is_data());
+  EXPECT_TRUE(h.is_best_effort());
+  EXPECT_FALSE(h.is_replica());
+  EXPECT_FALSE(h.is_fec());
+  EXPECT_EQ(validate(h), std::nullopt);
+  const Bytes bytes = datagram(h, payload_of(3));
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_EQ(get_be(bytes, kFlagsOffset, 1), 0x88u);
+  const auto decoded = decode(bytes);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_TRUE(decoded->header.is_best_effort());
+  h.flags = kFlagData;
+  EXPECT_FALSE(h.is_best_effort());
+  EXPECT_EQ(kFlagBestEffort & kFlagReservedMask, 0);
+  EXPECT_EQ(kFlagReservedMask, 0x07);
+}
+
 TEST(HeaderEncode, RefusesShortBuffersAndWritesNothing) {
   const TunnelHeader h = sample_header();
   for (std::size_t n = 0; n < kHeaderSize; ++n) {
@@ -193,6 +221,11 @@ TEST(HeaderEncode, RefusesHeadersAReceiverWouldDrop) {
        DropReason::kBadFlags},
       {"control replica", [](TunnelHeader& h) { h.flags = kFlagControl | kFlagReplica; },
        DropReason::kBadFlags},
+      {"control best effort", [](TunnelHeader& h) { h.flags = kFlagControl | kFlagBestEffort; },
+       DropReason::kBadFlags},
+      {"best effort alone", [](TunnelHeader& h) { h.flags = kFlagBestEffort; },
+       DropReason::kBadFlags},
+      {"reserved flag 0x04", [](TunnelHeader& h) { h.flags |= 0x04; }, DropReason::kReservedSet},
       {"data type 0", [](TunnelHeader& h) { h.type = 0; }, DropReason::kBadType},
       {"control type 4",
        [](TunnelHeader& h) {

@@ -78,6 +78,7 @@ void Emulator::Impl::configure(const ImpairmentSpec& spec, int64_t now_ns, bool 
   spec_ = spec;
   spec_.seed = seed;
   queue_limit_bytes_ = spec_.rate_bps == 0 ? 0 : spec_.effective_queue_bytes();
+  prio_queue_limit_bytes_ = spec_.rate_bps == 0 ? 0 : spec_.prio_queue_bytes;
   if (cross_changed) cross_.reset(spec_, now_ns);
 }
 

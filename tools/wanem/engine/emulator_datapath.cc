@@ -64,7 +64,8 @@ void Emulator::Impl::advance(int64_t now_ns) noexcept {
 void Emulator::Impl::cross_arrivals(int64_t now_ns) noexcept {
   const uint32_t bytes = cross_.frame_bytes();
   ClassCounters& counters = counters_.by_class[kCrossIndex];
-  const bool too_big = queue_limit_bytes_ != 0 && queued_bytes_ + bytes > queue_limit_bytes_;
+  const bool too_big =
+      queue_limit_bytes_ != 0 && shared_queued_bytes() + bytes > queue_limit_bytes_;
   if (queue_empty() && link_free_ <= cross_.next_arrival()) {
     // Idle link: this burst's arrivals up to now go out as they arrive, back-to-back, each
     // seeing an empty queue. Handled in one step instead of frame by frame.
@@ -106,6 +107,7 @@ void Emulator::Impl::dequeue_one() noexcept {
     const uint32_t slot = reserved_queue_.front();
     reserved_queue_.pop_front();
     queued_bytes_ -= slots_[slot].frame_bytes;
+    reserved_queued_bytes_ -= slots_[slot].frame_bytes;
     --queued_real_;
     start_transmission(slot, start);
   } else {
@@ -152,9 +154,12 @@ void Emulator::Impl::enter_delay_line(uint32_t slot, int64_t tx_end_ns) noexcept
 
 Status Emulator::Impl::admit(const Frame& frame, int class_index, int64_t now_ns) noexcept {
   counters_.queue_depth_bytes[class_index].record(static_cast<int64_t>(queued_bytes_));
-  if (queue_limit_bytes_ != 0 && queued_bytes_ + frame.frame_bytes > queue_limit_bytes_) {
-    return drop(class_index, DropReason::kQueueFull);
-  }
+  const bool own_limit = class_index == kReservedIndex && prio_queue_limit_bytes_ != 0;
+  const bool full =
+      own_limit ? reserved_queued_bytes_ + frame.frame_bytes > prio_queue_limit_bytes_
+                : queue_limit_bytes_ != 0 &&
+                      shared_queued_bytes() + frame.frame_bytes > queue_limit_bytes_;
+  if (full) return drop(class_index, DropReason::kQueueFull);
   if (free_count_ == 0) return drop(class_index, DropReason::kNoCapacity);
   const uint32_t slot = free_slots_[--free_count_];
   Slot& held = slots_[slot];
@@ -179,6 +184,7 @@ Status Emulator::Impl::admit(const Frame& frame, int class_index, int64_t now_ns
     return drop(class_index, DropReason::kNoCapacity);
   }
   queued_bytes_ += frame.frame_bytes;
+  if (class_index == kReservedIndex) reserved_queued_bytes_ += frame.frame_bytes;
   ++queued_real_;
   queued_min_offset_ns_ = std::min(queued_min_offset_ns_, held.offset_ns);
   return Status::kOk;

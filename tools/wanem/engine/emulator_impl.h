@@ -80,6 +80,13 @@ struct Emulator::Impl {
   FixedRing<uint32_t> reorder_line_;
 
   uint64_t queued_bytes_ = 0;  // waiting in either class, cross frames included
+  uint64_t reserved_queued_bytes_ = 0;   // of which in the reserved class
+  uint64_t prio_queue_limit_bytes_ = 0;  // the reserved class's own limit (0: shares the queue)
+  // Bytes counted against queue_limit_bytes_: everything, or best effort + cross only when the
+  // reserved class has its own limit (prio-queue).
+  [[nodiscard]] uint64_t shared_queued_bytes() const noexcept {
+    return prio_queue_limit_bytes_ != 0 ? queued_bytes_ - reserved_queued_bytes_ : queued_bytes_;
+  }
   uint32_t queued_real_ = 0;   // real frames waiting in either class
   // Lowest offset_ns among waiting real frames (since the queue last held none): lets
   // next_event_ns() bound their release time from below.

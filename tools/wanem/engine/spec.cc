@@ -39,7 +39,7 @@ constexpr uint32_t kMaxCrossFrameBytes = 65535;
 
 constexpr std::string_view kKnownKeys =
     "delay, jitter, jitter-dist, loss, ge, dup, reorder, reorder-ahead, rate, queue, cross, "
-    "cross-burst, cross-size, prio-dscp, prio-port, down, seed";
+    "cross-burst, cross-size, prio-dscp, prio-port, prio-queue, down, seed";
 
 using common::lower;
 using common::trim;
@@ -233,6 +233,13 @@ Parsed<void> on_queue(std::string_view, std::string_view value, ImpairmentSpec& 
   return {};
 }
 
+Parsed<void> on_prio_queue(std::string_view, std::string_view value, ImpairmentSpec& s) {
+  auto v = common::parse_size_bytes(value);
+  if (!v) return std::unexpected(Reason{reason_of(v.error(), value)});
+  s.prio_queue_bytes = *v;
+  return {};
+}
+
 Parsed<void> on_cross_size(std::string_view, std::string_view value, ImpairmentSpec& s) {
   auto v = common::parse_size_bytes(value);
   if (!v) return std::unexpected(Reason{reason_of(v.error(), value)});
@@ -311,7 +318,7 @@ struct KeyEntry {
 };
 
 // Registry of keys, in canonical (format_spec) order.
-constexpr std::array<KeyEntry, 17> kKeys = {{
+constexpr std::array<KeyEntry, 18> kKeys = {{
     {"delay", on_delay},
     {"jitter", on_jitter},
     {"jitter-dist", on_jitter_dist},
@@ -327,6 +334,7 @@ constexpr std::array<KeyEntry, 17> kKeys = {{
     {"cross-size", on_cross_size},
     {"prio-dscp", on_prio_dscp},
     {"prio-port", on_prio_port},
+    {"prio-queue", on_prio_queue},
     {"down", on_down},
     {"seed", on_seed},
 }};

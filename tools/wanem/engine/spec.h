@@ -26,6 +26,9 @@
 //   prio-dscp=46/34       DSCP values classified as reserved (strict priority over best effort);
 //                         names ef, af11..af43, cs0..cs7 are accepted too
 //   prio-port=5000-5999/7000   UDP destination ports classified as reserved
+//   prio-queue=256kb      the reserved class's own byte limit: reserved frames are admitted
+//                         against it alone and `queue` then limits best effort + cross only
+//                         (default 0: both classes share `queue`)
 //   down=5s-7s/20s-21s    scripted link-down windows, relative to emulator start, increasing and
 //                         disjoint; prio-dscp, prio-port and down take `none` to clear the list
 //   seed=42               random seed (default 1): runs with the same seed and input are identical
@@ -82,6 +85,7 @@ struct ImpairmentSpec {
   uint32_t cross_frame_bytes = 1500;
   std::vector<uint8_t> prio_dscp;
   std::vector<PortRange> prio_ports;
+  uint64_t prio_queue_bytes = 0;  // 0 = the reserved class shares queue_bytes
   std::vector<DownWindow> down;
   uint64_t seed = 1;
 

@@ -122,6 +122,7 @@ std::string format_spec(const ImpairmentSpec& s) {
     add("cross-size", format_size(s.cross_frame_bytes));
   if (!s.prio_dscp.empty()) add("prio-dscp", format_dscp(s.prio_dscp));
   if (!s.prio_ports.empty()) add("prio-port", format_ports(s.prio_ports));
+  if (s.prio_queue_bytes != d.prio_queue_bytes) add("prio-queue", format_size(s.prio_queue_bytes));
   if (!s.down.empty()) add("down", format_windows(s.down));
   if (s.seed != d.seed) add("seed", fmt::format("{}", s.seed));
   return fmt::format("{}", fmt::join(parts, ","));

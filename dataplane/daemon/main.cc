@@ -1,0 +1,234 @@
+// detwan-gw: the dataplane gateway at a site's WAN edge (docs/gateway.md).
+//
+//   detwan-gw --check-config FILE                 validate, print the effective configuration
+//   detwan-gw run --config FILE [--control NAME] [--log-level L] [--timing low-cpu|busy] [--cpu N]
+//   detwan-gw --config FILE [...]                 the same as run
+//   detwan-gw stats [--control NAME] [--json | --prometheus]
+//
+// Exit status (docs/errors.md): 0 success, 1 runtime failure, 2 bad configuration or command line.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <boost/json.hpp>
+
+#include "common/logging.h"
+#include "common/status.h"
+#include "dataplane/daemon/backends.h"
+#include "dataplane/daemon/stats_table.h"
+#include "dataplane/gw/config.h"
+#include "dataplane/gw/control_server.h"
+#include "dataplane/gw/engine.h"
+#include "dataplane/gw/run_context.h"
+
+namespace detwan::dataplane::daemon {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kStatsTimeoutMs = 5000;
+
+// Set by SIGINT/SIGTERM; the datapath loop checks it at least every 10 ms. A lock-free atomic
+// store is async-signal-safe.
+std::atomic<bool> stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void on_stop_signal(int) { stop_requested.store(true); }
+
+void install_signal_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
+int exit_code_for(const common::Error& error) {
+  switch (error.code) {
+    case common::ErrorCode::kConfig:
+    case common::ErrorCode::kInvalidArgument:
+      return kExitBadInput;
+    default:
+      return kExitFailure;
+  }
+}
+
+int fail(const common::Error& error, int code) {
+  std::fprintf(stderr, "detwan-gw: %s\n", error.message.c_str());
+  return code;
+}
+
+int64_t tai_now_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_TAI, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+struct RunSettings {
+  std::string config_file;
+  std::optional<std::string> control;
+  std::string log_level = "info";
+  std::optional<std::string> timing;
+  std::optional<int> cpu;
+};
+
+int command_check_config(const std::string& file) {
+  auto config = gw::load_gateway_config(file);
+  if (!config) return fail(config.error(), kExitBadInput);
+  std::fputs(gw::describe(*config).c_str(), stdout);
+  return kExitOk;
+}
+
+int command_run(const RunSettings& settings) {
+  common::LogOptions log_options;
+  log_options.level = settings.log_level;
+  if (auto logging = common::init_logging("detwan-gw", log_options); !logging) {
+    return fail(common::Error{logging.error().code, "--log-level: " + logging.error().message},
+                kExitBadInput);
+  }
+  auto loaded = gw::load_gateway_config(settings.config_file);
+  if (!loaded) return fail(loaded.error(), kExitBadInput);
+  gw::GatewayConfig config = std::move(*loaded);
+  if (settings.control) config.control_socket = *settings.control;
+  if (settings.timing) {
+    config.timing = *settings.timing == "busy" ? gw::TimingMode::kBusy : gw::TimingMode::kLowCpu;
+  }
+  if (settings.cpu) config.cpu = *settings.cpu;
+
+  auto log = common::logger("detwan-gw");
+  log->info("effective configuration ({}):\n{}", config.source, gw::describe(config));
+  install_signal_handlers();
+
+  auto engine = gw::Engine::create(config, tai_now_ns());
+  if (!engine) return fail(engine.error(), exit_code_for(engine.error()));
+  auto control = gw::ControlServer::start(config.control_socket);
+  if (!control) return fail(control.error(), exit_code_for(control.error()));
+  log->info("control socket {} (detwan-gw stats --control {})", (*control)->name(),
+            (*control)->name());
+
+  gw::RunContext context{**engine, config, control->get(), stop_requested};
+  auto outcome = run_backend(context);
+  control->reset();
+  if (!outcome) {
+    log->error("{}", outcome.error().message);
+    return fail(outcome.error(), exit_code_for(outcome.error()));
+  }
+  log->info("stopped; final counters: {}", (*engine)->stats_json(tai_now_ns()));
+  return kExitOk;
+}
+
+int command_stats(const std::string& control, bool json, bool prometheus) {
+  const std::string request = prometheus ? R"({"cmd":"prometheus"})" : R"({"cmd":"stats"})";
+  auto answer = gw::control_request(control, request, kStatsTimeoutMs);
+  if (!answer) return fail(answer.error(), kExitFailure);
+  if (prometheus) {
+    std::printf("%s\n", answer->c_str());
+    return kExitOk;
+  }
+  boost::json::error_code parse_error;
+  const boost::json::value parsed = boost::json::parse(*answer, parse_error);
+  if (parse_error || !parsed.is_object()) {
+    std::fprintf(stderr, "detwan-gw: malformed answer from %s: %s\n",
+                 gw::control_socket_name(control).c_str(), answer->c_str());
+    return kExitFailure;
+  }
+  if (const auto* error = parsed.as_object().if_contains("error")) {
+    std::fprintf(stderr, "detwan-gw: the gateway refused: %s\n",
+                 error->is_string() ? error->as_string().c_str() : answer->c_str());
+    return kExitFailure;
+  }
+  if (json) {
+    std::printf("%s\n", answer->c_str());
+  } else {
+    std::fputs(format_stats_table(parsed).c_str(), stdout);
+  }
+  return kExitOk;
+}
+
+int main_impl(int argc, char** argv) {
+  CLI::App app{"detwan-gw: the detwan dataplane gateway (docs/gateway.md)"};
+  app.require_subcommand(0, 1);
+
+  std::string check_file;
+  app.add_option("--check-config", check_file,
+                 "validate FILE, print the effective configuration, exit 0 (2 if invalid)");
+  RunSettings run_settings;
+  // Run options live on the top level so that `detwan-gw --config FILE` alone runs; the
+  // subcommands fall through to them.
+  app.add_option("--config", run_settings.config_file, "gateway configuration (YAML)");
+  app.add_option("--control", run_settings.control,
+                 "control socket: a path or @name (default @detwan-gw, or the config's)");
+  app.add_option("--log-level", run_settings.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+  app.add_option("--timing", run_settings.timing, "low-cpu (default) or busy")
+      ->check(CLI::IsMember({"low-cpu", "busy"}));
+  app.add_option("--cpu", run_settings.cpu, "pin the datapath thread to this CPU")
+      ->check(CLI::NonNegativeNumber);
+
+  CLI::App* run = app.add_subcommand("run", "run the gateway until SIGINT/SIGTERM");
+  run->fallthrough();
+  bool json = false;
+  bool prometheus = false;
+  CLI::App* stats = app.add_subcommand("stats", "counters of a running gateway");
+  stats->fallthrough();
+  CLI::Option* json_flag = stats->add_flag("--json", json, "print the raw JSON");
+  stats->add_flag("--prometheus", prometheus, "print Prometheus text format")->excludes(json_flag);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    (void)app.exit(e);
+    return kExitBadInput;
+  }
+
+  auto usage_error = [&](const std::string& message) {
+    std::fprintf(stderr, "detwan-gw: %s (see --help)\n", message.c_str());
+    return kExitBadInput;
+  };
+  const bool run_options = app.count("--log-level") > 0 || run_settings.timing.has_value() ||
+                           run_settings.cpu.has_value();
+  if (!check_file.empty()) {
+    if (*run || *stats || !run_settings.config_file.empty() || run_options) {
+      return usage_error("--check-config takes no other command or option");
+    }
+    return command_check_config(check_file);
+  }
+  if (*stats) {
+    if (!run_settings.config_file.empty() || run_options) {
+      return usage_error("stats takes only --control, --json and --prometheus");
+    }
+    return command_stats(run_settings.control.value_or(""), json, prometheus);
+  }
+  if (run_settings.config_file.empty()) {
+    return usage_error(*run
+                           ? "run needs --config FILE"
+                           : "nothing to do: give --check-config FILE, run --config FILE or stats");
+  }
+  return command_run(run_settings);
+}
+
+}  // namespace
+}  // namespace detwan::dataplane::daemon
+
+int main(int argc, char** argv) {
+  try {
+    return detwan::dataplane::daemon::main_impl(argc, argv);
+  } catch (const detwan::common::Failure& failure) {
+    std::fprintf(stderr, "detwan-gw: %s\n", failure.error().message.c_str());
+    return failure.error().code == detwan::common::ErrorCode::kConfig ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "detwan-gw: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,251 @@
+// Setup of the DPDK gateway and the backend entry point run().
+#include "dataplane/dpdk/gateway.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include <fmt/format.h>
+#include <rte_cycles.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include "common/logging.h"
+#include "dataplane/dpdk/eal.h"
+#include "dataplane/dpdk/gateway_impl.h"
+
+namespace detwan::dataplane::dpdk {
+namespace {
+
+constexpr uint32_t kPoolCacheSize = 256;
+constexpr uint32_t kVlanRoomBytes = 4;  // room for one tag in received frames
+
+std::string pool_name() {
+  static std::atomic<uint32_t> next{0};  // one pool per gateway; names must be unique
+  return fmt::format("dtw_gw_{}", next.fetch_add(1));
+}
+
+common::Result<WanPortState> open_wan_port(Gateway::Impl& impl, uint32_t index) {
+  const gw::WanPortConfig& config = impl.config.wan_ports[index];
+  const std::string label = fmt::format("wan_ports[{}] ({})", index, config.name);
+  if (!config.dpdk) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              fmt::format("{}: the dpdk backend needs a 'dpdk' section (device, "
+                                          "next_hop_mac)",
+                                          label));
+  }
+  const gw::DpdkPortConfig& dpdk = *config.dpdk;
+  WanPortState state;
+  state.device = dpdk.device;
+  if (!parse_mac(dpdk.next_hop_mac, &state.next_hop_mac)) {
+    return common::make_error(
+        common::ErrorCode::kConfig,
+        fmt::format("{}: field 'dpdk.next_hop_mac': '{}' is not a MAC address like "
+                    "02:00:00:00:00:01",
+                    label, dpdk.next_hop_mac));
+  }
+  EthPortOptions options;
+  options.label = label;
+  options.device = dpdk.device;
+  options.local_mac = dpdk.local_mac;
+  options.rx_queue_size = dpdk.rx_queue_size;
+  options.tx_queue_size = dpdk.tx_queue_size;
+  options.mtu_bytes = config.mtu_bytes;
+  options.want_checksum_offload = impl.options.checksum_offload;
+  auto port = EthPort::open(options, impl.pool);
+  if (!port) return std::unexpected(port.error());
+  state.port = std::move(*port);
+  state.address.mac = state.port->mac();
+  state.address.local = config.local;
+  state.io = &impl.engine.port_io(index);
+  return state;
+}
+
+}  // namespace
+
+Gateway::Impl::~Impl() {
+  wan.clear();  // ports first: they may hold buffered mbufs of the pool
+  local.port.reset();
+  if (local.spare != nullptr) rte_pktmbuf_free(local.spare);
+  local.spare = nullptr;
+  if (pool != nullptr) rte_mempool_free(pool);
+}
+
+Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Gateway::~Gateway() = default;
+
+common::Result<std::unique_ptr<Gateway>> Gateway::open(gw::Engine& engine,
+                                                       const gw::GatewayConfig& config,
+                                                       const GatewayOptions& options) {
+  auto impl = std::make_unique<Impl>(engine, config);
+  impl->options = options;
+  impl->batch = std::clamp<uint32_t>(config.batch, 1, EthPort::kMaxBurst);
+  uint32_t largest_frame = config.tun.mtu_bytes + kEtherHeaderBytes;
+  for (const gw::WanPortConfig& port : config.wan_ports) {
+    largest_frame = std::max(largest_frame, port.mtu_bytes + kEtherHeaderBytes + kVlanRoomBytes);
+  }
+  // Default mbufs (2048 bytes of data room) unless an MTU needs more; jumbo frames stay in
+  // one segment.
+  const uint32_t data_room =
+      RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(largest_frame, RTE_MBUF_DEFAULT_DATAROOM);
+  if (data_room > UINT16_MAX) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              fmt::format("an MTU of {} bytes needs mbufs above 64 KiB",
+                                          largest_frame));
+  }
+  impl->pool = rte_pktmbuf_pool_create(pool_name().c_str(), config.dpdk.mbuf_count,
+                                       std::min(kPoolCacheSize, config.dpdk.mbuf_count / 2), 0,
+                                       static_cast<uint16_t>(data_room),
+                                       static_cast<int>(rte_socket_id()));
+  if (impl->pool == nullptr) {
+    return std::unexpected(rte_error(
+        common::ErrorCode::kIo,
+        fmt::format("mbuf pool of {} buffers of {} bytes (field 'dpdk.mbufs'; without "
+                    "hugepages give the EAL more memory with -m)",
+                    config.dpdk.mbuf_count, data_room)));
+  }
+  if (config.wan_ports.size() != engine.port_count()) {
+    return common::make_error(common::ErrorCode::kInternal,
+                              fmt::format("engine has {} WAN ports, configuration {}",
+                                          engine.port_count(), config.wan_ports.size()));
+  }
+  for (uint32_t i = 0; i < config.wan_ports.size(); ++i) {
+    auto state = open_wan_port(*impl, i);
+    if (!state) return std::unexpected(state.error());
+    for (const WanPortState& other : impl->wan) {
+      if (other.port->port_id() == state->port->port_id()) {
+        return common::make_error(common::ErrorCode::kConfig,
+                                  fmt::format("{} and {} both use DPDK device '{}'",
+                                              other.port->label(), state->port->label(),
+                                              state->device));
+      }
+    }
+    impl->wan.push_back(std::move(*state));
+  }
+  if (auto local = open_local_side(*impl); !local) return std::unexpected(local.error());
+  return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
+}
+
+BackendCounters Gateway::counters() const noexcept { return impl_->counters; }
+
+uint16_t Gateway::wan_port_id(uint32_t port_index) const noexcept {
+  return port_index < impl_->wan.size() ? impl_->wan[port_index].port->port_id() : UINT16_MAX;
+}
+
+rte_mempool* Gateway::pool() const noexcept { return impl_->pool; }
+
+uint16_t Gateway::service_port(uint32_t tunnel_index) const noexcept {
+  const auto& service = impl_->local.service;
+  return tunnel_index < service.size() ? service[tunnel_index].port : uint16_t{0};
+}
+
+namespace {
+
+std::string eth_json(const EthPort& port, bool with_frame_drops) {
+  const EthCounters& c = port.counters();
+  std::string text = fmt::format(
+      R"("port_id":{},"rx_packets":{},"rx_bytes":{},"tx_packets":{},"tx_bytes":{},)"
+      R"("tx_failed":{},"encap_failed":{})",
+      port.port_id(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.tx_failed,
+      c.encap_failed);
+  if (with_frame_drops) {
+    text += R"(,"frame_drops":{)";
+    for (int i = 1; i < kFrameDropCount; ++i) {
+      text += fmt::format(R"({}"{}":{})", i > 1 ? "," : "", to_string(static_cast<FrameDrop>(i)),
+                          c.frame_drops[i]);
+    }
+    text += "}";
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string Gateway::counters_json() const {
+  const Impl& impl = *impl_;
+  std::string text = R"({"wan_ports":[)";
+  for (std::size_t i = 0; i < impl.wan.size(); ++i) {
+    text += fmt::format(R"({}{{"name":"{}","device":"{}",{}}})", i > 0 ? "," : "",
+                        impl.config.wan_ports[i].name, impl.wan[i].device,
+                        eth_json(*impl.wan[i].port, true));
+  }
+  text += "],";
+  if (impl.local.port) {
+    text += fmt::format(R"("local_port":{{{}}},)", eth_json(*impl.local.port, false));
+  }
+  const BackendCounters& c = impl.counters;
+  text += fmt::format(
+      R"("wan_frame_drops":{},"encap_failed":{},"tx_failed":{},"no_buffer":{},)"
+      R"("local_dropped":{},"loop_iterations":{},"tsc_hz":{},"cycles":{{"wan_rx":{},)"
+      R"("local_rx":{},"control":{},"transmit":{},"release":{}}}}})",
+      c.wan_frame_drops_total, c.encap_failed, c.tx_failed, c.no_buffer, c.local_dropped,
+      c.loop_iterations, rte_get_tsc_hz(), c.cycles_wan_rx, c.cycles_local_rx, c.cycles_control,
+      c.cycles_transmit, c.cycles_release);
+  return text;
+}
+
+namespace {
+
+struct LoopArgs {
+  Gateway* gateway;
+  gw::RunContext* context;
+};
+
+int loop_on_lcore(void* arg) {
+  auto* args = static_cast<LoopArgs*>(arg);
+  args->gateway->run_st(args->context->stop, args->context->control);
+  return 0;
+}
+
+}  // namespace
+
+common::Result<void> run(gw::RunContext& context) {
+  const gw::GatewayConfig& config = context.config;
+  auto log = common::logger("dpdk");
+  auto eal = init_eal(config.dpdk.eal_args);
+  if (!eal) return std::unexpected(eal.error());
+  if (eal->initialised) {
+    log->info("EAL arguments: {}", fmt::join(eal->words.begin() + 1, eal->words.end(), " "));
+  } else {
+    log->info("EAL already initialised in this process; dpdk.eal not applied again");
+  }
+  common::Result<void> outcome;
+  {
+    auto gateway = Gateway::open(context.engine, config);
+    if (!gateway) {
+      if (eal->initialised) cleanup_eal();
+      return std::unexpected(gateway.error());
+    }
+    for (uint32_t i = 0; i < config.wan_ports.size(); ++i) {
+      log->info("{}: DPDK device '{}' (port {}), next hop {}", config.wan_ports[i].name,
+                config.wan_ports[i].dpdk->device, (*gateway)->wan_port_id(i),
+                config.wan_ports[i].dpdk->next_hop_mac);
+    }
+    const unsigned main_lcore = rte_get_main_lcore();
+    const int lcore = config.dpdk.lcore;
+    if (lcore < 0 || static_cast<unsigned>(lcore) == main_lcore) {
+      log->info("datapath on the calling thread (main lcore {}), {}", main_lcore,
+                config.timing == gw::TimingMode::kBusy ? "busy polling" : "low-cpu idle sleeps");
+      (*gateway)->run_st(context.stop, context.control);
+    } else if (!rte_lcore_is_enabled(static_cast<unsigned>(lcore))) {
+      outcome = common::make_error(
+          common::ErrorCode::kConfig,
+          fmt::format("field 'dpdk.lcore': lcore {} is not enabled by dpdk.eal (-l/--lcores)",
+                      lcore));
+    } else {
+      LoopArgs args{gateway->get(), &context};
+      log->info("datapath on lcore {}", lcore);
+      if (rte_eal_remote_launch(loop_on_lcore, &args, static_cast<unsigned>(lcore)) != 0) {
+        outcome = common::make_error(common::ErrorCode::kUnavailable,
+                                     fmt::format("lcore {} is busy", lcore));
+      } else {
+        (void)rte_eal_wait_lcore(static_cast<unsigned>(lcore));
+      }
+    }
+    log->info("dpdk backend counters: {}", (*gateway)->counters_json());
+  }
+  if (eal->initialised) cleanup_eal();
+  return outcome;
+}
+
+}  // namespace detwan::dataplane::dpdk

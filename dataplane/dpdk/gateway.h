@@ -1,0 +1,109 @@
+#pragma once
+// The DPDK backend of detwan-gw: the gateway's WAN ports are DPDK ethdevs (NICs or vdevs), the
+// engine (dataplane/gw/engine.h) does everything tunnel-related, and one busy-polling lcore runs
+// the loop: RX bursts -> parse Ethernet/IP/UDP -> engine; engine TX -> prepend tunnel header,
+// UDP, IP, Ethernet in the mbuf's headroom -> TX burst; released packets -> the local side.
+//
+// Local side: the kernel TUN device (config.tun) and the tunnels' UDP service sockets, copied
+// into/out of mbufs; or, for kernel bypass on the host side (tests, the forwarding benchmark),
+// a DPDK "local port" carrying plain IPv4/IPv6 packets in Ethernet frames (GatewayOptions;
+// it replaces TUN when set).
+//
+// Threading: open() and the destructor on any thread; everything else on the one thread that
+// owns the engine (_st). The EAL must be initialised first (init_eal(), eal.h); run() does it.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "dataplane/gw/run_context.h"
+
+struct rte_mempool;
+
+namespace detwan::dataplane::gw {
+class ControlServer;
+}
+
+namespace detwan::dataplane::dpdk {
+
+// Host side over a DPDK ethdev instead of TUN: frames received there must be Ethernet +
+// IPv4/IPv6 (the Ethernet header is stripped and the IP packet submitted like a TUN read);
+// released IP packets leave with an Ethernet header from the port's MAC to `peer_mac`.
+struct LocalPortOptions {
+  std::string device;     // ethdev name, e.g. "net_ring_host0"
+  std::string peer_mac;   // destination MAC of released packets (required)
+  uint16_t rx_queue_size = 1024;
+  uint16_t tx_queue_size = 1024;
+};
+
+struct GatewayOptions {
+  std::optional<LocalPortOptions> local_port;
+  // Tunables of the loop, with their defaults.
+  int64_t control_poll_interval_ns = 1'000'000;  // control server poll (<= 10 ms, run_context.h)
+  int64_t idle_sleep_ns = 50'000;  // timing: low-cpu only: sleep when idle, at most this long
+  bool checksum_offload = true;    // use the device's IPv4/UDP checksum offloads if it has them
+};
+
+// Counters of the backend beyond the engine's PortIo/LocalIo (which it also feeds).
+struct BackendCounters {
+  uint64_t wan_frame_drops_total = 0;  // sum of parse_wan_frame() rejections, all ports
+  uint64_t encap_failed = 0;           // data/control frames that could not be framed
+  uint64_t tx_failed = 0;              // frames the drivers refused (freed)
+  uint64_t no_buffer = 0;              // mbuf pool empty (TUN/service reads, control frames)
+  uint64_t local_dropped = 0;          // released packets the local side could not deliver
+  uint64_t loop_iterations = 0;
+  // TSC cycles spent per phase of poll_once_st (rte_get_tsc_hz() per second), engine included:
+  // WAN RX (parse + engine receive), local RX (+ engine submit), control timers, TX (engine
+  // schedule + encapsulation + TX burst), release (engine playout + local delivery).
+  uint64_t cycles_wan_rx = 0, cycles_local_rx = 0, cycles_control = 0, cycles_transmit = 0,
+           cycles_release = 0;
+};
+
+class Gateway {
+ public:
+  // Creates the mbuf pool (config.dpdk.mbuf_count, sized for the largest MTU) and opens every
+  // WAN port (config.wan_ports[i].dpdk), the TUN device if config.tun.enabled and no local port
+  // is given, and the service sockets. Errors name the port/field/device.
+  static common::Result<std::unique_ptr<Gateway>> open(gw::Engine& engine,
+                                                       const gw::GatewayConfig& config,
+                                                       const GatewayOptions& options = {});
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  // One iteration of the loop at time now_ns (TAI, or virtual in tests): WAN RX, local RX,
+  // control timers, TX of every due frame, release of every due packet, TX drain. Returns the
+  // number of packets it handled (0 = idle). Never blocks.
+  uint32_t poll_once_st(int64_t now_ns) noexcept;
+
+  // The busy loop: poll_once_st() with the TSC converted to TAI, control->poll_st() every
+  // control_poll_interval_ns, until `stop`. Drains nothing after stop: frames still queued in
+  // the engine are freed with the gateway.
+  void run_st(std::atomic<bool>& stop, gw::ControlServer* control);
+
+  [[nodiscard]] BackendCounters counters() const noexcept;
+  // {"wan_ports":[{"name":..,"device":..,"port_id":..,"rx_packets":..,...,
+  //  "frame_drops":{"other_mac":0,...}}],"local":{...},"no_buffer":..,...}
+  [[nodiscard]] std::string counters_json() const;
+  [[nodiscard]] uint16_t wan_port_id(uint32_t port_index) const noexcept;
+  [[nodiscard]] rte_mempool* pool() const noexcept;
+  // UDP port the service socket of tunnel_index is bound to (0 if it has none); for tests
+  // that bind to port 0.
+  [[nodiscard]] uint16_t service_port(uint32_t tunnel_index) const noexcept;
+
+  struct Impl;
+
+ private:
+  explicit Gateway(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The backend entry point (run_context.h): initialises the EAL from config.dpdk.eal_args,
+// opens the gateway, runs the loop on the calling thread — or on config.dpdk.lcore if it names
+// a worker lcore, the calling thread waiting for it — until context.stop, closes everything and,
+// if it initialised the EAL, cleans it up (so it runs once per process).
+common::Result<void> run(gw::RunContext& context);
+
+}  // namespace detwan::dataplane::dpdk

@@ -1,0 +1,206 @@
+// The gateway's poll loop, host side (TUN, DPDK local port, service sockets): no exceptions,
+// no allocation, no logging per packet. Socket and TUN I/O are non-blocking system calls.
+#include <cerrno>
+#include <cstring>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dataplane/dpdk/gateway_impl.h"
+#include "dataplane/wire/byte_order.h"
+
+namespace detwan::dataplane::dpdk {
+namespace {
+
+wire::DataType ip_type_of(const std::byte* packet, uint32_t bytes) noexcept {
+  const auto version = bytes > 0 ? std::to_integer<uint8_t>(packet[0]) >> 4 : 0;
+  return version == 6 ? wire::DataType::kIpv6 : wire::DataType::kIpv4;
+}
+
+// Takes the spare mbuf (or a fresh one); nullptr when the pool is empty.
+rte_mbuf* take_buffer(LocalSide& local, rte_mempool* pool) noexcept {
+  rte_mbuf* m = local.spare != nullptr ? local.spare : rte_pktmbuf_alloc(pool);
+  local.spare = nullptr;
+  return m;
+}
+
+void keep_spare(LocalSide& local, rte_mbuf* m) noexcept {
+  rte_pktmbuf_reset(m);
+  local.spare = m;
+}
+
+}  // namespace
+
+uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
+  uint32_t handled = 0;
+  gw::LocalIo& io = engine.local_io();
+  if (local.port) {
+    rte_mbuf* mbufs[EthPort::kMaxBurst];
+    const uint16_t got = local.port->rx_burst_st(mbufs, static_cast<uint16_t>(batch));
+    for (uint16_t i = 0; i < got; ++i) {
+      rte_mbuf* m = mbufs[i];
+      const auto* frame = rte_pktmbuf_mtod(m, const std::byte*);
+      const uint16_t ether_type =
+          m->data_len > kEtherHeaderBytes ? wire::load_be16(frame + 12) : uint16_t{0};
+      if (m->nb_segs != 1 || (ether_type != kEtherTypeIpv4 && ether_type != kEtherTypeIpv6)) {
+        ++io.tun_rx_errors;
+        rte_pktmbuf_free(m);
+        continue;
+      }
+      ++io.tun_rx_packets;
+      (void)rte_pktmbuf_adj(m, kEtherHeaderBytes);
+      set_data_type(m, ether_type == kEtherTypeIpv6 ? wire::DataType::kIpv6
+                                                    : wire::DataType::kIpv4);
+      const std::span<const std::byte> packet(rte_pktmbuf_mtod(m, const std::byte*), m->data_len);
+      if (engine.submit_tun_st(handle_of(m), packet, now_ns) == common::Status::kOk) {
+        ++handled;
+      } else {
+        rte_pktmbuf_free(m);  // counted by the engine
+      }
+    }
+  } else if (local.tun) {
+    for (uint32_t i = 0; i < batch; ++i) {
+      rte_mbuf* m = take_buffer(local, pool);
+      if (m == nullptr) {
+        ++counters.no_buffer;
+        break;
+      }
+      auto* data = rte_pktmbuf_mtod(m, std::byte*);
+      const ssize_t got = ::read(local.tun->fd(), data, rte_pktmbuf_tailroom(m));
+      if (got <= 0) {
+        if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          ++io.tun_rx_errors;
+        }
+        keep_spare(local, m);
+        break;
+      }
+      m->data_len = static_cast<uint16_t>(got);
+      m->pkt_len = static_cast<uint32_t>(got);
+      ++io.tun_rx_packets;
+      set_data_type(m, ip_type_of(data, m->data_len));
+      const std::span<const std::byte> packet(data, m->data_len);
+      if (engine.submit_tun_st(handle_of(m), packet, now_ns) == common::Status::kOk) {
+        ++handled;
+      } else {
+        keep_spare(local, m);  // dropped and counted by the engine; reuse the buffer
+      }
+    }
+  }
+  for (uint32_t index = 0; index < local.service.size(); ++index) {
+    const ServiceSocket& service = local.service[index];
+    if (!service.fd.valid()) continue;
+    for (uint32_t i = 0; i < batch; ++i) {
+      rte_mbuf* m = take_buffer(local, pool);
+      if (m == nullptr) {
+        ++counters.no_buffer;
+        break;
+      }
+      auto* data = rte_pktmbuf_mtod(m, std::byte*);
+      const ssize_t got =
+          ::recv(service.fd.get(), data, rte_pktmbuf_tailroom(m), MSG_DONTWAIT | MSG_TRUNC);
+      if (got < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++io.service_rx_errors;
+        keep_spare(local, m);
+        break;
+      }
+      if (static_cast<std::size_t>(got) > rte_pktmbuf_tailroom(m)) {  // truncated
+        ++io.service_rx_errors;
+        keep_spare(local, m);
+        continue;
+      }
+      m->data_len = static_cast<uint16_t>(got);
+      m->pkt_len = static_cast<uint32_t>(got);
+      ++io.service_rx_packets;
+      set_data_type(m, wire::DataType::kDatagram);
+      if (engine.submit_service_st(index, handle_of(m), m->pkt_len, now_ns) ==
+          common::Status::kOk) {
+        ++handled;
+      } else {
+        keep_spare(local, m);
+      }
+    }
+  }
+  return handled;
+}
+
+void Gateway::Impl::deliver_local_st(rte_mbuf* m, const gw::RxEmit& emit) noexcept {
+  gw::LocalIo& io = engine.local_io();
+  const auto* payload = rte_pktmbuf_mtod(m, const std::byte*);
+  if (data_type_of(m) == wire::DataType::kDatagram) {
+    const gw::Endpoint* to = emit.service_deliver;
+    int fd = -1;
+    if (to != nullptr && emit.tunnel_index < local.service.size() &&
+        local.service[emit.tunnel_index].fd.valid() &&
+        local.service[emit.tunnel_index].ipv6 == to->ipv6) {
+      fd = local.service[emit.tunnel_index].fd.get();
+    } else if (to != nullptr) {
+      fd = to->ipv6 ? local.sender_v6.get() : local.sender_v4.get();
+    }
+    if (fd < 0) {
+      ++counters.local_dropped;
+      rte_pktmbuf_free(m);
+      return;
+    }
+    sockaddr_storage address{};
+    socklen_t length = 0;
+    if (to->ipv6) {
+      auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
+      v6->sin6_family = AF_INET6;
+      v6->sin6_port = htons(to->port);
+      std::memcpy(&v6->sin6_addr, to->address, 16);
+      length = sizeof(sockaddr_in6);
+    } else {
+      auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
+      v4->sin_family = AF_INET;
+      v4->sin_port = htons(to->port);
+      std::memcpy(&v4->sin_addr, to->address, 4);
+      length = sizeof(sockaddr_in);
+    }
+    if (::sendto(fd, payload, m->data_len, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&address),
+                 length) == static_cast<ssize_t>(m->data_len)) {
+      ++io.service_tx_packets;
+    } else {
+      ++io.service_tx_errors;
+    }
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (local.port) {
+    auto* frame = reinterpret_cast<std::byte*>(rte_pktmbuf_prepend(m, kEtherHeaderBytes));
+    if (frame == nullptr) {
+      ++io.tun_tx_errors;
+      rte_pktmbuf_free(m);
+      return;
+    }
+    std::memcpy(frame, local.peer_mac.bytes, 6);
+    std::memcpy(frame + 6, local.port->mac().bytes, 6);
+    wire::store_be16(frame + 12, data_type_of(m) == wire::DataType::kIpv6 ? kEtherTypeIpv6
+                                                                          : kEtherTypeIpv4);
+    local.port->send_st(m);
+    return;
+  }
+  if (local.tun) {
+    if (::write(local.tun->fd(), payload, m->data_len) == static_cast<ssize_t>(m->data_len)) {
+      ++io.tun_tx_packets;
+    } else {
+      ++io.tun_tx_errors;
+    }
+  } else {
+    ++counters.local_dropped;
+  }
+  rte_pktmbuf_free(m);
+}
+
+void Gateway::Impl::flush_local_st() noexcept {
+  if (!local.port) return;
+  EthCounters& eth = local.port->counters();
+  const uint64_t sent = eth.tx_packets, failed = eth.tx_failed;
+  local.port->flush_st();
+  gw::LocalIo& io = engine.local_io();
+  io.tun_tx_packets += eth.tx_packets - sent;
+  io.tun_tx_errors += eth.tx_failed - failed;
+  counters.tx_failed += eth.tx_failed - failed;
+}
+
+}  // namespace detwan::dataplane::dpdk

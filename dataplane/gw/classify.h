@@ -1,0 +1,87 @@
+#pragma once
+// Classification of packets read from the TUN device: which tunnel carries them.
+//
+// parse_ip() reads the few fields classification needs from an IPv4/IPv6 packet; the bytes come
+// from local hosts and are still treated as hostile: every length is checked before it is read,
+// nothing asserts, any byte sequence is safe input.
+//   * IPv4: version 4, IHL >= 5, IHL*4 <= total length <= the bytes given (trailing bytes are
+//     allowed). The UDP destination port is read only for protocol 17 in an unfragmented packet
+//     (MF clear and offset 0: every fragment of a datagram is classified alike, so fragments
+//     never take different paths) whose UDP header is complete.
+//   * IPv6: version 6, 40 + payload length <= the bytes given. The UDP port is read only when the
+//     next header is UDP directly (no extension header, no fragment header) and complete.
+//
+// Classifier: the rules are the tunnels' dst_prefixes with their udp_ports. A packet goes to the
+// first rule, by decreasing prefix length then configuration order, whose prefix contains the
+// destination and whose port ranges contain the UDP destination port (no ranges: any packet).
+// If some prefix contains the destination but no rule matched its port (or it is not UDP), the
+// packet travels as best effort on behalf of the tunnel with the longest such prefix. Otherwise
+// there is no route. A small sorted table, linear scan: tens of tunnels.
+//
+// Threading: Classifier is immutable after create(); classify() is a const datapath function
+// (no allocation, no exceptions).
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "dataplane/gw/config.h"
+#include "dataplane/wire/header.h"
+
+namespace detwan::dataplane::gw {
+
+struct IpInfo {
+  bool ipv6 = false;
+  uint8_t destination[16] = {};  // network order; IPv4 in the first 4 bytes
+  bool has_udp_port = false;     // a complete UDP header of an unfragmented packet
+  uint16_t udp_destination_port = 0;
+  uint8_t protocol = 0;   // IPv4 protocol / IPv6 next header
+  bool fragment = false;  // IPv4 MF or offset != 0 (IPv6: fragment header next)
+
+  [[nodiscard]] wire::DataType data_type() const noexcept {
+    return ipv6 ? wire::DataType::kIpv6 : wire::DataType::kIpv4;
+  }
+};
+
+// False if `packet` is not a well-formed IPv4/IPv6 packet as described above.
+[[nodiscard]] bool parse_ip(std::span<const std::byte> packet, IpInfo* out) noexcept;
+
+enum class RouteKind : uint8_t {
+  kTunnel = 0,  // in the tunnel's slots
+  kBestEffort,  // a tunnel's prefix, port not matched: best effort on behalf of the tunnel
+  kNoRoute,
+};
+
+struct Route {
+  RouteKind kind = RouteKind::kNoRoute;
+  uint32_t tunnel_index = UINT32_MAX;  // index into GatewayConfig::tunnels (not kNoRoute)
+};
+
+class Classifier {
+ public:
+  // Setup: one rule per (tunnel, prefix). Errors (kConfig) name the tunnel: a prefix length
+  // above 32/128, an empty port range (first > last).
+  static common::Result<Classifier> create(const std::vector<TunnelConfig>& tunnels);
+
+  [[nodiscard]] Route classify(const IpInfo& ip) const noexcept;
+  [[nodiscard]] std::size_t rule_count() const noexcept { return rules_.size(); }
+
+ private:
+  struct Rule {
+    bool ipv6 = false;
+    uint8_t length = 0;
+    uint8_t address[16] = {};  // masked to the prefix length
+    uint8_t mask[16] = {};
+    uint32_t tunnel_index = 0;
+    uint32_t first_range = 0;  // into ranges_
+    uint32_t range_count = 0;  // 0: any packet
+  };
+  [[nodiscard]] static bool contains(const Rule& rule, const IpInfo& ip) noexcept;
+  [[nodiscard]] bool port_matches(const Rule& rule, const IpInfo& ip) const noexcept;
+
+  std::vector<Rule> rules_;  // by decreasing prefix length, then configuration order
+  std::vector<PortRange> ranges_;
+};
+
+}  // namespace detwan::dataplane::gw

@@ -1,0 +1,144 @@
+// IP parsing and the tunnel lookup: per packet, bounds-checked, no allocation, no exceptions.
+// Classifier::create() (setup) lives here too: it is a few lines and keeps the rule layout in
+// one file.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "dataplane/gw/classify.h"
+
+namespace detwan::dataplane::gw {
+namespace {
+
+constexpr std::size_t kIpv4MinHeaderBytes = 20;
+constexpr std::size_t kIpv6HeaderBytes = 40;
+constexpr std::size_t kUdpHeaderBytes = 8;
+constexpr uint8_t kProtocolUdp = 17;
+constexpr uint8_t kNextHeaderFragment = 44;
+
+uint8_t byte_at(std::span<const std::byte> p, std::size_t i) noexcept {
+  return std::to_integer<uint8_t>(p[i]);
+}
+uint16_t be16_at(std::span<const std::byte> p, std::size_t i) noexcept {
+  return static_cast<uint16_t>((byte_at(p, i) << 8) | byte_at(p, i + 1));
+}
+
+bool parse_ipv4(std::span<const std::byte> p, IpInfo* out) noexcept {
+  if (p.size() < kIpv4MinHeaderBytes) return false;
+  const std::size_t header_bytes = std::size_t{byte_at(p, 0) & 0x0Fu} * 4;
+  const std::size_t total_bytes = be16_at(p, 2);
+  if (header_bytes < kIpv4MinHeaderBytes || header_bytes > total_bytes || total_bytes > p.size()) {
+    return false;
+  }
+  out->ipv6 = false;
+  std::memset(out->destination, 0, sizeof(out->destination));
+  for (std::size_t i = 0; i < 4; ++i) out->destination[i] = byte_at(p, 16 + i);
+  out->protocol = byte_at(p, 9);
+  const uint16_t fragment_field = be16_at(p, 6);
+  out->fragment = (fragment_field & 0x3FFFu) != 0;  // MF (0x2000) or a fragment offset
+  out->has_udp_port = out->protocol == kProtocolUdp && !out->fragment &&
+                      total_bytes - header_bytes >= kUdpHeaderBytes;
+  out->udp_destination_port = out->has_udp_port ? be16_at(p, header_bytes + 2) : 0;
+  return true;
+}
+
+bool parse_ipv6(std::span<const std::byte> p, IpInfo* out) noexcept {
+  if (p.size() < kIpv6HeaderBytes) return false;
+  const std::size_t payload_bytes = be16_at(p, 4);
+  if (kIpv6HeaderBytes + payload_bytes > p.size()) return false;
+  out->ipv6 = true;
+  for (std::size_t i = 0; i < 16; ++i) out->destination[i] = byte_at(p, 24 + i);
+  out->protocol = byte_at(p, 6);
+  out->fragment = out->protocol == kNextHeaderFragment;
+  out->has_udp_port = out->protocol == kProtocolUdp && payload_bytes >= kUdpHeaderBytes;
+  out->udp_destination_port = out->has_udp_port ? be16_at(p, kIpv6HeaderBytes + 2) : 0;
+  return true;
+}
+
+}  // namespace
+
+bool parse_ip(std::span<const std::byte> packet, IpInfo* out) noexcept {
+  if (packet.empty()) return false;
+  switch (byte_at(packet, 0) >> 4) {
+    case 4:
+      return parse_ipv4(packet, out);
+    case 6:
+      return parse_ipv6(packet, out);
+    default:
+      return false;
+  }
+}
+
+common::Result<Classifier> Classifier::create(const std::vector<TunnelConfig>& tunnels) {
+  Classifier c;
+  for (uint32_t t = 0; t < tunnels.size(); ++t) {
+    const TunnelConfig& tunnel = tunnels[t];
+    const auto first_range = static_cast<uint32_t>(c.ranges_.size());
+    for (const PortRange& range : tunnel.udp_ports) {
+      if (range.first > range.last) {
+        return common::make_error(common::ErrorCode::kConfig,
+                                  "tunnel " + std::to_string(tunnel.id) + ": udp port range " +
+                                      std::to_string(range.first) + "-" +
+                                      std::to_string(range.last) + " is empty");
+      }
+      c.ranges_.push_back(range);
+    }
+    for (const Prefix& prefix : tunnel.dst_prefixes) {
+      const unsigned max_length = prefix.ipv6 ? 128 : 32;
+      if (prefix.length > max_length) {
+        return common::make_error(common::ErrorCode::kConfig,
+                                  "tunnel " + std::to_string(tunnel.id) + ": prefix length " +
+                                      std::to_string(prefix.length) + " above " +
+                                      std::to_string(max_length));
+      }
+      Rule rule;
+      rule.ipv6 = prefix.ipv6;
+      rule.length = prefix.length;
+      for (unsigned bit = 0; bit < prefix.length; ++bit) {
+        rule.mask[bit / 8] = static_cast<uint8_t>(rule.mask[bit / 8] | (0x80u >> (bit % 8)));
+      }
+      for (std::size_t i = 0; i < 16; ++i) {
+        rule.address[i] = static_cast<uint8_t>(prefix.address[i] & rule.mask[i]);
+      }
+      rule.tunnel_index = t;
+      rule.first_range = first_range;
+      rule.range_count = static_cast<uint32_t>(tunnel.udp_ports.size());
+      c.rules_.push_back(rule);
+    }
+  }
+  std::stable_sort(c.rules_.begin(), c.rules_.end(),
+                   [](const Rule& a, const Rule& b) { return a.length > b.length; });
+  return c;
+}
+
+bool Classifier::contains(const Rule& rule, const IpInfo& ip) noexcept {
+  if (rule.ipv6 != ip.ipv6) return false;
+  const std::size_t bytes = rule.ipv6 ? 16 : 4;
+  for (std::size_t i = 0; i < bytes; ++i) {
+    if ((ip.destination[i] & rule.mask[i]) != rule.address[i]) return false;
+  }
+  return true;
+}
+
+bool Classifier::port_matches(const Rule& rule, const IpInfo& ip) const noexcept {
+  if (rule.range_count == 0) return true;
+  if (!ip.has_udp_port) return false;
+  for (uint32_t i = 0; i < rule.range_count; ++i) {
+    const PortRange& r = ranges_[rule.first_range + i];
+    if (ip.udp_destination_port >= r.first && ip.udp_destination_port <= r.last) return true;
+  }
+  return false;
+}
+
+Route Classifier::classify(const IpInfo& ip) const noexcept {
+  const Rule* fallback = nullptr;
+  for (const Rule& rule : rules_) {
+    if (!contains(rule, ip)) continue;
+    if (port_matches(rule, ip)) return {RouteKind::kTunnel, rule.tunnel_index};
+    if (fallback == nullptr) fallback = &rule;
+  }
+  if (fallback != nullptr) return {RouteKind::kBestEffort, fallback->tunnel_index};
+  return {};
+}
+
+}  // namespace detwan::dataplane::gw

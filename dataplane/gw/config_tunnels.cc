@@ -1,0 +1,177 @@
+// Loading one tunnel of the gateway configuration (the `tunnels:` list items).
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "dataplane/gw/config_internal.h"
+#include "dataplane/sched/gate_control_list.h"
+#include "dataplane/wire/status.h"
+
+namespace detwan::dataplane::gw::config_detail {
+namespace {
+
+using common::ConfigNode;
+
+// "0-9,20" or a YAML list of slot numbers; sorted, each slot once. The range against the
+// peer's port is checked by validate_schedules() (the port is not known yet).
+std::vector<uint32_t> parse_slots(const ConfigNode& node) {
+  std::vector<uint32_t> slots;
+  if (node.is_sequence()) {
+    for (const ConfigNode& item : node.items()) {
+      slots.push_back(static_cast<uint32_t>(item.as_int(0, kMaxSlotCount - 1)));
+    }
+  } else {
+    auto parsed = sched::parse_slot_list(node.as_string(), kMaxSlotCount);
+    if (!parsed) node.fail(parsed.error().message + " (write slots like \"0-9,20\")");
+    slots = std::move(*parsed);
+  }
+  std::sort(slots.begin(), slots.end());
+  const auto twice = std::adjacent_find(slots.begin(), slots.end());
+  if (twice != slots.end()) node.fail(fmt::format("slot {} is listed twice", *twice));
+  return slots;
+}
+
+PortRange parse_port_range(const ConfigNode& node) {
+  const std::string text = node.as_string();
+  const size_t dash = text.find('-');
+  PortRange range;
+  auto number = [&](std::string_view digits, uint16_t* out) {
+    uint32_t value = 0;
+    if (digits.empty() || digits.size() > 5) return false;
+    for (const char c : digits) {
+      if (c < '0' || c > '9') return false;
+      value = value * 10 + static_cast<uint32_t>(c - '0');
+    }
+    if (value == 0 || value > 65535) return false;
+    *out = static_cast<uint16_t>(value);
+    return true;
+  };
+  const bool ok = dash == std::string::npos
+                      ? number(text, &range.first) && (range.last = range.first, true)
+                      : number(std::string_view(text).substr(0, dash), &range.first) &&
+                            number(std::string_view(text).substr(dash + 1), &range.last);
+  if (!ok) {
+    node.fail(
+        fmt::format("'{}': expected a UDP port in [1, 65535] or a range like \"5201-5210\"", text));
+  }
+  if (range.last < range.first) node.fail(fmt::format("'{}': range ends before it starts", text));
+  return range;
+}
+
+void parse_match(const ConfigNode& node, TunnelConfig* tunnel) {
+  node.check_keys({"dst", "udp_ports"});
+  if (const auto dst = node.maybe_child("dst")) tunnel->dst_prefixes = prefix_list(*dst);
+  const auto ports = node.maybe_child("udp_ports");
+  if (!ports) return;
+  for (const ConfigNode& item : ports->items()) {
+    const PortRange range = parse_port_range(item);
+    for (const PortRange& seen : tunnel->udp_ports) {
+      if (range.first <= seen.last && seen.first <= range.last) {
+        item.fail(fmt::format("UDP ports {} overlap {} listed before", format_port_range(range),
+                              format_port_range(seen)));
+      }
+    }
+    tunnel->udp_ports.push_back(range);
+  }
+  if (!tunnel->udp_ports.empty() && tunnel->dst_prefixes.empty()) {
+    ports->fail("udp_ports narrows match.dst, which is empty: list the destination prefixes too");
+  }
+}
+
+void parse_service(const ConfigNode& node, TunnelConfig* tunnel) {
+  node.check_keys({"listen", "deliver"});
+  if (const auto listen = node.maybe_child("listen")) {
+    tunnel->service_listen = endpoint_value(*listen);
+  }
+  if (const auto deliver = node.maybe_child("deliver")) {
+    tunnel->service_deliver = endpoint_value(*deliver);
+    if (tunnel->service_deliver->port == 0) deliver->fail("the delivery UDP port must not be 0");
+    if (is_unspecified(*tunnel->service_deliver)) {
+      deliver->fail(fmt::format("'{}': cannot deliver to the unspecified address",
+                                format_endpoint(*tunnel->service_deliver)));
+    }
+  }
+  if (!tunnel->service_listen && !tunnel->service_deliver) {
+    node.fail("a service needs 'listen' (send side), 'deliver' (receive side) or both");
+  }
+}
+
+}  // namespace
+
+TunnelConfig parse_tunnel(const ConfigNode& node) {
+  node.check_keys({"id", "peer", "rate", "slots", "burst", "over_rate", "shaper_rate", "queue",
+                   "max_wait", "missed_slot", "bound", "late", "max_hold", "playout_capacity", "dscp",
+                   "replay_window", "match", "service"});
+  TunnelConfig tunnel;
+  tunnel.id = static_cast<uint32_t>(node.child("id").as_int(1, UINT32_MAX));
+  tunnel.peer = name_value(node.child("peer"));
+  tunnel.rate_bps = rate_value(node.child("rate"), kMinLineRateBps, kMaxLineRateBps);
+  tunnel.slots = parse_slots(node.child("slots"));
+  if (const auto burst = node.maybe_child("burst")) {
+    if (!(burst->is_scalar() && burst->as_string() == "auto")) {
+      tunnel.burst_bytes = burst->as_size_bytes();
+      if (tunnel.burst_bytes == 0 || tunnel.burst_bytes > (uint64_t{1} << 30)) {
+        burst->fail(fmt::format("{} is out of range [1b, 1gb] (write 'auto' for the default)",
+                                burst->as_string()));
+      }
+    }
+  }
+  if (const auto over = node.maybe_child("over_rate")) {
+    const std::string text = over->as_string();
+    if (text == "drop") {
+      tunnel.over_rate = sched::OverRateAction::kDrop;
+    } else if (text == "best-effort") {
+      tunnel.over_rate = sched::OverRateAction::kBestEffort;
+    } else {
+      over->fail(fmt::format("'{}' is not one of: drop, best-effort", text));
+    }
+  }
+  if (const auto shaper = node.maybe_child("shaper_rate")) {
+    // 0 (with or without a unit) = no shaper.
+    if (!(shaper->is_scalar() && shaper->as_string() == "0") && shaper->as_rate_bps() != 0) {
+      tunnel.shaper_rate_bps = rate_value(*shaper, kMinLineRateBps, kMaxLineRateBps);
+    }
+  }
+  tunnel.queue_frames = static_cast<uint32_t>(node.get_int("queue", 1024, 1, kMaxQueueFrames));
+  tunnel.max_wait_ns = duration_field(node, "max_wait", 0, 0, kMaxWaitNs);
+  if (const auto missed = node.maybe_child("missed_slot")) {
+    const std::string text = missed->as_string();
+    if (text == "next-window") {
+      tunnel.missed_slot = sched::MissedSlot::kNextWindow;
+    } else if (text == "drop") {
+      tunnel.missed_slot = sched::MissedSlot::kDrop;
+    } else {
+      missed->fail(fmt::format("'{}' is not one of: next-window, drop", text));
+    }
+  }
+  tunnel.bound_ns = duration_field(node, "bound", 0, 0, kMaxBoundNs);
+  if (const auto late = node.maybe_child("late")) {
+    const std::string text = late->as_string();
+    if (text == "deliver") {
+      tunnel.late = sched::LateAction::kDeliver;
+    } else if (text == "drop") {
+      tunnel.late = sched::LateAction::kDrop;
+    } else {
+      late->fail(fmt::format("'{}' is not one of: deliver, drop", text));
+    }
+  }
+  tunnel.max_hold_ns = duration_field(node, "max_hold", 1'000'000'000, 1'000, kMaxHoldNs);
+  tunnel.playout_capacity_frames =
+      static_cast<uint32_t>(node.get_int("playout_capacity", 4096, 1, kMaxQueueFrames));
+  tunnel.dscp = static_cast<uint8_t>(node.get_int("dscp", 46, 0, 63));
+  if (const auto window = node.maybe_child("replay_window")) {
+    const int64_t bits = window->as_int(0, INT64_MAX);
+    const auto made = wire::make_replay_window(static_cast<uint64_t>(bits));
+    if (!made) window->fail(made.error().message);
+    tunnel.replay_window_bits = static_cast<uint32_t>(bits);
+  }
+  if (const auto match = node.maybe_child("match")) parse_match(*match, &tunnel);
+  if (const auto service = node.maybe_child("service")) parse_service(*service, &tunnel);
+  return tunnel;
+}
+
+}  // namespace detwan::dataplane::gw::config_detail

@@ -1,0 +1,287 @@
+// Engine setup: validates what the engine itself relies on and builds one gate control list and
+// transmit scheduler per WAN port, two playouts and a replay window per tunnel, the classifier
+// and the per-peer control state. Everything the datapath uses is allocated here.
+#include "dataplane/gw/engine.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "dataplane/gw/engine_impl.h"
+#include "dataplane/sched/gate_control_list.h"
+#include "dataplane/wire/status.h"
+
+namespace detwan::dataplane::gw {
+namespace {
+
+using common::ErrorCode;
+using common::make_error;
+
+std::unexpected<common::Error> config_error(std::string message) {
+  return make_error(ErrorCode::kConfig, std::move(message));
+}
+
+sched::TxSchedulerConfig scheduler_config_of(const GatewayConfig& config,
+                                             const sched::GclConfig& gcl,
+                                             const WanPortConfig& port) {
+  sched::TxSchedulerConfig out;
+  out.capacity_frames = port.capacity_frames;
+  for (const sched::GclTunnel& entry : gcl.tunnels) {
+    for (const TunnelConfig& tunnel : config.tunnels) {
+      if (tunnel.id != entry.tunnel_id) continue;
+      sched::TunnelTxPolicy policy;
+      policy.tunnel_id = tunnel.id;
+      policy.burst_bytes = tunnel.burst_bytes;
+      policy.over_rate = tunnel.over_rate;
+      policy.shaper_rate_bps = tunnel.shaper_rate_bps;
+      policy.queue_frames = tunnel.queue_frames;
+      policy.max_wait_ns = tunnel.max_wait_ns == 0 ? sched::kNoMaxWait : tunnel.max_wait_ns;
+      policy.missed_slot = tunnel.missed_slot;
+      policy.missed_slot = tunnel.missed_slot;
+      out.tunnels.push_back(policy);
+    }
+  }
+  return out;
+}
+
+common::Result<PortState> make_port(const GatewayConfig& config, uint32_t index, int64_t start_ns) {
+  const WanPortConfig& port = config.wan_ports[index];
+  const std::string where = fmt::format("port '{}': ", port.name);
+  const wire::IpVersion ip = port.local.ipv6 ? wire::IpVersion::kV6 : wire::IpVersion::kV4;
+  const uint32_t max_payload = max_tunnel_payload_bytes(port);
+  if (max_payload == 0) {
+    return config_error(fmt::format("{}mtu {} cannot hold the {}-byte encapsulation", where,
+                                    port.mtu_bytes, wire::encap_overhead_bytes(ip)));
+  }
+  const sched::GclConfig gcl_config = port_gcl_config(config, port);
+  auto gcl = sched::GateControlList::create(gcl_config);
+  if (!gcl) return config_error(where + gcl.error().message);
+  auto scheduler = sched::TxScheduler::create(
+      std::move(*gcl), scheduler_config_of(config, gcl_config, port), start_ns);
+  if (!scheduler) return config_error(where + scheduler.error().message);
+  return PortState{
+      .config_index = index,
+      .ip = ip,
+      .max_payload_bytes = max_payload,
+      .frame_overhead_bytes =
+          static_cast<uint32_t>(wire::encap_overhead_bytes(ip)) + kEthernetOverheadBytes,
+      .scheduler = std::move(*scheduler),
+      .rx_drops = {},
+      .io = {},
+  };
+}
+
+common::Result<void> check_names(const GatewayConfig& config) {
+  if (config.wan_ports.empty()) return config_error("the gateway has no WAN port");
+  std::set<std::string> names;
+  for (const WanPortConfig& port : config.wan_ports) {
+    if (!names.insert(port.name).second) {
+      return config_error(fmt::format("port '{}': name used twice", port.name));
+    }
+  }
+  names.clear();
+  for (const PeerConfig& peer : config.peers) {
+    if (!names.insert(peer.name).second) {
+      return config_error(fmt::format("peer '{}': name used twice", peer.name));
+    }
+  }
+  std::set<uint32_t> ids;
+  for (const TunnelConfig& tunnel : config.tunnels) {
+    if (tunnel.id == 0) return config_error("tunnel id 0 is invalid (ids are 1 .. 2^32-1)");
+    if (!ids.insert(tunnel.id).second) {
+      return config_error(fmt::format("tunnel {}: id used twice", tunnel.id));
+    }
+  }
+  return {};
+}
+
+common::Result<PeerState> make_peer(const GatewayConfig& config, uint32_t index, int64_t start_ns) {
+  const PeerConfig& peer = config.peers[index];
+  const std::string where = fmt::format("peer '{}': ", peer.name);
+  PeerState state;
+  state.config_index = index;
+  state.port = kNoIndex;
+  for (uint32_t p = 0; p < config.wan_ports.size(); ++p) {
+    if (config.wan_ports[p].name == peer.wan_port) state.port = p;
+  }
+  if (state.port == kNoIndex) {
+    return config_error(fmt::format("{}wan_port '{}' is not a WAN port", where, peer.wan_port));
+  }
+  if (peer.endpoint.ipv6 != config.wan_ports[state.port].local.ipv6) {
+    return config_error(fmt::format("{}endpoint is IPv{} but port '{}' is IPv{}", where,
+                                    peer.endpoint.ipv6 ? 6 : 4, peer.wan_port,
+                                    config.wan_ports[state.port].local.ipv6 ? 6 : 4));
+  }
+  if (peer.keepalive_interval_ns < wire::kMinKeepaliveIntervalNs ||
+      peer.keepalive_interval_ns > wire::kMaxKeepaliveIntervalNs) {
+    return config_error(fmt::format("{}keepalive_interval_ns {} out of range [{}, {}]", where,
+                                    peer.keepalive_interval_ns, wire::kMinKeepaliveIntervalNs,
+                                    wire::kMaxKeepaliveIntervalNs));
+  }
+  if (peer.time_exchange_interval_ns <= 0) {
+    return config_error(where + "time_exchange_interval_ns must be > 0");
+  }
+  if (peer.dead_after_ns <= 0) return config_error(where + "dead_after_ns must be > 0");
+  state.next_time_request_ns = start_ns;
+  state.next_keepalive_ns = start_ns;
+  state.playout_offset_ns = peer.clock_offset_ns.value_or(0);
+  return state;
+}
+
+common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
+                                        const std::vector<PeerState>& peers, uint32_t index) {
+  const TunnelConfig& tunnel = config.tunnels[index];
+  const std::string where = fmt::format("tunnel {}: ", tunnel.id);
+  uint32_t peer = kNoIndex;
+  for (uint32_t p = 0; p < config.peers.size(); ++p) {
+    if (config.peers[p].name == tunnel.peer) peer = p;
+  }
+  if (peer == kNoIndex)
+    return config_error(fmt::format("{}peer '{}' is not a peer", where, tunnel.peer));
+  sched::PlayoutConfig playout;
+  playout.bound_ns = tunnel.bound_ns;
+  playout.clock_offset_ns = peers[peer].playout_offset_ns;
+  playout.late_action = tunnel.late;
+  playout.max_hold_ns = tunnel.max_hold_ns;
+  playout.capacity_frames = tunnel.playout_capacity_frames;
+  auto on_time = sched::Playout::create(playout);
+  if (!on_time) return config_error(where + on_time.error().message);
+  playout.bound_ns = 0;
+  auto best_effort = sched::Playout::create(playout);
+  if (!best_effort) return config_error(where + best_effort.error().message);
+  auto replay = wire::make_replay_window(tunnel.replay_window_bits);
+  if (!replay) return config_error(where + replay.error().message);
+  return TunnelState{
+      .config_index = index,
+      .id = tunnel.id,
+      .peer = peer,
+      .port = peers[peer].port,
+      .on_time = std::move(*on_time),
+      .best_effort = std::move(*best_effort),
+      .replay = std::move(*replay),
+      .replay_drops = {},
+      .next_sequence = 0,
+      .counters = {},
+  };
+}
+
+}  // namespace
+
+std::string_view to_string(EngineDrop reason) noexcept {
+  switch (reason) {
+    case EngineDrop::kNoRoute:
+      return "no_route";
+    case EngineDrop::kNotIp:
+      return "not_ip";
+    case EngineDrop::kTooBig:
+      return "too_big";
+    case EngineDrop::kUnknownTunnel:
+      return "unknown_tunnel";
+    case EngineDrop::kWrongPeer:
+      return "wrong_peer";
+    case EngineDrop::kWrongPort:
+      return "wrong_port";
+    case EngineDrop::kControlBacklog:
+      return "control_backlog";
+    case EngineDrop::kUnknownPath:
+      return "unknown_path";
+    case EngineDrop::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+uint32_t Engine::Impl::find_tunnel(uint32_t id) const noexcept {
+  const auto it =
+      std::lower_bound(tunnel_ids.begin(), tunnel_ids.end(), std::pair<uint32_t, uint32_t>{id, 0});
+  return it != tunnel_ids.end() && it->first == id ? it->second : kNoIndex;
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& config,
+                                                       int64_t start_ns) {
+  if (auto ok = check_names(config); !ok) return std::unexpected(ok.error());
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->start_ns = start_ns;
+  const GatewayConfig& c = impl->config;
+  for (uint32_t i = 0; i < c.wan_ports.size(); ++i) {
+    auto port = make_port(c, i, start_ns);
+    if (!port) return std::unexpected(port.error());
+    impl->ports.push_back(std::move(*port));
+  }
+  for (uint32_t i = 0; i < c.peers.size(); ++i) {
+    auto peer = make_peer(c, i, start_ns);
+    if (!peer) return std::unexpected(peer.error());
+    impl->peers.push_back(std::move(*peer));
+  }
+  for (uint32_t i = 0; i < c.tunnels.size(); ++i) {
+    auto tunnel = make_tunnel(c, impl->peers, i);
+    if (!tunnel) return std::unexpected(tunnel.error());
+    impl->tunnel_ids.emplace_back(tunnel->id, i);
+    PeerState& peer = impl->peers[tunnel->peer];
+    if (peer.control_tunnel == kNoIndex) peer.control_tunnel = i;
+    impl->tunnels.push_back(std::move(*tunnel));
+  }
+  std::sort(impl->tunnel_ids.begin(), impl->tunnel_ids.end());
+  auto classifier = Classifier::create(c.tunnels);
+  if (!classifier) return std::unexpected(classifier.error());
+  impl->classifier = std::move(*classifier);
+  impl->outbox.resize(
+      std::max<std::size_t>(kMinControlOutbox, kControlOutboxPerPeer * impl->peers.size()));
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+const GatewayConfig& Engine::config() const noexcept { return impl_->config; }
+uint32_t Engine::port_count() const noexcept { return static_cast<uint32_t>(impl_->ports.size()); }
+uint32_t Engine::tunnel_count() const noexcept {
+  return static_cast<uint32_t>(impl_->tunnels.size());
+}
+uint32_t Engine::peer_count() const noexcept { return static_cast<uint32_t>(impl_->peers.size()); }
+uint32_t Engine::tunnel_index(uint32_t tunnel_id) const noexcept {
+  const uint32_t index = impl_->find_tunnel(tunnel_id);
+  return index == kNoIndex ? kNoTunnel : index;
+}
+uint32_t Engine::port_of_tunnel(uint32_t tunnel_index) const noexcept {
+  return tunnel_index < impl_->tunnels.size() ? impl_->tunnels[tunnel_index].port : kNoIndex;
+}
+uint32_t Engine::max_payload_bytes(uint32_t port_index) const noexcept {
+  return port_index < impl_->ports.size() ? impl_->ports[port_index].max_payload_bytes : 0;
+}
+PortIo& Engine::port_io(uint32_t port_index) noexcept { return impl_->ports[port_index].io; }
+LocalIo& Engine::local_io() noexcept { return impl_->local; }
+uint64_t Engine::drops(EngineDrop reason) const noexcept {
+  const auto i = static_cast<std::size_t>(reason);
+  return i < impl_->drops.size() ? impl_->drops[i] : 0;
+}
+const wire::DropCounters& Engine::rx_drops(uint32_t port_index) const noexcept {
+  return impl_->ports[port_index].rx_drops;
+}
+const sched::TxScheduler& Engine::scheduler(uint32_t port_index) const noexcept {
+  return impl_->ports[port_index].scheduler;
+}
+const sched::Playout& Engine::playout(uint32_t tunnel_index, bool best_effort) const noexcept {
+  const TunnelState& t = impl_->tunnels[tunnel_index];
+  return best_effort ? t.best_effort : t.on_time;
+}
+
+PeerStatus Engine::peer_status(uint32_t peer_index) const noexcept {
+  PeerStatus status;
+  if (peer_index >= impl_->peers.size()) return status;
+  const PeerState& p = impl_->peers[peer_index];
+  status.up = p.up;
+  status.has_control_tunnel = p.control_tunnel != kNoIndex;
+  status.offset_configured = impl_->peer_config(p).clock_offset_ns.has_value();
+  status.playout_offset_ns = p.playout_offset_ns;
+  status.best_sample = p.clock.best();
+  status.clock_samples = p.clock.samples();
+  status.last_rx_ns = p.last_rx_ns;
+  return status;
+}
+
+}  // namespace detwan::dataplane::gw

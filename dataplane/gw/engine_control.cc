@@ -1,0 +1,191 @@
+// The engine's control exchange with each peer gateway: two-way time exchanges (clock offset),
+// keepalives and liveness. Runs on the datapath thread between packets: no allocation, no
+// exceptions, no logging. Control packets travel in the slots of the peer's first tunnel (its
+// "control tunnel"), past the tunnel's policer, from a fixed outbox allocated at create().
+#include <algorithm>
+#include <variant>
+
+#include "dataplane/gw/engine.h"
+#include "dataplane/gw/engine_impl.h"
+
+namespace detwan::dataplane::gw {
+namespace {
+
+// The next instant of a periodic timer: one interval after the last, or after now if the
+// poll loop fell more than an interval behind (no burst of catch-up packets).
+int64_t saturating_add(int64_t a, int64_t b) noexcept {
+  int64_t out = 0;
+  return __builtin_add_overflow(a, b, &out) ? kNoEventNs : out;
+}
+
+int64_t advance(int64_t next_ns, int64_t interval_ns, int64_t now_ns) noexcept {
+  const int64_t next = saturating_add(next_ns, interval_ns);
+  return next > now_ns ? next : saturating_add(now_ns, interval_ns);
+}
+
+}  // namespace
+
+void Engine::Impl::queue_control(uint32_t peer_index, const wire::ControlBody& body,
+                                 int64_t now_ns) noexcept {
+  const PeerState& peer = peers[peer_index];
+  if (peer.control_tunnel == kNoIndex) return;
+  uint32_t slot = 0;
+  while (slot < outbox.size() && outbox[slot].used) ++slot;
+  if (slot == outbox.size()) {
+    count(EngineDrop::kControlBacklog);
+    return;
+  }
+  const TunnelState& tunnel = tunnels[peer.control_tunnel];
+  PortState& port = ports[tunnel.port];
+  const auto bytes =
+      static_cast<uint32_t>(wire::body_size(wire::type_of(body))) + port.frame_overhead_bytes;
+  // A refusal (queue full, no slot, ...) is counted by the scheduler; the slot stays free.
+  if (port.scheduler.enqueue_unpoliced(tunnel.id, Engine::kControlHandleTag | slot, bytes,
+                                       now_ns) != common::Status::kOk) {
+    return;
+  }
+  outbox[slot].used = true;
+  outbox[slot].peer = peer_index;
+  outbox[slot].body = body;
+}
+
+bool Engine::Impl::emit_control(uint32_t slot, const sched::TxFrame& frame, int64_t now_ns,
+                                TxEmit* emit) noexcept {
+  if (slot >= outbox.size() || !outbox[slot].used) return false;
+  ControlSlot& entry = outbox[slot];
+  entry.used = false;
+  if (!frame.send) return false;  // missed its slot: counted by the scheduler
+  PeerState& peer = peers[entry.peer];
+  const PeerConfig& peer_cfg = peer_config(peer);
+  const uint32_t tunnel_index = peer.control_tunnel;
+  const TunnelState& tunnel = tunnels[tunnel_index];
+  PortState& port = ports[tunnel.port];
+
+  wire::ControlBody body = entry.body;
+  if (auto* request = std::get_if<wire::TimeRequest>(&body)) {
+    request->t1_ns = now_ns;
+    peer.outstanding[peer.outstanding_next] = request->exchange_id;
+    peer.outstanding_next = (peer.outstanding_next + 1) % kOutstandingExchanges;
+  } else if (auto* response = std::get_if<wire::TimeResponse>(&body)) {
+    response->t3_ns = std::max(now_ns, response->t2_ns);
+  } else if (auto* keepalive = std::get_if<wire::Keepalive>(&body)) {
+    keepalive->counter = peer.keepalive_counter + 1;
+    keepalive->interval_ns = peer_cfg.keepalive_interval_ns;
+    keepalive->last_rx_counter = peer.last_rx_keepalive;
+  }
+  wire::TunnelHeader header;
+  header.tunnel_id = tunnel.id;
+  header.path_id = kPrimaryPathId;
+  header.sequence = peer.control_sequence;
+  header.cycle_id = static_cast<uint64_t>(frame.cycle_id);
+  header.tx_time_ns = now_ns;
+  const wire::EncodeResult encoded = wire::encode_control(header, body, control_scratch);
+  if (encoded.status != wire::EncodeStatus::kOk) return false;  // only with now_ns < 0
+
+  ++peer.control_sequence;
+  if (std::holds_alternative<wire::TimeRequest>(body)) {
+    ++peer.counters.time_requests_sent;
+  } else if (std::holds_alternative<wire::TimeResponse>(body)) {
+    ++peer.counters.time_responses_sent;
+  } else {
+    ++peer.keepalive_counter;
+    ++peer.counters.keepalives_sent;
+  }
+  header.flags = wire::kFlagControl;
+  header.type = static_cast<uint8_t>(wire::type_of(body));
+  header.payload_length = static_cast<uint16_t>(encoded.size - wire::kHeaderSize);
+  emit->control = true;
+  emit->tunnel_index = tunnel_index;
+  emit->destination = &peer_cfg.endpoint;
+  emit->dscp = frame.best_effort ? port_config(port).best_effort_dscp : tunnel_config(tunnel).dscp;
+  emit->header = header;
+  emit->bytes = std::span<const std::byte>(control_scratch.data(), encoded.size);
+  port.scheduler.record_departure(frame, now_ns);
+  return true;
+}
+
+void Engine::Impl::mark_alive(PeerState& peer, int64_t now_ns) noexcept {
+  peer.last_rx_ns = now_ns;
+  if (!peer.up) {
+    peer.up = true;
+    ++peer.counters.up_transitions;
+  }
+}
+
+void Engine::Impl::apply_offset(PeerState& peer) noexcept {
+  if (peer_config(peer).clock_offset_ns.has_value() || !peer.clock.has_estimate()) return;
+  // clock_sample's offset is peer - local; the playout wants receiver (local) - sender (peer).
+  const int64_t offset_ns = -peer.clock.best().offset_ns;
+  if (offset_ns == peer.playout_offset_ns) return;
+  peer.playout_offset_ns = offset_ns;
+  const auto peer_index = static_cast<uint32_t>(&peer - peers.data());
+  for (TunnelState& tunnel : tunnels) {
+    if (tunnel.peer != peer_index) continue;
+    tunnel.on_time.set_clock_offset_ns(offset_ns);
+    tunnel.best_effort.set_clock_offset_ns(offset_ns);
+  }
+}
+
+void Engine::Impl::on_control(uint32_t tunnel_index, const wire::ControlBody& body,
+                              int64_t now_ns) noexcept {
+  const uint32_t peer_index = tunnels[tunnel_index].peer;
+  PeerState& peer = peers[peer_index];
+  if (const auto* request = std::get_if<wire::TimeRequest>(&body)) {
+    ++peer.counters.time_requests_received;
+    // t3 is filled in when the response leaves (emit_control).
+    queue_control(peer_index,
+                  wire::TimeResponse{request->exchange_id, request->t1_ns, now_ns, now_ns}, now_ns);
+  } else if (const auto* response = std::get_if<wire::TimeResponse>(&body)) {
+    ++peer.counters.time_responses_received;
+    auto* match =
+        std::find(peer.outstanding.begin(), peer.outstanding.end(), response->exchange_id);
+    const auto sample = wire::clock_sample(*response, now_ns);
+    if (response->exchange_id == 0 || match == peer.outstanding.end() || !sample) {
+      ++peer.counters.time_responses_ignored;
+      return;
+    }
+    *match = 0;
+    peer.clock.add(*sample, now_ns);
+    apply_offset(peer);
+  } else if (const auto* keepalive = std::get_if<wire::Keepalive>(&body)) {
+    ++peer.counters.keepalives_received;
+    peer.last_rx_keepalive = std::max(peer.last_rx_keepalive, keepalive->counter);
+    peer.peer_last_rx_counter = keepalive->last_rx_counter;
+  }
+}
+
+int64_t Engine::Impl::next_control_event_ns() const noexcept {
+  int64_t t = kNoEventNs;
+  for (const PeerState& peer : peers) {
+    if (peer.control_tunnel == kNoIndex) continue;
+    t = std::min({t, peer.next_time_request_ns, peer.next_keepalive_ns});
+    if (peer.up) t = std::min(t, saturating_add(peer.last_rx_ns, peer_config(peer).dead_after_ns));
+  }
+  return t;
+}
+
+void Engine::poll_control_st(int64_t now_ns) noexcept {
+  Impl& m = *impl_;
+  for (uint32_t i = 0; i < m.peers.size(); ++i) {
+    PeerState& peer = m.peers[i];
+    if (peer.control_tunnel == kNoIndex) continue;  // no tunnel: nothing to exchange on
+    const PeerConfig& config = m.peer_config(peer);
+    if (peer.up && now_ns - peer.last_rx_ns >= config.dead_after_ns) {
+      peer.up = false;
+      ++peer.counters.down_transitions;
+    }
+    if (now_ns >= peer.next_time_request_ns) {
+      m.queue_control(i, wire::TimeRequest{peer.next_exchange_id++, 0}, now_ns);
+      peer.next_time_request_ns =
+          advance(peer.next_time_request_ns, config.time_exchange_interval_ns, now_ns);
+    }
+    if (now_ns >= peer.next_keepalive_ns) {
+      // Counter, interval and last_rx_counter are filled in when it leaves (emit_control).
+      m.queue_control(i, wire::Keepalive{1, config.keepalive_interval_ns, 0}, now_ns);
+      peer.next_keepalive_ns =
+          advance(peer.next_keepalive_ns, config.keepalive_interval_ns, now_ns);
+    }
+  }
+}
+
+}  // namespace detwan::dataplane::gw

@@ -1,0 +1,252 @@
+// Per-packet work of the engine: classify and queue local packets, emit due frames with their
+// tunnel header, check and decapsulate WAN datagrams, release them on time. No allocation, no
+// exceptions, no logging: every outcome is a Status plus a counter.
+#include <algorithm>
+#include <cstdint>
+
+#include "dataplane/gw/classify.h"
+#include "dataplane/gw/engine.h"
+#include "dataplane/gw/engine_impl.h"
+
+namespace detwan::dataplane::gw {
+
+using common::Status;
+
+Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_packet,
+                             int64_t now_ns) noexcept {
+  Impl& m = *impl_;
+  if ((handle & kControlHandleTag) != 0) return Status::kInvalidArgument;
+  IpInfo ip;
+  if (!parse_ip(ip_packet, &ip)) {
+    m.count(EngineDrop::kNotIp);
+    return Status::kMalformed;
+  }
+  const Route route = m.classifier.classify(ip);
+  if (route.kind == RouteKind::kNoRoute) {
+    m.count(EngineDrop::kNoRoute);
+    return Status::kDropped;
+  }
+  TunnelState& tunnel = m.tunnels[route.tunnel_index];
+  PortState& port = m.ports[tunnel.port];
+  if (ip_packet.size() > port.max_payload_bytes) {
+    m.count(EngineDrop::kTooBig);
+    return Status::kDropped;
+  }
+  const auto bytes = static_cast<uint32_t>(ip_packet.size()) + port.frame_overhead_bytes;
+  if (route.kind == RouteKind::kTunnel) {
+    return port.scheduler.enqueue(tunnel.id, handle, bytes, now_ns);
+  }
+  ++tunnel.counters.best_effort_offered_packets;
+  tunnel.counters.best_effort_offered_bytes += ip_packet.size();
+  return port.scheduler.enqueue_best_effort(handle, bytes, now_ns, tunnel.id);
+}
+
+Status Engine::submit_service_st(uint32_t tunnel_index, uint64_t handle, uint32_t payload_bytes,
+                                 int64_t now_ns) noexcept {
+  Impl& m = *impl_;
+  if ((handle & kControlHandleTag) != 0 || tunnel_index >= m.tunnels.size()) {
+    return Status::kInvalidArgument;
+  }
+  TunnelState& tunnel = m.tunnels[tunnel_index];
+  PortState& port = m.ports[tunnel.port];
+  if (payload_bytes > port.max_payload_bytes) {
+    m.count(EngineDrop::kTooBig);
+    return Status::kDropped;
+  }
+  return port.scheduler.enqueue(tunnel.id, handle, payload_bytes + port.frame_overhead_bytes,
+                                now_ns);
+}
+
+bool Engine::next_tx_st(int64_t now_ns, TxEmit* emit) noexcept {
+  Impl& m = *impl_;
+  for (;;) {
+    uint32_t best = kNoIndex;
+    int64_t best_ns = kNoEventNs;
+    for (uint32_t i = 0; i < m.ports.size(); ++i) {
+      const int64_t t = m.ports[i].scheduler.next_event_ns();
+      if (t <= now_ns && t < best_ns) {
+        best = i;
+        best_ns = t;
+      }
+    }
+    if (best == kNoIndex) return false;
+    PortState& port = m.ports[best];
+    sched::TxFrame frame;
+    bool got = false;
+    (void)port.scheduler.dequeue_due(
+        now_ns,
+        [&](const sched::TxFrame& f) {
+          frame = f;
+          got = true;
+        },
+        1);
+    if (!got) return false;
+
+    *emit = TxEmit{};
+    emit->send = frame.send;
+    emit->best_effort = frame.best_effort;
+    emit->port_index = best;
+    emit->wire_bytes = frame.bytes;
+    emit->departure_ns = frame.departure_ns;
+    emit->tx_end_ns = frame.tx_end_ns;
+    if ((frame.handle & kControlHandleTag) != 0) {
+      const auto slot = static_cast<uint32_t>(frame.handle & ~kControlHandleTag);
+      if (m.emit_control(slot, frame, now_ns, emit)) return true;
+      continue;  // a control packet that missed its slot: nothing for the backend to do
+    }
+
+    emit->handle = frame.handle;
+    const uint32_t index = m.find_tunnel(frame.tunnel_id);
+    if (index == kNoIndex) {  // cannot happen: only the engine's tunnels are queued
+      emit->send = false;
+      return true;
+    }
+    TunnelState& tunnel = m.tunnels[index];
+    const TunnelConfig& config = m.tunnel_config(tunnel);
+    emit->tunnel_index = index;
+    emit->destination = &m.peer_config(m.peers[tunnel.peer]).endpoint;
+    emit->dscp = frame.best_effort ? m.port_config(port).best_effort_dscp : config.dscp;
+    wire::TunnelHeader& h = emit->header;
+    h.flags = frame.best_effort ? wire::kFlagData | wire::kFlagBestEffort : wire::kFlagData;
+    h.type = static_cast<uint8_t>(wire::DataType::kDatagram);  // the backend sets the real type
+    h.tunnel_id = tunnel.id;
+    h.path_id = kPrimaryPathId;
+    h.payload_length = static_cast<uint16_t>(frame.bytes - port.frame_overhead_bytes);
+    h.cycle_id = static_cast<uint64_t>(frame.cycle_id);
+    // When the packet entered the tunnel (docs/wire-format.md, tx_time_ns): the far end releases
+    // it at this + bound, which absorbs the wait for the slot as well as the WAN's jitter.
+    h.tx_time_ns = frame.enqueue_ns;
+    if (!frame.send) {
+      ++tunnel.counters.missed_slot_packets;
+      return true;
+    }
+    // Sequence numbers are given in departure order, to sent frames only, on-time and best
+    // effort alike: one space per tunnel, covered by the receiver's one replay window.
+    h.sequence = tunnel.next_sequence++;
+    if (frame.best_effort) {
+      ++tunnel.counters.sent_best_effort_packets;
+    } else {
+      ++tunnel.counters.sent_on_time_packets;
+    }
+    port.scheduler.record_departure(frame, now_ns);
+    return true;
+  }
+}
+
+Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, uint64_t handle,
+                                  std::span<const std::byte> udp_payload, int64_t now_ns,
+                                  RxInfo* info) noexcept {
+  Impl& m = *impl_;
+  if (port_index >= m.ports.size() || info == nullptr) return Status::kInvalidArgument;
+  PortState& port = m.ports[port_index];
+  const auto decoded = wire::decode(udp_payload, port.max_payload_bytes);
+  if (!decoded) {
+    port.rx_drops.add(decoded.error());
+    return Status::kMalformed;
+  }
+  const wire::PacketView& packet = *decoded;
+  const uint32_t index = m.find_tunnel(packet.header.tunnel_id);
+  if (index == kNoIndex) {
+    m.count(EngineDrop::kUnknownTunnel);
+    return Status::kDropped;
+  }
+  TunnelState& tunnel = m.tunnels[index];
+  PeerState& peer = m.peers[tunnel.peer];
+  if (!(source == m.peer_config(peer).endpoint)) {
+    m.count(EngineDrop::kWrongPeer);
+    return Status::kDropped;
+  }
+  if (tunnel.port != port_index) {
+    m.count(EngineDrop::kWrongPort);
+    return Status::kDropped;
+  }
+  if (packet.header.path_id != kPrimaryPathId) {
+    m.count(EngineDrop::kUnknownPath);
+    return Status::kDropped;
+  }
+  if (packet.header.is_control()) {
+    const auto body = wire::decode_control(packet);
+    if (!body) {
+      port.rx_drops.add(body.error());
+      return Status::kMalformed;
+    }
+    m.mark_alive(peer, now_ns);
+    m.on_control(index, *body, now_ns);
+    return Status::kBusy;  // consumed: the caller frees the buffer
+  }
+  const wire::ReplayVerdict verdict = tunnel.replay.check_and_update(packet.header.sequence);
+  if (const auto reason = wire::drop_reason(verdict)) {
+    port.rx_drops.add(*reason);
+    tunnel.replay_drops.add(*reason);
+    return Status::kDropped;
+  }
+  m.mark_alive(peer, now_ns);
+  const auto bytes = static_cast<uint32_t>(packet.payload.size());
+  const bool best_effort = packet.header.is_best_effort();
+  sched::Playout& playout = best_effort ? tunnel.best_effort : tunnel.on_time;
+  const Status status = playout.push(handle, bytes, packet.header.tx_time_ns, now_ns);
+  if (status != Status::kOk) return status;  // kDropped: late/too_early/buffer_full, counted
+  if (best_effort) {
+    ++tunnel.counters.rx_best_effort_packets;
+  } else {
+    ++tunnel.counters.rx_on_time_packets;
+  }
+  tunnel.counters.rx_bytes += bytes;
+  info->tunnel_index = index;
+  info->type = packet.header.data_type();
+  info->payload_offset = static_cast<uint32_t>(wire::kHeaderSize);
+  info->payload_bytes = bytes;
+  return Status::kOk;
+}
+
+bool Engine::next_rx_st(int64_t now_ns, RxEmit* emit) noexcept {
+  Impl& m = *impl_;
+  sched::Playout* best = nullptr;
+  uint32_t best_tunnel = kNoIndex;
+  int64_t best_ns = kNoEventNs;
+  for (uint32_t i = 0; i < m.tunnels.size(); ++i) {
+    for (sched::Playout* playout : {&m.tunnels[i].on_time, &m.tunnels[i].best_effort}) {
+      const int64_t t = playout->next_event_ns();
+      if (t <= now_ns && t < best_ns) {
+        best = playout;
+        best_tunnel = i;
+        best_ns = t;
+      }
+    }
+  }
+  if (best == nullptr) return false;
+  sched::PlayoutFrame frame;
+  bool got = false;
+  (void)best->release_due(
+      now_ns,
+      [&](const sched::PlayoutFrame& f) {
+        frame = f;
+        got = true;
+      },
+      1);
+  if (!got) return false;
+  best->record_release(frame, now_ns);
+  const TunnelState& tunnel = m.tunnels[best_tunnel];
+  const TunnelConfig& config = m.tunnel_config(tunnel);
+  *emit = RxEmit{};
+  emit->handle = frame.handle;
+  emit->tunnel_index = best_tunnel;
+  emit->late = frame.late;
+  emit->best_effort = best == &tunnel.best_effort;
+  emit->tx_timestamp_ns = frame.tx_timestamp_ns;
+  emit->target_ns = frame.target_ns;
+  emit->service_deliver = config.service_deliver ? &*config.service_deliver : nullptr;
+  return true;
+}
+
+int64_t Engine::next_event_ns() const noexcept {
+  const Impl& m = *impl_;
+  int64_t t = m.next_control_event_ns();
+  for (const PortState& port : m.ports) t = std::min(t, port.scheduler.next_event_ns());
+  for (const TunnelState& tunnel : m.tunnels) {
+    t = std::min({t, tunnel.on_time.next_event_ns(), tunnel.best_effort.next_event_ns()});
+  }
+  return t;
+}
+
+}  // namespace detwan::dataplane::gw

@@ -1,0 +1,140 @@
+#pragma once
+// Private state of gw::Engine, shared by its source files (engine.cc setup, engine_datapath.cc
+// per packet, engine_control.cc peers, engine_stats.cc JSON/Prometheus). Not a public header.
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "dataplane/gw/classify.h"
+#include "dataplane/gw/clock_filter.h"
+#include "dataplane/gw/config.h"
+#include "dataplane/gw/engine.h"
+#include "dataplane/sched/playout.h"
+#include "dataplane/sched/tx_scheduler.h"
+#include "dataplane/wire/control.h"
+#include "dataplane/wire/drop_reason.h"
+#include "dataplane/wire/replay_window.h"
+
+namespace detwan::dataplane::gw {
+
+inline constexpr uint32_t kNoIndex = UINT32_MAX;
+inline constexpr int64_t kNeverNs = std::numeric_limits<int64_t>::min();
+inline constexpr int64_t kNoEventNs = std::numeric_limits<int64_t>::max();
+// Every tunnel has one path now (PREOF will add more): its packets carry path id 0.
+inline constexpr uint8_t kPrimaryPathId = 0;
+// Time requests a peer may have in flight; a response matching none of them is ignored.
+inline constexpr uint32_t kOutstandingExchanges = 4;
+// Control packets queued at once: this many per peer (time request, response, keepalive and
+// some slack for a burst of requests from the peer), at least kMinControlOutbox.
+inline constexpr uint32_t kControlOutboxPerPeer = 8;
+inline constexpr uint32_t kMinControlOutbox = 64;
+
+struct PortState {
+  uint32_t config_index = 0;
+  wire::IpVersion ip = wire::IpVersion::kV4;
+  uint32_t max_payload_bytes = 0;     // max_payload_for_mtu(mtu, ip)
+  uint32_t frame_overhead_bytes = 0;  // encap_overhead_bytes(ip) + Ethernet header and FCS
+  sched::TxScheduler scheduler;
+  wire::DropCounters rx_drops;  // decode failures, and the replay drops of its tunnels
+  PortIo io;
+};
+
+struct TunnelCounters {
+  uint64_t best_effort_offered_packets = 0;  // prefix matched, port not: sent as best effort
+  uint64_t best_effort_offered_bytes = 0;
+  uint64_t sent_on_time_packets = 0;      // emitted in the tunnel's slots (data)
+  uint64_t sent_best_effort_packets = 0;  // emitted with flag B (unmatched port, downgraded)
+  uint64_t missed_slot_packets = 0;       // handed back with send == false
+  uint64_t rx_on_time_packets = 0;        // accepted by the replay window, pushed to playout
+  uint64_t rx_best_effort_packets = 0;    // flag B, accepted
+  uint64_t rx_bytes = 0;
+};
+
+struct TunnelState {
+  uint32_t config_index = 0;
+  uint32_t id = 0;
+  uint32_t peer = 0;
+  uint32_t port = 0;
+  sched::Playout on_time;
+  sched::Playout best_effort;  // bound 0: releases flag-B packets on receipt
+  wire::ReplayWindow replay;
+  wire::DropCounters replay_drops;  // duplicate, too_old
+  uint64_t next_sequence = 0;       // of the next data frame it sends
+  TunnelCounters counters;
+};
+
+struct PeerCounters {
+  uint64_t time_requests_sent = 0;
+  uint64_t time_requests_received = 0;
+  uint64_t time_responses_sent = 0;  // answers to the peer's requests
+  uint64_t time_responses_received = 0;
+  uint64_t time_responses_ignored = 0;  // no outstanding request with that id, or bad sample
+  uint64_t keepalives_sent = 0;
+  uint64_t keepalives_received = 0;
+  uint64_t up_transitions = 0;
+  uint64_t down_transitions = 0;
+};
+
+struct PeerState {
+  uint32_t config_index = 0;
+  uint32_t port = 0;
+  uint32_t control_tunnel = kNoIndex;  // first tunnel of the peer; kNoIndex: none
+  bool up = false;
+  int64_t last_rx_ns = kNeverNs;
+  int64_t next_time_request_ns = 0;
+  int64_t next_keepalive_ns = 0;
+  uint64_t next_exchange_id = 1;
+  std::array<uint64_t, kOutstandingExchanges> outstanding{};  // exchange ids; 0 = free
+  uint32_t outstanding_next = 0;
+  uint64_t keepalive_counter = 0;     // last sent
+  uint64_t last_rx_keepalive = 0;     // highest counter received from the peer
+  uint64_t peer_last_rx_counter = 0;  // what the peer says it received from us
+  uint64_t control_sequence = 0;
+  ClockFilter clock;
+  int64_t playout_offset_ns = 0;  // receiver - sender, applied to the tunnels' playouts
+  PeerCounters counters;
+};
+
+struct ControlSlot {
+  bool used = false;
+  uint32_t peer = 0;
+  wire::ControlBody body;
+};
+
+struct Engine::Impl {
+  GatewayConfig config;
+  int64_t start_ns = 0;
+  std::vector<PortState> ports;
+  std::vector<TunnelState> tunnels;                       // config order
+  std::vector<std::pair<uint32_t, uint32_t>> tunnel_ids;  // (id, index), sorted by id
+  std::vector<PeerState> peers;                           // config order
+  Classifier classifier;
+  std::vector<ControlSlot> outbox;
+  std::array<uint64_t, kEngineDropCount> drops{};
+  LocalIo local;
+  std::array<std::byte, wire::kHeaderSize + wire::kTimeResponseBodySize> control_scratch{};
+
+  [[nodiscard]] uint32_t find_tunnel(uint32_t id) const noexcept;
+  void count(EngineDrop reason) noexcept { ++drops[static_cast<std::size_t>(reason)]; }
+  [[nodiscard]] const WanPortConfig& port_config(const PortState& p) const noexcept {
+    return config.wan_ports[p.config_index];
+  }
+  [[nodiscard]] const TunnelConfig& tunnel_config(const TunnelState& t) const noexcept {
+    return config.tunnels[t.config_index];
+  }
+  [[nodiscard]] const PeerConfig& peer_config(const PeerState& p) const noexcept {
+    return config.peers[p.config_index];
+  }
+  // Control plane (engine_control.cc), all on the datapath thread.
+  void queue_control(uint32_t peer, const wire::ControlBody& body, int64_t now_ns) noexcept;
+  // Builds the control packet of an outbox slot the scheduler released; false if it has none.
+  bool emit_control(uint32_t slot, const sched::TxFrame& frame, int64_t now_ns,
+                    TxEmit* emit) noexcept;
+  void on_control(uint32_t tunnel, const wire::ControlBody& body, int64_t now_ns) noexcept;
+  void mark_alive(PeerState& peer, int64_t now_ns) noexcept;
+  void apply_offset(PeerState& peer) noexcept;
+  [[nodiscard]] int64_t next_control_event_ns() const noexcept;
+};
+
+}  // namespace detwan::dataplane::gw

@@ -1,0 +1,276 @@
+// Engine::prometheus_text(): the engine's counters in the Prometheus text exposition format
+// 0.0.4 (docs/gateway.md, "Statistics"). Every family is written as one group with its # HELP
+// and # TYPE lines; counters end in _total; histograms are summaries in seconds with the
+// quantiles 0.5, 0.9, 0.99, 0.999 and 0.99999 plus _sum and _count.
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/histogram.h"
+#include "dataplane/gw/engine.h"
+#include "dataplane/gw/engine_impl.h"
+
+namespace detwan::dataplane::gw {
+namespace {
+
+constexpr double kQuantiles[] = {0.5, 0.9, 0.99, 0.999, 0.99999};
+constexpr std::string_view kQuantileText[] = {"0.5", "0.9", "0.99", "0.999", "0.99999"};
+
+std::string escape_label(std::string_view value) {
+  std::string out;
+  for (const char ch : value) {
+    if (ch == '\\') {
+      out += "\\\\";
+    } else if (ch == '"') {
+      out += "\\\"";
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+using Labels = std::vector<std::pair<std::string_view, std::string>>;
+
+std::string label_text(const Labels& labels, std::string_view extra_name = {},
+                       std::string_view extra_value = {}) {
+  std::string out;
+  for (const auto& [name, value] : labels) {
+    out += out.empty() ? "{" : ",";
+    out += fmt::format("{}=\"{}\"", name, escape_label(value));
+  }
+  if (!extra_name.empty()) {
+    out += out.empty() ? "{" : ",";
+    out += fmt::format("{}=\"{}\"", extra_name, escape_label(extra_value));
+  }
+  if (!out.empty()) out += "}";
+  return out;
+}
+
+// Collects samples per family so that each family is written as one group, in first-use order.
+class Exposition {
+ public:
+  void counter(std::string_view name, std::string_view help, const Labels& labels, uint64_t value) {
+    add(name, help, "counter").lines += fmt::format("{}{} {}\n", name, label_text(labels), value);
+  }
+  void gauge(std::string_view name, std::string_view help, const Labels& labels, double value) {
+    add(name, help, "gauge").lines += fmt::format("{}{} {}\n", name, label_text(labels), value);
+  }
+  // A histogram of nanoseconds as a summary in seconds.
+  void summary_ns(std::string_view name, std::string_view help, const Labels& labels,
+                  const common::LogLinearHistogram& h) {
+    Family& f = add(name, help, "summary");
+    for (std::size_t i = 0; i < std::size(kQuantiles); ++i) {
+      f.lines += fmt::format("{}{} {}\n", name, label_text(labels, "quantile", kQuantileText[i]),
+                             static_cast<double>(h.percentile(kQuantiles[i])) * 1e-9);
+    }
+    f.lines += fmt::format("{}_sum{} {}\n", name, label_text(labels),
+                           h.mean() * static_cast<double>(h.count()) * 1e-9);
+    f.lines += fmt::format("{}_count{} {}\n", name, label_text(labels), h.count());
+  }
+  [[nodiscard]] std::string text() const {
+    std::string out;
+    for (const Family& f : families_) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name, f.type);
+      out += f.lines;
+    }
+    return out;
+  }
+
+ private:
+  struct Family {
+    std::string name, help, type, lines;
+  };
+  Family& add(std::string_view name, std::string_view help, std::string_view type) {
+    const auto [it, inserted] = index_.try_emplace(std::string(name), families_.size());
+    if (inserted)
+      families_.push_back({std::string(name), std::string(help), std::string(type), {}});
+    return families_[it->second];
+  }
+  std::vector<Family> families_;
+  std::map<std::string, std::size_t, std::less<>> index_;
+};
+
+// The scheduler counters of one owner (a port, its best effort, or a tunnel) under `prefix`.
+void tx_counters(Exposition& e, std::string_view prefix, std::string_view who, const Labels& labels,
+                 const sched::TxCounters& c) {
+  const auto name = [&](std::string_view metric) { return fmt::format("{}_{}", prefix, metric); };
+  const auto help = [&](std::string_view what) { return fmt::format("{} of {}", what, who); };
+  e.counter(name("offered_packets_total"), help("Frames offered to the scheduler"), labels,
+            c.offered_packets);
+  e.counter(name("offered_bytes_total"), help("Bytes (on the wire) offered"), labels,
+            c.offered_bytes);
+  e.counter(name("queued_packets_total"), help("Frames accepted into the schedule"), labels,
+            c.queued_packets);
+  e.counter(name("queued_bytes_total"), help("Bytes accepted into the schedule"), labels,
+            c.queued_bytes);
+  e.counter(name("sent_packets_total"), help("Frames sent in their slots"), labels, c.sent_packets);
+  e.counter(name("sent_bytes_total"), help("Bytes sent in their slots"), labels, c.sent_bytes);
+  e.counter(name("downgraded_packets_total"),
+            help("Frames above the reservation sent as best effort"), labels, c.downgraded_packets);
+  e.counter(name("downgraded_bytes_total"), help("Bytes above the reservation sent as best effort"),
+            labels, c.downgraded_bytes);
+  e.counter(name("held_for_slot_total"), help("Frames that waited for a later window"), labels,
+            c.held_for_slot);
+  e.counter(name("rescheduled_total"), help("Frames that missed their window and took a later one"),
+            labels, c.rescheduled);
+  for (int i = 0; i < sched::kTxDropCount; ++i) {
+    Labels with_reason = labels;
+    with_reason.emplace_back("reason", std::string(to_string(static_cast<sched::TxDrop>(i))));
+    e.counter(name("drops_total"), help("Frames dropped by the scheduler, by reason"), with_reason,
+              c.dropped[i]);
+  }
+  e.summary_ns(name("departure_error_seconds"), help("Actual minus scheduled departure"), labels,
+               c.departure_error_ns);
+  e.summary_ns(name("queue_wait_seconds"), help("Scheduled departure minus enqueue time"), labels,
+               c.queue_wait_ns);
+}
+
+void playout_counters(Exposition& e, const Labels& labels, const sched::PlayoutCounters& c) {
+  constexpr std::string_view p = "detwan_gw_tunnel_rx";
+  e.counter(fmt::format("{}_received_packets_total", p), "Packets pushed to the playout", labels,
+            c.received_packets);
+  e.counter(fmt::format("{}_received_bytes_total", p), "Payload bytes pushed to the playout",
+            labels, c.received_bytes);
+  e.counter(fmt::format("{}_released_packets_total", p), "Packets released", labels,
+            c.released_packets);
+  e.counter(fmt::format("{}_released_bytes_total", p), "Payload bytes released", labels,
+            c.released_bytes);
+  e.counter(fmt::format("{}_late_packets_total", p), "Packets that arrived after their target",
+            labels, c.late_packets);
+  e.counter(fmt::format("{}_late_delivered_total", p), "Late packets delivered anyway", labels,
+            c.late_delivered);
+  for (int i = 0; i < sched::kPlayoutDropCount; ++i) {
+    Labels with_reason = labels;
+    with_reason.emplace_back("reason", std::string(to_string(static_cast<sched::PlayoutDrop>(i))));
+    e.counter(fmt::format("{}_playout_drops_total", p), "Packets dropped by the playout, by reason",
+              with_reason, c.dropped[i]);
+  }
+  e.summary_ns(fmt::format("{}_wan_delay_seconds", p),
+               "Arrival minus sender time (WAN one-way delay)", labels, c.wan_delay_ns);
+  e.summary_ns(fmt::format("{}_one_way_delay_seconds", p), "Release minus sender time", labels,
+               c.one_way_delay_ns);
+  e.summary_ns(fmt::format("{}_lateness_seconds", p), "Arrival minus target of late packets",
+               labels, c.lateness_ns);
+  e.summary_ns(fmt::format("{}_playout_error_seconds", p), "Actual minus target release", labels,
+               c.playout_error_ns);
+}
+
+}  // namespace
+
+std::string Engine::prometheus_text(int64_t now_ns) const {
+  const Impl& m = *impl_;
+  Exposition e;
+  e.gauge("detwan_gw_info", "The gateway (constant 1)", {{"gateway", m.config.name}}, 1);
+  e.gauge("detwan_gw_uptime_seconds", "Time since the engine was created", {},
+          static_cast<double>(now_ns - m.start_ns) * 1e-9);
+  for (int i = 0; i < kEngineDropCount; ++i) {
+    e.counter("detwan_gw_engine_drops_total", "Packets the engine dropped, by reason",
+              {{"reason", std::string(to_string(static_cast<EngineDrop>(i)))}},
+              m.drops[static_cast<std::size_t>(i)]);
+  }
+  for (const PortState& port : m.ports) {
+    const Labels labels{{"port", m.port_config(port).name}};
+    const PortIo& io = port.io;
+    e.counter("detwan_gw_port_rx_packets_total", "Datagrams received on the WAN port", labels,
+              io.rx_packets);
+    e.counter("detwan_gw_port_rx_bytes_total", "Bytes received on the WAN port", labels,
+              io.rx_bytes);
+    e.counter("detwan_gw_port_tx_packets_total", "Datagrams sent on the WAN port", labels,
+              io.tx_packets);
+    e.counter("detwan_gw_port_tx_bytes_total", "Bytes sent on the WAN port", labels, io.tx_bytes);
+    e.counter("detwan_gw_port_rx_errors_total", "Failed or truncated receives", labels,
+              io.rx_errors);
+    e.counter("detwan_gw_port_tx_errors_total", "Failed sends", labels, io.tx_errors);
+    e.counter("detwan_gw_port_no_buffer_total", "Receives skipped for lack of a buffer", labels,
+              io.no_buffer);
+    for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) {
+      Labels with_reason = labels;
+      with_reason.emplace_back("reason", std::string(to_string(static_cast<wire::DropReason>(r))));
+      e.counter("detwan_gw_port_rx_wire_drops_total",
+                "Tunnel datagrams dropped by the wire checks, by reason", with_reason,
+                port.rx_drops.by_reason[r]);
+    }
+    tx_counters(e, "detwan_gw_port_tx", "the WAN port", labels, port.scheduler.port_counters());
+    tx_counters(e, "detwan_gw_best_effort_tx", "the port's best effort", labels,
+                port.scheduler.best_effort_counters());
+  }
+  for (const TunnelState& t : m.tunnels) {
+    const Labels labels{{"tunnel", std::to_string(t.id)},
+                        {"port", m.config.wan_ports[t.port].name}};
+    if (const sched::TxCounters* c = m.ports[t.port].scheduler.tunnel_counters(t.id)) {
+      tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", labels, *c);
+    }
+    e.gauge("detwan_gw_tunnel_tx_next_sequence", "Sequence number of the tunnel's next data frame",
+            labels, static_cast<double>(t.next_sequence));
+    e.counter("detwan_gw_tunnel_tx_best_effort_offered_packets_total",
+              "Packets to the tunnel's prefixes outside its UDP ports, sent as best effort", labels,
+              t.counters.best_effort_offered_packets);
+    for (const bool best_effort : {false, true}) {
+      Labels with_class = labels;
+      with_class.emplace_back("class", best_effort ? "best_effort" : "on_time");
+      playout_counters(e, with_class,
+                       best_effort ? t.best_effort.counters() : t.on_time.counters());
+    }
+    for (const auto reason : {wire::DropReason::kDuplicate, wire::DropReason::kTooOld}) {
+      Labels with_reason = labels;
+      with_reason.emplace_back("reason", std::string(to_string(reason)));
+      e.counter("detwan_gw_tunnel_rx_replay_drops_total",
+                "Packets refused by the tunnel's replay window, by reason", with_reason,
+                t.replay_drops[reason]);
+    }
+  }
+  for (const PeerState& p : m.peers) {
+    const PeerConfig& config = m.peer_config(p);
+    const Labels labels{{"peer", config.name}};
+    const PeerCounters& c = p.counters;
+    e.gauge("detwan_gw_peer_up", "1 if a packet came from the peer within dead_after", labels,
+            p.up ? 1 : 0);
+    if (p.last_rx_ns != kNeverNs) {
+      e.gauge("detwan_gw_peer_last_rx_age_seconds", "Time since the last packet from the peer",
+              labels, static_cast<double>(now_ns - p.last_rx_ns) * 1e-9);
+    }
+    e.gauge("detwan_gw_peer_clock_offset_seconds",
+            "Local minus peer clock applied to the playouts (configured or estimated)", labels,
+            static_cast<double>(p.playout_offset_ns) * 1e-9);
+    if (p.clock.has_estimate()) {
+      e.gauge("detwan_gw_peer_clock_rtt_seconds", "Round trip of the best time-exchange sample",
+              labels, static_cast<double>(p.clock.best().rtt_ns) * 1e-9);
+    }
+    e.counter("detwan_gw_peer_clock_samples_total", "Time-exchange samples accepted", labels,
+              p.clock.samples());
+    e.counter("detwan_gw_peer_time_requests_sent_total", "Time requests sent", labels,
+              c.time_requests_sent);
+    e.counter("detwan_gw_peer_time_requests_received_total", "Time requests received", labels,
+              c.time_requests_received);
+    e.counter("detwan_gw_peer_time_responses_sent_total", "Time responses sent", labels,
+              c.time_responses_sent);
+    e.counter("detwan_gw_peer_time_responses_received_total", "Time responses received", labels,
+              c.time_responses_received);
+    e.counter("detwan_gw_peer_keepalives_sent_total", "Keepalives sent", labels, c.keepalives_sent);
+    e.counter("detwan_gw_peer_keepalives_received_total", "Keepalives received", labels,
+              c.keepalives_received);
+  }
+  const LocalIo& io = m.local;
+  e.counter("detwan_gw_tun_rx_packets_total", "Packets read from the TUN device", {},
+            io.tun_rx_packets);
+  e.counter("detwan_gw_tun_tx_packets_total", "Packets written to the TUN device", {},
+            io.tun_tx_packets);
+  e.counter("detwan_gw_tun_rx_errors_total", "Failed TUN reads", {}, io.tun_rx_errors);
+  e.counter("detwan_gw_tun_tx_errors_total", "Failed TUN writes", {}, io.tun_tx_errors);
+  e.counter("detwan_gw_service_rx_packets_total", "Datagrams received on service ports", {},
+            io.service_rx_packets);
+  e.counter("detwan_gw_service_tx_packets_total", "Datagrams sent from service ports", {},
+            io.service_tx_packets);
+  e.counter("detwan_gw_service_rx_errors_total", "Failed service receives", {},
+            io.service_rx_errors);
+  e.counter("detwan_gw_service_tx_errors_total", "Failed service sends", {}, io.service_tx_errors);
+  return e.text();
+}
+
+}  // namespace detwan::dataplane::gw

@@ -1,0 +1,172 @@
+// Engine::stats_json(): everything the engine counts as one JSON document (schema in
+// docs/gateway.md, "Statistics"). Built with boost::json on the datapath thread between polls;
+// the sched and wire libraries' own JSON (counters_json, summary_json, to_json) is parsed and
+// embedded as is, so the document is valid JSON by construction.
+#include <string>
+
+#include <boost/json.hpp>
+
+#include "dataplane/gw/engine.h"
+#include "dataplane/gw/engine_impl.h"
+#include "dataplane/sched/gate_control_list.h"
+
+namespace detwan::dataplane::gw {
+namespace {
+
+namespace json = boost::json;
+
+json::value parse_embedded(const std::string& text) {
+  boost::system::error_code ec;
+  json::value value = json::parse(text, ec);
+  if (ec) return json::value(nullptr);  // never with the libraries' generators
+  return value;
+}
+
+json::object port_io_json(const PortIo& io) {
+  return {{"rx_packets", io.rx_packets}, {"rx_bytes", io.rx_bytes},   {"tx_packets", io.tx_packets},
+          {"tx_bytes", io.tx_bytes},     {"rx_errors", io.rx_errors}, {"tx_errors", io.tx_errors},
+          {"no_buffer", io.no_buffer}};
+}
+
+json::object local_io_json(const LocalIo& io) {
+  return {
+      {"tun_rx_packets", io.tun_rx_packets},         {"tun_tx_packets", io.tun_tx_packets},
+      {"tun_rx_errors", io.tun_rx_errors},           {"tun_tx_errors", io.tun_tx_errors},
+      {"service_rx_packets", io.service_rx_packets}, {"service_tx_packets", io.service_tx_packets},
+      {"service_rx_errors", io.service_rx_errors},   {"service_tx_errors", io.service_tx_errors}};
+}
+
+json::value optional_ns(bool present, int64_t value) {
+  return present ? json::value(value) : json::value(nullptr);
+}
+
+}  // namespace
+
+std::string Engine::stats_json(int64_t now_ns) const {
+  const Impl& m = *impl_;
+  json::object root;
+  root["gateway"] = m.config.name;
+  root["now_ns"] = now_ns;
+  root["start_ns"] = m.start_ns;
+  root["uptime_ns"] = now_ns - m.start_ns;
+
+  json::object drops;
+  for (int i = 0; i < kEngineDropCount; ++i) {
+    drops[to_string(static_cast<EngineDrop>(i))] = m.drops[static_cast<std::size_t>(i)];
+  }
+  root["drops"] = std::move(drops);
+
+  std::vector<json::value> scheduler_json;  // per port, for the tunnels' tx counters below
+  json::array ports;
+  for (uint32_t i = 0; i < m.ports.size(); ++i) {
+    const PortState& port = m.ports[i];
+    const WanPortConfig& config = m.port_config(port);
+    scheduler_json.push_back(parse_embedded(port.scheduler.counters_json()));
+    ports.push_back(json::object{
+        {"name", config.name},
+        {"index", i},
+        {"ip_version", port.ip == wire::IpVersion::kV6 ? 6 : 4},
+        {"mtu_bytes", config.mtu_bytes},
+        {"max_payload_bytes", port.max_payload_bytes},
+        {"line_rate_bps", config.line_rate_bps},
+        {"io", port_io_json(port.io)},
+        {"rx_drops", parse_embedded(wire::to_json(port.rx_drops))},
+        {"tx", scheduler_json.back()},
+    });
+  }
+  root["ports"] = std::move(ports);
+
+  json::array tunnels;
+  for (uint32_t i = 0; i < m.tunnels.size(); ++i) {
+    const TunnelState& t = m.tunnels[i];
+    const TunnelConfig& config = m.tunnel_config(t);
+    json::value scheduler_counters = nullptr;
+    if (const auto* all = scheduler_json[t.port].if_object()) {
+      if (const auto* by_id = all->if_contains("tunnels"); by_id && by_id->is_object()) {
+        if (const auto* c = by_id->as_object().if_contains(std::to_string(t.id))) {
+          scheduler_counters = *c;
+        }
+      }
+    }
+    const TunnelCounters& c = t.counters;
+    json::object tx{
+        {"scheduler", scheduler_counters},
+        {"next_sequence", t.next_sequence},
+        {"sent_on_time_packets", c.sent_on_time_packets},
+        {"sent_best_effort_packets", c.sent_best_effort_packets},
+        {"missed_slot_packets", c.missed_slot_packets},
+        {"best_effort_offered_packets", c.best_effort_offered_packets},
+        {"best_effort_offered_bytes", c.best_effort_offered_bytes},
+    };
+    json::object rx{
+        {"accepted_on_time_packets", c.rx_on_time_packets},
+        {"accepted_best_effort_packets", c.rx_best_effort_packets},
+        {"accepted_bytes", c.rx_bytes},
+        {"replay_drops", json::object{{"duplicate", t.replay_drops[wire::DropReason::kDuplicate]},
+                                      {"too_old", t.replay_drops[wire::DropReason::kTooOld]}}},
+        {"replay_top", nullptr},
+        {"clock_offset_ns", t.on_time.config().clock_offset_ns},
+        {"on_time", parse_embedded(t.on_time.counters_json())},
+        {"best_effort", parse_embedded(t.best_effort.counters_json())},
+    };
+    if (!t.replay.empty()) rx["replay_top"] = t.replay.top();
+    tunnels.push_back(json::object{
+        {"id", t.id},
+        {"index", i},
+        {"peer", config.peer},
+        {"port", m.config.wan_ports[t.port].name},
+        {"rate_bps", config.rate_bps},
+        {"slots", sched::format_slot_list(config.slots)},
+        {"bound_ns", config.bound_ns},
+        {"over_rate", config.over_rate == sched::OverRateAction::kDrop ? "drop" : "best_effort"},
+        {"late", config.late == sched::LateAction::kDrop ? "drop" : "deliver"},
+        {"tx", std::move(tx)},
+        {"rx", std::move(rx)},
+    });
+  }
+  root["tunnels"] = std::move(tunnels);
+
+  json::array peers;
+  for (const PeerState& p : m.peers) {
+    const PeerConfig& config = m.peer_config(p);
+    const bool heard = p.last_rx_ns != kNeverNs;
+    const bool estimated = p.clock.has_estimate();
+    const wire::ClockSample best = p.clock.best();
+    const PeerCounters& c = p.counters;
+    peers.push_back(json::object{
+        {"name", config.name},
+        {"port", m.config.wan_ports[p.port].name},
+        {"state", p.up ? "up" : "down"},
+        {"control_tunnel", p.control_tunnel == kNoIndex
+                               ? json::value(nullptr)
+                               : json::value(m.tunnels[p.control_tunnel].id)},
+        {"last_rx_age_ns", optional_ns(heard, heard ? now_ns - p.last_rx_ns : 0)},
+        {"up_transitions", c.up_transitions},
+        {"down_transitions", c.down_transitions},
+        {"clock",
+         json::object{
+             {"source", config.clock_offset_ns ? "configured" : "auto"},
+             {"offset_ns", p.playout_offset_ns},
+             {"estimated_offset_ns", optional_ns(estimated, -best.offset_ns)},
+             {"rtt_ns", optional_ns(estimated, best.rtt_ns)},
+             {"samples", p.clock.samples()},
+             {"last_sample_age_ns",
+              optional_ns(estimated, estimated ? now_ns - p.clock.last_sample_ns() : 0)},
+         }},
+        {"time_exchange", json::object{{"requests_sent", c.time_requests_sent},
+                                       {"requests_received", c.time_requests_received},
+                                       {"responses_sent", c.time_responses_sent},
+                                       {"responses_received", c.time_responses_received},
+                                       {"responses_ignored", c.time_responses_ignored}}},
+        {"keepalive", json::object{{"sent", c.keepalives_sent},
+                                   {"received", c.keepalives_received},
+                                   {"last_rx_counter", p.last_rx_keepalive},
+                                   {"peer_last_rx_counter", p.peer_last_rx_counter}}},
+    });
+  }
+  root["peers"] = std::move(peers);
+  root["local"] = local_io_json(m.local);
+  return json::serialize(root);
+}
+
+}  // namespace detwan::dataplane::gw

@@ -1,0 +1,62 @@
+#pragma once
+// The gateway's TUN interface: the local side of IP tunnels. Packets the host routes into the
+// device are read by the backend and classified into tunnels; packets released by a tunnel are
+// written back and reach the host's stack.
+//
+// Setup only (tier 2 in docs/errors.md). TunDevice::open() creates a non-persistent TUN device
+// (IFF_TUN | IFF_NO_PI: every read/write is exactly one IPv4 or IPv6 packet), sets its MTU,
+// brings the link up and installs the configured routes through rtnetlink (RTM_NEWROUTE, IPv4
+// and IPv6, main table, "dev <name>"). The destructor removes those routes and closes the file
+// descriptor, which deletes the device. Every error names the device and carries the errno text,
+// e.g. "TUN device 'dtw0': open /dev/net/tun: Permission denied (needs CAP_NET_ADMIN)".
+//
+// Needs CAP_NET_ADMIN in the network namespace of the calling thread; the device, its routes
+// and the netlink socket used to remove them belong to that namespace.
+// The file descriptor is non-blocking (O_NONBLOCK): a read with nothing queued fails EAGAIN.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "dataplane/gw/config.h"
+
+namespace detwan::dataplane::gw {
+
+class TunDevice {
+ public:
+  // Creates config.name (a "%d" in the name lets the kernel number it; name() says which),
+  // mtu config.mtu_bytes, link up, config.routes installed. Errors: kInvalidArgument for a bad
+  // name, kIo for everything the kernel refused. Nothing is left behind on failure.
+  static common::Result<TunDevice> open(const TunConfig& config);
+
+  TunDevice(TunDevice&& other) noexcept;
+  TunDevice& operator=(TunDevice&& other) noexcept;
+  TunDevice(const TunDevice&) = delete;
+  TunDevice& operator=(const TunDevice&) = delete;
+  ~TunDevice();  // close()
+
+  // Removes the installed routes (best effort: a route somebody else deleted is fine) and
+  // closes the device. Idempotent.
+  void close() noexcept;
+
+  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
+  [[nodiscard]] bool is_open() const noexcept { return fd_.valid(); }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] int if_index() const noexcept { return if_index_; }
+  [[nodiscard]] uint32_t mtu_bytes() const noexcept { return mtu_bytes_; }
+  // The routes this device installed (and will remove).
+  [[nodiscard]] const std::vector<Prefix>& routes() const noexcept { return routes_; }
+
+ private:
+  TunDevice() = default;
+
+  common::UniqueFd fd_;
+  common::UniqueFd netlink_fd_;  // NETLINK_ROUTE socket of the device's namespace
+  std::string name_;
+  int if_index_ = 0;
+  uint32_t mtu_bytes_ = 0;
+  std::vector<Prefix> routes_;
+};
+
+}  // namespace detwan::dataplane::gw

@@ -1,0 +1,103 @@
+#pragma once
+// The io_uring backend's loop state (private to dataplane/uring). Datapath::prepare() is setup
+// (gateway.cc); everything else runs per packet on the datapath thread (gateway_datapath.cc).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <liburing.h>
+
+#include "common/status.h"
+#include "dataplane/gw/engine.h"
+#include "dataplane/gw/run_context.h"
+#include "dataplane/uring/gateway_state.h"
+#include "dataplane/uring/timing.h"
+
+namespace detwan::dataplane::uring {
+
+inline constexpr int64_t kControlPeriodNs = 10'000'000;     // RunContext: at least every 10 ms
+inline constexpr int64_t kControlBusyPeriodNs = 1'000'000;  // while a client is connected
+inline constexpr int64_t kStarvedRetryNs = 100'000;         // receives waiting for a free buffer
+inline constexpr unsigned kCqeBatch = 64;
+inline constexpr unsigned kMaxCqesPerTurn = 1024;  // then engine polls run again
+
+// user_data: kind (8 bits) | object (24 bits: source or WAN port) | buffer index (32 bits).
+enum class Op : uint8_t {
+  kReceive = 1,    // recvmsg/read on source `object`
+  kReadiness = 2,  // POLL_ADD after a receive saw EAGAIN: then receive again into `buffer`
+  kWanSend = 3,    // sendmsg on WAN port `object`
+  kTunWrite = 4,
+  kServiceSend = 5,
+  kControlReady = 6,  // POLL_ADD on the control server's listening socket
+};
+
+inline constexpr uint64_t pack(Op op, uint32_t object, uint32_t buffer) noexcept {
+  return (uint64_t{static_cast<uint8_t>(op)} << 56) | (uint64_t{object & 0xFFFFFF} << 32) | buffer;
+}
+inline constexpr Op op_of(uint64_t data) noexcept { return static_cast<Op>(data >> 56); }
+inline constexpr uint32_t object_of(uint64_t data) noexcept { return (data >> 32) & 0xFFFFFF; }
+inline constexpr uint32_t buffer_of(uint64_t data) noexcept { return static_cast<uint32_t>(data); }
+
+enum class SourceKind : uint8_t { kWan, kTun, kService };
+
+// Something the loop keeps receives in flight on.
+struct Source {
+  SourceKind kind = SourceKind::kWan;
+  int fd = -1;
+  const UdpSocket* socket = nullptr;  // kWan, kService
+  uint32_t index = 0;                 // WAN port index, or engine tunnel index (kService)
+  uint32_t depth = 1;                 // receives wanted in flight
+  uint32_t armed = 0;                 // receives in flight
+};
+
+class Datapath {
+ public:
+  Datapath(GatewayState& state, gw::RunContext& context)
+      : state_(state),
+        pool_(*state.pool),
+        ring_(&state.ring),
+        engine_(context.engine),
+        context_(context) {}
+
+  common::Result<void> prepare();
+  // Runs until context.stop. Instantiated for LowCpuTiming and BusyTiming.
+  template <typename Timing>
+  void loop(Timing& timing);
+
+ private:
+  io_uring_sqe* get_sqe() noexcept {
+    io_uring_sqe* sqe = io_uring_get_sqe(ring_);
+    if (sqe == nullptr) {
+      (void)io_uring_submit(ring_);
+      sqe = io_uring_get_sqe(ring_);
+    }
+    return sqe;
+  }
+  void arm(uint32_t source_id) noexcept;
+  bool submit_receive(uint32_t source_id, uint32_t buffer) noexcept;
+  void arm_starved() noexcept;
+  void arm_control() noexcept;
+  void reap(int64_t now_ns) noexcept;
+  void on_completion(uint64_t data, int32_t result, int64_t now_ns) noexcept;
+  void on_receive(uint32_t source_id, uint32_t buffer, int32_t result, int64_t now_ns) noexcept;
+  void on_send(Op op, uint32_t object, uint32_t buffer, int32_t result) noexcept;
+  void count_receive_error(const Source& source) noexcept;
+  void transmit(const gw::TxEmit& emit) noexcept;
+  void transmit_control(const gw::TxEmit& emit) noexcept;
+  void deliver(const gw::RxEmit& emit) noexcept;
+  void send_wan(uint32_t port, uint32_t buffer, std::span<const std::byte> bytes,
+                const gw::Endpoint& destination, uint8_t dscp) noexcept;
+
+  GatewayState& state_;
+  BufferPool& pool_;
+  io_uring* ring_;
+  gw::Engine& engine_;
+  gw::RunContext& context_;
+  std::vector<Source> sources_;
+  std::vector<const ServiceSockets*> services_;  // by engine tunnel index (nullptr: none)
+  bool starved_ = false;  // some source has fewer receives in flight than wanted
+  bool control_armed_ = false;
+  bool control_ready_ = false;
+};
+
+}  // namespace detwan::dataplane::uring

@@ -1,0 +1,231 @@
+// Setup of the io_uring backend: buffers, sockets, TUN device, ring.
+#include "dataplane/uring/gateway.h"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include <pthread.h>
+#include <sched.h>
+
+#include "common/logging.h"
+#include "dataplane/uring/datapath.h"
+#include "dataplane/uring/gateway_state.h"
+#include "dataplane/uring/timing.h"
+
+namespace detwan::dataplane::uring {
+namespace {
+
+constexpr uint32_t kMaxSubmissionEntries = 4096;
+
+// Largest payload a buffer must hold: a full WAN datagram (header + payload) of any port, the
+// TUN MTU. Service datagrams above it cannot enter any tunnel anyway (too big for every port).
+uint32_t payload_capacity_bytes(const gw::GatewayConfig& config) {
+  uint32_t capacity = config.tun.enabled ? config.tun.mtu_bytes : 0;
+  for (const gw::WanPortConfig& port : config.wan_ports) {
+    capacity = std::max(capacity, gw::max_tunnel_payload_bytes(port));
+  }
+  return std::max<uint32_t>(capacity, 1);
+}
+
+common::Result<void> open_ring(GatewayState& state, uint32_t receives) {
+  const uint32_t in_flight = receives + state.config.buffer_count + 64;
+  io_uring_params params{};
+  params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP | IORING_SETUP_SUBMIT_ALL;
+  params.cq_entries = std::bit_ceil(in_flight);
+  const uint32_t entries = std::min(
+      kMaxSubmissionEntries, std::bit_ceil(std::max(256u, 2 * receives + 4 * state.config.batch)));
+  int error = io_uring_queue_init_params(entries, &state.ring, &params);
+  if (error == -EINVAL) {  // kernels before 5.18 know no SUBMIT_ALL
+    params = io_uring_params{};
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP;
+    params.cq_entries = std::bit_ceil(in_flight);
+    error = io_uring_queue_init_params(entries, &state.ring, &params);
+  }
+  if (error < 0) {
+    std::string message =
+        "io_uring_queue_init (" + std::to_string(entries) + " entries): " + std::strerror(-error);
+    if (error == -EPERM) message += " (io_uring disabled? see sysctl kernel.io_uring_disabled)";
+    if (error == -ENOMEM) message += " (locked memory limit: raise ulimit -l)";
+    return common::make_error(common::ErrorCode::kIo, message);
+  }
+  if ((params.features & IORING_FEAT_NODROP) == 0) {
+    io_uring_queue_exit(&state.ring);
+    return common::make_error(common::ErrorCode::kIo,
+                              "io_uring: the kernel lacks IORING_FEAT_NODROP (needs Linux >= 5.5)");
+  }
+  state.ring_open = true;
+  return {};
+}
+
+}  // namespace
+
+common::Result<void> Datapath::prepare() {
+  const gw::GatewayConfig& config = context_.config;
+  if (config.wan_ports.size() != state_.wan.size() || engine_.port_count() != state_.wan.size()) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              "uring gateway: opened " + std::to_string(state_.wan.size()) +
+                                  " WAN ports, the run configuration has " +
+                                  std::to_string(config.wan_ports.size()) + " (engine " +
+                                  std::to_string(engine_.port_count()) + ")");
+  }
+  for (size_t i = 0; i < state_.wan.size(); ++i) {
+    if (config.wan_ports[i].local.ipv6 != state_.wan[i].ipv6()) {
+      return common::make_error(common::ErrorCode::kConfig,
+                                "uring gateway: WAN port '" + config.wan_ports[i].name +
+                                    "' changed address family between open and run");
+    }
+    sources_.push_back(Source{SourceKind::kWan, state_.wan[i].fd(), &state_.wan[i],
+                              static_cast<uint32_t>(i), state_.wan_receive_depth, 0});
+  }
+  if (config.tunnels.size() != state_.services.size()) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              "uring gateway: opened " + std::to_string(state_.services.size()) +
+                                  " tunnels, the run configuration has " +
+                                  std::to_string(config.tunnels.size()));
+  }
+  services_.assign(engine_.tunnel_count(), nullptr);
+  for (size_t i = 0; i < config.tunnels.size(); ++i) {
+    const gw::TunnelConfig& tunnel = config.tunnels[i];
+    const ServiceSockets& sockets = state_.services[i];
+    const uint32_t index = engine_.tunnel_index(tunnel.id);
+    if (index == gw::Engine::kNoTunnel || index >= services_.size() ||
+        tunnel.service_listen.has_value() != sockets.listen.has_value() ||
+        tunnel.service_deliver.has_value() != sockets.deliver.has_value()) {
+      return common::make_error(common::ErrorCode::kConfig,
+                                "uring gateway: tunnel " + std::to_string(tunnel.id) +
+                                    " differs between open and run (or the engine lacks it)");
+    }
+    services_[index] = &sockets;
+    if (sockets.listen) {
+      sources_.push_back(Source{SourceKind::kService, sockets.listen->fd(), &*sockets.listen, index,
+                                kLocalReceiveDepth, 0});
+    }
+  }
+  if (state_.tun) {
+    sources_.push_back(
+        Source{SourceKind::kTun, state_.tun->fd(), nullptr, 0, kLocalReceiveDepth, 0});
+  }
+  if (config.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(config.cpu, &set);
+    if (const int error = pthread_setaffinity_np(pthread_self(), sizeof set, &set); error != 0) {
+      return common::make_error(common::ErrorCode::kInvalidArgument,
+                                "cpu " + std::to_string(config.cpu) +
+                                    ": cannot pin the datapath thread: " + std::strerror(error));
+    }
+  }
+  return {};
+}
+
+common::Result<void> run_datapath(GatewayState& state, gw::RunContext& context) {
+  Datapath datapath(state, context);
+  if (auto prepared = datapath.prepare(); !prepared) return prepared;
+  auto log = common::logger("uring");
+  if (context.config.timing == gw::TimingMode::kBusy) {
+    const bool tsc = common::TscClock::tsc_is_invariant();
+    if (!tsc) log->warn("busy timing: the TSC is not invariant here; reading CLOCK_TAI instead");
+    if (context.config.cpu < 0) log->warn("busy timing without a cpu: the loop shares its core");
+    BusyTiming timing(tsc);
+    datapath.loop(timing);
+  } else {
+    LowCpuTiming timing;
+    datapath.loop(timing);
+  }
+  return {};
+}
+
+common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& config) {
+  auto state = std::make_unique<GatewayState>();
+  state->config = config;
+  const uint32_t batch = std::max<uint32_t>(config.batch, 1);
+  state->wan_receive_depth = std::clamp<uint32_t>(batch / 2, 1, kMaxWanReceiveDepth);
+
+  uint32_t receives = static_cast<uint32_t>(config.wan_ports.size()) * state->wan_receive_depth;
+  if (config.tun.enabled) receives += kLocalReceiveDepth;
+  for (const gw::TunnelConfig& tunnel : config.tunnels) {
+    if (tunnel.service_listen) receives += kLocalReceiveDepth;
+  }
+  // The receives hold their buffers all the time; the engine's queues need the rest.
+  if (config.buffer_count < 2 * receives) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              "buffer_count " + std::to_string(config.buffer_count) +
+                                  " is too small: the receives in flight alone hold " +
+                                  std::to_string(receives) + " buffers; use at least " +
+                                  std::to_string(2 * receives));
+  }
+  auto pool = BufferPool::create(config.buffer_count, payload_capacity_bytes(config));
+  if (!pool) return std::unexpected(pool.error());
+  state->pool.emplace(std::move(*pool));
+
+  for (const gw::WanPortConfig& port : config.wan_ports) {
+    auto socket = UdpSocket::bind(port.local, true, "WAN port '" + port.name + "'");
+    if (!socket) return std::unexpected(socket.error());
+    state->wan.push_back(std::move(*socket));
+  }
+  for (const gw::TunnelConfig& tunnel : config.tunnels) {
+    ServiceSockets sockets;
+    const std::string what = "tunnel " + std::to_string(tunnel.id) + " service port";
+    if (tunnel.service_listen) {
+      auto socket = UdpSocket::bind(*tunnel.service_listen, false, what);
+      if (!socket) return std::unexpected(socket.error());
+      sockets.listen.emplace(std::move(*socket));
+    }
+    if (tunnel.service_deliver) {
+      sockets.deliver = tunnel.service_deliver;
+      // The listen socket sends too when it can reach the deliver endpoint.
+      const bool listen_reaches =
+          sockets.listen && (sockets.listen->ipv6() || !tunnel.service_deliver->ipv6);
+      if (!listen_reaches) {
+        auto socket = UdpSocket::unbound(tunnel.service_deliver->ipv6, what + " (deliver)");
+        if (!socket) return std::unexpected(socket.error());
+        sockets.sender.emplace(std::move(*socket));
+      }
+    }
+    state->services.push_back(std::move(sockets));
+  }
+  if (config.tun.enabled) {
+    auto tun = gw::TunDevice::open(config.tun);
+    if (!tun) return std::unexpected(tun.error());
+    state->tun.emplace(std::move(*tun));
+  }
+  if (auto ring = open_ring(*state, receives); !ring) return std::unexpected(ring.error());
+  return std::unique_ptr<Gateway>(new Gateway(std::move(state)));
+}
+
+Gateway::Gateway(std::unique_ptr<GatewayState> state) : state_(std::move(state)) {}
+Gateway::~Gateway() = default;
+
+gw::Endpoint Gateway::wan_endpoint(size_t port) const { return state_->wan.at(port).local(); }
+
+std::optional<gw::Endpoint> Gateway::service_endpoint(size_t tunnel) const {
+  const ServiceSockets& sockets = state_->services.at(tunnel);
+  if (!sockets.listen) return std::nullopt;
+  return sockets.listen->local();
+}
+
+common::Result<void> Gateway::run(gw::RunContext& context) {
+  if (state_->ran) {
+    return common::make_error(common::ErrorCode::kInvalidArgument,
+                              "uring gateway: run() may be called once per open()");
+  }
+  state_->ran = true;
+  return run_datapath(*state_, context);
+}
+
+common::Result<void> run(gw::RunContext& context) {
+  auto gateway = Gateway::open(context.config);
+  if (!gateway) return std::unexpected(gateway.error());
+  auto log = common::logger("uring");
+  for (size_t i = 0; i < context.config.wan_ports.size(); ++i) {
+    log->info("WAN port '{}' bound to {}", context.config.wan_ports[i].name,
+              gw::format_endpoint((*gateway)->wan_endpoint(i)));
+  }
+  return (*gateway)->run(context);
+}
+
+}  // namespace detwan::dataplane::uring

@@ -1,0 +1,61 @@
+#pragma once
+// Private to dataplane/uring/gateway*.cc: what Gateway::open() builds and the loop runs on.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <liburing.h>
+
+#include "common/status.h"
+#include "dataplane/gw/config.h"
+#include "dataplane/gw/run_context.h"
+#include "dataplane/gw/tun.h"
+#include "dataplane/uring/buffer_pool.h"
+#include "dataplane/uring/port.h"
+
+namespace detwan::dataplane::uring {
+
+// Receives kept in flight per socket/device: enough to absorb a burst between two loop turns
+// without leaning on the kernel's socket buffer, few enough to leave buffers for the engine.
+inline constexpr uint32_t kMaxWanReceiveDepth = 16;
+inline constexpr uint32_t kLocalReceiveDepth = 4;
+
+// A tunnel's service sockets: `listen` receives the application's datagrams (and, when the
+// families match, sends the far side's to service_deliver, so the application sees them come
+// from the service port); `sender` is an unbound socket used when they do not.
+struct ServiceSockets {
+  std::optional<UdpSocket> listen;
+  std::optional<UdpSocket> sender;
+  std::optional<gw::Endpoint> deliver;
+  [[nodiscard]] const UdpSocket* deliver_socket() const noexcept {
+    if (sender) return &*sender;
+    return listen ? &*listen : nullptr;
+  }
+};
+
+struct GatewayState {
+  GatewayState() = default;
+  GatewayState(const GatewayState&) = delete;
+  GatewayState& operator=(const GatewayState&) = delete;
+  // The ring goes first: io_uring_queue_exit() cancels and waits for what is in flight, which
+  // still points into the buffers and uses the sockets.
+  ~GatewayState() {
+    if (ring_open) io_uring_queue_exit(&ring);
+  }
+
+  gw::GatewayConfig config;  // as given to open()
+  std::optional<BufferPool> pool;
+  std::vector<UdpSocket> wan;            // config.wan_ports order
+  std::vector<ServiceSockets> services;  // config.tunnels order
+  std::optional<gw::TunDevice> tun;
+  uint32_t wan_receive_depth = 1;
+  io_uring ring{};
+  bool ring_open = false;
+  bool ran = false;
+};
+
+// The loop (gateway_datapath.cc). Runs until context.stop; setup problems found on entry
+// (config mismatch, CPU pinning) are returned before anything is submitted.
+common::Result<void> run_datapath(GatewayState& state, gw::RunContext& context);
+
+}  // namespace detwan::dataplane::uring

@@ -1,0 +1,265 @@
+// Harness of tools/bench/gw-vs-testpmd: the forwarding cost of the DPDK gateway on one lcore.
+//
+// Two gateways, A and B, in one process on the calling lcore, joined by net_ring devices built
+// with rte_eth_from_rings, in a closed loop as dpdk-testpmd --tx-first circulates its packets:
+//
+//   ring X -> [local port A -> engine A (classify, police, slot schedule) -> encap -> wanA]
+//          -> ring AB -> [wanB -> parse, checksum -> engine B (decode, replay window, playout)
+//          -> decap -> local port B] -> ring X
+//
+// --packets IPv4/UDP packets are injected once and circulate for --seconds. Every circulation
+// is one tunnel traversal = two gateway forwards (each one RX burst + one TX burst on a ring
+// device, as one testpmd io forward). Prints one JSON object: rates, the TSC accounting of each
+// phase of the loop, and micro-costs of the framing steps measured alone.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <rte_cycles.h>
+#include <rte_mempool.h>
+
+#include "common/clock.h"
+#include "dataplane/dpdk/gateway.h"
+#include "dataplane/gw/engine.h"
+#include "dataplane/wire/header.h"
+#include "tests/dataplane/dpdk/dpdk_test_util.h"
+
+namespace dpdk = detwan::dataplane::dpdk;
+namespace gw = detwan::dataplane::gw;
+namespace wire = detwan::dataplane::wire;
+using namespace dpdk::testing;
+
+namespace {
+
+struct Options {
+  double seconds = 5;
+  uint32_t packets = 64;
+  uint32_t payload_bytes = 18;  // UDP payload: 64-byte inner Ethernet frames, as testpmd's
+  std::vector<std::string> eal = {"--no-huge", "-m", "512", "--no-pci"};
+  // WAN devices of A and B, e.g. net_af_packet0,net_af_packet1 named by --vdev in the EAL
+  // arguments; empty: a net_ring pair made here.
+  std::string wan_a, wan_b;
+};
+
+int usage(const char* why) {
+  std::fprintf(stderr,
+               "%s\nusage: dataplane_dpdk_fwd_bench [--seconds S] [--packets N] "
+               "[--payload-bytes B] [--wan-devices A,B] [-- EAL args...]\n",
+               why);
+  return 2;
+}
+
+gw::GatewayConfig bench_config(bool is_a, const std::string& device) {
+  gw::GatewayConfig config = pair_config(is_a, device);
+  config.dpdk.mbuf_count = 4095;
+  config.batch = 32;
+  gw::WanPortConfig& port = config.wan_ports[0];
+  port.line_rate_bps = 100'000'000'000;  // far above what one core forwards: never the limit
+  port.capacity_frames = 8192;
+  gw::TunnelConfig& tunnel = config.tunnels[0];
+  tunnel.rate_bps = 90'000'000'000;
+  tunnel.queue_frames = 4096;
+  tunnel.slots.clear();
+  for (uint32_t slot = 0; slot < 100; ++slot) tunnel.slots.push_back(slot);  // endless window
+  return config;
+}
+
+// Average TSC cycles of fn() over `rounds` calls.
+template <typename Fn>
+double cycles_per_call(uint32_t rounds, Fn&& fn) {
+  const uint64_t start = rte_rdtsc();
+  for (uint32_t i = 0; i < rounds; ++i) fn(i);
+  return static_cast<double>(rte_rdtsc() - start) / rounds;
+}
+
+// Per-packet costs of the framing steps alone, in TSC cycles.
+std::string micro_costs(uint32_t payload_bytes) {
+  const gw::Endpoint a = endpoint("10.0.0.1:4789");
+  const gw::Endpoint b = endpoint("10.0.0.2:4789");
+  const uint32_t inner = dpdk::outer_header_bytes(false) + payload_bytes;  // inner IP + Eth
+  std::vector<std::byte> frame(dpdk::outer_header_bytes(false) + wire::kHeaderSize + inner -
+                               dpdk::kEtherHeaderBytes);
+  dpdk::OuterSpec spec;
+  (void)dpdk::parse_mac(kMacA, &spec.source_mac);
+  (void)dpdk::parse_mac(kMacB, &spec.destination_mac);
+  spec.source = &a;
+  spec.destination = &b;
+  wire::TunnelHeader header;
+  header.tunnel_id = 7;
+  header.type = static_cast<uint8_t>(wire::DataType::kIpv4);
+  header.payload_length = static_cast<uint16_t>(frame.size() - 42 - wire::kHeaderSize);
+  constexpr uint32_t kRounds = 2'000'000;
+  volatile uint64_t sink = 0;
+  const double encode = cycles_per_call(kRounds, [&](uint32_t i) {
+    header.sequence = i;
+    sink = sink + static_cast<uint64_t>(
+                      wire::encode(header, std::span<std::byte>(frame).subspan(42)).size);
+  });
+  const double build = cycles_per_call(kRounds, [&](uint32_t i) {
+    frame[frame.size() - 1] = static_cast<std::byte>(i);
+    sink = sink + (dpdk::build_outer_headers(frame, spec, false, false) ? 1 : 0);
+  });
+  dpdk::WanAddress address;
+  (void)dpdk::parse_mac(kMacB, &address.mac);
+  address.local = b;
+  dpdk::ParsedFrame parsed;
+  const double parse = cycles_per_call(kRounds, [&](uint32_t) {
+    sink = sink + static_cast<uint64_t>(dpdk::parse_wan_frame(
+                      frame, address, dpdk::ChecksumState::kUnknown,
+                      dpdk::ChecksumState::kUnknown, &parsed));
+  });
+  const double parse_offloaded = cycles_per_call(kRounds, [&](uint32_t) {
+    sink = sink + static_cast<uint64_t>(dpdk::parse_wan_frame(
+                      frame, address, dpdk::ChecksumState::kGood, dpdk::ChecksumState::kGood,
+                      &parsed));
+  });
+  const double decode = cycles_per_call(kRounds, [&](uint32_t) {
+    sink = sink + wire::decode(std::span<const std::byte>(frame).subspan(42)).value().header.sequence;
+  });
+  return fmt::format(
+      R"({{"frame_bytes":{},"encode_header":{:.1f},"build_outer_with_checksums":{:.1f},)"
+      R"("parse_outer_sw_checksums":{:.1f},"parse_outer_offloaded":{:.1f},"decode_header":{:.1f}}})",
+      frame.size(), encode, build, parse, parse_offloaded, decode);
+}
+
+int run_bench(const Options& options) {
+  auto eal = dpdk::init_eal(options.eal);
+  if (!eal) {
+    std::fprintf(stderr, "%s\n", eal.error().describe().c_str());
+    return 1;
+  }
+  RingPtr loop = make_ring("bench_x", 4096);
+  RingPtr ab = make_ring("bench_ab", 4096);
+  RingPtr ba = make_ring("bench_ba", 4096);
+  RingPtr unused = make_ring("bench_unused", 64);
+  // Local port A receives from X; local port B sends into X: the loop closes without help.
+  const bool ring_wan = options.wan_a.empty();
+  if (ring_port("benchHostA", loop.get(), unused.get()) < 0 ||
+      (ring_wan && ring_port("benchWanA", ba.get(), ab.get()) < 0) ||
+      (ring_wan && ring_port("benchWanB", ab.get(), ba.get()) < 0) ||
+      ring_port("benchHostB", unused.get(), loop.get()) < 0) {
+    std::fprintf(stderr, "rte_eth_from_rings failed\n");
+    return 1;
+  }
+  const gw::GatewayConfig config_a =
+      bench_config(true, ring_wan ? "net_ring_benchWanA" : options.wan_a);
+  const gw::GatewayConfig config_b =
+      bench_config(false, ring_wan ? "net_ring_benchWanB" : options.wan_b);
+  const detwan::common::TscClock tsc;
+  const int64_t tai_offset_ns = detwan::common::TaiClock().now_ns() - tsc.now_ns();
+  const int64_t start_ns = tsc.now_ns() + tai_offset_ns;
+  auto engine_a = gw::Engine::create(config_a, start_ns);
+  auto engine_b = gw::Engine::create(config_b, start_ns);
+  if (!engine_a || !engine_b) {
+    std::fprintf(stderr, "engine: %s\n",
+                 (!engine_a ? engine_a.error() : engine_b.error()).describe().c_str());
+    return 1;
+  }
+  dpdk::GatewayOptions options_a;
+  options_a.local_port = dpdk::LocalPortOptions{"net_ring_benchHostA", kHostMacA, 1024, 1024};
+  dpdk::GatewayOptions options_b;
+  options_b.local_port = dpdk::LocalPortOptions{"net_ring_benchHostB", kHostMacB, 1024, 1024};
+  auto gateway_a = dpdk::Gateway::open(**engine_a, config_a, options_a);
+  auto gateway_b = dpdk::Gateway::open(**engine_b, config_b, options_b);
+  if (!gateway_a || !gateway_b) {
+    std::fprintf(stderr, "gateway: %s\n",
+                 (!gateway_a ? gateway_a.error() : gateway_b.error()).describe().c_str());
+    return 1;
+  }
+  for (uint32_t i = 0; i < options.packets; ++i) {
+    rte_mbuf* m = mbuf_from((*gateway_a)->pool(),
+                            host_frame("10.20.1.5:5000", "10.20.2.9:6000", kHostMacA,
+                                       options.payload_bytes, i));
+    if (m == nullptr || rte_ring_enqueue(loop.get(), m) != 0) {
+      std::fprintf(stderr, "cannot inject packet %u\n", i);
+      return 1;
+    }
+  }
+  const uint64_t hz = rte_get_tsc_hz();
+  const uint64_t warmup_end = rte_rdtsc() + hz / 2;
+  while (rte_rdtsc() < warmup_end) {
+    const int64_t now = tsc.now_ns() + tai_offset_ns;
+    (void)(*gateway_a)->poll_once_st(now);
+    (void)(*gateway_b)->poll_once_st(now);
+  }
+  const dpdk::BackendCounters a0 = (*gateway_a)->counters();
+  const dpdk::BackendCounters b0 = (*gateway_b)->counters();
+  const uint64_t delivered0 = (*engine_b)->local_io().tun_tx_packets;
+  const uint64_t t0 = rte_rdtsc();
+  const uint64_t end = t0 + static_cast<uint64_t>(options.seconds * static_cast<double>(hz));
+  uint64_t t = t0;
+  while (t < end) {
+    const int64_t now = tsc.now_ns() + tai_offset_ns;
+    (void)(*gateway_a)->poll_once_st(now);
+    (void)(*gateway_b)->poll_once_st(now);
+    t = rte_rdtsc();
+  }
+  const double elapsed_s = static_cast<double>(t - t0) / static_cast<double>(hz);
+  const int64_t end_ns = tsc.now_ns() + tai_offset_ns;
+  const uint64_t delivered = (*engine_b)->local_io().tun_tx_packets - delivered0;
+  const dpdk::BackendCounters a1 = (*gateway_a)->counters();
+  const dpdk::BackendCounters b1 = (*gateway_b)->counters();
+  const double per = delivered > 0 ? static_cast<double>(delivered) : 1.0;
+  auto phase = [&](uint64_t dpdk::BackendCounters::*field) {
+    return static_cast<double>((a1.*field - a0.*field) + (b1.*field - b0.*field)) / per;
+  };
+  std::printf(
+      R"({"seconds":%.3f,"packets_circulating":%u,"inner_frame_bytes":%u,"delivered":%lu,)"
+      R"("traversals_pps":%.0f,"gateway_forwards_pps":%.0f,"tsc_hz":%lu,)"
+      R"("cycles_per_traversal":%.1f,"phase_cycles_per_traversal":{"wan_rx":%.1f,)"
+      R"("local_rx":%.1f,"control":%.1f,"transmit":%.1f,"release":%.1f},)"
+      R"("tx_failed":%lu,"micro_cycles":%s,"engine_a":%s,"engine_b":%s})"
+      "\n",
+      elapsed_s, options.packets, dpdk::outer_header_bytes(false) + options.payload_bytes,
+      static_cast<unsigned long>(delivered), static_cast<double>(delivered) / elapsed_s,
+      2.0 * static_cast<double>(delivered) / elapsed_s, static_cast<unsigned long>(hz),
+      static_cast<double>(t - t0) / per, phase(&dpdk::BackendCounters::cycles_wan_rx),
+      phase(&dpdk::BackendCounters::cycles_local_rx), phase(&dpdk::BackendCounters::cycles_control),
+      phase(&dpdk::BackendCounters::cycles_transmit),
+      phase(&dpdk::BackendCounters::cycles_release),
+      static_cast<unsigned long>(a1.tx_failed + b1.tx_failed),
+      micro_costs(options.payload_bytes).c_str(), (*engine_a)->stats_json(end_ns).c_str(),
+      (*engine_b)->stats_json(end_ns).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      options.eal.assign(argv + i + 1, argv + argc);
+      break;
+    }
+    if (i + 1 >= argc) return usage(("missing value after " + arg).c_str());
+    const std::string value = argv[++i];
+    try {
+      if (arg == "--seconds") {
+        options.seconds = std::stod(value);
+      } else if (arg == "--packets") {
+        options.packets = static_cast<uint32_t>(std::stoul(value));
+      } else if (arg == "--payload-bytes") {
+        options.payload_bytes = static_cast<uint32_t>(std::stoul(value));
+      } else if (arg == "--wan-devices") {
+        const auto comma = value.find(',');
+        if (comma == std::string::npos) return usage("--wan-devices takes A,B");
+        options.wan_a = value.substr(0, comma);
+        options.wan_b = value.substr(comma + 1);
+      } else {
+        return usage(("unknown option " + arg).c_str());
+      }
+    } catch (const std::exception&) {
+      return usage(("bad value '" + value + "' for " + arg).c_str());
+    }
+  }
+  if (options.seconds <= 0 || options.packets == 0 || options.packets > 2048 ||
+      options.payload_bytes > 1400) {
+    return usage("need --seconds > 0, 1 <= --packets <= 2048, --payload-bytes <= 1400");
+  }
+  return run_bench(options);
+}

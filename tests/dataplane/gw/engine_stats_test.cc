@@ -1,0 +1,311 @@
+// stats_json() parses and carries the counters the run produced; prometheus_text() is well-formed
+// text exposition 0.0.4 (every line parses, families are grouped and unique, counters end in
+// _total, summaries carry the documented quantiles) and agrees with the engine's counters.
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+#include "tests/dataplane/gw/engine_sim_util.h"
+
+namespace detwan::dataplane::gw {
+namespace {
+
+namespace json = boost::json;
+using common::Status;
+using namespace testing;  // NOLINT(google-build-using-namespace): test helpers
+
+// A run with traffic in both directions, policing, best effort, a few drops of every kind.
+struct StatsRun {
+  std::unique_ptr<loopback::Gateway> g;
+  std::shared_ptr<uint64_t> delivered_at_b_7 = std::make_shared<uint64_t>(0);
+  uint64_t no_route = 0;
+};
+
+StatsRun make_run(const std::string& name_a = "site-a") {
+  SiteOptions o;
+  o.peer_clock_offset_ns = 0;
+  std::vector<loopback::EngineSpec> specs = {{site_config(0, o), 0}, {site_config(1, o), 0}};
+  specs[0].config.name = name_a;
+  loopback::Options options;
+  options.start_ns = kStartNs;
+  options.capture_deliveries = false;
+  auto created = loopback::Gateway::create(std::move(specs), options);
+  EXPECT_TRUE(created.has_value());
+  StatsRun run{std::move(*created)};
+  loopback::Gateway& g = *run.g;
+  g.set_default_faults({.delay_ns = 1 * kMs});
+  g.set_delivery_observer([count = run.delivered_at_b_7](const loopback::Delivery& d) {
+    if (d.engine == 1 && d.tunnel_id == 7 && !d.best_effort) ++*count;
+  });
+  std::vector<Flow> flows;
+  flows.push_back(flow(0, 2, 80, 1, 500e6));   // tunnel 7, policed
+  flows.push_back(flow(0, 102, 80, 2, 20e6));  // best effort on behalf of tunnel 9
+  flows.push_back(flow(1, 1, 80, 3, 10e6));    // back
+  drive(g, flows, kStartNs + 100 * kMs);
+  const uint8_t nowhere[4] = {192, 168, 1, 1};
+  for (int i = 0; i < 4; ++i) {
+    if (g.inject_tun(0, ipv4_packet(nowhere, 1, 100, {})) == Status::kDropped) ++run.no_route;
+  }
+  g.inject_wan(1, 0, g.engine(0).config().wan_ports[0].local, Bytes(10));
+  g.run_until(kStartNs + 110 * kMs);
+  return run;
+}
+
+TEST(EngineStats, JsonParsesAndCarriesTheCounters) {
+  StatsRun run = make_run();
+  loopback::Gateway& g = *run.g;
+  const Engine& a = g.engine(0);
+  const Engine& b = g.engine(1);
+  const int64_t now = g.engine_now_ns(0);
+  json::value doc = json::parse(a.stats_json(now));
+  const json::object& root = doc.as_object();
+  EXPECT_EQ(root.at("gateway").as_string(), "site-a");
+  EXPECT_EQ(root.at("uptime_ns").to_number<int64_t>(), 110 * kMs);
+  const json::object& drops = root.at("drops").as_object();
+  EXPECT_EQ(drops.size(), static_cast<std::size_t>(kEngineDropCount));
+  EXPECT_EQ(drops.at("no_route").to_number<uint64_t>(), run.no_route);
+  EXPECT_EQ(run.no_route, 4u);
+
+  const json::object& port = root.at("ports").at(0).as_object();
+  EXPECT_EQ(port.at("name").as_string(), "wan1");
+  EXPECT_EQ(port.at("max_payload_bytes").to_number<uint32_t>(), 1432u);
+  EXPECT_EQ(port.at("io").at("tx_packets").to_number<uint64_t>(),
+            const_cast<Engine&>(a).port_io(0).tx_packets);
+  EXPECT_EQ(port.at("rx_drops").as_object().size(), wire::kDropReasonCount);
+  const json::value& tx = port.at("tx");
+  EXPECT_EQ(tx.at("port").at("sent_packets").to_number<uint64_t>(),
+            a.scheduler(0).port_counters().sent_packets);
+  EXPECT_GT(tx.at("best_effort").at("sent_packets").to_number<uint64_t>(), 0u);
+
+  const json::object& t7 = root.at("tunnels").at(0).as_object();
+  EXPECT_EQ(t7.at("id").to_number<uint32_t>(), 7u);
+  EXPECT_EQ(t7.at("peer").as_string(), "site-b");
+  EXPECT_EQ(t7.at("port").as_string(), "wan1");
+  EXPECT_EQ(t7.at("rate_bps").to_number<uint64_t>(), kRate7Bps);
+  EXPECT_EQ(t7.at("slots").as_string(), "0-7");
+  EXPECT_EQ(t7.at("bound_ns").to_number<int64_t>(), 5 * kMs);
+  const json::value& t7tx = t7.at("tx");
+  const uint64_t policed = t7tx.at("scheduler").at("dropped").at("policed").to_number<uint64_t>();
+  EXPECT_GT(policed, 0u);
+  EXPECT_EQ(policed,
+            a.scheduler(0).tunnel_counters(7)->dropped[static_cast<int>(sched::TxDrop::kPoliced)]);
+  EXPECT_EQ(t7tx.at("next_sequence").to_number<uint64_t>(),
+            t7tx.at("sent_on_time_packets").to_number<uint64_t>() +
+                t7tx.at("sent_best_effort_packets").to_number<uint64_t>());
+  const json::object& t9 = root.at("tunnels").at(1).as_object();
+  EXPECT_GT(t9.at("tx").at("best_effort_offered_packets").to_number<uint64_t>(), 0u);
+
+  // Site b's view of tunnel 7: what it accepted and released on time.
+  json::value doc_b = json::parse(b.stats_json(g.engine_now_ns(1)));
+  const json::value& rx = doc_b.at("tunnels").at(0).at("rx");
+  EXPECT_EQ(rx.at("on_time").at("released_packets").to_number<uint64_t>(), *run.delivered_at_b_7);
+  EXPECT_EQ(rx.at("accepted_on_time_packets").to_number<uint64_t>(),
+            rx.at("on_time").at("received_packets").to_number<uint64_t>());
+  EXPECT_EQ(rx.at("on_time").at("one_way_delay_ns").at("max").to_number<int64_t>(), 5 * kMs);
+  EXPECT_EQ(rx.at("replay_drops").at("duplicate").to_number<uint64_t>(), 0u);
+  EXPECT_TRUE(rx.at("replay_top").is_number());
+  EXPECT_EQ(doc_b.at("ports").at(0).at("rx_drops").at("too_short").to_number<uint64_t>(), 1u);
+
+  const json::object& peer = root.at("peers").at(0).as_object();
+  EXPECT_EQ(peer.at("name").as_string(), "site-b");
+  EXPECT_EQ(peer.at("state").as_string(), "up");
+  EXPECT_EQ(peer.at("control_tunnel").to_number<uint32_t>(), 7u);
+  EXPECT_GE(peer.at("last_rx_age_ns").to_number<int64_t>(), 0);
+  const json::object& clock = peer.at("clock").as_object();
+  EXPECT_EQ(clock.at("source").as_string(), "configured");
+  EXPECT_EQ(clock.at("offset_ns").to_number<int64_t>(), 0);
+  EXPECT_GE(clock.at("samples").to_number<uint64_t>(), 10u);
+  EXPECT_EQ(clock.at("rtt_ns").to_number<int64_t>(), 2 * kMs);
+  EXPECT_EQ(clock.at("estimated_offset_ns").to_number<int64_t>(), 0);
+  EXPECT_GE(peer.at("keepalive").at("received").to_number<uint64_t>(), 20u);
+  // Requests every 10 ms from 0 to 110 ms each way, 1 ms per direction: the last ones are still
+  // on the way.
+  EXPECT_EQ(peer.at("time_exchange").at("requests_sent").to_number<uint64_t>(), 12u);
+  EXPECT_EQ(peer.at("time_exchange").at("responses_received").to_number<uint64_t>(), 11u);
+  EXPECT_EQ(peer.at("time_exchange").at("requests_received").to_number<uint64_t>(), 11u);
+  EXPECT_EQ(peer.at("time_exchange").at("responses_sent").to_number<uint64_t>(), 11u);
+  EXPECT_GT(root.at("local").at("tun_rx_packets").to_number<uint64_t>(), 1000u);
+}
+
+TEST(EngineStats, JsonStaysValidWithHostileNamesAndBeforeAnyTraffic) {
+  GatewayConfig c = site_config(0);
+  c.name = "we\"ird\\name\n\x01";
+  c.peers[0].name = "p\"eer";
+  c.tunnels[0].peer = c.tunnels[1].peer = c.peers[0].name;
+  auto e = Engine::create(c, kStartNs);
+  ASSERT_TRUE(e.has_value()) << e.error().describe();
+  const json::value doc = json::parse((*e)->stats_json(kStartNs));
+  EXPECT_EQ(doc.at("gateway").as_string(), c.name);
+  EXPECT_EQ(doc.at("peers").at(0).at("state").as_string(), "down");
+  EXPECT_TRUE(doc.at("peers").at(0).at("last_rx_age_ns").is_null());
+  EXPECT_TRUE(doc.at("peers").at(0).at("clock").at("rtt_ns").is_null());
+  EXPECT_EQ(doc.at("peers").at(0).at("clock").at("source").as_string(), "auto");
+  EXPECT_TRUE(doc.at("tunnels").at(0).at("rx").at("replay_top").is_null());
+  const std::string text = (*e)->prometheus_text(kStartNs);
+  EXPECT_NE(text.find("detwan_gw_info{gateway=\"we\\\"ird\\\\name\\n\x01\"} 1"), std::string::npos)
+      << text.substr(0, 300);
+}
+
+// ---- Prometheus text exposition 0.0.4, parsed by hand ----
+
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+bool name_char(char c, bool first) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':' ||
+         (!first && std::isdigit(static_cast<unsigned char>(c)));
+}
+
+// name{label="value",...} value — or nullopt if the line does not parse.
+std::optional<Sample> parse_sample(const std::string& line) {
+  Sample s;
+  std::size_t i = 0;
+  while (i < line.size() && name_char(line[i], i == 0)) s.name += line[i++];
+  if (s.name.empty()) return std::nullopt;
+  if (i < line.size() && line[i] == '{') {
+    ++i;
+    while (i < line.size() && line[i] != '}') {
+      std::string label;
+      while (i < line.size() && line[i] != '=') {
+        if (!name_char(line[i], label.empty()) || line[i] == ':') return std::nullopt;
+        label += line[i++];
+      }
+      if (label.empty() || i + 1 >= line.size() || line[i + 1] != '"') return std::nullopt;
+      i += 2;
+      std::string value;
+      while (i < line.size() && line[i] != '"') {
+        if (line[i] == '\\') {
+          if (i + 1 >= line.size()) return std::nullopt;
+          const char e = line[i + 1];
+          if (e != '\\' && e != '"' && e != 'n') return std::nullopt;
+          value += e == 'n' ? '\n' : e;
+          i += 2;
+        } else if (line[i] == '\n') {
+          return std::nullopt;
+        } else {
+          value += line[i++];
+        }
+      }
+      if (i >= line.size()) return std::nullopt;
+      ++i;  // closing quote
+      if (!s.labels.emplace(label, value).second) return std::nullopt;
+      if (i < line.size() && line[i] == ',') ++i;
+    }
+    if (i >= line.size()) return std::nullopt;
+    ++i;  // '}'
+  }
+  if (i >= line.size() || line[i] != ' ') return std::nullopt;
+  const std::string number = line.substr(i + 1);
+  if (number.empty()) return std::nullopt;
+  char* end = nullptr;
+  s.value = std::strtod(number.c_str(), &end);
+  if (end != number.c_str() + number.size()) return std::nullopt;
+  return s;
+}
+
+std::string key_of(const Sample& s, bool without_quantile = false) {
+  std::string key = s.name;
+  for (const auto& [k, v] : s.labels) {
+    if (without_quantile && k == "quantile") continue;
+    key += "|" + k + "=" + v;
+  }
+  return key;
+}
+
+TEST(EngineStats, PrometheusTextIsWellFormedAndAgreesWithTheCounters) {
+  StatsRun run = make_run();
+  const Engine& a = run.g->engine(0);
+  const std::string text = a.prometheus_text(run.g->engine_now_ns(0));
+  ASSERT_FALSE(text.empty());
+  ASSERT_EQ(text.back(), '\n');
+  std::istringstream in(text);
+  std::string line;
+  std::map<std::string, std::string> types;  // family -> type
+  std::set<std::string> helped, samples, closed;
+  std::map<std::string, std::set<std::string>> quantiles;  // summary series -> quantiles
+  std::string family;                                      // current group
+  std::map<std::string, double> values;
+  int line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    SCOPED_TRACE("line " + std::to_string(line_number) + ": " + line);
+    if (line.rfind("# HELP ", 0) == 0) {
+      const std::string name = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_TRUE(helped.insert(name).second) << "HELP twice";
+      EXPECT_GT(line.size(), 8 + name.size()) << "empty help";
+      continue;
+    }
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream words(line.substr(7));
+      std::string name, type;
+      words >> name >> type;
+      EXPECT_TRUE(type == "counter" || type == "gauge" || type == "summary") << type;
+      EXPECT_TRUE(helped.contains(name)) << "TYPE without HELP before it";
+      EXPECT_TRUE(types.emplace(name, type).second) << "TYPE twice: " << name;
+      if (!family.empty()) closed.insert(family);
+      family = name;
+      if (type == "counter") {
+        EXPECT_TRUE(name.ends_with("_total")) << name;
+      }
+      continue;
+    }
+    const auto s = parse_sample(line);
+    ASSERT_TRUE(s.has_value()) << "does not parse";
+    ASSERT_FALSE(family.empty()) << "sample before any TYPE";
+    const std::string& type = types.at(family);
+    if (type == "summary") {
+      EXPECT_TRUE(s->name == family || s->name == family + "_sum" || s->name == family + "_count")
+          << "not in family " << family;
+      if (s->name == family) quantiles[key_of(*s, true)].insert(s->labels.at("quantile"));
+    } else {
+      EXPECT_EQ(s->name, family) << "sample outside its family's group";
+    }
+    EXPECT_TRUE(samples.insert(key_of(*s)).second) << "duplicate series";
+    EXPECT_GE(s->value, 0) << "no metric here can be negative";
+    values[key_of(*s)] = s->value;
+  }
+  EXPECT_GT(types.size(), 60u);
+  const std::set<std::string> expected_quantiles = {"0.5", "0.9", "0.99", "0.999", "0.99999"};
+  EXPECT_FALSE(quantiles.empty());
+  for (const auto& [series, q] : quantiles) EXPECT_EQ(q, expected_quantiles) << series;
+  for (const auto& [name, type] : types) {
+    if (type == "summary") {
+      EXPECT_FALSE(types.contains(name + "_sum")) << name;
+      EXPECT_FALSE(types.contains(name + "_count")) << name;
+    }
+  }
+
+  EXPECT_EQ(values.at("detwan_gw_engine_drops_total|reason=no_route"), 4.0);
+  EXPECT_EQ(values.at("detwan_gw_info|gateway=site-a"), 1.0);
+  EXPECT_EQ(
+      values.at("detwan_gw_tunnel_tx_drops_total|port=wan1|reason=policed|tunnel=7"),
+      static_cast<double>(
+          a.scheduler(0).tunnel_counters(7)->dropped[static_cast<int>(sched::TxDrop::kPoliced)]));
+  EXPECT_EQ(values.at("detwan_gw_port_tx_sent_packets_total|port=wan1"),
+            static_cast<double>(a.scheduler(0).port_counters().sent_packets));
+  EXPECT_EQ(values.at("detwan_gw_peer_up|peer=site-b"), 1.0);
+  EXPECT_EQ(values.at("detwan_gw_port_tx_departure_error_seconds|port=wan1|quantile=0.99999"), 0.0);
+  EXPECT_EQ(values.at("detwan_gw_port_tx_departure_error_seconds_count|port=wan1"),
+            static_cast<double>(a.scheduler(0).port_counters().sent_packets));
+  const std::string b_text = run.g->engine(1).prometheus_text(run.g->engine_now_ns(1));
+  EXPECT_NE(b_text.find("detwan_gw_tunnel_rx_one_way_delay_seconds{tunnel=\"7\",port=\"wan1\","
+                        "class=\"on_time\",quantile=\"0.5\"} 0.005\n"),
+            std::string::npos);
+  EXPECT_NE(
+      b_text.find("detwan_gw_port_rx_wire_drops_total{port=\"wan1\",reason=\"too_short\"} 1\n"),
+      std::string::npos);
+}
+
+}  // namespace
+}  // namespace detwan::dataplane::gw

@@ -1,0 +1,251 @@
+// The detwan-gw program as built (its path is this test's first argument): exit statuses per
+// docs/errors.md, --check-config output, stats against nothing and against a running gateway,
+// a second gateway on the same control socket, SIGTERM.
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+
+#include "dataplane/gw/config.h"
+#include "dataplane/gw/control_server.h"
+#include "tests/dataplane/uring/uring_test_util.h"
+
+extern char** environ;
+
+namespace detwan::dataplane::daemon {
+namespace {
+
+std::string g_binary;  // set by main() from argv[1]
+
+struct Outcome {
+  int status = -1;  // exit status; 128 + signal if killed
+  std::string out;
+  std::string err;
+};
+
+// Starts the program with `args`; its stdout/stderr go to files so nothing can block on a pipe.
+class Process {
+ public:
+  explicit Process(const std::vector<std::string>& args) {
+    static int counter = 0;
+    const auto base =
+        std::filesystem::temp_directory_path() /
+        ("detwan-gw-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    out_path_ = base.string() + ".out";
+    err_path_ = base.string() + ".err";
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0600);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0600);
+    std::vector<std::string> all{g_binary};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& arg : all) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const int error = posix_spawn(&pid_, g_binary.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    EXPECT_EQ(error, 0) << g_binary << ": " << std::strerror(error);
+    if (error != 0) pid_ = -1;
+  }
+  ~Process() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove(out_path_);
+    std::filesystem::remove(err_path_);
+  }
+  void signal(int number) const { ::kill(pid_, number); }
+  Outcome wait() {
+    Outcome outcome;
+    int status = 0;
+    if (pid_ > 0 && ::waitpid(pid_, &status, 0) == pid_) {
+      outcome.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    pid_ = -1;
+    outcome.out = slurp(out_path_);
+    outcome.err = slurp(err_path_);
+    return outcome;
+  }
+
+ private:
+  static std::string slurp(const std::string& path) {
+    std::ifstream file(path);
+    return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  }
+  pid_t pid_ = -1;
+  std::string out_path_;
+  std::string err_path_;
+};
+
+Outcome run(const std::vector<std::string>& args) { return Process(args).wait(); }
+
+class DetwanGw : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = std::filesystem::temp_directory_path() /
+                 ("detwan-gw-cli-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(directory_);
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (directory_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // A gateway on 127.0.0.1 port 0 (WAN and service) with no TUN: runs unprivileged.
+  static std::string config_text(const std::string& control, const std::string& rate = "100mbit") {
+    return "gateway:\n"
+           "  name: site-a\n"
+           "  control_socket: \"" +
+           control +
+           "\"\n"
+           "  buffers: 1024\n"
+           "tun:\n"
+           "  enabled: false\n"
+           "wan_ports:\n"
+           "  - name: wan1\n"
+           "    local: 127.0.0.1:0\n"
+           "    line_rate: 1gbit\n"
+           "peers:\n"
+           "  - name: site-b\n"
+           "    wan_port: wan1\n"
+           "    endpoint: 127.0.0.1:9\n"
+           "tunnels:\n"
+           "  - id: 7\n"
+           "    peer: site-b\n"
+           "    rate: " +
+           rate +
+           "\n"
+           "    slots: 0-49\n"
+           "    service:\n"
+           "      listen: 127.0.0.1:0\n"
+           "      deliver: 127.0.0.1:9\n";
+  }
+
+  std::filesystem::path directory_;
+};
+
+TEST_F(DetwanGw, CheckConfigPrintsTheEffectiveConfiguration) {
+  const std::string path = write("good.yaml", config_text("@x"));
+  const Outcome outcome = run({"--check-config", path});
+  EXPECT_EQ(outcome.status, 0) << outcome.err;
+  auto config = gw::load_gateway_config(path);
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(outcome.out, gw::describe(*config));
+  EXPECT_EQ(outcome.err, "");
+}
+
+TEST_F(DetwanGw, CheckConfigRefusesABadFileWithStatus2) {
+  const std::string path = write("bad.yaml", config_text("@x", "4gbt"));
+  const Outcome outcome = run({"--check-config", path});
+  EXPECT_EQ(outcome.status, 2);
+  EXPECT_EQ(outcome.out, "");
+  EXPECT_NE(outcome.err.find(path + ":18:"), std::string::npos) << outcome.err;
+  EXPECT_NE(outcome.err.find("'4gbt'"), std::string::npos) << outcome.err;
+
+  const Outcome missing = run({"--check-config", (directory_ / "none.yaml").string()});
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.err.find("none.yaml"), std::string::npos) << missing.err;
+}
+
+TEST_F(DetwanGw, BadCommandLinesExitWithStatus2) {
+  const std::string path = write("good.yaml", config_text("@x"));
+  EXPECT_EQ(run({}).status, 2);
+  EXPECT_EQ(run({"run"}).status, 2);
+  EXPECT_EQ(run({"run", "--config", path, "--timing", "fast"}).status, 2);
+  EXPECT_EQ(run({"run", "--config", path, "--cpu", "-3"}).status, 2);
+  EXPECT_EQ(run({"stats", "--json", "--prometheus"}).status, 2);
+  EXPECT_EQ(run({"--check-config", path, "run"}).status, 2);
+  EXPECT_EQ(run({"--bogus"}).status, 2);
+  const Outcome level = run({"run", "--config", path, "--log-level", "loud"});
+  EXPECT_EQ(level.status, 2);
+  EXPECT_NE(level.err.find("--log-level"), std::string::npos) << level.err;
+  EXPECT_EQ(run({"--help"}).status, 0);
+}
+
+TEST_F(DetwanGw, StatsWithoutAGatewayExitsWithStatus1) {
+  const std::string name = uring::testing::unique_socket_name("cli-none");
+  const Outcome outcome = run({"stats", "--control", name});
+  EXPECT_EQ(outcome.status, 1);
+  EXPECT_EQ(outcome.err, "detwan-gw: no detwan-gw listening on " + name + ": Connection refused\n");
+}
+
+TEST_F(DetwanGw, RunsAnswersStatsRefusesATwinAndStopsOnSigterm) {
+  const std::string name = uring::testing::unique_socket_name("cli-run");
+  const std::string path = write("run.yaml", config_text("@unused"));
+  Process gateway({"run", "--config", path, "--control", name, "--log-level", "warn"});
+  // Ready when its control socket answers (polling an observable condition, bounded).
+  std::optional<std::string> stats;
+  for (int i = 0; i < 2000 && !stats; ++i) {
+    auto answer = gw::control_request(name, R"({"cmd":"stats"})", 1000);
+    if (answer)
+      stats = *answer;
+    else
+      ::usleep(5000);
+  }
+  ASSERT_TRUE(stats) << "the gateway never answered on " << name;
+  EXPECT_EQ(boost::json::parse(*stats).at("gateway").as_string(), "site-a");
+
+  const Outcome json = run({"stats", "--control", name, "--json"});
+  EXPECT_EQ(json.status, 0) << json.err;
+  EXPECT_EQ(boost::json::parse(json.out).at("tunnels").as_array().size(), 1u);
+  const Outcome table = run({"stats", "--control", name});
+  EXPECT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find("gateway site-a"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("tunnel 7 -> site-b via wan1"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("peer site-b via wan1"), std::string::npos) << table.out;
+  const Outcome prometheus = run({"stats", "--control", name, "--prometheus"});
+  EXPECT_EQ(prometheus.status, 0) << prometheus.err;
+  EXPECT_NE(prometheus.out.find("# TYPE"), std::string::npos);
+
+  const Outcome twin = run({"--config", path, "--control", name});
+  EXPECT_EQ(twin.status, 1);
+  EXPECT_NE(twin.err.find("'" + name + "' is in use: another detwan-gw listens on it"),
+            std::string::npos)
+      << twin.err;
+
+  gateway.signal(SIGTERM);
+  const Outcome stopped = gateway.wait();
+  EXPECT_EQ(stopped.status, 0) << stopped.err;
+}
+
+TEST_F(DetwanGw, RuntimeFailureExitsWithStatus1) {
+  std::string text = config_text(uring::testing::unique_socket_name("cli-fail"));
+  text.replace(text.find("127.0.0.1:0"), 11, "192.0.2.1:0");  // an address no interface has
+  const Outcome outcome = run({"run", "--config", write("fail.yaml", text), "--log-level", "off"});
+  EXPECT_EQ(outcome.status, 1);
+  EXPECT_NE(
+      outcome.err.find("WAN port 'wan1' (192.0.2.1:0): bind: Cannot assign requested address"),
+      std::string::npos)
+      << outcome.err;
+}
+
+}  // namespace
+}  // namespace detwan::dataplane::daemon
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s PATH-TO-detwan-gw [gtest options]\n", argv[0]);
+    return 2;
+  }
+  detwan::dataplane::daemon::g_binary = argv[1];
+  return RUN_ALL_TESTS();
+}

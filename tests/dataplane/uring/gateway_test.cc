@@ -1,0 +1,549 @@
+// End to end through the io_uring backend: two gateways (engines + uring::Gateway, configured in
+// code) run by Gateway::run on two threads of this process, WAN and service ports on loopback,
+// port 0 everywhere. Assertions are about counts and bytes, never about how fast anything was.
+#include "dataplane/uring/gateway.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <boost/json.hpp>
+
+#include "dataplane/gw/control_server.h"
+#include "dataplane/gw/engine.h"
+#include "dataplane/wire/header.h"
+#include "tests/dataplane/uring/uring_test_util.h"
+
+namespace detwan::dataplane::uring {
+namespace {
+
+using testing::loopback;
+using testing::loopback6;
+using testing::TestSocket;
+using Bytes = std::vector<std::byte>;
+
+int64_t tai_now_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_TAI, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+Bytes random_payload(std::mt19937& random, size_t size, uint32_t index) {
+  Bytes data(size);
+  for (auto& b : data) b = static_cast<std::byte>(random());
+  std::memcpy(data.data(), &index, std::min<size_t>(4, size));
+  return data;
+}
+
+// One gateway: opened (sockets bound) first, so the other side can be told its endpoints, then
+// started on its own thread.
+class Site {
+ public:
+  explicit Site(gw::GatewayConfig config) : config_(std::move(config)) {
+    auto gateway = Gateway::open(config_);
+    EXPECT_TRUE(gateway) << gateway.error().message;
+    if (gateway) gateway_ = std::move(*gateway);
+  }
+  ~Site() { stop(); }
+
+  [[nodiscard]] bool opened() const { return gateway_ != nullptr; }
+  gw::GatewayConfig& config() { return config_; }
+  [[nodiscard]] gw::Endpoint wan() const { return gateway_->wan_endpoint(0); }
+  [[nodiscard]] std::optional<gw::Endpoint> service(size_t tunnel = 0) const {
+    return gateway_->service_endpoint(tunnel);
+  }
+  [[nodiscard]] const std::string& control_name() const { return control_name_; }
+
+  // Creates the engine from config() (with the endpoints actually bound) and runs the loop.
+  void start() {
+    config_.wan_ports[0].local = wan();
+    for (size_t i = 0; i < config_.tunnels.size(); ++i) {
+      if (config_.tunnels[i].service_listen) config_.tunnels[i].service_listen = service(i);
+    }
+    auto engine = gw::Engine::create(config_, tai_now_ns());
+    ASSERT_TRUE(engine) << engine.error().message;
+    engine_ = std::move(*engine);
+    control_name_ = testing::unique_socket_name(config_.name);
+    auto control = gw::ControlServer::start(control_name_);
+    ASSERT_TRUE(control) << control.error().message;
+    control_ = std::move(*control);
+    context_.emplace(gw::RunContext{*engine_, config_, control_.get(), stop_});
+    thread_ = std::thread([this] { outcome_ = gateway_->run(*context_); });
+  }
+
+  void stop() {
+    stop_.store(true);
+    if (thread_.joinable()) {
+      thread_.join();
+      EXPECT_TRUE(outcome_) << outcome_.error().message;
+    }
+  }
+
+  // The engine's stats, asked over the control socket like `detwan-gw stats --json` does.
+  boost::json::value stats() const {
+    auto answer = gw::control_request(control_name_, R"({"cmd":"stats"})", 10'000);
+    EXPECT_TRUE(answer) << answer.error().message;
+    return answer ? boost::json::parse(*answer) : boost::json::value();
+  }
+
+  // Asks for stats until `done(stats)` holds (a counter the loop updates when a completion is
+  // reaped may lag what the application already received); the last stats either way.
+  template <typename Predicate>
+  boost::json::value stats_when(Predicate done) const {
+    boost::json::value value = stats();
+    for (int i = 0; i < 1000 && !done(value); ++i) value = stats();
+    return value;
+  }
+
+ private:
+  gw::GatewayConfig config_;
+  std::unique_ptr<Gateway> gateway_;
+  std::unique_ptr<gw::Engine> engine_;
+  std::unique_ptr<gw::ControlServer> control_;
+  std::string control_name_;
+  std::atomic<bool> stop_{false};
+  std::optional<gw::RunContext> context_;
+  std::thread thread_;
+  common::Result<void> outcome_;
+};
+
+int64_t counter(const boost::json::value& stats, std::initializer_list<std::string_view> path) {
+  const boost::json::value* value = &stats;
+  for (std::string_view key : path) {
+    if (value->is_array()) {
+      value = &value->as_array().at(std::stoul(std::string(key)));
+    } else {
+      value = &value->as_object().at(key);
+    }
+  }
+  return value->to_number<int64_t>();
+}
+
+// A gateway pair joined by tunnel 7: datagrams sent to A's service port come out of B's
+// service_deliver endpoint, which is `app`.
+struct Pair {
+  TestSocket app = TestSocket::open();
+  std::unique_ptr<Site> a;
+  std::unique_ptr<Site> b;
+
+  explicit Pair(bool ipv6_wan = false, gw::TimingMode timing_b = gw::TimingMode::kLowCpu) {
+    const gw::Endpoint any = ipv6_wan ? loopback6(0) : loopback(0);
+    gw::GatewayConfig config_a = testing::site_config("site-a", "site-b", any, any, 400'000'000);
+    gw::GatewayConfig config_b = testing::site_config("site-b", "site-a", any, any, 400'000'000);
+    config_a.tunnels[0].service_listen = loopback(0);
+    config_a.tunnels[0].burst_bytes = 4 << 20;  // the tests send in bursts
+    config_b.tunnels[0].service_deliver = app.local;
+    config_b.timing = timing_b;
+    a = std::make_unique<Site>(config_a);
+    b = std::make_unique<Site>(config_b);
+    if (!a->opened() || !b->opened()) return;
+    a->config().peers[0].endpoint = b->wan();
+    b->config().peers[0].endpoint = a->wan();
+    a->start();
+    b->start();
+  }
+  [[nodiscard]] bool ok() const { return a->opened() && b->opened(); }
+
+  // Sends `payloads` to A's service port in bursts of 16 and returns what the app received.
+  std::vector<Bytes> carry(const std::vector<Bytes>& payloads) const {
+    TestSocket sender = TestSocket::open();
+    std::vector<Bytes> received;
+    for (size_t i = 0; i < payloads.size(); i += 16) {
+      const size_t end = std::min(payloads.size(), i + 16);
+      for (size_t j = i; j < end; ++j) {
+        EXPECT_TRUE(sender.send_to(*a->service(), payloads[j].data(), payloads[j].size()));
+      }
+      for (size_t j = i; j < end; ++j) {
+        auto datagram = app.receive();
+        if (!datagram) return received;  // lost: the caller's comparison says which
+        received.push_back(std::move(*datagram));
+      }
+    }
+    return received;
+  }
+};
+
+TEST(UringGateway, ServiceDatagramsCrossTheTunnelWithoutTheirHeader) {
+  Pair pair;
+  ASSERT_TRUE(pair.ok());
+  std::mt19937 random(7);
+  std::vector<Bytes> payloads;
+  for (uint32_t i = 0; i < 256; ++i) {
+    payloads.push_back(random_payload(random, 1 + random() % 1400, i));
+  }
+  payloads.push_back(random_payload(random, 1432, 256));  // the WAN port's largest payload
+  const std::vector<Bytes> received = pair.carry(payloads);
+  ASSERT_EQ(received.size(), payloads.size()) << "A: " << boost::json::serialize(pair.a->stats())
+                                              << "\nB: " << boost::json::serialize(pair.b->stats());
+  std::vector<Bytes> sorted_sent = payloads;
+  std::vector<Bytes> sorted_received = received;
+  std::sort(sorted_sent.begin(), sorted_sent.end());
+  std::sort(sorted_received.begin(), sorted_received.end());
+  EXPECT_EQ(sorted_received, sorted_sent);  // byte for byte: no tunnel header, nothing else
+
+  const auto n = static_cast<int64_t>(payloads.size());
+  const auto a = pair.a->stats_when([&](const auto& s) {
+    return counter(s, {"ports", "0", "io", "tx_packets"}) >= n;
+  });
+  EXPECT_EQ(counter(a, {"local", "service_rx_packets"}), n);
+  EXPECT_EQ(counter(a, {"tunnels", "0", "tx", "sent_on_time_packets"}), n);
+  EXPECT_GE(counter(a, {"ports", "0", "io", "tx_packets"}), n);  // + control packets
+  EXPECT_EQ(counter(a, {"ports", "0", "io", "tx_errors"}), 0);
+  const auto b = pair.b->stats_when([&](const auto& s) {
+    return counter(s, {"local", "service_tx_packets"}) >= n;
+  });
+  EXPECT_EQ(counter(b, {"local", "service_tx_packets"}), n);
+  EXPECT_EQ(counter(b, {"tunnels", "0", "rx", "accepted_on_time_packets"}), n);
+  EXPECT_EQ(counter(b, {"ports", "0", "io", "rx_errors"}), 0);
+  EXPECT_EQ(counter(b, {"local", "service_tx_errors"}), 0);
+}
+
+TEST(UringGateway, MalformedWanDatagramsAreCountedWhileGoodTrafficContinues) {
+  Pair pair;
+  ASSERT_TRUE(pair.ok());
+  TestSocket attacker = TestSocket::open();
+  const gw::Endpoint target = pair.b->wan();
+  ASSERT_TRUE(attacker.send_to(target, "x", 1));  // too_short
+  const Bytes zeros(64);
+  ASSERT_TRUE(attacker.send_to(target, zeros.data(), zeros.size()));  // bad_magic
+  wire::TunnelHeader header;
+  header.tunnel_id = 99;
+  header.payload_length = 4;
+  Bytes unknown(wire::kHeaderSize + 4);
+  ASSERT_EQ(wire::encode(header, unknown).status, wire::EncodeStatus::kOk);
+  ASSERT_TRUE(attacker.send_to(target, unknown.data(), unknown.size()));  // unknown tunnel
+  header.tunnel_id = 7;
+  Bytes spoofed(wire::kHeaderSize + 4);
+  ASSERT_EQ(wire::encode(header, spoofed).status, wire::EncodeStatus::kOk);
+  ASSERT_TRUE(attacker.send_to(target, spoofed.data(), spoofed.size()));  // not from the peer
+  Bytes truncated = spoofed;
+  truncated.resize(wire::kHeaderSize + 2);  // length_mismatch
+  ASSERT_TRUE(attacker.send_to(target, truncated.data(), truncated.size()));
+
+  std::mt19937 random(11);
+  std::vector<Bytes> payloads;
+  for (uint32_t i = 0; i < 64; ++i) payloads.push_back(random_payload(random, 200, i));
+  EXPECT_EQ(pair.carry(payloads).size(), payloads.size());
+
+  const auto b = pair.b->stats_when([](const auto& s) {
+    return counter(s, {"drops", "wrong_peer"}) >= 1 &&
+           counter(s, {"ports", "0", "rx_drops", "length_mismatch"}) >= 1;
+  });
+  EXPECT_EQ(counter(b, {"ports", "0", "rx_drops", "too_short"}), 1);
+  EXPECT_EQ(counter(b, {"ports", "0", "rx_drops", "bad_magic"}), 1);
+  EXPECT_EQ(counter(b, {"ports", "0", "rx_drops", "length_mismatch"}), 1);
+  EXPECT_EQ(counter(b, {"drops", "unknown_tunnel"}), 1);
+  EXPECT_EQ(counter(b, {"drops", "wrong_peer"}), 1);
+  EXPECT_EQ(counter(b, {"tunnels", "0", "rx", "accepted_on_time_packets"}), 64);
+}
+
+TEST(UringGateway, OversizedServiceDatagramIsDroppedAsTooBig) {
+  Pair pair;
+  ASSERT_TRUE(pair.ok());
+  TestSocket sender = TestSocket::open();
+  const Bytes too_big(1433, std::byte{1});  // max payload of a 1500-byte IPv4 port is 1432
+  ASSERT_TRUE(sender.send_to(*pair.a->service(), too_big.data(), too_big.size()));
+  const Bytes fits(1432, std::byte{2});
+  ASSERT_TRUE(sender.send_to(*pair.a->service(), fits.data(), fits.size()));
+  auto received = pair.app.receive();
+  ASSERT_TRUE(received);
+  EXPECT_EQ(*received, fits);
+  const auto a = pair.a->stats();
+  EXPECT_EQ(counter(a, {"drops", "too_big"}), 1);
+  EXPECT_EQ(counter(a, {"local", "service_rx_packets"}), 2);
+}
+
+TEST(UringGateway, Ipv6WanPortsAndBusyTiming) {
+  Pair pair(/*ipv6_wan=*/true, gw::TimingMode::kBusy);
+  ASSERT_TRUE(pair.ok());
+  EXPECT_TRUE(pair.a->wan().ipv6);
+  EXPECT_NE(pair.a->wan().port, 0);
+  std::mt19937 random(13);
+  std::vector<Bytes> payloads;
+  for (uint32_t i = 0; i < 64; ++i)
+    payloads.push_back(random_payload(random, 1 + random() % 1412, i));
+  const std::vector<Bytes> received = pair.carry(payloads);
+  ASSERT_EQ(received.size(), payloads.size());
+  std::vector<Bytes> sorted_sent = payloads;
+  std::vector<Bytes> sorted_received = received;
+  std::sort(sorted_sent.begin(), sorted_sent.end());
+  std::sort(sorted_received.begin(), sorted_received.end());
+  EXPECT_EQ(sorted_received, sorted_sent);
+}
+
+// What gateway A puts on the wire, seen by a plain socket standing in for its peer: the tunnel
+// header in front of the payload, and the DSCP of the tunnel (46) for frames in its slots, the
+// port's best-effort DSCP (10) and flag B for frames the policer downgraded.
+// IPv4 carries the DSCP in IP_TOS, IPv6 in IPV6_TCLASS: one test each.
+class UringGatewayDscp : public ::testing::TestWithParam<bool> {};
+
+TEST_P(UringGatewayDscp, FramesCarryTheHeaderAndTheirDscp) {
+  const bool ipv6 = GetParam();
+  TestSocket peer = TestSocket::open(ipv6);
+  const int on = 1;
+  ASSERT_EQ(ipv6 ? ::setsockopt(peer.fd.get(), IPPROTO_IPV6, IPV6_RECVTCLASS, &on, sizeof on)
+                 : ::setsockopt(peer.fd.get(), IPPROTO_IP, IP_RECVTOS, &on, sizeof on),
+            0);
+  // Tunnel 7 owns slots 0-49, best effort 50-99, of a 100 ms cycle: windows of 50 ms.
+  gw::GatewayConfig config = testing::site_config(
+      "site-a", "site-b", ipv6 ? loopback6(0) : loopback(0), peer.local, 100'000, 50);
+  config.wan_ports[0].cycle_ns = 100 * testing::kMs;
+  config.tunnels[0].service_listen = loopback(0);
+  config.tunnels[0].burst_bytes = 3000;  // three 1000-byte datagrams, then downgraded
+  config.tunnels[0].over_rate = sched::OverRateAction::kBestEffort;
+  Site a(config);
+  ASSERT_TRUE(a.opened());
+  a.start();
+  TestSocket sender = TestSocket::open();
+  constexpr int kCount = 10;
+  for (int i = 0; i < kCount; ++i) {
+    const Bytes payload(1000, static_cast<std::byte>(i));
+    ASSERT_TRUE(sender.send_to(*a.service(), payload.data(), payload.size()));
+  }
+  int on_time = 0, best_effort = 0;
+  std::vector<uint64_t> sequences;
+  // A frame the loop reaches after its window closed is dropped and counted (missed_slot):
+  // wait for the rest only while it can still come.
+  auto missed = [&] { return counter(a.stats(), {"tunnels", "0", "tx", "missed_slot_packets"}); };
+  while (on_time + best_effort < kCount) {
+    std::byte buffer[2048];
+    alignas(cmsghdr) unsigned char control[64];
+    iovec vector{buffer, sizeof buffer};
+    msghdr message{};
+    message.msg_iov = &vector;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    pollfd readable{peer.fd.get(), POLLIN, 0};
+    if (::poll(&readable, 1, 1'000) != 1) {
+      if (on_time + best_effort + missed() == kCount) break;
+      ASSERT_EQ(::poll(&readable, 1, 10'000), 1)
+          << on_time << " on time, " << best_effort << " best effort so far";
+    }
+    const ssize_t got = ::recvmsg(peer.fd.get(), &message, 0);
+    ASSERT_GT(got, 0);
+    int tos = -1;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
+      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) tos = *CMSG_DATA(c);
+      if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+        std::memcpy(&tos, CMSG_DATA(c), sizeof tos);
+      }
+    }
+    const auto decoded = wire::decode({buffer, static_cast<size_t>(got)});
+    ASSERT_TRUE(decoded);
+    if (decoded->header.is_control()) {
+      EXPECT_EQ(tos >> 2, 46);  // control packets travel in the tunnel's slots
+      continue;
+    }
+    EXPECT_EQ(decoded->header.tunnel_id, 7u);
+    EXPECT_EQ(decoded->header.data_type(), wire::DataType::kDatagram);
+    ASSERT_EQ(decoded->payload.size(), 1000u);
+    sequences.push_back(decoded->header.sequence);
+    if (decoded->header.is_best_effort()) {
+      ++best_effort;
+      EXPECT_EQ(tos >> 2, 10);
+    } else {
+      ++on_time;
+      EXPECT_EQ(tos >> 2, 46);
+    }
+  }
+  EXPECT_EQ(on_time + best_effort + missed(), kCount);
+  EXPECT_GE(on_time, 1);
+  EXPECT_GE(best_effort, 1);
+  // Sequence numbers are given at departure, to sent frames only: 0, 1, 2, ... without a gap.
+  std::sort(sequences.begin(), sequences.end());
+  for (size_t i = 0; i < sequences.size(); ++i) EXPECT_EQ(sequences[i], i);
+}
+
+INSTANTIATE_TEST_SUITE_P(IpVersions, UringGatewayDscp, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Ipv6" : "Ipv4"; });
+
+uint16_t ip_checksum(const uint8_t* data, size_t size) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i + 1 < size; i += 2) sum += static_cast<uint32_t>(data[i] << 8 | data[i + 1]);
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// An IPv4/UDP packet (UDP checksum 0: none) from `source` to `destination`.
+Bytes ipv4_udp(const char* source, const char* destination, uint16_t source_port,
+               uint16_t destination_port, std::string_view data) {
+  Bytes packet(28 + data.size());
+  auto* p = reinterpret_cast<uint8_t*>(packet.data());
+  p[0] = 0x45;
+  p[2] = static_cast<uint8_t>(packet.size() >> 8);
+  p[3] = static_cast<uint8_t>(packet.size());
+  p[8] = 64;
+  p[9] = IPPROTO_UDP;
+  ::inet_pton(AF_INET, source, p + 12);
+  ::inet_pton(AF_INET, destination, p + 16);
+  const uint16_t sum = ip_checksum(p, 20);
+  p[10] = static_cast<uint8_t>(sum >> 8);
+  p[11] = static_cast<uint8_t>(sum);
+  p[20] = static_cast<uint8_t>(source_port >> 8);
+  p[21] = static_cast<uint8_t>(source_port);
+  p[22] = static_cast<uint8_t>(destination_port >> 8);
+  p[23] = static_cast<uint8_t>(destination_port);
+  p[24] = static_cast<uint8_t>((8 + data.size()) >> 8);
+  p[25] = static_cast<uint8_t>(8 + data.size());
+  std::memcpy(p + 28, data.data(), data.size());
+  return packet;
+}
+
+// The TUN side through the ring, in a private network namespace: a host datagram routed into
+// the gateway's TUN device leaves as a tunnel frame of type ipv4 carrying the whole IP packet; a
+// tunnel frame of type ipv4 from the peer is written to the TUN device and reaches a host socket.
+// A plain socket stands in for the peer gateway.
+TEST(UringGateway, TunPacketsCrossTheTunnel) {
+  DETWAN_RUN_IN_NETNS([] {
+    TestSocket peer = TestSocket::open();
+    gw::GatewayConfig config = testing::site_config("site-a", "site-b", loopback(0), peer.local);
+    config.tun.enabled = true;
+    config.tun.name = "dtwg0";
+    auto route = gw::parse_prefix("10.20.2.0/24");
+    ASSERT_TRUE(route);
+    config.tun.routes = {*route};
+    config.tunnels[0].dst_prefixes = {*route};
+    Site a(config);
+    ASSERT_TRUE(a.opened());
+    // The host's own address on the device: the source of what it routes there.
+    common::UniqueFd control(::socket(AF_INET, SOCK_DGRAM, 0));
+    ifreq request{};
+    std::strcpy(request.ifr_name, "dtwg0");
+    auto* address = reinterpret_cast<sockaddr_in*>(&request.ifr_addr);
+    address->sin_family = AF_INET;
+    ::inet_pton(AF_INET, "10.77.0.1", &address->sin_addr);
+    ASSERT_EQ(::ioctl(control.get(), SIOCSIFADDR, &request), 0) << std::strerror(errno);
+    a.start();
+
+    // Host -> TUN -> tunnel 7 -> the peer.
+    common::UniqueFd host(::socket(AF_INET, SOCK_DGRAM, 0));
+    sockaddr_in remote{};
+    remote.sin_family = AF_INET;
+    remote.sin_port = htons(9999);
+    ::inet_pton(AF_INET, "10.20.2.5", &remote.sin_addr);
+    ASSERT_EQ(
+        ::sendto(host.get(), "ping", 4, 0, reinterpret_cast<sockaddr*>(&remote), sizeof remote), 4);
+    std::optional<wire::PacketView> frame;
+    std::optional<Bytes> datagram;
+    do {  // skipping the control packets (keepalives, time requests)
+      datagram = peer.receive();
+      ASSERT_TRUE(datagram) << "nothing from the gateway";
+      const auto decoded = wire::decode(*datagram);
+      ASSERT_TRUE(decoded);
+      if (decoded->header.is_data()) frame = *decoded;
+    } while (!frame);
+    EXPECT_EQ(frame->header.tunnel_id, 7u);
+    EXPECT_EQ(frame->header.data_type(), wire::DataType::kIpv4);
+    ASSERT_EQ(frame->payload.size(), 32u);  // IPv4 + UDP + "ping"
+    const auto* ip = reinterpret_cast<const uint8_t*>(frame->payload.data());
+    EXPECT_EQ(ip[0], 0x45);
+    EXPECT_EQ(std::memcmp(ip + 16, &remote.sin_addr, 4), 0);
+    EXPECT_EQ(std::memcmp(ip + 28, "ping", 4), 0);
+
+    // The peer -> tunnel 7 -> TUN -> a host socket on 10.77.0.1:7777.
+    common::UniqueFd listener(::socket(AF_INET, SOCK_DGRAM, 0));
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    local.sin_port = htons(7777);
+    ::inet_pton(AF_INET, "10.77.0.1", &local.sin_addr);
+    ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&local), sizeof local), 0);
+    const Bytes inner = ipv4_udp("10.20.2.5", "10.77.0.1", 9999, 7777, "pong");
+    wire::TunnelHeader header;
+    header.type = static_cast<uint8_t>(wire::DataType::kIpv4);
+    header.tunnel_id = 7;
+    header.payload_length = static_cast<uint16_t>(inner.size());
+    header.tx_time_ns = tai_now_ns();
+    Bytes outer(wire::kHeaderSize);
+    ASSERT_EQ(wire::encode(header, outer).status, wire::EncodeStatus::kOk);
+    outer.insert(outer.end(), inner.begin(), inner.end());
+    ASSERT_TRUE(peer.send_to(a.wan(), outer.data(), outer.size()));
+    char received[16] = {};
+    pollfd readable{listener.get(), POLLIN, 0};
+    ASSERT_EQ(::poll(&readable, 1, 10'000), 1);
+    ASSERT_EQ(::recv(listener.get(), received, sizeof received, 0), 4);
+    EXPECT_EQ(std::string(received, 4), "pong");
+
+    const auto stats = a.stats_when([](const auto& s) {
+      return counter(s, {"local", "tun_tx_packets"}) >= 1;
+    });
+    EXPECT_GE(counter(stats, {"local", "tun_rx_packets"}), 1);  // + what the kernel sent itself
+    EXPECT_EQ(counter(stats, {"local", "tun_tx_packets"}), 1);
+    EXPECT_EQ(counter(stats, {"local", "tun_tx_errors"}), 0);
+    EXPECT_EQ(counter(stats, {"tunnels", "0", "tx", "sent_on_time_packets"}), 1);
+  });
+}
+
+TEST(UringGateway, SetupErrorsNameWhatFailed) {
+  gw::GatewayConfig config = testing::site_config("site-a", "site-b", loopback(0), loopback(1));
+  config.wan_ports[0].local.address[0] = 192;  // 192.0.2.1 (TEST-NET-1): on no interface here
+  config.wan_ports[0].local.address[1] = 0;
+  config.wan_ports[0].local.address[2] = 2;
+  auto unbindable = Gateway::open(config);
+  ASSERT_FALSE(unbindable);
+  EXPECT_EQ(unbindable.error().message,
+            "WAN port 'wan1' (192.0.2.1:0): bind: Cannot assign requested address (no interface "
+            "has this address)");
+
+  config = testing::site_config("site-a", "site-b", loopback(0), loopback(1));
+  config.buffer_count = 8;
+  auto small = Gateway::open(config);
+  ASSERT_FALSE(small);
+  EXPECT_EQ(small.error().code, common::ErrorCode::kConfig);
+  EXPECT_EQ(small.error().message,
+            "buffer_count 8 is too small: the receives in flight alone hold 8 buffers; use at "
+            "least 16");
+
+  // The run configuration must describe what open() bound.
+  config = testing::site_config("site-a", "site-b", loopback(0), loopback(1));
+  auto gateway = Gateway::open(config);
+  ASSERT_TRUE(gateway) << gateway.error().message;
+  gw::GatewayConfig other = config;
+  other.tunnels[0].service_listen = loopback(0);
+  auto engine = gw::Engine::create(other, tai_now_ns());
+  ASSERT_TRUE(engine) << engine.error().message;
+  std::atomic<bool> stop{true};
+  gw::RunContext context{**engine, other, nullptr, stop};
+  auto outcome = (*gateway)->run(context);
+  ASSERT_FALSE(outcome);
+  EXPECT_EQ(outcome.error().message,
+            "uring gateway: tunnel 7 differs between open and run (or the engine lacks it)");
+}
+
+TEST(UringGateway, StopsWithoutAControlServer) {
+  gw::GatewayConfig config = testing::site_config("site-a", "site-b", loopback(0), loopback(1));
+  auto gateway = Gateway::open(config);
+  ASSERT_TRUE(gateway) << gateway.error().message;
+  auto engine = gw::Engine::create(config, tai_now_ns());
+  ASSERT_TRUE(engine) << engine.error().message;
+  std::atomic<bool> stop{false};
+  gw::RunContext context{**engine, config, nullptr, stop};
+  common::Result<void> outcome;
+  std::thread loop([&] { outcome = (*gateway)->run(context); });
+  stop.store(true);
+  loop.join();  // returns: the loop wakes at least every 10 ms to look at the flag
+  EXPECT_TRUE(outcome) << outcome.error().message;
+  auto again = (*gateway)->run(context);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().message, "uring gateway: run() may be called once per open()");
+}
+
+}  // namespace
+}  // namespace detwan::dataplane::uring

@@ -1,0 +1,510 @@
+"""detwan-gw in the lab (`tools/testbed up --dataplane uring|dpdk`): one gateway per site.
+
+What this module decides (docs/testbed.md, "Gateways"):
+  * one tunnel per pair of sites over WAN path 1, id 10*i + j for sites i < j, the same id at
+    both ends; it carries the peer host's tunnel address (10.20.j.2/32), which the gateway routes
+    into its TUN device (tun.routes) instead of the kernel route over path 1;
+  * each WAN port's schedule: a 1 ms cycle of 100 slots with a 2 us guard; the line rate is the
+    path's emulated `rate=` (the gateway then never bursts faster than the WAN drains), 1 Gbit/s
+    without one; the tunnel owns the first slots, as few as sched::GateControlList's guaranteed
+    rate needs for the tunnel rate, plus one slot of margin;
+  * the latency bound (on-time delivery): the path's largest delay (delay + jitter; 4 sigma for
+    normal / pareto-normal jitter) + 3 ms, unless --bound is given (0 = deliver on receipt);
+  * the clock offset between gateways is 0: every namespace shares the machine's clock;
+  * with the dpdk backend, an nftables rule in the gateway namespace drops the tunnel's UDP
+    frames at the WAN veth's ingress hook: net_af_packet has already seen them (packet taps run
+    before that hook), and the kernel, which has no socket on the port, would otherwise answer
+    each one with an ICMP port unreachable.
+
+Pure functions (parsing, slot and bound computation, the YAML text) come first; they are tested
+without root in tests/lab/test_gateway.py. Then the process handling used by builder.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import time
+
+from lab.netns import LabError, is_alive, process_start_time, run
+from lab.state import RUN_DIR, write_pid_file
+from lab.topology import Site, Topology, WanPath, mac_for
+
+GW_BINARY = "dataplane/daemon/detwan-gw"
+BACKENDS = ("uring", "dpdk")
+TIMING_MODES = ("low-cpu", "busy")
+TUNNEL_PORT = 4789
+TUN_NAME = "dwtb-tun"
+TUN_MTU_BYTES = 1400
+WAN_MTU_BYTES = 1500
+CONTROL = "@detwan-gw"      # the daemon's default: an abstract socket per network namespace
+TUNNEL_DSCP = 46            # EF; the emulators get prio-dscp=46 (see with_prio_dscp)
+RESERVED_QUEUE = "256kb"    # the emulators' byte limit for the reserved class (prio-queue)
+CYCLE_NS = 1_000_000
+SLOT_COUNT = 100
+GUARD_NS = 2_000
+ETHERNET_OVERHEAD_BYTES = 18  # dataplane/gw/config.h kEthernetOverheadBytes
+DEFAULT_LINE_RATE_BPS = 1_000_000_000
+DEFAULT_TUNNEL_RATE = "100mbit"
+BOUND_MARGIN_NS = 3_000_000
+# Policer depth: 10 ms at the tunnel rate. The lab's traffic generators (iperf3, probes) share
+# two vCPUs with everything else; one descheduled for a few ms then sends a burst that the
+# default depth (one 1 ms cycle at the rate) polices although the average is well below it.
+POLICER_BURST_NS = 10_000_000
+READY_TIMEOUT_S = 15.0
+DEFAULT_RT_PRIORITY = 10
+NFT_TABLE = "dwtb_gw"
+DPDK_RUN_DIR = pathlib.Path("/var/run/dpdk")
+
+_DURATION_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_RATE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+# ------------------------------------------------------------------------ units and SPECs
+
+def parse_duration_ns(text: str) -> int:
+    """'10ms', '1.5ms', '250us', '0' -> ns (the grammar of common/units.h)."""
+    t = text.strip().lower()
+    if t == "0":
+        return 0
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ns|us|ms|s)", t)
+    if not m:
+        raise ValueError(f"'{text}': expected a duration like 15ms, 500us or 0")
+    return round(float(m.group(1)) * _DURATION_UNITS[m.group(2)])
+
+
+def parse_rate_bps(text: str) -> int:
+    """'100mbit', '1gbit', '1gbps' -> bit/s."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)(bit|bps)", text.strip().lower())
+    if not m:
+        raise ValueError(f"'{text}': expected a rate like 100mbit or 1gbit")
+    return round(float(m.group(1)) * _RATE_UNITS[m.group(2)])
+
+
+def format_duration(ns: int) -> str:
+    for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
+        if ns and ns % scale == 0:
+            return f"{ns // scale}{unit}"
+    return f"{ns}ns" if ns else "0"
+
+
+def format_rate(bps: int) -> str:
+    for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bps % scale == 0:
+            return f"{bps // scale}{unit}"
+    return f"{bps}bit"
+
+
+def spec_tokens(spec: str) -> dict[str, str]:
+    """detwan-wanem SPEC -> {key: value}; later tokens override earlier ones, as in the emulator.
+    Only the keys the gateway configuration depends on are interpreted (delay, jitter,
+    jitter-dist, rate, prio-dscp); the SPEC itself is validated by `detwan-wanem check-spec`."""
+    tokens: dict[str, str] = {}
+    for tok in spec.split(","):
+        key, eq, value = tok.strip().partition("=")
+        if eq:
+            tokens[key.strip()] = value.strip()
+    return tokens
+
+
+def with_prio_dscp(spec: str) -> str:
+    """The SPEC with `prio-dscp=46` and `prio-queue=256kb` added, each unless the SPEC sets it.
+
+    The tunnel's frames (DSCP 46) then go to the emulator's strict-priority reserved class,
+    ahead of best effort and cross traffic, with a byte limit of their own. That models what
+    the tunnel's slots stand for: WAN capacity reserved for it along the path, which best-effort
+    load neither queues it behind nor crowds out of the buffer (without prio-queue, a saturated
+    best-effort class fills the shared queue and the emulator drops reserved frames too)."""
+    tokens = spec_tokens(spec)
+    extra = [t for key, t in (("prio-dscp", f"prio-dscp={TUNNEL_DSCP}"),
+                              ("prio-queue", f"prio-queue={RESERVED_QUEUE}"))
+             if key not in tokens]
+    return ",".join(([spec] if spec.strip() else []) + extra)
+
+
+def path_delay_range_ns(spec: str) -> tuple[int, int]:
+    """(smallest, largest) one-way delay the emulator can give a frame on this SPEC, queueing
+    aside: delay -/+ jitter (uniform), -/+ 4 sigma (normal is clamped there; pareto-normal's
+    tail may reach further, and such packets are counted late)."""
+    tokens = spec_tokens(spec)
+    delay = parse_duration_ns(tokens.get("delay", "0"))
+    jitter = parse_duration_ns(tokens.get("jitter", "0"))
+    spread = jitter if tokens.get("jitter-dist", "uniform") == "uniform" else 4 * jitter
+    return max(0, delay - spread), delay + spread
+
+
+def default_bound_ns(spec: str) -> int:
+    return path_delay_range_ns(spec)[1] + BOUND_MARGIN_NS
+
+
+def line_rate_bps(spec: str) -> int:
+    rate = spec_tokens(spec).get("rate", "0")
+    bps = 0 if rate in ("0", "") else parse_rate_bps(rate)
+    return bps or DEFAULT_LINE_RATE_BPS
+
+
+def max_frame_bytes() -> int:
+    return WAN_MTU_BYTES + ETHERNET_OVERHEAD_BYTES
+
+
+def guaranteed_rate_bps(slots: int, line_bps: int) -> int:
+    """sched::GateControlList::guaranteed_rate_bps for `slots` contiguous slots from slot 0."""
+    if slots >= SLOT_COUNT:
+        return line_bps  # an owner of every slot has one endless window
+    frame_ns = -(-max_frame_bytes() * 8 * 10**9 // line_bps)  # ceil_serialisation_ns
+    usable_ns = slots * (CYCLE_NS // SLOT_COUNT) - GUARD_NS - frame_ns
+    return max(0, usable_ns) * line_bps // CYCLE_NS
+
+
+def slots_for_rate(rate_bps: int, line_bps: int) -> int:
+    """Contiguous slots the tunnel needs: the fewest whose guaranteed rate carries it, plus one
+    slot of margin. ValueError if the port cannot carry the rate."""
+    if rate_bps > line_bps:
+        raise ValueError(f"tunnel rate {format_rate(rate_bps)} exceeds the WAN port's line rate "
+                         f"{format_rate(line_bps)}")
+    for n in range(1, SLOT_COUNT + 1):
+        if guaranteed_rate_bps(n, line_bps) >= rate_bps:
+            return min(n + 1, SLOT_COUNT)
+    raise ValueError(f"tunnel rate {format_rate(rate_bps)} does not fit a {format_rate(line_bps)} "
+                     f"port after guard bands")
+
+
+def policer_burst_bytes(rate_bps: int) -> int:
+    return max(rate_bps * POLICER_BURST_NS // 8 // 10**9, 8 * max_frame_bytes())
+
+
+def slot_list(count: int) -> str:
+    return "0" if count == 1 else f"0-{count - 1}"
+
+
+def tunnel_id(x: Site, y: Site) -> int:
+    i, j = sorted((x.index, y.index))
+    return 10 * i + j
+
+
+def wan_port_name(path: WanPath) -> str:
+    return f"{path.pair}{path.index}"
+
+
+# ------------------------------------------------------------------------ the configuration
+
+@dataclasses.dataclass
+class GatewayOptions:
+    backend: str = "uring"
+    tunnel_rate: str = DEFAULT_TUNNEL_RATE
+    bound: str | None = None    # None: computed per path from its SPEC
+    timing: str = "low-cpu"
+    shaper_rate: str | None = None  # space the tunnel's frames at this rate (None: no shaper)
+    slots: int | None = None    # slots 0..slots-1 of every tunnel (None: as few as the rate needs)
+    rt_priority: int | None = None  # SCHED_FIFO priority (None: 10 for low-cpu, 0 for busy)
+
+    def effective_rt_priority(self) -> int:
+        """Gateways that sleep between deadlines run SCHED_FIFO, as detwan-wanem's poll thread
+        does: under CFS a sleeper on a loaded 2-vCPU machine wakes milliseconds late (measured:
+        playout error p99 4 ms, p99.9 10 ms at load 7). A busy-polling one never (it would take
+        a core)."""
+        if self.rt_priority is not None:
+            return self.rt_priority
+        return DEFAULT_RT_PRIORITY if self.timing == "low-cpu" else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TunnelPlan:
+    """One tunnel as both gateways configure it."""
+    id: int
+    path: WanPath
+    rate_bps: int
+    line_rate_bps: int
+    slots: int
+    bound_ns: int
+    min_path_delay_ns: int
+
+
+def plan_tunnels(topo: Topology, options: GatewayOptions,
+                 spec_for) -> dict[tuple[str, str], TunnelPlan]:
+    """Tunnel per pair of sites ("a", "b"), over path 1. ValueError names what does not fit."""
+    rate = parse_rate_bps(options.tunnel_rate)
+    if rate <= 0:
+        raise ValueError(f"--tunnel-rate {options.tunnel_rate}: must be above 0")
+    if options.slots is not None and not 1 <= options.slots <= SLOT_COUNT:
+        raise ValueError(f"--tunnel-slots {options.slots}: must be in [1, {SLOT_COUNT}]")
+    if options.shaper_rate is not None:
+        parse_rate_bps(options.shaper_rate)
+    if options.bound is not None:
+        parse_duration_ns(options.bound)
+    plans = {}
+    for x in topo.sites:
+        for y in topo.sites:
+            if x.index >= y.index:
+                continue
+            path = topo.primary_path(x, y)
+            spec = spec_for(path)
+            lo, _ = path_delay_range_ns(spec)
+            bound = default_bound_ns(spec) if options.bound is None \
+                else parse_duration_ns(options.bound)
+            line = line_rate_bps(spec)
+            try:
+                slots = options.slots or slots_for_rate(rate, line)
+            except ValueError as e:
+                raise ValueError(f"--tunnel-rate {options.tunnel_rate} on path {path.key}: {e}") \
+                    from e
+            # min_path_delay = the smallest delay the emulator gives: a --bound below it makes
+            # --check-config fail with a message naming the field (every packet would be late).
+            plans[(x.name, y.name)] = TunnelPlan(tunnel_id(x, y), path, rate, line, slots,
+                                                 bound, lo)
+    return plans
+
+
+def _q(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a valid YAML scalar
+
+
+def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], TunnelPlan],
+                  options: GatewayOptions) -> str:
+    """The YAML configuration of `site`'s gateway (the format of dataplane/gw/config.h)."""
+    peers = [t for t in topo.sites if t != site]
+    mine = [plans[tuple(sorted((site.name, p.name)))] for p in peers]
+    lines = [
+        f"# detwan-gw of lab site {site.name}, written by tools/testbed up --dataplane "
+        f"{options.backend} (tools/lab/gateway.py)",
+        "gateway:",
+        f"  name: {site.name}",
+        f"  backend: {options.backend}",
+        f"  timing: {options.timing}",
+        "  cpu: -1",
+        '  control_socket: ""          # the default, abstract @detwan-gw of this namespace',
+        "tun:",
+        "  enabled: true",
+        f"  name: {TUN_NAME}",
+        f"  mtu: {TUN_MTU_BYTES}",
+        "  routes: [" + ", ".join(f"{p.tunnel_addr}/32" for p in peers) + "]",
+    ]
+    if options.backend == "dpdk":
+        eal = ["--no-huge", "-m", "256", "--file-prefix", f"dwtb-{site.name}", "--no-pci"]
+        eal += [f"--vdev=net_af_packet{k},iface={plan.path.gateway_if(site)}"
+                for k, plan in enumerate(mine)]
+        lines += ["dpdk:", "  eal: [" + ", ".join(_q(a) for a in eal) + "]",
+                  "  mbufs: 8191", "  lcore: -1"]
+    lines.append("wan_ports:")
+    for k, plan in enumerate(mine):
+        p = plan.path
+        lines += [
+            f"  - name: {wan_port_name(p)}",
+            f"    local: {_q(f'{p.gateway_addr(site)}:{TUNNEL_PORT}')}",
+            f"    line_rate: {format_rate(plan.line_rate_bps)}",
+            f"    mtu: {WAN_MTU_BYTES}",
+            f"    cycle: {format_duration(CYCLE_NS)}",
+            f"    slots: {SLOT_COUNT}",
+            f"    guard: {format_duration(GUARD_NS)}",
+        ]
+        if options.backend == "dpdk":
+            lines.append(f"    dpdk: {{device: net_af_packet{k}, "
+                         f"next_hop_mac: {_q(mac_for(p.gateway_if(p.peer(site))))}}}")
+    lines.append("peers:")
+    for plan in mine:
+        p = plan.path
+        peer = p.peer(site)
+        lines += [
+            f"  - name: {peer.name}",
+            f"    wan_port: {wan_port_name(p)}",
+            f"    endpoint: {_q(f'{p.gateway_addr(peer)}:{TUNNEL_PORT}')}",
+            "    clock_offset: 0           # all lab namespaces share one clock",
+            f"    min_path_delay: {format_duration(plan.min_path_delay_ns)}",
+        ]
+    lines.append("tunnels:")
+    for plan in mine:
+        peer = plan.path.peer(site)
+        lines += [
+            f"  - id: {plan.id}",
+            f"    peer: {peer.name}",
+            f"    rate: {format_rate(plan.rate_bps)}",
+            f"    slots: {_q(slot_list(plan.slots))}        # guaranteed "
+            f"{format_rate(guaranteed_rate_bps(plan.slots, plan.line_rate_bps))} at line rate "
+            f"{format_rate(plan.line_rate_bps)}",
+            f"    burst: {policer_burst_bytes(plan.rate_bps)}b"
+            f"         # {format_duration(POLICER_BURST_NS)} at the rate",
+            f"    bound: {format_duration(plan.bound_ns)}",
+            "    late: deliver",
+            f"    dscp: {TUNNEL_DSCP}",
+            "    over_rate: drop",
+        ]
+        if options.shaper_rate:
+            lines.append(f"    shaper_rate: {options.shaper_rate}")
+        lines.append(f"    match: {{dst: [{peer.tunnel_addr}/32]}}")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------ files and commands
+
+def config_file(site: Site) -> pathlib.Path:
+    return RUN_DIR / f"gw-{site.name}.yaml"
+
+
+def log_file(site: Site) -> pathlib.Path:
+    return RUN_DIR / f"gw-{site.name}.log"
+
+
+def pid_key(site: Site) -> str:
+    return f"gw-{site.name}"
+
+
+def gw_command(build: pathlib.Path, override: str | None = None) -> list[str]:
+    """--gw-cmd / $DETWAN_GW_CMD, else the built binary."""
+    override = override or os.environ.get("DETWAN_GW_CMD")
+    if override:
+        return shlex.split(override)
+    binary = build / GW_BINARY
+    if not os.access(binary, os.X_OK):
+        raise LabError(f"{binary} not found or not executable: build it first "
+                       f"(ninja -C {build} {GW_BINARY}), or pass --build-dir")
+    return [str(binary)]
+
+
+def check_config(cmd: list[str], path: pathlib.Path) -> tuple[int, str]:
+    """`detwan-gw --check-config FILE`: (exit status, its message)."""
+    try:
+        res = subprocess.run([*cmd, "--check-config", str(path)], stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise LabError(f"cannot run '{' '.join(cmd)} --check-config': {e}") from e
+    return res.returncode, (res.stderr.strip() or res.stdout.strip())
+
+
+def drop_kernel_tunnel_port(site: Site, topo: Topology) -> None:
+    """dpdk backend: drop tunnel frames in the kernel at the WAN veths' ingress hook.
+
+    net_af_packet reads the veth through a packet socket, and packet taps see every frame before
+    the netdev ingress hook, so the gateway still gets them; the kernel, which has the port's
+    address but no socket on it, no longer answers with ICMP port unreachable."""
+    chains = []
+    for other in topo.sites:
+        if other == site:
+            continue
+        p = topo.primary_path(site, other)
+        dev = p.gateway_if(site)
+        chains.append(
+            f"  chain in_{dev.replace('-', '_')} {{\n"
+            f"    type filter hook ingress device \"{dev}\" priority 0; policy accept;\n"
+            f"    ip daddr {p.gateway_addr(site)} udp dport {TUNNEL_PORT} counter drop\n"
+            f"  }}\n")
+    ruleset = f"table netdev {NFT_TABLE} {{\n" + "".join(chains) + "}\n"
+    try:
+        res = subprocess.run(["ip", "netns", "exec", site.gateway_ns, "nft", "-f", "-"],
+                             input=ruleset, capture_output=True, text=True, timeout=20)
+    except FileNotFoundError as e:
+        raise LabError("nft not found: the dpdk backend needs nftables (tools/install-deps)") \
+            from e
+    if res.returncode != 0:
+        raise LabError(f"nft in {site.gateway_ns} failed: {res.stderr.strip()}")
+
+
+def start(cmd: list[str], site: Site, rt_priority: int = 0) -> dict:
+    """Starts detwan-gw in the site's gateway namespace (under `chrt --fifo rt_priority` when
+    rt_priority > 0); returns its state record."""
+    chrt = ["chrt", "--fifo", str(rt_priority)] if rt_priority > 0 else []
+    argv = ["ip", "netns", "exec", site.gateway_ns, *chrt, *cmd, "run", "--config",
+            str(config_file(site))]
+    with open(log_file(site), "w", encoding="utf-8") as log:
+        log.write("$ " + shlex.join(argv) + "\n")
+        log.flush()
+        # `ip netns exec` and chrt exec the command, so this pid is the gateway's own.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    start_time = process_start_time(proc.pid)
+    write_pid_file(pid_key(site), proc.pid, start_time)
+    return {"pid": proc.pid, "pid_start_time": start_time, "argv": argv,
+            "started_unix_ns": time.time_ns()}
+
+
+def stats(cmd: list[str], site: Site, timeout_s: float = 10) -> dict:
+    """`detwan-gw stats --json` in the site's gateway namespace."""
+    try:
+        res = run([*cmd, "stats", "--json"], ns=site.gateway_ns, check=False, timeout=timeout_s)
+    except LabError as e:
+        raise LabError(f"detwan-gw stats for site {site.name}: {e}") from e
+    if res.returncode != 0:
+        raise LabError(f"detwan-gw stats for site {site.name} failed (exit {res.returncode}): "
+                       f"{(res.stderr or res.stdout).strip()}")
+    return json.loads(res.stdout)
+
+
+def wait_ready(cmd: list[str], site: Site, record: dict,
+               timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Polls (bounded) until the gateway answers `stats` and its TUN device is up; fails early
+    with the end of its log if it exits."""
+    deadline = time.monotonic() + timeout_s
+    problem = "no answer yet"
+    while time.monotonic() < deadline:
+        if not is_alive(record["pid"], record["pid_start_time"]):
+            raise LabError(f"detwan-gw of site {site.name} exited during start-up:\n"
+                           + log_tail(site))
+        res = run([*cmd, "stats", "--json"], ns=site.gateway_ns, check=False, timeout=5)
+        if res.returncode == 0:
+            link = run(["ip", "-o", "link", "show", "dev", TUN_NAME], ns=site.gateway_ns,
+                       check=False)
+            if link.returncode == 0 and ",UP" in link.stdout:
+                return
+            problem = f"TUN device {TUN_NAME} not up"
+        else:
+            problem = (res.stderr or res.stdout).strip() or f"stats exited {res.returncode}"
+        time.sleep(0.05)
+    raise LabError(f"detwan-gw of site {site.name} not ready within {timeout_s:.0f} s "
+                   f"({problem}):\n" + log_tail(site))
+
+
+def log_tail(site: Site, lines: int = 15) -> str:
+    try:
+        text = log_file(site).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "  (no log)"
+    return "\n".join("  | " + line for line in text.splitlines()[-lines:])
+
+
+def remove_dpdk_runtime_dirs() -> None:
+    """EAL runtime directories (--file-prefix dwtb-<site>) left by the lab's gateways."""
+    if not DPDK_RUN_DIR.is_dir():
+        return
+    for d in DPDK_RUN_DIR.glob("dwtb-*"):
+        subprocess.run(["rm", "-rf", "--", str(d)], check=False, timeout=20)
+
+
+def find_tunnel(stats_json: dict, tunnel: int) -> dict:
+    """The entry of `tunnels` with this id in `detwan-gw stats --json`."""
+    for t in stats_json.get("tunnels", []):
+        if t.get("id") == tunnel:
+            return t
+    raise KeyError(f"tunnel {tunnel} not in the gateway's stats "
+                   f"(tunnels: {[t.get('id') for t in stats_json.get('tunnels', [])]})")
+
+
+def tunnel_counters(stats_json: dict, tunnel: int) -> dict:
+    """The counters of one tunnel from `detwan-gw stats --json` (schema in docs/gateway.md,
+    "Statistics"), flattened for tests and benchmarks:
+      tx_sent        data packets sent into the tunnel (tx.sent_on_time + sent_best_effort)
+      tx_frames_offered / tx_frames_sent / tx_dropped   the tunnel's slot scheduler
+                     (tx.scheduler), which also carries the peer's control packets
+      rx_received / rx_released / rx_late / rx_dropped   on-time playout (rx.on_time): data
+      one_way_delay_ns, wan_delay_ns, playout_error_ns, lateness_ns   its histogram summaries
+    plus the raw entry under "raw"."""
+    t = find_tunnel(stats_json, tunnel)
+    tx, sched = t["tx"], t["tx"].get("scheduler") or {}
+    playout = t["rx"]["on_time"]
+    return {
+        "tx_sent": tx["sent_on_time_packets"] + tx["sent_best_effort_packets"],
+        "tx_frames_offered": sched.get("offered_packets", 0),
+        "tx_frames_sent": sched.get("sent_packets", 0),
+        "tx_dropped": sum((sched.get("dropped") or {}).values()),
+        "rx_received": playout["received_packets"],
+        "rx_released": playout["released_packets"],
+        "rx_late": playout["late_packets"],
+        "rx_dropped": sum(playout["dropped"].values()),
+        "one_way_delay_ns": playout["one_way_delay_ns"],
+        "wan_delay_ns": playout["wan_delay_ns"],
+        "playout_error_ns": playout["playout_error_ns"],
+        "lateness_ns": playout["lateness_ns"],
+        "raw": t,
+    }
