@@ -315,13 +315,13 @@ void Datapath::deliver(const gw::RxEmit& emit) noexcept {
   // a queued write would be punted to an io-wq worker thread, which adds a wake-up delay to the
   // on-time release and lets concurrent workers reorder packets. A TUN write never blocks (the
   // kernel queues or drops the packet), so doing it here keeps release time and order exact.
-  if (state_.tun) {
-    const ssize_t written = ::write(state_.tun->fd(), pool_.payload(buffer), info.length);
-    ++(written == static_cast<ssize_t>(info.length) ? io.tun_tx_packets : io.tun_tx_errors);
-  } else {
+  if (!state_.tun || (sqe = get_sqe()) == nullptr) {
     ++io.tun_tx_errors;
+    pool_.release(buffer);
+    return;
   }
-  pool_.release(buffer);
+  io_uring_prep_write(sqe, state_.tun->fd(), pool_.payload(buffer), info.length, 0);
+  io_uring_sqe_set_data64(sqe, pack(Op::kTunWrite, 0, buffer));
 }
 
 template <typename Timing>
