@@ -27,10 +27,12 @@
 #include <boost/json.hpp>
 
 #include "tools/wanem/control.h"
-#include "tools/wanem/unique_fd.h"
+#include "common/unique_fd.h"
 
 namespace detwan::wanem {
 namespace {
+
+using common::UniqueFd;
 
 constexpr int64_t kDelayNs = 5'000'000;
 constexpr int kPort = 7311;

@@ -14,9 +14,11 @@
 
 #include "common/status.h"
 #include "tools/wanem/post_queue.h"
-#include "tools/wanem/unique_fd.h"
+#include "common/unique_fd.h"
 
 namespace detwan::wanem {
+
+using common::UniqueFd;  // the project's one RAII fd owner (common/unique_fd.h)
 
 class ControlServer {
  public:

@@ -33,9 +33,11 @@
 #include "common/status.h"
 #include "tools/wanem/backend.h"
 #include "tools/wanem/port.h"
-#include "tools/wanem/unique_fd.h"
+#include "common/unique_fd.h"
 
 namespace detwan::wanem::packet {
+
+using common::UniqueFd;
 
 // struct virtio_net_hdr of <linux/virtio_net.h> (that header does not compile as C++: a field
 // is named `class`). Host byte order on little-endian hosts, as packet sockets use it.
