@@ -91,30 +91,50 @@ class StreamReceiver {
   [[nodiscard]] uint64_t malformed() const noexcept { return malformed_; }
 
  private:
-  // (private members may be rearranged by the implementation)
-  std::vector<uint64_t> bitmap_;
+  // One arrival remembered for IPDV: slot seq % kIpdvRing. `seq_plus_one` 0 marks an empty slot.
+  struct IpdvSlot {
+    uint64_t seq_plus_one = 0;
+    int64_t owd_raw_ns = 0;
+  };
+  // Span of sequence numbers over which a pair (i-1, i) can still be matched when one of them
+  // arrives out of order: 4096 covers reordering far beyond what real paths show.
+  static constexpr uint64_t kIpdvRing = 4096;
+
+  [[nodiscard]] bool has(uint64_t seq) const noexcept {
+    return ((bitmap_[seq >> 6] >> (seq & 63)) & 1) != 0;
+  }
+  // First position in [from, limit) whose bit is `want`, else limit; positions at or beyond
+  // max_packets_ read as not received.
+  [[nodiscard]] uint64_t find_bit(bool want, uint64_t from, uint64_t limit) const noexcept;
+  // Received sequence numbers in [begin, end).
+  [[nodiscard]] uint64_t count_received(uint64_t begin, uint64_t end) const noexcept;
+  // Runs of missing sequence numbers in [begin, end), as sorted (length, count) pairs; numbers
+  // at or beyond max_packets_ count as missing.
+  [[nodiscard]] std::vector<std::pair<uint64_t, uint64_t>> loss_runs(uint64_t begin,
+                                                                     uint64_t end) const;
+
+  std::vector<uint64_t> bitmap_;  // one bit per sequence number in [0, max_packets_)
+  std::vector<IpdvSlot> ipdv_ring_;
   uint64_t max_packets_;
   int64_t bound_ns_;
-  uint64_t sent_ = 0;
-  uint64_t received_ = 0;
-  uint64_t malformed_ = 0;
-  uint64_t interval_malformed_ = 0;
-  common::LogLinearHistogram owd_raw_;       // rx - tx, uncorrected
-  common::LogLinearHistogram owd_rel_;       // owd - first owd: PDV precision at small values
+  static constexpr uint64_t kSentUnknown = UINT64_MAX;  // set_sent() not called yet
+  uint64_t sent_ = kSentUnknown;
+  // Whole-test counters, then the same for the current interval.
+  uint64_t received_ = 0, reordered_ = 0, duplicates_ = 0, malformed_ = 0, beyond_bound_ = 0,
+           received_bytes_ = 0;
+  uint64_t interval_received_ = 0, interval_reordered_ = 0, interval_duplicates_ = 0,
+           interval_malformed_ = 0, interval_beyond_bound_ = 0, interval_bytes_ = 0;
+  common::LogLinearHistogram owd_raw_;   // rx - tx, uncorrected
+  common::LogLinearHistogram owd_rel_;   // owd - first owd: PDV precision at small values
   common::LogLinearHistogram ipdv_;
   common::LogLinearHistogram interval_owd_raw_, interval_owd_rel_, interval_ipdv_;
-  int64_t first_owd_raw_ = 0;
+  int64_t first_owd_raw_ns_ = 0;
   bool have_first_ = false;
   uint64_t highest_seq_ = 0;
   bool have_highest_ = false;
-  uint64_t reordered_ = 0, duplicates_ = 0, beyond_bound_ = 0, received_bytes_ = 0;
-  uint64_t interval_first_seq_ = 0, interval_received_ = 0, interval_reordered_ = 0,
-           interval_duplicates_ = 0, interval_beyond_bound_ = 0, interval_bytes_ = 0;
-  bool interval_has_first_ = false;
+  uint64_t interval_begin_seq_ = 0;  // interval loss is counted from here to highest_seq_
   int64_t interval_start_ns_ = 0;
-  uint64_t last_seq_ = 0;        // previous packet in sequence order (for IPDV)
-  int64_t last_owd_raw_ = 0;
-  bool have_last_ = false;
+  bool interval_start_known_ = false;
   int64_t last_transit_ns_ = 0;  // previous arrival's transit (RFC 3550)
   double jitter_ns_ = 0;
   bool have_transit_ = false;
