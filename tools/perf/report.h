@@ -39,7 +39,7 @@ void print_table(const TestReport& report, std::FILE* out);
 // The --json document: {"schema": "detwan-perf", "version": 1, "start": ISO time, "test": {...},
 // "target": ..., "forward": {...}, "reverse": {...} (when measured), "error": ... (when
 // partial), "compare": {"target":..,"forward":..,"reverse":..,"error":..} and "ratios": {...}
-// (with --compare)}.
+// (with --compare)}. Indented, without a trailing newline.
 std::string to_json(const TestReport& report);
 
 // One --json-stream line (no newline): {"type":"interval","target":..,"direction":..,
@@ -51,8 +51,9 @@ std::string interval_line(const std::string& target, const char* direction,
 // the report). Lost packets are not rows.
 common::Result<void> write_raw_csv(const TestReport& report, const std::string& path);
 
-// --plot FILE.svg|FILE.png: two panels (one-way delay over time; delay CDF on a log tail axis),
-// one series per path and direction. Rendered by gnuplot (a clear error when it is missing).
+// --plot FILE.svg|FILE.png: three panels (one-way delay over time; delay CDF; the tail as
+// 1 - CDF on a log axis down to 1e-5), one series per path and direction. Rendered by gnuplot
+// (kUnavailable when it is missing; kInvalidArgument when no packet records were collected).
 common::Result<void> write_plot(const TestReport& report, const std::string& path);
 
 }  // namespace detwan::perf
