@@ -114,6 +114,8 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   client_cmd->add_flag("-J,--json", client.json, "print the result as JSON (docs/perf-json.md)");
+  client_cmd->add_option("--json-file", client.json_path,
+                         "also write the JSON document to this file (with the table on stdout)");
   client_cmd->add_flag("--json-stream", client.json_stream,
                        "print one JSON line per interval and direction while running");
   client_cmd->add_option("--raw", client.raw_path, "write per-packet records to this CSV file");
@@ -168,7 +170,12 @@ int run_cli(int argc, char** argv) {
       ->capture_default_str();
   stamp_cmd->add_flag("-J,--json", stamp.json, "print the result as JSON");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help / --version exit 0; every other parse or validation error is bad input: 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   if (server_cmd->parsed()) {
     server.peer_timeout_ns = seconds_to_ns(server_timeout_s);

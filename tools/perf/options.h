@@ -57,6 +57,7 @@ struct ClientOptions {
   int64_t linger_ns = 500'000'000;          // after the last packet: wait for stragglers
   bool json = false;
   bool json_stream = false;
+  std::string json_path;          // also write the --json document to this file
   std::string raw_path;           // per-packet CSV
   std::string plot_path;          // .svg or .png: delay over time and delay CDF
 };

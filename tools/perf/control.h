@@ -1,0 +1,84 @@
+#pragma once
+// detwan-perf control connection (private to the session code): TCP, one JSON object per line
+// (docs/perf.md lists the messages), plus the TestSpec codec and its validation.
+//
+// Threading: a ControlChannel belongs to one thread (the session's control loop); it is not
+// synchronised. Lines from the peer are hostile: a line over kMaxControlLineBytes, invalid JSON
+// or a non-object is an error, never a crash.
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+
+#include <boost/json.hpp>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "tools/perf/options.h"
+#include "tools/probe/udp_socket.h"
+
+namespace detwan::perf {
+
+inline constexpr int kProtocolVersion = 1;
+inline constexpr size_t kMaxControlLineBytes = size_t{1} << 20;
+// Memory bound of one direction's receiver (one bit per sequence number): 8 MiB.
+inline constexpr uint64_t kMaxPacketsPerDirection = uint64_t{64} << 20;
+
+// TestSpec <-> JSON. from_json names the missing or mistyped field ("spec.pps: ...").
+boost::json::object spec_to_json(const TestSpec& spec);
+common::Result<TestSpec> spec_from_json(const boost::json::value& value);
+// Range checks a server applies to a client's request; the message names the field and limit.
+common::Result<void> validate_spec(const TestSpec& spec);
+// Sequence numbers a receiver must track: pps * duration * 1.1 + 1000, or the cap for an
+// unpaced throughput test (which stops sending there).
+uint64_t max_packets_for(const TestSpec& spec);
+
+const char* to_string(Mode mode) noexcept;
+const char* to_string(Direction direction) noexcept;
+[[nodiscard]] inline bool sends_forward(const TestSpec& s) noexcept {
+  return s.mode != Mode::kPingPong && s.direction != Direction::kReverse;
+}
+[[nodiscard]] inline bool sends_reverse(const TestSpec& s) noexcept {
+  return s.mode != Mode::kPingPong && s.direction != Direction::kForward;
+}
+
+// Sockets and addresses.
+std::string format_address(const probe::SocketAddress& address);  // "1.2.3.4:5" / "[::1]:5"
+bool same_address(const sockaddr_storage& a, socklen_t a_len, const sockaddr_storage& b,
+                  socklen_t b_len) noexcept;
+common::Result<probe::SocketAddress> local_address(int fd);
+common::Result<probe::SocketAddress> peer_address(int fd);
+// TCP connect to HOST (numeric or a name) within timeout_ns.
+common::Result<common::UniqueFd> connect_tcp(const std::string& host, uint16_t port,
+                                             int64_t timeout_ns);
+// Listening TCP socket; bind "" = all addresses (IPv6 dual stack, else IPv4); port 0 = any.
+common::Result<common::UniqueFd> listen_tcp(const std::string& bind, uint16_t port);
+
+class ControlChannel {
+ public:
+  explicit ControlChannel(common::UniqueFd fd) : fd_(std::move(fd)) {}
+
+  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
+  // Writes one line (blocking; bounded by timeout_ns). kIo when the peer is gone.
+  common::Result<void> send(const boost::json::object& message, int64_t timeout_ns = 5'000'000'000);
+  // Call when poll() reports the fd readable: reads what is pending without blocking and queues
+  // complete messages. An error for EOF (kUnavailable, "closed the control connection"),
+  // an over-long line or invalid JSON (kInvalidArgument).
+  common::Result<void> read_available();
+  // The next queued message, if any.
+  std::optional<boost::json::object> next();
+  // Blocks up to timeout_ns for one message (setup phase).
+  common::Result<boost::json::object> receive(int64_t timeout_ns);
+  void close() noexcept { fd_.reset(); }
+
+ private:
+  common::UniqueFd fd_;
+  std::string partial_;
+  std::deque<boost::json::object> queue_;
+};
+
+// Field access on hostile objects: the error names the field.
+common::Result<int64_t> get_int(const boost::json::object& o, const char* key);
+common::Result<std::string> get_string(const boost::json::object& o, const char* key);
+
+}  // namespace detwan::perf
