@@ -24,7 +24,7 @@ from lab import gateway, measure, perf  # noqa: E402
 
 MS = 1_000_000
 DELAY_NS = 5 * MS
-WAN = "delay=5ms,jitter=3ms,jitter-dist=uniform,loss=1%,rate=200mbit"
+WAN = "delay=5ms,jitter=3ms,jitter-dist=uniform,loss=1%,reorder=1%,rate=200mbit"
 DISTRIBUTION_KEYS = ("p50", "p90", "p99", "p99_9", "p99_99", "p99_999", "max")
 DIRECTION_KEYS = ("sent", "received", "lost", "reordered", "duplicates", "rfc3550_jitter_ns",
                   "clock_offset_ns", "clock_error_ns")
@@ -70,13 +70,14 @@ def test_forward_stream_sees_the_wan_delay_and_loss(perflab):
     # median one-way delay is the WAN's delay; namespaces share one clock, so the offset the
     # exchanges estimate must be within its own error bound of 0.
     assert 4 * MS <= fwd["owd_ns"]["p50"] <= 6.5 * MS, fwd["owd_ns"]
-    assert fwd["owd_ns"]["max"] <= 9 * MS + 2 * MS
     assert abs(fwd["clock_offset_ns"]) <= fwd["clock_error_ns"] + 100_000
     # 1 % random loss of 6000 packets: 60 expected; 20..120 is far outside binomial noise.
     assert 20 <= fwd["lost"] <= 120, fwd["lost"]
     assert sum(b["length"] * b["count"] for b in fwd["loss_bursts"]) == fwd["lost"]
-    # Uniform jitter reorders packets 0.5 ms apart: RFC 4737 must see it.
-    assert fwd["reordered"] > 0
+    # The WAN sends 1 % of packets 1 ms ahead of their turn (jitter alone never reorders in
+    # detwan-wanem): RFC 4737 counts the packets each one overtook, a few per event once
+    # jitter has bunched them (seen: ~300 of 6000); none without the reorder token.
+    assert 10 <= fwd["reordered"] <= 1000, fwd["reordered"]
     assert fwd["pdv_ns"]["p99"] > 3 * MS
 
 

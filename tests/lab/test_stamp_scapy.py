@@ -161,8 +161,8 @@ class ScapyReflector(threading.Thread):
             # The sender's timestamp goes back bit for bit (a float round trip would round it).
             out[28:36] = data[4:12]
             out += data[44:]  # symmetric size
+            self.answered += 1  # before sending: the sender may finish as soon as it arrives
             self.sock.sendto(bytes(out), peer)
-            self.answered += 1
 
     def close(self):
         self.stopping.set()
