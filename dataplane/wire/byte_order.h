@@ -1,44 +1,15 @@
 #pragma once
-// Big-endian (network order) loads and stores at any address. Packet buffers are not aligned
-// for the header's fields (after Ethernet + IPv4 + UDP the header starts at offset 42), so these
-// assemble bytes with shifts instead of casting pointers; compilers turn them into one
-// load/store plus a byte swap.
-//
-// Callers bounds-check first: these read or write exactly N bytes at `p`.
-#include <cstddef>
-#include <cstdint>
+// The wire format's big-endian loads and stores: common/byte_order.h, under this namespace's
+// names.
+#include "common/byte_order.h"
 
 namespace detwan::dataplane::wire {
 
-[[nodiscard]] constexpr uint16_t load_be16(const std::byte* p) noexcept {
-  return static_cast<uint16_t>((std::to_integer<uint16_t>(p[0]) << 8) |
-                               std::to_integer<uint16_t>(p[1]));
-}
-
-[[nodiscard]] constexpr uint32_t load_be32(const std::byte* p) noexcept {
-  return (std::to_integer<uint32_t>(p[0]) << 24) | (std::to_integer<uint32_t>(p[1]) << 16) |
-         (std::to_integer<uint32_t>(p[2]) << 8) | std::to_integer<uint32_t>(p[3]);
-}
-
-[[nodiscard]] constexpr uint64_t load_be64(const std::byte* p) noexcept {
-  return (static_cast<uint64_t>(load_be32(p)) << 32) | load_be32(p + 4);
-}
-
-constexpr void store_be16(std::byte* p, uint16_t v) noexcept {
-  p[0] = static_cast<std::byte>(v >> 8);
-  p[1] = static_cast<std::byte>(v);
-}
-
-constexpr void store_be32(std::byte* p, uint32_t v) noexcept {
-  p[0] = static_cast<std::byte>(v >> 24);
-  p[1] = static_cast<std::byte>(v >> 16);
-  p[2] = static_cast<std::byte>(v >> 8);
-  p[3] = static_cast<std::byte>(v);
-}
-
-constexpr void store_be64(std::byte* p, uint64_t v) noexcept {
-  store_be32(p, static_cast<uint32_t>(v >> 32));
-  store_be32(p + 4, static_cast<uint32_t>(v));
-}
+using common::load_be16;
+using common::load_be32;
+using common::load_be64;
+using common::store_be16;
+using common::store_be32;
+using common::store_be64;
 
 }  // namespace detwan::dataplane::wire

@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "tools/perf/options.h"
+#include "tools/perf/spec_json.h"
 #include "tools/probe/udp_socket.h"
 
 namespace detwan::perf {
@@ -24,17 +25,12 @@ inline constexpr size_t kMaxControlLineBytes = size_t{1} << 20;
 // Memory bound of one direction's receiver (one bit per sequence number): 8 MiB.
 inline constexpr uint64_t kMaxPacketsPerDirection = uint64_t{64} << 20;
 
-// TestSpec <-> JSON. from_json names the missing or mistyped field ("spec.pps: ...").
-boost::json::object spec_to_json(const TestSpec& spec);
-common::Result<TestSpec> spec_from_json(const boost::json::value& value);
 // Range checks a server applies to a client's request; the message names the field and limit.
 common::Result<void> validate_spec(const TestSpec& spec);
 // Sequence numbers a receiver must track: pps * duration * 1.1 + 1000, or the cap for an
 // unpaced throughput test (which stops sending there).
 uint64_t max_packets_for(const TestSpec& spec);
 
-const char* to_string(Mode mode) noexcept;
-const char* to_string(Direction direction) noexcept;
 [[nodiscard]] inline bool sends_forward(const TestSpec& s) noexcept {
   return s.mode != Mode::kPingPong && s.direction != Direction::kReverse;
 }
@@ -76,9 +72,5 @@ class ControlChannel {
   std::string partial_;
   std::deque<boost::json::object> queue_;
 };
-
-// Field access on hostile objects: the error names the field.
-common::Result<int64_t> get_int(const boost::json::object& o, const char* key);
-common::Result<std::string> get_string(const boost::json::object& o, const char* key);
 
 }  // namespace detwan::perf

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "tools/perf/report.h"
+#include "tools/perf/spec_json.h"
 
 namespace detwan::perf {
 
@@ -13,50 +14,6 @@ namespace json = boost::json;
 
 namespace {
 
-const char* mode_name(Mode m) {
-  switch (m) {
-    case Mode::kStream:
-      return "stream";
-    case Mode::kThroughput:
-      return "throughput";
-    case Mode::kPingPong:
-      return "pingpong";
-  }
-  return "unknown";
-}
-const char* direction_name(Direction d) {
-  switch (d) {
-    case Direction::kForward:
-      return "forward";
-    case Direction::kReverse:
-      return "reverse";
-    case Direction::kBidir:
-      return "bidir";
-  }
-  return "unknown";
-}
-const char* schedule_name(ScheduleKind s) {
-  switch (s) {
-    case ScheduleKind::kPeriodic:
-      return "periodic";
-    case ScheduleKind::kPoisson:
-      return "poisson";
-    case ScheduleKind::kBurst:
-      return "burst";
-  }
-  return "unknown";
-}
-const char* clock_name(ClockMode c) {
-  switch (c) {
-    case ClockMode::kAuto:
-      return "auto";
-    case ClockMode::kSync:
-      return "sync";
-    case ClockMode::kEstimate:
-      return "estimate";
-  }
-  return "unknown";
-}
 
 // RFC 3339 UTC with nanoseconds: "2026-11-30T09:00:00.123456789Z".
 std::string iso_time(int64_t realtime_ns) {
@@ -74,20 +31,8 @@ std::string iso_time(int64_t realtime_ns) {
 }
 
 json::object test_to_json(const TestSpec& s, ClockMode clock) {
-  json::object o;
-  o["mode"] = mode_name(s.mode);
-  o["direction"] = direction_name(s.direction);
-  o["schedule"] = schedule_name(s.schedule);
-  o["pps"] = s.pps;
-  o["bitrate_bps"] = s.bitrate_bps;
-  o["burst_packets"] = s.burst_packets;
-  o["size_bytes"] = s.size_bytes;
-  o["duration_ns"] = s.duration_ns;
-  o["bound_ns"] = s.bound_ns;
-  o["interval_ns"] = s.interval_ns;
-  o["dscp"] = s.dscp;
-  o["seed"] = s.seed;
-  o["clock"] = clock_name(clock);
+  json::object o = spec_to_json(s);
+  o["clock"] = to_string(clock);
   return o;
 }
 

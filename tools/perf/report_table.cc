@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "tools/perf/report.h"
+#include "tools/perf/spec_json.h"
 
 namespace detwan::perf {
 
@@ -161,50 +162,6 @@ void print_comparison(std::FILE* out, const char* direction, const DirectionResu
   print_grid(out, grid);
 }
 
-const char* mode_text(Mode m) {
-  switch (m) {
-    case Mode::kStream:
-      return "stream";
-    case Mode::kThroughput:
-      return "throughput";
-    case Mode::kPingPong:
-      return "ping-pong";
-  }
-  return "?";
-}
-const char* direction_text(Direction d) {
-  switch (d) {
-    case Direction::kForward:
-      return "forward";
-    case Direction::kReverse:
-      return "reverse";
-    case Direction::kBidir:
-      return "bidirectional";
-  }
-  return "?";
-}
-const char* schedule_text(ScheduleKind s) {
-  switch (s) {
-    case ScheduleKind::kPeriodic:
-      return "periodic";
-    case ScheduleKind::kPoisson:
-      return "poisson";
-    case ScheduleKind::kBurst:
-      return "burst";
-  }
-  return "?";
-}
-const char* clock_text(ClockMode c) {
-  switch (c) {
-    case ClockMode::kAuto:
-      return "auto";
-    case ClockMode::kSync:
-      return "sync";
-    case ClockMode::kEstimate:
-      return "estimate";
-  }
-  return "?";
-}
 
 }  // namespace
 
@@ -213,11 +170,11 @@ void print_table(const TestReport& report, std::FILE* out) {
   std::string rate = s.mode == Mode::kThroughput && s.bitrate_bps == 0
                          ? std::string("max rate")
                          : fmt::format("{} pps", s.pps);
-  std::string schedule = schedule_text(s.schedule);
+  std::string schedule = to_string(s.schedule);
   if (s.schedule == ScheduleKind::kBurst) schedule += fmt::format(" of {}", s.burst_packets);
-  fmt::print(out, "detwan-perf {} test, {}: {} {} x {} B, {}, clock {}{}\n", mode_text(s.mode),
-             direction_text(s.direction), schedule, rate, s.size_bytes, human_ns(s.duration_ns),
-             clock_text(report.clock),
+  fmt::print(out, "detwan-perf {} test, {}: {} {} x {} B, {}, clock {}{}\n", to_string(s.mode),
+             to_string(s.direction), schedule, rate, s.size_bytes, human_ns(s.duration_ns),
+             to_string(report.clock),
              s.bound_ns > 0 ? ", bound " + human_ns(s.bound_ns) : std::string());
   for (const PathReport& p : report.paths) print_path(out, p);
   if (report.paths.size() >= 2) {

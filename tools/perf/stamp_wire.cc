@@ -5,33 +5,13 @@
 
 #include <sys/timex.h>
 
+#include "common/byte_order.h"
+
 namespace detwan::perf::stamp {
 namespace {
 
 constexpr int64_t kNsPerS = 1'000'000'000;
 __extension__ using u128 = unsigned __int128;
-
-void put16(uint8_t* p, uint16_t v) noexcept {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
-void put32(uint8_t* p, uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (24 - 8 * i));
-}
-void put64(uint8_t* p, uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (56 - 8 * i));
-}
-uint16_t get16(const uint8_t* p) noexcept { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
-uint32_t get32(const uint8_t* p) noexcept {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | p[i];
-  return v;
-}
-uint64_t get64(const uint8_t* p) noexcept {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
-  return v;
-}
 
 // Floor division, so times before an epoch split into (seconds, ns in [0, 1e9)).
 void split_ns(int64_t ns, int64_t* s, int64_t* rem) noexcept {
@@ -152,47 +132,47 @@ const char* to_string(DecodeStatus s) noexcept {
 size_t encode_sender(const SenderPacket& p, uint8_t* buf, size_t buf_size, size_t size) noexcept {
   if (size < kBaseBytes || size > buf_size) return 0;
   std::memset(buf, 0, size);
-  put32(buf, p.seq);
-  put64(buf + 4, p.timestamp);
-  put16(buf + 12, p.error_estimate);
-  put16(buf + 14, p.ssid);
+  common::store_be32(buf, p.seq);
+  common::store_be64(buf + 4, p.timestamp);
+  common::store_be16(buf + 12, p.error_estimate);
+  common::store_be16(buf + 14, p.ssid);
   return size;
 }
 
 DecodeStatus decode_sender(const uint8_t* buf, size_t size, SenderPacket* out) noexcept {
   if (size < kTwampLightSenderMinBytes) return DecodeStatus::kTooShort;
-  out->seq = get32(buf);
-  out->timestamp = get64(buf + 4);
-  out->error_estimate = get16(buf + 12);
-  out->ssid = size >= 16 ? get16(buf + 14) : 0;
+  out->seq = common::load_be32(buf);
+  out->timestamp = common::load_be64(buf + 4);
+  out->error_estimate = common::load_be16(buf + 12);
+  out->ssid = size >= 16 ? common::load_be16(buf + 14) : 0;
   return DecodeStatus::kOk;
 }
 
 size_t encode_reflector_base(const ReflectorPacket& p, uint8_t* buf, size_t buf_size) noexcept {
   if (buf_size < kBaseBytes) return 0;
   std::memset(buf, 0, kBaseBytes);
-  put32(buf, p.seq);
-  put64(buf + 4, p.timestamp);
-  put16(buf + 12, p.error_estimate);
-  put16(buf + 14, p.ssid);
-  put64(buf + 16, p.receive_timestamp);
-  put32(buf + 24, p.sender_seq);
-  put64(buf + 28, p.sender_timestamp);
-  put16(buf + 36, p.sender_error_estimate);
+  common::store_be32(buf, p.seq);
+  common::store_be64(buf + 4, p.timestamp);
+  common::store_be16(buf + 12, p.error_estimate);
+  common::store_be16(buf + 14, p.ssid);
+  common::store_be64(buf + 16, p.receive_timestamp);
+  common::store_be32(buf + 24, p.sender_seq);
+  common::store_be64(buf + 28, p.sender_timestamp);
+  common::store_be16(buf + 36, p.sender_error_estimate);
   buf[40] = p.sender_ttl;
   return kBaseBytes;
 }
 
 DecodeStatus decode_reflector(const uint8_t* buf, size_t size, ReflectorPacket* out) noexcept {
   if (size < kTwampLightReflectorMinBytes) return DecodeStatus::kTooShort;
-  out->seq = get32(buf);
-  out->timestamp = get64(buf + 4);
-  out->error_estimate = get16(buf + 12);
-  out->ssid = get16(buf + 14);
-  out->receive_timestamp = get64(buf + 16);
-  out->sender_seq = get32(buf + 24);
-  out->sender_timestamp = get64(buf + 28);
-  out->sender_error_estimate = get16(buf + 36);
+  out->seq = common::load_be32(buf);
+  out->timestamp = common::load_be64(buf + 4);
+  out->error_estimate = common::load_be16(buf + 12);
+  out->ssid = common::load_be16(buf + 14);
+  out->receive_timestamp = common::load_be64(buf + 16);
+  out->sender_seq = common::load_be32(buf + 24);
+  out->sender_timestamp = common::load_be64(buf + 28);
+  out->sender_error_estimate = common::load_be16(buf + 36);
   out->sender_ttl = buf[40];
   return DecodeStatus::kOk;
 }
@@ -202,7 +182,7 @@ TlvStatus read_tlv(const uint8_t* packet, size_t size, size_t offset, TlvView* o
   if (offset > size || size - offset < kTlvHeaderBytes) return TlvStatus::kMalformed;
   out->flags = packet[offset];
   out->type = packet[offset + 1];
-  out->length = get16(packet + offset + 2);
+  out->length = common::load_be16(packet + offset + 2);
   out->value_offset = offset + kTlvHeaderBytes;
   if (out->length > size - out->value_offset) return TlvStatus::kMalformed;
   return TlvStatus::kOk;
@@ -214,13 +194,13 @@ size_t write_cos_tlv(uint8_t* packet, size_t size, size_t offset, uint8_t dscp1)
   uint8_t* p = packet + offset;
   p[0] = 0;
   p[1] = kTlvClassOfService;
-  put16(p + 2, kCosValueBytes);
-  put32(p + 4, uint32_t{static_cast<uint8_t>(dscp1 & 0x3f)} << 26);
+  common::store_be16(p + 2, kCosValueBytes);
+  common::store_be32(p + 4, uint32_t{static_cast<uint8_t>(dscp1 & 0x3f)} << 26);
   return bytes;
 }
 
 CosValue read_cos_value(const uint8_t* value) noexcept {
-  const uint32_t v = get32(value);
+  const uint32_t v = common::load_be32(value);
   CosValue c;
   c.dscp1 = static_cast<uint8_t>((v >> 26) & 0x3f);
   c.dscp2 = static_cast<uint8_t>((v >> 20) & 0x3f);
@@ -253,13 +233,13 @@ TlvReflectResult reflect_tlvs(uint8_t* reply, size_t size, int received_tos) noe
         result.requested_dscp = cos.dscp1;
         // Keep DSCP1 and the reserved bits; DSCP2 and ECN: as received; RP 0: DSCP1 is
         // applied to the reflected packet.
-        uint32_t v = get32(value) & 0xfc00ffffu;
+        uint32_t v = common::load_be32(value) & 0xfc00ffffu;
         if (received_tos >= 0) {
           const uint32_t tos = static_cast<uint8_t>(received_tos);
           v |= (tos >> 2) << 20;  // DSCP2
           v |= (tos & 3u) << 18;  // ECN
         }
-        put32(value, v);
+        common::store_be32(value, v);
       }
     } else if (tlv.type != kTlvExtraPadding) {
       reply[offset] |= kTlvFlagUnrecognized;
