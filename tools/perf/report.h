@@ -42,6 +42,10 @@ void print_table(const TestReport& report, std::FILE* out);
 // (with --compare)}. Indented, without a trailing newline.
 std::string to_json(const TestReport& report);
 
+// The last --json-stream line (no newline): {"type":"summary","result":<the to_json document>},
+// compact, so a --json-stream consumer reads JSON lines only.
+std::string summary_line(const TestReport& report);
+
 // One --json-stream line (no newline): {"type":"interval","target":..,"direction":..,
 // "interval": <direction object>}.
 std::string interval_line(const std::string& target, const char* direction,

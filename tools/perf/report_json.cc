@@ -148,9 +148,7 @@ void write_json(const json::value& v, std::string& out, int indent, int depth) {
   }
 }
 
-}  // namespace
-
-std::string to_json(const TestReport& report) {
+json::object document(const TestReport& report) {
   json::object doc;
   doc["schema"] = "detwan-perf";
   doc["version"] = kJsonSchemaVersion;
@@ -172,8 +170,23 @@ std::string to_json(const TestReport& report) {
     }
     doc["ratios"] = std::move(ratios);
   }
+  return doc;
+}
+
+}  // namespace
+
+std::string to_json(const TestReport& report) {
   std::string out;
-  write_json(doc, out, 2, 0);  // no trailing newline, like interval_line()
+  write_json(document(report), out, 2, 0);  // no trailing newline, like interval_line()
+  return out;
+}
+
+std::string summary_line(const TestReport& report) {
+  json::object o;
+  o["type"] = "summary";
+  o["result"] = document(report);
+  std::string out;
+  write_json(o, out, -1, 0);
   return out;
 }
 

@@ -211,7 +211,9 @@ int run_client(const ClientOptions& options) {
       status = 1;
     }
   }
-  if (options.json || options.json_stream) {
+  if (options.json_stream) {
+    std::fprintf(stdout, "%s\n", summary_line(*report).c_str());
+  } else if (options.json) {
     std::fprintf(stdout, "%s\n", to_json(*report).c_str());
   } else {
     print_table(*report, stdout);
