@@ -351,6 +351,16 @@ TEST(ReportJson, IntervalLineIsOneCompactObject) {
   EXPECT_EQ(o.at("interval").at("sent").to_number<int64_t>(), 42);
 }
 
+TEST(ReportJson, SummaryLineCarriesTheWholeDocumentOnOneLine) {
+  const TestReport report = make_report(true);
+  const std::string line = summary_line(report);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  json::object o = json::parse(line).as_object();
+  EXPECT_EQ(o.at("type").as_string(), "summary");
+  // The result is the --json document itself, value for value.
+  EXPECT_EQ(o.at("result"), json::parse(to_json(report)));
+}
+
 std::string table_of(const TestReport& report) {
   std::FILE* f = std::tmpfile();
   if (f == nullptr) return "tmpfile failed";
