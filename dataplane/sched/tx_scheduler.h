@@ -207,6 +207,10 @@ class TxScheduler {
   common::Status schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
                           int64_t now_ns) noexcept;
   common::Status drop(OwnerState& state, TxDrop reason) noexcept;
+  // What every enqueue does first: clamp the clock (never backwards), count the offer on the
+  // port and on the owner, refuse an unknown tunnel (owner kNoOwner) or a bad size. kOk, or the
+  // status to return (the reason counted).
+  common::Status offer(OwnerIndex owner, uint32_t bytes, int64_t* now_ns) noexcept;
   bool pop_due(int64_t now_ns, TxFrame* frame) noexcept;  // tx_scheduler_datapath.cc
   // A frame that missed its window: into the owner's next window if the policy allows and it
   // fits (true), else counted as dropped (false).

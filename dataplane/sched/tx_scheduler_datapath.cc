@@ -15,13 +15,11 @@ Status TxScheduler::drop(OwnerState& state, TxDrop reason) noexcept {
   return Status::kDropped;
 }
 
-Status TxScheduler::enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
-                            int64_t now_ns) noexcept {
-  now_ns = std::max(now_ns, last_now_ns_);
-  last_now_ns_ = now_ns;
+Status TxScheduler::offer(OwnerIndex owner, uint32_t bytes, int64_t* now_ns) noexcept {
+  *now_ns = std::max(*now_ns, last_now_ns_);
+  last_now_ns_ = *now_ns;
   ++port_.offered_packets;
   port_.offered_bytes += bytes;
-  const OwnerIndex owner = gcl_.find_owner(tunnel_id);
   if (owner == kNoOwner) {
     ++port_.dropped[static_cast<int>(TxDrop::kUnknownTunnel)];
     return Status::kDropped;
@@ -30,6 +28,14 @@ Status TxScheduler::enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
   ++state.counters.offered_packets;
   state.counters.offered_bytes += bytes;
   if (bytes == 0 || bytes > gcl_.config().max_frame_bytes) return drop(state, TxDrop::kOversize);
+  return Status::kOk;
+}
+
+Status TxScheduler::enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
+                            int64_t now_ns) noexcept {
+  const OwnerIndex owner = gcl_.find_owner(tunnel_id);
+  if (const Status offered = offer(owner, bytes, &now_ns); offered != Status::kOk) return offered;
+  OwnerState& state = owners_[owner];
   if (state.policer.police(bytes, now_ns) == PoliceVerdict::kExceed) {
     if (state.policer.action() == OverRateAction::kDrop) return drop(state, TxDrop::kPoliced);
     ++state.counters.downgraded_packets;
@@ -46,19 +52,8 @@ Status TxScheduler::enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
 
 Status TxScheduler::enqueue_unpoliced(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
                                       int64_t now_ns) noexcept {
-  now_ns = std::max(now_ns, last_now_ns_);
-  last_now_ns_ = now_ns;
-  ++port_.offered_packets;
-  port_.offered_bytes += bytes;
   const OwnerIndex owner = gcl_.find_owner(tunnel_id);
-  if (owner == kNoOwner) {
-    ++port_.dropped[static_cast<int>(TxDrop::kUnknownTunnel)];
-    return Status::kDropped;
-  }
-  OwnerState& state = owners_[owner];
-  ++state.counters.offered_packets;
-  state.counters.offered_bytes += bytes;
-  if (bytes == 0 || bytes > gcl_.config().max_frame_bytes) return drop(state, TxDrop::kOversize);
+  if (const Status offered = offer(owner, bytes, &now_ns); offered != Status::kOk) return offered;
   return schedule(owner, tunnel_id, handle, bytes, now_ns);
 }
 
@@ -68,15 +63,9 @@ Status TxScheduler::enqueue_best_effort(uint64_t handle, uint32_t bytes, int64_t
 
 Status TxScheduler::enqueue_best_effort(uint64_t handle, uint32_t bytes, int64_t now_ns,
                                         uint32_t tunnel_id) noexcept {
-  now_ns = std::max(now_ns, last_now_ns_);
-  last_now_ns_ = now_ns;
-  ++port_.offered_packets;
-  port_.offered_bytes += bytes;
-  OwnerState& state = owners_.back();
-  ++state.counters.offered_packets;
-  state.counters.offered_bytes += bytes;
-  if (bytes == 0 || bytes > gcl_.config().max_frame_bytes) return drop(state, TxDrop::kOversize);
-  return schedule(gcl_.best_effort_owner(), tunnel_id, handle, bytes, now_ns);
+  const OwnerIndex owner = gcl_.best_effort_owner();
+  if (const Status offered = offer(owner, bytes, &now_ns); offered != Status::kOk) return offered;
+  return schedule(owner, tunnel_id, handle, bytes, now_ns);
 }
 
 Status TxScheduler::schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
