@@ -31,7 +31,7 @@ import subprocess
 import time
 
 from lab.netns import LabError, is_alive, process_start_time, run
-from lab.state import RUN_DIR, write_pid_file
+from lab.state import RUN_DIR, file_tail, write_pid_file
 from lab.topology import Site, Topology, WanPath, mac_for
 
 GW_BINARY = "dataplane/daemon/detwan-gw"
@@ -457,11 +457,7 @@ def wait_ready(cmd: list[str], site: Site, record: dict,
 
 
 def log_tail(site: Site, lines: int = 15) -> str:
-    try:
-        text = log_file(site).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "  (no log)"
-    return "\n".join("  | " + line for line in text.splitlines()[-lines:])
+    return file_tail(log_file(site), lines)
 
 
 def remove_dpdk_runtime_dirs() -> None:

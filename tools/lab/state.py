@@ -98,3 +98,12 @@ def remove_logs() -> None:
         for f in RUN_DIR.glob(pattern):
             with contextlib.suppress(OSError):
                 f.unlink()
+
+
+def file_tail(file: pathlib.Path, lines: int = 15) -> str:
+    """The last `lines` lines of a daemon's log, indented for an error message."""
+    try:
+        text = file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "  (no log)"
+    return "\n".join("  | " + line for line in text.splitlines()[-lines:])

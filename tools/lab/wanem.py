@@ -8,7 +8,7 @@ import subprocess
 import time
 
 from lab.netns import LabError, is_alive, process_start_time
-from lab.state import RUN_DIR, write_pid_file
+from lab.state import RUN_DIR, file_tail, write_pid_file
 from lab.topology import WanPath
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -102,8 +102,4 @@ def wait_ready(path: WanPath, record: dict, timeout_s: float = READY_TIMEOUT_S) 
 
 
 def log_tail(path: WanPath, lines: int = 15) -> str:
-    try:
-        text = log_file(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "  (no log)"
-    return "\n".join("  | " + line for line in text.splitlines()[-lines:])
+    return file_tail(log_file(path), lines)
