@@ -1,0 +1,106 @@
+#pragma once
+// The detwan transport protocol as a sans-I/O state machine (docs/transport.md).
+//
+// A Connection owns one side of a reliable, ordered message channel over one or more datagram
+// paths. It never touches a socket or a clock: the driver (transport/datagram/) feeds it
+// received datagrams and the current time, pulls datagrams to send, sleeps until
+// `next_wakeup_ns()`, and pops events (send completions, received messages, failure).
+// The same object therefore runs over io_uring UDP, the in-memory loopback network and in unit
+// tests on a virtual clock.
+//
+// Thread ownership: a Connection belongs to one thread (its driver's progress thread); nothing
+// in it is synchronised.
+//
+// Datapath rules: on_datagram / poll_transmit never throw and never allocate per packet for
+// errors; bad input returns a counted Status. queue_message / reassembly allocate per message.
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/transport.h"
+
+namespace detwan::transport::proto {
+
+using common::Status;
+
+enum class Role : uint8_t { kClient, kServer };
+
+struct ConnectionConfig {
+  Role role = Role::kClient;
+  uint64_t connection_id = 0;     // chosen by the client (random); the server adopts it
+  ChannelOptions options;         // options.paths.size() >= 1 (driver fills it)
+};
+
+struct Event {
+  enum class Kind : uint8_t {
+    kEstablished,     // handshake done (client: HELLO_ACK received; server: HELLO received)
+    kSendComplete,    // `token` fully acknowledged
+    kMessage,         // `message` received in order
+    kFailed,          // the connection failed; `error` says why; no further events
+    kClosed,          // the peer closed gracefully
+  };
+  Kind kind = Kind::kFailed;
+  uint64_t token = 0;
+  std::vector<std::byte> message;
+  Error error;
+};
+
+// Where a datagram goes / came from: the path index into options.paths.
+struct Transmit {
+  size_t size_bytes = 0;   // bytes written into the caller's buffer; 0 = nothing to send now
+  uint32_t path = 0;
+};
+
+class ConnectionImpl;
+
+class Connection {
+ public:
+  Connection(const ConnectionConfig& config, int64_t now_ns);
+  ~Connection();
+  Connection(Connection&&) noexcept;
+  Connection& operator=(Connection&&) noexcept;
+
+  // Queues a message. The bytes are read in place until kSendComplete(token) (zero copy).
+  // Returns kInvalidArgument if larger than max_message_bytes, kClosed after failure/close.
+  Status queue_message(std::span<const std::byte> message, uint64_t token);
+
+  // Feeds one received datagram that arrived on `path` at `now_ns`. Malformed, corrupt,
+  // duplicate, replayed or foreign datagrams return a Status and are counted in stats().
+  Status on_datagram(uint32_t path, std::span<const std::byte> datagram, int64_t now_ns);
+
+  // Writes the next datagram to send at `now_ns` into `out` (at least max_datagram_bytes()).
+  // Returns size 0 when nothing may be sent now (nothing queued, pacing, flow control window).
+  Transmit poll_transmit(int64_t now_ns, std::span<std::byte> out);
+
+  // Earliest time at which poll_transmit or a timer has something to do (pacing release,
+  // retransmission timeout, keepalive, peer timeout). INT64_MAX = only new input matters.
+  [[nodiscard]] int64_t next_wakeup_ns() const;
+
+  // Pops the next event; std::nullopt when none.
+  std::optional<Event> poll_event();
+
+  // Starts a graceful close (a CLOSE datagram is emitted by poll_transmit).
+  void close(int64_t now_ns);
+
+  [[nodiscard]] bool failed() const;
+  [[nodiscard]] bool established() const;
+  [[nodiscard]] size_t max_datagram_bytes() const;  // options.mtu_bytes - 28 (IPv4 + UDP)
+  [[nodiscard]] ChannelStats stats() const;
+  [[nodiscard]] uint64_t connection_id() const;
+
+ private:
+  std::unique_ptr<ConnectionImpl> impl_;
+};
+
+// Connection id of a datagram without validating it further (for a server demultiplexing one
+// socket); std::nullopt if it is not a detwan transport datagram.
+std::optional<uint64_t> peek_connection_id(std::span<const std::byte> datagram);
+// True if the datagram is a HELLO (a client opening a new connection).
+bool is_hello(std::span<const std::byte> datagram);
+
+}  // namespace detwan::transport::proto

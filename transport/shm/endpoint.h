@@ -1,0 +1,11 @@
+#pragma once
+// The shm transport backend (docs/transport.md "Backends").
+#include "transport/registry.h"
+#include "transport/transport.h"
+
+namespace detwan::transport::shm {
+
+[[nodiscard]] BackendInfo backend_info();
+Result<std::unique_ptr<Endpoint>> make_endpoint(const EndpointOptions& options);
+
+}  // namespace detwan::transport::shm

@@ -1,0 +1,163 @@
+#pragma once
+// detwan transport: reliable, ordered message channels between two processes.
+//
+// A `Channel` carries messages (0 bytes to many GiB) in both directions, in order, complete and
+// byte-exact, or fails with a clear error. The backend is chosen by name (`make_endpoint("udp")`,
+// see transport/registry.h); the same contract holds for every backend:
+//
+//   udp       detwan's own protocol (transport/proto) over io_uring UDP sockets, directly or
+//             through the local detwan-gw tunnel; segmentation, SACK, selective retransmission,
+//             optional Reed-Solomon FEC, pacing at the reserved rate, multipath striping.
+//   loopback  the same protocol over an in-memory network with injected loss, delay,
+//             reordering, duplication and peer death (tests).
+//   tcp       length-framed messages over one kernel TCP connection (best effort baseline).
+//   shm       a shared-memory ring between two processes on the same host.
+//   verbs     ibverbs RC queue pair (needs an RDMA device).
+//
+// Threading: every channel is driven by a progress thread owned by its endpoint. `send_async`,
+// `recv_async`, `stats` and `close` may be called from any thread and never block. Completion
+// callbacks run on the progress thread: they must not block; they may call send_async /
+// recv_async again.
+//
+// Ownership: `send_async` does NOT copy the message (zero copy where the backend allows): the
+// bytes must stay valid and unmodified until the completion callback has run. Received messages
+// are handed over as an owned buffer.
+//
+// Errors: a failed operation completes with an Error (ErrorCode::kTimeout when the peer stopped
+// answering for `peer_timeout_ns`, kUnavailable when the peer closed or the channel was closed
+// locally, kInvalidArgument for a bad request). After a channel failure every pending and later
+// operation completes with the same error, and the channel's buffers are freed.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace detwan::transport {
+
+using common::Error;
+using common::ErrorCode;
+using common::Result;
+
+// One path of a (possibly multipath) datagram channel. The udp backend sends the path's
+// segments to `remote`; the protocol paces each path at its own `rate_bps` and stripes
+// messages over the paths in proportion to their rates.
+struct PathSpec {
+  std::string remote;          // "host:port" (udp); ignored by other backends
+  std::string local;           // optional local bind "host:port" for this path
+  int64_t rate_bps = 0;        // reserved rate of this path; 0 = best effort (congestion control)
+  // Bytes the rate limiter counts per datagram beyond the UDP payload: IPv4 20 + UDP 8 + L2
+  // framing counted by the reservation (Ethernet 14 by default), + the gateway's tunnel
+  // encapsulation when the path goes through detwan-gw. See docs/transport.md "Payload limit".
+  int32_t frame_overhead_bytes = 42;
+};
+
+struct FecOptions {
+  bool enabled = false;
+  int32_t data_segments = 32;     // k: data segments per FEC block (1..128)
+  int32_t parity_segments = 2;    // m: parity segments per block (0..32); upper bound if adaptive
+  bool adaptive = true;           // choose m from the observed loss (m <= parity_segments)
+  // Send parity for a partial block when the sender goes idle (covers a message's tail).
+  bool protect_tail = true;
+};
+
+struct ChannelOptions {
+  // Paths of a datagram channel (udp/loopback). Empty = one path to the connect() address with
+  // rate `rate_bps`.
+  std::vector<PathSpec> paths;
+  int64_t rate_bps = 0;                       // single-path reserved rate; 0 = best effort
+  int32_t mtu_bytes = 1500;                   // IP MTU of the path; segments fit in it
+  int64_t peer_timeout_ns = 5'000'000'000;    // no sign of life for this long = peer failed
+  int64_t keepalive_interval_ns = 200'000'000;
+  int64_t initial_rtt_ns = 100'000'000;       // RTT assumed before the first sample
+  int64_t min_rto_ns = 5'000'000;
+  // Receive window (flow control). 0 = automatic: max(4 MiB, 2 x sum(rate) x initial RTT
+  // estimate), so that it is always >= rate x RTT.
+  int64_t recv_window_bytes = 0;
+  int64_t max_message_bytes = int64_t{16} << 30;
+  // Memory the sender may hold for unacknowledged segments' metadata and FEC parity.
+  int64_t send_buffer_bytes = int64_t{256} << 20;
+  FecOptions fec;
+};
+
+struct ChannelStats {
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t bytes_sent = 0;            // message payload bytes completed
+  uint64_t bytes_received = 0;
+  uint64_t segments_sent = 0;         // data segments incl. retransmissions
+  uint64_t segments_retransmitted = 0;
+  uint64_t fec_parity_sent = 0;
+  uint64_t fec_recovered = 0;         // data segments rebuilt from parity
+  uint64_t datagrams_received = 0;
+  uint64_t dropped_corrupt = 0;       // checksum mismatch
+  uint64_t dropped_malformed = 0;     // truncated / bad header / bad field
+  uint64_t dropped_duplicate = 0;     // already received (duplicates and replays)
+  uint64_t dropped_foreign = 0;       // other connection id
+  uint64_t timeouts = 0;              // retransmission timeouts fired
+  int64_t srtt_ns = 0;
+  int64_t rttvar_ns = 0;
+  int64_t cwnd_bytes = 0;             // best effort only (0 on reserved paths)
+  double loss_estimate = 0.0;         // fraction of data segments lost, smoothed
+  int32_t fec_parity_current = 0;     // m chosen by the adaptive policy
+};
+
+using SendCallback = std::function<void(Result<void>)>;
+using RecvCallback = std::function<void(Result<std::vector<std::byte>>)>;
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  Channel() = default;
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  // Queues `message` for sending. Never blocks. `done` runs once, on the progress thread, when
+  // the peer has acknowledged every byte (or with the channel's error).
+  virtual void send_async(std::span<const std::byte> message, SendCallback done) = 0;
+  // Asks for the next message in order. Never blocks. Receives complete in the order posted.
+  virtual void recv_async(RecvCallback done) = 0;
+  [[nodiscard]] virtual ChannelStats stats() const = 0;
+  // Graceful close: pending operations complete with kUnavailable; the peer sees the close.
+  virtual void close() = 0;
+  [[nodiscard]] virtual std::string describe() const = 0;  // "udp 10.0.0.1:4000 -> ..."
+
+  // Future-based conveniences over the callbacks.
+  std::future<Result<void>> send(std::span<const std::byte> message);
+  std::future<Result<std::vector<std::byte>>> recv();
+};
+
+// An endpoint owns the progress thread(s) and the sockets/queues of one backend. It accepts
+// channels from peers and connects to peers. Setup tier: these calls may block and return
+// Result with a message naming the problem.
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+  Endpoint() = default;
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  // Starts listening on `address` (backend syntax; port 0 picks one). Returns the bound
+  // address in the form connect() accepts.
+  virtual Result<std::string> listen(const std::string& address) = 0;
+  // Waits up to `timeout_ns` for the next peer to connect.
+  virtual Result<std::unique_ptr<Channel>> accept(int64_t timeout_ns) = 0;
+  virtual Result<std::unique_ptr<Channel>> connect(const std::string& address,
+                                                   const ChannelOptions& options,
+                                                   int64_t timeout_ns) = 0;
+  [[nodiscard]] virtual std::string backend_name() const = 0;
+};
+
+struct EndpointOptions {
+  // Options for channels accepted by listen()/accept() (connect() passes its own).
+  ChannelOptions accept_options;
+  // Backend-specific free-form settings, e.g. loopback fault injection ("loss=0.01,delay=1ms").
+  std::string backend_config;
+};
+
+}  // namespace detwan::transport
