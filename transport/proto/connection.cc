@@ -1,1 +1,200 @@
-// placeholder: filled by the protocol implementation
+// Setup, public forwarding, events, stats, failure and close of a proto::Connection.
+#include "transport/proto/connection.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "transport/proto/connection_impl.h"
+
+namespace detwan::transport::proto {
+
+namespace {
+
+int64_t auto_window_bytes(const ChannelOptions& o) {
+  if (o.recv_window_bytes > 0) return o.recv_window_bytes;
+  int64_t sum_rate_bps = 0;
+  for (const PathSpec& p : o.paths) sum_rate_bps += p.rate_bps;
+  // 2 x rate x RTT, in bytes; rate in bit/s, RTT in ns.
+  const double bdp_bytes = 2.0 * static_cast<double>(sum_rate_bps) / 8.0 *
+                           static_cast<double>(o.initial_rtt_ns) * 1e-9;
+  return std::max<int64_t>(int64_t{4} << 20, static_cast<int64_t>(bdp_bytes));
+}
+
+}  // namespace
+
+ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
+    : role_(config.role),
+      connection_id_(config.connection_id),
+      options_(config.options),
+      created_ns_(now_ns),
+      last_peer_rx_ns_(now_ns),
+      last_tx_ns_(now_ns) {
+  if (options_.paths.empty()) {
+    PathSpec p;
+    p.rate_bps = options_.rate_bps;
+    options_.paths.push_back(p);
+  }
+  // A datagram must hold the largest header + body; clamp silly MTUs instead of failing here.
+  options_.mtu_bytes = std::clamp(options_.mtu_bytes, 256, 65535);
+  max_datagram_bytes_ = static_cast<size_t>(options_.mtu_bytes) - 28;
+  const size_t fixed = wire::kHeaderBytes + wire::kDataFixedBytes +
+                       (options_.fec.enabled ? wire::kFecFixedBytes : wire::kDataSeqBytes);
+  payload_bytes_ = max_datagram_bytes_ - fixed;
+  recv_window_bytes_ = auto_window_bytes(options_);
+  peer_window_bytes_ = static_cast<uint64_t>(recv_window_bytes_);
+  options_.fec.data_segments = std::clamp(options_.fec.data_segments, 1, fec::kMaxDataSymbols);
+  options_.fec.parity_segments =
+      std::clamp(options_.fec.parity_segments, 0, fec::kMaxParitySymbols);
+  fec_m_current_ = options_.fec.adaptive ? 0 : options_.fec.parity_segments;
+  if (options_.fec.enabled) {
+    fec_tx_.symbols.resize(static_cast<size_t>(options_.fec.data_segments) *
+                           fec_symbol_capacity());
+    fec_alloc_rx();
+  }
+
+  for (const PathSpec& spec : options_.paths) {
+    PathState p;
+    p.spec = spec;
+    p.rtt = RttEstimator(options_.initial_rtt_ns, options_.min_rto_ns);
+    if (spec.rate_bps > 0) {
+      p.pacer = Pacer(spec.rate_bps, spec.frame_overhead_bytes, kPacerBurstDatagrams,
+                      static_cast<int32_t>(max_datagram_bytes_));
+    } else {
+      p.cubic.emplace(static_cast<int64_t>(max_datagram_bytes_));
+      p.pacer = Pacer(1, spec.frame_overhead_bytes, kPacerBurstDatagrams,
+                      static_cast<int32_t>(max_datagram_bytes_));
+    }
+    paths_.push_back(std::move(p));
+  }
+  for (uint32_t i = 0; i < paths_.size(); ++i) update_pacing(i);
+  if (role_ == Role::kServer) {
+    // The server exists because a HELLO arrived: it may send at once.
+    established_ = true;
+    events_.push_back(make_event(Event::Kind::kEstablished));
+  }
+}
+
+Status ConnectionImpl::queue_message(std::span<const std::byte> message, uint64_t token) {
+  if (failed_ || closed_) return Status::kClosed;
+  if (static_cast<int64_t>(message.size()) > options_.max_message_bytes) {
+    return Status::kInvalidArgument;
+  }
+  OutMessage m;
+  m.bytes = message;
+  m.token = token;
+  m.id = next_message_id_++;
+  out_messages_.push_back(m);
+  return Status::kOk;
+}
+
+std::optional<Event> ConnectionImpl::poll_event() {
+  if (events_.empty()) return std::nullopt;
+  Event e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
+void ConnectionImpl::release_buffers() {
+  out_messages_.clear();
+  segmenting_index_ = 0;
+  segments_.clear();
+  lost_queue_.clear();
+  in_messages_.clear();
+  rcv_ranges_.clear();
+  parity_queue_.clear();
+  fec_rx_blocks_.clear();
+  std::vector<std::byte>().swap(fec_rx_ring_);
+  std::vector<std::byte>().swap(fec_tx_.symbols);
+  for (PathState& p : paths_) {
+    p.flights.clear();
+    p.bytes_in_flight = 0;
+  }
+}
+
+void ConnectionImpl::fail(ErrorCode code, std::string message) {
+  if (failed_) return;
+  failed_ = true;
+  closed_ = true;
+  close_pending_ = false;
+  release_buffers();
+  Event e = make_event(Event::Kind::kFailed);
+  e.error = Error{code, std::move(message)};
+  events_.push_back(std::move(e));
+}
+
+void ConnectionImpl::close(int64_t /*now_ns*/) {
+  if (failed_ || closed_) return;
+  closed_ = true;
+  close_pending_ = true;
+  release_buffers();
+}
+
+void ConnectionImpl::on_established() {
+  if (established_) return;
+  established_ = true;
+  events_.push_back(make_event(Event::Kind::kEstablished));
+}
+
+std::vector<uint64_t> ConnectionImpl::path_datagrams_sent() const {
+  std::vector<uint64_t> out;
+  for (const PathState& p : paths_) out.push_back(p.data_segments_sent);
+  return out;
+}
+
+ChannelStats ConnectionImpl::stats() const {
+  ChannelStats s = stats_;
+  // Path 0 represents the connection's RTT; cwnd sums the best-effort paths.
+  s.srtt_ns = paths_.front().rtt.srtt_ns();
+  s.rttvar_ns = paths_.front().rtt.rttvar_ns();
+  s.cwnd_bytes = 0;
+  for (const PathState& p : paths_) {
+    if (p.cubic) s.cwnd_bytes += p.cubic->cwnd_bytes();
+  }
+  s.loss_estimate = loss_estimator_.loss_rate();
+  s.fec_parity_current = fec_m_current_;
+  return s;
+}
+
+// ---- Connection: forwarding ----
+
+Connection::Connection(const ConnectionConfig& config, int64_t now_ns)
+    : impl_(std::make_unique<ConnectionImpl>(config, now_ns)) {}
+Connection::~Connection() = default;
+Connection::Connection(Connection&&) noexcept = default;
+Connection& Connection::operator=(Connection&&) noexcept = default;
+
+Status Connection::queue_message(std::span<const std::byte> message, uint64_t token) {
+  return impl_->queue_message(message, token);
+}
+Status Connection::on_datagram(uint32_t path, std::span<const std::byte> datagram,
+                               int64_t now_ns) {
+  return impl_->on_datagram(path, datagram, now_ns);
+}
+Transmit Connection::poll_transmit(int64_t now_ns, std::span<std::byte> out) {
+  return impl_->poll_transmit(now_ns, out);
+}
+int64_t Connection::next_wakeup_ns() const { return impl_->next_wakeup_ns(); }
+std::optional<Event> Connection::poll_event() { return impl_->poll_event(); }
+void Connection::close(int64_t now_ns) { impl_->close(now_ns); }
+bool Connection::failed() const { return impl_->failed(); }
+bool Connection::established() const { return impl_->established(); }
+size_t Connection::max_datagram_bytes() const { return impl_->max_datagram_bytes(); }
+ChannelStats Connection::stats() const { return impl_->stats(); }
+uint64_t Connection::connection_id() const { return impl_->connection_id(); }
+uint64_t Connection::dropped_beyond_window() const { return impl_->dropped_beyond_window(); }
+std::vector<uint64_t> Connection::path_segments_sent() const {
+  return impl_->path_datagrams_sent();
+}
+
+std::optional<uint64_t> peek_connection_id(std::span<const std::byte> datagram) {
+  wire::Header h;
+  if (wire::decode_header(datagram, h) != Status::kOk) return std::nullopt;
+  return h.connection_id;
+}
+
+bool is_hello(std::span<const std::byte> datagram) {
+  wire::Header h;
+  return wire::decode_header(datagram, h) == Status::kOk && h.type == wire::Type::kHello;
+}
+
+}  // namespace detwan::transport::proto

@@ -92,6 +92,10 @@ class Connection {
   [[nodiscard]] size_t max_datagram_bytes() const;  // options.mtu_bytes - 28 (IPv4 + UDP)
   [[nodiscard]] ChannelStats stats() const;
   [[nodiscard]] uint64_t connection_id() const;
+  // Diagnostics beyond ChannelStats: DATA dropped because it lay beyond the receive window,
+  // and data segments (incl. retransmissions) sent per path (index = path).
+  [[nodiscard]] uint64_t dropped_beyond_window() const;
+  [[nodiscard]] std::vector<uint64_t> path_segments_sent() const;
 
  private:
   std::unique_ptr<ConnectionImpl> impl_;

@@ -1,0 +1,229 @@
+// Delivery stays byte-exact under loss, reordering, duplication, corruption, truncation,
+// replays and foreign datagrams; each bad datagram is counted under its reason.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/byte_order.h"
+
+#include "tests/transport/proto/test_util.h"
+#include "transport/proto/wire.h"
+
+namespace detwan::transport::proto::testing {
+namespace {
+
+bool is_data(const std::vector<std::byte>& d) {
+  return d.size() > wire::kHeaderBytes && d[3] == std::byte{uint8_t(wire::Type::kData)};
+}
+
+std::vector<std::vector<std::byte>> workload(uint64_t seed) {
+  return random_messages({0, 1, 777, 1412, 300'000, 2 << 20, 5, 64'000, 1 << 20}, seed);
+}
+
+class LossTest : public ::testing::TestWithParam<double> {};
+
+TEST_P(LossTest, ByteExactUnderRandomLossBothWays) {
+  VirtualNet net(reserved_options(), reserved_options(), 77);
+  LinkFaults f;
+  f.loss = GetParam();
+  net.set_faults(0, f);
+  net.set_faults(1, f);
+  ASSERT_TRUE(transfer(net, workload(1)));
+  const ChannelStats tx = net.client().stats();
+  EXPECT_GT(tx.segments_retransmitted, 0u);
+  EXPECT_GT(tx.loss_estimate, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Loss, LossTest, ::testing::Values(0.01, 0.10));
+
+TEST(Faults, ReorderingAndDuplication) {
+  VirtualNet net(reserved_options(), reserved_options(), 5);
+  LinkFaults f;
+  f.reorder = 0.1;
+  f.reorder_extra_ns = 3'000'000;
+  f.duplicate = 0.05;
+  f.loss = 0.01;
+  net.set_faults(0, f);
+  net.set_faults(1, f);
+  ASSERT_TRUE(transfer(net, workload(2)));
+  EXPECT_GT(net.server().stats().dropped_duplicate, 0u);
+}
+
+TEST(Faults, CorruptDatagramsDroppedAndCounted) {
+  VirtualNet net(reserved_options(), reserved_options(), 9);
+  uint64_t flipped = 0;
+  uint64_t n = 0;
+  net.tamper = [&](int side, std::vector<std::byte>& d) {
+    if (side == 0 && is_data(d) && d.size() > 100 && ++n % 17 == 0) {
+      d[60 + (n % (d.size() - 60))] ^= std::byte{0x01};  // inside the payload
+      ++flipped;
+    }
+    return true;
+  };
+  ASSERT_TRUE(transfer(net, workload(3)));
+  EXPECT_GT(flipped, 10u);
+  EXPECT_EQ(net.server().stats().dropped_corrupt, flipped);
+}
+
+TEST(Faults, HeaderFlipsAreMalformedOrCorrupt) {
+  VirtualNet net(reserved_options(), reserved_options(), 9);
+  uint64_t flipped = 0;
+  uint64_t n = 0;
+  net.tamper = [&](int side, std::vector<std::byte>& d) {
+    if (side == 0 && is_data(d) && ++n % 13 == 0) {
+      d[n % 60] ^= std::byte{0x80};
+      ++flipped;
+    }
+    return true;
+  };
+  ASSERT_TRUE(transfer(net, workload(4)));
+  const ChannelStats s = net.server().stats();
+  EXPECT_GT(flipped, 10u);
+  // A flipped connection id byte fails the CRC before the id is looked at.
+  EXPECT_EQ(s.dropped_corrupt + s.dropped_malformed, flipped);
+}
+
+TEST(Faults, TruncatedDatagramsDroppedAsMalformed) {
+  VirtualNet net(reserved_options(), reserved_options(), 3);
+  uint64_t truncated = 0;
+  uint64_t n = 0;
+  net.tamper = [&](int side, std::vector<std::byte>& d) {
+    if (side == 0 && ++n % 11 == 0) {
+      d.resize(n % d.size());
+      ++truncated;
+    }
+    return true;
+  };
+  ASSERT_TRUE(transfer(net, workload(5)));
+  EXPECT_EQ(net.server().stats().dropped_malformed, truncated);
+}
+
+TEST(Faults, ReplayedSegmentsCountedAsDuplicates) {
+  VirtualNet net(reserved_options(), reserved_options(), 3);
+  std::vector<std::vector<std::byte>> captured;
+  net.tamper = [&](int side, std::vector<std::byte>& d) {
+    if (side == 0 && is_data(d) && captured.size() < 50) captured.push_back(d);
+    return true;
+  };
+  ASSERT_TRUE(transfer(net, workload(6)));
+  const uint64_t before = net.server().stats().dropped_duplicate;
+  const size_t messages = net.events(1).size();
+  for (const auto& d : captured) EXPECT_EQ(net.inject(1, 0, d), Status::kDropped);
+  EXPECT_EQ(net.server().stats().dropped_duplicate, before + captured.size());
+  net.run_until([] { return false; }, 100'000'000);
+  EXPECT_EQ(count_events(net.events(1), Event::Kind::kMessage),
+            count_events(std::vector<Event>(net.events(1).begin(),
+                                            net.events(1).begin() + ptrdiff_t(messages)),
+                         Event::Kind::kMessage));
+}
+
+TEST(Faults, ForeignConnectionIdDropped) {
+  VirtualNet net(reserved_options(), reserved_options(), 3);
+  ASSERT_TRUE(transfer(net, workload(7)));
+  std::vector<std::byte> buf(1472);
+  wire::Header h;
+  h.type = wire::Type::kData;
+  h.connection_id = net.client().connection_id() ^ 1;
+  const auto payload = random_bytes(100, 1);
+  wire::DataBody d;
+  d.seq = 1'000'000;
+  d.message_id = 1'000;
+  d.message_size = 100;
+  d.payload = payload;
+  const size_t n = wire::encode_data(h, d, buf);
+  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kDropped);
+  EXPECT_EQ(net.server().stats().dropped_foreign, 1u);
+}
+
+TEST(Faults, DataBeyondWindowDropped) {
+  VirtualNet net(reserved_options(), reserved_options(), 3);
+  ASSERT_TRUE(transfer(net, workload(8)));
+  std::vector<std::byte> buf(1472);
+  wire::Header h;
+  h.type = wire::Type::kData;
+  h.connection_id = net.client().connection_id();
+  const auto payload = random_bytes(100, 1);
+  wire::DataBody d;
+  d.seq = uint64_t{1} << 40;
+  d.message_id = 1'000'000;
+  d.message_size = 100;
+  d.payload = payload;
+  const size_t n = wire::encode_data(h, d, buf);
+  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kDropped);
+  EXPECT_EQ(net.server().dropped_beyond_window(), 1u);
+}
+
+TEST(Faults, InconsistentMessageSizeRejected) {
+  VirtualNet net(reserved_options(), reserved_options(), 3);
+  ASSERT_TRUE(net.run_until([&] { return net.has_server() && net.client().established(); },
+                            1'000'000'000));
+  std::vector<std::byte> buf(1472);
+  wire::Header h;
+  h.type = wire::Type::kData;
+  h.connection_id = net.client().connection_id();
+  const auto payload = random_bytes(100, 1);
+  wire::DataBody d;
+  d.seq = 0;
+  d.message_id = 0;
+  d.message_size = 1000;
+  d.payload = payload;
+  size_t n = wire::encode_data(h, d, buf);
+  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kOk);
+  d.seq = 1;
+  d.message_size = 2000;  // disagrees with the first segment
+  n = wire::encode_data(h, d, buf);
+  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kMalformed);
+  d.seq = 2;
+  d.message_size = 1000;
+  d.offset = 950;  // runs past the end
+  n = wire::encode_data(h, d, buf);
+  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kMalformed);
+  d.seq = 3;
+  d.offset = 50;  // overlaps bytes [50, 100) already held from seq 0
+  n = wire::encode_data(h, d, buf);
+  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kMalformed);
+  EXPECT_EQ(net.server().stats().dropped_malformed, 3u);
+  EXPECT_EQ(count_events(net.events(1), Event::Kind::kMessage), 0u);
+}
+
+// Datagrams with a valid header and CRC but random bodies (what a hostile peer can send):
+// every one is handled without crashing and each rejected one is counted.
+TEST(Faults, RandomBodiesWithValidCrc) {
+  VirtualNet net(reserved_options(), reserved_options(), 3);
+  ASSERT_TRUE(transfer(net, workload(9)));
+  std::mt19937_64 rng(42);
+  for (int side = 0; side < 2; ++side) {
+    const ChannelStats before = net.side(side)->stats();
+    uint64_t rejected = 0;
+    const int kCount = 20000;
+    for (int i = 0; i < kCount; ++i) {
+      std::vector<std::byte> d(wire::kHeaderBytes + rng() % 400);
+      for (auto& b : d) b = static_cast<std::byte>(rng());
+      wire::Header h;
+      h.type = static_cast<wire::Type>(1 + rng() % 7);
+      if (h.type == wire::Type::kHello || h.type == wire::Type::kClose) h.type = wire::Type::kAck;
+      h.connection_id = net.client().connection_id();
+      if (wire::encode_empty(h, d) == 0) continue;
+      if (h.type == wire::Type::kKeepalive) d.resize(wire::kHeaderBytes);
+      if (h.type == wire::Type::kData && d.size() >= 60) {
+        // Keep the length field consistent sometimes, so the body reaches reassembly.
+        common::store_be16(d.data() + 58, static_cast<uint16_t>(d.size() - 60));
+        common::store_be64(d.data() + 26, net.side(1 - side)->stats().segments_sent + rng() % 64);
+      }
+      common::store_be32(d.data() + wire::kCrcOffset, 0);
+      common::store_be32(d.data() + wire::kCrcOffset, wire::crc32c(d));
+      if (net.inject(side, 0, d) != Status::kOk) ++rejected;
+    }
+    const ChannelStats after = net.side(side)->stats();
+    EXPECT_EQ(after.datagrams_received - before.datagrams_received, uint64_t{kCount});
+    EXPECT_EQ(after.dropped_corrupt, before.dropped_corrupt);  // CRCs were valid
+    const uint64_t counted = (after.dropped_malformed - before.dropped_malformed) +
+                             (after.dropped_duplicate - before.dropped_duplicate) +
+                             (net.side(side)->dropped_beyond_window());
+    EXPECT_EQ(counted, rejected);
+    EXPECT_GT(rejected, uint64_t{kCount} / 2);
+  }
+}
+
+}  // namespace
+}  // namespace detwan::transport::proto::testing

@@ -1,0 +1,195 @@
+// detwan-bench transport pingpong: one message in flight, echoed straight back, over 127.0.0.1;
+// either a detwan channel (both ends in this process, each with its own endpoint and progress
+// thread) or plain blocking UDP sockets (--raw-udp), so the two are measured by the same code
+// in the same run.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tools/bench/transport_bench.h"
+#include "tools/bench/transport_report.h"
+#include "transport/registry.h"
+#include "transport/registry.h"
+
+namespace detwan::bench {
+namespace {
+
+namespace json = boost::json;
+using common::Result;
+
+constexpr int64_t kReplyTimeoutNs = 5'000'000'000;
+
+// Echoes every message back on the server channel, from its progress thread.
+struct Echo {
+  transport::Channel* channel = nullptr;
+  void arm() {
+    channel->recv_async([this](Result<std::vector<std::byte>> r) {
+      if (!r) return;  // closed: the run is over
+      auto message = std::make_shared<std::vector<std::byte>>(std::move(*r));
+      channel->send_async(*message, [message](Result<void>) {});
+      arm();
+    });
+  }
+};
+
+struct Samples {
+  std::vector<int64_t> rtt_ns;
+  uint64_t lost = 0;
+  int64_t wall_ns = 0;
+  std::string error;
+};
+
+Samples detwan_pingpong(const PingPongOptions& o, std::string& describe) {
+  Samples out;
+  Echo echo;  // outlives the server channel, whose callbacks use it
+  std::unique_ptr<transport::Channel> server_channel;
+  auto server_ep = transport::make_endpoint(o.backend);
+  if (!server_ep) return {{}, 0, 0, server_ep.error().describe()};
+  auto addr = (*server_ep)->listen("127.0.0.1:0");
+  if (!addr) return {{}, 0, 0, addr.error().describe()};
+  Result<std::unique_ptr<transport::Channel>> accepted =
+      common::make_error(common::ErrorCode::kInternal, "not accepted");
+  std::thread acceptor([&] { accepted = (*server_ep)->accept(10'000'000'000); });
+  auto client_ep = transport::make_endpoint(o.backend);
+  Result<std::unique_ptr<transport::Channel>> client = std::unexpected(
+      client_ep ? common::Error{} : client_ep.error());
+  if (client_ep) client = (*client_ep)->connect(*addr, transport::ChannelOptions{}, 10'000'000'000);
+  acceptor.join();
+  if (!client) return {{}, 0, 0, client.error().describe()};
+  if (!accepted) return {{}, 0, 0, accepted.error().describe()};
+  server_channel = std::move(*accepted);
+  echo.channel = server_channel.get();
+  echo.arm();
+  describe = (*client)->describe();
+
+  const std::vector<std::byte> message(o.size_bytes, std::byte{0x5a});
+  out.rtt_ns.reserve(static_cast<size_t>(o.count));
+  int64_t start_ns = 0;
+  for (int i = 0; i < o.warmup + o.count; ++i) {
+    if (i == o.warmup) start_ns = monotonic_ns();
+    const int64_t t0 = monotonic_ns();
+    (*client)->send_async(message, [](Result<void>) {});
+    auto reply_future = (*client)->recv();
+    auto reply = await_result(reply_future, kReplyTimeoutNs, fmt::format("echo {}", i));
+    if (!reply) {
+      out.error = reply.error().describe();
+      break;
+    }
+    if (i >= o.warmup) out.rtt_ns.push_back(monotonic_ns() - t0);
+  }
+  out.wall_ns = monotonic_ns() - start_ns;
+  (*client)->close();
+  server_channel->close();
+  client->reset();
+  server_channel.reset();
+  return out;
+}
+
+Samples raw_udp_pingpong(const PingPongOptions& o) {
+  Samples out;
+  const int server = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  const int client = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  auto cleanup = [&] {
+    if (server >= 0) ::close(server);
+    if (client >= 0) ::close(client);
+  };
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (server < 0 || client < 0 ||
+      ::bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(server, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+      ::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    out.error = fmt::format("raw UDP sockets on 127.0.0.1: {}", std::strerror(errno));
+    cleanup();
+    return out;
+  }
+  timeval tv{1, 0};
+  ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::atomic<bool> stop{false};
+  std::thread echo([&] {
+    std::vector<std::byte> buf(65536);
+    pollfd pfd{server, POLLIN, 0};
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (::poll(&pfd, 1, 100) <= 0) continue;
+      sockaddr_in from{};
+      socklen_t from_len = sizeof(from);
+      const ssize_t n = ::recvfrom(server, buf.data(), buf.size(), 0,
+                                   reinterpret_cast<sockaddr*>(&from), &from_len);
+      if (n > 0) {
+        ::sendto(server, buf.data(), static_cast<size_t>(n), 0,
+                 reinterpret_cast<sockaddr*>(&from), from_len);
+      }
+    }
+  });
+  std::vector<std::byte> message(o.size_bytes, std::byte{0x5a});
+  std::vector<std::byte> reply(65536);
+  out.rtt_ns.reserve(static_cast<size_t>(o.count));
+  int64_t start_ns = 0;
+  for (int i = 0; i < o.warmup + o.count; ++i) {
+    if (i == o.warmup) start_ns = monotonic_ns();
+    const int64_t t0 = monotonic_ns();
+    if (::send(client, message.data(), message.size(), 0) < 0 ||
+        ::recv(client, reply.data(), reply.size(), 0) < 0) {
+      ++out.lost;  // a lost loopback datagram (or a 1 s timeout): counted, not fatal
+      continue;
+    }
+    if (i >= o.warmup) out.rtt_ns.push_back(monotonic_ns() - t0);
+  }
+  out.wall_ns = monotonic_ns() - start_ns;
+  stop = true;
+  echo.join();
+  cleanup();
+  return out;
+}
+
+}  // namespace
+
+int run_pingpong(const PingPongOptions& o) {
+  if (o.size_bytes < 1 || o.size_bytes > 65000 || o.count < 1 || o.warmup < 0) {
+    std::fprintf(stderr, "detwan-bench transport pingpong: --size must be in [1, 65000] and "
+                         "--count >= 1\n");
+    return 2;
+  }
+  const double cpu0 = process_cpu_s();
+  std::string channel;
+  Samples s = o.raw_udp ? raw_udp_pingpong(o) : detwan_pingpong(o, channel);
+  const double cpu_s = process_cpu_s() - cpu0;
+  const size_t done = s.rtt_ns.size();
+  json::object doc{{"mode", o.raw_udp ? "raw_udp" : "detwan"},
+                   {"backend", o.raw_udp ? "udp-socket" : o.backend},
+                   {"channel", channel},
+                   {"size_bytes", o.size_bytes},
+                   {"count", done},
+                   {"lost", s.lost},
+                   {"rtt_ns", summarize_ns(s.rtt_ns)},
+                   {"wall_per_rt_ns", done ? static_cast<double>(s.wall_ns) /
+                                                 static_cast<double>(done) : 0.0},
+                   {"cpu_s", cpu_s},
+                   {"error", s.error.empty() ? json::value(nullptr) : json::value(s.error)}};
+  if (o.json) {
+    print_json(doc);
+  } else {
+    const auto& rtt = doc["rtt_ns"].as_object();
+    std::printf("%s ping-pong, %llu bytes, %zu round trips: p50 %.2f us, p99 %.2f us%s%s\n",
+                o.raw_udp ? "plain UDP" : "detwan", static_cast<unsigned long long>(o.size_bytes),
+                done, static_cast<double>(rtt.at("p50").to_number<int64_t>()) / 1e3,
+                static_cast<double>(rtt.at("p99").to_number<int64_t>()) / 1e3,
+                s.error.empty() ? "" : ", error: ", s.error.c_str());
+  }
+  return s.error.empty() ? 0 : 1;
+}
+
+}  // namespace detwan::bench

@@ -1,0 +1,162 @@
+// detwan-bench transport recv: accepts one channel, reads the sender's plan, receives and checks
+// every message (transport_pattern.h), answers "done", waits for the sender to close.
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tools/bench/transport_bench.h"
+#include "tools/bench/transport_pattern.h"
+#include "tools/bench/transport_report.h"
+#include "transport/registry.h"
+#include "transport/registry.h"
+
+namespace detwan::bench {
+namespace {
+
+namespace json = boost::json;
+
+uint64_t get_u64(const std::byte* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(in[i]) << (8 * i);
+  return v;
+}
+
+constexpr int64_t kCloseWaitNs = 10'000'000'000;
+
+}  // namespace
+
+int run_recv(const RecvOptions& o) {
+  json::object doc{{"role", "recv"}, {"backend", o.backend}, {"listen", o.listen},
+                   {"error", nullptr}};
+  auto fail = [&](const std::string& message) {
+    doc["error"] = message;
+    if (o.json) print_json(doc);
+    std::fprintf(stderr, "detwan-bench transport recv: %s\n", message.c_str());
+    return 1;
+  };
+  transport::EndpointOptions eopts;
+  eopts.accept_options.rate_bps = o.rate_bps;
+  eopts.accept_options.mtu_bytes = o.mtu_bytes;
+  auto endpoint = transport::make_endpoint(o.backend, eopts);
+  if (!endpoint) return fail(endpoint.error().describe());
+  auto bound = (*endpoint)->listen(o.listen);
+  if (!bound) return fail(bound.error().describe());
+  doc["bound"] = *bound;
+  std::fprintf(stderr, "listening %s\n", bound->c_str());
+  std::fflush(stderr);
+  auto channel = (*endpoint)->accept(o.accept_timeout_ns);
+  if (!channel) return fail(channel.error().describe());
+  transport::Channel& ch = **channel;
+  doc["channel"] = ch.describe();
+
+  const double cpu_start_s = process_cpu_s();
+  const int64_t deadline_ns = monotonic_ns() + o.timeout_ns;
+  auto remaining = [&] { return std::max<int64_t>(0, deadline_ns - monotonic_ns()); };
+  auto plan_future = ch.recv();
+  auto plan = await_result(plan_future, remaining(), "sender's plan message");
+  if (!plan) return fail(plan.error().describe());
+  if (plan->size() != kPlanBytes || std::memcmp(plan->data(), "DWBPLAN1", 8) != 0) {
+    return fail(fmt::format("first message is not a detwan-bench plan ({} bytes)", plan->size()));
+  }
+  const int64_t start_ns = monotonic_ns();
+  const uint64_t total_bytes = get_u64(plan->data() + 8);
+  const uint64_t msg_bytes = get_u64(plan->data() + 16);
+  const uint64_t count = get_u64(plan->data() + 24);
+  if (msg_bytes < MessagePattern::kHeaderBytes || count == 0 ||
+      total_bytes > msg_bytes * count || total_bytes + msg_bytes <= msg_bytes * count) {
+    return fail(fmt::format("inconsistent plan: {} bytes, {}-byte messages, {} messages",
+                            total_bytes, msg_bytes, count));
+  }
+  doc["size_bytes"] = total_bytes;
+  doc["message_bytes"] = msg_bytes;
+  doc["messages"] = count;
+
+  const MessagePattern pattern;
+  double verify_cpu_s = 0;
+  uint64_t bytes = 0, wrong_bytes = 0, wrong_messages = 0, size_mismatches = 0;
+  uint64_t received = 0;
+  std::vector<int64_t> latency_ns;
+  latency_ns.reserve(count);
+  int64_t last_ns = start_ns;
+  std::string error;
+  // Two receives in flight, so the next message never waits for this thread to post one.
+  auto current = ch.recv();
+  std::future<common::Result<std::vector<std::byte>>> following;
+  if (count > 1) following = ch.recv();
+  for (uint64_t i = 0; i < count; ++i) {
+    auto message = await_result(current, remaining(), fmt::format("message {} of {}", i, count));
+    current = std::move(following);
+    if (i + 2 < count) following = ch.recv();
+    if (!message) {
+      error = message.error().describe();
+      break;
+    }
+    last_ns = monotonic_ns();
+    const uint64_t expected = i + 1 < count ? msg_bytes : total_bytes - (count - 1) * msg_bytes;
+    const double t = thread_cpu_s();
+    const MessagePattern::Check check = pattern.verify(i, *message);
+    verify_cpu_s += thread_cpu_s() - t;
+    ++received;
+    bytes += message->size();
+    if (message->size() != expected) ++size_mismatches;
+    wrong_bytes += check.wrong_bytes +
+                   (message->size() > expected ? message->size() - expected
+                                               : expected - message->size());
+    if (check.wrong_bytes != 0 || check.index != i) ++wrong_messages;
+    latency_ns.push_back(last_ns - check.send_time_ns);
+  }
+  bool peer_closed = false;
+  bool done_failed = false;
+  if (error.empty()) {
+    std::vector<std::byte> done(8);
+    std::memcpy(done.data(), "DWBDONE1", 8);
+    auto sent = ch.send(done);
+    if (auto r = await_result(sent, remaining(), "done message"); !r) {
+      // The sender closes as soon as "done" arrives, possibly before its acknowledgement
+      // reaches us: a close by the peer then means it got the message. Any other failure is
+      // reported but does not fail the transfer: every message has already arrived and been
+      // checked above.
+      peer_closed = r.error().code == common::ErrorCode::kUnavailable;
+      done_failed = true;
+      doc["done_send_error"] = r.error().describe();
+    }
+  }
+  if (error.empty() && !done_failed) {
+    // The sender closes once it has our "done": its close ends this receive.
+    auto closing = ch.recv();
+    auto r = await_result(closing, kCloseWaitNs, "sender's close");
+    peer_closed = !r && r.error().code == common::ErrorCode::kUnavailable;
+  }
+  const transport::ChannelStats stats = ch.stats();
+  ch.close();
+  const double cpu_s = process_cpu_s() - cpu_start_s;
+  const double elapsed_s = static_cast<double>(last_ns - start_ns) * 1e-9;
+  doc["messages_received"] = received;
+  doc["bytes_received"] = bytes;
+  doc["wrong_bytes"] = wrong_bytes;
+  doc["wrong_messages"] = wrong_messages;
+  doc["size_mismatches"] = size_mismatches;
+  doc["elapsed_ns"] = last_ns - start_ns;
+  doc["goodput_bps"] = elapsed_s > 0 ? static_cast<double>(bytes) * 8 / elapsed_s : 0.0;
+  doc["message_latency_ns"] = summarize_ns(latency_ns);
+  doc["cpu_s"] = cpu_s;
+  doc["verify_cpu_s"] = verify_cpu_s;
+  doc["transport_cpu_s"] = std::max(0.0, cpu_s - verify_cpu_s);
+  doc["peer_closed"] = peer_closed;
+  doc["stats"] = stats_to_json(stats);
+  if (!error.empty()) return fail(error);
+  if (o.json) {
+    print_json(doc);
+  } else {
+    std::printf("received %llu bytes in %llu messages in %.3f s: %.1f Mbit/s, %llu wrong bytes, "
+                "CPU %.2f s (checking %.2f s)\n",
+                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(received),
+                elapsed_s, static_cast<double>(bytes) * 8 / elapsed_s / 1e6,
+                static_cast<unsigned long long>(wrong_bytes), cpu_s, verify_cpu_s);
+  }
+  return wrong_bytes == 0 ? 0 : 1;
+}
+
+}  // namespace detwan::bench

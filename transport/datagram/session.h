@@ -1,0 +1,171 @@
+#pragma once
+// Backend-independent pieces of the datagram driver (driver.h): the post queue through which
+// API calls reach the progress thread, the user's Channel handle, and `Session`, the per-channel
+// state on the progress thread (the proto::Connection, pending callbacks, buffered messages).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/proto/connection.h"
+#include "transport/transport.h"
+
+namespace detwan::transport::datagram {
+
+// Largest number of paths of one channel.
+inline constexpr size_t kMaxPaths = 16;
+
+// Fills the defaults the protocol needs: one path to `connect_address` at options.rate_bps when
+// options.paths is empty, and recv_window_bytes = max(4 MiB, 2 x sum(rate_bps)/8 x initial RTT)
+// when it is 0. kInvalidArgument naming the field for values the protocol cannot run with.
+Result<ChannelOptions> normalize_options(const ChannelOptions& options,
+                                         const std::string& connect_address);
+
+// Counters of one endpoint's driver: datagrams that belong to no channel. Written by the progress
+// thread, read from anywhere.
+struct DriverCounters {
+  uint64_t datagrams_received = 0;
+  uint64_t dropped_not_transport = 0;      // not a detwan transport datagram (listen socket)
+  uint64_t dropped_unknown_connection = 0; // unknown connection id and not a HELLO
+  uint64_t dropped_accept_backlog = 0;     // HELLO while too many channels wait for accept()
+  uint64_t connections_accepted = 0;
+};
+
+// One API call handed to the progress thread.
+struct Op {
+  enum class Kind : uint8_t { kSend, kRecv, kClose, kRelease, kTask };
+  Kind kind = Kind::kTask;
+  uint64_t channel_key = 0;
+  std::span<const std::byte> message;
+  SendCallback send_done;
+  RecvCallback recv_done;
+  std::function<void()> task;  // kTask: setup work (listen, connect) run on the progress thread
+};
+
+// The one mutex-protected queue from API threads to the progress thread, plus its wakeup.
+class PostQueue {
+ public:
+  explicit PostQueue(std::function<void()> wake) : wake_(std::move(wake)) {}
+  // Queues `op` and wakes the progress thread (a post from the progress thread itself, i.e. from
+  // a completion callback, needs no wakeup: the loop looks at the queue before it waits).
+  // After stop() it returns false and leaves `op` untouched, so the caller completes it itself.
+  bool post(Op& op);
+  void set_progress_thread(std::thread::id id) { progress_thread_.store(id); }
+  [[nodiscard]] bool empty();
+  void drain(std::vector<Op>& out);
+  // No further posts are accepted; returns what was still queued.
+  void stop(std::vector<Op>& out);
+
+ private:
+  std::mutex mutex_;
+  std::vector<Op> ops_;
+  bool stopped_ = false;
+  std::function<void()> wake_;  // called under mutex_, so it never runs after stop()
+  std::atomic<std::thread::id> progress_thread_{};
+};
+
+// `timeout_ns` as a duration a condition variable or future can wait for without overflowing
+// the clock (INT64_MAX = "forever" is common in callers).
+inline std::chrono::nanoseconds wait_duration(int64_t timeout_ns) {
+  return std::chrono::nanoseconds(std::clamp<int64_t>(timeout_ns, 0, int64_t{1} << 60));
+}
+
+// Completes an op that can no longer reach a progress thread, with `error`, on this thread.
+void fail_op(Op& op, const Error& error);
+
+// What a Channel handle shares with the progress thread.
+struct ChannelShared {
+  uint64_t key = 0;
+  std::string description;
+  mutable std::mutex mutex;
+  ChannelStats stats;  // snapshot published by the progress thread
+};
+
+// The Channel a user holds. Every call posts to the progress thread; destroying it closes the
+// channel. When the endpoint is already gone, callbacks run at once on the calling thread with
+// kUnavailable (there is no progress thread left to run them).
+class ChannelHandle final : public Channel {
+ public:
+  ChannelHandle(std::shared_ptr<PostQueue> queue, std::shared_ptr<ChannelShared> shared)
+      : queue_(std::move(queue)), shared_(std::move(shared)) {}
+  ~ChannelHandle() override;
+  void send_async(std::span<const std::byte> message, SendCallback done) override;
+  void recv_async(RecvCallback done) override;
+  [[nodiscard]] ChannelStats stats() const override;
+  void close() override;
+  [[nodiscard]] std::string describe() const override { return shared_->description; }
+
+ private:
+  void post(Op op);
+  std::shared_ptr<PostQueue> queue_;
+  std::shared_ptr<ChannelShared> shared_;
+};
+
+// Channels accepted by the progress thread, waiting for Endpoint::accept().
+class AcceptQueue {
+ public:
+  void push(std::unique_ptr<Channel> channel);
+  Result<std::unique_ptr<Channel>> pop(int64_t timeout_ns);
+  [[nodiscard]] size_t size() const;
+  void stop();  // drops waiting channels; pop() fails from now on
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::unique_ptr<Channel>> channels_;
+  bool stopped_ = false;
+};
+
+// One channel's state on the progress thread. Not synchronised (progress thread only, "_st").
+class Session {
+ public:
+  Session(const proto::ConnectionConfig& config, int64_t now_ns,
+          std::shared_ptr<ChannelShared> shared);
+
+  // The protocol connection; nullptr once the channel failed or closed (memory freed).
+  [[nodiscard]] proto::Connection* connection() { return connection_ ? &*connection_ : nullptr; }
+  [[nodiscard]] const ChannelShared& shared() const { return *shared_; }
+
+  void send_st(std::span<const std::byte> message, SendCallback done);
+  void recv_st(RecvCallback done);
+  // Local close: the protocol emits CLOSE; pending and later operations fail with kUnavailable.
+  void close_st(int64_t now_ns);
+  // Pops the connection's events and runs the callbacks. Returns true if there was any.
+  bool process_events_st();
+  // Fails every pending and later operation with `error` and frees the connection.
+  void fail_st(const Error& error);
+  void publish_stats_st(int64_t now_ns, bool force);
+
+  // connect() waits for establishment (or the failure) through this.
+  std::function<void(Result<void>)> on_established;
+
+  [[nodiscard]] bool closing() const { return closing_; }
+  [[nodiscard]] bool released() const { return released_; }
+  void set_released() { released_ = true; }
+  [[nodiscard]] const std::optional<Error>& error() const { return error_; }
+
+ private:
+  std::optional<proto::Connection> connection_;
+  std::shared_ptr<ChannelShared> shared_;
+  uint64_t next_token_ = 1;
+  std::map<uint64_t, SendCallback> sends_;  // by token: completions run in send order
+  std::deque<RecvCallback> recvs_;
+  std::deque<std::vector<std::byte>> buffered_;
+  std::optional<Error> error_;
+  bool closing_ = false;
+  bool released_ = false;
+  int64_t last_publish_ns_ = 0;
+};
+
+}  // namespace detwan::transport::datagram

@@ -1,0 +1,201 @@
+// Datagram dispatch, handshake, timers and the order of what poll_transmit emits.
+#include <algorithm>
+#include <string>
+
+#include "transport/proto/connection_impl.h"
+
+namespace detwan::transport::proto {
+
+wire::Header ConnectionImpl::header(wire::Type type, uint32_t path, int64_t now_ns) const {
+  wire::Header h;
+  h.type = type;
+  h.path_id = static_cast<uint8_t>(path);
+  h.connection_id = connection_id_;
+  h.tx_time_ns = now_ns;
+  return h;
+}
+
+void ConnectionImpl::charge(uint32_t path, size_t bytes, int64_t now_ns) {
+  paths_[path].pacer.on_send(now_ns, bytes);
+  paths_[path].datagrams_sent++;
+  last_tx_ns_ = now_ns;
+}
+
+Status ConnectionImpl::on_datagram(uint32_t path, std::span<const std::byte> d, int64_t now_ns) {
+  stats_.datagrams_received++;
+  if (path >= paths_.size()) {
+    stats_.dropped_malformed++;
+    return Status::kInvalidArgument;
+  }
+  wire::Header h;
+  if (wire::decode_header(d, h) != Status::kOk) {
+    stats_.dropped_malformed++;
+    return Status::kMalformed;
+  }
+  const std::span<const std::byte> body = d.subspan(wire::kHeaderBytes);
+  // Structure first (a truncated datagram is malformed), then the checksum (corrupt).
+  wire::HelloBody hello;
+  wire::DataBody data;
+  wire::AckBody ack;
+  wire::FecBody fec_body;
+  wire::CloseBody close_body;
+  Status parsed = Status::kOk;
+  switch (h.type) {
+    case wire::Type::kHello:
+    case wire::Type::kHelloAck: parsed = wire::decode_hello(body, hello); break;
+    case wire::Type::kData: parsed = wire::decode_data(body, data); break;
+    case wire::Type::kAck: parsed = wire::decode_ack(body, ack); break;
+    case wire::Type::kFec: parsed = wire::decode_fec(body, fec_body); break;
+    case wire::Type::kKeepalive: parsed = body.empty() ? Status::kOk : Status::kMalformed; break;
+    case wire::Type::kClose: parsed = wire::decode_close(body, close_body); break;
+  }
+  if (parsed != Status::kOk) {
+    stats_.dropped_malformed++;
+    return Status::kMalformed;
+  }
+  if (!wire::crc_ok(d)) {
+    stats_.dropped_corrupt++;
+    return Status::kDropped;
+  }
+  if (h.connection_id != connection_id_) {
+    stats_.dropped_foreign++;
+    return Status::kDropped;
+  }
+  if (failed_) return Status::kClosed;
+  if (closed_) return Status::kClosed;
+  note_peer_alive(now_ns);
+  advance_timers(now_ns);
+  if (failed_) return Status::kClosed;
+
+  switch (h.type) {
+    case wire::Type::kHello:
+      if (role_ != Role::kServer) {
+        stats_.dropped_malformed++;
+        return Status::kMalformed;
+      }
+      peer_window_bytes_ = hello.recv_window_bytes;
+      hello_ack_pending_ = true;
+      ack_path_ = path;
+      return Status::kOk;
+    case wire::Type::kHelloAck:
+      if (role_ != Role::kClient) {
+        stats_.dropped_malformed++;
+        return Status::kMalformed;
+      }
+      peer_window_bytes_ = hello.recv_window_bytes;
+      on_established();
+      return Status::kOk;
+    case wire::Type::kData:
+      // Data from the server proves it saw our HELLO even if its HELLO_ACK was lost.
+      on_established();
+      return on_data(path, h, data, now_ns, false);
+    case wire::Type::kAck:
+      on_established();
+      return on_ack(path, h, ack, now_ns);
+    case wire::Type::kFec:
+      return on_fec(path, h, fec_body, now_ns);
+    case wire::Type::kKeepalive:
+      return Status::kOk;
+    case wire::Type::kClose:
+      closed_ = true;
+      release_buffers();
+      {
+        Event e = make_event(Event::Kind::kClosed);
+        e.error = Error{ErrorCode::kUnavailable, "peer closed the channel"};
+        events_.push_back(std::move(e));
+      }
+      return Status::kOk;
+  }
+  return Status::kOk;
+}
+
+void ConnectionImpl::advance_timers(int64_t now_ns) {
+  if (failed_ || closed_) return;
+  const int64_t silent_ns = now_ns - last_peer_rx_ns_;
+  if (silent_ns >= options_.peer_timeout_ns) {
+    const std::string ms = std::to_string(silent_ns / 1'000'000) + " ms (peer_timeout_ns " +
+                           std::to_string(options_.peer_timeout_ns) + ")";
+    fail(ErrorCode::kTimeout, established_ ? "peer sent nothing for " + ms
+                                           : "handshake not answered for " + ms);
+    return;
+  }
+  for (uint32_t p = 0; p < paths_.size(); ++p) {
+    detect_losses(p, now_ns);
+    check_rto(p, now_ns);
+  }
+  if (now_ns >= ack_deadline_ns_) ack_now_ = true;
+  if (options_.fec.enabled && options_.fec.protect_tail && fec_tx_.count > 0 &&
+      !has_new_data()) {
+    fec_close_block(now_ns);
+  }
+}
+
+Transmit ConnectionImpl::poll_transmit(int64_t now_ns, std::span<std::byte> out) {
+  Transmit t;
+  if (out.size() < max_datagram_bytes_) return t;
+  if (close_pending_) {
+    close_pending_ = false;
+    t.size_bytes = wire::encode_close(header(wire::Type::kClose, 0, now_ns), {}, out);
+    charge(0, t.size_bytes, now_ns);
+    return t;
+  }
+  advance_timers(now_ns);
+  if (failed_ || closed_) return t;
+
+  if (role_ == Role::kClient && !established_) {
+    if (now_ns < hello_next_ns_) return t;
+    const uint32_t path = static_cast<uint32_t>(hello_attempts_ % paths_.size());
+    hello_attempts_++;
+    hello_next_ns_ = now_ns + std::max<int64_t>(paths_[path].rtt.rto_ns(), options_.initial_rtt_ns)
+                               * std::min(hello_attempts_, 8);
+    wire::HelloBody b;
+    b.recv_window_bytes = static_cast<uint64_t>(recv_window_bytes_);
+    t.size_bytes = wire::encode_hello(header(wire::Type::kHello, path, now_ns), b, out);
+    t.path = path;
+    charge(path, t.size_bytes, now_ns);
+    return t;
+  }
+  if (hello_ack_pending_) {
+    hello_ack_pending_ = false;
+    wire::HelloBody b;
+    b.recv_window_bytes = static_cast<uint64_t>(recv_window_bytes_);
+    t.path = ack_path_;
+    t.size_bytes = wire::encode_hello(header(wire::Type::kHelloAck, t.path, now_ns), b, out);
+    charge(t.path, t.size_bytes, now_ns);
+    return t;
+  }
+  if (ack_now_) {
+    t.path = ack_path_;
+    t.size_bytes = build_ack(now_ns, out);
+    charge(t.path, t.size_bytes, now_ns);
+    return t;
+  }
+  uint32_t path = 0;
+  if (size_t n = send_data(now_ns, out, &path); n > 0) {
+    t.size_bytes = n;
+    t.path = path;
+    return t;
+  }
+  if (now_ns - last_tx_ns_ >= options_.keepalive_interval_ns) {
+    t.path = keepalive_path_;
+    keepalive_path_ = static_cast<uint32_t>((keepalive_path_ + 1) % paths_.size());
+    t.size_bytes = wire::encode_empty(header(wire::Type::kKeepalive, t.path, now_ns), out);
+    charge(t.path, t.size_bytes, now_ns);
+  }
+  return t;
+}
+
+int64_t ConnectionImpl::next_wakeup_ns() const {
+  if (close_pending_) return INT64_MIN / 2;
+  if (failed_ || closed_) return INT64_MAX;
+  int64_t t = last_peer_rx_ns_ + options_.peer_timeout_ns;
+  if (role_ == Role::kClient && !established_) return std::min(t, hello_next_ns_);
+  if (hello_ack_pending_ || ack_now_) return INT64_MIN / 2;
+  t = std::min(t, ack_deadline_ns_);
+  t = std::min(t, last_tx_ns_ + options_.keepalive_interval_ns);
+  t = std::min(t, sender_timer_ns());
+  t = std::min(t, data_release_ns(last_tx_ns_));
+  return t;
+}
+
+}  // namespace detwan::transport::proto

@@ -1,0 +1,250 @@
+#pragma once
+// Private state of a proto::Connection. Split by concern over:
+//   connection.cc            setup, public forwarding, events, stats, failure and close
+//   connection_datapath.cc   datagram dispatch, handshake, timers, poll_transmit ordering
+//   sender_datapath.cc       segmentation, ACK processing, loss detection, path choice
+//   receiver_datapath.cc     reassembly, duplicate/window checks, ACK generation
+//   fec_datapath.cc          FEC block encode (sender) and recovery (receiver)
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "transport/fec/codec.h"
+#include "transport/proto/cc_cubic.h"
+#include "transport/proto/connection.h"
+#include "transport/proto/pacer.h"
+#include "transport/proto/rtt.h"
+#include "transport/proto/wire.h"
+
+namespace detwan::transport::proto {
+
+// The receive window is enforced in segments: advertised bytes / kWindowUnitBytes. A sender
+// whose segments carry more than this many payload bytes divides by its own payload size
+// instead, so it never exceeds what the receiver accepts (docs/transport.md "Wire format").
+inline constexpr int64_t kWindowUnitBytes = 1024;
+inline constexpr int64_t kDelayedAckNs = 1'000'000;
+inline constexpr int32_t kPacerBurstDatagrams = 4;
+
+inline Event make_event(Event::Kind kind, uint64_t token = 0) {
+  Event e;
+  e.kind = kind;
+  e.token = token;
+  return e;
+}
+
+struct Flight {
+  uint64_t seq = 0;
+  uint64_t tx_index = 0;
+};
+
+struct PathState {
+  PathSpec spec;
+  Pacer pacer;
+  RttEstimator rtt{100'000'000, 5'000'000};
+  std::optional<Cubic> cubic;         // best-effort paths only
+  uint64_t tx_counter = 0;            // per-path send order of data segments
+  uint64_t largest_acked_tx = 0;      // highest tx_index acknowledged on this path (0 = none)
+  std::deque<Flight> flights;         // data segments in flight, in send order
+  int64_t bytes_in_flight = 0;
+  int64_t last_echo_tx_ns = 0;        // newest echoed send time used for an RTT sample
+  uint64_t datagrams_sent = 0;
+  uint64_t data_segments_sent = 0;
+};
+
+struct Segment {
+  uint64_t message_id = 0;
+  uint64_t offset = 0;
+  uint32_t len = 0;
+  uint32_t wire_bytes = 0;
+  uint32_t path = 0;
+  uint16_t retransmits = 0;
+  bool sacked = false;
+  bool in_flight = false;
+  bool queued_lost = false;
+  int64_t sent_ns = 0;
+  uint64_t tx_index = 0;
+  int64_t fec_guard_ns = 0;   // not declared lost by reordering before this (parity may rescue)
+};
+
+struct OutMessage {
+  std::span<const std::byte> bytes;
+  uint64_t token = 0;
+  uint64_t id = 0;
+  uint64_t next_offset = 0;
+  uint64_t last_seq = 0;
+  bool segmented = false;
+};
+
+struct InMessage {
+  std::vector<std::byte> bytes;
+  // Byte ranges received [offset, end), merged when adjacent (in-order arrival keeps one
+  // node). Overlaps are rejected, so received_bytes == size means every byte is present.
+  std::map<uint64_t, uint64_t> ranges;
+  uint64_t received_bytes = 0;
+  bool complete = false;
+};
+
+struct FecTxBlock {
+  uint64_t first_seq = 0;
+  int count = 0;
+  size_t max_len = 0;
+  std::vector<std::byte> symbols;     // k * symbol_capacity, zero padded
+};
+
+struct ParityOut {
+  uint64_t first_seq = 0;
+  uint8_t k = 0;
+  uint8_t m = 0;
+  uint8_t index = 0;
+  std::vector<std::byte> symbol;
+};
+
+struct FecRxBlock {
+  uint64_t first_seq = 0;
+  int k = 0;
+  int m = 0;
+  size_t symbol_bytes = 0;
+  std::vector<std::byte> parity;      // m * symbol_bytes
+  std::vector<bool> parity_present;
+  bool done = false;
+};
+
+class ConnectionImpl {
+ public:
+  ConnectionImpl(const ConnectionConfig& config, int64_t now_ns);
+
+  // connection.cc
+  Status queue_message(std::span<const std::byte> message, uint64_t token);
+  std::optional<Event> poll_event();
+  void close(int64_t now_ns);
+  void fail(ErrorCode code, std::string message);
+  [[nodiscard]] ChannelStats stats() const;
+  [[nodiscard]] bool failed() const { return failed_; }
+  [[nodiscard]] bool established() const { return established_; }
+  [[nodiscard]] size_t max_datagram_bytes() const { return max_datagram_bytes_; }
+  [[nodiscard]] uint64_t connection_id() const { return connection_id_; }
+  [[nodiscard]] uint64_t dropped_beyond_window() const { return dropped_window_; }
+  [[nodiscard]] std::vector<uint64_t> path_datagrams_sent() const;
+
+  // connection_datapath.cc
+  Status on_datagram(uint32_t path, std::span<const std::byte> datagram, int64_t now_ns);
+  Transmit poll_transmit(int64_t now_ns, std::span<std::byte> out);
+  [[nodiscard]] int64_t next_wakeup_ns() const;
+
+ private:
+  friend class Connection;
+  void advance_timers(int64_t now_ns);
+  void note_peer_alive(int64_t now_ns) { last_peer_rx_ns_ = now_ns; }
+  [[nodiscard]] wire::Header header(wire::Type type, uint32_t path, int64_t now_ns) const;
+  void charge(uint32_t path, size_t bytes, int64_t now_ns);
+  void release_buffers();
+  void on_established();
+
+  // sender_datapath.cc
+  Status on_ack(uint32_t path, const wire::Header& h, const wire::AckBody& ack, int64_t now_ns);
+  void on_segment_acked(Segment& seg, int64_t now_ns);
+  void mark_lost(uint64_t seq, Segment& seg, int64_t now_ns);
+  void detect_losses(uint32_t path, int64_t now_ns);
+  void check_rto(uint32_t path, int64_t now_ns);
+  void complete_messages();
+  [[nodiscard]] bool has_new_data() const;
+  [[nodiscard]] bool window_allows_new() const;
+  [[nodiscard]] bool cwnd_allows(uint32_t path) const;
+  [[nodiscard]] std::optional<uint32_t> pick_path(int64_t now_ns, std::optional<uint32_t> avoid,
+                                                  int64_t* release_ns) const;
+  size_t send_data(int64_t now_ns, std::span<std::byte> out, uint32_t* path);
+  size_t transmit_segment(uint64_t seq, uint32_t path, int64_t now_ns, std::span<std::byte> out);
+  Segment* segment(uint64_t seq);
+  [[nodiscard]] int64_t sender_timer_ns() const;
+  [[nodiscard]] int64_t data_release_ns(int64_t now_ns) const;
+  void update_pacing(uint32_t path);
+
+  // receiver_datapath.cc
+  Status on_data(uint32_t path, const wire::Header& h, const wire::DataBody& d, int64_t now_ns,
+                 bool recovered);
+  [[nodiscard]] bool seq_received(uint64_t seq) const;
+  void mark_received(uint64_t seq);
+  void deliver_ready();
+  size_t build_ack(int64_t now_ns, std::span<std::byte> out);
+  [[nodiscard]] uint64_t recv_window_segments() const;
+
+  // fec_datapath.cc
+  void fec_on_new_segment(uint64_t seq, const wire::DataBody& body, int64_t now_ns);
+  void fec_close_block(int64_t now_ns);
+  size_t fec_send_parity(int64_t now_ns, std::span<std::byte> out, uint32_t* path);
+  void fec_alloc_rx();
+  void fec_store_rx_symbol(uint64_t seq, std::span<const std::byte> symbol);
+  Status on_fec(uint32_t path, const wire::Header& h, const wire::FecBody& f, int64_t now_ns);
+  void fec_try_recover(FecRxBlock& block, uint32_t path, const wire::Header& h, int64_t now_ns);
+  [[nodiscard]] size_t fec_symbol_capacity() const;
+
+  // Configuration.
+  Role role_;
+  uint64_t connection_id_;
+  ChannelOptions options_;
+  size_t max_datagram_bytes_;
+  size_t payload_bytes_;             // message bytes per DATA segment
+  int64_t recv_window_bytes_;
+
+  // Connection state.
+  bool established_ = false;
+  bool failed_ = false;
+  bool closed_ = false;              // locally closed or peer closed
+  bool close_pending_ = false;
+  bool hello_ack_pending_ = false;
+  int64_t hello_next_ns_ = 0;
+  int hello_attempts_ = 0;
+  int64_t created_ns_;
+  int64_t last_peer_rx_ns_;
+  int64_t last_tx_ns_;
+  uint64_t peer_window_bytes_;
+  std::deque<Event> events_;
+  std::vector<PathState> paths_;
+  uint32_t keepalive_path_ = 0;
+
+  // Sender.
+  std::deque<OutMessage> out_messages_;   // front = oldest not yet complete
+  size_t segmenting_index_ = 0;           // index into out_messages_ of the next to segment
+  uint64_t next_message_id_ = 0;
+  std::deque<Segment> segments_;          // seq seg_base_ + i
+  uint64_t seg_base_ = 0;                 // lowest seq not cumulatively acknowledged
+  std::deque<uint64_t> lost_queue_;       // retransmissions go first
+  fec::LossEstimator loss_estimator_;
+  uint64_t window_sent_ = 0;              // loss estimator window
+  uint64_t window_lost_ = 0;
+
+  // Receiver.
+  uint64_t rcv_cum_ = 0;                  // next expected seq
+  std::map<uint64_t, uint64_t> rcv_ranges_;  // [start, end) received above rcv_cum_
+  uint64_t last_rcv_seq_ = 0;
+  std::map<uint64_t, InMessage> in_messages_;
+  uint64_t next_deliver_id_ = 0;
+  int pending_ack_segments_ = 0;
+  bool ack_now_ = false;
+  int64_t ack_deadline_ns_ = INT64_MAX;
+  uint32_t ack_path_ = 0;
+  int64_t ack_echo_tx_ns_ = 0;
+  int64_t ack_echo_rx_ns_ = 0;
+
+  // FEC.
+  fec::RsCodec codec_;
+  fec::AdaptivePolicy fec_policy_;
+  int fec_m_current_ = 0;
+  FecTxBlock fec_tx_;
+  std::deque<ParityOut> parity_queue_;
+  std::vector<std::byte> fec_rx_ring_;     // recent data symbols, slot = seq % ring slots
+  std::vector<uint64_t> fec_rx_ring_seq_;  // seq + 1 stored in each slot (0 = empty)
+  std::vector<uint32_t> fec_rx_ring_len_;
+  std::deque<FecRxBlock> fec_rx_blocks_;
+
+  // Stats.
+  ChannelStats stats_;
+  uint64_t dropped_window_ = 0;
+};
+
+}  // namespace detwan::transport::proto

@@ -1,0 +1,207 @@
+// Setup of the udp backend's io_uring link: the ring, the wake eventfd, sockets and their
+// receive buffers, and the orderly drain on destruction.
+#include "transport/udp/link.h"
+
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/clock.h"
+
+namespace detwan::transport::udp {
+
+common::Result<std::unique_ptr<UdpLink>> UdpLink::create() {
+  std::unique_ptr<UdpLink> link(new UdpLink());
+  int status = io_uring_queue_init(
+      kRingEntries, &link->ring_,
+      IORING_SETUP_R_DISABLED | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+  if (status == -EINVAL) {
+    // Kernel before 6.1: a plain ring, usable from any thread at once.
+    status = io_uring_queue_init(kRingEntries, &link->ring_, 0);
+    link->started_ = status >= 0;
+  }
+  if (status < 0) {
+    return common::make_error(common::ErrorCode::kUnavailable,
+                              fmt::format("udp: io_uring_queue_init: {}", std::strerror(-status)));
+  }
+  link->ring_ready_ = true;
+  link->wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!link->wake_fd_.valid()) {
+    return common::make_error(common::ErrorCode::kIo,
+                              fmt::format("udp: eventfd: {}", std::strerror(errno)));
+  }
+  link->tx_memory_ = std::make_unique<std::byte[]>(size_t{kSendBuffers} * kMaxDatagramBytes);
+  link->tx_slots_.resize(kSendBuffers);
+  link->tx_socket_.resize(kSendBuffers);
+  link->tx_free_.reserve(kSendBuffers);
+  for (uint32_t i = kSendBuffers; i > 0; --i) link->tx_free_.push_back(i - 1);
+  link->received_.reserve(size_t{kRingEntries} * 2);
+  return link;  // the wake read is armed by the first reap (on the progress thread)
+}
+
+UdpLink::~UdpLink() {
+  if (!ring_ready_) return;
+  shutdown();
+  io_uring_queue_exit(&ring_);
+}
+
+void UdpLink::shutdown() {
+  if (!started_ || shut_down_) return;
+  // The kernel writes into our buffers until each operation completes: cancel everything and
+  // wait for the completions before the memory goes away (bounded: a stuck kernel operation
+  // must not hang the process forever).
+  for (SocketId id = 0; id < sockets_.size(); ++id) {
+    if (sockets_[id] && !sockets_[id]->closing) close_socket(id);
+  }
+  shutting_down_ = true;
+  if (wake_armed_) {
+    if (io_uring_sqe* sqe = get_sqe()) {
+      io_uring_prep_cancel_fd(sqe, wake_fd_.get(), IORING_ASYNC_CANCEL_ALL);
+      io_uring_sqe_set_data64(sqe, 0);
+    }
+  }
+  const common::MonotonicClock clock;
+  const int64_t give_up_ns = clock.now_ns() + 2'000'000'000;
+  while (inflight_ > 0 && clock.now_ns() < give_up_ns) reap(clock.now_ns() + 50'000'000);
+  received_.clear();
+  shut_down_ = true;
+}
+
+void UdpLink::ensure_started() {
+  if (started_) return;
+  started_ = true;
+  // liburing 2.3 declares io_uring_enable_rings() but Debian's library does not export it.
+  (void)::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0);
+}
+
+UdpLink::Socket::~Socket() {
+  if (buffer_ring != nullptr) ::munmap(buffer_ring, buffer_ring_bytes);
+}
+
+common::Result<SocketId> UdpLink::add_socket(const UdpAddress& local, std::string_view what) {
+  ensure_started();
+  auto bound = open_socket(local, what);
+  if (!bound) return std::unexpected(bound.error());
+  auto socket = std::make_unique<Socket>();
+  socket->fd = std::move(bound->fd);
+  socket->local = bound->local;
+  if (free_groups_.empty() && next_group_ == UINT16_MAX) {
+    return common::make_error(common::ErrorCode::kUnavailable, "udp: too many open sockets");
+  }
+  if (free_groups_.empty()) {
+    socket->group = next_group_++;
+  } else {
+    socket->group = free_groups_.back();
+    free_groups_.pop_back();
+  }
+  // The buffer ring must be page aligned: mmap it.
+  socket->buffer_ring_bytes = size_t{kRecvBuffersPerSocket} * sizeof(io_uring_buf);
+  void* ring_memory = ::mmap(nullptr, socket->buffer_ring_bytes, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ring_memory == MAP_FAILED) {
+    free_groups_.push_back(socket->group);
+    return common::make_error(common::ErrorCode::kIo,
+                              fmt::format("udp: mmap buffer ring: {}", std::strerror(errno)));
+  }
+  socket->buffer_ring = static_cast<io_uring_buf_ring*>(ring_memory);
+  io_uring_buf_reg registration{};
+  registration.ring_addr = reinterpret_cast<uint64_t>(ring_memory);
+  registration.ring_entries = kRecvBuffersPerSocket;
+  registration.bgid = socket->group;
+  const int status = io_uring_register_buf_ring(&ring_, &registration, 0);
+  if (status != 0) {
+    free_groups_.push_back(socket->group);
+    return common::make_error(
+        common::ErrorCode::kUnavailable,
+        fmt::format("udp: io_uring_register_buf_ring: {} (kernel >= 5.19 needed)",
+                    std::strerror(-status)));
+  }
+  socket->registered = true;
+  socket->memory = std::make_unique<std::byte[]>(size_t{kRecvBuffersPerSocket} * kRecvBufferBytes);
+  io_uring_buf_ring_init(socket->buffer_ring);
+  const int mask = io_uring_buf_ring_mask(kRecvBuffersPerSocket);
+  for (uint32_t i = 0; i < kRecvBuffersPerSocket; ++i) {
+    io_uring_buf_ring_add(socket->buffer_ring, socket->memory.get() + size_t{i} * kRecvBufferBytes,
+                          kRecvBufferBytes, static_cast<uint16_t>(i), mask, static_cast<int>(i));
+  }
+  io_uring_buf_ring_advance(socket->buffer_ring, static_cast<int>(kRecvBuffersPerSocket));
+  // The template tells the kernel how much room the source address gets in each buffer.
+  socket->receive_template.msg_namelen = sizeof(sockaddr_storage);
+  const auto id = static_cast<SocketId>(sockets_.size());
+  sockets_.push_back(std::move(socket));
+  arm_recv(id);
+  return id;
+}
+
+void UdpLink::release_socket(SocketId id) {
+  Socket& socket = *sockets_[id];
+  if (socket.registered) {
+    (void)io_uring_unregister_buf_ring(&ring_, socket.group);
+    free_groups_.push_back(socket.group);
+  }
+  sockets_[id].reset();  // frees the buffers and the ring, closes the fd
+}
+
+common::Result<std::pair<SocketId, std::string>> UdpLink::open_listen(const std::string& address) {
+  auto local = parse_address(address);
+  if (!local) return std::unexpected(local.error());
+  auto id = add_socket(*local, "listen socket");
+  if (!id) return std::unexpected(id.error());
+  return std::pair{*id, format_address(sockets_[*id]->local)};
+}
+
+common::Result<std::pair<SocketId, UdpAddress>> UdpLink::open_path(
+    const PathSpec& path, const std::string& connect_address) {
+  // "Through detwan-gw" is this same code: the remote is then the peer's tunnel-side address.
+  auto remote = parse_address(path.remote.empty() ? connect_address : path.remote);
+  if (!remote) return std::unexpected(remote.error());
+  UdpAddress local = any_address(*remote);
+  if (!path.local.empty()) {
+    auto parsed = parse_address(path.local);
+    if (!parsed) return std::unexpected(parsed.error());
+    if (parsed->ipv6() != remote->ipv6()) {
+      return common::make_error(
+          common::ErrorCode::kInvalidArgument,
+          fmt::format("udp path: local '{}' and remote '{}' are of different address families",
+                      path.local, format_address(*remote)));
+    }
+    local = *parsed;
+  }
+  auto id = add_socket(local, "path socket");
+  if (!id) return std::unexpected(id.error());
+  return std::pair{*id, *remote};
+}
+
+void UdpLink::close_socket(SocketId id) {
+  ensure_started();
+  if (id >= sockets_.size() || !sockets_[id] || sockets_[id]->closing) return;
+  Socket& socket = *sockets_[id];
+  socket.closing = true;
+  if (socket.inflight == 0) {
+    release_socket(id);
+    return;
+  }
+  if (io_uring_sqe* sqe = get_sqe()) {
+    io_uring_prep_cancel_fd(sqe, socket.fd.get(), IORING_ASYNC_CANCEL_ALL);
+    io_uring_sqe_set_data64(sqe, 0);
+  }
+}
+
+std::string UdpLink::local_name(SocketId id) const {
+  if (id >= sockets_.size() || !sockets_[id]) return "?";
+  return format_address(sockets_[id]->local);
+}
+
+void UdpLink::wake() {
+  const uint64_t one = 1;
+  // EAGAIN only when the counter is saturated: the loop is awake anyway.
+  (void)!::write(wake_fd_.get(), &one, sizeof one);
+}
+
+}  // namespace detwan::transport::udp

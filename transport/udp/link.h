@@ -1,0 +1,163 @@
+#pragma once
+// The udp backend's packet I/O (satisfies datagram::DatagramLink) on one io_uring:
+//  - every socket has ONE multishot recvmsg in flight that fills buffers from its own provided
+//    buffer ring (kRecvBuffersPerSocket buffers); a buffer goes back to the ring as soon as the
+//    driver has consumed its datagram. (One recvmsg per buffer instead would wake every waiting
+//    request per datagram, and io_uring punts the losers to io-wq worker threads: a thundering
+//    herd that costs ~100 us per hop on a loaded machine.)
+//  - sends take a buffer from a fixed pool, are prepared as sendmsg SQEs and submitted in one
+//    batch by flush() (or by the wait in receive());
+//  - posted API calls wake the loop through an eventfd whose read is always armed in the ring,
+//    so receive() is one io_uring_submit_and_wait_timeout() bounded by the driver's next timer;
+//  - the ring is SINGLE_ISSUER + DEFER_TASKRUN (completion work runs only when the progress
+//    thread waits: no interrupting task work), created disabled and enabled by the first thread
+//    that uses it, so the endpoint's progress thread becomes its only submitter.
+// Setup in link.cc, the per-packet path in link_datapath.cc.
+#include <liburing.h>
+#include <netinet/in.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "transport/datagram/link.h"
+#include "transport/udp/socket.h"
+
+namespace detwan::transport::udp {
+
+using datagram::SocketId;
+
+struct LinkCounters {
+  uint64_t sent = 0;
+  uint64_t received = 0;
+  uint64_t send_errors = 0;       // sendmsg failed (EMSGSIZE, ENETUNREACH, ...)
+  uint64_t recv_errors = 0;
+  uint64_t dropped_truncated = 0; // datagram larger than kMaxDatagramBytes
+  uint64_t recv_rearmed = 0;      // multishot receive ended (buffer ring empty) and was re-armed
+  uint64_t dropped_no_sqe = 0;    // submission queue full even after a submit
+  uint64_t dropped_closed = 0;    // send on a closed socket
+};
+
+class UdpLink {
+ public:
+  using Address = UdpAddress;
+  // Jumbo frames (9000 - 28) fit; ChannelOptions.mtu_bytes is limited to this + 28.
+  static constexpr size_t kMaxDatagramBytes = 9216;
+  static constexpr uint32_t kRecvBuffersPerSocket = 128;  // power of two (buffer ring)
+  static constexpr uint32_t kSendBuffers = 512;
+  static constexpr unsigned kRingEntries = 1024;
+
+  static common::Result<std::unique_ptr<UdpLink>> create();
+  ~UdpLink();
+  UdpLink(const UdpLink&) = delete;
+  UdpLink& operator=(const UdpLink&) = delete;
+
+  // ---- setup ----
+  common::Result<std::pair<SocketId, std::string>> open_listen(const std::string& address);
+  common::Result<std::pair<SocketId, UdpAddress>> open_path(const PathSpec& path,
+                                                            const std::string& connect_address);
+  void close_socket(SocketId socket);
+  [[nodiscard]] std::string format(const UdpAddress& address) const { return format_address(address); }
+  [[nodiscard]] std::string local_name(SocketId socket) const;
+  static bool same(const UdpAddress& a, const UdpAddress& b) { return same_address(a, b); }
+  [[nodiscard]] size_t max_datagram_bytes() const { return kMaxDatagramBytes; }
+
+  // ---- datapath (link_datapath.cc) ----
+  std::span<std::byte> tx_buffer();
+  common::Status send(SocketId socket, const UdpAddress& destination, size_t size_bytes);
+  void flush();
+  template <typename Fn>
+  void receive(int64_t deadline_ns, Fn&& fn) {
+    reap(deadline_ns);
+    for (const Received& received : received_) {
+      fn(received.socket, received.source, received.payload);
+      recycle(received.socket, received.buffer);
+    }
+    received_.clear();
+    rearm_receives();
+  }
+  void wake();
+  // Cancels and drains every operation in flight (bounded); called on the progress thread, the
+  // ring's single issuer. The destructor does it too if nobody did.
+  void shutdown();
+
+  [[nodiscard]] const LinkCounters& counters() const { return counters_; }
+
+ private:
+  struct Slot {
+    msghdr message{};
+    iovec vector{};
+    sockaddr_storage address{};
+  };
+  // A socket and its provided-buffer ring. Buffer layout (io_uring multishot recvmsg):
+  // [io_uring_recvmsg_out][source address: sizeof(sockaddr_storage)][payload].
+  struct Socket {
+    Socket() = default;
+    ~Socket();
+    Socket(const Socket&) = delete;
+    Socket& operator=(const Socket&) = delete;
+    common::UniqueFd fd;
+    UdpAddress local;
+    uint16_t group = 0;                   // buffer group id
+    io_uring_buf_ring* buffer_ring = nullptr;
+    size_t buffer_ring_bytes = 0;         // mmap'ed
+    std::unique_ptr<std::byte[]> memory;  // kRecvBuffersPerSocket x kRecvBufferBytes
+    msghdr receive_template{};
+    uint32_t inflight = 0;  // the multishot receive (while armed) and sends the kernel holds
+    bool receive_armed = false;
+    bool registered = false;
+    bool closing = false;
+  };
+  struct Received {
+    SocketId socket;
+    uint16_t buffer;
+    UdpAddress source;
+    std::span<const std::byte> payload;
+  };
+  static constexpr size_t kRecvBufferBytes =
+      sizeof(io_uring_recvmsg_out) + sizeof(sockaddr_storage) + kMaxDatagramBytes;
+
+  UdpLink() = default;
+  common::Result<SocketId> add_socket(const UdpAddress& local, std::string_view what);
+  void ensure_started();
+  io_uring_sqe* get_sqe();
+  void arm_recv(SocketId socket);
+  void rearm_receives();
+  void recycle(SocketId socket, uint16_t buffer);
+  void on_receive(SocketId socket, const io_uring_cqe& cqe);
+  void release_socket(SocketId socket);  // unregisters the buffer ring, frees, closes the fd
+  void arm_wake();
+  void reap(int64_t deadline_ns);
+  void complete(const io_uring_cqe& cqe);
+  void put_socket(SocketId socket);  // one operation on it finished
+
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  common::UniqueFd wake_fd_;
+  uint64_t wake_value_ = 0;
+  std::vector<std::unique_ptr<Socket>> sockets_;  // by SocketId; null once closed and drained
+  std::unique_ptr<std::byte[]> tx_memory_;        // kSendBuffers x kMaxDatagramBytes
+  std::vector<Slot> tx_slots_;
+  std::vector<uint32_t> tx_free_;
+  std::vector<SocketId> tx_socket_;               // socket of the send in flight per buffer
+  std::vector<Received> received_;
+  std::vector<uint16_t> free_groups_;
+  uint16_t next_group_ = 1;
+  uint32_t inflight_ = 0;  // every operation in flight, wake read included
+  bool shutting_down_ = false;
+  bool wake_armed_ = false;
+  bool rearm_needed_ = false;
+  bool started_ = false;
+  bool shut_down_ = false;  // ring enabled by (and bound to) the thread that first used it
+  LinkCounters counters_;
+};
+
+static_assert(datagram::DatagramLink<UdpLink>);
+
+}  // namespace detwan::transport::udp
