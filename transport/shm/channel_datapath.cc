@@ -21,7 +21,7 @@ Status ChannelState::pump_tx_st(bool& progressed) {
       fault_ = Fault::kTxIndex;
       fault_value_ = std::atomic_ref(control_->rings[tx_ring(session_.side)].tail)
                          .load(std::memory_order_relaxed);
-      dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+      counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
       return Status::kMalformed;
     }
     if (free_bytes == 0) break;
@@ -57,8 +57,8 @@ Status ChannelState::pump_tx_st(bool& progressed) {
     SendCallback done = std::move(sends_.front().done);
     const size_t size_bytes = sends_.front().message.size();
     sends_.pop_front();
-    messages_sent_.fetch_add(1, std::memory_order_relaxed);
-    bytes_sent_.fetch_add(size_bytes, std::memory_order_relaxed);
+    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    counters_.bytes_sent.fetch_add(size_bytes, std::memory_order_relaxed);
     done(Result<void>{});
   }
   return Status::kOk;
@@ -76,7 +76,7 @@ Status ChannelState::pump_rx_st(bool& progressed) {
         fault_ = Fault::kRxIndex;
         fault_value_ = std::atomic_ref(control_->rings[rx_ring(session_.side)].head)
                            .load(std::memory_order_relaxed);
-        dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+        counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
         return Status::kMalformed;
       }
       if (available < need) break;
@@ -90,7 +90,7 @@ Status ChannelState::pump_rx_st(bool& progressed) {
       if (length > max_message_bytes_) {
         fault_ = Fault::kOversize;
         fault_value_ = length;
-        dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+        counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
         return Status::kMalformed;
       }
       if (!allocate_message_st(length)) {
@@ -123,8 +123,8 @@ Status ChannelState::pump_rx_st(bool& progressed) {
       RecvCallback done = std::move(recvs_.front());
       recvs_.pop_front();
       rx_in_message_ = false;
-      messages_received_.fetch_add(1, std::memory_order_relaxed);
-      bytes_received_.fetch_add(rx_length_bytes_, std::memory_order_relaxed);
+      counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+      counters_.bytes_received.fetch_add(rx_length_bytes_, std::memory_order_relaxed);
       progressed = true;
       done(std::move(rx_message_));
       rx_message_ = std::vector<std::byte>();

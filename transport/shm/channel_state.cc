@@ -187,7 +187,7 @@ void ChannelState::on_socket_ready_st(short revents) {
     std::byte scratch[256];
     const ssize_t n = ::recv(session_.socket.get(), scratch, sizeof(scratch), MSG_DONTWAIT);
     if (n == 0) peer_closed_ = true;
-    if (n > 0) dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+    if (n > 0) counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
     if (n < 0 && errno != EAGAIN && errno != EINTR) peer_closed_ = true;
   }
   if ((revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0) peer_closed_ = true;
@@ -237,13 +237,7 @@ Error ChannelState::fault_error() const {
 }
 
 ChannelStats ChannelState::stats() const {
-  ChannelStats out;
-  out.messages_sent = messages_sent_.load(std::memory_order_relaxed);
-  out.messages_received = messages_received_.load(std::memory_order_relaxed);
-  out.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
-  out.bytes_received = bytes_received_.load(std::memory_order_relaxed);
-  out.dropped_malformed = dropped_malformed_.load(std::memory_order_relaxed);
-  return out;
+  return counters_.snapshot();
 }
 
 }  // namespace detwan::transport::shm

@@ -25,6 +25,7 @@
 #include "common/status.h"
 #include "transport/shm/ring.h"
 #include "transport/shm/session.h"
+#include "transport/stream_counters.h"
 #include "transport/transport.h"
 
 namespace detwan::transport::shm {
@@ -114,11 +115,7 @@ class ChannelState {
   uint64_t peer_heartbeat_seen_ = 0;
   int64_t last_peer_life_ns_ = 0;
 
-  std::atomic<uint64_t> messages_sent_{0};
-  std::atomic<uint64_t> messages_received_{0};
-  std::atomic<uint64_t> bytes_sent_{0};
-  std::atomic<uint64_t> bytes_received_{0};
-  std::atomic<uint64_t> dropped_malformed_{0};
+  StreamCounters counters_;
 };
 
 }  // namespace detwan::transport::shm

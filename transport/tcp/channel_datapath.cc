@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "common/byte_order.h"
+#include "transport/stream_counters.h"
 #include "transport/tcp/channel.h"
 #include "transport/tcp/wire.h"
 
@@ -101,13 +102,7 @@ class ChannelCore : public std::enable_shared_from_this<ChannelCore> {
   }
 
   [[nodiscard]] ChannelStats stats() const {
-    ChannelStats stats;
-    stats.messages_sent = messages_sent_.load(std::memory_order_relaxed);
-    stats.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
-    stats.messages_received = messages_received_.load(std::memory_order_relaxed);
-    stats.bytes_received = bytes_received_.load(std::memory_order_relaxed);
-    stats.dropped_malformed = dropped_malformed_.load(std::memory_order_relaxed);
-    return stats;
+    return counters_.snapshot();
   }
 
  private:
@@ -138,8 +133,8 @@ class ChannelCore : public std::enable_shared_from_this<ChannelCore> {
     if (ec) return fail_st(socket_error(ec, description_), false);
     PendingSend send = std::move(sends_.front());
     sends_.pop_front();
-    messages_sent_.fetch_add(1, std::memory_order_relaxed);
-    bytes_sent_.fetch_add(send.message.size(), std::memory_order_relaxed);
+    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    counters_.bytes_sent.fetch_add(send.message.size(), std::memory_order_relaxed);
     send.done({});
     write_next_st();
   }
@@ -158,7 +153,7 @@ class ChannelCore : public std::enable_shared_from_this<ChannelCore> {
     if (ec) return fail_st(socket_error(ec, description_), ec == asio::error::eof);
     body_length_ = common::load_be64(header_in_.data());
     if (body_length_ > recv_limit_bytes_) {
-      dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+      counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
       return fail_st(Error{ErrorCode::kIo,
                            fmt::format("{}: peer sent a message of {} bytes, above "
                                        "max_message_bytes {}",
@@ -195,8 +190,8 @@ class ChannelCore : public std::enable_shared_from_this<ChannelCore> {
   }
 
   void on_message_st() {
-    messages_received_.fetch_add(1, std::memory_order_relaxed);
-    bytes_received_.fetch_add(body_length_, std::memory_order_relaxed);
+    counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+    counters_.bytes_received.fetch_add(body_length_, std::memory_order_relaxed);
     ready_bytes_ += body_.size();
     ready_.push_back(std::move(body_));
     body_ = std::vector<std::byte>();
@@ -266,11 +261,7 @@ class ChannelCore : public std::enable_shared_from_this<ChannelCore> {
 
   std::optional<Error> error_;
 
-  std::atomic<uint64_t> messages_sent_{0};
-  std::atomic<uint64_t> bytes_sent_{0};
-  std::atomic<uint64_t> messages_received_{0};
-  std::atomic<uint64_t> bytes_received_{0};
-  std::atomic<uint64_t> dropped_malformed_{0};
+  StreamCounters counters_;
 };
 
 TcpChannel::TcpChannel(std::shared_ptr<IoThread> io, asio::ip::tcp::socket socket,

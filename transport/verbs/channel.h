@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "transport/stream_counters.h"
 #include "transport/transport.h"
 #include "transport/verbs/resources.h"
 
@@ -119,12 +120,7 @@ class ChannelCore : public std::enable_shared_from_this<ChannelCore> {
   std::deque<RecvCallback> recvs_;
   std::optional<common::Error> error_;
 
-  std::atomic<uint64_t> messages_sent_{0};
-  std::atomic<uint64_t> bytes_sent_{0};
-  std::atomic<uint64_t> messages_received_{0};
-  std::atomic<uint64_t> bytes_received_{0};
-  std::atomic<uint64_t> segments_sent_{0};
-  std::atomic<uint64_t> dropped_malformed_{0};
+  StreamCounters counters_;
 };
 
 class VerbsChannel final : public Channel {

@@ -110,8 +110,8 @@ void ChannelCore::on_send_done_st() {
   posted_.pop_front();
   if (posted.chunk >= 0) free_chunks_.push_back(posted.chunk);
   if (posted.done) {
-    messages_sent_.fetch_add(1, std::memory_order_relaxed);
-    bytes_sent_.fetch_add(posted.message_bytes, std::memory_order_relaxed);
+    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    counters_.bytes_sent.fetch_add(posted.message_bytes, std::memory_order_relaxed);
     posted.done({});
   }
 }
@@ -123,7 +123,7 @@ void ChannelCore::on_recv_st(uint32_t chunk, const ibv_wc& wc) {
   if (length > 0) {  // zero bytes: a credit-only send
     if (!assembling_) {
       if (length < 8) {
-        dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+        counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
         return fail_st(Error{ErrorCode::kIo, fmt::format("{}: first chunk of {} bytes has no "
                                                          "length header",
                                                          description_, length)},
@@ -131,7 +131,7 @@ void ChannelCore::on_recv_st(uint32_t chunk, const ibv_wc& wc) {
       }
       const uint64_t message_bytes = common::load_be64(data);
       if (message_bytes > recv_limit_bytes_) {
-        dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+        counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
         return fail_st(Error{ErrorCode::kIo, fmt::format("{}: peer sent a message of {} bytes, "
                                                          "above max_message_bytes {}",
                                                          description_, message_bytes,
@@ -151,7 +151,7 @@ void ChannelCore::on_recv_st(uint32_t chunk, const ibv_wc& wc) {
       length -= 8;
     }
     if (length > body_.size() - body_filled_) {
-      dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+      counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
       return fail_st(Error{ErrorCode::kIo, fmt::format("{}: chunk overruns its message",
                                                        description_)},
                      false);
@@ -167,8 +167,8 @@ void ChannelCore::on_recv_st(uint32_t chunk, const ibv_wc& wc) {
 }
 
 void ChannelCore::deliver_st(std::vector<std::byte> message) {
-  messages_received_.fetch_add(1, std::memory_order_relaxed);
-  bytes_received_.fetch_add(message.size(), std::memory_order_relaxed);
+  counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_received.fetch_add(message.size(), std::memory_order_relaxed);
   if (recvs_.empty()) {
     ready_.push_back(std::move(message));
     return;
@@ -234,7 +234,7 @@ bool ChannelCore::post_send_st(int32_t chunk, size_t length) {
   }
   owed_credits_ = 0;
   --credits_;
-  segments_sent_.fetch_add(1, std::memory_order_relaxed);
+  counters_.segments_sent.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -316,14 +316,7 @@ void ChannelCore::close() {
 }
 
 ChannelStats ChannelCore::stats() const {
-  ChannelStats stats;
-  stats.messages_sent = messages_sent_.load(std::memory_order_relaxed);
-  stats.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
-  stats.messages_received = messages_received_.load(std::memory_order_relaxed);
-  stats.bytes_received = bytes_received_.load(std::memory_order_relaxed);
-  stats.segments_sent = segments_sent_.load(std::memory_order_relaxed);
-  stats.dropped_malformed = dropped_malformed_.load(std::memory_order_relaxed);
-  return stats;
+  return counters_.snapshot();
 }
 
 }  // namespace detwan::transport::verbs
