@@ -25,7 +25,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import re
 import shlex
 import subprocess
 import time
@@ -33,6 +32,7 @@ import time
 from lab.netns import LabError, is_alive, process_start_time, run
 from lab.state import RUN_DIR, file_tail, write_pid_file
 from lab.topology import Site, Topology, WanPath, mac_for
+from lab.units import format_duration, format_rate, parse_duration_ns, parse_rate_bps
 
 GW_BINARY = "dataplane/daemon/detwan-gw"
 BACKENDS = ("uring", "dpdk")
@@ -59,45 +59,6 @@ READY_TIMEOUT_S = 15.0
 DEFAULT_RT_PRIORITY = 10
 NFT_TABLE = "dwtb_gw"
 DPDK_RUN_DIR = pathlib.Path("/var/run/dpdk")
-
-_DURATION_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-_RATE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-
-
-# ------------------------------------------------------------------------ units and SPECs
-
-def parse_duration_ns(text: str) -> int:
-    """'10ms', '1.5ms', '250us', '0' -> ns (the grammar of common/units.h)."""
-    t = text.strip().lower()
-    if t == "0":
-        return 0
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ns|us|ms|s)", t)
-    if not m:
-        raise ValueError(f"'{text}': expected a duration like 15ms, 500us or 0")
-    return round(float(m.group(1)) * _DURATION_UNITS[m.group(2)])
-
-
-def parse_rate_bps(text: str) -> int:
-    """'100mbit', '1gbit', '1gbps' -> bit/s."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)(bit|bps)", text.strip().lower())
-    if not m:
-        raise ValueError(f"'{text}': expected a rate like 100mbit or 1gbit")
-    return round(float(m.group(1)) * _RATE_UNITS[m.group(2)])
-
-
-def format_duration(ns: int) -> str:
-    for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
-        if ns and ns % scale == 0:
-            return f"{ns // scale}{unit}"
-    return f"{ns}ns" if ns else "0"
-
-
-def format_rate(bps: int) -> str:
-    for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
-        if bps % scale == 0:
-            return f"{bps // scale}{unit}"
-    return f"{bps}bit"
-
 
 def spec_tokens(spec: str) -> dict[str, str]:
     """detwan-wanem SPEC -> {key: value}; later tokens override earlier ones, as in the emulator.

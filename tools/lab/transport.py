@@ -25,11 +25,11 @@ import argparse
 import json
 import os
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
 
+from lab.units import parse_duration_ns, parse_fraction, parse_rate_bps, parse_size_bytes
 from lab import measure, wanem
 
 PROG = "detwan-bench transport --lab"
@@ -47,40 +47,15 @@ class BenchError(Exception):
 
 # ------------------------------------------------------------------------------ quantities
 
-_RATE_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_DURATION_UNITS = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}
-
-
-def parse_rate_bps(text: str) -> int:
-    """'200mbit', '1gbit', '100mbps' (bits; decimal prefixes, as common/units.h)."""
-    m = re.fullmatch(r"([\d.]+)\s*([kmgt]?)(bit|bps)", text.strip().lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"'{text}': expected a rate such as 200mbit")
-    return int(float(m.group(1)) * _RATE_UNITS[m.group(2)])
-
-
-def parse_size_bytes(text: str) -> int:
-    """'1g' = 2^30, '4m', '20mb', '1500' (binary prefixes, as common/units.h)."""
-    m = re.fullmatch(r"([\d.]+)\s*([kmgt]?)(i?b)?", text.strip().lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"'{text}': expected a size such as 1g or 4m")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
-
-
-def parse_duration_ns(text: str) -> int:
-    m = re.fullmatch(r"([\d.]+)\s*(ns|us|ms|s)", text.strip().lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"'{text}': expected a duration such as 40ms")
-    return int(float(m.group(1)) * _DURATION_UNITS[m.group(2)])
-
-
-def parse_fraction(text: str) -> float:
-    t = text.strip()
-    value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"'{text}': loss must be in [0, 1] (or 0%..100%)")
-    return value
+def _arg(parse):
+    """An argparse type from a lab.units parser: its ValueError becomes the usage error."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = parse.__name__
+    return convert
 
 
 def wan_spec(rate_bps: int, rtt_ns: int, loss: float, queue_bytes: int) -> str:
@@ -269,21 +244,21 @@ def run_lab_bench(binary: str, extra: list[str], timeout_s: float = 3600) -> dic
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--rate", type=parse_rate_bps, help="path rate, e.g. 200mbit (per path)")
-    p.add_argument("--rtt", type=parse_duration_ns, default=parse_duration_ns("40ms"),
+    p.add_argument("--rate", type=_arg(parse_rate_bps), help="path rate, e.g. 200mbit (per path)")
+    p.add_argument("--rtt", type=_arg(parse_duration_ns), default=parse_duration_ns("40ms"),
                    help="round-trip time (delay = rtt/2 each way; default 40ms)")
-    p.add_argument("--loss", type=parse_fraction, default=0.0, help="random loss each way, 1%%")
-    p.add_argument("--size", type=parse_size_bytes, default=1 << 30, help="bytes (1g = 2^30)")
-    p.add_argument("--message-size", type=parse_size_bytes, default=4 << 20)
+    p.add_argument("--loss", type=_arg(parse_fraction), default=0.0, help="random loss each way, 1%%")
+    p.add_argument("--size", type=_arg(parse_size_bytes), default=1 << 30, help="bytes (1g = 2^30)")
+    p.add_argument("--message-size", type=_arg(parse_size_bytes), default=4 << 20)
     p.add_argument("--inflight", type=int, default=0, help="detwan messages in flight (0 = auto)")
-    p.add_argument("--queue", type=parse_size_bytes, help="emulator queue (default max(BDP, 128k))")
+    p.add_argument("--queue", type=_arg(parse_size_bytes), help="emulator queue (default max(BDP, 128k))")
     p.add_argument("--paths", type=int, choices=(1, 2), default=1,
                    help="2: stripe detwan over two disjoint paths of --rate each")
     p.add_argument("--fec", action="store_true", help="detwan with Reed-Solomon FEC")
     p.add_argument("--fec-k", type=int, default=32)
     p.add_argument("--fec-m", type=int, default=4)
     p.add_argument("--backend", default="udp", help="detwan transport backend (default udp)")
-    p.add_argument("--detwan-rate", type=parse_rate_bps,
+    p.add_argument("--detwan-rate", type=_arg(parse_rate_bps),
                    help="detwan's reserved rate per path (default: the path rate)")
     p.add_argument("--best-effort", action="store_true",
                    help="run detwan best effort (congestion control) instead of reserved")
