@@ -9,14 +9,29 @@ Plan (site index i = 1..4 for a..d; WAN path k = 1..2 between sites i < j):
   WAN path k of pair XY dwtb-wan-XY-k veths dwtb-XYk-wX, dwtb-XYk-wY, no IP; detwan-wanem
                                       bridges them at L2
 
-Every name starts with PREFIX so `down` can find leftovers without the state file.
+Every name starts with PREFIX so `down` can find leftovers without the state file. A second,
+independent lab can run beside the first with another prefix and run directory:
+DETWAN_TESTBED_PREFIX=dwtc- DETWAN_TESTBED_RUN_DIR=/run/detwan-testbed-c (benchmarks beside a
+test run).
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+import re
 
-PREFIX = "dwtb-"
+
+def _prefix() -> str:
+    prefix = os.environ.get("DETWAN_TESTBED_PREFIX", "dwtb-")
+    # At most 5 characters keeps every interface name within IFNAMSIZ.
+    if not re.fullmatch(r"[a-z]{2,4}-", prefix):
+        raise ValueError(f"DETWAN_TESTBED_PREFIX '{prefix}': expected 2-4 lower-case letters "
+                         "and a dash, e.g. dwtc-")
+    return prefix
+
+
+PREFIX = _prefix()
 SITE_NAMES = "abcd"
 MAX_SITES = len(SITE_NAMES)
 MAX_PATHS = 2
