@@ -254,10 +254,15 @@ class DatagramEndpoint final : public DatagramEndpointBase {
           ++it;
         }
       }
-      link_->flush();
       publish_counters_st();
-      // Calls posted by this loop's callbacks: do not wait (they did not write the wakeup).
-      if (!queue_->empty()) deadline_ns = 0;
+      // Calls posted by this loop's callbacks (a reply chained from a receive callback): apply
+      // them at once instead of first polling the link, which would cost a syscall per hop of a
+      // ping-pong. Bounded, so a chain of callbacks cannot starve received datagrams.
+      if (!queue_->empty() && ++chained_rounds_ <= kMaxChainedRounds) continue;
+      chained_rounds_ = 0;
+      if (!queue_->empty()) deadline_ns = 0;  // they did not write the wakeup
+      // receive() first hands this round's sends to the network (DatagramLink), in the same
+      // system call as the wait where the link allows it.
       link_->receive(deadline_ns, [this](SocketId socket, const Address& source,
                                          std::span<const std::byte> bytes) {
         on_datagram_st(socket, source, bytes, clock_.now_ns());
@@ -447,6 +452,8 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   std::thread thread_;
 
   // Progress thread only.
+  static constexpr int kMaxChainedRounds = 8;
+  int chained_rounds_ = 0;  // loop rounds in a row that skipped the link for posted calls
   bool stopped_ = false;
   std::mt19937_64 random_;
   uint64_t next_key_ = 1;

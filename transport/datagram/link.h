@@ -49,8 +49,10 @@ concept DatagramLink = requires(L& link, const L& const_link, SocketId socket,
   // queued until flush(). Failures are counted by the link.
   { link.send(socket, address, size_bytes) } -> std::same_as<common::Status>;
   { link.flush() } -> std::same_as<void>;
-  // Waits until datagrams arrived, wake() was called or CLOCK_MONOTONIC reached deadline_ns
-  // (<= now: do not wait), then calls fn(socket, source, bytes) for each received datagram.
+  // First flushes what send() queued (the driver relies on this: it calls flush() only when
+  // no receive() follows). Then waits until datagrams arrived, wake() was called or
+  // CLOCK_MONOTONIC reached deadline_ns (<= now: do not wait), then calls
+  // fn(socket, source, bytes) for each received datagram.
   { link.receive(deadline_ns, [](SocketId, const typename L::Address&, std::span<const std::byte>) {}) }
       -> std::same_as<void>;
   // Last call on the progress thread: stops every operation in flight (the link may own kernel

@@ -21,6 +21,12 @@ void ConnectionImpl::charge(uint32_t path, size_t bytes, int64_t now_ns) {
   last_tx_ns_ = now_ns;
 }
 
+void ConnectionImpl::charge_control(uint32_t path, size_t bytes, int64_t now_ns) {
+  paths_[path].pacer.on_unpaced_send(now_ns, bytes);
+  paths_[path].datagrams_sent++;
+  last_tx_ns_ = now_ns;
+}
+
 Status ConnectionImpl::on_datagram(uint32_t path, std::span<const std::byte> d, int64_t now_ns) {
   stats_.datagrams_received++;
   if (path >= paths_.size()) {
@@ -134,9 +140,15 @@ Transmit ConnectionImpl::poll_transmit(int64_t now_ns, std::span<std::byte> out)
   Transmit t;
   if (out.size() < max_datagram_bytes_) return t;
   if (close_pending_) {
+    if ((ack_now_ || ack_deadline_ns_ != INT64_MAX) && !failed_) {  // the ACK we owe first
+      t.path = ack_path_;
+      t.size_bytes = build_ack(now_ns, out);
+      charge_control(t.path, t.size_bytes, now_ns);
+      return t;
+    }
     close_pending_ = false;
     t.size_bytes = wire::encode_close(header(wire::Type::kClose, 0, now_ns), {}, out);
-    charge(0, t.size_bytes, now_ns);
+    charge_control(0, t.size_bytes, now_ns);
     return t;
   }
   advance_timers(now_ns);
@@ -152,7 +164,7 @@ Transmit ConnectionImpl::poll_transmit(int64_t now_ns, std::span<std::byte> out)
     b.recv_window_bytes = static_cast<uint64_t>(recv_window_bytes_);
     t.size_bytes = wire::encode_hello(header(wire::Type::kHello, path, now_ns), b, out);
     t.path = path;
-    charge(path, t.size_bytes, now_ns);
+    charge_control(path, t.size_bytes, now_ns);
     return t;
   }
   if (hello_ack_pending_) {
@@ -161,13 +173,13 @@ Transmit ConnectionImpl::poll_transmit(int64_t now_ns, std::span<std::byte> out)
     b.recv_window_bytes = static_cast<uint64_t>(recv_window_bytes_);
     t.path = ack_path_;
     t.size_bytes = wire::encode_hello(header(wire::Type::kHelloAck, t.path, now_ns), b, out);
-    charge(t.path, t.size_bytes, now_ns);
+    charge_control(t.path, t.size_bytes, now_ns);
     return t;
   }
   if (ack_now_) {
     t.path = ack_path_;
     t.size_bytes = build_ack(now_ns, out);
-    charge(t.path, t.size_bytes, now_ns);
+    charge_control(t.path, t.size_bytes, now_ns);
     return t;
   }
   uint32_t path = 0;
@@ -180,7 +192,7 @@ Transmit ConnectionImpl::poll_transmit(int64_t now_ns, std::span<std::byte> out)
     t.path = keepalive_path_;
     keepalive_path_ = static_cast<uint32_t>((keepalive_path_ + 1) % paths_.size());
     t.size_bytes = wire::encode_empty(header(wire::Type::kKeepalive, t.path, now_ns), out);
-    charge(t.path, t.size_bytes, now_ns);
+    charge_control(t.path, t.size_bytes, now_ns);
   }
   return t;
 }

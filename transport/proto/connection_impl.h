@@ -141,7 +141,8 @@ class ConnectionImpl {
   void advance_timers(int64_t now_ns);
   void note_peer_alive(int64_t now_ns) { last_peer_rx_ns_ = now_ns; }
   [[nodiscard]] wire::Header header(wire::Type type, uint32_t path, int64_t now_ns) const;
-  void charge(uint32_t path, size_t bytes, int64_t now_ns);
+  void charge(uint32_t path, size_t bytes, int64_t now_ns);          // DATA, FEC: paced
+  void charge_control(uint32_t path, size_t bytes, int64_t now_ns);  // never paced
   void release_buffers();
   void on_established();
 

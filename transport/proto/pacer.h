@@ -30,6 +30,15 @@ class Pacer {
   }
   [[nodiscard]] bool can_send(int64_t now_ns) const { return horizon_ns_ <= now_ns; }
 
+  // Control datagrams (ACK, keepalive, handshake, CLOSE) leave unpaced. They are charged so
+  // that data yields to them, but never push the horizon more than one burst past now: a side
+  // that mostly acknowledges (a receiver without a rate sample paces at cwnd / initial RTT)
+  // must not build a backlog in front of its own next data.
+  void on_unpaced_send(int64_t now_ns, size_t datagram_bytes) {
+    on_send(now_ns, datagram_bytes);
+    horizon_ns_ = std::min(horizon_ns_, now_ns + burst_ns());
+  }
+
   void on_send(int64_t now_ns, size_t datagram_bytes) {
     const int64_t bits = (static_cast<int64_t>(datagram_bytes) + overhead_bytes_) * 8;
     // ns = bits * 1e9 / rate, with the remainder carried to the next datagram.

@@ -35,12 +35,15 @@ class RttEstimator {
   // The peer may hold an ACK this long (delayed ACK); samples exclude it, the RTO must not.
   static constexpr int64_t kMaxAckDelayNs = 1'000'000;
 
-  // RTO = max(min_rto, srtt + max(4 rttvar, srtt/4, G) + max_ack_delay), doubled per
-  // consecutive timeout (exponential backoff), capped at 60 s. The srtt/4 floor keeps the RTO
+  // RTO = max(min_rto, srtt + max(4 rttvar, srtt/2, G) + max_ack_delay), doubled per
+  // consecutive timeout (exponential backoff), capped at 60 s. The srtt/2 floor keeps the RTO
   // behind the RACK deadline (sent + srtt + srtt/4), so a hole with later segments acked is
-  // repaired by fast retransmit, not by a timeout that collapses a best-effort window.
+  // repaired by fast retransmit, not by a timeout that collapses a best-effort window; and it
+  // absorbs a stall of the peer (descheduled receiver, ACKs held) of up to half an RTT on a
+  // jitter-free path, where rttvar has decayed and a timeout would retransmit a whole RTO's
+  // worth of segments that are merely waiting in a queue.
   [[nodiscard]] int64_t rto_ns() const {
-    const int64_t var = std::max({4 * rttvar_ns(), srtt_ns() / 4, kGranularityNs});
+    const int64_t var = std::max({4 * rttvar_ns(), srtt_ns() / 2, kGranularityNs});
     const int64_t base = std::max(min_rto_ns_, srtt_ns() + var + kMaxAckDelayNs);
     return std::min<int64_t>(base << backoff_, int64_t{60'000'000'000});
   }

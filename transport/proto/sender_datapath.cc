@@ -79,7 +79,11 @@ Status ConnectionImpl::on_ack(uint32_t path, const wire::Header& /*h*/, const wi
 
 void ConnectionImpl::on_segment_acked(Segment& s, int64_t now_ns) {
   PathState& p = paths_[s.path];
-  if (s.tx_index > p.largest_acked_tx) p.largest_acked_tx = s.tx_index;
+  // An ACK of a retransmitted segment is ambiguous: it may acknowledge the original (merely
+  // queued, spuriously declared lost). Taking the retransmission's tx_index would declare
+  // everything sent in between lost by count, a cascade that refills the queue with
+  // duplicates. Loss of the retransmission itself is still detected by later new segments.
+  if (s.retransmits == 0 && s.tx_index > p.largest_acked_tx) p.largest_acked_tx = s.tx_index;
   if (s.in_flight) {
     p.bytes_in_flight -= s.wire_bytes;
     s.in_flight = false;

@@ -6,9 +6,13 @@
 //    request per datagram, and io_uring punts the losers to io-wq worker threads: a thundering
 //    herd that costs ~100 us per hop on a loaded machine.)
 //  - sends take a buffer from a fixed pool, are prepared as sendmsg SQEs and submitted in one
-//    batch by flush() (or by the wait in receive());
+//    batch by flush() or, in the same system call as its wait, by receive();
 //  - posted API calls wake the loop through an eventfd whose read is always armed in the ring,
 //    so receive() is one io_uring_submit_and_wait_timeout() bounded by the driver's next timer;
+//  - optional busy polling (set_busy_poll_ns, backend_config "busy_poll_us=N"): before it
+//    sleeps, receive() keeps asking the kernel for completions for up to N ns (one non-blocking
+//    io_uring_enter each, which also runs the deferred completion work), trading a spinning
+//    core for the scheduler's sleep/wakeup latency on each hop;
 //  - the ring is SINGLE_ISSUER + DEFER_TASKRUN (completion work runs only when the progress
 //    thread waits: no interrupting task work), created disabled and enabled by the first thread
 //    that uses it, so the endpoint's progress thread becomes its only submitter.
@@ -42,6 +46,7 @@ struct LinkCounters {
   uint64_t recv_rearmed = 0;      // multishot receive ended (buffer ring empty) and was re-armed
   uint64_t dropped_no_sqe = 0;    // submission queue full even after a submit
   uint64_t dropped_closed = 0;    // send on a closed socket
+  uint64_t busy_polls_found = 0;  // waits a busy poll ended without sleeping
 };
 
 class UdpLink {
@@ -83,6 +88,9 @@ class UdpLink {
     rearm_receives();
   }
   void wake();
+  // Spin up to `busy_poll_ns` (0 = never) for completions before each sleep. Setup tier: call
+  // before the progress thread starts using the link.
+  void set_busy_poll_ns(int64_t busy_poll_ns) { busy_poll_ns_ = busy_poll_ns; }
   // Cancels and drains every operation in flight (bounded); called on the progress thread, the
   // ring's single issuer. The destructor does it too if nobody did.
   void shutdown();
@@ -149,6 +157,7 @@ class UdpLink {
   std::vector<Received> received_;
   std::vector<uint16_t> free_groups_;
   uint16_t next_group_ = 1;
+  int64_t busy_poll_ns_ = 0;
   uint32_t inflight_ = 0;  // every operation in flight, wake read included
   bool shutting_down_ = false;
   bool wake_armed_ = false;

@@ -198,6 +198,25 @@ void UdpLink::complete(const io_uring_cqe& cqe) {
 void UdpLink::reap(int64_t deadline_ns) {
   ensure_started();
   if (!wake_armed_ && !shutting_down_) arm_wake();
+  // receive() flushes (DatagramLink): the waits below submit in the same system call; with
+  // completions already waiting there is no wait, so submit here.
+  if (io_uring_cq_ready(&ring_) > 0 && io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+  if (io_uring_cq_ready(&ring_) == 0) {
+    int64_t now_ns = common::MonotonicClock().now_ns();
+    if (busy_poll_ns_ > 0 && deadline_ns > now_ns) {
+      // Busy poll: with DEFER_TASKRUN a completion only shows in the CQ once this thread enters
+      // the kernel, so each round is a non-blocking enter (it also submits queued sends).
+      const int64_t spin_end_ns = std::min(deadline_ns, now_ns + busy_poll_ns_);
+      while (now_ns < spin_end_ns) {
+        io_uring_submit_and_get_events(&ring_);
+        if (io_uring_cq_ready(&ring_) > 0) {
+          ++counters_.busy_polls_found;
+          break;
+        }
+        now_ns = common::MonotonicClock().now_ns();
+      }
+    }
+  }
   if (io_uring_cq_ready(&ring_) == 0) {
     const int64_t now_ns = common::MonotonicClock().now_ns();
     io_uring_cqe* cqe = nullptr;

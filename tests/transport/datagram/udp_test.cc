@@ -124,6 +124,16 @@ TEST_F(UdpChannel, StrictConfigAndMtuLimit) {
   auto endpoint = udp::make_endpoint(options);
   ASSERT_FALSE(endpoint);
   EXPECT_EQ(endpoint.error().code, ErrorCode::kInvalidArgument);
+  for (const char* bad : {"busy_poll_us=", "busy_poll_us=-1", "busy_poll_us=10us",
+                          "busy_poll_us=2000000", "busy_poll_us=5,loss=0.1"}) {
+    options.backend_config = bad;
+    auto rejected = udp::make_endpoint(options);
+    ASSERT_FALSE(rejected) << bad;
+    EXPECT_EQ(rejected.error().code, ErrorCode::kInvalidArgument) << bad;
+    EXPECT_NE(rejected.error().message.find(bad), std::string::npos) << bad;
+  }
+  options.backend_config = "busy_poll_us=0";
+  EXPECT_TRUE(udp::make_endpoint(options));
   auto plain = udp::make_endpoint({});
   ASSERT_TRUE(plain);
   ChannelOptions jumbo;
@@ -132,6 +142,23 @@ TEST_F(UdpChannel, StrictConfigAndMtuLimit) {
   ASSERT_FALSE(channel);
   EXPECT_EQ(channel.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(channel.error().message.find("mtu_bytes"), std::string::npos);
+}
+
+// Busy polling (backend_config "busy_poll_us=N") changes only how the progress thread waits:
+// messages of every size still arrive byte-exact both ways, and the spin does find completions.
+TEST_F(UdpChannel, BusyPollingEndpointsDeliverByteExact) {
+  EndpointOptions server = server_options();
+  server.backend_config = "busy_poll_us=200";
+  EndpointOptions client;
+  client.backend_config = "busy_poll_us=200";
+  auto pair = connect_pair(udp::make_endpoint, "127.0.0.1:0", server, client, fast_options());
+  ASSERT_TRUE(pair.client && pair.server);
+  for (size_t size : {size_t{0}, size_t{64}, size_t{9000}, size_t{1} << 20}) {
+    const auto message = random_bytes(size, size + 11);
+    expect_transfer(*pair.client, *pair.server, message);
+    expect_transfer(*pair.server, *pair.client, message);
+  }
+  EXPECT_GE(pair.client->stats().messages_received, 4u);
 }
 
 // Prints (never asserts: shared noisy machine) the median round trip of 64-byte messages through

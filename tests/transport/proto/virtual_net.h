@@ -2,8 +2,10 @@
 // Test harness: two proto::Connections wired through an in-memory network on a virtual clock.
 //
 // Each direction of each path has a one-way delay and seeded loss, reordering (extra delay)
-// and duplication. `run_until` alternates: drain poll_transmit on both sides, collect events,
-// advance the clock to min(next_wakeup_ns, next arrival), deliver arrivals. Nothing sleeps.
+// and duplication, optionally followed by a rate-limited FIFO (Bottleneck, like detwan-wanem);
+// a side can be "descheduled" (pause, set_sched_jitter). `run_until` alternates: drain
+// poll_transmit on both sides, collect events, advance the clock to min(next_wakeup_ns, next
+// arrival), deliver arrivals. Nothing sleeps.
 // The server side is created lazily from the first HELLO (as a real driver does).
 #include <algorithm>
 #include <cstddef>
@@ -26,6 +28,16 @@ struct LinkFaults {
   double duplicate = 0.0;
 };
 
+// A bottleneck link after the faults: a FIFO served at `rate_bps`, counting each datagram plus
+// `frame_overhead_bytes` (IPv4 + UDP + Ethernet, as detwan-wanem does), tail-dropping when the
+// backlog would exceed `queue_limit_bytes`. rate_bps == 0 = no bottleneck. The queue adds up to
+// queue_limit_bytes / rate of delay on top of LinkFaults::delay_ns.
+struct Bottleneck {
+  int64_t rate_bps = 0;
+  int32_t frame_overhead_bytes = 42;
+  int64_t queue_limit_bytes = 0;
+};
+
 class VirtualNet {
  public:
   // side 0 = client, side 1 = server.
@@ -40,6 +52,35 @@ class VirtualNet {
     wire_bytes_[1].assign(paths, 0);
     datagrams_[0].assign(paths, 0);
     datagrams_[1].assign(paths, 0);
+    bottleneck_[0].assign(paths, BottleneckState{});
+    bottleneck_[1].assign(paths, BottleneckState{});
+  }
+
+  // Bottleneck of datagrams sent by `side` on `path` (all paths if path < 0).
+  void set_bottleneck(int side, const Bottleneck& b, int path = -1) {
+    for (size_t p = 0; p < bottleneck_[side].size(); ++p) {
+      if (path < 0 || static_cast<size_t>(path) == p) bottleneck_[side][p].config = b;
+    }
+  }
+  // Datagrams sent by `side` dropped by the bottleneck queue / by the random loss.
+  uint64_t queue_drops(int s) const {
+    uint64_t n = 0;
+    for (const BottleneckState& b : bottleneck_[s]) n += b.drops;
+    return n;
+  }
+  uint64_t random_drops(int s) const { return random_drops_[s]; }
+  // Largest backlog the bottleneck of (side, path) held, in bytes.
+  int64_t max_queue_bytes(int s, size_t path) const { return bottleneck_[s][path].max_backlog; }
+
+  // Simulates a descheduled driver thread: side `s` is neither polled nor fed datagrams before
+  // virtual time `until_ns` (arrivals wait, as in a socket buffer).
+  void pause(int s, int64_t until_ns) { paused_until_[s] = until_ns; }
+  // A noisy machine: every `period_ns` of virtual time side `s` is descheduled for a uniformly
+  // random 0..max_pause_ns (seeded), as pause() does.
+  void set_sched_jitter(int s, int64_t period_ns, int64_t max_pause_ns) {
+    jitter_period_ns_[s] = period_ns;
+    jitter_max_ns_[s] = max_pause_ns;
+    jitter_next_ns_[s] = now_ns_ + period_ns;
   }
 
   // Faults of datagrams sent by `side` on `path` (all paths if path < 0).
@@ -79,7 +120,7 @@ class VirtualNet {
       int64_t next = INT64_MAX;
       for (int s = 0; s < 2; ++s) {
         if (Connection* c = side(s); c != nullptr && !dead_[s]) {
-          next = std::min(next, c->next_wakeup_ns());
+          next = std::min(next, std::max(c->next_wakeup_ns(), paused_until_[s]));
         }
       }
       if (!queue_.empty()) next = std::min(next, queue_.top().arrive_ns);
@@ -97,6 +138,11 @@ class VirtualNet {
       while (!queue_.empty() && queue_.top().arrive_ns <= now_ns_) {
         InFlight f = queue_.top();
         queue_.pop();
+        if (paused_until_[f.to] > now_ns_) {
+          f.arrive_ns = paused_until_[f.to];  // held in the socket buffer
+          queue_.push(std::move(f));
+          continue;
+        }
         deliver(f);
       }
     }
@@ -114,9 +160,38 @@ class VirtualNet {
     }
   };
 
+  struct BottleneckState {
+    Bottleneck config;
+    int64_t busy_until_ns = 0;   // when the FIFO has sent everything accepted so far
+    int64_t max_backlog = 0;
+    uint64_t drops = 0;
+  };
+
+  // Departure time of a datagram entering the bottleneck now; nullopt = tail drop.
+  std::optional<int64_t> through_bottleneck(BottleneckState& b, size_t bytes) {
+    if (b.config.rate_bps <= 0) return now_ns_;
+    const int64_t backlog_ns = std::max<int64_t>(b.busy_until_ns - now_ns_, 0);
+    const int64_t backlog_bytes =
+        static_cast<int64_t>(static_cast<double>(backlog_ns) * b.config.rate_bps / 8e9);
+    const int64_t frame = static_cast<int64_t>(bytes) + b.config.frame_overhead_bytes;
+    if (backlog_bytes + frame > b.config.queue_limit_bytes) {
+      b.drops++;
+      return std::nullopt;
+    }
+    b.max_backlog = std::max(b.max_backlog, backlog_bytes + frame);
+    b.busy_until_ns = std::max(b.busy_until_ns, now_ns_) + frame * 8 * 1'000'000'000 /
+                                                               b.config.rate_bps;
+    return b.busy_until_ns;
+  }
+
   void pump(int s) {
     Connection* c = side(s);
-    if (c == nullptr || dead_[s]) return;
+    if (jitter_period_ns_[s] > 0 && now_ns_ >= jitter_next_ns_[s]) {
+      std::uniform_int_distribution<int64_t> pause_ns(0, jitter_max_ns_[s]);
+      paused_until_[s] = now_ns_ + pause_ns(jitter_rng_);
+      jitter_next_ns_[s] = now_ns_ + jitter_period_ns_[s];
+    }
+    if (c == nullptr || dead_[s] || paused_until_[s] > now_ns_) return;
     std::vector<std::byte> buf(c->max_datagram_bytes());
     for (;;) {
       const Transmit t = c->poll_transmit(now_ns_, buf);
@@ -128,9 +203,15 @@ class VirtualNet {
       if (tamper && !tamper(s, d)) continue;
       const LinkFaults& f = faults_[s][t.path];
       std::uniform_real_distribution<double> u(0.0, 1.0);
-      if (u(rng_) < f.loss) continue;
+      if (u(rng_) < f.loss) {
+        random_drops_[s]++;
+        continue;
+      }
       int64_t delay = f.delay_ns;
       if (u(rng_) < f.reorder) delay += f.reorder_extra_ns;
+      const std::optional<int64_t> departs = through_bottleneck(bottleneck_[s][t.path], d.size());
+      if (!departs) continue;
+      delay += *departs - now_ns_;
       queue_.push(InFlight{now_ns_ + delay, order_++, 1 - s, t.path, d});
       if (u(rng_) < f.duplicate) queue_.push(InFlight{now_ns_ + delay + 1000, order_++, 1 - s, t.path, d});
     }
@@ -160,6 +241,13 @@ class VirtualNet {
   std::vector<uint64_t> datagrams_[2];
   std::vector<Event> events_[2];
   bool dead_[2] = {false, false};
+  std::vector<BottleneckState> bottleneck_[2];
+  uint64_t random_drops_[2] = {0, 0};
+  int64_t paused_until_[2] = {INT64_MIN, INT64_MIN};
+  int64_t jitter_period_ns_[2] = {0, 0};
+  int64_t jitter_max_ns_[2] = {0, 0};
+  int64_t jitter_next_ns_[2] = {0, 0};
+  std::mt19937_64 jitter_rng_{7};
   std::priority_queue<InFlight> queue_;
 };
 
