@@ -57,7 +57,9 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
     p.spec = spec;
     p.rtt = RttEstimator(options_.initial_rtt_ns, options_.min_rto_ns);
     if (spec.rate_bps > 0) {
-      p.pacer = Pacer(spec.rate_bps, spec.frame_overhead_bytes, kPacerBurstDatagrams,
+      p.pacer = Pacer(spec.rate_bps, spec.frame_overhead_bytes,
+                      reserved_burst_datagrams(spec.rate_bps, static_cast<int64_t>(
+                                                   max_datagram_bytes_ + spec.frame_overhead_bytes)),
                       static_cast<int32_t>(max_datagram_bytes_));
     } else {
       p.cubic.emplace(static_cast<int64_t>(max_datagram_bytes_));

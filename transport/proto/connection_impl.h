@@ -6,6 +6,7 @@
 //   receiver_datapath.cc     reassembly, duplicate/window checks, ACK generation
 //   fec_datapath.cc          FEC block encode (sender) and recovery (receiver)
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -29,6 +30,18 @@ namespace detwan::transport::proto {
 inline constexpr int64_t kWindowUnitBytes = 1024;
 inline constexpr int64_t kDelayedAckNs = 1'000'000;
 inline constexpr int32_t kPacerBurstDatagrams = 4;
+// A reserved path's pacer may catch up this much sending time after its thread ran late (a
+// descheduled progress thread would otherwise lose that share of the reservation for good);
+// the reservation's shaper or queue absorbs a burst this small. At least kPacerBurstDatagrams,
+// at most kPacerMaxBurstDatagrams.
+inline constexpr int64_t kPacerCatchUpNs = 1'000'000;
+inline constexpr int32_t kPacerMaxBurstDatagrams = 64;
+
+[[nodiscard]] inline int32_t reserved_burst_datagrams(int64_t rate_bps, int64_t wire_bytes) {
+  const int64_t datagrams = rate_bps * kPacerCatchUpNs / (wire_bytes * 8 * 1'000'000'000);
+  return static_cast<int32_t>(
+      std::clamp<int64_t>(datagrams, kPacerBurstDatagrams, kPacerMaxBurstDatagrams));
+}
 
 inline Event make_event(Event::Kind kind, uint64_t token = 0) {
   Event e;
