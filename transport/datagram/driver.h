@@ -260,7 +260,14 @@ class DatagramEndpoint final : public DatagramEndpointBase {
       // ping-pong. Bounded, so a chain of callbacks cannot starve received datagrams.
       if (!queue_->empty() && ++chained_rounds_ <= kMaxChainedRounds) continue;
       chained_rounds_ = 0;
-      if (!queue_->empty()) deadline_ns = 0;  // they did not write the wakeup
+      if (!queue_->empty()) {
+        deadline_ns = 0;  // they did not write the wakeup
+      } else if (deadline_ns > now_ns) {
+        // Timers (pacing, delayed ACK, RTO) may run up to kMinTimerSleepNs late: a reserved
+        // path's pacer catches up (proto::kPacerCatchUpNs), so one wake-up sends a few
+        // datagrams instead of one. Received datagrams and posted calls still wake at once.
+        deadline_ns = std::max(deadline_ns, now_ns + kMinTimerSleepNs);
+      }
       // receive() first hands this round's sends to the network (DatagramLink), in the same
       // system call as the wait where the link allows it.
       link_->receive(deadline_ns, [this](SocketId socket, const Address& source,
@@ -453,6 +460,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
 
   // Progress thread only.
   static constexpr int kMaxChainedRounds = 8;
+  static constexpr int64_t kMinTimerSleepNs = 100'000;
   int chained_rounds_ = 0;  // loop rounds in a row that skipped the link for posted calls
   bool stopped_ = false;
   std::mt19937_64 random_;

@@ -34,8 +34,8 @@ inline constexpr int32_t kPacerBurstDatagrams = 4;
 // descheduled progress thread would otherwise lose that share of the reservation for good);
 // the reservation's shaper or queue absorbs a burst this small. At least kPacerBurstDatagrams,
 // at most kPacerMaxBurstDatagrams.
-inline constexpr int64_t kPacerCatchUpNs = 1'000'000;
-inline constexpr int32_t kPacerMaxBurstDatagrams = 64;
+inline constexpr int64_t kPacerCatchUpNs = 5'000'000;
+inline constexpr int32_t kPacerMaxBurstDatagrams = 128;
 
 [[nodiscard]] inline int32_t reserved_burst_datagrams(int64_t rate_bps, int64_t wire_bytes) {
   const int64_t datagrams = rate_bps * kPacerCatchUpNs / (wire_bytes * 8 * 1'000'000'000);

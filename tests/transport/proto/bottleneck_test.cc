@@ -159,7 +159,8 @@ TEST(Bottleneck, TenthPercentLoss) {
   const Result r = run(Scenario{.seed = 4, .loss = 0.001});
   EXPECT_GE(r.retransmitted, r.data_drops);
   EXPECT_LE(static_cast<double>(r.retransmitted), 1.5 * static_cast<double>(r.data_drops) + 5);
-  EXPECT_GE(r.goodput_share, 0.97);
+  // A 20 MB transfer lasts ~0.9 s: a loss among its last segments costs one more RTT (~4.5 %).
+  EXPECT_GE(r.goodput_share, 0.95);
 }
 
 TEST(Bottleneck, RareReorderingDoesNotCascade) {
@@ -174,14 +175,14 @@ TEST(Bottleneck, RareReorderingDoesNotCascade) {
 }
 
 TEST(Bottleneck, DescheduledSenderDoesNotBurst) {
-  // The client's thread is not run for 5 ms (82 datagrams of pacing credit at the rate) 200 ms
-  // into the transfer: afterwards it may send at most the pacer's burst at once (1 ms of the
-  // reservation: 16 datagrams of 1514 frame bytes at 200 Mbit/s), not the 82 it missed.
+  // The client's thread is not run for 20 ms (330 datagrams of pacing credit at the rate) 200 ms
+  // into the transfer: afterwards it may send at most the pacer's burst at once (5 ms of the
+  // reservation: 82 datagrams of 1514 frame bytes at 200 Mbit/s), not all it missed.
   const Result r = run(Scenario{.seed = 5, .total_bytes = 10'000'000,
-                                .pause_at_ns = 200'000'000});
-  EXPECT_EQ(reserved_burst_datagrams(200'000'000, 1514), 16);
-  EXPECT_LE(r.max_same_instant, 16);
-  EXPECT_GE(r.max_same_instant, 5);  // it did catch up (the old 4-datagram burst lost the time)
+                                .pause_at_ns = 200'000'000, .pause_ns = 20'000'000});
+  EXPECT_EQ(reserved_burst_datagrams(200'000'000, 1514), 82);
+  EXPECT_LE(r.max_same_instant, 82);
+  EXPECT_GE(r.max_same_instant, 5);  // it did catch up (a 4-datagram burst lost the time)
   EXPECT_EQ(r.retransmitted, 0u);
 }
 
@@ -196,7 +197,7 @@ TEST(Bottleneck, DescheduledReceiverNoSpuriousTimeout) {
 }
 
 TEST(Bottleneck, NoisySchedulingRetransmitsOnlyLosses) {
-  // Both threads descheduled up to 1 ms every ~10 ms. The pacer catches up to 1 ms of sending
+  // Both threads descheduled up to 1 ms every ~10 ms. The pacer catches up to 5 ms of sending
   // time, so goodput stays close to the limit; retransmissions must not appear.
   const Result r = run(Scenario{.seed = 7, .jitter_max_ns = 1'000'000});
   EXPECT_EQ(r.retransmitted, 0u);
