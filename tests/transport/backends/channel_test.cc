@@ -1,5 +1,5 @@
 // One parameterised suite over every transport backend (the same contract, transport.h).
-// Backends that are not usable here (not compiled, no device, placeholder) are skipped with
+// Backends that are not usable here (not compiled, no device) are skipped with
 // the registry's reason. "loopback_faults" runs the loopback backend with injected loss,
 // reordering and duplication.
 //

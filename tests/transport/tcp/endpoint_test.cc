@@ -74,6 +74,27 @@ std::unique_ptr<TcpEndpoint> make_tcp(const EndpointOptions& options = {}) {
   return std::make_unique<TcpEndpoint>(options);
 }
 
+// A server endpoint listening on 127.0.0.1:0, a client endpoint, and the channel each holds.
+struct ConnectedPair {
+  std::unique_ptr<Endpoint> server;
+  std::unique_ptr<Endpoint> client;
+  Result<std::unique_ptr<Channel>> to_server;
+  Result<std::unique_ptr<Channel>> at_server;
+};
+
+ConnectedPair connected_pair() {
+  ConnectedPair pair{make_tcp(), make_tcp(), common::make_error(ErrorCode::kInternal, "unset"),
+                     common::make_error(ErrorCode::kInternal, "unset")};
+  auto address = pair.server->listen("127.0.0.1:0");
+  if (!address) {
+    pair.to_server = std::unexpected(address.error());
+    return pair;
+  }
+  pair.to_server = pair.client->connect(*address, ChannelOptions{}, kTimeoutNs);
+  pair.at_server = pair.server->accept(kTimeoutNs);
+  return pair;
+}
+
 TEST(TcpEndpointTest, BackendIsUsableAndRejectsConfig) {
   EXPECT_TRUE(backend_info().usable);
   EndpointOptions options;
@@ -254,14 +275,9 @@ TEST(TcpEndpointTest, SlowReaderBackPressureLosesNothing) {
 }
 
 TEST(TcpEndpointTest, MessagesSentBeforeGracefulCloseAreDelivered) {
-  auto server = make_tcp();
-  auto address = server->listen("127.0.0.1:0");
-  ASSERT_TRUE(address);
-  auto client = make_tcp();
-  auto to_server = client->connect(*address, ChannelOptions{}, kTimeoutNs);
-  ASSERT_TRUE(to_server);
-  auto at_server = server->accept(kTimeoutNs);
-  ASSERT_TRUE(at_server);
+  auto [server, client, to_server, at_server] = connected_pair();
+  ASSERT_TRUE(to_server) << to_server.error().describe();
+  ASSERT_TRUE(at_server) << at_server.error().describe();
   const std::vector<std::byte> a(10, std::byte{1}), b(20, std::byte{2});
   ASSERT_TRUE(await((*to_server)->send(a)));
   ASSERT_TRUE(await((*to_server)->send(b)));
@@ -277,14 +293,9 @@ TEST(TcpEndpointTest, MessagesSentBeforeGracefulCloseAreDelivered) {
 }
 
 TEST(TcpEndpointTest, ChannelOutlivesItsEndpoint) {
-  auto server = make_tcp();
-  auto address = server->listen("127.0.0.1:0");
-  ASSERT_TRUE(address);
-  auto client = make_tcp();
-  auto to_server = client->connect(*address, ChannelOptions{}, kTimeoutNs);
-  ASSERT_TRUE(to_server);
-  auto at_server = server->accept(kTimeoutNs);
-  ASSERT_TRUE(at_server);
+  auto [server, client, to_server, at_server] = connected_pair();
+  ASSERT_TRUE(to_server) << to_server.error().describe();
+  ASSERT_TRUE(at_server) << at_server.error().describe();
   client.reset();
   server.reset();
   const std::vector<std::byte> message(100, std::byte{9});
