@@ -103,6 +103,25 @@ inline ChannelPair connect_pair(MakeEndpoint make_endpoint, const std::string& l
 }
 
 // Sends `message` from `from`, receives it on `to`, and checks it byte for byte.
+// Posts a receive per message, sends them all, and checks every send completes and every
+// message arrives in order, byte-exact. Use under ASSERT_NO_FATAL_FAILURE.
+inline void transfer_all(Channel& from, Channel& to,
+                         const std::vector<std::vector<std::byte>>& messages) {
+  std::vector<std::future<Result<std::vector<std::byte>>>> received;
+  for (size_t i = 0; i < messages.size(); ++i) received.push_back(recv(to));
+  std::vector<std::future<Result<void>>> sent;
+  for (const auto& message : messages) sent.push_back(send(from, message));
+  for (auto& future : sent) {
+    Result<void> result = get(future);
+    ASSERT_TRUE(result) << result.error().message;
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    Result<std::vector<std::byte>> got = get(received[i]);
+    ASSERT_TRUE(got) << got.error().message;
+    ASSERT_TRUE(*got == messages[i]) << "message " << i << " differs";
+  }
+}
+
 inline void expect_transfer(Channel& from, Channel& to, const std::vector<std::byte>& message) {
   auto received = recv(to);
   auto sent = send(from, message);

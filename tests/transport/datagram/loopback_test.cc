@@ -62,19 +62,7 @@ TEST(LoopbackChannel, LossReorderDuplicationDeliverManyMessagesByteExact) {
   for (int i = 0; i < kMessages; ++i) {
     messages.push_back(random_bytes(std::uniform_int_distribution<size_t>(0, 30'000)(random), i));
   }
-  std::vector<std::future<Result<std::vector<std::byte>>>> received;
-  for (int i = 0; i < kMessages; ++i) received.push_back(testing::recv(*pair.server));
-  std::vector<std::future<Result<void>>> sent;
-  for (const auto& message : messages) sent.push_back(testing::send(*pair.client, message));
-  for (auto& future : sent) {
-    Result<void> result = get(future);
-    ASSERT_TRUE(result) << result.error().message;
-  }
-  for (int i = 0; i < kMessages; ++i) {
-    Result<std::vector<std::byte>> got = get(received[i]);
-    ASSERT_TRUE(got) << got.error().message;
-    ASSERT_TRUE(*got == messages[i]) << "message " << i << " differs";
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::transfer_all(*pair.client, *pair.server, messages));
   const ChannelStats client = pair.client->stats();
   EXPECT_GT(client.segments_retransmitted + client.fec_recovered, 0u);  // losses were repaired
 }

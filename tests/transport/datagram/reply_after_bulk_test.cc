@@ -63,19 +63,7 @@ void bulk_then_reply(int64_t server_rate_bps) {
   for (int i = 0; i < kMessages; ++i) messages.push_back(random_bytes(kMessageBytes, i));
   // As the benchmark does: the sender asks for the reply before it starts sending.
   auto reply = testing::recv(*pair.client);
-  std::vector<std::future<Result<std::vector<std::byte>>>> received;
-  for (int i = 0; i < kMessages; ++i) received.push_back(testing::recv(*pair.server));
-  std::vector<std::future<Result<void>>> sent;
-  for (const auto& message : messages) sent.push_back(testing::send(*pair.client, message));
-  for (auto& future : sent) {
-    Result<void> result = get(future);
-    ASSERT_TRUE(result) << result.error().message;
-  }
-  for (int i = 0; i < kMessages; ++i) {
-    Result<std::vector<std::byte>> got = get(received[i]);
-    ASSERT_TRUE(got) << got.error().message;
-    ASSERT_TRUE(*got == messages[i]) << "message " << i << " differs";
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::transfer_all(*pair.client, *pair.server, messages));
   ASSERT_GT(pair.client->stats().segments_retransmitted, 0u);  // the transfer was lossy
 
   const std::vector<std::byte> done = random_bytes(8, 99);
