@@ -8,8 +8,23 @@
 //                           for a fixed address) accepts one TCP connection per rank, checks
 //                           nonce / nranks / duplicate ranks, and answers every rank with all
 //                           blobs once the last has joined. Frames: u32 length + bytes.
-//   file:///DIR#NONCE       each rank writes DIR/<nonce>.<rank> atomically (write + rename) and
-//                           polls until all nranks files exist.
+//   tcp://HOST:PORT         (no nonce) fixed-address mode, as MASTER_ADDR:MASTER_PORT: rank 0
+//                           starts the root on HOST:PORT itself (SO_REUSEADDR) before joining;
+//                           the others retry connecting until it is up. Joins carry an empty
+//                           nonce, so nothing tells two jobs on the same port apart.
+//   file:///DIR#NONCE       each rank writes DIR/<nonce>.<rank> atomically (temporary file, then
+//                           link; an existing file is a duplicate-rank error, never
+//                           overwritten) and polls until all nranks files exist. Each rank then
+//                           leaves a ".done" mark; whoever sees every mark removes all the
+//                           files, so the directory ends empty. Without "#NONCE" the files are
+//                           DIR/bootstrap.<rank>. local_host(): $DETWAN_LISTEN_HOST or 127.0.0.1.
+//
+// The root serves one exchange: nranks is fixed by the first valid join; a join with another
+// nranks, a rank out of range, a rank already joined or a wrong nonce gets an error answer
+// naming the problem (the good joins are kept); a rank whose connection drops before the end
+// may join again. At its timeout the root answers every joined rank with kTimeout naming the
+// ranks that never joined (and the first rejected join, if any). The root and its joins are
+// in-process threads with no shared state: any number may run at once.
 //
 // Setup tier: blocks up to timeout_ns; errors say which ranks never joined, or what a
 // malformed/mismatched join carried ("rank 3 joined with nranks 8, expected 4").
@@ -34,7 +49,10 @@ class Bootstrap {
 };
 
 // Joins the rendezvous in `spec` ("tcp://HOST:PORT#NONCE" or "file:///DIR#NONCE") as `rank`
-// of `nranks`. For a tcp spec without a running root, rank 0 starts the root on HOST:PORT.
+// of `nranks`. For a tcp spec without a nonce, rank 0 starts the root on HOST:PORT (which then
+// lives for timeout_ns). tcp: connects now, retrying until timeout_ns (the root may start
+// later), so local_host() is the address of that connection. kInvalidArgument for a bad spec
+// or rank/nranks, kTimeout if the root cannot be reached.
 Result<std::unique_ptr<Bootstrap>> join_bootstrap(const std::string& spec, int rank, int nranks,
                                                   int64_t timeout_ns);
 

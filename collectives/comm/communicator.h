@@ -47,6 +47,9 @@ struct CommConfig {
   std::string site = "default";
   int64_t timeout_ns = 300'000'000'000;      // per operation
   int64_t wan_rate_bps = 0;                  // per site pair and direction; 0 = best effort
+  // Site-to-site round-trip time the cost model assumes in deterministic mode (otherwise the
+  // RTT is measured at init). DETWAN_WAN_RTT ("20ms").
+  int64_t wan_rtt_ns = 10'000'000;
   Algorithm algorithm = Algorithm::kAuto;
   int64_t chunk_bytes = 0;                   // 0 = the cost model's choice
   bool deterministic = false;
@@ -63,7 +66,8 @@ struct CommConfig {
 
   // Defaults overridden by DETWAN_SITE, DETWAN_TIMEOUT_MS, DETWAN_WAN_RATE, DETWAN_ALGO,
   // DETWAN_CHUNK_BYTES, DETWAN_DETERMINISTIC, DETWAN_INTRA_BACKEND, DETWAN_INTER_BACKEND,
-  // DETWAN_LISTEN_HOST, DETWAN_MTU. kConfig naming the variable on a bad value.
+  // DETWAN_LISTEN_HOST, DETWAN_MTU, DETWAN_WAN_RTT, DETWAN_PEER_TIMEOUT_MS.
+  // kConfig naming the variable on a bad value.
   static Result<CommConfig> from_environment();
   // Every field, one line, for the start-up log.
   [[nodiscard]] std::string describe() const;
@@ -72,6 +76,7 @@ struct CommConfig {
 struct AsyncError {
   ErrorCode code = ErrorCode::kInternal;
   int failed_rank = -1;
+  bool aborted = false;  // abort() was called on this communicator (not a peer's failure)
   std::string message;
 };
 
@@ -112,7 +117,12 @@ class Communicator {
  public:
   static Result<std::unique_ptr<Communicator>> create(const UniqueId& id, int rank, int nranks,
                                                       const CommConfig& config);
-  ~Communicator();  // = destroy(): waits for pending operations, closes channels
+  ~Communicator();  // finalize() unless done, then closes the channels
+  // Collective (every rank calls it, like MPI_Comm_free / ncclCommFinalize): waits for the
+  // pending operations, then for every rank to get here (a barrier) and for this rank's last
+  // messages to be acknowledged, so closing cannot cut off a peer's last operation. Skipped
+  // on a communicator in error or aborted. Returns the barrier's error, if any. Idempotent.
+  Result<void> finalize();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
@@ -135,7 +145,11 @@ class Communicator {
   Result<void> recv(void* buf, size_t count, DataType type, int peer);
   Result<void> barrier();
 
+  // kInvalidArgument naming the argument (null buffer with count > 0, rank/root/peer out of
+  // range, bad type/op/collective value, size overflow); what submit() checks first.
+  [[nodiscard]] Result<void> validate(const OpDesc& op) const;
   // Non-blocking: validates at once (a bad argument is an error here, not in the Request).
+  // On a communicator in error the Request completes at once with that error.
   Result<Request> submit(const OpDesc& op);
   // Runs the operations as one group: point-to-point ops posted together, collectives in order.
   Result<Request> submit_group(std::vector<OpDesc> ops);

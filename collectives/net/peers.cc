@@ -173,7 +173,11 @@ Result<void> Peers::flush(Deadline deadline) {
 }
 
 void Peers::abort() {
-  record_failure(-1, Error{ErrorCode::kUnavailable, fmt::format("rank {}: aborted", rank_)});
+  fail(-1, Error{ErrorCode::kUnavailable, fmt::format("rank {}: aborted", rank_)});
+}
+
+void Peers::fail(int peer, const Error& error) {
+  record_failure(peer, error);
   for (auto& channel : channels_) {
     if (channel) channel->close();
   }

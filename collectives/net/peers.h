@@ -94,6 +94,10 @@ class Peers {
 
   // Makes every pending and later wait fail with kUnavailable "aborted" (closes the channels).
   void abort();
+  // Records `error` as the cause (if no failure is recorded yet; `peer` = the rank to blame or
+  // -1) and closes the channels like abort(): for an operation that found the ranks disagree,
+  // so the peers fail now instead of at their deadline, and failure() reports the real cause.
+  void fail(int peer, const Error& error);
   [[nodiscard]] std::optional<PeerFailure> failure() const;
   // Statistics of the channel to `peer` (nullopt for self).
   [[nodiscard]] std::optional<transport::ChannelStats> channel_stats(int peer) const;

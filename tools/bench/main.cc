@@ -9,6 +9,11 @@
 //   detwan-bench transport --lab --rate 200mbit --rtt 40ms --loss 1% --size 1g [--json] ...
 //       (runs tools/lab/transport.py: a lab path, a detwan transfer and iperf3 cubic/bbr on it;
 //        `detwan-bench transport --lab --help` lists its options)
+//   detwan-bench allreduce|broadcast|reduce|allgather|reducescatter|alltoall|sendrecv
+//                -b 8 -e 64M -f 2 -d float -o sum -n 20 -w 5 -c 1 [--json] ...
+//       (nccl-tests-style sweep of the collective library; one rank with --rank/--nranks/--id,
+//        all ranks on this host with --local N [--sites K], or over the lab with --lab
+//        --sites K --ranks-per-site M (tools/lab/collectives.py); see coll_options.h)
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -18,6 +23,8 @@
 #include <CLI/CLI.hpp>
 
 #include "common/units.h"
+#include "tools/bench/coll_lab_exec.h"
+#include "tools/bench/coll_main.h"
 #include "tools/bench/lab_exec.h"
 #include "tools/bench/transport_bench.h"
 
@@ -53,6 +60,8 @@ int run_cli(int argc, char** argv) {
   transport->require_subcommand(1);
   transport->footer("transport --lab ...: a lab path, a detwan transfer and iperf3 cubic/bbr "
                     "over it (see `detwan-bench transport --lab --help`)");
+  app.footer("Collectives (nccl-tests style; `detwan-bench allreduce --help`): allreduce "
+             "broadcast reduce allgather reducescatter alltoall sendrecv");
 
   bench::SendOptions send;
   std::string size_text = "1g", message_text = "4m", rate_text, path_rates_text;
@@ -166,7 +175,9 @@ int run_cli(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (wants_lab(argc, argv)) return bench::exec_lab(argc, argv);
+  if (bench::wants_collective_lab(argc, argv)) return bench::exec_collective_lab(argc, argv);
   try {
+    if (bench::is_collective_command(argc, argv)) return bench::run_collective_command(argc, argv);
     return run_cli(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "detwan-bench: %s\n", e.what());

@@ -149,7 +149,10 @@ detwanResult_t detwanUniqueIdFromString(const char* spec, detwanUniqueId* id);
 detwanResult_t detwanCommInitRank(detwanComm_t* comm, int nranks, detwanUniqueId id, int rank);
 detwanResult_t detwanCommInitRankConfig(detwanComm_t* comm, int nranks, detwanUniqueId id,
                                         int rank, const detwanConfig_t* config);
-/* Waits for pending operations, closes the channels, frees the communicator. */
+/* Collective (every rank calls it): waits for pending operations and for every rank to reach
+ * destroy (so no rank's close cuts off a peer's last operation), closes the channels, frees the
+ * communicator. On a communicator in error it only closes and frees. Returns detwanSuccess
+ * once freed, also when a peer failed or left. */
 detwanResult_t detwanCommDestroy(detwanComm_t comm);
 /* Fails pending operations with detwanAborted at once, closes the channels, frees. */
 detwanResult_t detwanCommAbort(detwanComm_t comm);

@@ -1,0 +1,124 @@
+#pragma once
+// Private building blocks of the algorithms in collectives/algo/ (not installed, not part of
+// the contract in algorithms.h).
+//
+// SendQueue: the zero-copy sends of one operation, in posting order. A send's source must stay
+// unmodified until its acknowledgement, so an algorithm that later overwrites a region it sent
+// calls wait_through(index) first; every algorithm calls wait_all() before returning. Small
+// messages (<= kCopySendMaxBytes) are sent as copies instead: nothing to wait for, so a small
+// allreduce never waits a round trip for an acknowledgement.
+// If a SendQueue is destroyed with sends still pending (an error path), it aborts the Peers
+// (the communicator is unusable after a failed collective anyway) and waits for the pending
+// sends, so the transport never reads the caller's buffer after the call has returned.
+//
+// RecvQueue: receives from one peer, posted ahead (expect) and consumed in order (next), each
+// checked against the size the plan expects.
+//
+// Threading: the executor thread of one communicator only.
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <vector>
+
+#include "collectives/algo/algorithms.h"
+
+namespace detwan::collectives::algo::detail {
+
+// Messages up to this size are copied (Peers::send_copy) rather than sent zero-copy.
+inline constexpr size_t kCopySendMaxBytes = size_t{64} << 10;
+// Receives posted ahead of the one being waited for, per peer.
+inline constexpr size_t kRecvWindow = 16;
+// Returned by SendQueue::post for a copied send: there is nothing to wait for.
+inline constexpr size_t kNoWait = SIZE_MAX;
+
+inline std::byte* as_bytes(void* p) { return static_cast<std::byte*>(p); }
+inline const std::byte* as_bytes(const void* p) { return static_cast<const std::byte*>(p); }
+
+// Effective chunk size in whole elements (>= 1).
+[[nodiscard]] size_t chunk_elems(const OpContext& ctx, DataType type);
+// Number of chunks of `count` elements (0 for an empty block).
+[[nodiscard]] inline size_t num_chunks(size_t count, size_t chunk) {
+  return (count + chunk - 1) / chunk;
+}
+
+class SendQueue {
+ public:
+  explicit SendQueue(OpContext& ctx) : ctx_(ctx) {}
+  ~SendQueue();
+  SendQueue(const SendQueue&) = delete;
+  SendQueue& operator=(const SendQueue&) = delete;
+
+  // Index of this send for wait_through(), or kNoWait when it was copied.
+  size_t post(int peer, std::span<const std::byte> data);
+  // Waits for every zero-copy send with index <= index (kNoWait: nothing).
+  Result<void> wait_through(size_t index);
+  // Waits for that one send only (kNoWait or already waited: nothing).
+  Result<void> wait_for(size_t index);
+  Result<void> wait_all();
+  // Index the next zero-copy send will get.
+  [[nodiscard]] size_t next_index() const { return first_index_ + pending_.size(); }
+
+ private:
+  OpContext& ctx_;
+  std::deque<PendingSend> pending_;
+  size_t first_index_ = 0;  // index of pending_.front()
+};
+
+class RecvQueue {
+ public:
+  RecvQueue(OpContext& ctx, int peer) : ctx_(ctx), peer_(peer) {}
+
+  // Posts a receive for the next message, expected to be `bytes` long.
+  void expect(size_t bytes);
+  [[nodiscard]] size_t posted() const { return pending_.size(); }
+  // Waits for the oldest posted receive; kInvalidArgument if its size differs from expected.
+  Result<std::vector<std::byte>> next();
+
+ private:
+  OpContext& ctx_;
+  int peer_;
+  std::deque<std::pair<PendingRecv, size_t>> pending_;
+};
+
+// Sends `count` elements at `data` to `peer` as chunk-sized messages (all posted at once);
+// returns the index of the last zero-copy send (kNoWait if none).
+size_t send_chunked(SendQueue& sends, int peer, const std::byte* data, size_t count,
+                    size_t elem_bytes, size_t chunk);
+// Receives `count` elements from `peer` as chunk-sized messages (the matching send_chunked)
+// and calls on_chunk(element_offset, message) for each, in order. on_chunk returns
+// Result<void>; the first error stops the loop.
+template <typename OnChunk>
+Result<void> recv_chunked(OpContext& ctx, int peer, size_t count, size_t elem_bytes,
+                          size_t chunk, OnChunk&& on_chunk) {
+  const size_t chunks = num_chunks(count, chunk);
+  RecvQueue queue(ctx, peer);
+  size_t posted = 0;
+  auto size_of = [&](size_t i) { return std::min(chunk, count - i * chunk) * elem_bytes; };
+  for (size_t i = 0; i < chunks; ++i) {
+    while (posted < chunks && posted < i + kRecvWindow) queue.expect(size_of(posted++));
+    auto message = queue.next();
+    if (!message) return std::unexpected(message.error());
+    if (auto ok = on_chunk(i * chunk, *message); !ok) return ok;
+  }
+  return {};
+}
+
+// The steps [first_step, end_step) of a pipelined ring over `group` (ring order, contains this
+// rank) on `count` elements at `buf`, split into |group| blocks (block_of). Steps 0..g-2 are
+// the reduce-scatter (block i ends reduced at group[i]), steps g-1..2g-3 the allgather. At step
+// s the rank at position p sends block (p-s-1) mod g and receives block (p-s-2) mod g, chunk by
+// chunk; a chunk is forwarded as soon as it has been received, so every step's chunks are in
+// flight together. Sends go through `sends` (the caller waits for them); a region this run
+// overwrites after having sent it is waited for first.
+Result<void> run_ring(OpContext& ctx, std::span<const int> group, std::byte* buf, size_t count,
+                      DataType type, ReduceOp op, int first_step, int end_step,
+                      SendQueue& sends);
+
+// Position of this rank in `group`, or kInvalidArgument naming the group.
+Result<size_t> position_in(const OpContext& ctx, std::span<const int> group);
+
+// Copies send to recv when they differ (the algorithms then run in place on recv).
+void copy_to_recv(const void* send, void* recv, size_t count, DataType type);
+
+}  // namespace detwan::collectives::algo::detail

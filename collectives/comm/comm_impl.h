@@ -1,0 +1,101 @@
+#pragma once
+// Private to collectives/comm: the communicator's state (Communicator::Impl), Request::State
+// and the setup helpers shared by create() and split().
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "collectives/comm/bootstrap.h"
+#include "collectives/comm/communicator.h"
+#include "collectives/comm/executor.h"
+#include "collectives/net/peers.h"
+#include "collectives/topology/cost_model.h"
+#include "collectives/topology/topology.h"
+#include "transport/transport.h"
+
+namespace detwan::collectives {
+
+struct Request::State {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  std::optional<Result<void>> result;
+
+  void complete(Result<void> result);
+  std::optional<Result<void>> wait(int64_t timeout_ns);  // < 0: forever; nullopt: not yet
+};
+
+// Intra-site link assumed by the cost model (not measured): 20 us per message (shm/tcp
+// software cost + wake-up), 10 Gbit/s per channel (a memory copy through a ring or loopback
+// TCP, conservatively).
+inline constexpr int64_t kIntraAlphaNs = 20'000;
+inline constexpr int64_t kIntraRateBps = 10'000'000'000;
+// Inter-site rate assumed when the tunnel is best effort (wan_rate_bps = 0): 1 Gbit/s.
+inline constexpr int64_t kBestEffortWanRateBps = 1'000'000'000;
+// finalize()'s barrier waits at most this long for the other ranks.
+inline constexpr int64_t kFinalizeTimeoutNs = 30'000'000'000;
+
+struct Communicator::Impl {
+  int rank = 0;
+  int size = 1;
+  CommConfig config;
+  std::string listen_host;  // the host the endpoints listen on (children inherit it)
+  Topology topology;
+  NetworkModel model;
+  // Destruction order matters: executor (joins) before peers (closes channels) before the
+  // endpoints (their progress threads drive the channels).
+  std::unique_ptr<transport::Endpoint> intra_endpoint;
+  std::unique_ptr<transport::Endpoint> inter_endpoint;
+  std::unique_ptr<Peers> peers;
+
+  std::atomic<int64_t> timeout_ns{0};
+  std::atomic<bool> aborted{false};
+  std::atomic<bool> finalized{false};
+  mutable std::mutex error_mutex;
+  std::optional<AsyncError> error;
+  mutable std::mutex plan_mutex;
+  mutable std::set<std::pair<int, int>> logged_plans;  // (collective, algorithm) logged once
+
+  std::unique_ptr<Executor> executor;  // last member: destroyed first
+
+  // Executor thread: runs one operation or group (see executor.cc).
+  Result<void> run_ops(std::span<const OpDesc> ops, int64_t timeout_ns);
+  // Records the first failure as the communicator's async error; returns the error every
+  // operation from now on fails with.
+  Error fail(const Error& error);
+  [[nodiscard]] std::optional<Error> current_error() const;
+  // The plan for a collective of `bytes`; logs each (collective, algorithm) the first time.
+  [[nodiscard]] Plan plan_for(Collective collective, int64_t bytes, bool log) const;
+  // Queues a task on the executor; the returned Request completes with its result.
+  Request post(Executor::Task task);
+  // Waits (on the executor, after everything queued) for the copied sends' acknowledgements.
+  Result<void> executor_flush();
+};
+
+// Setup (setup.cc): endpoints, bootstrap exchange of addresses, topology, mesh, network model.
+// `nranks`/`rank` are this communicator's; the bootstrap must serve exactly that exchange.
+Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootstrap, int rank,
+                                                               int nranks,
+                                                               const CommConfig& config);
+
+// Escaped text of one rank's bootstrap blob: fields joined by '|', '\' escapes '|' and '\'.
+std::string encode_fields(const std::vector<std::string>& fields);
+Result<std::vector<std::string>> decode_fields(std::string_view text);
+
+// Every rank's blob (index = rank) over an existing communicator's Peers: all-gather of the
+// sizes, then of the blobs padded to the largest. Executor thread of that communicator.
+Result<std::vector<std::string>> all_gather_blobs(Peers& peers, const Topology& topology,
+                                                  const std::string& mine, Deadline deadline);
+
+// "64 MiB", "12 KiB", "8 B"; "2.9 s", "14 ms", "35 us" (plan logs).
+std::string human_bytes(int64_t bytes);
+std::string human_ns(double ns);
+
+}  // namespace detwan::collectives

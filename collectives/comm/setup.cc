@@ -1,0 +1,329 @@
+// Communicator setup: endpoints, the bootstrap exchange of (site, addresses), topology, the
+// channel mesh and the network model the cost model plans with.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "collectives/algo/algorithms.h"
+#include "collectives/comm/comm_impl.h"
+#include "collectives/net/mesh.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/units.h"
+#include "transport/registry.h"
+
+namespace detwan::collectives {
+namespace {
+
+constexpr int kRttSamples = 5;
+
+int64_t now_ns() { return common::MonotonicClock().now_ns(); }
+
+// Backends addressed by name only (shm, loopback) listen on ""; socket backends on host:0.
+std::string listen_address(const std::string& backend, const std::string& host) {
+  if (backend == "shm" || backend == "loopback") return "";
+  return host + ":0";
+}
+
+Result<std::unique_ptr<transport::Endpoint>> open_endpoint(const std::string& role,
+                                                           const std::string& backend,
+                                                           const transport::ChannelOptions& accept,
+                                                           const std::string& backend_config) {
+  transport::EndpointOptions options;
+  options.accept_options = accept;
+  options.backend_config = backend_config;
+  auto endpoint = transport::make_endpoint(backend, options);
+  if (!endpoint) {
+    return make_error(endpoint.error().code, fmt::format("{} backend '{}': {}", role, backend,
+                                                         endpoint.error().message));
+  }
+  return endpoint;
+}
+
+// Lowest rank of each site pings the lowest rank of every later site, pairs in one global
+// order (so no two ranks wait on each other); the RTTs are all-gathered so that every rank
+// builds the same model from the same numbers.
+Result<std::vector<std::vector<int64_t>>> measure_site_rtts(Peers& peers,
+                                                            const Topology& topology,
+                                                            Deadline deadline) {
+  const int sites = topology.num_sites();
+  const int me = peers.rank();
+  std::vector<int64_t> mine(sites, 0);
+  std::array<std::byte, 8> ping{};
+  for (int s = 0; s < sites; ++s) {
+    for (int t = s + 1; t < sites; ++t) {
+      const int a = topology.ranks_of_site(s).front();
+      const int b = topology.ranks_of_site(t).front();
+      if (me != a && me != b) continue;
+      int64_t best = std::numeric_limits<int64_t>::max();
+      for (int i = 0; i < kRttSamples; ++i) {
+        if (me == a) {
+          const int64_t start = now_ns();
+          auto sent = peers.send(b, ping);
+          if (auto ok = peers.recv_into(b, ping, deadline); !ok) return std::unexpected(ok.error());
+          if (auto ok = peers.wait(sent, deadline); !ok) return std::unexpected(ok.error());
+          best = std::min(best, now_ns() - start);
+        } else {
+          if (auto ok = peers.recv_into(a, ping, deadline); !ok) return std::unexpected(ok.error());
+          auto sent = peers.send(a, ping);
+          if (auto ok = peers.wait(sent, deadline); !ok) return std::unexpected(ok.error());
+        }
+      }
+      if (me == a) mine[t] = best;
+    }
+  }
+  std::vector<int64_t> all(static_cast<size_t>(sites) * peers.size(), 0);
+  algo::OpContext ctx{peers, topology, deadline, 0};
+  if (auto ok = algo::all_gather(ctx, Algorithm::kRing, mine.data(), all.data(), mine.size(),
+                                 DataType::kInt64);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
+  std::vector<std::vector<int64_t>> rtt(sites, std::vector<int64_t>(sites, 0));
+  for (int s = 0; s < sites; ++s) {
+    const int leader = topology.ranks_of_site(s).front();
+    for (int t = s + 1; t < sites; ++t) {
+      rtt[s][t] = rtt[t][s] = all[static_cast<size_t>(leader) * sites + t];
+    }
+  }
+  return rtt;
+}
+
+Result<NetworkModel> build_model(Peers* peers, const Topology& topology,
+                                 const CommConfig& config, Deadline deadline) {
+  NetworkModel model;
+  model.intra = LinkModel{kIntraAlphaNs, kIntraRateBps};
+  const int sites = topology.num_sites();
+  std::vector<std::vector<int64_t>> rtt(sites, std::vector<int64_t>(sites, config.wan_rtt_ns));
+  if (!config.deterministic && sites > 1 && peers != nullptr) {
+    auto measured = measure_site_rtts(*peers, topology, deadline);
+    if (!measured) return std::unexpected(measured.error());
+    rtt = std::move(*measured);
+  }
+  const int64_t wan_rate = config.wan_rate_bps > 0 ? config.wan_rate_bps : kBestEffortWanRateBps;
+  model.inter.assign(sites, std::vector<LinkModel>(sites));
+  for (int s = 0; s < sites; ++s) {
+    const auto local = static_cast<int64_t>(topology.ranks_of_site(s).size());
+    for (int t = 0; t < sites; ++t) {
+      if (s == t) {
+        model.inter[s][t] = model.intra;
+        continue;
+      }
+      // Every local rank of site s drives its own share of the tunnel in parallel.
+      model.inter[s][t] = LinkModel{std::max<int64_t>(1, rtt[s][t] / 2),
+                                    std::max<int64_t>(1, wan_rate / local)};
+    }
+  }
+  return model;
+}
+
+void log_start(const Communicator::Impl& impl) {
+  auto log = common::logger("collectives");
+  log->info("communicator of {} ranks: {}", impl.size, impl.config.describe());
+  log->info("topology: {}", impl.topology.describe());
+  std::string inter;
+  const int sites = impl.topology.num_sites();
+  for (int s = 0; s < sites; ++s) {
+    for (int t = 0; t < sites; ++t) {
+      if (s == t) continue;
+      const LinkModel& link = impl.model.inter[s][t];
+      inter += fmt::format(" {}->{}: alpha {} rate {}/channel;", impl.topology.site_name(s),
+                           impl.topology.site_name(t), human_ns(static_cast<double>(link.alpha_ns)),
+                           common::format_rate_bps(static_cast<uint64_t>(link.rate_bps)));
+    }
+  }
+  log->info("model: intra alpha {} rate {} (defaults);{}{}{}",
+            human_ns(static_cast<double>(impl.model.intra.alpha_ns)),
+            common::format_rate_bps(static_cast<uint64_t>(impl.model.intra.rate_bps)), inter,
+            sites > 1 ? (impl.config.deterministic ? " inter alpha configured (deterministic)"
+                                                    : " inter alpha = measured RTT / 2")
+                      : " one site",
+            sites > 1 && impl.config.wan_rate_bps <= 0
+                ? "; WAN rate best effort: the model assumes 1gbit per site pair"
+                : "");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootstrap, int rank,
+                                                               int nranks,
+                                                               const CommConfig& config) {
+  if (config.site.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "site: empty site name");
+  }
+  if (config.timeout_ns <= 0 || config.setup_timeout_ns <= 0 || config.peer_timeout_ns <= 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "timeout_ns, setup_timeout_ns and peer_timeout_ns must be > 0");
+  }
+  if (config.wan_rate_bps < 0 || config.chunk_bytes < 0 || config.wan_rtt_ns < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "wan_rate_bps, chunk_bytes and wan_rtt_ns must be >= 0");
+  }
+  auto impl = std::make_unique<Communicator::Impl>();
+  impl->rank = rank;
+  impl->size = nranks;
+  impl->config = config;
+  impl->timeout_ns.store(config.timeout_ns);
+  impl->listen_host = config.listen_host.empty() ? bootstrap.local_host() : config.listen_host;
+  const int64_t deadline_ns = now_ns() + config.setup_timeout_ns;
+
+  transport::ChannelOptions same_site;
+  same_site.peer_timeout_ns = config.peer_timeout_ns;
+  transport::ChannelOptions other_site = same_site;
+  other_site.mtu_bytes = config.mtu_bytes;
+  // Channels the inter endpoint accepts get their options before the topology is known
+  // (transport::EndpointOptions is fixed at creation): assume two sites of equal size for
+  // their rate; the connecting side (options_for below) uses the exact share.
+  transport::ChannelOptions accepted_other = other_site;
+  accepted_other.rate_bps = config.wan_rate_bps / std::max(1, nranks / 2);
+
+  auto intra = open_endpoint("intra", config.intra_backend, same_site,
+                             config.intra_backend_config);
+  if (!intra) return std::unexpected(intra.error());
+  impl->intra_endpoint = std::move(*intra);
+  auto inter = open_endpoint("inter", config.inter_backend, accepted_other,
+                             config.inter_backend_config);
+  if (!inter) return std::unexpected(inter.error());
+  impl->inter_endpoint = std::move(*inter);
+  auto intra_address =
+      impl->intra_endpoint->listen(listen_address(config.intra_backend, impl->listen_host));
+  if (!intra_address) {
+    return make_error(intra_address.error().code,
+                      fmt::format("rank {}: intra endpoint ({}) listen on '{}': {}", rank,
+                                  config.intra_backend, impl->listen_host,
+                                  intra_address.error().message));
+  }
+  auto inter_address =
+      impl->inter_endpoint->listen(listen_address(config.inter_backend, impl->listen_host));
+  if (!inter_address) {
+    return make_error(inter_address.error().code,
+                      fmt::format("rank {}: inter endpoint ({}) listen on '{}': {}", rank,
+                                  config.inter_backend, impl->listen_host,
+                                  inter_address.error().message));
+  }
+
+  auto blobs = bootstrap.exchange(encode_fields({config.site, *intra_address, *inter_address}),
+                                  std::max<int64_t>(1, deadline_ns - now_ns()));
+  if (!blobs) return std::unexpected(blobs.error());
+  if (static_cast<int>(blobs->size()) != nranks) {
+    return make_error(ErrorCode::kInternal,
+                      fmt::format("bootstrap returned {} blobs for {} ranks", blobs->size(),
+                                  nranks));
+  }
+  std::vector<std::string> sites(nranks);
+  std::vector<RankAddresses> addresses(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    auto fields = decode_fields((*blobs)[r]);
+    if (!fields || fields->size() != 3) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("rank {}: malformed bootstrap blob from rank {} ('{}')", rank,
+                                    r, (*blobs)[r]));
+    }
+    sites[r] = (*fields)[0];
+    addresses[r] = RankAddresses{(*fields)[1], (*fields)[2]};
+  }
+  auto topology = Topology::build(sites);
+  if (!topology) return std::unexpected(topology.error());
+  impl->topology = std::move(*topology);
+
+  const Topology& topo = impl->topology;
+  const auto local_ranks =
+      static_cast<int64_t>(topo.ranks_of_site(topo.site_of(rank)).size());
+  auto options_for = [&](int peer) {
+    if (topo.same_site(rank, peer)) return same_site;
+    transport::ChannelOptions options = other_site;
+    options.rate_bps = config.wan_rate_bps / std::max<int64_t>(1, local_ranks);
+    return options;
+  };
+  auto channels = connect_mesh(rank, topo, {impl->intra_endpoint.get(),
+                                            impl->inter_endpoint.get()},
+                               addresses, options_for, std::max<int64_t>(1, deadline_ns - now_ns()));
+  if (!channels) return std::unexpected(channels.error());
+  std::vector<std::string> names(nranks);
+  for (int p = 0; p < nranks; ++p) {
+    names[p] = fmt::format("rank {} (site {})", p, topo.site_name(topo.site_of(p)));
+  }
+  impl->peers = std::make_unique<Peers>(rank, std::move(*channels), std::move(names));
+
+  auto model = build_model(impl->peers.get(), topo, config, Deadline{deadline_ns});
+  if (!model) {
+    return make_error(model.error().code,
+                      fmt::format("rank {}: measuring the network: {}", rank,
+                                  model.error().message));
+  }
+  impl->model = std::move(*model);
+  if (rank == 0) log_start(*impl);
+  impl->executor = std::make_unique<Executor>();
+  return impl;
+}
+
+std::string encode_fields(const std::vector<std::string>& fields) {
+  std::string out;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i > 0) out += '|';
+    for (char c : fields[i]) {
+      if (c == '|' || c == '\\') out += '\\';
+      out += c;
+    }
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> decode_fields(std::string_view text) {
+  std::vector<std::string> fields(1);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\\') {
+      if (i + 1 == text.size()) {
+        return make_error(ErrorCode::kInvalidArgument, "blob ends in a lone escape");
+      }
+      fields.back() += text[++i];
+    } else if (c == '|') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+Result<std::vector<std::string>> all_gather_blobs(Peers& peers, const Topology& topology,
+                                                  const std::string& mine, Deadline deadline) {
+  const int n = peers.size();
+  std::vector<std::string> blobs(n);
+  if (n == 1) {
+    blobs[0] = mine;
+    return blobs;
+  }
+  algo::OpContext ctx{peers, topology, deadline, 0};
+  const auto my_size = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> sizes(n, 0);
+  if (auto ok = algo::all_gather(ctx, Algorithm::kRing, &my_size, sizes.data(), 1,
+                                 DataType::kInt64);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
+  const int64_t padded = std::max<int64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
+  std::vector<char> send(static_cast<size_t>(padded), '\0');
+  std::memcpy(send.data(), mine.data(), mine.size());
+  std::vector<char> all(static_cast<size_t>(padded) * n);
+  if (auto ok = algo::all_gather(ctx, Algorithm::kRing, send.data(), all.data(),
+                                 static_cast<size_t>(padded), DataType::kInt8);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
+  for (int r = 0; r < n; ++r) {
+    if (sizes[r] < 0 || sizes[r] > padded) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("rank {} announced a blob of {} bytes", r, sizes[r]));
+    }
+    blobs[r].assign(all.data() + static_cast<size_t>(r) * padded, static_cast<size_t>(sizes[r]));
+  }
+  return blobs;
+}
+
+}  // namespace detwan::collectives

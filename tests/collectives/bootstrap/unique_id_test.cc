@@ -1,0 +1,100 @@
+// UniqueId: spec validation, the 128-byte form, and a root it creates serving a real exchange.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "collectives/comm/communicator.h"
+#include "tests/collectives/bootstrap/bootstrap_util.h"
+
+namespace detwan::collectives {
+namespace {
+
+using testing::kSecondNs;
+using Bytes = std::array<char, kUniqueIdBytes>;
+
+TEST(UniqueId, CreateRootRoundTripsThroughBytesAndServesAnExchange) {
+  auto id = UniqueId::create_root("127.0.0.1", 20 * kSecondNs);
+  ASSERT_TRUE(id.has_value()) << id.error().message;
+  EXPECT_TRUE(id->to_string().starts_with("tcp://127.0.0.1:")) << id->to_string();
+  const Bytes bytes = id->to_bytes();
+  auto back = UniqueId::from_bytes(bytes);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(back->to_string(), id->to_string());
+  EXPECT_EQ(back->to_bytes(), bytes);
+
+  auto results = testing::on_threads<Result<std::vector<std::string>>>(3, [&](int rank) {
+    return testing::join_and_exchange(back->to_string(), rank, 3, 20 * kSecondNs);
+  });
+  for (const auto& result : results) {
+    ASSERT_TRUE(result.has_value()) << result.error().message;
+    EXPECT_EQ(*result, testing::expected_blobs(3));
+  }
+}
+
+TEST(UniqueId, CreateRootPicksAHostByItself) {
+  auto id = UniqueId::create_root("", kSecondNs / 10);
+  ASSERT_TRUE(id.has_value()) << id.error().message;
+  auto parsed = UniqueId::from_string(id->to_string());
+  EXPECT_TRUE(parsed.has_value());
+}
+
+TEST(UniqueId, FromStringAcceptsAndNormalises) {
+  for (const std::string& spec : std::vector<std::string>{
+           "tcp://10.0.0.1:5000", "tcp://10.0.0.1:5000#a1b2", "tcp://[::1]:29500#ff",
+           "tcp://master-0.local:1", "file:///tmp", "file:///shared/job7#0123456789abcdef"}) {
+    auto id = UniqueId::from_string(spec);
+    ASSERT_TRUE(id.has_value()) << spec << ": " << id.error().message;
+    EXPECT_EQ(id->to_string(), spec);
+    auto back = UniqueId::from_bytes(id->to_bytes());
+    ASSERT_TRUE(back.has_value()) << spec;
+    EXPECT_EQ(back->to_string(), spec);
+  }
+  auto upper = UniqueId::from_string("file:///tmp/x/#ABCD");
+  ASSERT_TRUE(upper.has_value());
+  EXPECT_EQ(upper->to_string(), "file:///tmp/x#abcd");
+}
+
+TEST(UniqueId, FromStringRejects) {
+  for (const std::string& spec : std::vector<std::string>{
+           "", "udp://1.2.3.4:5", "tcp://", "tcp://host", "tcp://:5000", "tcp://host:0",
+           "tcp://host:65536", "tcp://host:12ab", "tcp://::1:5000", "tcp://host:5000#",
+           "tcp://host:5000#xyz", "tcp://ho st:5000", "file://relative", "file:///tmp#",
+           "tcp://h:1#" + std::string(65, 'a'), "file:///" + std::string(130, 'd')}) {
+    auto id = UniqueId::from_string(spec);
+    EXPECT_FALSE(id.has_value()) << spec;
+    if (!id) {
+      EXPECT_EQ(id.error().code, ErrorCode::kInvalidArgument) << spec;
+    }
+  }
+}
+
+TEST(UniqueId, GarbageBytesAreRejected) {
+  std::mt19937 random(7);
+  for (int trial = 0; trial < 100; ++trial) {
+    Bytes bytes{};
+    for (char& c : bytes) c = static_cast<char>(random());
+    auto id = UniqueId::from_bytes(bytes);
+    ASSERT_FALSE(id.has_value());
+    EXPECT_EQ(id.error().message, "bad unique id (no magic)");
+  }
+  const Bytes good = UniqueId::from_string("tcp://10.0.0.1:5000#ab")->to_bytes();
+  auto corrupt = [&](size_t at, char value) {
+    Bytes bytes = good;
+    bytes[at] = value;
+    auto id = UniqueId::from_bytes(bytes);
+    EXPECT_FALSE(id.has_value()) << "byte " << at;
+    return id ? std::string() : id.error().message;
+  };
+  EXPECT_NE(corrupt(4, 9).find("version 9"), std::string::npos);
+  EXPECT_NE(corrupt(5, 0).find("spec length 0"), std::string::npos);
+  EXPECT_NE(corrupt(5, 127).find("spec length"), std::string::npos);
+  EXPECT_NE(corrupt(100, 'x').find("garbage after the spec"), std::string::npos);
+  EXPECT_NE(corrupt(6, 'u').find("bad unique id"), std::string::npos);  // "ucp://..."
+  EXPECT_EQ(UniqueId::from_bytes(Bytes{}).error().message, "bad unique id (no magic)");
+}
+
+}  // namespace
+}  // namespace detwan::collectives

@@ -1,0 +1,151 @@
+// The C++ API: the network model every rank plans with is the same on every rank (measured
+// mode), and in deterministic mode is the configured one exactly; plans agree across ranks.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "collectives/comm/communicator.h"
+#include "tests/collectives/comm/comm_util.h"
+
+namespace detwan::collectives::testing {
+namespace {
+
+// The communicators of one job. Destroying one finalizes it, which is collective (every rank
+// must get there), so they are destroyed together, each on its own thread.
+struct Comms {
+  std::vector<std::unique_ptr<Communicator>> list;
+  explicit Comms(size_t n) : list(n) {}
+  Comms(Comms&&) = default;
+  ~Comms() {
+    std::vector<std::thread> threads;
+    for (auto& comm : list) {
+      if (comm) threads.emplace_back([&comm] { comm.reset(); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  [[nodiscard]] size_t size() const { return list.size(); }
+  std::unique_ptr<Communicator>& operator[](size_t i) { return list[i]; }
+  auto begin() { return list.begin(); }
+  auto end() { return list.end(); }
+};
+
+Comms make_comms(const std::vector<std::string>& sites, const CommConfig& base) {
+  const int n = static_cast<int>(sites.size());
+  auto id = UniqueId::create_root("127.0.0.1", 60'000'000'000);
+  EXPECT_TRUE(id) << id.error().message;
+  Comms comms(n);
+  if (!id) return comms;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      CommConfig config = base;
+      config.site = sites[r];
+      auto comm = Communicator::create(*id, r, n, config);
+      EXPECT_TRUE(comm) << "rank " << r << ": " << comm.error().message;
+      if (comm) comms[r] = std::move(*comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return comms;
+}
+
+CommConfig test_config() {
+  CommConfig config;
+  config.intra_backend = "tcp";
+  config.inter_backend = "loopback";
+  config.listen_host = "127.0.0.1";
+  config.wan_rate_bps = 200'000'000;
+  config.timeout_ns = 30'000'000'000;
+  return config;
+}
+
+TEST(CommModel, DeterministicModelIsTheConfiguredOne) {
+  CommConfig config = test_config();
+  config.deterministic = true;
+  config.wan_rtt_ns = 20'000'000;
+  auto comms = make_comms({"a", "a", "b", "b"}, config);
+  for (const auto& comm : comms) {
+    ASSERT_NE(comm, nullptr);
+    const NetworkModel& model = comm->network_model();
+    ASSERT_EQ(model.inter.size(), 2u);
+    EXPECT_EQ(model.inter[0][1].alpha_ns, 10'000'000);
+    EXPECT_EQ(model.inter[1][0].alpha_ns, 10'000'000);
+    EXPECT_EQ(model.inter[0][1].rate_bps, 100'000'000);  // 200mbit shared by 2 local ranks
+    EXPECT_EQ(model.intra.alpha_ns, 20'000);
+    EXPECT_EQ(comm->topology().num_sites(), 2);
+    EXPECT_EQ(comm->topology().site_of(comm->rank()), comm->rank() < 2 ? 0 : 1);
+  }
+}
+
+TEST(CommModel, MeasuredModelIsTheSameOnEveryRank) {
+  auto comms = make_comms({"a", "a", "b", "c"}, test_config());
+  ASSERT_EQ(comms.size(), 4u);
+  for (const auto& comm : comms) ASSERT_NE(comm, nullptr);
+  const NetworkModel& first = comms[0]->network_model();
+  ASSERT_EQ(first.inter.size(), 3u);
+  for (int s = 0; s < 3; ++s) {
+    for (int t = 0; t < 3; ++t) {
+      if (s != t) {
+        EXPECT_GT(first.inter[s][t].alpha_ns, 0) << s << "->" << t;
+      }
+    }
+  }
+  EXPECT_EQ(first.inter[0][1].rate_bps, 100'000'000);  // site a has 2 ranks
+  EXPECT_EQ(first.inter[1][0].rate_bps, 200'000'000);  // site b has 1
+  for (const auto& comm : comms) {
+    const NetworkModel& model = comm->network_model();
+    for (int s = 0; s < 3; ++s) {
+      for (int t = 0; t < 3; ++t) {
+        EXPECT_EQ(model.inter[s][t].alpha_ns, first.inter[s][t].alpha_ns);
+        EXPECT_EQ(model.inter[s][t].rate_bps, first.inter[s][t].rate_bps);
+      }
+    }
+    // ... so every rank picks the same plan for every size
+    for (int64_t bytes : {int64_t{8}, int64_t{1} << 20, int64_t{64} << 20}) {
+      const Plan mine = comm->plan_for(Collective::kAllReduce, bytes);
+      const Plan theirs = comms[0]->plan_for(Collective::kAllReduce, bytes);
+      EXPECT_EQ(mine.algorithm, theirs.algorithm);
+      EXPECT_EQ(mine.chunk_bytes, theirs.chunk_bytes);
+    }
+  }
+  // the C++ blocking API over the same communicators
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<int32_t> data(100, r);
+      auto ok = comms[r]->all_reduce(data.data(), data.data(), data.size(), DataType::kInt32,
+                                     ReduceOp::kSum);
+      EXPECT_TRUE(ok) << ok.error().message;
+      EXPECT_EQ(data[99], 6);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(CommModel, ValidateNamesTheArgument) {
+  auto comms = make_comms({"a"}, test_config());
+  ASSERT_NE(comms[0], nullptr);
+  OpDesc op;
+  op.collective = Collective::kBroadcast;
+  op.count = 4;
+  op.root = 3;
+  auto bad_root = comms[0]->validate(op);
+  ASSERT_FALSE(bad_root);
+  EXPECT_EQ(bad_root.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad_root.error().message.find("root 3"), std::string::npos);
+  op.root = 0;
+  op.type = static_cast<DataType>(42);
+  auto bad_type = comms[0]->validate(op);
+  ASSERT_FALSE(bad_type);
+  EXPECT_NE(bad_type.error().message.find("datatype"), std::string::npos);
+  // one rank: a collective is a copy
+  std::vector<double> in(5, 2.5);
+  std::vector<double> out(5, 0);
+  ASSERT_TRUE(comms[0]->all_reduce(in.data(), out.data(), 5, DataType::kFloat64, ReduceOp::kAvg));
+  EXPECT_EQ(out[4], 2.5);
+}
+
+}  // namespace
+}  // namespace detwan::collectives::testing

@@ -1,0 +1,289 @@
+"""detwan collectives over the lab: `detwan-bench COLLECTIVE --lab ...` execs
+`python3 -m lab.collectives COLLECTIVE ...` (this module).
+
+It brings up a lab of --sites sites whose every WAN path runs detwan-wanem with delay = RTT/2
+each way, the loss, the rate and a drop-tail queue of max(BDP, 128 KiB) (transport.wan_spec),
+or with --no-setup reuses the lab that is up. It then starts --ranks-per-site ranks in each
+site's host namespace (`tools/testbed exec SITE -- detwan-bench COLLECTIVE --rank R --nranks N
+--id tcp://<site a's best-effort address>:PORT --site SITE --wan-rate RATE ...`; ranks are
+numbered site by site, rank 0 in site a hosts the rendezvous), and forwards rank 0's report:
+the nccl-tests table as it streams, or (--json) its JSON object with "path" (rate_bps, rtt_ns,
+loss) and "lab" added. When a rank fails the others get a short grace period to report, then
+every rank is stopped; so is everything on a timeout or SIGINT/SIGTERM/SIGHUP, and a lab this
+run brought up is always torn down (one it found running is left as it was).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from lab import measure
+from lab.transport import BenchError, _arg, bench_binary, spec_values, stop, wan_spec
+from lab.units import parse_duration_ns, parse_fraction, parse_rate_bps, parse_size_bytes
+
+PROG = "detwan-bench COLLECTIVE --lab"
+COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall",
+               "sendrecv")
+MIN_QUEUE_BYTES = 128 * 1024
+GRACE_S = 5.0
+SCHEMA = "detwan-bench-collective"
+
+# Options handed to every rank unchanged: (flags, argparse keyword arguments).
+PASS_THROUGH = [
+    (("-b", "--minbytes"), {}), (("-e", "--maxbytes"), {}), (("-f", "--stepfactor"), {}),
+    (("-i", "--stepbytes"), {}), (("-d", "--datatype"), {}), (("-o", "--op"), {}),
+    (("-r", "--root"), {}), (("-n", "--iters"), {}), (("-w", "--warmup_iters"), {}),
+    (("-c", "--check"), {}), (("-a", "--algo"), {}), (("--chunk",), {}),
+    (("--op-timeout",), {}), (("--intra-backend",), {}), (("--inter-backend",), {}),
+]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"[collectives] {msg}", file=sys.stderr, flush=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                allow_abbrev=False)
+    p.add_argument("collective", choices=COLLECTIVES)
+    p.add_argument("--sites", type=int, default=2, help="lab sites, 2..4 (default 2)")
+    p.add_argument("--ranks-per-site", type=int, default=2, help="ranks in each site (default 2)")
+    p.add_argument("--rate", type=_arg(parse_rate_bps), default=parse_rate_bps("200mbit"),
+                   help="rate of every WAN path (default 200mbit)")
+    p.add_argument("--rtt", type=_arg(parse_duration_ns), default=parse_duration_ns("20ms"),
+                   help="round-trip time (delay = rtt/2 each way; default 20ms)")
+    p.add_argument("--loss", type=_arg(parse_fraction), default=0.0,
+                   help="random loss each way, e.g. 0.1%%")
+    p.add_argument("--queue", type=_arg(parse_size_bytes),
+                   help="emulator queue (default max(BDP, 128k))")
+    p.add_argument("--wan-rate", type=_arg(parse_rate_bps),
+                   help="detwan's reserved rate per site pair and direction (default: the path "
+                   "rate)")
+    p.add_argument("--best-effort", action="store_true",
+                   help="give the library no reserved rate (--wan-rate 0)")
+    p.add_argument("--port", type=int, default=5500, help="rendezvous port of rank 0")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds for the whole run")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-setup", action="store_true", help="use the lab that is up (else fail)")
+    p.add_argument("--build-dir")
+    p.add_argument("--bench-binary")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--deterministic", action="store_true", help="passed to every rank")
+    g = p.add_argument_group("passed to every rank (see `detwan-bench COLLECTIVE --help`)")
+    for flags, kwargs in PASS_THROUGH:
+        g.add_argument(*flags, dest="pt_" + flags[-1].lstrip("-").replace("-", "_"), **kwargs)
+    return p
+
+
+def pass_through(args) -> list[str]:
+    out = []
+    for flags, _ in PASS_THROUGH:
+        value = getattr(args, "pt_" + flags[-1].lstrip("-").replace("-", "_"))
+        if value is not None:
+            out += [flags[-1], str(value)]
+    if args.deterministic:
+        out.append("--deterministic")
+    return out
+
+
+def rank_plan(st: dict, nsites: int, per_site: int) -> list[dict]:
+    """Rank r runs in site r // per_site; sites a, b, ... of the lab's site list."""
+    sites = sorted(st["sites"], key=lambda s: s["index"])
+    if len(sites) < nsites:
+        raise BenchError(f"the lab has {len(sites)} sites; --sites {nsites} needs more")
+    return [{"rank": s * per_site + j, "site": sites[s]} for s in range(nsites)
+            for j in range(per_site)]
+
+
+def rank_command(args, binary: str, plan: list[dict], entry: dict, wan_rate_bps: int,
+                 json_out: bool) -> list[str]:
+    root_addr = plan[0]["site"]["best_effort_addr"]
+    argv = [binary, args.collective, "--rank", str(entry["rank"]), "--nranks", str(len(plan)),
+            "--id", f"tcp://{root_addr}:{args.port}", "--site", entry["site"]["name"],
+            "--wan-rate", f"{wan_rate_bps}bit", *pass_through(args)]
+    if json_out:
+        argv.append("--json")
+    return [str(measure.TESTBED), "exec", entry["site"]["name"], "--", *argv]
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(f"signal {signum}")
+
+
+def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int,
+              rtt_ns: int) -> tuple[str, list, str]:
+    """Starts every rank, forwards (table) or collects (JSON) rank 0's stdout, stops every rank
+    on failure, timeout or signal. Returns (rank 0's stdout, exit statuses, error or "")."""
+    # The path's RTT for the cost model of --deterministic (which must not measure it).
+    env = dict(os.environ)
+    env.setdefault("DETWAN_WAN_RTT", f"{max(rtt_ns // 1000, 1)}us")
+    procs, logs = [], []
+    out = b""
+    error = ""
+    saved = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        for entry in plan:
+            cmd = rank_command(args, binary, plan, entry, wan_rate_bps,
+                               args.json or entry["rank"] != 0)
+            err = tempfile.TemporaryFile()
+            logs.append(err)
+            procs.append(subprocess.Popen(
+                cmd, stdout=subprocess.PIPE if entry["rank"] == 0 else subprocess.DEVNULL,
+                stderr=err, stdin=subprocess.DEVNULL, env=env))
+        first = rank_command(args, binary, plan, plan[0], wan_rate_bps, args.json)
+        log(f"{len(procs)} ranks, rank 0: {' '.join(first[4:])}")
+        deadline = time.monotonic() + args.timeout
+        failed_at = None
+        fd = procs[0].stdout.fileno()
+        open_out = True
+        while True:
+            if open_out:
+                ready, _, _ = select.select([fd], [], [], 0.2)
+                if ready:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        open_out = False
+                    elif args.json:
+                        out += chunk
+                    else:
+                        sys.stdout.buffer.write(chunk)
+                        sys.stdout.flush()
+            else:
+                time.sleep(0.2)
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes) and not open_out:
+                break
+            now = time.monotonic()
+            if failed_at is None and any(c not in (None, 0) for c in codes):
+                failed_at = now
+            if failed_at is not None and now - failed_at > GRACE_S:
+                if any(c is None for c in codes):
+                    error = error or "a rank failed: stopped the others"
+                for p in procs:
+                    stop(p)
+            if now > deadline:
+                error = f"timed out after {args.timeout:g} s: stopped every rank"
+                for p in procs:
+                    stop(p)
+                deadline = float("inf")
+    finally:
+        for p in procs:
+            stop(p)
+        for s, h in saved.items():
+            signal.signal(s, h)
+    codes = [p.returncode for p in procs]
+    for entry, code, err in zip(plan, codes, logs):
+        err.seek(0)
+        text = err.read().decode(errors="replace").strip()
+        err.close()
+        if code != 0 or text:
+            sys.stderr.write(f"--- rank {entry['rank']} (site {entry['site']['name']}, "
+                             f"exit {code}) ---\n{text[-4000:]}\n")
+    return out.decode(errors="replace"), codes, error
+
+
+def lab_header(args, path: dict, reused: bool, nranks: int) -> str:
+    return (f"# lab: {args.sites} sites x {args.ranks_per_site} ranks ({nranks}), WAN path "
+            f"'{path['spec']}' ({'reused' if reused else 'own'} lab)\n")
+
+
+def run(args, binary: str, st: dict, path: dict, reused: bool) -> int:
+    plan = rank_plan(st, args.sites, args.ranks_per_site)
+    wan_rate = 0 if args.best_effort else (args.wan_rate or path["rate_bps"])
+    if not args.json:
+        sys.stdout.write(lab_header(args, path, reused, len(plan)))
+        sys.stdout.flush()
+    out, codes, error = run_ranks(args, binary, plan, wan_rate, path["rtt_ns"])
+    failures = [f"rank {e['rank']} exited {c}" for e, c in zip(plan, codes) if c != 0]
+    path_doc = {"rate_bps": path["rate_bps"], "rtt_ns": path["rtt_ns"], "loss": path["loss"]}
+    lab_doc = {"reused": reused, "spec": path["spec"], "sites": args.sites,
+               "ranks_per_site": args.ranks_per_site, "detwan_wan_rate_bps": wan_rate}
+    if args.json:
+        try:
+            doc = json.loads(out)
+        except json.JSONDecodeError:
+            doc = {"schema": SCHEMA, "version": 1, "collective": args.collective,
+                   "nranks": len(plan), "rows": [],
+                   "error": "rank 0 printed no report" + (f" ({', '.join(failures)})"
+                                                          if failures else "")}
+        doc["path"] = path_doc
+        doc["lab"] = lab_doc
+        if error and not doc.get("error"):
+            doc["error"] = error
+        print(json.dumps(doc, indent=2))
+    elif error:
+        print(f"# error: {error}")
+    if error:
+        log(error)
+    if failures:
+        log(", ".join(failures))
+    return 0 if not failures and not error else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.build_dir:
+        os.environ["DETWAN_BUILD_DIR"] = str(pathlib.Path(args.build_dir).resolve())
+    try:
+        if args.ranks_per_site < 1:
+            raise BenchError("--ranks-per-site must be >= 1")
+        binary = bench_binary(args.bench_binary)
+        if os.geteuid() != 0:
+            raise BenchError("must run as root (network namespaces)")
+        existing = measure.lab_present()
+        if existing or args.no_setup:
+            if not existing:
+                raise BenchError("--no-setup: no lab is up (tools/testbed up ...)")
+            if not args.no_setup:
+                raise BenchError(f"a lab is already up ({existing}): pass --no-setup to use it, "
+                                 "or run tools/testbed down")
+            res = subprocess.run([str(measure.TESTBED), "status", "--json"], capture_output=True,
+                                 text=True, timeout=60)
+            if res.returncode != 0:
+                raise BenchError(f"the running lab is not healthy: {res.stderr.strip()}")
+            st = json.loads(res.stdout)
+            spec = st["paths"][0]["spec"]
+            path = spec_values(spec)
+            path["spec"] = spec
+            log(f"using the running lab ({existing}): '{spec}'")
+            return run(args, binary, st, path, reused=True)
+        if not 2 <= args.sites <= 4:
+            raise BenchError(f"--sites {args.sites}: the lab has 2..4 sites")
+        bdp = int(args.rate * args.rtt / 8e9)
+        queue = args.queue or max(bdp, MIN_QUEUE_BYTES)
+        spec = wan_spec(args.rate, args.rtt, args.loss, queue)
+        up = ["--sites", str(args.sites), "--wan", spec, "--seed", str(args.seed)]
+        if args.build_dir:
+            up += ["--build-dir", args.build_dir]
+        log(f"tools/testbed up {' '.join(up)}")
+        with measure.own_lab(*up) as st:
+            path = {"rate_bps": args.rate, "rtt_ns": args.rtt, "loss": args.loss, "spec": spec}
+            status = run(args, binary, st, path, reused=False)
+        log("lab removed")
+        return status
+    except (BenchError, RuntimeError, subprocess.TimeoutExpired, Interrupted,
+            measure._Terminated) as e:  # noqa: SLF001 - own_lab's signal exception
+        print(f"{PROG}: {e}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"schema": SCHEMA, "version": 1, "collective": args.collective,
+                              "rows": [], "path": None, "error": str(e)}))
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,692 @@
+"""detwan vs gloo vs Open MPI allreduce over the same lab path (tools/bench/compare-allreduce).
+
+One 2-site lab (per loss level: the lab is re-created with that loss, so every tool of that loss
+level sees the identical path spec), N ranks per site. For each loss level detwan runs once per
+size (`detwan-bench allreduce --lab --no-setup ...`; detwan does not use kernel TCP, so its
+figure is reported in every congestion-control row of that loss, with "detwan_cc": "n/a
+(not TCP)"); then for each TCP congestion control (set as the default of every host namespace
+with `sysctl net.ipv4.tcp_congestion_control`, read back, and checked on the live sockets with
+`ss -ti` while the baselines run) gloo (tools/bench/baselines/gloo-allreduce, tcp transport,
+FileStore rendezvous in a fresh directory) and Open MPI (mpi-allreduce under mpirun, btl
+tcp,self) run the same sweep over the same path.
+
+Open MPI across the lab's namespaces: mpirun runs in the first site's host namespace and starts
+the other site's daemon through `--mca plm_rsh_agent <script>`, which maps the site's host
+address to its namespace (`ip netns exec NS sh -c "<orted command>"`). Open MPI 4.1's btl tcp
+keeps ONE IPv4 address per interface and publishes the last one the kernel lists: a lab host
+interface carries its best-effort /24 address and its tunnel /32 address, so it publishes the
+tunnel address, and every inbound connection (whose source is the best-effort address) is
+dropped ("inbound MPI TCP connection ... from an IP address that is unexpected"). The tunnel
+address is idle in a lab without --dataplane (this one), so it is removed from the host
+interfaces for the MPI runs and put back afterwards ("mpi_workaround" in the JSON).
+
+bound_time_s (2 sites): each direction of the WAN must carry the full buffer once, so an
+allreduce of S bytes cannot finish before S * 8 / rate seconds.
+
+Every run is bounded by --timeout-per-run (killed and reported as null with the reason);
+everything started here is stopped and the lab and the store directories removed, also on
+failure and on SIGINT/SIGTERM/SIGHUP.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pathlib
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# A lab of its own (its own namespace prefix and run directory) unless the caller chose one:
+# the lab tests refuse to run while a default-prefix lab is up, and other users of the machine
+# may have one.
+os.environ.setdefault("DETWAN_TESTBED_PREFIX", "dwcp-")
+os.environ.setdefault("DETWAN_TESTBED_RUN_DIR", "/run/detwan-testbed-cp")
+
+from lab import measure, wanem  # noqa: E402
+from lab.transport import MIN_QUEUE_BYTES, wan_spec  # noqa: E402
+from lab.units import (format_rate, parse_duration_ns, parse_fraction, parse_rate_bps,  # noqa: E402
+                       parse_size_bytes)
+
+PROG = "compare-allreduce"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+GLOO_BINARY = "tools/bench/baselines/gloo-allreduce"
+MPI_BINARY = "tools/bench/baselines/mpi-allreduce"
+BENCH_BINARY = "tools/bench/detwan-bench"
+BOUND_FORMULA = ("bound_time_s = size_bytes * 8 / rate_bps (2 sites: each direction of the WAN "
+                 "must carry the full buffer once)")
+BUSBW_FORMULA = "busbw = size / time * 2 (n - 1) / n (nccl-tests allreduce), GB/s = 1e9 B/s"
+
+
+class CompareError(Exception):
+    pass
+
+
+class _Terminated(Exception):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"[compare] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------ processes
+
+class Runs:
+    """Every process this harness starts, so all of them (and their children) can be stopped:
+    each is a session leader (its process group is its pid), and anything whose command line
+    names this run's private directory is ours too (mpirun's remote daemon and ranks)."""
+
+    def __init__(self, workdir: pathlib.Path):
+        self.workdir = workdir
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], **kw) -> subprocess.Popen:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL, start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def stop_all(self) -> None:
+        """SIGTERM to each group first (detwan-bench --lab then stops its own ranks), SIGKILL
+        to whatever is still there after a grace period."""
+        for sig, grace_s in ((signal.SIGTERM, 8.0), (signal.SIGKILL, 10.0)):
+            live = [p for p in self.procs if p.poll() is None]
+            for p in live:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, sig)
+            deadline = time.monotonic() + grace_s
+            for p in live:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        self.procs = [p for p in self.procs if p.poll() is None]
+        for pid in self.stray_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def stray_pids(self) -> list[int]:
+        return pids_mentioning(str(self.workdir))
+
+
+def pids_mentioning(needle: str) -> list[int]:
+    """Processes whose command line contains `needle` (read only; never this process)."""
+    found = []
+    key = needle.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if key in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def run_group(runs: Runs, procs_argv: list[list[str]], timeout_s: float,
+              env: dict | None = None) -> tuple[list[tuple[int | None, str, str]], str | None]:
+    """Starts every argv, waits for all (bounded); returns [(rc, out, err)] in order and a
+    timeout reason (None when everything finished). On timeout every one is killed."""
+    try:
+        procs = [runs.start(a, env=env) for a in procs_argv]
+    except OSError as e:  # not executable (e.g. being re-linked): this run is null, not the job
+        runs.stop_all()
+        return [(None, "", f"cannot start {e.filename}: {e.strerror}")] * len(procs_argv), \
+            f"cannot start {e.filename}: {e.strerror}"
+    outs: list[tuple[int | None, str, str]] = [(None, "", "")] * len(procs)
+    deadline = time.monotonic() + timeout_s
+    reason = None
+    results: dict[int, tuple[int | None, str, str]] = {}
+
+    def collect(i: int, p: subprocess.Popen) -> None:
+        try:
+            o, e = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            results[i] = (p.returncode, o, e)
+        except subprocess.TimeoutExpired:
+            results[i] = (None, "", "")
+
+    threads = [threading.Thread(target=collect, args=(i, p), daemon=True)
+               for i, p in enumerate(procs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()) + 5)
+    if any(p.poll() is None for p in procs) or len(results) < len(procs):
+        reason = f"killed after the --timeout-per-run of {timeout_s:g} s"
+        runs.stop_all()
+        for t in threads:
+            t.join(15)
+    for i in range(len(procs)):
+        outs[i] = results.get(i, (None, "", ""))
+    return outs, reason
+
+
+def last_json(text: str) -> dict | None:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                return json.loads(line)
+    with contextlib.suppress(json.JSONDecodeError):
+        return json.loads(text)
+    return None
+
+
+def tail(text: str, n: int = 600) -> str:
+    t = " ".join(text.strip().split())
+    return t[-n:]
+
+
+# ------------------------------------------------------------------------------ TCP cc
+
+def ns_sysctl(ns: str | None, *args: str) -> subprocess.CompletedProcess:
+    prefix = ["ip", "netns", "exec", ns] if ns else []
+    return subprocess.run([*prefix, "sysctl", *args], capture_output=True, text=True, timeout=10)
+
+
+def set_cc(namespaces: list[str], cc: str) -> dict:
+    """Makes `cc` the default of every namespace; returns what each reads back. Outside the
+    initial namespace the kernel only accepts an algorithm on the allowed list
+    (net.ipv4.tcp_allowed_congestion_control, one list for the whole machine, writable only from
+    the initial namespace), so `cc` is added to it for the moment of the change and the list is
+    put back right after: sockets take the namespace default without consulting the list."""
+    before = ns_sysctl(None, "-n", "net.ipv4.tcp_allowed_congestion_control").stdout.split()
+    if cc not in before:
+        ns_sysctl(None, "-w", "net.ipv4.tcp_allowed_congestion_control="
+                  + " ".join(dict.fromkeys(before + [cc])))
+    out = {}
+    try:
+        for ns in namespaces:
+            res = ns_sysctl(ns, "-w", f"net.ipv4.tcp_congestion_control={cc}")
+            back = ns_sysctl(ns, "-n", "net.ipv4.tcp_congestion_control").stdout.strip()
+            out[ns] = back if res.returncode == 0 else f"refused: {res.stderr.strip()}"
+    finally:
+        if cc not in before and before:
+            ns_sysctl(None, "-w", "net.ipv4.tcp_allowed_congestion_control=" + " ".join(before))
+    return out
+
+
+class CcSampler:
+    """Samples `ss -ti` in the given namespaces while a baseline runs and collects the
+    congestion controls of established TCP connections between the sites' addresses."""
+    ALGOS = ("cubic", "bbr", "reno", "bbr2", "dctcp", "vegas", "htcp")
+
+    def __init__(self, namespaces: list[str], addrs: list[str]):
+        self.namespaces, self.addrs = namespaces, addrs
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def _loop(self):
+        while not self._stop.is_set():
+            for ns in self.namespaces:
+                res = subprocess.run(["ip", "netns", "exec", ns, "ss", "-tinH", "state",
+                                      "established"], capture_output=True, text=True, timeout=10)
+                lines = res.stdout.splitlines()
+                for i, line in enumerate(lines):
+                    if not any(a in line for a in self.addrs) or i + 1 >= len(lines):
+                        continue
+                    words = lines[i + 1].split()
+                    if words and words[0] in self.ALGOS:
+                        self.seen.add(words[0])
+            self._stop.wait(0.3)
+
+
+# ---------------------------------------------------------------------------------- lab
+
+def lab_sites(st: dict, nsites: int) -> list[dict]:
+    sites = sorted(st["sites"], key=lambda s: s["index"])
+    if len(sites) < nsites:
+        raise CompareError(f"the lab has {len(sites)} sites, --sites {nsites} needs more")
+    return sites[:nsites]
+
+
+def rank_sites(sites: list[dict], per_site: int) -> list[dict]:
+    return [s for s in sites for _ in range(per_site)]
+
+
+@contextlib.contextmanager
+def without_tunnel_addrs(sites: list[dict]):
+    """Removes each host's idle tunnel /32 for the MPI run (see the module doc) and restores it."""
+    removed = []
+    try:
+        for s in sites:
+            if s.get("gateway"):
+                continue  # a dataplane lab routes the tunnel address: leave it alone
+            res = subprocess.run(["ip", "netns", "exec", s["host_ns"], "ip", "addr", "del",
+                                  f"{s['tunnel_addr']}/32", "dev", s["host_if"]],
+                                 capture_output=True, text=True, timeout=10)
+            if res.returncode == 0:
+                removed.append(s)
+        yield [s["name"] for s in removed]
+    finally:
+        for s in removed:
+            subprocess.run(["ip", "netns", "exec", s["host_ns"], "ip", "addr", "add",
+                            f"{s['tunnel_addr']}/32", "dev", s["host_if"]],
+                           capture_output=True, text=True, timeout=10)
+
+
+# ------------------------------------------------------------------------------- tools
+
+def sweep_args(size: int, args) -> list[str]:
+    return ["-b", str(size), "-e", str(size), "-f", "2", "-n", str(args.iters), "-w",
+            str(args.warmup), "-c", "1"]
+
+
+def parse_row(doc: dict | None, size: int) -> tuple[dict | None, str | None]:
+    if doc is None:
+        return None, "printed no JSON"
+    if doc.get("error"):
+        return None, str(doc["error"])
+    rows = [r for r in doc.get("rows", []) if r.get("size_bytes") in (size, size // 4 * 4)]
+    if not rows:
+        return None, f"no row for {size} bytes in its output"
+    row = rows[0]
+    if row.get("wrong", 0) != 0:
+        return None, f"{row['wrong']} wrong elements"
+    return row, None
+
+
+def result(row: dict | None, reason: str | None, extra: dict | None = None) -> dict:
+    out = {"busbw": row.get("busbw_GBps") if row else None,
+           "time_s": row["time_us"] / 1e6 if row else None,
+           "wrong": row.get("wrong") if row else None,
+           "reason": None if row else reason}
+    out.update(extra or {})
+    return out
+
+
+def run_gloo(runs: Runs, args, binary: str, where: list[dict | None], size: int,
+             timeout_s: float) -> dict:
+    """One gloo sweep of one size; where[r] is rank r's site (None: this namespace, loopback)."""
+    store = pathlib.Path(tempfile.mkdtemp(prefix="gloo-store-", dir=runs.workdir))
+    n = len(where)
+    argvs = []
+    for r, site in enumerate(where):
+        addr = site["best_effort_addr"] if site else "127.0.0.1"
+        cmd = [binary, "--rank", str(r), "--nranks", str(n), "--store", str(store),
+               "--iface-addr", addr, "--timeout", str(int(timeout_s) + 1), "--json",
+               *sweep_args(size, args)]
+        argvs.append([str(measure.TESTBED), "exec", site["name"], "--", *cmd] if site else cmd)
+    outs, killed = run_group(runs, argvs, timeout_s)
+    shutil.rmtree(store, ignore_errors=True)
+    if killed:
+        return result(None, killed)
+    row, reason = parse_row(last_json(outs[0][1]), size)
+    if row is None:
+        errs = [tail(e, 300) for rc, _, e in outs if rc]
+        reason = f"{reason}; " + " | ".join(errs) if errs else reason
+    return result(row, reason)
+
+
+def write_agent(runs: Runs, sites: list[dict]) -> pathlib.Path:
+    """plm_rsh_agent: `agent HOST CMD...` runs CMD in HOST's site namespace."""
+    agent = runs.workdir / "mpi-agent"
+    cases = "\n".join(f"  {s['best_effort_addr']}) ns={shlex.quote(s['host_ns'])} ;;"
+                      for s in sites)
+    agent.write_text(f"""#!/bin/sh
+# Written by {PROG}: Open MPI's remote-launch agent for the lab (no ssh: site namespaces).
+host="$1"; shift
+case "$host" in
+{cases}
+  *) echo "mpi-agent: no lab site has address $host" >&2; exit 1 ;;
+esac
+exec ip netns exec "$ns" sh -c "$*"
+""")
+    agent.chmod(0o755)
+    return agent
+
+
+def mpirun_argv(runs: Runs, args, binary: str, sites: list[dict] | None, nranks: int,
+                size: int) -> list[str]:
+    common = ["mpirun", "--allow-run-as-root", "-np", str(nranks), "--mca", "btl", args.mpi_btl,
+              "--mca", "orte_base_help_aggregate", "0"]
+    if sites is None:
+        return [*common, "--oversubscribe", "--host", f"localhost:{nranks}", "--mca",
+                "btl_tcp_if_include", "lo", binary, "--json", *sweep_args(size, args)]
+    agent = write_agent(runs, sites)
+    hosts = ",".join(f"{s['best_effort_addr']}:{args.ranks_per_site}" for s in sites)
+    nets = ",".join(s["lan_prefix"] for s in sites)
+    return [str(measure.TESTBED), "exec", sites[0]["name"], "--", *common, "--host", hosts,
+            "--mca", "plm_rsh_agent", str(agent), "--mca", "plm_rsh_no_tree_spawn", "1",
+            "--mca", "btl_tcp_if_include", nets, "--mca", "oob_tcp_if_include", nets,
+            binary, "--json", *sweep_args(size, args)]
+
+
+def run_mpi(runs: Runs, args, binary: str | None, sites: list[dict] | None, nranks: int,
+            size: int, timeout_s: float) -> dict:
+    if binary is None:
+        return result(None, "mpi-allreduce not built (libopenmpi-dev missing at meson setup)")
+    if shutil.which("mpirun") is None:
+        return result(None, "mpirun not installed (openmpi-bin)")
+    argv = mpirun_argv(runs, args, binary, sites, nranks, size)
+    outs, killed = run_group(runs, [argv], timeout_s)
+    if killed:
+        return result(None, killed)
+    rc, out, err = outs[0]
+    row, reason = parse_row(last_json(out), size)
+    if row is None:
+        reason = f"{reason} (mpirun exit {rc}): {tail(err)}"
+    return result(row, reason)
+
+
+def run_detwan(runs: Runs, args, binary: str | None, size: int, timeout_s: float,
+               path: dict | None) -> dict:
+    if binary is None:
+        return result(None, "detwan-bench not built")
+    if path is None:
+        argv = [binary, "allreduce", "--local", str(args.one_site), "--json",
+                "--timeout", f"{timeout_s:g}", *sweep_args(size, args)]
+    else:
+        argv = [binary, "allreduce", "--lab", "--no-setup", "--sites", str(args.sites),
+                "--ranks-per-site", str(args.ranks_per_site), "--rate",
+                format_rate(path["rate_bps"]), "--rtt", f"{path['rtt_ns'] // 1000}us",
+                "--loss", f"{path['loss'] * 100:g}%", "--timeout", f"{timeout_s:g}", "--json",
+                *sweep_args(size, args)]
+    outs, killed = run_group(runs, [argv], timeout_s)
+    if killed:
+        return result(None, killed)
+    rc, out, err = outs[0]
+    doc = last_json(out)
+    row, reason = parse_row(doc, size)
+    if row is None:
+        reason = f"{reason} (detwan-bench exit {rc}): {tail(err)}"
+    extra = {}
+    if row is not None:
+        for key in ("algorithm", "algo", "chunk_bytes"):
+            if key in row:
+                extra[f"detwan_{key}"] = row[key]
+    return result(row, reason, extra)
+
+
+# --------------------------------------------------------------------------------- rows
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def make_row(size: int, loss: float | None, cc: str, sites: int, ranks: int, det: dict,
+             gloo: dict, mpi: dict, bound_s: float | None, cc_seen: dict) -> dict:
+    row = {"size_bytes": size, "loss": loss, "cc": cc, "sites": sites, "ranks": ranks,
+           "detwan_busbw": det["busbw"], "gloo_busbw": gloo["busbw"], "mpi_busbw": mpi["busbw"],
+           "detwan_over_gloo": ratio(det["busbw"], gloo["busbw"]),
+           "detwan_over_mpi": ratio(det["busbw"], mpi["busbw"]),
+           "detwan_time_s": det["time_s"], "gloo_time_s": gloo["time_s"],
+           "mpi_time_s": mpi["time_s"], "bound_time_s": bound_s,
+           "detwan_over_bound": ratio(det["time_s"], bound_s),
+           "detwan_wrong": det["wrong"], "gloo_wrong": gloo["wrong"], "mpi_wrong": mpi["wrong"],
+           "detwan_cc": "n/a (not TCP; one run per loss level, shown in every cc row)",
+           "cc_seen": cc_seen}
+    for name, r in (("detwan", det), ("gloo", gloo), ("mpi", mpi)):
+        if r["busbw"] is None:
+            row[f"{name}_reason"] = r["reason"]
+    for k, v in det.items():
+        if k.startswith("detwan_"):
+            row[k] = v
+    return row
+
+
+def binaries(args) -> dict:
+    build = wanem.build_dir(args.build_dir)
+
+    def found(rel: str) -> str | None:
+        p = build / rel
+        return str(p) if os.access(p, os.X_OK) else None
+    bench = args.bench_binary or os.environ.get("DETWAN_BENCH_BINARY") or found(BENCH_BINARY)
+    return {"build": str(build), "gloo": found(GLOO_BINARY), "mpi": found(MPI_BINARY),
+            "detwan": bench}
+
+
+def run_two_sites(args, runs: Runs, bins: dict, doc: dict) -> None:
+    queue = max(int(args.rate * args.rtt / 8e9), MIN_QUEUE_BYTES)
+    for loss in args.losses:
+        spec = wan_spec(args.rate, args.rtt, loss, queue)
+        up = ["--sites", str(args.sites), "--wan", spec, "--seed", str(args.seed)]
+        if args.lab_build_dir:
+            up += ["--build-dir", args.lab_build_dir]
+        log(f"tools/testbed up {' '.join(up)}")
+        with measure.own_lab(*up) as st:
+            doc["lab"].append({"loss": loss, "spec": spec,
+                               "prefix": os.environ["DETWAN_TESTBED_PREFIX"]})
+            sites = lab_sites(st, args.sites)
+            where = rank_sites(sites, args.ranks_per_site)
+            namespaces = [s["host_ns"] for s in sites]
+            addrs = [s["best_effort_addr"] for s in sites]
+            path = {"rate_bps": args.rate, "rtt_ns": args.rtt, "loss": loss}
+            det = {}
+            for size in args.sizes:
+                log(f"detwan {size} B, loss {loss:g}")
+                det[size] = run_detwan(runs, args, bins["detwan"], size, args.timeout_per_run,
+                                       path)
+            for cc in args.ccs:
+                readback = set_cc(namespaces, cc)
+                doc["cc_sysctl"].append({"loss": loss, "cc": cc, "readback": readback})
+                for size in args.sizes:
+                    bound = size * 8 / args.rate
+                    if bins["gloo"] is None:
+                        gloo = result(None, "gloo-allreduce not built (libgloo-dev missing)")
+                        gloo_seen: set = set()
+                    else:
+                        log(f"gloo {size} B, loss {loss:g}, {cc}")
+                        with CcSampler(namespaces, addrs) as sampler:
+                            gloo = run_gloo(runs, args, bins["gloo"], where, size,
+                                            args.timeout_per_run)
+                        gloo_seen = sampler.seen
+                    log(f"mpi {size} B, loss {loss:g}, {cc}")
+                    with without_tunnel_addrs(sites) as changed, \
+                            CcSampler(namespaces, addrs) as sampler:
+                        mpi = run_mpi(runs, args, bins["mpi"], sites, len(where), size,
+                                      args.timeout_per_run)
+                    doc["mpi_workaround"] = {
+                        "tunnel_addrs_removed_during_mpi": changed,
+                        "why": "Open MPI 4.1 btl tcp publishes one IPv4 address per interface "
+                               "(the host's tunnel /32, not its best-effort address), then drops "
+                               "connections from the best-effort address"}
+                    seen = {"gloo": sorted(gloo_seen), "mpi": sorted(sampler.seen)}
+                    for tool, r in (("gloo", gloo), ("mpi", mpi)):
+                        got = set(seen[tool])
+                        if r["busbw"] is not None and got and got != {cc}:
+                            r.update(busbw=None, time_s=None,
+                                     reason=f"ran with {sorted(got)}, not {cc}")
+                    if any(v != cc for v in readback.values()):
+                        for r in (gloo, mpi):
+                            if r["busbw"] is not None:
+                                r.update(busbw=None, time_s=None,
+                                         reason=f"could not set {cc}: {readback}")
+                    doc["rows"].append(make_row(size, loss, cc, args.sites, len(where), det[size],
+                                                gloo, mpi, bound, seen))
+        log("lab removed")
+
+
+def run_one_site(args, runs: Runs, bins: dict, doc: dict) -> None:
+    """No WAN: N ranks in this namespace; detwan --local (shm inside a site) vs gloo and MPI over
+    loopback TCP. The kernel's default congestion control applies (not changed here)."""
+    cc = ns_sysctl(None, "-n", "net.ipv4.tcp_congestion_control").stdout.strip() or "default"
+    n = args.one_site
+    for size in args.sizes:
+        log(f"one site, {n} ranks, {size} B")
+        det = run_detwan(runs, args, bins["detwan"], size, args.timeout_per_run, None)
+        gloo = (run_gloo(runs, args, bins["gloo"], [None] * n, size, args.timeout_per_run)
+                if bins["gloo"] else result(None, "gloo-allreduce not built"))
+        mpi = run_mpi(runs, args, bins["mpi"], None, n, size, args.timeout_per_run)
+        doc["rows"].append(make_row(size, None, cc, 1, n, det, gloo, mpi, None, {}))
+
+
+# ---------------------------------------------------------------------------------- main
+
+def _arg(parse):
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _list(parse):
+    def convert(text: str):
+        try:
+            return [parse(t) for t in text.split(",") if t.strip()]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = parse.__name__ + "_list"
+    return convert
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--loss", dest="losses", type=_list(parse_fraction), default=[0.0, 0.001],
+                   help="loss levels, comma-separated (default 0,0.1%%)")
+    p.add_argument("--rtt", type=_arg(parse_duration_ns), default=parse_duration_ns("20ms"))
+    p.add_argument("--rate", type=_arg(parse_rate_bps), default=parse_rate_bps("200mbit"))
+    p.add_argument("--sizes", type=_list(parse_size_bytes),
+                   help="sizes, comma-separated (default 64M,256M,1G)")
+    p.add_argument("-b", "--minbytes", type=_arg(parse_size_bytes))
+    p.add_argument("-e", "--maxbytes", type=_arg(parse_size_bytes))
+    p.add_argument("-f", "--stepfactor", type=int, default=4)
+    p.add_argument("-n", "--iters", type=int, default=3, help="timed iterations per size")
+    p.add_argument("-w", "--warmup", type=int, default=1, help="untimed iterations per size")
+    p.add_argument("--cc", dest="ccs", type=_list(str), default=["bbr", "cubic"],
+                   help="TCP congestion controls for gloo and MPI (default bbr,cubic)")
+    p.add_argument("--sites", type=int, default=2)
+    p.add_argument("--ranks-per-site", type=int, default=2)
+    p.add_argument("--one-site", type=int, metavar="N",
+                   help="no WAN: N ranks in one namespace (detwan shm vs loopback TCP)")
+    p.add_argument("--mpi-btl", default="tcp,self", help="Open MPI btl list (default tcp,self)")
+    p.add_argument("--build-dir", help="build with the baselines and detwan-bench "
+                   "(default $DETWAN_BUILD_DIR, else <repo>/build)")
+    p.add_argument("--lab-build-dir", help="build whose detwan-wanem the lab runs "
+                   "(default: --build-dir)")
+    p.add_argument("--bench-binary", help="detwan-bench to use (default: in --build-dir)")
+    p.add_argument("--timeout-per-run", type=float, default=900.0,
+                   help="seconds one tool may take for one size (then killed: null + reason)")
+    p.add_argument("--seed", type=int, default=1)
+    return p
+
+
+def sizes_of(args) -> list[int]:
+    if args.sizes:
+        return args.sizes
+    if args.minbytes is not None or args.maxbytes is not None:
+        lo = args.minbytes if args.minbytes is not None else args.maxbytes
+        hi = args.maxbytes if args.maxbytes is not None else lo
+        out, s = [], max(lo, 4)
+        while s <= hi:
+            out.append(s)
+            s *= max(args.stepfactor, 2)
+        return out
+    return [64 << 20, 256 << 20, 1 << 30]
+
+
+def fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def print_table(doc: dict) -> None:
+    p = doc["path"]
+    if p.get("sites") == 1:
+        print(f"{PROG}: one site, {p['ranks']} ranks, no WAN (detwan --local vs loopback TCP)")
+    else:
+        print(f"{PROG}: {p['sites']} sites x {p['ranks_per_site']} ranks, WAN "
+              f"{p['rate_bps'] / 1e6:g} Mbit/s, RTT {p['rtt_ns'] / 1e6:g} ms; busbw in GB/s "
+              f"(nccl-tests); bound = size*8/rate")
+    print(f"{'size':>11} {'loss':>6} {'cc':>6} {'detwan':>8} {'gloo':>8} {'mpi':>8} "
+          f"{'d/gloo':>7} {'d/mpi':>7} {'detwan s':>9} {'gloo s':>8} {'mpi s':>8} {'bound s':>8}")
+    for r in doc["rows"]:
+        loss = "-" if r["loss"] is None else f"{r['loss'] * 100:g}%"
+        print(f"{r['size_bytes']:>11} {loss:>6} {r['cc']:>6} {fmt(r['detwan_busbw'], '8.4f')} "
+              f"{fmt(r['gloo_busbw'], '8.4f'):>8} {fmt(r['mpi_busbw'], '8.4f'):>8} "
+              f"{fmt(r['detwan_over_gloo'], '7.2f'):>7} {fmt(r['detwan_over_mpi'], '7.2f'):>7} "
+              f"{fmt(r['detwan_time_s'], '9.2f'):>9} {fmt(r['gloo_time_s'], '8.2f'):>8} "
+              f"{fmt(r['mpi_time_s'], '8.2f'):>8} {fmt(r['bound_time_s'], '8.2f'):>8}")
+        for name in ("detwan", "gloo", "mpi"):
+            if r.get(f"{name}_reason"):
+                print(f"{'':>11} {name}: {r[f'{name}_reason']}")
+    print("detwan does not use TCP: its figure is one run per loss level, repeated in each cc row")
+
+
+def _raise_terminated(signum, _frame):
+    raise _Terminated(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.build_dir:
+        os.environ["DETWAN_BUILD_DIR"] = str(pathlib.Path(args.build_dir).resolve())
+    args.lab_build_dir = args.lab_build_dir or args.build_dir
+    args.sizes = sizes_of(args)
+    doc = {"schema": "detwan-compare-allreduce", "version": 1, "rows": [], "lab": [],
+           "cc_sysctl": [], "bound_formula": BOUND_FORMULA, "busbw_formula": BUSBW_FORMULA,
+           "detwan_cc_note": "detwan does not use kernel TCP: it runs once per loss level and "
+                             "that figure appears in every congestion-control row",
+           "error": None}
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="detwan-compare-"))
+    runs = Runs(workdir)
+    saved = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    allowed_before = ns_sysctl(None, "-n", "net.ipv4.tcp_allowed_congestion_control").stdout
+    status = 0
+    try:
+        if os.geteuid() != 0:
+            raise CompareError("must run as root (network namespaces, sysctl)")
+        bins = binaries(args)
+        doc["binaries"] = bins
+        doc["iters"], doc["warmup_iters"] = args.iters, args.warmup
+        if args.one_site:
+            doc["path"] = {"sites": 1, "ranks": args.one_site, "wan": None}
+            run_one_site(args, runs, bins, doc)
+        else:
+            if args.sites != 2:
+                raise CompareError("--sites: only 2 sites are supported (the bound and the "
+                                   "MPI launch assume one WAN path)")
+            doc["path"] = {"sites": args.sites, "ranks_per_site": args.ranks_per_site,
+                           "rate_bps": args.rate, "rtt_ns": args.rtt, "losses": args.losses,
+                           "ccs": args.ccs, "queue_bytes": max(int(args.rate * args.rtt / 8e9),
+                                                               MIN_QUEUE_BYTES)}
+            run_two_sites(args, runs, bins, doc)
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - reported in the JSON
+        # (measure.own_lab raises its own exception type on SIGTERM/SIGHUP inside the lab)
+        doc["error"] = str(e) or type(e).__name__
+        print(f"{PROG}: {doc['error']}", file=sys.stderr)
+        status = 130 if isinstance(e, KeyboardInterrupt) else 1
+    finally:
+        for s in saved:
+            signal.signal(s, signal.SIG_IGN)
+        runs.stop_all()
+        after = ns_sysctl(None, "-n", "net.ipv4.tcp_allowed_congestion_control").stdout
+        if after.split() != allowed_before.split() and allowed_before.strip():
+            ns_sysctl(None, "-w", "net.ipv4.tcp_allowed_congestion_control="
+                      + allowed_before.strip())
+        shutil.rmtree(workdir, ignore_errors=True)
+        for s, h in saved.items():
+            signal.signal(s, h)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        if doc["rows"]:
+            print_table(doc)
+    if status == 0 and doc["error"] is None:
+        wrong = [r for r in doc["rows"] for k in ("detwan_wrong", "gloo_wrong", "mpi_wrong")
+                 if r.get(k)]
+        return 1 if wrong else 0
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
