@@ -5,6 +5,7 @@
 // and returns each rank's result.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <functional>
 #include <future>
 #include <memory>
@@ -19,6 +20,21 @@
 #include "transport/registry.h"
 
 namespace detwan::collectives::testing {
+
+inline constexpr DataType kAllTypes[] = {
+    DataType::kInt8,    DataType::kUint8,  DataType::kInt32,   DataType::kUint32,
+    DataType::kInt64,   DataType::kUint64, DataType::kFloat16, DataType::kBfloat16,
+    DataType::kFloat32, DataType::kFloat64};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax,
+                                       ReduceOp::kMin, ReduceOp::kAvg};
+
+// splitmix64 finaliser: a seeded, platform-independent hash for test inputs.
+inline uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 struct Mesh {
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints;

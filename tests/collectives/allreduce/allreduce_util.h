@@ -22,12 +22,6 @@
 
 namespace detwan::collectives::testing {
 
-inline constexpr DataType kAllTypes[] = {
-    DataType::kInt8,    DataType::kUint8,    DataType::kInt32,   DataType::kUint32,
-    DataType::kInt64,   DataType::kUint64,   DataType::kFloat16, DataType::kBfloat16,
-    DataType::kFloat32, DataType::kFloat64};
-inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax,
-                                       ReduceOp::kMin, ReduceOp::kAvg};
 inline constexpr Algorithm kAllAlgorithms[] = {
     Algorithm::kRing, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kHierarchical};
 
@@ -35,13 +29,6 @@ inline bool is_unsigned(DataType t) {
   return t == DataType::kUint8 || t == DataType::kUint32 || t == DataType::kUint64;
 }
 
-// splitmix64: a seeded, platform-independent hash for test inputs.
-inline uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // The exact input of `rank` at element i.
 inline int64_t input_value(DataType type, ReduceOp op, int n, int rank, size_t i,

@@ -24,19 +24,7 @@
 
 namespace detwan::collectives::testing {
 
-inline constexpr DataType kAllTypes[] = {
-    DataType::kInt8,    DataType::kUint8,  DataType::kInt32,   DataType::kUint32,
-    DataType::kInt64,   DataType::kUint64, DataType::kFloat16, DataType::kBfloat16,
-    DataType::kFloat32, DataType::kFloat64};
-inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax,
-                                       ReduceOp::kMin, ReduceOp::kAvg};
 
-inline uint64_t mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Element i of rank `rank`'s contribution for data set `seed`.
 inline void fill(std::byte* out, size_t count, DataType type, uint64_t seed, int rank,
