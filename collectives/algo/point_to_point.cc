@@ -63,8 +63,8 @@ Result<void> point_to_point(OpContext& ctx, std::span<const P2pOp> ops) {
   // instead of at the deadline.
   auto fail = [&](Error error) {
     if (!status) return;
+    ctx.peers.fail(-1, error);  // keeps a cause already recorded (e.g. the failed peer's)
     status = std::unexpected(std::move(error));
-    ctx.peers.abort();
   };
   size_t next_recv = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
