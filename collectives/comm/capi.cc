@@ -125,7 +125,7 @@ detwanResult_t to_comm_config(const detwanConfig_t* config, CommConfig& out) {
     return capi::fail(detwanInvalidArgument,
                       fmt::format("config.chunk_bytes is {}: must be >= 0", config->chunk_bytes));
   }
-  const int algorithm = static_cast<int>(config->algorithm);
+  const int algorithm = capi::enum_value(config->algorithm);
   if (algorithm < detwanAlgoAuto || algorithm > detwanAlgoHierarchical) {
     return capi::fail(detwanInvalidArgument,
                       fmt::format("config.algorithm is {}: must be 0..4", algorithm));

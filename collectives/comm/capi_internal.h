@@ -1,6 +1,7 @@
 #pragma once
 // Private to the C API (capi.cc, capi_ops.cc): the handle structs and the error mapping.
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,5 +35,16 @@ detwanResult_t fail_setup(const Error& error);
 // Errors of an operation that ran (or of a communicator in error).
 detwanResult_t fail_op(const Error& error, bool aborted);
 detwanResult_t to_result(const AsyncError& error);
+
+// The int a C caller passed for an enum argument or field. A value outside the enum's range is
+// undefined behaviour when read through the C++ enum type (UBSan reports it), and a C caller may
+// pass any int, so validation reads it as the int it is.
+template <typename Enum>
+int enum_value(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
 
 }  // namespace detwan::collectives::capi

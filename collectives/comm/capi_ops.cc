@@ -137,7 +137,7 @@ detwanResult_t detwanAllReduce(const void* sendbuff, void* recvbuff, size_t coun
                                detwanDataType_t datatype, detwanRedOp_t op, detwanComm_t comm) {
   OpDesc d;
   auto made = make_op("detwanAllReduce", Collective::kAllReduce, sendbuff, recvbuff, count,
-                      datatype, op, 0, d);
+                      capi::enum_value(datatype), capi::enum_value(op), 0, d);
   return issue("detwanAllReduce", comm, made, d, nullptr, false);
 }
 
@@ -145,7 +145,7 @@ detwanResult_t detwanBroadcast(const void* sendbuff, void* recvbuff, size_t coun
                                detwanDataType_t datatype, int root, detwanComm_t comm) {
   OpDesc d;
   auto made = make_op("detwanBroadcast", Collective::kBroadcast, sendbuff, recvbuff, count,
-                      datatype, 0, root, d);
+                      capi::enum_value(datatype), 0, root, d);
   return issue("detwanBroadcast", comm, made, d, nullptr, false);
 }
 
@@ -153,8 +153,8 @@ detwanResult_t detwanReduce(const void* sendbuff, void* recvbuff, size_t count,
                             detwanDataType_t datatype, detwanRedOp_t op, int root,
                             detwanComm_t comm) {
   OpDesc d;
-  auto made = make_op("detwanReduce", Collective::kReduce, sendbuff, recvbuff, count, datatype,
-                      op, root, d);
+  auto made = make_op("detwanReduce", Collective::kReduce, sendbuff, recvbuff, count, capi::enum_value(datatype),
+                      capi::enum_value(op), root, d);
   return issue("detwanReduce", comm, made, d, nullptr, false);
 }
 
@@ -162,7 +162,7 @@ detwanResult_t detwanAllGather(const void* sendbuff, void* recvbuff, size_t send
                                detwanDataType_t datatype, detwanComm_t comm) {
   OpDesc d;
   auto made = make_op("detwanAllGather", Collective::kAllGather, sendbuff, recvbuff, sendcount,
-                      datatype, 0, 0, d);
+                      capi::enum_value(datatype), 0, 0, d);
   return issue("detwanAllGather", comm, made, d, nullptr, false);
 }
 
@@ -171,7 +171,7 @@ detwanResult_t detwanReduceScatter(const void* sendbuff, void* recvbuff, size_t 
                                    detwanComm_t comm) {
   OpDesc d;
   auto made = make_op("detwanReduceScatter", Collective::kReduceScatter, sendbuff, recvbuff,
-                      recvcount, datatype, op, 0, d);
+                      recvcount, capi::enum_value(datatype), capi::enum_value(op), 0, d);
   return issue("detwanReduceScatter", comm, made, d, nullptr, false);
 }
 
@@ -179,14 +179,14 @@ detwanResult_t detwanAllToAll(const void* sendbuff, void* recvbuff, size_t count
                               detwanDataType_t datatype, detwanComm_t comm) {
   OpDesc d;
   auto made = make_op("detwanAllToAll", Collective::kAllToAll, sendbuff, recvbuff, count,
-                      datatype, 0, 0, d);
+                      capi::enum_value(datatype), 0, 0, d);
   return issue("detwanAllToAll", comm, made, d, nullptr, false);
 }
 
 detwanResult_t detwanSend(const void* sendbuff, size_t count, detwanDataType_t datatype,
                           int peer, detwanComm_t comm) {
   OpDesc d;
-  auto made = make_op("detwanSend", Collective::kSendRecv, sendbuff, nullptr, count, datatype,
+  auto made = make_op("detwanSend", Collective::kSendRecv, sendbuff, nullptr, count, capi::enum_value(datatype),
                       0, peer, d);
   d.is_send = true;
   return issue("detwanSend", comm, made, d, nullptr, false);
@@ -195,7 +195,7 @@ detwanResult_t detwanSend(const void* sendbuff, size_t count, detwanDataType_t d
 detwanResult_t detwanRecv(void* recvbuff, size_t count, detwanDataType_t datatype, int peer,
                           detwanComm_t comm) {
   OpDesc d;
-  auto made = make_op("detwanRecv", Collective::kSendRecv, nullptr, recvbuff, count, datatype,
+  auto made = make_op("detwanRecv", Collective::kSendRecv, nullptr, recvbuff, count, capi::enum_value(datatype),
                       0, peer, d);
   return issue("detwanRecv", comm, made, d, nullptr, false);
 }
@@ -211,7 +211,7 @@ detwanResult_t detwanIallReduce(const void* sendbuff, void* recvbuff, size_t cou
                                 detwanRequest_t* request) {
   OpDesc d;
   auto made = make_op("detwanIallReduce", Collective::kAllReduce, sendbuff, recvbuff, count,
-                      datatype, op, 0, d);
+                      capi::enum_value(datatype), capi::enum_value(op), 0, d);
   return issue("detwanIallReduce", comm, made, d, request, true);
 }
 
@@ -220,7 +220,7 @@ detwanResult_t detwanIbroadcast(const void* sendbuff, void* recvbuff, size_t cou
                                 detwanRequest_t* request) {
   OpDesc d;
   auto made = make_op("detwanIbroadcast", Collective::kBroadcast, sendbuff, recvbuff, count,
-                      datatype, 0, root, d);
+                      capi::enum_value(datatype), 0, root, d);
   return issue("detwanIbroadcast", comm, made, d, request, true);
 }
 
@@ -228,8 +228,8 @@ detwanResult_t detwanIreduce(const void* sendbuff, void* recvbuff, size_t count,
                              detwanDataType_t datatype, detwanRedOp_t op, int root,
                              detwanComm_t comm, detwanRequest_t* request) {
   OpDesc d;
-  auto made = make_op("detwanIreduce", Collective::kReduce, sendbuff, recvbuff, count, datatype,
-                      op, root, d);
+  auto made = make_op("detwanIreduce", Collective::kReduce, sendbuff, recvbuff, count, capi::enum_value(datatype),
+                      capi::enum_value(op), root, d);
   return issue("detwanIreduce", comm, made, d, request, true);
 }
 
@@ -238,7 +238,7 @@ detwanResult_t detwanIallGather(const void* sendbuff, void* recvbuff, size_t sen
                                 detwanRequest_t* request) {
   OpDesc d;
   auto made = make_op("detwanIallGather", Collective::kAllGather, sendbuff, recvbuff, sendcount,
-                      datatype, 0, 0, d);
+                      capi::enum_value(datatype), 0, 0, d);
   return issue("detwanIallGather", comm, made, d, request, true);
 }
 
@@ -247,7 +247,7 @@ detwanResult_t detwanIreduceScatter(const void* sendbuff, void* recvbuff, size_t
                                     detwanComm_t comm, detwanRequest_t* request) {
   OpDesc d;
   auto made = make_op("detwanIreduceScatter", Collective::kReduceScatter, sendbuff, recvbuff,
-                      recvcount, datatype, op, 0, d);
+                      recvcount, capi::enum_value(datatype), capi::enum_value(op), 0, d);
   return issue("detwanIreduceScatter", comm, made, d, request, true);
 }
 
@@ -256,14 +256,14 @@ detwanResult_t detwanIallToAll(const void* sendbuff, void* recvbuff, size_t coun
                                detwanRequest_t* request) {
   OpDesc d;
   auto made = make_op("detwanIallToAll", Collective::kAllToAll, sendbuff, recvbuff, count,
-                      datatype, 0, 0, d);
+                      capi::enum_value(datatype), 0, 0, d);
   return issue("detwanIallToAll", comm, made, d, request, true);
 }
 
 detwanResult_t detwanIsend(const void* sendbuff, size_t count, detwanDataType_t datatype,
                            int peer, detwanComm_t comm, detwanRequest_t* request) {
   OpDesc d;
-  auto made = make_op("detwanIsend", Collective::kSendRecv, sendbuff, nullptr, count, datatype,
+  auto made = make_op("detwanIsend", Collective::kSendRecv, sendbuff, nullptr, count, capi::enum_value(datatype),
                       0, peer, d);
   d.is_send = true;
   return issue("detwanIsend", comm, made, d, request, true);
@@ -272,7 +272,7 @@ detwanResult_t detwanIsend(const void* sendbuff, size_t count, detwanDataType_t 
 detwanResult_t detwanIrecv(void* recvbuff, size_t count, detwanDataType_t datatype, int peer,
                            detwanComm_t comm, detwanRequest_t* request) {
   OpDesc d;
-  auto made = make_op("detwanIrecv", Collective::kSendRecv, nullptr, recvbuff, count, datatype,
+  auto made = make_op("detwanIrecv", Collective::kSendRecv, nullptr, recvbuff, count, capi::enum_value(datatype),
                       0, peer, d);
   return issue("detwanIrecv", comm, made, d, request, true);
 }
