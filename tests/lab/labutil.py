@@ -57,6 +57,23 @@ def namespaces() -> list[str]:
             if line.strip() and line.startswith(PREFIX)]
 
 
+def bench_processes(any_of: tuple[bytes, ...]) -> list[str]:
+    """Command lines of running detwan-bench processes with one of `any_of` among their
+    arguments (read only: for checks that a run left nothing behind)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"detwan-bench") for a in argv) and any(x in argv for x in any_of):
+            found.append(b" ".join(argv).decode(errors="replace"))
+    return found
+
+
 def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as f:

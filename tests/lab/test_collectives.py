@@ -38,18 +38,7 @@ def bench_binary() -> str:
 
 def rank_processes() -> list[str]:
     """Command lines of running detwan-bench ranks (read only)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if any(a.endswith(b"detwan-bench") for a in argv) and b"--rank" in argv:
-            found.append(b" ".join(argv).decode(errors="replace"))
-    return found
+    return labutil.bench_processes((b"--rank",))
 
 
 def lab_namespaces() -> list[str]:
