@@ -26,7 +26,7 @@ import tempfile
 import time
 
 from lab import measure
-from lab.transport import BenchError, _arg, bench_binary, spec_values, stop, wan_spec
+from lab.transport import BenchError, _arg, bench_binary, running_lab, stop, wan_spec
 from lab.units import parse_duration_ns, parse_fraction, parse_rate_bps, parse_size_bytes
 
 PROG = "detwan-bench COLLECTIVE --lab"
@@ -249,14 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_setup:
                 raise BenchError(f"a lab is already up ({existing}): pass --no-setup to use it, "
                                  "or run tools/testbed down")
-            res = subprocess.run([str(measure.TESTBED), "status", "--json"], capture_output=True,
-                                 text=True, timeout=60)
-            if res.returncode != 0:
-                raise BenchError(f"the running lab is not healthy: {res.stderr.strip()}")
-            st = json.loads(res.stdout)
-            spec = st["paths"][0]["spec"]
-            path = spec_values(spec)
-            path["spec"] = spec
+            st, path = running_lab()
+            spec = path["spec"]
             log(f"using the running lab ({existing}): '{spec}'")
             return run(args, binary, st, path, reused=True)
         if not 2 <= args.sites <= 4:

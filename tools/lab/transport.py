@@ -83,6 +83,19 @@ def spec_values(spec: str) -> dict:
     return out
 
 
+def running_lab() -> tuple[dict, dict]:
+    """The running lab's status and its path 1 (rate_bps, rtt_ns, loss, spec), for --no-setup."""
+    res = subprocess.run([str(measure.TESTBED), "status", "--json"], capture_output=True,
+                         text=True, timeout=60)
+    if res.returncode != 0:
+        raise BenchError(f"the running lab is not healthy: {res.stderr.strip()}")
+    st = json.loads(res.stdout)
+    spec = st["paths"][0]["spec"]
+    path = spec_values(spec)
+    path["spec"] = spec
+    return st, path
+
+
 # ---------------------------------------------------------------------------- processes
 
 def bench_binary(cli_value: str | None) -> str:
@@ -432,14 +445,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise BenchError("must run as root (network namespaces)")
             if not existing:
                 raise BenchError("--no-setup: no lab is up (tools/testbed up ...)")
-            res = subprocess.run([str(measure.TESTBED), "status", "--json"], capture_output=True,
-                                 text=True, timeout=60)
-            if res.returncode != 0:
-                raise BenchError(f"the running lab is not healthy: {res.stderr.strip()}")
-            st = json.loads(res.stdout)
-            spec = st["paths"][0]["spec"]
-            path = spec_values(spec)
-            path["spec"] = spec
+            st, path = running_lab()
+            spec = path["spec"]
             log(f"using the running lab ({existing}): '{spec}'")
             doc = measure_all(args, binary, st, path, reused=True)
         else:
