@@ -43,15 +43,9 @@ import tempfile
 import threading
 import time
 
-# A lab of its own (its own namespace prefix and run directory) unless the caller chose one:
-# the lab tests refuse to run while a default-prefix lab is up, and other users of the machine
-# may have one.
-os.environ.setdefault("DETWAN_TESTBED_PREFIX", "dwcp-")
-os.environ.setdefault("DETWAN_TESTBED_RUN_DIR", "/run/detwan-testbed-cp")
-
-from lab import measure, wanem  # noqa: E402
-from lab.transport import MIN_QUEUE_BYTES, wan_spec  # noqa: E402
-from lab.units import (format_rate, parse_duration_ns, parse_fraction, parse_rate_bps,  # noqa: E402
+from lab import measure, wanem
+from lab.transport import MIN_QUEUE_BYTES, wan_spec
+from lab.units import (format_rate, parse_duration_ns, parse_fraction, parse_rate_bps,
                        parse_size_bytes)
 
 PROG = "compare-allreduce"
