@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "collectives/net/peers.h"
 #include "collectives/topology/topology.h"
@@ -101,5 +102,12 @@ struct Block {
   size_t count = 0;
 };
 [[nodiscard]] Block block_of(size_t count, size_t blocks, size_t index);
+// Consecutive pieces of a pipelined buffer of `count` elements: they start at `min_piece`
+// elements, double up to the body size max(min_piece, count / body_pieces), and shrink the same
+// way at the end, so the pipeline's first stage (before anything overlaps it) and its last
+// stage (after nothing overlaps it) handle only min_piece elements. A count too small for that
+// is cut into clamp(count / min_piece, 1, body_pieces) equal blocks (block_of).
+[[nodiscard]] std::vector<Block> ramped_pieces(size_t count, size_t min_piece,
+                                               size_t body_pieces);
 
 }  // namespace detwan::collectives::algo

@@ -6,11 +6,14 @@
 //       order, so both get bitwise identical results); S > 2 is a ring among them. All L local
 //       ranks do this at the same time, so each drives its own 1/L share of the WAN;
 //   (3) ring allgather inside the site.
-// The buffer is processed in up to kMaxPieces pieces so the WAN starts early and stays busy: the
-// reduce-scatters of all pieces run first, each piece's WAN exchange (chunk_bytes messages, all
-// posted at once) leaving as soon as its reduce-scatter is done; then piece by piece the
-// exchange is completed and the piece's allgather runs while later pieces are still on the WAN.
-// Only the first piece's reduce-scatter and the last piece's allgather are not overlapped.
+// The buffer is processed in pieces so the WAN starts early and stays busy: the reduce-scatters
+// of all pieces run first, each piece's WAN exchange (chunk_bytes messages, all posted at once)
+// leaving as soon as its reduce-scatter is done; then piece by piece the exchange is completed
+// and the piece's allgather runs while later pieces are still on the WAN. Only the first
+// piece's reduce-scatter and the last piece's allgather are not overlapped, so the pieces ramp
+// up from kMinShardBytes per local rank to 1/kBodyPieces of the buffer and down again at the
+// end (ramped_pieces). The last kCopyTailBytes of this rank's WAN messages are sent as copies:
+// completing them does not wait for their acknowledgement, a WAN round trip.
 #include <algorithm>
 #include <vector>
 
@@ -23,8 +26,9 @@
 namespace detwan::collectives::algo {
 namespace {
 
-constexpr size_t kMaxPieces = 8;
+constexpr size_t kBodyPieces = 8;
 constexpr size_t kMinShardBytes = size_t{256} << 10;
+constexpr size_t kCopyTailBytes = size_t{4} << 20;
 
 Result<void> check_topology(const OpContext& ctx) {
   const Topology& topology = ctx.topology;
@@ -80,13 +84,18 @@ Result<void> all_reduce_hierarchical(OpContext& ctx, const void* send, void* rec
   // stays negligible. Independent of chunk_bytes (that only sizes the messages).
   const size_t min_piece =
       std::max<size_t>(1, kMinShardBytes / elem) * static_cast<size_t>(per_site);
-  const size_t pieces = std::clamp<size_t>(count / min_piece, 1, kMaxPieces);
-  std::vector<Block> piece(pieces);
+  const std::vector<Block> piece = ramped_pieces(count, min_piece, kBodyPieces);
+  const size_t pieces = piece.size();
   std::vector<Block> shard(pieces);  // this rank's block of each piece (absolute offsets)
   for (size_t k = 0; k < pieces; ++k) {
-    piece[k] = block_of(count, pieces, k);
     const Block b = block_of(piece[k].count, static_cast<size_t>(per_site), local);
     shard[k] = Block{piece[k].offset + b.offset, b.count};
+  }
+  // Pieces from first_copied on have their WAN messages copied (at most kCopyTailBytes).
+  size_t first_copied = pieces;
+  for (size_t tail = 0; first_copied > 0; --first_copied) {
+    tail += shard[first_copied - 1].count * elem;
+    if (tail > kCopyTailBytes) break;
   }
 
   // (1) every piece's intra-site reduce-scatter, each piece's WAN exchange posted right after.
@@ -101,8 +110,9 @@ Result<void> all_reduce_hierarchical(OpContext& ctx, const void* send, void* rec
     if (other < 0) continue;
     for (size_t offset = 0; offset < shard[k].count; offset += chunk) {
       const size_t n = std::min(chunk, shard[k].count - offset);
-      wan_sent[k].push_back(
-          sends.post(other, {buf + (shard[k].offset + offset) * elem, n * elem}));
+      const std::span<const std::byte> message{buf + (shard[k].offset + offset) * elem, n * elem};
+      wan_sent[k].push_back(k >= first_copied ? sends.post_copy(other, message)
+                                              : sends.post(other, message));
     }
   }
 

@@ -17,6 +17,35 @@ Block block_of(size_t count, size_t blocks, size_t index) {
   return Block{index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
 }
 
+std::vector<Block> ramped_pieces(size_t count, size_t min_piece, size_t body_pieces) {
+  min_piece = std::max<size_t>(min_piece, 1);
+  body_pieces = std::max<size_t>(body_pieces, 1);
+  const size_t body = std::max(min_piece, count / body_pieces);
+  std::vector<size_t> ramp;
+  size_t ramp_total = 0;
+  for (size_t size = min_piece; size < body; size *= 2) {
+    ramp.push_back(size);
+    ramp_total += size;
+  }
+  std::vector<Block> pieces;
+  if (ramp.empty() || count < 2 * ramp_total + body) {
+    const size_t n = std::clamp<size_t>(count / min_piece, 1, body_pieces);
+    for (size_t i = 0; i < n; ++i) pieces.push_back(block_of(count, n, i));
+    return pieces;
+  }
+  size_t offset = 0;
+  auto add = [&](size_t n) {
+    pieces.push_back(Block{offset, n});
+    offset += n;
+  };
+  for (size_t size : ramp) add(size);
+  const size_t middle = count - 2 * ramp_total;
+  const size_t middle_pieces = std::max<size_t>(1, middle / body);
+  for (size_t i = 0; i < middle_pieces; ++i) add(block_of(middle, middle_pieces, i).count);
+  for (auto it = ramp.rbegin(); it != ramp.rend(); ++it) add(*it);
+  return pieces;
+}
+
 namespace detail {
 
 Result<void> run_ring(OpContext& ctx, std::span<const int> group, std::byte* buf, size_t count,

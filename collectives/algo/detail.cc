@@ -33,6 +33,11 @@ size_t SendQueue::post(int peer, std::span<const std::byte> data) {
   return next_index() - 1;
 }
 
+size_t SendQueue::post_copy(int peer, std::span<const std::byte> data) {
+  ctx_.peers.send_copy(peer, data);
+  return kNoWait;
+}
+
 Result<void> SendQueue::wait_through(size_t index) {
   if (index == kNoWait) return {};
   while (!pending_.empty() && first_index_ <= index) {

@@ -51,6 +51,9 @@ class SendQueue {
 
   // Index of this send for wait_through(), or kNoWait when it was copied.
   size_t post(int peer, std::span<const std::byte> data);
+  // Always a copy (returns kNoWait): for the last messages of an operation, whose
+  // acknowledgement would otherwise add a round trip at its end.
+  size_t post_copy(int peer, std::span<const std::byte> data);
   // Waits for every zero-copy send with index <= index (kNoWait: nothing).
   Result<void> wait_through(size_t index);
   // Waits for that one send only (kNoWait or already waited: nothing).

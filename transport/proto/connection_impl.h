@@ -29,6 +29,13 @@ namespace detwan::transport::proto {
 // instead, so it never exceeds what the receiver accepts (docs/transport.md "Wire format").
 inline constexpr int64_t kWindowUnitBytes = 1024;
 inline constexpr int64_t kDelayedAckNs = 1'000'000;
+// In-order data is acknowledged every kAckEverySegments segments (or after kDelayedAckNs). A
+// path with a reserved rate is paced, not ACK-clocked, and its ACKs share the reverse
+// direction's reservation with that side's data: it acknowledges every
+// kReservedAckEverySegments (a 101-byte ACK frame per 2 x 1514-byte frames is 3.3 % of the
+// reverse reservation, per 16 0.4 %; the 1 ms delayed-ACK timer still bounds the wait).
+inline constexpr int kAckEverySegments = 2;
+inline constexpr int kReservedAckEverySegments = 16;
 inline constexpr int32_t kPacerBurstDatagrams = 4;
 // A reserved path's pacer may catch up this much sending time after its thread ran late (a
 // descheduled progress thread would otherwise lose that share of the reservation for good);

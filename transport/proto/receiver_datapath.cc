@@ -134,7 +134,9 @@ Status ConnectionImpl::on_data(uint32_t path, const wire::Header& h, const wire:
   ack_path_ = path;
   ack_echo_tx_ns_ = h.tx_time_ns;
   ack_echo_rx_ns_ = now_ns;
-  if (!in_order || recovered || pending_ack_segments_ >= 2) {
+  const bool reserved = path < paths_.size() && paths_[path].spec.rate_bps > 0;
+  const int ack_every = reserved ? kReservedAckEverySegments : kAckEverySegments;
+  if (!in_order || recovered || pending_ack_segments_ >= ack_every) {
     ack_now_ = true;
   } else if (ack_deadline_ns_ == INT64_MAX) {
     ack_deadline_ns_ = now_ns + kDelayedAckNs;

@@ -27,6 +27,45 @@ TEST(BlockOf, CoversTheRangeInOrderWithTheRemainderOnTheFirstBlocks) {
   EXPECT_EQ(algo::block_of(10, 3, 3).count, 0u);  // index out of range: empty
 }
 
+// The pieces tile [0, count) in order; returns their sizes.
+std::vector<size_t> piece_sizes(size_t count, size_t min_piece, size_t body_pieces) {
+  std::vector<size_t> sizes;
+  size_t next = 0;
+  for (const algo::Block& b : algo::ramped_pieces(count, min_piece, body_pieces)) {
+    EXPECT_EQ(b.offset, next) << count << " min " << min_piece;
+    if (count > 0) {
+      EXPECT_GT(b.count, 0u) << count << " min " << min_piece;
+    }
+    next += b.count;
+    sizes.push_back(b.count);
+  }
+  EXPECT_EQ(next, count) << count << " min " << min_piece;
+  return sizes;
+}
+
+TEST(RampedPieces, RampUpFromTheMinimumToTheBodyAndDownAgain) {
+  // 1024 elements, min 8, 8 body pieces (body 128): 8 16 32 64 | the other 784 as 6 pieces
+  // of >= 128 | 64 32 16 8.
+  const std::vector<size_t> expect = {8, 16, 32, 64, 131, 131, 131, 131, 130, 130, 64, 32, 16, 8};
+  EXPECT_EQ(piece_sizes(1024, 8, 8), expect);
+  // A 64 MiB float allreduce over 2 local ranks (the hierarchical algorithm's parameters):
+  // the first and last pieces are 512 KiB, none is larger than 1/4 of the buffer.
+  const auto big = piece_sizes(size_t{16} << 20, size_t{128} << 10, 8);
+  EXPECT_EQ(big.front(), size_t{128} << 10);
+  EXPECT_EQ(big.back(), size_t{128} << 10);
+  for (size_t s : big) EXPECT_LE(s, size_t{4} << 20);
+}
+
+TEST(RampedPieces, SmallCountsAreCutIntoEqualBlocks) {
+  EXPECT_EQ(piece_sizes(0, 8, 8), std::vector<size_t>{0});  // one empty piece
+  EXPECT_EQ(piece_sizes(5, 8, 8), std::vector<size_t>{5});
+  EXPECT_EQ(piece_sizes(24, 8, 8), (std::vector<size_t>{8, 8, 8}));
+  EXPECT_EQ(piece_sizes(20, 8, 8), (std::vector<size_t>{10, 10}));  // body = min: no ramp
+  // A ramp of 8 needs 2 x 8 + the body 15 = 31 elements: 30 is cut into 2 equal pieces.
+  EXPECT_EQ(piece_sizes(30, 8, 2), (std::vector<size_t>{15, 15}));
+  EXPECT_EQ(piece_sizes(7, 0, 0), std::vector<size_t>{7});  // 0 min / pieces: treated as 1
+}
+
 // value of element i contributed by rank r
 int32_t contribution(int r, size_t i) { return static_cast<int32_t>((r + 1) * 1000 + i); }
 

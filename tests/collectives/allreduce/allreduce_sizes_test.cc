@@ -94,5 +94,19 @@ TEST_F(AllReduceSizes, LargeBuffers) {
   run({{size_t{1} << 18, DataType::kInt32, ReduceOp::kMin, 300000}}, false, 1);
 }
 
+TEST_F(AllReduceSizes, HierarchicalRampedPiecesAndZeroCopyWanMessages) {
+  // 20 MiB + 12 bytes on 2 sites x 2 ranks: large enough for the hierarchical pieces to ramp
+  // (min 512 KiB, body 2.5 MiB) and for each rank's 10 MiB shard to go out partly zero-copy
+  // (acknowledged before the reduce overwrites it) and, for its last 4 MiB, as copies.
+  Case c;
+  c.algorithm = Algorithm::kHierarchical;
+  c.type = DataType::kInt32;
+  c.op = ReduceOp::kSum;
+  c.count = (size_t{5} << 20) + 3;
+  c.chunk_bytes = int64_t{1} << 20;
+  c.misalign_bytes = 1;
+  check_exact(*two_sites_, c);
+}
+
 }  // namespace
 }  // namespace detwan::collectives::testing
