@@ -56,12 +56,14 @@ Result<void> check_topology(const OpContext& ctx) {
 Result<void> all_reduce_hierarchical(OpContext& ctx, const void* send, void* recv, size_t count,
                                      DataType type, ReduceOp op) {
   if (auto ok = check_topology(ctx); !ok) return ok;
-  detail::copy_to_recv(send, recv, count, type);
   const Topology& topology = ctx.topology;
   const int rank = ctx.peers.rank();
   const int sites = topology.num_sites();
   const int per_site = topology.ranks_per_site();
-  if (ctx.peers.size() <= 1 || count == 0) return {};
+  if (ctx.peers.size() <= 1 || count == 0) {
+    detail::copy_to_recv(send, recv, count, type);
+    return {};
+  }
   const int my_site = topology.site_of(rank);
   const auto local = static_cast<size_t>(topology.local_index(rank));
   const std::vector<int>& site_group = topology.ranks_of_site(my_site);
@@ -73,11 +75,13 @@ Result<void> all_reduce_hierarchical(OpContext& ctx, const void* send, void* rec
   const size_t chunk = detail::chunk_elems(ctx, type);
   const int rs_steps = per_site - 1;
   detail::SendQueue sends(ctx);
-  if (sites == 1) {
-    auto ok = detail::run_ring(ctx, site_group, buf, count, type, op, 0, 2 * rs_steps, sends);
+  if (sites == 1) {  // one ring, reading the input from send when out of place
+    auto ok = detail::run_ring(ctx, site_group, buf, count, type, op, 0, 2 * rs_steps, sends,
+                               detail::ring_source(send, recv, count, type));
     if (!ok) return ok;
     return sends.wait_all();
   }
+  detail::copy_to_recv(send, recv, count, type);
 
   // Pieces of at least kMinShardBytes per local rank: small enough that the WAN starts after a
   // fraction of the intra-site work, large enough that the per-piece intra-site ring latency

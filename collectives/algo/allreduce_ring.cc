@@ -14,14 +14,18 @@ namespace detwan::collectives::algo {
 
 Result<void> all_reduce_ring(OpContext& ctx, const void* send, void* recv, size_t count,
                              DataType type, ReduceOp op) {
-  detail::copy_to_recv(send, recv, count, type);
   const int n = ctx.peers.size();
-  if (n <= 1 || count == 0) return {};
+  if (n <= 1 || count == 0) {
+    detail::copy_to_recv(send, recv, count, type);
+    return {};
+  }
+  // Out of place, the ring reads the input from send: no copy into recv first.
+  const std::byte* src = detail::ring_source(send, recv, count, type);
   std::vector<int> ring(static_cast<size_t>(n));
   std::iota(ring.begin(), ring.end(), 0);
   detail::SendQueue sends(ctx);
   auto ok = detail::run_ring(ctx, ring, detail::as_bytes(recv), count, type, op, 0, 2 * (n - 1),
-                             sends);
+                             sends, src);
   if (!ok) return ok;
   return sends.wait_all();
 }

@@ -50,11 +50,17 @@ namespace detail {
 
 Result<void> run_ring(OpContext& ctx, std::span<const int> group, std::byte* buf, size_t count,
                       DataType type, ReduceOp op, int first_step, int end_step,
-                      SendQueue& sends) {
+                      SendQueue& sends, const std::byte* src) {
   auto position = position_in(ctx, group);
   if (!position) return std::unexpected(position.error());
   const auto g = static_cast<int64_t>(group.size());
-  if (g <= 1 || count == 0 || first_step >= end_step) return {};
+  if (src != nullptr && (first_step != 0 || end_step != 2 * (g - 1))) {
+    return make_error(ErrorCode::kInternal, "run_ring: a source buffer needs the full ring");
+  }
+  if (g <= 1 || count == 0 || first_step >= end_step) {
+    if (src != nullptr) copy_to_recv(src, buf, count, type);
+    return {};
+  }
   const auto p = static_cast<int64_t>(*position);
   const int next = group[(p + 1) % g];
   const int prev = group[(p + g - 1) % g];
@@ -69,12 +75,19 @@ Result<void> run_ring(OpContext& ctx, std::span<const int> group, std::byte* buf
     const size_t n = std::min(chunk, b.count - c * chunk);
     return std::span<std::byte>(buf + (b.offset + c * chunk) * elem, n * elem);
   };
+  // This rank's input for a region of buf not yet written by this run.
+  auto input_of = [&](std::span<std::byte> region) -> const std::byte* {
+    return src == nullptr ? region.data() : src + (region.data() - buf);
+  };
 
   // Send indices of this run's reduce-scatter chunks: the allgather overwrites exactly the
   // regions the reduce-scatter sent (step t's block is received again at step t + g - 1).
   std::vector<std::vector<size_t>> rs_sent(static_cast<size_t>(std::max<int64_t>(0, g)));
   auto post_step = [&](int64_t s, size_t c) {
-    const size_t index = sends.post(next, chunk_span(send_block(s), c));
+    const std::span<std::byte> region = chunk_span(send_block(s), c);
+    // Step 0 sends the input itself; later steps what this run wrote into buf.
+    const size_t index =
+        sends.post(next, {s == 0 ? input_of(region) : region.data(), region.size()});
     if (s < rs_steps) {
       auto& list = rs_sent[static_cast<size_t>(s)];
       if (list.size() <= c) list.resize(c + 1, kNoWait);
@@ -110,7 +123,9 @@ Result<void> run_ring(OpContext& ctx, std::span<const int> group, std::byte* buf
     if (!message) return std::unexpected(message.error());
     const std::span<std::byte> region = chunk_span(recv_block(cur.step), cur.chunk);
     if (cur.step < rs_steps) {
-      reduce::reduce_inplace(region.data(), message->data(), region.size() / elem, type, op);
+      // mine OP theirs, as reduce_inplace on an in-place buffer.
+      reduce::reduce_to(region.data(), input_of(region), message->data(), region.size() / elem,
+                        type, op);
     } else {
       const int64_t t = cur.step - rs_steps;  // the reduce-scatter step that sent this region
       if (t >= first_step && cur.chunk < rs_sent[static_cast<size_t>(t)].size()) {

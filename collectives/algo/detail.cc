@@ -120,4 +120,15 @@ void copy_to_recv(const void* send, void* recv, size_t count, DataType type) {
   if (send != recv && count > 0) std::memmove(recv, send, count * data_type_size(type));
 }
 
+const std::byte* ring_source(const void* send, void* recv, size_t count, DataType type) {
+  const size_t bytes = count * data_type_size(type);
+  const auto* s = as_bytes(send);
+  const auto* r = as_bytes(recv);
+  if (send == recv || bytes == 0 || (s < r + bytes && r < s + bytes)) {
+    copy_to_recv(send, recv, count, type);
+    return nullptr;
+  }
+  return s;
+}
+
 }  // namespace detwan::collectives::algo::detail

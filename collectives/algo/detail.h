@@ -114,14 +114,21 @@ Result<void> recv_chunked(OpContext& ctx, int peer, size_t count, size_t elem_by
 // chunk; a chunk is forwarded as soon as it has been received, so every step's chunks are in
 // flight together. Sends go through `sends` (the caller waits for them); a region this run
 // overwrites after having sent it is waited for first.
+// `src` (optional, only with first_step == 0 and end_step == 2g-2, not overlapping buf): this
+// rank's input, read where the in-place run would read buf before writing it, so an
+// out-of-place allreduce needs no copy of the input into buf first (every block of buf is
+// written by the run).
 Result<void> run_ring(OpContext& ctx, std::span<const int> group, std::byte* buf, size_t count,
                       DataType type, ReduceOp op, int first_step, int end_step,
-                      SendQueue& sends);
+                      SendQueue& sends, const std::byte* src = nullptr);
 
 // Position of this rank in `group`, or kInvalidArgument naming the group.
 Result<size_t> position_in(const OpContext& ctx, std::span<const int> group);
 
 // Copies send to recv when they differ (the algorithms then run in place on recv).
 void copy_to_recv(const void* send, void* recv, size_t count, DataType type);
+// The input a full ring run (run_ring's `src`) may read instead of copying it into recv first:
+// send, or null when send is recv or overlaps it (then it is copied into recv).
+const std::byte* ring_source(const void* send, void* recv, size_t count, DataType type);
 
 }  // namespace detwan::collectives::algo::detail

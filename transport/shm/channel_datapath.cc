@@ -105,8 +105,7 @@ Status ChannelState::pump_rx_st(bool& progressed) {
     if (rx_done_bytes_ < rx_length_bytes_) {
       const auto chunk = static_cast<size_t>(
           std::min<uint64_t>(rx_length_bytes_ - rx_done_bytes_, publish_chunk_bytes_));
-      const size_t n = rx_.read(
-          std::span<std::byte>(rx_message_).subspan(static_cast<size_t>(rx_done_bytes_), chunk));
+      const size_t n = rx_.read_append(rx_message_, chunk);  // reserved by allocate_message_st
       rx_done_bytes_ += n;
       since_publish += n;
       consumed = true;

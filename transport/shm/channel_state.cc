@@ -201,7 +201,9 @@ void ChannelState::on_doorbell_st() {
 
 bool ChannelState::allocate_message_st(uint64_t length_bytes) {
   try {
-    rx_message_ = std::vector<std::byte>(static_cast<size_t>(length_bytes));
+    // Reserved, not sized: the ring appends into it without zero-filling it first.
+    rx_message_ = std::vector<std::byte>();
+    rx_message_.reserve(static_cast<size_t>(length_bytes));
     return true;
   } catch (const std::bad_alloc&) {
     return false;

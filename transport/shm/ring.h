@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include "common/status.h"
 #include "transport/shm/layout.h"
@@ -87,6 +88,18 @@ class RingConsumer {
     const size_t first = std::min(n, static_cast<size_t>(capacity_bytes_) - pos);
     if (first > 0) std::memcpy(out.data(), data_ + pos, first);
     if (n > first) std::memcpy(out.data() + first, data_, n - first);
+    tail_ += n;
+    return n;
+  }
+
+  // Appends up to `max_bytes` to `out` (which the caller reserved: no reallocation, and no
+  // zero-filling of a buffer that is about to be overwritten); returns the bytes appended.
+  size_t read_append(std::vector<std::byte>& out, size_t max_bytes) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(max_bytes, head_seen_ - tail_));
+    const auto pos = static_cast<size_t>(tail_ % capacity_bytes_);
+    const size_t first = std::min(n, static_cast<size_t>(capacity_bytes_) - pos);
+    out.insert(out.end(), data_ + pos, data_ + pos + first);
+    out.insert(out.end(), data_, data_ + (n - first));
     tail_ += n;
     return n;
   }
