@@ -209,6 +209,8 @@ double halving_doubling(const Model& m, double bytes) {
 
 // Reduce-scatter in each site, WAN allreduce of the shards by equal local index, allgather in
 // each site; pieces overlap so only one piece's intra phases are not hidden behind the WAN.
+// Equal pieces: the algorithm's ramped pieces (ramped_pieces) make the unhidden first and last
+// phases shorter than this, so the estimate is conservative.
 double hierarchical_all_reduce(const Model& m, int64_t chunk_bytes, double bytes) {
   const Topology& topology = m.topology();
   const int sites = topology.num_sites();
