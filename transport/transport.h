@@ -105,6 +105,7 @@ struct ChannelStats {
   int64_t cwnd_bytes = 0;             // best effort only (0 on reserved paths)
   double loss_estimate = 0.0;         // fraction of data segments lost, smoothed
   int32_t fec_parity_current = 0;     // m chosen by the adaptive policy
+  uint64_t recv_buffers_reused = 0;   // received messages placed in a recycle()d buffer
 };
 
 using SendCallback = std::function<void(Result<void>)>;
@@ -122,6 +123,10 @@ class Channel {
   virtual void send_async(std::span<const std::byte> message, SendCallback done) = 0;
   // Asks for the next message in order. Never blocks. Receives complete in the order posted.
   virtual void recv_async(RecvCallback done) = 0;
+  // Hands back a received message's buffer once the caller is done with it: the channel may
+  // place a later message in it (its pages are mapped already) instead of allocating. Optional
+  // (a backend that does not pool drops it); any thread; never blocks for long.
+  virtual void recycle(std::vector<std::byte> buffer) { (void)buffer; }
   [[nodiscard]] virtual ChannelStats stats() const = 0;
   // Graceful close: pending operations complete with kUnavailable; the peer sees the close.
   virtual void close() = 0;

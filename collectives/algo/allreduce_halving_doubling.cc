@@ -29,7 +29,7 @@ Result<void> recv_reduce(OpContext& ctx, int peer, std::byte* buf, Range range, 
                          ReduceOp op, size_t elem, size_t chunk) {
   return detail::recv_chunked(
       ctx, peer, range.count(), elem, chunk,
-      [&](size_t offset, const std::vector<std::byte>& message) -> Result<void> {
+      [&](size_t offset, std::span<const std::byte> message) -> Result<void> {
         reduce::reduce_inplace(buf + (range.lo + offset) * elem, message.data(),
                                message.size() / elem, type, op);
         return {};
@@ -41,7 +41,7 @@ Result<void> recv_copy(OpContext& ctx, int peer, std::byte* buf, Range range, si
                        size_t chunk) {
   return detail::recv_chunked(
       ctx, peer, range.count(), elem, chunk,
-      [&](size_t offset, const std::vector<std::byte>& message) -> Result<void> {
+      [&](size_t offset, std::span<const std::byte> message) -> Result<void> {
         std::memcpy(buf + (range.lo + offset) * elem, message.data(), message.size());
         return {};
       });

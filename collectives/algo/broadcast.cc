@@ -95,7 +95,7 @@ Result<void> run_relay(OpContext& ctx, const Relay& relay, const std::byte* src,
   }
   auto ok = detail::recv_chunked(
       ctx, relay.parent, count, elem, chunk,
-      [&](size_t offset, const std::vector<std::byte>& message) -> Result<void> {
+      [&](size_t offset, std::span<const std::byte> message) -> Result<void> {
         std::byte* region = dst + offset * elem;
         std::memcpy(region, message.data(), message.size());
         // region is never written again during this call, so it can be sent zero copy.

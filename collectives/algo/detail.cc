@@ -70,7 +70,7 @@ Result<void> SendQueue::wait_all() {
 
 void RecvQueue::expect(size_t bytes) { pending_.emplace_back(ctx_.peers.recv(peer_), bytes); }
 
-Result<std::vector<std::byte>> RecvQueue::next() {
+Result<Received> RecvQueue::next() {
   if (pending_.empty()) {
     return make_error(ErrorCode::kInternal,
                       fmt::format("rank {}: no receive posted from {}", ctx_.peers.rank(),
@@ -79,7 +79,7 @@ Result<std::vector<std::byte>> RecvQueue::next() {
   auto [pending, expected] = std::move(pending_.front());
   pending_.pop_front();
   auto message = ctx_.peers.wait(pending, ctx_.deadline);
-  if (!message) return message;
+  if (!message) return std::unexpected(message.error());
   if (message->size() != expected) {
     // The ranks disagree about the operation: nothing that follows can match. Fail the
     // channels so the peers stop now instead of waiting for messages that will never come.
@@ -92,7 +92,7 @@ Result<std::vector<std::byte>> RecvQueue::next() {
     ctx_.peers.fail(peer_, error);
     return std::unexpected(std::move(error));
   }
-  return message;
+  return Received(ctx_.peers, peer_, std::move(*message));
 }
 
 size_t send_chunked(SendQueue& sends, int peer, const std::byte* data, size_t count,

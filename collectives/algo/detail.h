@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "collectives/algo/algorithms.h"
@@ -68,6 +69,32 @@ class SendQueue {
   size_t first_index_ = 0;  // index of pending_.front()
 };
 
+// A received message; its buffer goes back to the channel it came from when this is dropped
+// (Peers::recycle), so the next message from that peer lands in memory that is mapped already.
+class Received {
+ public:
+  Received(Peers& peers, int peer, std::vector<std::byte> bytes)
+      : peers_(&peers), peer_(peer), bytes_(std::move(bytes)) {}
+  ~Received() {
+    if (peers_ != nullptr) peers_->recycle(peer_, std::move(bytes_));
+  }
+  Received(Received&& other) noexcept
+      : peers_(std::exchange(other.peers_, nullptr)), peer_(other.peer_),
+        bytes_(std::move(other.bytes_)) {}
+  Received& operator=(Received&&) = delete;
+  Received(const Received&) = delete;
+  Received& operator=(const Received&) = delete;
+
+  [[nodiscard]] const std::byte* data() const { return bytes_.data(); }
+  [[nodiscard]] size_t size() const { return bytes_.size(); }
+  [[nodiscard]] std::span<const std::byte> span() const { return bytes_; }
+
+ private:
+  Peers* peers_;
+  int peer_;
+  std::vector<std::byte> bytes_;
+};
+
 class RecvQueue {
  public:
   RecvQueue(OpContext& ctx, int peer) : ctx_(ctx), peer_(peer) {}
@@ -76,7 +103,7 @@ class RecvQueue {
   void expect(size_t bytes);
   [[nodiscard]] size_t posted() const { return pending_.size(); }
   // Waits for the oldest posted receive; kInvalidArgument if its size differs from expected.
-  Result<std::vector<std::byte>> next();
+  Result<Received> next();
 
  private:
   OpContext& ctx_;
@@ -89,7 +116,7 @@ class RecvQueue {
 size_t send_chunked(SendQueue& sends, int peer, const std::byte* data, size_t count,
                     size_t elem_bytes, size_t chunk);
 // Receives `count` elements from `peer` as chunk-sized messages (the matching send_chunked)
-// and calls on_chunk(element_offset, message) for each, in order. on_chunk returns
+// and calls on_chunk(element_offset, message bytes) for each, in order. on_chunk returns
 // Result<void>; the first error stops the loop.
 template <typename OnChunk>
 Result<void> recv_chunked(OpContext& ctx, int peer, size_t count, size_t elem_bytes,
@@ -102,7 +129,7 @@ Result<void> recv_chunked(OpContext& ctx, int peer, size_t count, size_t elem_by
     while (posted < chunks && posted < i + kRecvWindow) queue.expect(size_of(posted++));
     auto message = queue.next();
     if (!message) return std::unexpected(message.error());
-    if (auto ok = on_chunk(i * chunk, *message); !ok) return ok;
+    if (auto ok = on_chunk(i * chunk, message->span()); !ok) return ok;
   }
   return {};
 }

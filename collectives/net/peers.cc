@@ -159,7 +159,13 @@ Result<void> Peers::recv_into(int peer, std::span<std::byte> out, Deadline deadl
     return std::unexpected(error);
   }
   if (!out.empty()) std::memcpy(out.data(), message->data(), out.size());
+  recycle(peer, std::move(*message));
   return {};
+}
+
+void Peers::recycle(int peer, std::vector<std::byte> buffer) {
+  if (peer < 0 || peer >= size() || !channels_[peer]) return;
+  channels_[peer]->recycle(std::move(buffer));
 }
 
 Result<void> Peers::flush(Deadline deadline) {

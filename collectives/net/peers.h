@@ -91,6 +91,9 @@ class Peers {
   Result<void> recv_into(int peer, std::span<std::byte> out, Deadline deadline);
   // Waits for every send_copy so far.
   Result<void> flush(Deadline deadline);
+  // Hands a received message's buffer back to the channel from `peer` once its contents have
+  // been used: a later message from that peer may land in it (transport::Channel::recycle).
+  void recycle(int peer, std::vector<std::byte> buffer);
 
   // Makes every pending and later wait fail with kUnavailable "aborted" (closes the channels).
   void abort();

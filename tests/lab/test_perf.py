@@ -47,6 +47,32 @@ def perflab(wanem_ready):
             yield st
 
 
+def release_late(pair: str = "ab") -> tuple[int, int]:
+    """(count, sum ns) of the emulator's release lateness so far: how long after its due time
+    the first due frame of a direction actually left (detwan-wanem's loop.release_late_ns)."""
+    h = measure.wanem_stats(pair, 1)["loop"]["release_late_ns"]
+    return h["count"], h["count"] * h["mean"]
+
+
+class EmulatorLateness:
+    """The mean release lateness of the user-space emulator while a block ran. On a loaded
+    machine (CI: 2 shared cores) the emulator wakes late and every frame it releases late is
+    delayed by that much on top of the emulated delay: the delay the tool measures is right,
+    the emulator is not exact. Upper bounds on a measured delay add this mean (lower bounds do
+    not), so a delay the tool invents is still caught, one the emulator adds is not blamed on
+    the tool."""
+
+    def __enter__(self):
+        self.before = release_late()
+        return self
+
+    def __exit__(self, *exc):
+        after = release_late()
+        count = after[0] - self.before[0]
+        self.mean_ns = (after[1] - self.before[1]) / count if count > 0 else 0.0
+        return False
+
+
 def check_direction(d: dict) -> None:
     """The interface external checks read: counts and every distribution with its keys."""
     for key in DIRECTION_KEYS:
@@ -60,7 +86,8 @@ def check_direction(d: dict) -> None:
 @pytest.mark.netns
 def test_forward_stream_sees_the_wan_delay_and_loss(perflab):
     b = perflab["sites"][1]
-    doc = perf.client("a", b["best_effort_addr"], ["-t", "3", "--pps", "2000"], seconds=3)
+    with EmulatorLateness() as late:
+        doc = perf.client("a", b["best_effort_addr"], ["-t", "3", "--pps", "2000"], seconds=3)
     assert doc["schema"] == "detwan-perf" and doc["version"] == 1
     fwd = doc["forward"]
     check_direction(fwd)
@@ -69,7 +96,8 @@ def test_forward_stream_sees_the_wan_delay_and_loss(perflab):
     # Delay 5 ms + uniform jitter in [-3, +3] ms (clipped at 0 by the emulator at worst): the
     # median one-way delay is the WAN's delay; namespaces share one clock, so the offset the
     # exchanges estimate must be within its own error bound of 0.
-    assert 4 * MS <= fwd["owd_ns"]["p50"] <= 6.5 * MS, fwd["owd_ns"]
+    assert 4 * MS <= fwd["owd_ns"]["p50"] <= 6.5 * MS + late.mean_ns, (fwd["owd_ns"],
+                                                                       late.mean_ns)
     assert abs(fwd["clock_offset_ns"]) <= fwd["clock_error_ns"] + 100_000
     # 1 % random loss of 6000 packets: 60 expected; 20..120 is far outside binomial noise.
     assert 20 <= fwd["lost"] <= 120, fwd["lost"]
@@ -84,14 +112,16 @@ def test_forward_stream_sees_the_wan_delay_and_loss(perflab):
 @pytest.mark.netns
 def test_bidir_measures_both_directions(perflab):
     b = perflab["sites"][1]
-    doc = perf.client("a", b["best_effort_addr"], ["-t", "2", "--pps", "500", "--bidir"],
-                      seconds=2)
+    with EmulatorLateness() as late:
+        doc = perf.client("a", b["best_effort_addr"], ["-t", "2", "--pps", "500", "--bidir"],
+                          seconds=2)
     for name in ("forward", "reverse"):
         check_direction(doc[name])
         assert doc[name]["sent"] == 1000
-        assert 4 * MS <= doc[name]["owd_ns"]["p50"] <= 6.5 * MS, (name, doc[name]["owd_ns"])
+        assert 4 * MS <= doc[name]["owd_ns"]["p50"] <= 6.5 * MS + late.mean_ns, (
+            name, doc[name]["owd_ns"], late.mean_ns)
     # The sync exchanges cross the WAN twice: RTT about twice the delay.
-    assert 8 * MS <= doc["forward"]["rtt_ns"]["p50"] <= 14 * MS
+    assert 8 * MS <= doc["forward"]["rtt_ns"]["p50"] <= 14 * MS + 2 * late.mean_ns
 
 
 @pytest.mark.netns
@@ -124,8 +154,9 @@ def test_stamp_across_the_wan(perflab):
         stdin=subprocess.DEVNULL)
     try:
         measure._wait_listening(b["host_ns"], int(port), proto="u")
-        res = tb("exec", "a", "--", str(perf_binary()), "stamp", b["best_effort_addr"], "-p",
-                 port, "-c", "200", "-i", "0.005", "--json", timeout=30)
+        with EmulatorLateness() as late:
+            res = tb("exec", "a", "--", str(perf_binary()), "stamp", b["best_effort_addr"],
+                     "-p", port, "-c", "200", "-i", "0.005", "--json", timeout=30)
         assert res.returncode == 0, res.stderr
         doc = json.loads(res.stdout)
     finally:
@@ -134,8 +165,10 @@ def test_stamp_across_the_wan(perflab):
     assert doc["sent"] == 200
     assert doc["received"] + doc["lost"] == 200
     assert doc["lost"] <= 20  # 1 % each way
-    assert 8 * MS <= doc["rtt_ns"]["p50"] <= 14 * MS, doc["rtt_ns"]
-    assert 3 * MS <= doc["owd_forward_ns"]["p50"] <= 7 * MS, doc["owd_forward_ns"]
+    assert 8 * MS <= doc["rtt_ns"]["p50"] <= 14 * MS + 2 * late.mean_ns, (doc["rtt_ns"],
+                                                                           late.mean_ns)
+    assert 3 * MS <= doc["owd_forward_ns"]["p50"] <= 7 * MS + late.mean_ns, (
+        doc["owd_forward_ns"], late.mean_ns)
 
 
 @pytest.mark.netns

@@ -28,6 +28,7 @@ class LabConfig:
     wan_spec: str = ""
     path_specs: dict[int, str] = dataclasses.field(default_factory=dict)  # k -> SPEC override
     seed: int = 1
+    mtu_bytes: int = 1500  # IP MTU of every veth (the emulators size their buffers from it)
     build_dir: pathlib.Path | None = None
     wanem_cmd: list[str] = dataclasses.field(default_factory=list)
     wanem_run_args: list[str] = dataclasses.field(default_factory=list)  # extra `run` options
@@ -75,7 +76,7 @@ class Lab:
             "wanem_cmd": cfg.wanem_cmd,
             "options": {"sites": cfg.sites, "paths": cfg.paths, "wan": cfg.wan_spec,
                         "wan_path": {str(k): v for k, v in cfg.path_specs.items()},
-                        "seed": cfg.seed, "wanem_opt": cfg.wanem_run_args,
+                        "seed": cfg.seed, "mtu": cfg.mtu_bytes, "wanem_opt": cfg.wanem_run_args,
                         "dataplane": cfg.dataplane,
                         "tunnel_rate": cfg.gateway.tunnel_rate if cfg.dataplane else None,
                         "bound": cfg.gateway.bound if cfg.dataplane else None,
@@ -159,18 +160,19 @@ def create_namespaces(lab: Lab) -> None:
         sysctl(s.gateway_ns, "net.ipv4.conf.default.rp_filter", "0")
 
 
-def _veth(ns1: str, if1: str, ns2: str, if2: str) -> None:
+def _veth(ns1: str, if1: str, ns2: str, if2: str, mtu: int) -> None:
     # Created directly inside the namespaces: nothing of ours ever sits in the root namespace.
-    ip("link", "add", if1, "address", mac_for(if1), "type", "veth",
-       "peer", "name", if2, "address", mac_for(if2), "netns", ns2, ns=ns1)
+    ip("link", "add", if1, "address", mac_for(if1), "mtu", str(mtu), "type", "veth",
+       "peer", "name", if2, "address", mac_for(if2), "mtu", str(mtu), "netns", ns2, ns=ns1)
 
 
 def create_links(lab: Lab) -> None:
+    mtu = lab.config.mtu_bytes
     for s in lab.topo.sites:
-        _veth(s.host_ns, s.host_if, s.gateway_ns, s.gateway_lan_if)
+        _veth(s.host_ns, s.host_if, s.gateway_ns, s.gateway_lan_if, mtu)
     for p in lab.topo.paths:
-        _veth(p.a.gateway_ns, p.gateway_if(p.a), p.wan_ns, p.wan_if(p.a))
-        _veth(p.wan_ns, p.wan_if(p.b), p.b.gateway_ns, p.gateway_if(p.b))
+        _veth(p.a.gateway_ns, p.gateway_if(p.a), p.wan_ns, p.wan_if(p.a), mtu)
+        _veth(p.wan_ns, p.wan_if(p.b), p.b.gateway_ns, p.gateway_if(p.b), mtu)
 
 
 def all_links(topo: Topology) -> list[tuple[str, str]]:

@@ -20,6 +20,8 @@ from lab.netns import LabError
 
 PROG = "tools/testbed"
 EXIT_TOOL_ERROR = 125
+MIN_MTU_BYTES = 576    # IPv4 minimum; also the transport's lower limit
+MAX_MTU_BYTES = 9216   # largest jumbo frame veth and common switches take
 
 
 USAGE = {
@@ -68,6 +70,9 @@ def add_up_parser(sub) -> None:
                    help="detwan-wanem SPEC for both directions of every WAN path")
     p.add_argument("--wan-path", action="append", type=_path_spec, default=[], metavar="K=SPEC",
                    help="SPEC for path K of every pair (overrides --wan); repeatable")
+    p.add_argument("--mtu", type=int, default=1500, metavar="BYTES",
+                   help="IP MTU of every link, e.g. 9000 for jumbo frames (default 1500; not "
+                   "with --dataplane, whose gateways are configured for 1500)")
     p.add_argument("--seed", type=int, default=1,
                    help="emulator seeds are SEED, SEED+2, ... in path order (each emulator uses "
                    "seed and seed+1 for its two directions; seed= in a SPEC wins) (default 1)")
@@ -125,6 +130,13 @@ def cmd_up(args) -> int:
                                         ("--tunnel-slots", args.tunnel_slots),
                                         ("--gw-rt-priority", args.gw_rt_priority),
                                         ("--gw-cmd", args.gw_cmd)) if value is not None]
+    if not MIN_MTU_BYTES <= args.mtu <= MAX_MTU_BYTES:
+        err(f"--mtu {args.mtu}: must be in [{MIN_MTU_BYTES}, {MAX_MTU_BYTES}]")
+        return 2
+    if args.mtu != 1500 and args.dataplane:
+        err(f"--mtu {args.mtu}: the gateways of --dataplane are configured for MTU 1500 "
+            "(TUN 1400); leave --mtu out or drop --dataplane")
+        return 2
     if gw_only and not args.dataplane:
         err(f"{', '.join(gw_only)} configure the gateways: add --dataplane uring|dpdk")
         return 2
@@ -139,7 +151,8 @@ def cmd_up(args) -> int:
                 err(f"bad {label} SPEC '{spec}': {problem}")
                 return 2
     config = builder.LabConfig(sites=args.sites, paths=args.paths, wan_spec=args.wan,
-                               path_specs=path_specs, seed=args.seed, build_dir=build,
+                               path_specs=path_specs, seed=args.seed, mtu_bytes=args.mtu,
+                               build_dir=build,
                                wanem_cmd=cmd, wanem_run_args=args.wanem_opt,
                                check_reachability=not args.no_ping_check)
     if args.dataplane:

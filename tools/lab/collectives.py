@@ -26,7 +26,8 @@ import tempfile
 import time
 
 from lab import measure
-from lab.transport import BenchError, _arg, bench_binary, running_lab, stop, wan_spec
+from lab.transport import (MTU_BYTES, BenchError, _arg, bench_binary, running_lab, stop,
+                           wan_spec)
 from lab.units import parse_duration_ns, parse_fraction, parse_rate_bps, parse_size_bytes
 
 PROG = "detwan-bench COLLECTIVE --lab"
@@ -66,6 +67,8 @@ def parser() -> argparse.ArgumentParser:
                    help="round-trip time (delay = rtt/2 each way; default 20ms)")
     p.add_argument("--loss", type=_arg(parse_fraction), default=0.0,
                    help="random loss each way, e.g. 0.1%%")
+    p.add_argument("--mtu", type=int, help="IP MTU of the lab's links and of detwan's datagrams, "
+                   "e.g. 9000 (default 1500; with --no-setup: the running lab's)")
     p.add_argument("--queue", type=_arg(parse_size_bytes),
                    help="emulator queue (default max(BDP, 128k))")
     p.add_argument("--wan-rate", type=_arg(parse_rate_bps),
@@ -122,13 +125,14 @@ def _raise_interrupted(signum, _frame):
     raise Interrupted(f"signal {signum}")
 
 
-def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int,
-              rtt_ns: int) -> tuple[str, list, str]:
+def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int, rtt_ns: int,
+              mtu_bytes: int) -> tuple[str, list, str]:
     """Starts every rank, forwards (table) or collects (JSON) rank 0's stdout, stops every rank
     on failure, timeout or signal. Returns (rank 0's stdout, exit statuses, error or "")."""
     # The path's RTT for the cost model of --deterministic (which must not measure it).
     env = dict(os.environ)
     env.setdefault("DETWAN_WAN_RTT", f"{max(rtt_ns // 1000, 1)}us")
+    env["DETWAN_MTU"] = str(mtu_bytes)  # the datagrams fill the lab's MTU, no more
     procs, logs = [], []
     out = b""
     error = ""
@@ -196,7 +200,7 @@ def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int,
 
 def lab_header(args, path: dict, reused: bool, nranks: int) -> str:
     return (f"# lab: {args.sites} sites x {args.ranks_per_site} ranks ({nranks}), WAN path "
-            f"'{path['spec']}' ({'reused' if reused else 'own'} lab)\n")
+            f"'{path['spec']}', MTU {path['mtu_bytes']} ({'reused' if reused else 'own'} lab)\n")
 
 
 def run(args, binary: str, st: dict, path: dict, reused: bool) -> int:
@@ -205,9 +209,11 @@ def run(args, binary: str, st: dict, path: dict, reused: bool) -> int:
     if not args.json:
         sys.stdout.write(lab_header(args, path, reused, len(plan)))
         sys.stdout.flush()
-    out, codes, error = run_ranks(args, binary, plan, wan_rate, path["rtt_ns"])
+    out, codes, error = run_ranks(args, binary, plan, wan_rate, path["rtt_ns"],
+                                  path["mtu_bytes"])
     failures = [f"rank {e['rank']} exited {c}" for e, c in zip(plan, codes) if c != 0]
-    path_doc = {"rate_bps": path["rate_bps"], "rtt_ns": path["rtt_ns"], "loss": path["loss"]}
+    path_doc = {"rate_bps": path["rate_bps"], "rtt_ns": path["rtt_ns"], "loss": path["loss"],
+                "mtu_bytes": path["mtu_bytes"]}
     lab_doc = {"reused": reused, "spec": path["spec"], "sites": args.sites,
                "ranks_per_site": args.ranks_per_site, "detwan_wan_rate_bps": wan_rate}
     if args.json:
@@ -250,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise BenchError(f"a lab is already up ({existing}): pass --no-setup to use it, "
                                  "or run tools/testbed down")
             st, path = running_lab()
+            if args.mtu is not None and args.mtu != path["mtu_bytes"]:
+                raise BenchError(f"--mtu {args.mtu}: the running lab's links have MTU "
+                                 f"{path['mtu_bytes']}")
             spec = path["spec"]
             log(f"using the running lab ({existing}): '{spec}'")
             return run(args, binary, st, path, reused=True)
@@ -258,12 +267,15 @@ def main(argv: list[str] | None = None) -> int:
         bdp = int(args.rate * args.rtt / 8e9)
         queue = args.queue or max(bdp, MIN_QUEUE_BYTES)
         spec = wan_spec(args.rate, args.rtt, args.loss, queue)
-        up = ["--sites", str(args.sites), "--wan", spec, "--seed", str(args.seed)]
+        mtu = args.mtu or MTU_BYTES
+        up = ["--sites", str(args.sites), "--wan", spec, "--seed", str(args.seed),
+              "--mtu", str(mtu)]
         if args.build_dir:
             up += ["--build-dir", args.build_dir]
         log(f"tools/testbed up {' '.join(up)}")
         with measure.own_lab(*up) as st:
-            path = {"rate_bps": args.rate, "rtt_ns": args.rtt, "loss": args.loss, "spec": spec}
+            path = {"rate_bps": args.rate, "rtt_ns": args.rtt, "loss": args.loss, "spec": spec,
+                    "mtu_bytes": mtu}
             status = run(args, binary, st, path, reused=False)
         log("lab removed")
         return status

@@ -450,12 +450,13 @@ def run_two_sites(args, runs: Runs, bins: dict, doc: dict) -> None:
     queue = max(int(args.rate * args.rtt / 8e9), MIN_QUEUE_BYTES)
     for loss in args.losses:
         spec = wan_spec(args.rate, args.rtt, loss, queue)
-        up = ["--sites", str(args.sites), "--wan", spec, "--seed", str(args.seed)]
+        up = ["--sites", str(args.sites), "--wan", spec, "--seed", str(args.seed),
+              "--mtu", str(args.mtu)]
         if args.lab_build_dir:
             up += ["--build-dir", args.lab_build_dir]
         log(f"tools/testbed up {' '.join(up)}")
         with measure.own_lab(*up) as st:
-            doc["lab"].append({"loss": loss, "spec": spec,
+            doc["lab"].append({"loss": loss, "spec": spec, "mtu_bytes": args.mtu,
                                "prefix": os.environ["DETWAN_TESTBED_PREFIX"]})
             sites = lab_sites(st, args.sites)
             where = rank_sites(sites, args.ranks_per_site)
@@ -559,6 +560,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--warmup", type=int, default=1, help="untimed iterations per size")
     p.add_argument("--cc", dest="ccs", type=_list(str), default=["bbr", "cubic"],
                    help="TCP congestion controls for gloo and MPI (default bbr,cubic)")
+    p.add_argument("--mtu", type=int, default=1500,
+                   help="IP MTU of the lab's links (detwan's datagrams and TCP's MSS follow it)")
     p.add_argument("--sites", type=int, default=2)
     p.add_argument("--ranks-per-site", type=int, default=2)
     p.add_argument("--one-site", type=int, metavar="N",
@@ -599,7 +602,8 @@ def print_table(doc: dict) -> None:
         print(f"{PROG}: one site, {p['ranks']} ranks, no WAN (detwan --local vs loopback TCP)")
     else:
         print(f"{PROG}: {p['sites']} sites x {p['ranks_per_site']} ranks, WAN "
-              f"{p['rate_bps'] / 1e6:g} Mbit/s, RTT {p['rtt_ns'] / 1e6:g} ms; busbw in GB/s "
+              f"{p['rate_bps'] / 1e6:g} Mbit/s, RTT {p['rtt_ns'] / 1e6:g} ms, MTU "
+              f"{p.get('mtu_bytes', 1500)}; busbw in GB/s "
               f"(nccl-tests); bound = size*8/rate")
     print(f"{'size':>11} {'loss':>6} {'cc':>6} {'detwan':>8} {'gloo':>8} {'mpi':>8} "
           f"{'d/gloo':>7} {'d/mpi':>7} {'detwan s':>9} {'gloo s':>8} {'mpi s':>8} {'bound s':>8}")
@@ -650,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise CompareError("--sites: only 2 sites are supported (the bound and the "
                                    "MPI launch assume one WAN path)")
             doc["path"] = {"sites": args.sites, "ranks_per_site": args.ranks_per_site,
-                           "rate_bps": args.rate, "rtt_ns": args.rtt, "losses": args.losses,
+                           "rate_bps": args.rate, "rtt_ns": args.rtt, "mtu_bytes": args.mtu,
+                           "losses": args.losses,
                            "ccs": args.ccs, "queue_bytes": max(int(args.rate * args.rtt / 8e9),
                                                                MIN_QUEUE_BYTES)}
             run_two_sites(args, runs, bins, doc)

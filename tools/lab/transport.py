@@ -93,6 +93,7 @@ def running_lab() -> tuple[dict, dict]:
     spec = st["paths"][0]["spec"]
     path = spec_values(spec)
     path["spec"] = spec
+    path["mtu_bytes"] = st.get("options", {}).get("mtu") or MTU_BYTES
     return st, path
 
 

@@ -20,6 +20,7 @@ class ShmChannel final : public Channel {
 
   void send_async(std::span<const std::byte> message, SendCallback done) override;
   void recv_async(RecvCallback done) override;
+  void recycle(std::vector<std::byte> buffer) override { state_->recycle(std::move(buffer)); }
   [[nodiscard]] ChannelStats stats() const override { return state_->stats(); }
   void close() override;
   [[nodiscard]] std::string describe() const override { return state_->description(); }

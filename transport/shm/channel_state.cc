@@ -201,9 +201,9 @@ void ChannelState::on_doorbell_st() {
 
 bool ChannelState::allocate_message_st(uint64_t length_bytes) {
   try {
-    // Reserved, not sized: the ring appends into it without zero-filling it first.
-    rx_message_ = std::vector<std::byte>();
-    rx_message_.reserve(static_cast<size_t>(length_bytes));
+    // Reserved, not sized: the ring appends into it without zero-filling it first; a
+    // recycled buffer when one fits (its pages are mapped already).
+    rx_message_ = rx_pool_.take(static_cast<size_t>(length_bytes));
     return true;
   } catch (const std::bad_alloc&) {
     return false;
@@ -239,7 +239,9 @@ Error ChannelState::fault_error() const {
 }
 
 ChannelStats ChannelState::stats() const {
-  return counters_.snapshot();
+  ChannelStats out = counters_.snapshot();
+  out.recv_buffers_reused = rx_pool_.reused();
+  return out;
 }
 
 }  // namespace detwan::transport::shm

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "transport/buffer_pool.h"
 #include "transport/shm/ring.h"
 #include "transport/shm/session.h"
 #include "transport/stream_counters.h"
@@ -65,6 +66,8 @@ class ChannelState {
   [[nodiscard]] int64_t deadline_ns_st() const;
 
   [[nodiscard]] ChannelStats stats() const;
+  // Any thread: keeps a received message's buffer for a later message (BufferPool).
+  void recycle(std::vector<std::byte> buffer) { rx_pool_.put(std::move(buffer)); }
   [[nodiscard]] const std::string& description() const { return description_; }
 
  private:
@@ -104,6 +107,7 @@ class ChannelState {
   uint64_t rx_length_bytes_ = 0;
   uint64_t rx_done_bytes_ = 0;
   std::vector<std::byte> rx_message_;
+  BufferPool rx_pool_;
 
   bool peer_closed_ = false;
   std::optional<Error> error_;

@@ -139,6 +139,41 @@ TEST(ShmChannel, LargeMessageStreamsThroughASmallerRing) {
   EXPECT_EQ(stats.bytes_received, message.size());
 }
 
+// A received buffer handed back with recycle() holds the next message that fits it: the same
+// memory, the new bytes, counted; a larger message gets a buffer of its own.
+TEST(ShmChannel, RecycledBufferHoldsTheNextMessage) {
+  Pair pair = make_pair("ring_bytes=1mb");
+  const auto first = random_bytes(size_t{3} << 20, 11);
+  auto received = recv_future(*pair.server);
+  auto sent_first = send_future(*pair.client, first);
+  ASSERT_TRUE(await(sent_first));
+  auto got = await(received);
+  ASSERT_TRUE(got) << got.error().describe();
+  ASSERT_TRUE(*got == first);
+  const std::byte* memory = got->data();
+  pair.server->recycle(std::move(*got));
+
+  const auto second = random_bytes(size_t{2} << 20, 12);
+  received = recv_future(*pair.server);
+  auto sent_second = send_future(*pair.client, second);
+  ASSERT_TRUE(await(sent_second));
+  got = await(received);
+  ASSERT_TRUE(got) << got.error().describe();
+  EXPECT_EQ(got->data(), memory);
+  EXPECT_TRUE(*got == second) << "the recycled buffer holds the wrong bytes";
+  EXPECT_EQ(pair.server->stats().recv_buffers_reused, 1u);
+  pair.server->recycle(std::move(*got));
+
+  const auto third = random_bytes(size_t{5} << 20, 13);  // larger than the kept buffer
+  received = recv_future(*pair.server);
+  auto sent_third = send_future(*pair.client, third);
+  ASSERT_TRUE(await(sent_third));
+  got = await(received);
+  ASSERT_TRUE(got) << got.error().describe();
+  EXPECT_TRUE(*got == third);
+  EXPECT_EQ(pair.server->stats().recv_buffers_reused, 1u);
+}
+
 // Many messages of random sizes, all sends and receives posted up front: order and content.
 TEST(ShmChannel, ManyMessagesInOrder) {
   Pair pair = make_pair("ring_bytes=4096");
