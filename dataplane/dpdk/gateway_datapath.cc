@@ -232,9 +232,11 @@ void Gateway::run_st(std::atomic<bool>& stop, gw::ControlServer* control) {
   const bool low_cpu = impl.config.timing == gw::TimingMode::kLowCpu;
   if (low_cpu) common::set_min_timer_slack();  // idle sleeps wake within µs, not 50 µs late
   int64_t next_control_ns = 0;
+  int64_t last_work_ns = clock.now_ns();
   while (!stop.load(std::memory_order_relaxed)) {
     int64_t now_ns = clock.now_ns();
     const uint32_t work = poll_once_st(now_ns);
+    if (work != 0) last_work_ns = now_ns;
     // The control socket is not watched by a descriptor here: poll it every interval, and
     // every iteration while a connection is open (its answer is being written).
     if (control != nullptr && (now_ns >= next_control_ns || control->has_connections())) {
@@ -242,11 +244,13 @@ void Gateway::run_st(std::atomic<bool>& stop, gw::ControlServer* control) {
       next_control_ns = now_ns + impl.options.control_poll_interval_ns;
     }
     if (low_cpu && work == 0) {
-      // Nothing to do: sleep until the engine's next event, at most idle_sleep_ns (a packet
+      // Nothing to do: sleep until the engine's next event, at most the idle cap (a packet
       // may arrive meanwhile; there is no descriptor to wait on).
       now_ns = clock.now_ns();
       int64_t sleep_ns = impl.engine.next_event_ns() - now_ns;
-      if (sleep_ns > impl.options.idle_sleep_ns) sleep_ns = impl.options.idle_sleep_ns;
+      const int64_t cap_ns = idle_sleep_cap_ns(now_ns - last_work_ns, impl.options.idle_sleep_ns,
+                                               impl.options.idle_sleep_max_ns);
+      if (sleep_ns > cap_ns) sleep_ns = cap_ns;
       if (sleep_ns > 0) {
         const timespec duration{0, static_cast<long>(sleep_ns)};
         (void)::clock_nanosleep(CLOCK_MONOTONIC, 0, &duration, nullptr);

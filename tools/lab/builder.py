@@ -276,6 +276,7 @@ def start_gateways(lab: Lab) -> None:
         lab.save()
     for s in lab.topo.sites:
         gateway.wait_ready(lab.config.gw_cmd, s, lab.gateways[s.name])
+        gateway.make_realtime(s, lab.gateways[s.name])
 
 
 def _ping(ns: str, addr: str) -> bool:

@@ -55,7 +55,7 @@ BOUND_MARGIN_NS = 3_000_000
 # two vCPUs with everything else; one descheduled for a few ms then sends a burst that the
 # default depth (one 1 ms cycle at the rate) polices although the average is well below it.
 POLICER_BURST_NS = 10_000_000
-READY_TIMEOUT_S = 15.0
+READY_TIMEOUT_S = 60.0
 DEFAULT_RT_PRIORITY = 10
 NFT_TABLE = "dwtb_gw"
 DPDK_RUN_DIR = pathlib.Path("/var/run/dpdk")
@@ -364,10 +364,12 @@ def drop_kernel_tunnel_port(site: Site, topo: Topology) -> None:
 
 
 def start(cmd: list[str], site: Site, rt_priority: int = 0) -> dict:
-    """Starts detwan-gw in the site's gateway namespace (under `chrt --fifo rt_priority` when
-    rt_priority > 0); returns its state record."""
-    chrt = ["chrt", "--fifo", str(rt_priority)] if rt_priority > 0 else []
-    argv = ["ip", "netns", "exec", site.gateway_ns, *chrt, *cmd, "run", "--config",
+    """Starts detwan-gw in the site's gateway namespace; returns its state record. The
+    SCHED_FIFO priority (rt_priority > 0) is applied by make_realtime() once it is ready, not
+    at exec: DPDK's EAL waits for the control threads it creates by spinning, and a real-time
+    spinner on a 2-vCPU machine starves them (seen: 30 s and more of start-up, two gateways
+    at once never ready)."""
+    argv = ["ip", "netns", "exec", site.gateway_ns, *cmd, "run", "--config",
             str(config_file(site))]
     with open(log_file(site), "w", encoding="utf-8") as log:
         log.write("$ " + shlex.join(argv) + "\n")
@@ -378,7 +380,19 @@ def start(cmd: list[str], site: Site, rt_priority: int = 0) -> dict:
     start_time = process_start_time(proc.pid)
     write_pid_file(pid_key(site), proc.pid, start_time)
     return {"pid": proc.pid, "pid_start_time": start_time, "argv": argv,
-            "started_unix_ns": time.time_ns()}
+            "started_unix_ns": time.time_ns(), "rt_priority": rt_priority}
+
+
+def make_realtime(site: Site, record: dict) -> None:
+    """Every thread of the ready gateway to SCHED_FIFO record["rt_priority"] (0: left as is)."""
+    prio = record.get("rt_priority", 0)
+    if prio <= 0:
+        return
+    res = run(["chrt", "--fifo", "--all-tasks", "--pid", str(prio), str(record["pid"])],
+              check=False)
+    if res.returncode != 0:
+        raise LabError(f"chrt --fifo {prio} for detwan-gw of site {site.name} failed: "
+                       f"{(res.stderr or res.stdout).strip()}")
 
 
 def stats(cmd: list[str], site: Site, timeout_s: float = 10) -> dict:
@@ -403,7 +417,14 @@ def wait_ready(cmd: list[str], site: Site, record: dict,
         if not is_alive(record["pid"], record["pid_start_time"]):
             raise LabError(f"detwan-gw of site {site.name} exited during start-up:\n"
                            + log_tail(site))
-        res = run([*cmd, "stats", "--json"], ns=site.gateway_ns, check=False, timeout=5)
+        try:
+            # The daemon answers on its control socket once its dataplane is up; DPDK's EAL
+            # may take seconds to get there (a fresh VM faults in its --no-huge memory slowly).
+            res = run([*cmd, "stats", "--json"], ns=site.gateway_ns, check=False,
+                      timeout=max(1.0, min(5.0, deadline - time.monotonic())))
+        except LabError as e:
+            problem = str(e)
+            continue
         if res.returncode == 0:
             link = run(["ip", "-o", "link", "show", "dev", TUN_NAME], ns=site.gateway_ns,
                        check=False)

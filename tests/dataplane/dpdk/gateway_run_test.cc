@@ -199,3 +199,23 @@ TEST_F(RunEntryTest, OpenErrorsNameTheField) {
 
 }  // namespace
 }  // namespace detwan::dataplane::dpdk::testing
+
+namespace detwan::dataplane::dpdk {
+namespace {
+
+// The low-cpu loop's idle sleep grows with the idle time (idle / 8) between its two limits, so
+// an idle gateway wakes ~1,000 times a second instead of 20,000 and a busy one stays at 50 µs.
+TEST(IdleSleepCap, GrowsWithIdleTimeBetweenTheLimits) {
+  constexpr int64_t kMin = 50'000, kMax = 1'000'000;
+  EXPECT_EQ(idle_sleep_cap_ns(0, kMin, kMax), kMin);
+  EXPECT_EQ(idle_sleep_cap_ns(400'000, kMin, kMax), kMin);      // 0.4 ms idle: still 50 µs
+  EXPECT_EQ(idle_sleep_cap_ns(800'000, kMin, kMax), 100'000);   // 0.8 ms: 100 µs
+  EXPECT_EQ(idle_sleep_cap_ns(4'000'000, kMin, kMax), 500'000);
+  EXPECT_EQ(idle_sleep_cap_ns(8'000'000, kMin, kMax), kMax);
+  EXPECT_EQ(idle_sleep_cap_ns(INT64_MAX, kMin, kMax), kMax);
+  // A maximum below the minimum (a misconfiguration) never shortens the minimum.
+  EXPECT_EQ(idle_sleep_cap_ns(8'000'000, kMin, 10'000), kMin);
+}
+
+}  // namespace
+}  // namespace detwan::dataplane::dpdk
