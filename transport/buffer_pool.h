@@ -24,8 +24,8 @@ namespace detwan::transport {
 
 class BufferPool {
  public:
-  static constexpr size_t kMaxBuffers = 4;
-  static constexpr size_t kMaxBytes = size_t{32} << 20;
+  static constexpr size_t kMaxBuffers = 8;
+  static constexpr size_t kMaxBytes = size_t{64} << 20;
   static constexpr size_t kMaxWasteFactor = 4;
   // Below this a fresh allocation comes from the allocator's free lists, not from mmap:
   // nothing to gain from recycling.
