@@ -28,12 +28,16 @@ struct Unit {
   uint64_t multiplier;
 };
 
-constexpr std::array<Unit, 5> kDurationUnits = {{
+constexpr std::array<Unit, 9> kDurationUnits = {{
     {"ns", 1},
     {"us", 1'000},
     {"\xc2\xb5s", 1'000},  // µs
     {"ms", 1'000'000},
     {"s", 1'000'000'000},
+    {"m", 60'000'000'000},  // minutes (reservation windows: "10m", "6h")
+    {"min", 60'000'000'000},
+    {"h", 3'600'000'000'000},
+    {"d", 86'400'000'000'000},
 }};
 
 constexpr std::array<Unit, 5> kSizeUnits = {{
@@ -163,7 +167,7 @@ Result<int64_t> parse_duration_ns(std::string_view raw, bool allow_negative) {
   if (unit_name.empty()) {
     if (decimal->digits != 0) {
       return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("'{}': missing duration unit (use ns, us, ms, s; only 0 may "
+                        fmt::format("'{}': missing duration unit (use ns, us, ms, s, m, h, d; only 0 may "
                                     "be written without one)",
                                     text));
     }
@@ -172,7 +176,7 @@ Result<int64_t> parse_duration_ns(std::string_view raw, bool allow_negative) {
   } else {
     return make_error(
         ErrorCode::kInvalidArgument,
-        fmt::format("'{}': unknown duration unit '{}' (use ns, us, ms, s)", text, decimal->suffix));
+        fmt::format("'{}': unknown duration unit '{}' (use ns, us, ms, s, m, h, d)", text, decimal->suffix));
   }
   // |INT64_MIN| = INT64_MAX + 1 is representable as a negative duration.
   const u128 limit =

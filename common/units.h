@@ -1,7 +1,7 @@
 #pragma once
 // Parsing and printing of quantities with units, shared by config files and command lines.
 // Every parser returns Result<>; the error message names the offending text and what was
-// expected ("'10xs': unknown duration unit 'xs' (use ns, us, ms, s)").
+// expected ("'10xs': unknown duration unit 'xs' (use ns, us, ms, s, m, h, d)").
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -10,7 +10,7 @@
 
 namespace detwan::common {
 
-// "10ms", "250us", "1.5s", "100ns", "0" (a bare 0 is allowed; other bare numbers are not).
+// "10ms", "250us", "1.5s", "100ns", "10m" (minutes), "6h", "1d", "0" (a bare 0 is allowed; other bare numbers are not).
 // Negative values are rejected unless allow_negative.
 Result<int64_t> parse_duration_ns(std::string_view text, bool allow_negative = false);
 

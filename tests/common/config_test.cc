@@ -185,10 +185,10 @@ TEST(Config, BadUnitsNameFieldAndToken) {
   const ConfigNode wan = root.child("wan");
   EXPECT_EQ(message_of([&] { (void)wan.child("delay").as_duration_ns(); }),
             "gateway.yaml:2:10: field 'wan.delay': '10xs': unknown duration unit 'xs' (use ns, "
-            "us, ms, s)");
+            "us, ms, s, m, h, d)");
   EXPECT_EQ(message_of([&] { (void)wan.get_duration_ns("delay", 0); }),
             "gateway.yaml:2:10: field 'wan.delay': '10xs': unknown duration unit 'xs' (use ns, "
-            "us, ms, s)");
+            "us, ms, s, m, h, d)");
   const auto tunnel = wan.child("tunnels").items().at(0);
   EXPECT_EQ(message_of([&] { (void)tunnel.child("rate").as_rate_bps(); }),
             "gateway.yaml:4:13: field 'wan.tunnels[0].rate': '4gbt': unknown rate unit 'gbt' "

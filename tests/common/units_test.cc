@@ -66,16 +66,16 @@ struct ErrorCase {
 
 TEST(Units, ParseDurationErrorsNameTheText) {
   const ErrorCase cases[] = {
-      {"10xs", "'10xs': unknown duration unit 'xs' (use ns, us, ms, s)"},
+      {"10xs", "'10xs': unknown duration unit 'xs' (use ns, us, ms, s, m, h, d)"},
       {"", "empty duration (expected e.g. '10ms')"},
       {"   ", "empty duration (expected e.g. '10ms')"},
-      {"10", "'10': missing duration unit (use ns, us, ms, s; only 0 may be written without one)"},
+      {"10", "'10': missing duration unit (use ns, us, ms, s, m, h, d; only 0 may be written without one)"},
       {"nan", "'nan': not a number (expected e.g. '10ms')"},
       {"ms", "'ms': not a number (expected e.g. '10ms')"},
-      {"10ms junk", "'10ms junk': unknown duration unit 'ms junk' (use ns, us, ms, s)"},
-      {"10ms5", "'10ms5': unknown duration unit 'ms5' (use ns, us, ms, s)"},
-      {"1.2.3s", "'1.2.3s': unknown duration unit '.3s' (use ns, us, ms, s)"},
-      {"1e3ms", "'1e3ms': unknown duration unit 'e3ms' (use ns, us, ms, s)"},
+      {"10ms junk", "'10ms junk': unknown duration unit 'ms junk' (use ns, us, ms, s, m, h, d)"},
+      {"10ms5", "'10ms5': unknown duration unit 'ms5' (use ns, us, ms, s, m, h, d)"},
+      {"1.2.3s", "'1.2.3s': unknown duration unit '.3s' (use ns, us, ms, s, m, h, d)"},
+      {"1e3ms", "'1e3ms': unknown duration unit 'e3ms' (use ns, us, ms, s, m, h, d)"},
       {"1.5ns", "'1.5ns': finer than 1 ns resolution"},
       {"9223372036854775808ns", "'9223372036854775808ns': out of range"},
       {"10000000000s", "'10000000000s': out of range"},

@@ -226,8 +226,10 @@ TEST(ConfigLoad, ClockOffsetIsAutoOrASignedDuration) {
   EXPECT_EQ(load_error(with_line(20, "    clock_offset: -3601s")),
             "gw.yaml:20:19: field 'peers[0].clock_offset': -3601s is out of range [-3600s, 3600s]");
   EXPECT_EQ(load_error(with_line(20, "    clock_offset: 2h")),
-            "gw.yaml:20:19: field 'peers[0].clock_offset': '2h': unknown duration unit 'h' (use "
-            "ns, us, ms, s)");
+            "gw.yaml:20:19: field 'peers[0].clock_offset': 2h is out of range [-3600s, 3600s]");
+  EXPECT_EQ(load_error(with_line(20, "    clock_offset: 2w")),
+            "gw.yaml:20:19: field 'peers[0].clock_offset': '2w': unknown duration unit 'w' (use "
+            "ns, us, ms, s, m, h, d)");
   EXPECT_THAT(load_error(with_line(20, "    clock_offset: soon")),
               HasSubstr("field 'peers[0].clock_offset'"));
 }

@@ -1,0 +1,132 @@
+#pragma once
+// detwan-agent's core: the reservations of one administrative domain, their admission,
+// journal and gateway programming (docs/control.md). The HTTP API (control/api/) is a thin
+// layer over these calls.
+//
+// Every operation either applies whole (journaled before it returns) or changes nothing and
+// returns an ApiError naming the cause. Reservations are identified by "r-<n>".
+//
+// Threading: every public function is thread-safe (one lock; journal writes happen under it, so
+// operations are serialised: of two requests racing for the last capacity exactly one is
+// admitted). Two internal threads: the timer (hold expiry, start/end of reservations) and the
+// gateway reconciler. Callbacks given to when_active() run without the lock, on the timer or
+// reconciler thread, or on the caller's thread if the answer is immediate.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/json.hpp>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "control/gateway/reconciler.h"
+#include "control/model/topology.h"
+#include "control/reservation/reservation.h"
+
+namespace detwan::control::agent {
+
+struct ApiError {
+  int status = 400;      // HTTP status: 400 bad request, 404, 409 conflict, 422 cannot be met, 503
+  std::string code;      // stable: "invalid_field", "no_capacity", "latency_below_propagation", ...
+  std::string message;   // names the field, link or figure at fault
+  std::string field;     // request field concerned ("" if none)
+  [[nodiscard]] boost::json::object to_json() const;
+};
+
+template <typename T>
+using Outcome = std::expected<T, ApiError>;
+
+struct ReserveRequest {
+  reservation::Spec spec;  // start/end resolved by the parser (asap: duration only)
+  bool start_now = false;  // no start given: starts when reserved
+  std::string client_request_id;
+  int64_t hold_timeout_ns = 0;  // 0: the agent's default
+  bool commit = false;
+  bool provision = false;  // implies commit
+  std::string fingerprint;  // canonical form of the request (idempotency)
+};
+
+struct ModifyRequest {
+  std::optional<uint64_t> min_bandwidth_bps;
+  std::optional<int64_t> end_ns;
+  std::string client_request_id;
+  std::string fingerprint;
+};
+
+struct PathsRequest {
+  std::string src;
+  std::string dst;
+  uint64_t min_bandwidth_bps = 0;
+  uint64_t max_burst_bytes = 0;
+  int64_t max_latency_ns = 0;
+  int64_t max_latency_variation_ns = -1;
+  double max_loss = 1.0;
+  int64_t start_ns = 0;  // 0: now
+  int64_t duration_ns = 3'600'000'000'000;
+  uint32_t k = 1;
+  bool require_capacity = true;
+};
+
+struct AgentOptions {
+  const common::Clock* realtime = nullptr;   // Unix ns for schedules (default: CLOCK_REALTIME)
+  const common::Clock* monotonic = nullptr;  // timeouts (default: CLOCK_MONOTONIC)
+  gateway::GatewayClient* gateway_client = nullptr;  // default: Unix sockets
+  bool start_threads = true;  // false: tests call tick() and reconcile() themselves
+};
+
+class Agent {
+ public:
+  static common::Result<std::unique_ptr<Agent>> open(model::Topology topology, AgentOptions options);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Reservations (docs/control-api.md). Each returns the reservation's JSON after the change.
+  Outcome<boost::json::object> reserve(const ReserveRequest& request);
+  Outcome<boost::json::object> commit(const std::string& id);
+  Outcome<boost::json::object> abort(const std::string& id);
+  Outcome<boost::json::object> provision(const std::string& id);
+  Outcome<boost::json::object> release(const std::string& id);
+  Outcome<boost::json::object> terminate(const std::string& id);
+  Outcome<boost::json::object> modify(const std::string& id, const ModifyRequest& request);
+  Outcome<boost::json::object> get(const std::string& id) const;
+  boost::json::array list(std::optional<reservation::State> state) const;
+
+  // Planning: candidate paths and their bounds, nothing booked.
+  Outcome<boost::json::object> paths(const PathsRequest& request) const;
+  boost::json::object topology_json() const;
+  boost::json::object health() const;
+  std::string metrics_text() const;  // Prometheus text exposition format
+
+  // Calls `done` with the reservation's JSON once its dataplane is active (every gateway has
+  // its tunnel as planned), or at `timeout_ns` with whatever it is then.
+  void when_active(const std::string& id, int64_t timeout_ns,
+                   std::function<void(boost::json::object)> done);
+
+  // Timer work (hold expiry, start and end times); the timer thread calls it.
+  void tick();
+  // One reconciliation pass over every gateway on the calling thread (tests).
+  void reconcile_now();
+  // The ledger's own consistency check ("" if nothing is over-booked).
+  [[nodiscard]] std::string check_ledger() const;
+  [[nodiscard]] const model::Topology& topology() const;
+
+  // Counted by the API layer, reported in metrics_text().
+  void count_request(const std::string& method, const std::string& route, int status,
+                     int64_t latency_ns);
+
+  struct Impl;
+
+ private:
+  explicit Agent(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// `detwan-agent journal check`: replays a journal's events into a fresh ledger for `topology`
+// and verifies that at no point any link direction was booked above its reservable rate and no
+// gateway slot was booked twice at once. Returns a summary line; errors name the event.
+common::Result<std::string> check_journal(const model::Topology& topology, const std::string& path);
+
+}  // namespace detwan::control::agent

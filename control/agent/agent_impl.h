@@ -1,0 +1,101 @@
+#pragma once
+// Private state of control::agent::Agent, shared by agent*.cc. Everything below `mutex` is
+// guarded by it.
+#include <array>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/histogram.h"
+#include "control/agent/agent.h"
+#include "control/calendar/ledger.h"
+#include "control/gateway/reconciler.h"
+#include "control/journal/journal.h"
+
+namespace detwan::control::agent {
+
+struct Waiter {
+  std::string id;
+  int64_t deadline_ns = 0;  // monotonic
+  std::function<void(boost::json::object)> done;
+};
+
+struct GatewayView {
+  bool reachable = false;
+  std::string error;
+  std::string boot_id;
+  uint64_t generation = 0;
+  uint64_t desired_version = 0;  // the reconciler's version of our last set_desired
+  uint64_t reported_version = 0;
+  std::set<uint32_t> in_place;
+  std::map<uint32_t, std::string> refused;
+  int64_t last_report_ns = 0;  // monotonic; 0 = never
+};
+
+struct Counters {
+  std::map<std::string, uint64_t> admitted;           // by "reserve"/"modify"
+  std::map<std::string, uint64_t> refused;            // by cause
+  std::map<std::string, uint64_t> transitions;        // by target state
+  std::map<std::string, uint64_t> requests;           // "method route status"
+  common::LogLinearHistogram admission_ns;            // time to plan one request
+  common::LogLinearHistogram request_ns;              // API handling time
+  uint64_t journal_failures = 0;
+};
+
+// Callbacks to run once the lock is released.
+using Deferred = std::vector<std::pair<std::function<void(boost::json::object)>, boost::json::object>>;
+
+struct Agent::Impl {
+  model::Topology topology;
+  AgentOptions options;
+  common::RealtimeClock own_realtime;
+  common::MonotonicClock own_monotonic;
+  gateway::UnixGatewayClient own_client;
+  const common::Clock* realtime = nullptr;
+  const common::Clock* monotonic = nullptr;
+  std::string owner;  // "agent:<name>"
+
+  mutable std::mutex mutex;
+  std::unique_ptr<journal::Journal> journal;
+  std::unique_ptr<calendar::Ledger> ledger;
+  std::map<uint64_t, reservation::Reservation> reservations;  // by key
+  std::map<std::string, journal::RequestRecord> requests;     // by client_request_id
+  uint64_t next_key = 1;
+  uint32_t next_tunnel_id = 0;
+  std::vector<GatewayView> gateways;
+  std::vector<Waiter> waiters;
+  Counters counters;
+
+  std::unique_ptr<gateway::Reconciler> reconciler;
+  std::condition_variable timer_wake;
+  bool stopping = false;
+  std::thread timer;
+
+  // ---- under the lock (agent.cc) ----
+  reservation::Reservation* find(const std::string& id);
+  const reservation::Reservation* find(const std::string& id) const;
+  // Journals the transition of `next` (a modified copy of the stored reservation, or a new one)
+  // and only then stores it and rebooks the ledger. from = "" for a creation.
+  Outcome<void> commit_transition(reservation::Reservation next, const std::string& from,
+                                  const std::string& reason, const journal::RequestRecord* request);
+  // Recomputes every gateway's desired tunnels and the dataplane flags.
+  void update_desired(int64_t now_ns);
+  // Reservation JSON with its dataplane status.
+  boost::json::object view(const reservation::Reservation& r) const;
+  void collect_waiters(int64_t now_mono_ns, bool expire_all, Deferred* out);
+  uint32_t allocate_tunnel_id() ;
+  void on_report(const gateway::GatewayReport& report);
+  void expire(int64_t now_ns);
+  int64_t next_deadline_ns() const;  // realtime, INT64_MAX if none
+  void run_timer();
+};
+
+ApiError not_found(const std::string& id);
+ApiError wrong_state(const reservation::Reservation& r, std::string_view operation,
+                     std::string_view allowed);
+
+}  // namespace detwan::control::agent

@@ -1,0 +1,379 @@
+// Read-only views: reservations, paths, topology, health, Prometheus metrics; the journal check.
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "control/admission/planner.h"
+#include "control/agent/agent_impl.h"
+#include "control/reservation/reservation_json.h"
+
+namespace detwan::control::agent {
+namespace json = boost::json;
+using reservation::Reservation;
+using reservation::State;
+
+json::object Agent::Impl::view(const Reservation& r) const {
+  json::object out = reservation::to_json(r);
+  // The tunnel's traffic: what each site's gateway sends into it.
+  json::object tunnel{{"id", r.tunnel_id}};
+  const uint32_t src = topology.find_site(r.spec.src);
+  const uint32_t dst = topology.find_site(r.spec.dst);
+  if (src != model::kNone && dst != model::kNone) {
+    auto prefixes = [&](uint32_t site) {
+      json::array a;
+      for (const auto& p : topology.sites[site].tunnel_prefixes) {
+        a.push_back(json::string(common::format_ip_prefix(p)));
+      }
+      return a;
+    };
+    tunnel["src_prefixes"] = prefixes(src);
+    tunnel["dst_prefixes"] = prefixes(dst);
+  }
+  tunnel["playout_bound_ns"] = r.bound.on_time ? r.bound.playout_bound_ns : 0;
+  out["tunnel"] = std::move(tunnel);
+  return out;
+}
+
+Outcome<json::object> Agent::get(const std::string& id) const {
+  std::lock_guard lock(impl_->mutex);
+  const Reservation* r = impl_->find(id);
+  if (r == nullptr) return std::unexpected(not_found(id));
+  return impl_->view(*r);
+}
+
+json::array Agent::list(std::optional<State> state) const {
+  std::lock_guard lock(impl_->mutex);
+  json::array out;
+  for (const auto& [key, r] : impl_->reservations) {
+    if (state && r.state != *state) continue;
+    json::object item = impl_->view(r);
+    item.erase("history");
+    out.push_back(std::move(item));
+  }
+  return out;
+}
+
+Outcome<json::object> Agent::paths(const PathsRequest& request) const {
+  std::lock_guard lock(impl_->mutex);
+  const Impl& m = *impl_;
+  const model::Topology& t = m.topology;
+  admission::Request a;
+  a.src_site = t.find_site(request.src);
+  a.dst_site = t.find_site(request.dst);
+  for (const auto& [name, index] : {std::pair{"src", a.src_site}, std::pair{"dst", a.dst_site}}) {
+    if (index == model::kNone) {
+      return std::unexpected(ApiError{400, "unknown_site",
+                                      fmt::format("'{}' is not a site of domain '{}'",
+                                                  std::string(name) == "src" ? request.src : request.dst,
+                                                  t.domain),
+                                      name});
+    }
+  }
+  a.rate_bps = request.min_bandwidth_bps;
+  a.burst_bytes = request.max_burst_bytes;
+  a.max_latency_ns = request.max_latency_ns;
+  a.max_latency_variation_ns = request.max_latency_variation_ns;
+  a.max_loss = request.max_loss;
+  a.start_ns = request.start_ns != 0 ? request.start_ns : m.realtime->now_ns();
+  a.end_ns = a.start_ns + request.duration_ns;
+  a.paths = std::max(1u, request.k);
+  const auto candidates = admission::candidate_paths(t, *m.ledger, a, request.require_capacity);
+  json::array paths;
+  for (const admission::PathPlan& p : candidates) {
+    json::array nodes;
+    for (const uint32_t n : p.nodes) nodes.push_back(json::string(t.nodes[n].name));
+    json::array links;
+    json::array free;
+    for (const uint32_t l : p.links) {
+      links.push_back(json::string(t.links[l].name));
+      uint64_t least = UINT64_MAX;
+      for (int d = 0; d < 2; ++d) least = std::min(least, m.ledger->free_bps(l, d, a.start_ns, a.end_ns));
+      free.push_back(least);
+    }
+    const bool meets = (a.max_latency_ns == 0 || p.bound.max_latency_ns <= a.max_latency_ns) &&
+                       (a.max_latency_variation_ns < 0 ||
+                        p.bound.max_latency_variation_ns <= a.max_latency_variation_ns) &&
+                       p.bound.max_loss <= a.max_loss;
+    json::array ends;
+    for (const admission::PathEnd& e : p.ends) {
+      json::array slots;
+      for (const uint32_t s : e.slots) slots.push_back(s);
+      ends.push_back(json::object{
+          {"gateway", e.gateway == model::kNone ? "" : t.gateways[e.gateway].name},
+          {"link", t.links[e.link].name},
+          {"port", e.port},
+          {"slots", std::move(slots)},
+          {"guaranteed_bps", e.guaranteed_bps}});
+    }
+    paths.push_back(json::object{{"nodes", std::move(nodes)},
+                                 {"links", std::move(links)},
+                                 {"free_bps", std::move(free)},
+                                 {"ends", std::move(ends)},
+                                 {"bound", reservation::bound_to_json(p.bound)},
+                                 {"meets_requirements", meets}});
+  }
+  return json::object{{"src", request.src},
+                      {"dst", request.dst},
+                      {"min_bandwidth_bps", request.min_bandwidth_bps},
+                      {"start_unix_ns", a.start_ns},
+                      {"end_unix_ns", a.end_ns},
+                      {"k", a.paths},
+                      {"paths", std::move(paths)}};
+}
+
+json::object Agent::topology_json() const {
+  std::lock_guard lock(impl_->mutex);
+  const Impl& m = *impl_;
+  const model::Topology& t = m.topology;
+  const int64_t now = m.realtime->now_ns();
+  json::array sites;
+  for (const model::Site& s : t.sites) {
+    json::array prefixes;
+    for (const auto& p : s.tunnel_prefixes) prefixes.push_back(json::string(common::format_ip_prefix(p)));
+    sites.push_back(json::object{{"name", s.name},
+                                 {"gateway", s.gateway == model::kNone ? "" : t.gateways[s.gateway].name},
+                                 {"tunnel_prefixes", std::move(prefixes)}});
+  }
+  json::array gateways;
+  const auto counters = m.reconciler->counters();
+  for (uint32_t g = 0; g < t.gateways.size(); ++g) {
+    const GatewayView& v = m.gateways[g];
+    json::array ports;
+    for (const auto& p : t.gateways[g].ports) {
+      ports.push_back(json::object{{"name", p.name}, {"link", t.links[p.link].name}});
+    }
+    gateways.push_back(json::object{{"name", t.gateways[g].name},
+                                    {"site", t.sites[t.gateways[g].site].name},
+                                    {"admin_socket", t.gateways[g].admin_socket},
+                                    {"ports", std::move(ports)},
+                                    {"reachable", v.reachable},
+                                    {"in_sync", counters[g].in_sync},
+                                    {"generation", v.generation},
+                                    {"boot_id", v.boot_id},
+                                    {"error", v.error}});
+  }
+  json::array links;
+  for (uint32_t l = 0; l < t.links.size(); ++l) {
+    const model::Link& link = t.links[l];
+    json::array directions;
+    for (int d = 0; d < 2; ++d) {
+      json::object dir{{"from", t.nodes[link.ends[d]].name},
+                       {"to", t.nodes[link.ends[1 - d]].name},
+                       {"reserved_bps_now", m.ledger->capacity(l, d).at_bps(now)}};
+      if (const calendar::SlotCalendar* slots = m.ledger->slots(l, d)) {
+        dir["slots_booked_now"] = slots->booked_at(now);
+      }
+      directions.push_back(std::move(dir));
+    }
+    links.push_back(json::object{{"name", link.name},
+                                 {"ends", json::array{json::string(t.nodes[link.ends[0]].name),
+                                                      json::string(t.nodes[link.ends[1]].name)}},
+                                 {"capacity_bps", link.capacity_bps},
+                                 {"reservable_bps", link.reservable_bps()},
+                                 {"delay_ns", link.delay_ns},
+                                 {"jitter_ns", link.jitter_ns},
+                                 {"loss", link.loss},
+                                 {"mtu_bytes", link.mtu_bytes},
+                                 {"cycle_ns", link.cycle_ns},
+                                 {"slot_count", link.slot_count},
+                                 {"reservable_slots", link.reservable_slots()},
+                                 {"guard_ns", link.guard_ns},
+                                 {"directions", std::move(directions)}});
+  }
+  json::array transit;
+  for (const model::Node& n : t.nodes) {
+    if (n.site == model::kNone) transit.push_back(json::string(n.name));
+  }
+  return json::object{{"domain", t.domain},
+                      {"agent", t.agent.name},
+                      {"source", t.source},
+                      {"sites", std::move(sites)},
+                      {"gateways", std::move(gateways)},
+                      {"nodes", std::move(transit)},
+                      {"links", std::move(links)}};
+}
+
+json::object Agent::health() const {
+  std::lock_guard lock(impl_->mutex);
+  const Impl& m = *impl_;
+  uint32_t reachable = 0;
+  for (const GatewayView& v : m.gateways) reachable += v.reachable ? 1 : 0;
+  std::map<std::string, uint64_t> by_state;
+  for (const auto& [key, r] : m.reservations) ++by_state[std::string(reservation::to_string(r.state))];
+  json::object states;
+  for (const auto& [state, n] : by_state) states[state] = n;
+  return json::object{{"status", "ok"},
+                      {"domain", m.topology.domain},
+                      {"journal", m.journal->path()},
+                      {"journal_failures", m.counters.journal_failures},
+                      {"gateways", m.gateways.size()},
+                      {"gateways_reachable", reachable},
+                      {"reservations", std::move(states)}};
+}
+
+void Agent::count_request(const std::string& method, const std::string& route, int status,
+                          int64_t latency_ns) {
+  std::lock_guard lock(impl_->mutex);
+  ++impl_->counters.requests[fmt::format("{} {} {}", method, route, status)];
+  impl_->counters.request_ns.record(latency_ns);
+}
+
+namespace {
+
+void summary(std::string& out, std::string_view name, std::string_view help,
+             const common::LogLinearHistogram& h) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} summary\n", name, help, name);
+  for (const double q : {0.5, 0.9, 0.99, 0.999}) {
+    out += fmt::format("{}{{quantile=\"{}\"}} {:.9f}\n", name, q,
+                       h.count() == 0 ? 0.0 : static_cast<double>(h.percentile(q)) / 1e9);
+  }
+  out += fmt::format("{}_count {}\n", name, h.count());
+}
+
+}  // namespace
+
+std::string Agent::metrics_text() const {
+  std::lock_guard lock(impl_->mutex);
+  const Impl& m = *impl_;
+  const model::Topology& t = m.topology;
+  const int64_t now = m.realtime->now_ns();
+  std::string out;
+  out += "# HELP detwan_agent_reservations Reservations by state.\n";
+  out += "# TYPE detwan_agent_reservations gauge\n";
+  std::map<std::string, uint64_t> by_state;
+  for (const State s : {State::kHeld, State::kCommitted, State::kProvisioned, State::kReleased,
+                        State::kTerminated, State::kFailed}) {
+    by_state[std::string(reservation::to_string(s))] = 0;
+  }
+  uint64_t active = 0;
+  for (const auto& [key, r] : m.reservations) {
+    ++by_state[std::string(reservation::to_string(r.state))];
+    active += r.dataplane_active ? 1 : 0;
+  }
+  for (const auto& [state, n] : by_state) {
+    out += fmt::format("detwan_agent_reservations{{state=\"{}\"}} {}\n", state, n);
+  }
+  out += "# HELP detwan_agent_dataplane_active Provisioned reservations whose tunnels are on every gateway.\n";
+  out += fmt::format("# TYPE detwan_agent_dataplane_active gauge\ndetwan_agent_dataplane_active {}\n", active);
+  out += "# HELP detwan_agent_transitions_total Reservation state transitions, by target state.\n";
+  out += "# TYPE detwan_agent_transitions_total counter\n";
+  for (const auto& [state, n] : m.counters.transitions) {
+    out += fmt::format("detwan_agent_transitions_total{{to=\"{}\"}} {}\n", state, n);
+  }
+  out += "# HELP detwan_agent_admission_decisions_total Admission decisions.\n";
+  out += "# TYPE detwan_agent_admission_decisions_total counter\n";
+  for (const auto& [op, n] : m.counters.admitted) {
+    out += fmt::format("detwan_agent_admission_decisions_total{{decision=\"admitted\",operation=\"{}\"}} {}\n", op, n);
+  }
+  for (const auto& [cause, n] : m.counters.refused) {
+    out += fmt::format("detwan_agent_admission_decisions_total{{decision=\"refused\",cause=\"{}\"}} {}\n", cause, n);
+  }
+  summary(out, "detwan_agent_admission_seconds", "Time to plan one reservation (path, slots, bound).",
+          m.counters.admission_ns);
+  out += "# HELP detwan_agent_http_requests_total API requests by method, route and status.\n";
+  out += "# TYPE detwan_agent_http_requests_total counter\n";
+  for (const auto& [key, n] : m.counters.requests) {
+    const size_t a = key.find(' ');
+    const size_t b = key.rfind(' ');
+    out += fmt::format(
+        "detwan_agent_http_requests_total{{method=\"{}\",route=\"{}\",status=\"{}\"}} {}\n",
+        key.substr(0, a), key.substr(a + 1, b - a - 1), key.substr(b + 1), n);
+  }
+  summary(out, "detwan_agent_http_request_seconds", "API request handling time.", m.counters.request_ns);
+  out += "# HELP detwan_agent_journal_commits_total Transitions written to the journal.\n";
+  out += fmt::format("# TYPE detwan_agent_journal_commits_total counter\ndetwan_agent_journal_commits_total {}\n",
+                     m.journal->commits());
+  out += "# HELP detwan_agent_journal_failures_total Journal writes that failed (nothing changed).\n";
+  out += fmt::format("# TYPE detwan_agent_journal_failures_total counter\ndetwan_agent_journal_failures_total {}\n",
+                     m.counters.journal_failures);
+  const auto counters = m.reconciler->counters();
+  struct Metric {
+    const char* name;
+    const char* type;
+    const char* help;
+    uint64_t gateway::ReconcilerCounters::*field;
+  };
+  const Metric metrics[] = {
+      {"detwan_agent_gateway_reconcile_passes_total", "counter", "Reconciliation passes.",
+       &gateway::ReconcilerCounters::passes},
+      {"detwan_agent_gateway_unreachable_total", "counter", "Passes that could not reach the gateway.",
+       &gateway::ReconcilerCounters::unreachable},
+      {"detwan_agent_gateway_restarts_seen_total", "counter", "Gateway restarts seen (new boot id).",
+       &gateway::ReconcilerCounters::restarts_seen},
+      {"detwan_agent_gateway_generation", "gauge", "The gateway's configuration generation.",
+       &gateway::ReconcilerCounters::generation},
+  };
+  for (const Metric& metric : metrics) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", metric.name, metric.help, metric.name, metric.type);
+    for (uint32_t g = 0; g < t.gateways.size(); ++g) {
+      out += fmt::format("{}{{gateway=\"{}\"}} {}\n", metric.name, t.gateways[g].name,
+                         counters[g].*(metric.field));
+    }
+  }
+  out += "# HELP detwan_agent_gateway_in_sync 1 if the gateway has exactly the agent's tunnels.\n";
+  out += "# TYPE detwan_agent_gateway_in_sync gauge\n";
+  for (uint32_t g = 0; g < t.gateways.size(); ++g) {
+    out += fmt::format("detwan_agent_gateway_in_sync{{gateway=\"{}\"}} {}\n", t.gateways[g].name,
+                       counters[g].in_sync ? 1 : 0);
+  }
+  out += "# HELP detwan_agent_link_reserved_bps Rate reserved now on each link direction.\n";
+  out += "# TYPE detwan_agent_link_reserved_bps gauge\n";
+  for (uint32_t l = 0; l < t.links.size() && l < 10'000; ++l) {
+    const model::Link& link = t.links[l];
+    for (int d = 0; d < 2; ++d) {
+      out += fmt::format("detwan_agent_link_reserved_bps{{link=\"{}\",from=\"{}\"}} {}\n", link.name,
+                         t.nodes[link.ends[d]].name, m.ledger->capacity(l, d).at_bps(now));
+    }
+  }
+  return out;
+}
+
+common::Result<std::string> check_journal(const model::Topology& topology, const std::string& path) {
+  model::Topology t = topology;
+  if (auto ok = model::finish(t); !ok) return std::unexpected(ok.error());
+  auto journal = journal::Journal::open(path, false, t.domain);
+  if (!journal) return std::unexpected(journal.error());
+  calendar::Ledger ledger(t);
+  std::string problem;
+  int64_t events = 0;
+  uint64_t peak_bookings = 0;
+  auto replayed = (*journal)->for_each_event([&](const journal::Event& e) {
+    if (!problem.empty()) return;
+    ++events;
+    boost::system::error_code ec;
+    const json::value value = json::parse(e.body, ec);
+    if (ec || !value.is_object()) {
+      problem = fmt::format("event {} ({}): body is not JSON", e.seq, e.id);
+      return;
+    }
+    auto r = reservation::from_json(value.as_object());
+    if (!r) {
+      problem = fmt::format("event {}: {}", e.seq, r.error().message);
+      return;
+    }
+    if (reservation::holds_resources(r->state)) {
+      auto booking = reservation::booking_of(t, *r);
+      if (!booking) {
+        problem = fmt::format("event {}: {}", e.seq, booking.error().message);
+        return;
+      }
+      ledger.book(*booking);
+    } else {
+      ledger.unbook(r->key);
+    }
+    peak_bookings = std::max<uint64_t>(peak_bookings, ledger.size());
+    if (std::string over = ledger.check_booking(r->key); !over.empty()) {
+      problem = fmt::format("after event {} ({} {} -> {}): {}", e.seq, e.id, e.from, e.to, over);
+    }
+  });
+  if (!replayed) return std::unexpected(replayed.error());
+  if (problem.empty()) problem = ledger.check();
+  if (!problem.empty()) return common::make_error(common::ErrorCode::kInternal, problem);
+  return fmt::format("journal {}: {} events replayed, at most {} bookings at once, nothing "
+                     "over-booked",
+                     path, events, peak_bookings);
+}
+
+}  // namespace detwan::control::agent

@@ -1,0 +1,92 @@
+#pragma once
+// The agent's HTTP/1.1 server (Boost.Beast), docs/control-api.md "Access".
+//
+// Who may talk to it, checked before anything is read or allocated for a connection:
+//   * the client's address must lie in one of `allow` (default: loopback only);
+//   * at most `max_connections` connections at once (more are closed at accept);
+//   * with a tokens file, every request but GET /healthz carries "Authorization: Bearer T";
+//     read-only tokens may GET, write tokens may also POST/PATCH/DELETE.
+// Bounded work per connection: headers <= 16 KiB, bodies <= max_body_bytes (413 beyond),
+// one request at a time, `request_timeout_ns` to send a request (the connection is closed
+// after it), keep-alive between requests.
+//
+// The handler is called on an I/O thread and answers through `respond`, now or later from any
+// thread (exactly once). Threading: start() then the server runs on its own threads until
+// stop() or destruction.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/net_address.h"
+#include "common/status.h"
+
+namespace detwan::control::api {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path and query, as sent
+  std::string path;    // without the query
+  std::string query;
+  std::string body;
+  std::string content_type;
+  std::string client;  // "ip:port"
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+using Respond = std::function<void(HttpResponse)>;
+using Handler = std::function<void(HttpRequest, Respond)>;
+
+struct HttpServerOptions {
+  common::HostPort listen;
+  std::vector<common::IpPrefix> allow;
+  std::string tokens_file;  // "" = no tokens
+  uint32_t max_connections = 64;
+  uint64_t max_body_bytes = 1 << 20;
+  int64_t request_timeout_ns = 10'000'000'000;
+  uint32_t threads = 2;
+};
+
+struct HttpCounters {
+  uint64_t accepted = 0;
+  uint64_t refused_address = 0;      // client not in `allow`
+  uint64_t refused_connections = 0;  // above max_connections
+  uint64_t refused_token = 0;        // 401/403
+  uint64_t bad_requests = 0;         // unparseable HTTP, too large, timeouts
+};
+
+class HttpServer {
+ public:
+  // Binds and listens (errors name the address); loads the tokens file (errors name its line).
+  static common::Result<std::unique_ptr<HttpServer>> start(const HttpServerOptions& options,
+                                                           Handler handler);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  void stop();
+  [[nodiscard]] common::HostPort local_endpoint() const;  // the bound port when 0 was asked
+  [[nodiscard]] HttpCounters counters() const;
+
+  struct Impl;
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Tokens file: one "ROLE TOKEN" per line (ROLE read or write; '#' comments). Errors name the line.
+struct Token {
+  std::string token;
+  bool write = false;
+};
+common::Result<std::vector<Token>> load_tokens(const std::string& path);
+
+}  // namespace detwan::control::api

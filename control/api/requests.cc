@@ -1,0 +1,197 @@
+#include "control/api/requests.h"
+
+#include <algorithm>
+#include <initializer_list>
+#include <map>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+namespace detwan::control::api {
+namespace json = boost::json;
+using agent::ApiError;
+
+namespace {
+
+constexpr size_t kMaxRequestIdBytes = 128;
+constexpr int64_t kMaxDurationNs = 10LL * 365 * 86'400 * 1'000'000'000;  // 10 years
+
+struct BadField {
+  ApiError error;
+};
+
+[[noreturn]] void bad(std::string_view field, std::string_view message) {
+  throw BadField{ApiError{400, "invalid_field", fmt::format("field '{}': {}", field, message),
+                          std::string(field)}};
+}
+
+json::object parse_object(const std::string& body) {
+  if (body.empty()) throw BadField{ApiError{400, "invalid_body", "the request needs a JSON object body", ""}};
+  boost::system::error_code ec;
+  json::value value = json::parse(body, ec);
+  if (ec) {
+    throw BadField{ApiError{400, "invalid_body", fmt::format("the body is not JSON: {}", ec.message()), ""}};
+  }
+  if (!value.is_object()) throw BadField{ApiError{400, "invalid_body", "the body must be a JSON object", ""}};
+  return std::move(value.as_object());
+}
+
+void check_keys(const json::object& o, std::initializer_list<std::string_view> allowed) {
+  for (const auto& item : o) {
+    if (std::find(allowed.begin(), allowed.end(), item.key()) == allowed.end()) {
+      std::string list;
+      for (const std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      bad(item.key(), fmt::format("unknown field (allowed: {})", list));
+    }
+  }
+}
+
+std::optional<int64_t> integer(const json::object& o, std::string_view key, int64_t min, int64_t max) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  int64_t value = 0;
+  if (v->is_int64()) {
+    value = v->as_int64();
+  } else if (v->is_uint64() && v->as_uint64() <= static_cast<uint64_t>(INT64_MAX)) {
+    value = static_cast<int64_t>(v->as_uint64());
+  } else {
+    bad(key, "must be an integer");
+  }
+  if (value < min || value > max) bad(key, fmt::format("{} is out of range [{}, {}]", value, min, max));
+  return value;
+}
+
+std::optional<std::string> text(const json::object& o, std::string_view key, size_t max_bytes) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  if (!v->is_string()) bad(key, "must be a string");
+  if (v->as_string().size() > max_bytes) bad(key, fmt::format("longer than {} bytes", max_bytes));
+  return std::string(v->as_string());
+}
+
+std::optional<bool> flag(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  if (!v->is_bool()) bad(key, "must be true or false");
+  return v->as_bool();
+}
+
+std::optional<double> fraction(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  double value = 0;
+  if (v->is_double()) {
+    value = v->as_double();
+  } else if (v->is_int64()) {
+    value = static_cast<double>(v->as_int64());
+  } else if (v->is_uint64()) {
+    value = static_cast<double>(v->as_uint64());
+  } else {
+    bad(key, "must be a number in [0, 1]");
+  }
+  if (!(value >= 0 && value <= 1)) bad(key, "must be a number in [0, 1]");
+  return value;
+}
+
+std::string required_site(const json::object& o, std::string_view key) {
+  auto value = text(o, key, 64);
+  if (!value || value->empty()) bad(key, "is required (a site name)");
+  return *value;
+}
+
+// Canonical text of a request for idempotency: its fields sorted, client_request_id left out.
+std::string fingerprint(const json::object& o) {
+  std::map<std::string, std::string> sorted;
+  for (const auto& item : o) {
+    if (item.key() != "client_request_id") sorted[std::string(item.key())] = json::serialize(item.value());
+  }
+  std::string out;
+  for (const auto& [k, v] : sorted) out += k + "=" + v + ";";
+  return out;
+}
+
+}  // namespace
+
+agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
+  try {
+    const json::object o = parse_object(body);
+    check_keys(o, {"client_request_id", "src", "dst", "min_bandwidth_bps", "max_burst_bytes",
+                   "max_latency_ns", "max_latency_variation_ns", "max_loss", "paths",
+                   "start_unix_ns", "end_unix_ns", "duration_ns", "asap", "hold_timeout_ns",
+                   "commit", "provision"});
+    agent::ReserveRequest r;
+    r.client_request_id = text(o, "client_request_id", kMaxRequestIdBytes).value_or("");
+    r.spec.src = required_site(o, "src");
+    r.spec.dst = required_site(o, "dst");
+    const auto rate = integer(o, "min_bandwidth_bps", 1000, 10'000'000'000'000);
+    if (!rate) bad("min_bandwidth_bps", "is required (bit/s in each direction)");
+    r.spec.min_bandwidth_bps = static_cast<uint64_t>(*rate);
+    r.spec.max_burst_bytes = static_cast<uint64_t>(integer(o, "max_burst_bytes", 64, 1LL << 30).value_or(0));
+    r.spec.max_latency_ns = integer(o, "max_latency_ns", 1, 60'000'000'000).value_or(0);
+    r.spec.max_latency_variation_ns = integer(o, "max_latency_variation_ns", 0, 60'000'000'000).value_or(-1);
+    r.spec.max_loss = fraction(o, "max_loss").value_or(1.0);
+    r.spec.paths = static_cast<uint32_t>(integer(o, "paths", 1, 4).value_or(1));
+    r.spec.asap = flag(o, "asap").value_or(false);
+    const auto start = integer(o, "start_unix_ns", 1, INT64_MAX);
+    const auto end = integer(o, "end_unix_ns", 1, INT64_MAX);
+    const auto duration = integer(o, "duration_ns", 1'000'000, kMaxDurationNs);
+    if (end && duration) bad("duration_ns", "give end_unix_ns or duration_ns, not both");
+    if (!end && !duration) bad("duration_ns", "is required (or end_unix_ns)");
+    if (r.spec.asap && start) bad("start_unix_ns", "an asap reservation starts when it can");
+    if (r.spec.asap && !duration) bad("duration_ns", "an asap reservation needs a duration");
+    r.spec.start_ns = start.value_or(0);
+    r.start_now = !start;
+    r.spec.end_ns = end.value_or(0);
+    r.spec.duration_ns = duration.value_or(0);
+    r.hold_timeout_ns = integer(o, "hold_timeout_ns", 1'000'000'000, 86'400'000'000'000).value_or(0);
+    r.commit = flag(o, "commit").value_or(false);
+    r.provision = flag(o, "provision").value_or(false);
+    r.fingerprint = fingerprint(o);
+    return r;
+  } catch (const BadField& e) {
+    return std::unexpected(e.error);
+  }
+}
+
+agent::Outcome<agent::ModifyRequest> parse_modify(const std::string& body) {
+  try {
+    const json::object o = parse_object(body);
+    check_keys(o, {"client_request_id", "min_bandwidth_bps", "end_unix_ns"});
+    agent::ModifyRequest r;
+    r.client_request_id = text(o, "client_request_id", kMaxRequestIdBytes).value_or("");
+    if (const auto rate = integer(o, "min_bandwidth_bps", 1000, 10'000'000'000'000)) {
+      r.min_bandwidth_bps = static_cast<uint64_t>(*rate);
+    }
+    r.end_ns = integer(o, "end_unix_ns", 1, INT64_MAX);
+    r.fingerprint = fingerprint(o);
+    return r;
+  } catch (const BadField& e) {
+    return std::unexpected(e.error);
+  }
+}
+
+agent::Outcome<agent::PathsRequest> parse_paths(const std::string& body) {
+  try {
+    const json::object o = parse_object(body);
+    check_keys(o, {"src", "dst", "min_bandwidth_bps", "max_burst_bytes", "max_latency_ns",
+                   "max_latency_variation_ns", "max_loss", "start_unix_ns", "duration_ns", "k",
+                   "require_capacity"});
+    agent::PathsRequest r;
+    r.src = required_site(o, "src");
+    r.dst = required_site(o, "dst");
+    r.min_bandwidth_bps = static_cast<uint64_t>(integer(o, "min_bandwidth_bps", 0, 10'000'000'000'000).value_or(0));
+    r.max_burst_bytes = static_cast<uint64_t>(integer(o, "max_burst_bytes", 64, 1LL << 30).value_or(0));
+    r.max_latency_ns = integer(o, "max_latency_ns", 1, 60'000'000'000).value_or(0);
+    r.max_latency_variation_ns = integer(o, "max_latency_variation_ns", 0, 60'000'000'000).value_or(-1);
+    r.max_loss = fraction(o, "max_loss").value_or(1.0);
+    r.start_ns = integer(o, "start_unix_ns", 1, INT64_MAX).value_or(0);
+    r.duration_ns = integer(o, "duration_ns", 1'000'000, kMaxDurationNs).value_or(r.duration_ns);
+    r.k = static_cast<uint32_t>(integer(o, "k", 1, 8).value_or(1));
+    r.require_capacity = flag(o, "require_capacity").value_or(true);
+    return r;
+  } catch (const BadField& e) {
+    return std::unexpected(e.error);
+  }
+}
+
+}  // namespace detwan::control::api

@@ -1,0 +1,157 @@
+#include "control/calendar/ledger.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace detwan::control::calendar {
+
+SlotGeometry geometry_of(const model::Link& link) {
+  SlotGeometry g;
+  g.cycle_ns = link.cycle_ns;
+  g.slot_count = link.slot_count;
+  g.guard_ns = link.guard_ns;
+  g.line_rate_bps = link.capacity_bps;
+  g.max_frame_bytes = link.mtu_bytes + 18;  // Ethernet header and FCS, as the gateway counts
+  g.reservable_slots = link.reservable_slots();
+  return g;
+}
+
+Ledger::Ledger(const model::Topology& topology)
+    : topology_(topology), capacity_(2 * topology.links.size()), slots_(2 * topology.links.size()) {
+  for (uint32_t l = 0; l < topology.links.size(); ++l) {
+    for (int d = 0; d < 2; ++d) {
+      if (topology.gateway_at_node(topology.links[l].ends[d]) != model::kNone) {
+        slots_[2 * l + static_cast<size_t>(d)].emplace(geometry_of(topology.links[l]));
+      }
+    }
+  }
+}
+
+uint64_t Ledger::free_bps(uint32_t link, int direction, int64_t start_ns, int64_t end_ns,
+                          uint64_t ignore_key) const {
+  const uint64_t limit = topology_.links[link].reservable_bps();
+  uint64_t used = capacity(link, direction).peak_bps(start_ns, end_ns);
+  if (ignore_key != 0) {
+    // Conservative: subtract our own rate only if our booking covers the whole window on this
+    // link (then every instant's level includes it).
+    const Booking* own = find(ignore_key);
+    if (own != nullptr && own->start_ns <= start_ns && end_ns <= own->end_ns &&
+        std::find(own->links.begin(), own->links.end(), link) != own->links.end()) {
+      used = used >= own->rate_bps ? used - own->rate_bps : 0;
+    }
+  }
+  return used >= limit ? 0 : limit - used;
+}
+
+std::vector<int64_t> Ledger::ends_after(int64_t t_ns) const {
+  std::vector<int64_t> out;
+  for (const auto& [key, booking] : bookings_) {
+    if (booking.end_ns > t_ns) out.push_back(booking.end_ns);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+const Booking* Ledger::find(uint64_t key) const {
+  const auto it = bookings_.find(key);
+  return it == bookings_.end() ? nullptr : &it->second;
+}
+
+void Ledger::book(const Booking& booking) {
+  unbook(booking.key);
+  for (const uint32_t l : booking.links) {
+    for (int d = 0; d < 2; ++d) {
+      capacity_[2 * l + static_cast<size_t>(d)].book(booking.start_ns, booking.end_ns,
+                                                     booking.rate_bps);
+    }
+  }
+  for (const SlotUse& use : booking.slots) {
+    auto& calendar = slots_[2 * use.link + static_cast<size_t>(use.direction)];
+    if (calendar) calendar->book(booking.key, booking.start_ns, booking.end_ns, use.slots);
+  }
+  bookings_[booking.key] = booking;
+}
+
+void Ledger::unbook(uint64_t key) {
+  const auto it = bookings_.find(key);
+  if (it == bookings_.end()) return;
+  const Booking& booking = it->second;
+  for (const uint32_t l : booking.links) {
+    for (int d = 0; d < 2; ++d) {
+      capacity_[2 * l + static_cast<size_t>(d)].unbook(booking.start_ns, booking.end_ns,
+                                                       booking.rate_bps);
+    }
+  }
+  for (const SlotUse& use : booking.slots) {
+    auto& calendar = slots_[2 * use.link + static_cast<size_t>(use.direction)];
+    if (calendar) calendar->unbook(key);
+  }
+  bookings_.erase(it);
+}
+
+std::string Ledger::check() const {
+  // Capacity: rebuild from the bookings alone (independent of the incremental calendars).
+  std::vector<CapacityCalendar> fresh(2 * topology_.links.size());
+  for (const auto& [key, booking] : bookings_) {
+    for (const uint32_t l : booking.links) {
+      for (int d = 0; d < 2; ++d) {
+        fresh[2 * l + static_cast<size_t>(d)].book(booking.start_ns, booking.end_ns, booking.rate_bps);
+      }
+    }
+  }
+  for (uint32_t l = 0; l < topology_.links.size(); ++l) {
+    const model::Link& link = topology_.links[l];
+    for (int d = 0; d < 2; ++d) {
+      const uint64_t peak = fresh[2 * l + static_cast<size_t>(d)].peak_bps(INT64_MIN, INT64_MAX);
+      if (peak > link.reservable_bps()) {
+        return fmt::format("link '{}' direction {}->{}: {} bit/s booked at once, reservable {}",
+                           link.name, topology_.nodes[link.ends[d]].name,
+                           topology_.nodes[link.ends[1 - d]].name, peak, link.reservable_bps());
+      }
+    }
+  }
+  // Slots: two bookings with overlapping windows on one port never share a slot.
+  for (const auto& [key, booking] : bookings_) {
+    if (std::string problem = check_booking(key); !problem.empty()) return problem;
+  }
+  return "";
+}
+
+std::string Ledger::check_booking(uint64_t key) const {
+  const Booking* booking = find(key);
+  if (booking == nullptr) return "";
+  for (const uint32_t l : booking->links) {
+    const model::Link& link = topology_.links[l];
+    for (int d = 0; d < 2; ++d) {
+      const uint64_t peak = capacity(l, d).peak_bps(booking->start_ns, booking->end_ns);
+      if (peak > link.reservable_bps()) {
+        return fmt::format("link '{}' {}->{}: {} bit/s booked at once, reservable {} (booking {})",
+                           link.name, topology_.nodes[link.ends[d]].name,
+                           topology_.nodes[link.ends[1 - d]].name, peak, link.reservable_bps(), key);
+      }
+    }
+  }
+  for (const SlotUse& use : booking->slots) {
+    for (const auto& [other_key, other] : bookings_) {
+      if (other_key == key || other.end_ns <= booking->start_ns || booking->end_ns <= other.start_ns) {
+        continue;
+      }
+      for (const SlotUse& theirs : other.slots) {
+        if (theirs.link != use.link || theirs.direction != use.direction) continue;
+        for (const uint32_t s : use.slots) {
+          if (std::find(theirs.slots.begin(), theirs.slots.end(), s) != theirs.slots.end()) {
+            return fmt::format("slot {} of link '{}' leaving '{}' is booked by {} and {} at once", s,
+                               topology_.links[use.link].name,
+                               topology_.nodes[topology_.links[use.link].ends[use.direction]].name,
+                               key, other_key);
+          }
+        }
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace detwan::control::calendar

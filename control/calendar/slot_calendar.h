@@ -1,0 +1,70 @@
+#pragma once
+// Time slots of one gateway WAN port (one link direction) over time, and the slot arithmetic the
+// gateway itself applies (dataplane/sched/gate_control_list.h), so a set the agent allocates is
+// always one the gateway accepts:
+//   nominal rate    = owned slots / slot_count * line rate
+//   guaranteed rate = sum over the owner's windows (maximal circular runs of its slots) of
+//                     (run length - guard - one max frame at line rate) * line rate / cycle
+// A tunnel needs both >= its reserved rate.
+//
+// Bookings are (key, [start, end), slots); two bookings whose windows overlap never share a
+// slot. Not thread-safe: owned by the agent's core.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace detwan::control::calendar {
+
+struct SlotGeometry {
+  int64_t cycle_ns = 1'000'000;
+  uint32_t slot_count = 100;
+  int64_t guard_ns = 0;
+  uint64_t line_rate_bps = 0;
+  uint32_t max_frame_bytes = 1518;  // mtu + Ethernet header and FCS
+  uint32_t reservable_slots = 100;  // at most this many slots are booked at any instant
+  [[nodiscard]] int64_t slot_ns() const noexcept { return cycle_ns / slot_count; }
+  [[nodiscard]] int64_t max_frame_ns() const noexcept;
+};
+
+// Guaranteed rate of a slot set (sorted, unique) exactly as the gateway computes it.
+uint64_t guaranteed_rate_bps(const SlotGeometry& geometry, const std::vector<uint32_t>& slots);
+uint64_t nominal_rate_bps(const SlotGeometry& geometry, size_t slot_count);
+// The longest time in a cycle the owner of `slots` cannot start a frame that ends in its window
+// (cycle - the shortest usable window): the latency T of the latency-rate server the slots form.
+// 0 for every slot; cycle when no window is usable.
+int64_t service_latency_ns(const SlotGeometry& geometry, const std::vector<uint32_t>& slots);
+
+class SlotCalendar {
+ public:
+  explicit SlotCalendar(SlotGeometry geometry) : geometry_(geometry) {}
+  [[nodiscard]] const SlotGeometry& geometry() const noexcept { return geometry_; }
+
+  // Slots free during all of [start_ns, end_ns), ignoring bookings under `ignore_key` (a
+  // modification re-plans its own booking). Bit i set = slot i free.
+  [[nodiscard]] std::vector<bool> free_slots(int64_t start_ns, int64_t end_ns,
+                                             uint64_t ignore_key = 0) const;
+  // Fewest slots that carry rate_bps (nominal and guaranteed) among the free ones, preferring
+  // one contiguous run (one guard band), then the longest runs; nullopt if none suffice or the
+  // port's reservable share would be exceeded. Prefers `preferred` when it is still free and
+  // sufficient (a modification keeps its slots when it can).
+  [[nodiscard]] std::optional<std::vector<uint32_t>> plan(
+      uint64_t rate_bps, int64_t start_ns, int64_t end_ns, uint64_t ignore_key = 0,
+      const std::vector<uint32_t>* preferred = nullptr) const;
+  void book(uint64_t key, int64_t start_ns, int64_t end_ns, std::vector<uint32_t> slots);
+  void unbook(uint64_t key);  // every booking of key
+  [[nodiscard]] size_t bookings() const noexcept { return bookings_.size(); }
+  // Slots booked at instant t_ns (for status).
+  [[nodiscard]] uint32_t booked_at(int64_t t_ns) const;
+
+ private:
+  struct Booking {
+    uint64_t key = 0;
+    int64_t start_ns = 0;
+    int64_t end_ns = 0;
+    std::vector<uint32_t> slots;
+  };
+  SlotGeometry geometry_;
+  std::vector<Booking> bookings_;
+};
+
+}  // namespace detwan::control::calendar

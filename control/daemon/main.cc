@@ -1,0 +1,182 @@
+// detwan-agent: the control agent of one administrative domain (docs/control.md).
+//
+//   detwan-agent run --topology FILE [--listen ADDR:PORT] [--journal PATH] [--log-level L]
+//   detwan-agent check --topology FILE            validate the topology, print a summary
+//   detwan-agent journal-check --topology FILE [--journal PATH]
+//                                                 replay the journal, verify nothing over-booked
+//   detwan-agent --version
+//
+// Exit status (docs/errors.md): 0 success, 1 runtime failure, 2 bad configuration or usage.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "common/logging.h"
+#include "common/units.h"
+#include "control/agent/agent.h"
+#include "control/api/http_server.h"
+#include "control/api/routes.h"
+
+namespace detwan::control::api {
+std::string_view openapi_document();  // generated from docs/control-api.yaml
+}
+
+namespace detwan::control::daemon {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+
+std::atomic<bool> stop_requested{false};
+extern "C" void on_stop_signal(int) { stop_requested.store(true); }
+
+int fail(const common::Error& error) {
+  std::fprintf(stderr, "detwan-agent: %s\n", error.message.c_str());
+  return error.code == common::ErrorCode::kConfig || error.code == common::ErrorCode::kInvalidArgument
+             ? kExitBadInput
+             : kExitFailure;
+}
+
+struct Settings {
+  std::string topology;
+  std::string listen;
+  std::string journal;
+  std::string log_level = "info";
+};
+
+common::Result<model::Topology> load(const Settings& s) {
+  auto topology = model::load_topology(s.topology);
+  if (!topology) return topology;
+  if (!s.listen.empty()) {
+    auto listen = common::parse_host_port(s.listen, true);
+    if (!listen) {
+      return common::make_error(common::ErrorCode::kInvalidArgument, "--listen: " + listen.error().message);
+    }
+    topology->agent.api.listen = *listen;
+  }
+  if (!s.journal.empty()) topology->agent.journal = s.journal;
+  return topology;
+}
+
+int command_check(const Settings& s) {
+  auto t = load(s);
+  if (!t) return fail(t.error());
+  std::printf("domain %s, agent %s: %zu sites, %zu gateways, %zu nodes, %zu links\n",
+              t->domain.c_str(), t->agent.name.c_str(), t->sites.size(), t->gateways.size(),
+              t->nodes.size(), t->links.size());
+  for (const model::Link& l : t->links) {
+    std::printf("link %s %s-%s: %s, delay %s +/- %s, loss %g, reservable %s (%u of %u slots of %s)\n",
+                l.name.c_str(), t->nodes[l.ends[0]].name.c_str(), t->nodes[l.ends[1]].name.c_str(),
+                common::format_rate_bps(l.capacity_bps).c_str(),
+                common::format_duration_ns(l.delay_ns).c_str(),
+                common::format_duration_ns(l.jitter_ns).c_str(), l.loss,
+                common::format_rate_bps(l.reservable_bps()).c_str(), l.reservable_slots(),
+                l.slot_count, common::format_duration_ns(l.cycle_ns).c_str());
+  }
+  std::printf("api http://%s, journal %s\n", common::format_host_port(t->agent.api.listen).c_str(),
+              t->agent.journal.c_str());
+  return kExitOk;
+}
+
+int command_journal_check(const Settings& s) {
+  auto t = load(s);
+  if (!t) return fail(t.error());
+  auto summary = agent::check_journal(*t, t->agent.journal);
+  if (!summary) {
+    std::fprintf(stderr, "detwan-agent: journal check FAILED: %s\n", summary.error().message.c_str());
+    return kExitFailure;
+  }
+  std::printf("%s\n", summary->c_str());
+  return kExitOk;
+}
+
+int command_run(const Settings& s) {
+  common::LogOptions log_options;
+  log_options.level = s.log_level;
+  if (auto logging = common::init_logging("detwan-agent", log_options); !logging) {
+    return fail(common::Error{common::ErrorCode::kInvalidArgument, "--log-level: " + logging.error().message});
+  }
+  auto t = load(s);
+  if (!t) return fail(t.error());
+  auto log = common::logger("detwan-agent");
+  const model::ApiSettings api_settings = t->agent.api;
+  auto agent = agent::Agent::open(std::move(*t), agent::AgentOptions{});
+  if (!agent) return fail(agent.error());
+  api::HttpServerOptions options;
+  options.listen = api_settings.listen;
+  options.allow = api_settings.allow;
+  options.tokens_file = api_settings.tokens_file;
+  options.max_connections = api_settings.max_connections;
+  options.max_body_bytes = api_settings.max_body_bytes;
+  options.request_timeout_ns = api_settings.request_timeout_ns;
+  auto server = api::HttpServer::start(
+      options, api::make_handler(**agent, std::string(api::openapi_document())));
+  if (!server) return fail(server.error());
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  std::string allow;
+  for (const auto& p : api_settings.allow) allow += (allow.empty() ? "" : ", ") + common::format_ip_prefix(p);
+  const std::string url = fmt::format("http://{}", common::format_host_port((*server)->local_endpoint()));
+  log->info("domain {}: listening on {} (clients from {}{})", (*agent)->topology().domain, url, allow,
+            api_settings.tokens_file.empty() ? "" : ", bearer tokens required");
+  std::printf("listening on %s\n", url.c_str());
+  std::fflush(stdout);
+  while (!stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  log->info("stopping");
+  (*server)->stop();
+  return kExitOk;
+}
+
+int main_impl(int argc, char** argv) {
+  CLI::App app{"detwan-agent: reservations of deterministic tunnels (docs/control.md)"};
+  app.set_version_flag("--version", std::string("detwan-agent 0.1.0"));
+  app.require_subcommand(1);
+  Settings s;
+  auto add_common = [&](CLI::App* sub) {
+    sub->add_option("--topology", s.topology, "topology file (YAML)")->required();
+    sub->add_option("--journal", s.journal, "SQLite journal (overrides agent.journal)");
+  };
+  CLI::App* run = app.add_subcommand("run", "serve the API until SIGINT/SIGTERM");
+  add_common(run);
+  run->add_option("--listen", s.listen, "ADDR:PORT (overrides agent.listen; port 0 picks one)");
+  run->add_option("--log-level", s.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  CLI::App* check = app.add_subcommand("check", "validate the topology and print a summary");
+  add_common(check);
+  CLI::App* journal_check =
+      app.add_subcommand("journal-check", "replay the journal and verify nothing is over-booked");
+  add_common(journal_check);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitBadInput;
+  }
+  if (*run) return command_run(s);
+  if (*check) return command_check(s);
+  return command_journal_check(s);
+}
+
+}  // namespace
+}  // namespace detwan::control::daemon
+
+int main(int argc, char** argv) {
+  try {
+    return detwan::control::daemon::main_impl(argc, argv);
+  } catch (const detwan::common::Failure& failure) {
+    std::fprintf(stderr, "detwan-agent: %s\n", failure.error().message.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "detwan-agent: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,33 @@
+#pragma once
+// What the agent wants on one gateway for one reservation, and how it is said to detwan-gw
+// (the `apply` vocabulary of its admin socket, docs/gateway.md "Control channel").
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+
+namespace detwan::control::gateway {
+
+struct TunnelSpec {
+  uint32_t id = 0;
+  std::string peer;
+  std::string owner;  // "agent:<name>": the agent only ever changes or removes its own tunnels
+  uint64_t rate_bps = 0;
+  std::vector<uint32_t> slots;  // sorted
+  uint64_t burst_bytes = 0;
+  int64_t bound_ns = 0;  // on-time playout bound; 0 = deliver on receipt
+  int64_t max_hold_ns = 1'000'000'000;
+  uint32_t dscp = 46;
+  std::vector<std::string> match_dst;  // prefixes, as the gateway prints them
+  std::string reservation;             // "r-3" (for reports; not sent)
+
+  // The tunnel as an item of an `apply` request.
+  [[nodiscard]] boost::json::object to_request() const;
+  // Does the gateway's description of a tunnel ({"cmd":"tunnels"} item) match this spec?
+  // If not, *difference names the first field that differs.
+  [[nodiscard]] bool matches(const boost::json::object& actual, std::string* difference) const;
+  friend bool operator==(const TunnelSpec&, const TunnelSpec&) = default;
+};
+
+}  // namespace detwan::control::gateway

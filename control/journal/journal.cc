@@ -1,0 +1,214 @@
+#include "control/journal/journal.h"
+
+#include <sqlite3.h>
+
+#include <fmt/format.h>
+
+namespace detwan::control::journal {
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS reservations (id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  at_unix_ns INTEGER NOT NULL,
+  id TEXT NOT NULL,
+  from_state TEXT NOT NULL,
+  to_state TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS requests (
+  client_request_id TEXT PRIMARY KEY,
+  fingerprint TEXT NOT NULL,
+  reservation_id TEXT NOT NULL,
+  at_unix_ns INTEGER NOT NULL);
+)sql";
+
+std::string column_text(sqlite3_stmt* statement, int column) {
+  const unsigned char* text = sqlite3_column_text(statement, column);
+  return text == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(text));
+}
+
+void bind_text(sqlite3_stmt* statement, int index, const std::string& text) {
+  sqlite3_bind_text(statement, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+}
+
+}  // namespace
+
+common::Error Journal::error(const std::string& what) const {
+  return common::Error{common::ErrorCode::kIo,
+                       fmt::format("journal {}: {}: {}", path_, what, sqlite3_errmsg(db_))};
+}
+
+common::Result<void> Journal::exec(const char* sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+    std::string text = message != nullptr ? message : "unknown error";
+    sqlite3_free(message);
+    return common::make_error(common::ErrorCode::kIo, fmt::format("journal {}: {}", path_, text));
+  }
+  return {};
+}
+
+common::Result<std::unique_ptr<Journal>> Journal::open(const std::string& path, bool sync_full,
+                                                       const std::string& domain) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &db,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                 nullptr);
+  std::unique_ptr<Journal> journal(new Journal(path, db));
+  if (rc != SQLITE_OK) return std::unexpected(journal->error("cannot open"));
+  sqlite3_busy_timeout(db, 5000);
+  for (const char* sql : {"PRAGMA journal_mode=WAL;", sync_full ? "PRAGMA synchronous=FULL;"
+                                                                : "PRAGMA synchronous=NORMAL;",
+                          kSchema}) {
+    if (auto ok = journal->exec(sql); !ok) return std::unexpected(ok.error());
+  }
+  // Schema version and domain: a journal of another domain is refused, not mixed in.
+  sqlite3_stmt* read = nullptr;
+  sqlite3_prepare_v2(db, "SELECT key, value FROM meta", -1, &read, nullptr);
+  std::string found_domain;
+  std::string found_version;
+  while (sqlite3_step(read) == SQLITE_ROW) {
+    const std::string key = column_text(read, 0);
+    if (key == "domain") found_domain = column_text(read, 1);
+    if (key == "schema_version") found_version = column_text(read, 1);
+  }
+  sqlite3_finalize(read);
+  if (found_domain.empty()) {
+    const std::string sql = fmt::format(
+        "INSERT OR REPLACE INTO meta VALUES ('domain', '{}'), ('schema_version', '{}'), "
+        "('next_key', '1');",
+        domain, kSchemaVersion);
+    if (auto ok = journal->exec(sql.c_str()); !ok) return std::unexpected(ok.error());
+  } else if (found_domain != domain) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              fmt::format("journal {} belongs to domain '{}', not '{}'", path,
+                                          found_domain, domain));
+  } else if (found_version != std::to_string(kSchemaVersion)) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              fmt::format("journal {} has schema version {}, this agent writes {}",
+                                          path, found_version, kSchemaVersion));
+  }
+  const std::pair<sqlite3_stmt**, const char*> statements[] = {
+      {&journal->insert_event_,
+       "INSERT INTO events (at_unix_ns, id, from_state, to_state, reason, body) "
+       "VALUES (?, ?, ?, ?, ?, ?)"},
+      {&journal->upsert_reservation_, "INSERT OR REPLACE INTO reservations (id, body) VALUES (?, ?)"},
+      {&journal->insert_request_,
+       "INSERT OR REPLACE INTO requests (client_request_id, fingerprint, reservation_id, "
+       "at_unix_ns) VALUES (?, ?, ?, ?)"},
+      {&journal->set_next_key_, "UPDATE meta SET value = ? WHERE key = 'next_key'"},
+  };
+  for (const auto& [statement, sql] : statements) {
+    if (sqlite3_prepare_v2(db, sql, -1, statement, nullptr) != SQLITE_OK) {
+      return std::unexpected(journal->error("prepare"));
+    }
+  }
+  return journal;
+}
+
+Journal::~Journal() {
+  for (sqlite3_stmt* s : {insert_event_, upsert_reservation_, insert_request_, set_next_key_}) {
+    sqlite3_finalize(s);
+  }
+  sqlite3_close(db_);
+}
+
+common::Result<Loaded> Journal::load() {
+  Loaded loaded;
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT value FROM meta WHERE key = 'next_key'", -1, &s, nullptr) !=
+      SQLITE_OK) {
+    return std::unexpected(error("read meta"));
+  }
+  if (sqlite3_step(s) == SQLITE_ROW) loaded.next_key = std::stoull(column_text(s, 0));
+  sqlite3_finalize(s);
+  if (sqlite3_prepare_v2(db_, "SELECT body FROM reservations ORDER BY rowid", -1, &s, nullptr) !=
+      SQLITE_OK) {
+    return std::unexpected(error("read reservations"));
+  }
+  while (sqlite3_step(s) == SQLITE_ROW) loaded.reservations.push_back(column_text(s, 0));
+  sqlite3_finalize(s);
+  if (sqlite3_prepare_v2(db_, "SELECT client_request_id, fingerprint, reservation_id FROM requests",
+                         -1, &s, nullptr) != SQLITE_OK) {
+    return std::unexpected(error("read requests"));
+  }
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    loaded.requests.push_back({column_text(s, 0), column_text(s, 1), column_text(s, 2)});
+  }
+  sqlite3_finalize(s);
+  if (sqlite3_prepare_v2(db_, "SELECT count(*) FROM events", -1, &s, nullptr) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW) {
+    loaded.events = sqlite3_column_int64(s, 0);
+  }
+  sqlite3_finalize(s);
+  return loaded;
+}
+
+common::Result<void> Journal::record(const Event& event, uint64_t next_key,
+                                     const RequestRecord* request) {
+  if (auto ok = exec("BEGIN IMMEDIATE"); !ok) return ok;
+  auto step = [&](sqlite3_stmt* statement) {
+    const int rc = sqlite3_step(statement);
+    sqlite3_reset(statement);
+    sqlite3_clear_bindings(statement);
+    return rc == SQLITE_DONE;
+  };
+  bool ok = true;
+  sqlite3_bind_int64(insert_event_, 1, event.at_ns);
+  bind_text(insert_event_, 2, event.id);
+  bind_text(insert_event_, 3, event.from);
+  bind_text(insert_event_, 4, event.to);
+  bind_text(insert_event_, 5, event.reason);
+  bind_text(insert_event_, 6, event.body);
+  ok = ok && step(insert_event_);
+  if (ok) {
+    bind_text(upsert_reservation_, 1, event.id);
+    bind_text(upsert_reservation_, 2, event.body);
+    ok = step(upsert_reservation_);
+  }
+  if (ok && request != nullptr) {
+    bind_text(insert_request_, 1, request->client_request_id);
+    bind_text(insert_request_, 2, request->fingerprint);
+    bind_text(insert_request_, 3, request->reservation_id);
+    sqlite3_bind_int64(insert_request_, 4, event.at_ns);
+    ok = step(insert_request_);
+  }
+  if (ok) {
+    bind_text(set_next_key_, 1, std::to_string(next_key));
+    ok = step(set_next_key_);
+  }
+  if (!ok) {
+    const common::Error failure = error("write transition of " + event.id);
+    (void)exec("ROLLBACK");
+    return std::unexpected(failure);
+  }
+  if (auto committed = exec("COMMIT"); !committed) {
+    (void)exec("ROLLBACK");
+    return committed;
+  }
+  ++commits_;
+  return {};
+}
+
+common::Result<void> Journal::for_each_event(const std::function<void(const Event&)>& f) {
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT seq, at_unix_ns, id, from_state, to_state, reason, body FROM events "
+                         "ORDER BY seq",
+                         -1, &s, nullptr) != SQLITE_OK) {
+    return std::unexpected(error("read events"));
+  }
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    f(Event{sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1), column_text(s, 2),
+            column_text(s, 3), column_text(s, 4), column_text(s, 5), column_text(s, 6)});
+  }
+  sqlite3_finalize(s);
+  return {};
+}
+
+}  // namespace detwan::control::journal

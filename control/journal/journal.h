@@ -1,0 +1,85 @@
+#pragma once
+// The agent's journal: an embedded SQLite database in WAL mode (docs/control.md, "Journal").
+//
+// Tables:
+//   meta(key, value)                   schema version, domain, next reservation key
+//   reservations(id, body)             the current JSON of every reservation
+//   events(seq, at_unix_ns, id, from_state, to_state, reason, body)
+//                                      one row per transition, with the reservation after it
+//   requests(client_request_id, fingerprint, reservation_id, at_unix_ns)
+//                                      idempotency: a repeated request finds its reservation
+// record() writes one transition (event + current body + optional request row + next key) in
+// one transaction: after it returns, a kill -9 of the agent loses nothing it reported. With
+// sync "normal" (the default) a power loss may lose the last transactions; "full" fsyncs each.
+//
+// Threading: one owner (the agent's core, under its lock). Errors name the file and the
+// SQLite message.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace detwan::control::journal {
+
+struct Event {
+  int64_t seq = 0;
+  int64_t at_ns = 0;
+  std::string id;
+  std::string from;
+  std::string to;
+  std::string reason;
+  std::string body;  // the reservation's JSON after the transition
+};
+
+struct RequestRecord {
+  std::string client_request_id;
+  std::string fingerprint;
+  std::string reservation_id;
+};
+
+struct Loaded {
+  uint64_t next_key = 1;
+  std::vector<std::string> reservations;  // JSON bodies
+  std::vector<RequestRecord> requests;
+  int64_t events = 0;
+};
+
+class Journal {
+ public:
+  static common::Result<std::unique_ptr<Journal>> open(const std::string& path, bool sync_full,
+                                                       const std::string& domain);
+  ~Journal();
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+
+  [[nodiscard]] common::Result<Loaded> load();
+  // One transition, atomically. `request` (may be null) is stored for idempotency.
+  [[nodiscard]] common::Result<void> record(const Event& event, uint64_t next_key,
+                                            const RequestRecord* request);
+  // Every event in order (journal check, tests).
+  [[nodiscard]] common::Result<void> for_each_event(const std::function<void(const Event&)>& f);
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] uint64_t commits() const noexcept { return commits_; }
+
+ private:
+  Journal(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  common::Result<void> exec(const char* sql);
+  common::Error error(const std::string& what) const;
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* insert_event_ = nullptr;
+  sqlite3_stmt* upsert_reservation_ = nullptr;
+  sqlite3_stmt* insert_request_ = nullptr;
+  sqlite3_stmt* set_next_key_ = nullptr;
+  uint64_t commits_ = 0;
+};
+
+}  // namespace detwan::control::journal

@@ -1,0 +1,487 @@
+// Loading and checking the agent's topology file.
+#include "control/model/topology.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/config.h"
+#include "common/units.h"
+
+namespace detwan::control::model {
+namespace {
+
+using common::ConfigNode;
+using common::ErrorCode;
+
+constexpr int64_t kMaxDelayNs = 10'000'000'000;  // 10 s
+constexpr uint64_t kMaxCapacityBps = 10'000'000'000'000;
+
+bool valid_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  });
+}
+
+std::string name_of(const ConfigNode& node) {
+  std::string name = node.as_string();
+  if (!valid_name(name)) {
+    node.fail(fmt::format("'{}' is not a valid name (1..64 of A-Z a-z 0-9 . _ -)", name));
+  }
+  return name;
+}
+
+int64_t duration_in(const ConfigNode& map, std::string_view key, int64_t fallback, int64_t min_ns,
+                    int64_t max_ns) {
+  const auto node = map.maybe_child(key);
+  if (!node) return fallback;
+  const int64_t value = node->as_duration_ns();
+  if (value < min_ns || value > max_ns) {
+    node->fail(fmt::format("{} is out of range [{}, {}]", node->as_string(),
+                           common::format_duration_ns(min_ns), common::format_duration_ns(max_ns)));
+  }
+  return value;
+}
+
+common::IpPrefix prefix_of(const ConfigNode& node) {
+  auto prefix = common::parse_ip_prefix(node.as_string());
+  if (!prefix) node.fail(prefix.error().message);
+  return *prefix;
+}
+
+void parse_agent(const ConfigNode& node, AgentSettings* agent) {
+  node.check_keys({"name", "listen", "allow", "tokens_file", "max_connections", "max_body",
+                   "request_timeout", "journal", "journal_sync", "hold_timeout",
+                   "reconcile_interval", "provision_wait", "tunnel_ids"});
+  if (const auto name = node.maybe_child("name")) agent->name = name_of(*name);
+  if (const auto listen = node.maybe_child("listen")) {
+    auto endpoint = common::parse_host_port(listen->as_string(), true);
+    if (!endpoint) listen->fail(endpoint.error().message);
+    agent->api.listen = *endpoint;
+  }
+  if (const auto allow = node.maybe_child("allow")) {
+    agent->api.allow.clear();
+    for (const ConfigNode& item : allow->items()) agent->api.allow.push_back(prefix_of(item));
+  }
+  agent->api.tokens_file = node.get_string("tokens_file", "");
+  agent->api.max_connections =
+      static_cast<uint32_t>(node.get_int("max_connections", 64, 1, 100'000));
+  if (const auto body = node.maybe_child("max_body")) {
+    agent->api.max_body_bytes = body->as_size_bytes();
+    if (agent->api.max_body_bytes < 1024 || agent->api.max_body_bytes > (64u << 20)) {
+      body->fail("must be in [1kb, 64mb]");
+    }
+  }
+  agent->api.request_timeout_ns =
+      duration_in(node, "request_timeout", agent->api.request_timeout_ns, 100'000'000,
+                  600'000'000'000);
+  agent->journal = node.get_string("journal", agent->journal);
+  if (agent->journal.empty()) node.child("journal").fail("must not be empty");
+  if (const auto sync = node.maybe_child("journal_sync")) {
+    const std::string text = sync->as_string();
+    if (text != "normal" && text != "full") sync->fail(fmt::format("'{}' is not one of: normal, full", text));
+    agent->journal_sync_full = text == "full";
+  }
+  agent->hold_timeout_ns =
+      duration_in(node, "hold_timeout", agent->hold_timeout_ns, 1'000'000'000, 86'400'000'000'000);
+  agent->reconcile_interval_ns = duration_in(node, "reconcile_interval",
+                                             agent->reconcile_interval_ns, 10'000'000, 3'600'000'000'000);
+  agent->provision_wait_ns =
+      duration_in(node, "provision_wait", agent->provision_wait_ns, 0, 600'000'000'000);
+  if (const auto ids = node.maybe_child("tunnel_ids")) {
+    const std::string text = ids->as_string();
+    const size_t dash = text.find('-');
+    uint64_t first = 0;
+    uint64_t last = 0;
+    const bool ok = dash != std::string::npos &&
+                    std::sscanf(text.c_str(), "%lu-%lu", &first, &last) == 2 && first >= 1 &&
+                    first <= last && last <= UINT32_MAX;
+    if (!ok) ids->fail(fmt::format("'{}' is not a range like 1000-65535 within 1..4294967295", text));
+    agent->first_tunnel_id = static_cast<uint32_t>(first);
+    agent->last_tunnel_id = static_cast<uint32_t>(last);
+  }
+}
+
+void parse_link(const ConfigNode& node, Topology* topology, std::vector<std::pair<std::string, std::string>>* ends) {
+  node.check_keys({"name", "ends", "capacity", "delay", "jitter", "loss", "reservable", "mtu",
+                   "cycle", "slots", "guard"});
+  Link link;
+  link.name = name_of(node.child("name"));
+  const ConfigNode end_list = node.child("ends");
+  const auto items = end_list.items();
+  if (items.size() != 2) end_list.fail("a link has exactly two ends: [NODE, NODE]");
+  ends->emplace_back(name_of(items[0]), name_of(items[1]));
+  const ConfigNode capacity = node.child("capacity");
+  link.capacity_bps = capacity.as_rate_bps();
+  if (link.capacity_bps < 1000 || link.capacity_bps > kMaxCapacityBps) {
+    capacity.fail("must be in [1kbit, 10tbit]");
+  }
+  link.delay_ns = duration_in(node, "delay", 0, 0, kMaxDelayNs);
+  link.jitter_ns = duration_in(node, "jitter", 0, 0, kMaxDelayNs);
+  if (const auto loss = node.maybe_child("loss")) {
+    link.loss = loss->as_fraction();
+    if (link.loss >= 1.0) loss->fail("a link that loses everything cannot be reserved");
+  }
+  if (const auto share = node.maybe_child("reservable")) {
+    link.reservable = share->as_fraction();
+    if (link.reservable <= 0) share->fail("must be above 0 (a link nobody may reserve: leave it out)");
+  }
+  link.mtu_bytes = static_cast<uint32_t>(node.get_int("mtu", 1500, 576, 9216));
+  link.cycle_ns = duration_in(node, "cycle", link.cycle_ns, 1'000, 10'000'000'000);
+  link.slot_count = static_cast<uint32_t>(node.get_int("slots", 100, 1, 65536));
+  if (link.cycle_ns % link.slot_count != 0) {
+    node.child("slots").fail(fmt::format("cycle {} is not a multiple of {} slots",
+                                         common::format_duration_ns(link.cycle_ns), link.slot_count));
+  }
+  link.guard_ns = duration_in(node, "guard", 0, 0, link.cycle_ns / link.slot_count - 1);
+  topology->links.push_back(std::move(link));
+}
+
+Topology parse(const ConfigNode& root) {
+  root.check_keys({"domain", "agent", "sites", "gateways", "nodes", "links"});
+  Topology topology;
+  topology.source = root.file();
+  topology.domain = name_of(root.child("domain"));
+  topology.agent.name = topology.domain;
+  topology.agent.api.listen = *common::parse_host_port("127.0.0.1:7800");
+  topology.agent.api.allow = {*common::parse_ip_prefix("127.0.0.0/8"),
+                              *common::parse_ip_prefix("::1/128")};
+  if (const auto agent = root.maybe_child("agent")) parse_agent(*agent, &topology.agent);
+
+  std::vector<std::string> site_gateways;
+  for (const ConfigNode& item : root.child("sites").items()) {
+    item.check_keys({"name", "gateway", "tunnel_prefixes"});
+    Site site;
+    site.name = name_of(item.child("name"));
+    site_gateways.push_back(item.has("gateway") ? name_of(item.child("gateway")) : "");
+    if (const auto prefixes = item.maybe_child("tunnel_prefixes")) {
+      for (const ConfigNode& p : prefixes->items()) site.tunnel_prefixes.push_back(prefix_of(p));
+    }
+    topology.sites.push_back(std::move(site));
+  }
+  std::vector<std::vector<std::pair<std::string, std::string>>> port_links;  // per gateway
+  std::vector<std::vector<std::string>> peer_gateways;
+  std::vector<std::string> gateway_sites;
+  if (const auto gateways = root.maybe_child("gateways")) {
+    for (const ConfigNode& item : gateways->items()) {
+      item.check_keys({"name", "site", "admin_socket", "playout_error", "processing_delay", "ports",
+                       "peers"});
+      Gateway gateway;
+      gateway.name = name_of(item.child("name"));
+      gateway_sites.push_back(name_of(item.child("site")));
+      const ConfigNode socket = item.child("admin_socket");
+      gateway.admin_socket = socket.as_string();
+      if (gateway.admin_socket.empty() || gateway.admin_socket.front() != '/' ||
+          gateway.admin_socket.size() > 107) {
+        socket.fail("must be the absolute path of detwan-gw's admin socket (gateway.admin_socket), "
+                    "at most 107 bytes");
+      }
+      gateway.playout_error_ns = duration_in(item, "playout_error", 100'000, 0, 1'000'000'000);
+      gateway.processing_delay_ns = duration_in(item, "processing_delay", 50'000, 0, 1'000'000'000);
+      port_links.emplace_back();
+      for (const ConfigNode& port : item.child("ports").items()) {
+        port.check_keys({"name", "link"});
+        gateway.ports.push_back(GatewayPort{name_of(port.child("name")), kNone});
+        port_links.back().emplace_back(gateway.ports.back().name, name_of(port.child("link")));
+      }
+      peer_gateways.emplace_back();
+      if (const auto peers = item.maybe_child("peers")) {
+        for (const ConfigNode& peer : peers->items()) {
+          peer.check_keys({"name", "port", "gateway"});
+          gateway.peers.push_back(
+              GatewayPeer{name_of(peer.child("name")), name_of(peer.child("port")), kNone});
+          peer_gateways.back().push_back(name_of(peer.child("gateway")));
+        }
+      }
+      topology.gateways.push_back(std::move(gateway));
+    }
+  }
+  std::vector<std::string> transit;
+  if (const auto nodes = root.maybe_child("nodes")) {
+    for (const ConfigNode& item : nodes->items()) transit.push_back(name_of(item));
+  }
+  std::vector<std::pair<std::string, std::string>> link_ends;
+  for (const ConfigNode& item : root.child("links").items()) parse_link(item, &topology, &link_ends);
+
+  // Nodes: sites first (same order), then transit nodes.
+  for (const Site& site : topology.sites) topology.nodes.push_back(Node{site.name, kNone, {}});
+  for (const std::string& name : transit) topology.nodes.push_back(Node{name, kNone, {}});
+  // Resolve names with positions for the messages: build indices, then check references.
+  auto fail_at = [&](const std::string& path, const std::string& message) {
+    // Find the node for the path (best effort) so the message carries a line.
+    root.fail(fmt::format("{}: {}", path, message));
+  };
+  std::unordered_map<std::string, uint32_t> nodes;
+  for (uint32_t i = 0; i < topology.nodes.size(); ++i) {
+    if (!nodes.emplace(topology.nodes[i].name, i).second) {
+      fail_at("nodes", fmt::format("'{}' names two nodes (a site and a transit node share names)",
+                                   topology.nodes[i].name));
+    }
+  }
+  for (size_t i = 0; i < link_ends.size(); ++i) {
+    for (int e = 0; e < 2; ++e) {
+      const std::string& end = e == 0 ? link_ends[i].first : link_ends[i].second;
+      const auto it = nodes.find(end);
+      if (it == nodes.end()) {
+        root.child("links").items()[i].child("ends").items()[static_cast<size_t>(e)].fail(
+            fmt::format("'{}' is neither a site nor a transit node", end));
+      }
+      topology.links[i].ends[e] = it->second;
+    }
+    if (topology.links[i].ends[0] == topology.links[i].ends[1]) {
+      root.child("links").items()[i].child("ends").fail("a link joins two different nodes");
+    }
+  }
+  std::unordered_map<std::string, uint32_t> gateway_names;
+  for (uint32_t g = 0; g < topology.gateways.size(); ++g) gateway_names.emplace(topology.gateways[g].name, g);
+  std::unordered_map<std::string, uint32_t> link_names;
+  for (uint32_t l = 0; l < topology.links.size(); ++l) link_names.emplace(topology.links[l].name, l);
+  for (uint32_t s = 0; s < topology.sites.size(); ++s) {
+    if (site_gateways[s].empty()) continue;
+    const auto it = gateway_names.find(site_gateways[s]);
+    if (it == gateway_names.end()) {
+      root.child("sites").items()[s].child("gateway").fail(
+          fmt::format("'{}' is not a gateway of the topology", site_gateways[s]));
+    }
+    topology.sites[s].gateway = it->second;
+  }
+  for (uint32_t g = 0; g < topology.gateways.size(); ++g) {
+    const ConfigNode item = root.child("gateways").items()[g];
+    Gateway& gateway = topology.gateways[g];
+    const auto site = std::find_if(topology.sites.begin(), topology.sites.end(),
+                                   [&](const Site& s) { return s.name == gateway_sites[g]; });
+    if (site == topology.sites.end()) {
+      item.child("site").fail(fmt::format("'{}' is not a site", gateway_sites[g]));
+    }
+    gateway.site = static_cast<uint32_t>(site - topology.sites.begin());
+    for (size_t p = 0; p < gateway.ports.size(); ++p) {
+      const auto link = link_names.find(port_links[g][p].second);
+      if (link == link_names.end()) {
+        item.child("ports").items()[p].child("link").fail(
+            fmt::format("'{}' is not a link", port_links[g][p].second));
+      }
+      gateway.ports[p].link = link->second;
+    }
+    for (size_t p = 0; p < gateway.peers.size(); ++p) {
+      const auto far = gateway_names.find(peer_gateways[g][p]);
+      if (far == gateway_names.end()) {
+        item.child("peers").items()[p].child("gateway").fail(
+            fmt::format("'{}' is not a gateway", peer_gateways[g][p]));
+      }
+      gateway.peers[p].gateway = far->second;
+    }
+  }
+  return topology;
+}
+
+}  // namespace
+
+const GatewayPort* Gateway::port_on_link(uint32_t link) const noexcept {
+  for (const GatewayPort& port : ports) {
+    if (port.link == link) return &port;
+  }
+  return nullptr;
+}
+
+const GatewayPeer* Gateway::peer_via(std::string_view port, uint32_t far) const noexcept {
+  for (const GatewayPeer& peer : peers) {
+    if (peer.port == port && peer.gateway == far) return &peer;
+  }
+  return nullptr;
+}
+
+uint64_t Link::reservable_bps() const noexcept {
+  return static_cast<uint64_t>(std::floor(static_cast<double>(capacity_bps) * reservable));
+}
+
+uint32_t Link::reservable_slots() const noexcept {
+  return static_cast<uint32_t>(std::floor(static_cast<double>(slot_count) * reservable + 1e-9));
+}
+
+uint32_t Link::other_end(uint32_t node) const noexcept {
+  if (node == ends[0]) return ends[1];
+  if (node == ends[1]) return ends[0];
+  return kNone;
+}
+
+namespace {
+uint32_t lookup(const std::unordered_map<std::string, uint32_t>& map, std::string_view name) {
+  const auto it = map.find(std::string(name));
+  return it == map.end() ? kNone : it->second;
+}
+}  // namespace
+
+uint32_t Topology::find_node(std::string_view name) const noexcept { return lookup(node_index, name); }
+uint32_t Topology::find_site(std::string_view name) const noexcept { return lookup(site_index, name); }
+uint32_t Topology::find_link(std::string_view name) const noexcept { return lookup(link_index, name); }
+uint32_t Topology::find_gateway(std::string_view name) const noexcept {
+  return lookup(gateway_index, name);
+}
+uint32_t Topology::gateway_at_node(uint32_t node) const noexcept {
+  if (node >= nodes.size() || nodes[node].site == kNone) return kNone;
+  return sites[nodes[node].site].gateway;
+}
+
+common::Result<void> finish(Topology& t) {
+  auto error = [](std::string message) {
+    return common::make_error(ErrorCode::kConfig, std::move(message));
+  };
+  t.node_index.clear();
+  t.site_index.clear();
+  t.link_index.clear();
+  t.gateway_index.clear();
+  for (uint32_t i = 0; i < t.nodes.size(); ++i) {
+    t.nodes[i].links.clear();
+    t.nodes[i].site = kNone;
+    if (!t.node_index.emplace(t.nodes[i].name, i).second) {
+      return error(fmt::format("node '{}' is named twice", t.nodes[i].name));
+    }
+  }
+  for (uint32_t s = 0; s < t.sites.size(); ++s) {
+    Site& site = t.sites[s];
+    if (!t.site_index.emplace(site.name, s).second) {
+      return error(fmt::format("site '{}' is named twice", site.name));
+    }
+    site.node = lookup(t.node_index, site.name);
+    if (site.node == kNone) return error(fmt::format("site '{}' has no node", site.name));
+    t.nodes[site.node].site = s;
+    for (size_t i = 0; i < site.tunnel_prefixes.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (common::prefixes_overlap(site.tunnel_prefixes[i], site.tunnel_prefixes[j])) {
+          return error(fmt::format("site '{}': tunnel prefixes {} and {} overlap", site.name,
+                                   common::format_ip_prefix(site.tunnel_prefixes[j]),
+                                   common::format_ip_prefix(site.tunnel_prefixes[i])));
+        }
+      }
+    }
+  }
+  for (uint32_t s = 0; s < t.sites.size(); ++s) {
+    for (uint32_t o = 0; o < s; ++o) {
+      for (const auto& a : t.sites[s].tunnel_prefixes) {
+        for (const auto& b : t.sites[o].tunnel_prefixes) {
+          if (common::prefixes_overlap(a, b)) {
+            return error(fmt::format("sites '{}' and '{}' have overlapping tunnel prefixes {} and {}",
+                                     t.sites[o].name, t.sites[s].name, common::format_ip_prefix(b),
+                                     common::format_ip_prefix(a)));
+          }
+        }
+      }
+    }
+  }
+  for (uint32_t l = 0; l < t.links.size(); ++l) {
+    Link& link = t.links[l];
+    if (!t.link_index.emplace(link.name, l).second) {
+      return error(fmt::format("link '{}' is named twice", link.name));
+    }
+    for (const uint32_t end : link.ends) {
+      if (end >= t.nodes.size()) return error(fmt::format("link '{}': an end is not a node", link.name));
+    }
+    if (link.ends[0] == link.ends[1]) return error(fmt::format("link '{}' joins a node to itself", link.name));
+    if (link.capacity_bps == 0) return error(fmt::format("link '{}': capacity must be > 0", link.name));
+    if (link.slot_count == 0 || link.cycle_ns <= 0 || link.cycle_ns % link.slot_count != 0) {
+      return error(fmt::format("link '{}': cycle must be a positive multiple of slots", link.name));
+    }
+    if (link.guard_ns < 0 || link.guard_ns >= link.cycle_ns / link.slot_count) {
+      return error(fmt::format("link '{}': guard must be shorter than a slot", link.name));
+    }
+    if (!(link.reservable > 0 && link.reservable <= 1)) {
+      return error(fmt::format("link '{}': reservable must be in (0, 1]", link.name));
+    }
+    if (!(link.loss >= 0 && link.loss < 1)) {
+      return error(fmt::format("link '{}': loss must be in [0, 1)", link.name));
+    }
+    t.nodes[link.ends[0]].links.push_back(l);
+    t.nodes[link.ends[1]].links.push_back(l);
+  }
+  for (uint32_t g = 0; g < t.gateways.size(); ++g) {
+    Gateway& gateway = t.gateways[g];
+    if (!t.gateway_index.emplace(gateway.name, g).second) {
+      return error(fmt::format("gateway '{}' is named twice", gateway.name));
+    }
+    if (gateway.site >= t.sites.size()) {
+      return error(fmt::format("gateway '{}': its site is not a site", gateway.name));
+    }
+    if (t.sites[gateway.site].gateway != g) {
+      return error(fmt::format("gateway '{}' names site '{}', whose gateway is another one",
+                               gateway.name, t.sites[gateway.site].name));
+    }
+    const uint32_t node = t.sites[gateway.site].node;
+    std::set<std::string> port_names;
+    for (const GatewayPort& port : gateway.ports) {
+      if (!port_names.insert(port.name).second) {
+        return error(fmt::format("gateway '{}': port '{}' listed twice", gateway.name, port.name));
+      }
+      if (port.link >= t.links.size() || t.links[port.link].other_end(node) == kNone) {
+        return error(fmt::format("gateway '{}': port '{}' is attached to a link that does not "
+                                 "end at site '{}'",
+                                 gateway.name, port.name, t.sites[gateway.site].name));
+      }
+    }
+    std::set<std::string> peer_names;
+    for (const GatewayPeer& peer : gateway.peers) {
+      if (!peer_names.insert(peer.name).second) {
+        return error(fmt::format("gateway '{}': peer '{}' listed twice", gateway.name, peer.name));
+      }
+      if (port_names.count(peer.port) == 0) {
+        return error(fmt::format("gateway '{}': peer '{}' is reached through port '{}', which is "
+                                 "not one of its ports",
+                                 gateway.name, peer.name, peer.port));
+      }
+      if (peer.gateway >= t.gateways.size() || peer.gateway == g) {
+        return error(fmt::format("gateway '{}': peer '{}' must name another gateway", gateway.name,
+                                 peer.name));
+      }
+    }
+  }
+  for (const Site& site : t.sites) {
+    if (site.gateway != kNone && site.gateway >= t.gateways.size()) {
+      return error(fmt::format("site '{}': its gateway is not a gateway", site.name));
+    }
+  }
+  // Every link end at a site with a gateway must be one of the gateway's ports: the slots of
+  // that direction live there.
+  for (const Link& link : t.links) {
+    for (const uint32_t end : link.ends) {
+      const uint32_t g = t.gateway_at_node(end);
+      if (g == kNone) continue;
+      if (t.gateways[g].port_on_link(t.link_index.at(link.name)) == nullptr) {
+        return error(fmt::format("link '{}' ends at site '{}', but gateway '{}' has no port on it",
+                                 link.name, t.nodes[end].name, t.gateways[g].name));
+      }
+    }
+  }
+  return {};
+}
+
+common::Result<Topology> load_topology_string(const std::string& yaml, const std::string& source) {
+  try {
+    Topology topology = parse(ConfigNode::load_string(yaml, source));
+    topology.source = source;
+    if (auto ok = finish(topology); !ok) {
+      return common::make_error(ErrorCode::kConfig, source + ": " + ok.error().message);
+    }
+    return topology;
+  } catch (const common::Failure& failure) {
+    return std::unexpected(failure.error());
+  }
+}
+
+common::Result<Topology> load_topology(const std::string& path) {
+  try {
+    Topology topology = parse(ConfigNode::load_file(path));
+    topology.source = path;
+    if (auto ok = finish(topology); !ok) {
+      return common::make_error(ErrorCode::kConfig, path + ": " + ok.error().message);
+    }
+    return topology;
+  } catch (const common::Failure& failure) {
+    return std::unexpected(failure.error());
+  }
+}
+
+}  // namespace detwan::control::model

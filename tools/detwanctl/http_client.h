@@ -1,0 +1,29 @@
+#pragma once
+// A minimal blocking HTTP/1.1 client for detwanctl (Boost.Beast): one request per connection,
+// a deadline for the whole exchange. Errors name the URL.
+#include <string>
+
+#include "common/status.h"
+
+namespace detwan::tools::ctl {
+
+struct Url {
+  std::string host;
+  std::string port = "80";
+  std::string base_path;  // "" or "/prefix"
+};
+
+// "http://127.0.0.1:7800", "127.0.0.1:7800", "http://[::1]:7800/agent". https is not supported
+// (put a TLS proxy in front; said in the error).
+common::Result<Url> parse_url(const std::string& text);
+
+struct HttpAnswer {
+  int status = 0;
+  std::string body;
+};
+
+common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
+                                     const std::string& path, const std::string& body,
+                                     const std::string& token, int timeout_ms);
+
+}  // namespace detwan::tools::ctl

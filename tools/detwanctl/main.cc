@@ -1,0 +1,314 @@
+// detwanctl: reservations of deterministic tunnels, from the command line (docs/control.md).
+//
+//   detwanctl [--agent URL] [--token T] [--json] VERB ...
+//     reserve --from A --to B --rate R [--burst SIZE] [--max-latency D] [--max-latency-variation D]
+//             [--max-loss F] [--start TIME] (--end TIME | --duration D) [--asap] [--paths K]
+//             [--hold D] [--commit] [--provision] [--no-wait] [--request-id ID]
+//     commit|abort|release|terminate ID      provision ID [--no-wait]
+//     modify ID [--rate R] [--end TIME | --extend D]
+//     show ID         list [--state S]       topology
+//     paths --from A --to B [--rate R] [--k K] [--max-latency D] [--max-latency-variation D]
+//           [--start TIME] [--duration D] [--all]
+// Units as everywhere in detwan: 10ms, 100mbit, 64kb. TIME: now, +10m (from now), @UNIX_SECONDS,
+// or 2026-12-01T14:00:00Z. --agent defaults to $DETWAN_AGENT, then http://127.0.0.1:7800;
+// --token to $DETWAN_AGENT_TOKEN.
+// Exit status: 0 done; 1 refused or failed (no capacity, bound unachievable, wrong state, agent
+// unreachable, a provisioned tunnel not active in time); 2 bad usage or a malformed request.
+// With --json the agent's JSON (the error object included) goes to stdout.
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "tools/detwanctl/format.h"
+#include "tools/detwanctl/http_client.h"
+
+namespace detwan::tools::ctl {
+namespace {
+namespace json = boost::json;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+struct Usage {
+  std::string message;
+};
+
+int64_t realtime_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+int64_t duration_of(const std::string& option, const std::string& text) {
+  auto ns = common::parse_duration_ns(text);
+  if (!ns) throw Usage{fmt::format("{}: {}", option, ns.error().message)};
+  return *ns;
+}
+
+uint64_t rate_of(const std::string& option, const std::string& text) {
+  auto bps = common::parse_rate_bps(text);
+  if (!bps) throw Usage{fmt::format("{}: {}", option, bps.error().message)};
+  return *bps;
+}
+
+int64_t time_of(const std::string& option, const std::string& text) {
+  if (text == "now") return realtime_ns();
+  if (!text.empty() && text.front() == '+') return realtime_ns() + duration_of(option, text.substr(1));
+  if (!text.empty() && text.front() == '@') {
+    char* end = nullptr;
+    const double seconds = std::strtod(text.c_str() + 1, &end);
+    if (end == text.c_str() + 1 || *end != '\0') throw Usage{fmt::format("{}: '{}' is not @UNIX_SECONDS", option, text)};
+    return static_cast<int64_t>(seconds * 1e9);
+  }
+  std::tm tm{};
+  const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (end == nullptr || (*end != '\0' && std::string(end) != "Z")) {
+    throw Usage{fmt::format("{}: '{}' is not a time (now, +10m, @UNIX_SECONDS or "
+                            "2026-12-01T14:00:00Z, UTC)",
+                            option, text)};
+  }
+  return static_cast<int64_t>(timegm(&tm)) * 1'000'000'000;
+}
+
+struct Context {
+  Url url;
+  std::string token;
+  bool json = false;
+  int timeout_ms = 30'000;
+};
+
+// Sends, prints, and returns the exit status. `print` formats a successful answer.
+int call(const Context& c, const std::string& method, const std::string& path, const std::string& body,
+         const std::function<std::string(const json::value&)>& print,
+         const std::function<int(const json::value&)>& verdict = nullptr) {
+  auto answer = http_call(c.url, method, path, body, c.token, c.timeout_ms);
+  if (!answer) {
+    if (c.json) {
+      std::printf("%s\n", json::serialize(json::object{
+                              {"error", json::object{{"code", "agent_unreachable"},
+                                                     {"message", answer.error().message}}}})
+                              .c_str());
+    }
+    std::fprintf(stderr, "detwanctl: %s\n", answer.error().message.c_str());
+    return kExitFailed;
+  }
+  boost::system::error_code ec;
+  const json::value value = json::parse(answer->body, ec);
+  if (ec) {
+    std::fprintf(stderr, "detwanctl: the agent answered %d with a body that is not JSON: %.200s\n",
+                 answer->status, answer->body.c_str());
+    return kExitFailed;
+  }
+  if (answer->status >= 300) {
+    if (c.json) {
+      std::printf("%s\n", json::serialize(value).c_str());
+    }
+    std::fprintf(stderr, "detwanctl: %s\n",
+                 value.is_object() ? format_error(value.as_object()).c_str() : answer->body.c_str());
+    return answer->status == 400 || answer->status == 405 || answer->status == 413 ? kExitUsage
+                                                                                     : kExitFailed;
+  }
+  if (c.json) {
+    std::printf("%s\n", json::serialize(value).c_str());
+  } else {
+    std::fputs(print(value).c_str(), stdout);
+  }
+  return verdict ? verdict(value) : kExitOk;
+}
+
+int provisioned_verdict(const json::value& v) {
+  const json::object& r = v.as_object();
+  const json::value* dataplane = r.if_contains("dataplane");
+  if (r.at("state").as_string() == "provisioned" && dataplane != nullptr &&
+      !dataplane->as_object().at("active").as_bool()) {
+    const json::value* spec = r.if_contains("spec");
+    const int64_t start = spec != nullptr ? spec->as_object().at("start_unix_ns").to_number<int64_t>() : 0;
+    if (start <= realtime_ns()) {
+      std::fprintf(stderr, "detwanctl: %s is provisioned but its tunnel is not active on every gateway "
+                           "yet (see the gateways' errors above)\n",
+                   std::string(r.at("id").as_string()).c_str());
+      return kExitFailed;
+    }
+  }
+  return kExitOk;
+}
+
+std::string print_reservation(const json::value& v) { return format_reservation(v.as_object()); }
+
+int run(int argc, char** argv) {
+  CLI::App app{"detwanctl: reservations of deterministic tunnels (docs/control.md)"};
+  app.set_version_flag("--version", std::string("detwanctl 0.1.0"));
+  app.require_subcommand(1);
+  const char* env_agent = std::getenv("DETWAN_AGENT");
+  const char* env_token = std::getenv("DETWAN_AGENT_TOKEN");
+  std::string agent = env_agent != nullptr ? env_agent : "http://127.0.0.1:7800";
+  std::string token = env_token != nullptr ? env_token : "";
+  Context c;
+  app.add_option("--agent", agent, "agent URL (default $DETWAN_AGENT or http://127.0.0.1:7800)");
+  app.add_option("--token", token, "bearer token (default $DETWAN_AGENT_TOKEN)");
+  app.add_flag("--json", c.json, "print the agent's JSON");
+  app.add_option("--timeout", c.timeout_ms, "ms to wait for the agent")->capture_default_str();
+
+  std::string from, to, rate, burst, max_latency, variation, start, end, duration_text, hold, request_id,
+      state, extend;
+  double max_loss = -1;
+  uint32_t paths = 1;
+  uint32_t k = 1;
+  bool asap = false, commit = false, provision = false, no_wait = false, all = false;
+  std::string id;
+
+  CLI::App* reserve = app.add_subcommand("reserve", "reserve a deterministic path");
+  reserve->add_option("--from", from, "source site")->required();
+  reserve->add_option("--to", to, "destination site")->required();
+  reserve->add_option("--rate", rate, "reserved rate in each direction, e.g. 50mbit")->required();
+  reserve->add_option("--burst", burst, "policer depth, e.g. 64kb (default: one slot cycle)");
+  reserve->add_option("--max-latency", max_latency, "RFC 9016 MaxLatency, e.g. 40ms");
+  reserve->add_option("--max-latency-variation", variation, "RFC 9016 MaxLatencyVariation, e.g. 5ms");
+  reserve->add_option("--max-loss", max_loss, "RFC 9016 MaxLoss, a ratio in [0, 1]");
+  reserve->add_option("--start", start, "start time (default now)");
+  reserve->add_option("--end", end, "end time");
+  reserve->add_option("--duration", duration_text, "length, e.g. 10m");
+  reserve->add_flag("--asap", asap, "start as soon as the window fits (needs --duration)");
+  reserve->add_option("--paths", paths, "link-disjoint paths to reserve")->check(CLI::Range(1, 4));
+  reserve->add_option("--hold", hold, "hold timeout before commit, e.g. 2m");
+  reserve->add_flag("--commit", commit, "commit at once");
+  reserve->add_flag("--provision", provision, "commit and provision at once");
+  reserve->add_flag("--no-wait", no_wait, "do not wait for the gateways");
+  reserve->add_option("--request-id", request_id, "client request id (idempotent retries)");
+
+  std::map<std::string, CLI::App*> transitions;
+  for (const char* verb : {"commit", "abort", "provision", "release", "terminate", "show"}) {
+    CLI::App* sub = app.add_subcommand(verb, std::string(verb) + " a reservation");
+    sub->add_option("id", id, "reservation id (r-N)")->required();
+    if (std::string(verb) == "provision") sub->add_flag("--no-wait", no_wait, "do not wait for the gateways");
+    transitions[verb] = sub;
+  }
+  CLI::App* modify = app.add_subcommand("modify", "change the rate or the end of a reservation");
+  modify->add_option("id", id, "reservation id")->required();
+  modify->add_option("--rate", rate, "new rate");
+  modify->add_option("--end", end, "new end time");
+  modify->add_option("--extend", extend, "move the end later by this much");
+  modify->add_option("--request-id", request_id, "client request id");
+  CLI::App* list = app.add_subcommand("list", "list reservations");
+  list->add_option("--state", state, "only this state");
+  CLI::App* path_cmd = app.add_subcommand("paths", "candidate paths and their bounds (nothing booked)");
+  path_cmd->add_option("--from", from, "source site")->required();
+  path_cmd->add_option("--to", to, "destination site")->required();
+  path_cmd->add_option("--rate", rate, "rate the paths must have free");
+  path_cmd->add_option("--burst", burst, "policer depth");
+  path_cmd->add_option("--k", k, "link-disjoint paths")->check(CLI::Range(1, 8));
+  path_cmd->add_option("--max-latency", max_latency, "only to mark paths that meet it");
+  path_cmd->add_option("--max-latency-variation", variation, "chooses on-time or in-time delivery");
+  path_cmd->add_option("--start", start, "window start (default now)");
+  path_cmd->add_option("--duration", duration_text, "window length (default 1h)");
+  path_cmd->add_flag("--all", all, "ignore capacity (the topology's paths)");
+  CLI::App* topology = app.add_subcommand("topology", "sites, gateways and links with the rate reserved now");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  try {
+    auto url = parse_url(agent);
+    if (!url) throw Usage{"--agent: " + url.error().message};
+    c.url = *url;
+    c.token = token;
+    if (*reserve) {
+      json::object body{{"src", from}, {"dst", to}, {"min_bandwidth_bps", rate_of("--rate", rate)}};
+      if (!burst.empty()) {
+        auto bytes = common::parse_size_bytes(burst);
+        if (!bytes) throw Usage{"--burst: " + bytes.error().message};
+        body["max_burst_bytes"] = *bytes;
+      }
+      if (!max_latency.empty()) body["max_latency_ns"] = duration_of("--max-latency", max_latency);
+      if (!variation.empty()) body["max_latency_variation_ns"] = duration_of("--max-latency-variation", variation);
+      if (max_loss >= 0) body["max_loss"] = max_loss;
+      if (paths != 1) body["paths"] = paths;
+      if (!start.empty()) body["start_unix_ns"] = time_of("--start", start);
+      if (!end.empty()) body["end_unix_ns"] = time_of("--end", end);
+      if (!duration_text.empty()) body["duration_ns"] = duration_of("--duration", duration_text);
+      if (end.empty() && duration_text.empty()) throw Usage{"reserve needs --end or --duration"};
+      if (asap) body["asap"] = true;
+      if (!hold.empty()) body["hold_timeout_ns"] = duration_of("--hold", hold);
+      if (commit) body["commit"] = true;
+      if (provision) body["provision"] = true;
+      if (!request_id.empty()) body["client_request_id"] = request_id;
+      return call(c, "POST", no_wait ? "/v1/reservations?wait=false" : "/v1/reservations",
+                  json::serialize(body), print_reservation,
+                  provision && !no_wait ? provisioned_verdict : std::function<int(const json::value&)>());
+    }
+    for (const auto& [verb, sub] : transitions) {
+      if (!*sub) continue;
+      if (verb == "show") return call(c, "GET", "/v1/reservations/" + id, "", print_reservation);
+      const std::string path =
+          "/v1/reservations/" + id + "/" + verb + (verb == "provision" && no_wait ? "?wait=false" : "");
+      return call(c, "POST", path, "", print_reservation,
+                  verb == "provision" && !no_wait ? provisioned_verdict : std::function<int(const json::value&)>());
+    }
+    if (*modify) {
+      json::object body;
+      if (!rate.empty()) body["min_bandwidth_bps"] = rate_of("--rate", rate);
+      if (!end.empty() && !extend.empty()) throw Usage{"give --end or --extend, not both"};
+      if (!end.empty()) body["end_unix_ns"] = time_of("--end", end);
+      if (!extend.empty()) {
+        auto current = http_call(c.url, "GET", "/v1/reservations/" + id, "", c.token, c.timeout_ms);
+        if (!current || current->status != 200) throw Usage{"--extend: cannot read " + id};
+        const json::value r = json::parse(current->body);
+        body["end_unix_ns"] = r.at("spec").at("end_unix_ns").to_number<int64_t>() + duration_of("--extend", extend);
+      }
+      if (!request_id.empty()) body["client_request_id"] = request_id;
+      return call(c, "PATCH", "/v1/reservations/" + id, json::serialize(body), print_reservation);
+    }
+    if (*list) {
+      return call(c, "GET", state.empty() ? "/v1/reservations" : "/v1/reservations?state=" + state, "",
+                  [](const json::value& v) {
+                    return format_reservation_list(v.as_object().at("reservations").as_array());
+                  });
+    }
+    if (*path_cmd) {
+      json::object body{{"src", from}, {"dst", to}, {"k", k}, {"require_capacity", !all}};
+      if (!rate.empty()) body["min_bandwidth_bps"] = rate_of("--rate", rate);
+      if (!burst.empty()) {
+        auto bytes = common::parse_size_bytes(burst);
+        if (!bytes) throw Usage{"--burst: " + bytes.error().message};
+        body["max_burst_bytes"] = *bytes;
+      }
+      if (!max_latency.empty()) body["max_latency_ns"] = duration_of("--max-latency", max_latency);
+      if (!variation.empty()) body["max_latency_variation_ns"] = duration_of("--max-latency-variation", variation);
+      if (!start.empty()) body["start_unix_ns"] = time_of("--start", start);
+      if (!duration_text.empty()) body["duration_ns"] = duration_of("--duration", duration_text);
+      return call(c, "POST", "/v1/paths", json::serialize(body),
+                  [](const json::value& v) { return format_paths(v.as_object()); });
+    }
+    if (*topology) {
+      return call(c, "GET", "/v1/topology", "",
+                  [](const json::value& v) { return format_topology(v.as_object()); });
+    }
+  } catch (const Usage& usage) {
+    std::fprintf(stderr, "detwanctl: %s (see --help)\n", usage.message.c_str());
+    return kExitUsage;
+  }
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace detwan::tools::ctl
+
+int main(int argc, char** argv) {
+  try {
+    return detwan::tools::ctl::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "detwanctl: %s\n", e.what());
+    return 1;
+  }
+}
