@@ -240,6 +240,23 @@ Decision plan(const Topology& t, const calendar::Ledger& ledger, const Request& 
   }
   const Bound& b = out.bound;
   if (r.max_latency_ns > 0 && b.max_latency_ns > r.max_latency_ns) {
+    // Would a faster path meet it if it had capacity? Then capacity is what is missing (it may
+    // come back), not the latency (which never will).
+    const calendar::Ledger empty(t);
+    Request unbooked = r;
+    unbooked.ignore_key = 0;
+    const auto idle = candidate_paths(t, empty, unbooked, true);
+    if (!idle.empty() && idle.front().bound.max_latency_ns <= r.max_latency_ns) {
+      return Refusal{kNoCapacity,
+                     fmt::format("the paths {} that meet max_latency {} cannot carry {} in each "
+                                 "direction from {} to {}: {} (the best path with capacity, {}, "
+                                 "has a bound of {})",
+                                 path_text(t, idle.front().nodes), duration(r.max_latency_ns),
+                                 rate(r.rate_bps), when(r.start_ns), when(r.end_ns),
+                                 bottleneck(c, path::Path{idle.front().nodes, idle.front().links, 0}),
+                                 path_text(t, paths.front().nodes), duration(b.max_latency_ns)),
+                     "min_bandwidth_bps"};
+    }
     return Refusal{kLatencyUnachievable,
                    fmt::format("max_latency {} is below the bound {} of the best path {} with "
                                "capacity ({} delivery; propagation {})",

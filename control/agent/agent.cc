@@ -212,8 +212,6 @@ void Agent::Impl::update_desired(int64_t now_ns) {
       continue;
     }
     const reservation::PathPlacement& path = r.paths.front();
-    const uint32_t src = topology.find_site(r.spec.src);
-    const uint32_t dst = topology.find_site(r.spec.dst);
     for (int e = 0; e < 2; ++e) {
       const reservation::EndPlacement& end = path.ends[e];
       if (end.gateway.empty()) continue;
@@ -228,10 +226,7 @@ void Agent::Impl::update_desired(int64_t now_ns) {
       spec.burst_bytes = r.burst_bytes;
       spec.bound_ns = r.bound.on_time ? r.bound.playout_bound_ns : 0;
       spec.max_hold_ns = std::max<int64_t>(1'000'000'000, 2 * spec.bound_ns);
-      const model::Site& far = topology.sites[e == 0 ? dst : src];
-      for (const common::IpPrefix& p : far.tunnel_prefixes) {
-        spec.match_dst.push_back(common::format_ip_prefix(p));
-      }
+      spec.match_dst = e == 0 ? r.spec.dst_prefixes : r.spec.src_prefixes;
       spec.reservation = r.id;
       desired[g].push_back(std::move(spec));
     }

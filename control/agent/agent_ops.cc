@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/net_address.h"
 #include "common/units.h"
 #include "control/admission/planner.h"
 #include "control/agent/agent_impl.h"
@@ -51,25 +52,71 @@ std::string site_list(const model::Topology& t) {
 
 }  // namespace
 
+// The prefixes a reservation's tunnel matches at the gateway of `site` (the far side's).
+static const std::vector<std::string>& match_at(const reservation::Spec& spec, const std::string& site) {
+  return site == spec.src ? spec.dst_prefixes : spec.src_prefixes;
+}
+
+static bool overlap(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  for (const std::string& x : a) {
+    const auto px = common::parse_ip_prefix(x);
+    for (const std::string& y : b) {
+      const auto py = common::parse_ip_prefix(y);
+      if (px && py && common::prefixes_overlap(*px, *py)) return true;
+    }
+  }
+  return false;
+}
+
 // Two reservations whose tunnels would classify the same traffic at one gateway at the same
-// time (same pair of sites with tunnel prefixes) cannot both exist: the gateway would refuse
-// the second tunnel. Returns the conflicting reservation, or nullptr.
+// time cannot both exist: the gateway would refuse the second tunnel. That is two reservations
+// between the same sites whose destination prefixes at either end overlap, in overlapping
+// windows. Returns the conflicting reservation, or nullptr.
 static const Reservation* prefix_conflict(const Agent::Impl& m, const reservation::Spec& spec,
                                           uint64_t ignore_key) {
-  const model::Topology& t = m.topology;
-  const uint32_t a = t.find_site(spec.src);
-  const uint32_t b = t.find_site(spec.dst);
-  const auto programmable = [&](uint32_t s) {
-    return t.sites[s].gateway != model::kNone && !t.sites[s].tunnel_prefixes.empty();
-  };
-  if (!programmable(a) || !programmable(b)) return nullptr;
   for (const auto& [key, r] : m.reservations) {
     if (key == ignore_key || !reservation::holds_resources(r.state)) continue;
     const bool same_pair = (r.spec.src == spec.src && r.spec.dst == spec.dst) ||
                            (r.spec.src == spec.dst && r.spec.dst == spec.src);
-    if (same_pair && r.spec.start_ns < spec.end_ns && spec.start_ns < r.spec.end_ns) return &r;
+    if (!same_pair || r.spec.end_ns <= spec.start_ns || spec.end_ns <= r.spec.start_ns) continue;
+    for (const std::string& site : {spec.src, spec.dst}) {
+      if (overlap(match_at(spec, site), match_at(r.spec, site))) return &r;
+    }
   }
   return nullptr;
+}
+
+// Fills an empty prefix list with the site's tunnel prefixes; checks a given one lies within
+// them. Errors name the field and the item.
+static Outcome<void> resolve_prefixes(const model::Topology& t, const std::string& site_name,
+                                      std::vector<std::string>* prefixes, const char* field) {
+  const model::Site& site = t.sites[t.find_site(site_name)];
+  std::string allowed;
+  for (const auto& p : site.tunnel_prefixes) allowed += (allowed.empty() ? "" : ", ") + common::format_ip_prefix(p);
+  if (prefixes->empty()) {
+    for (const auto& p : site.tunnel_prefixes) prefixes->push_back(common::format_ip_prefix(p));
+    return {};
+  }
+  for (size_t i = 0; i < prefixes->size(); ++i) {
+    auto parsed = common::parse_ip_prefix((*prefixes)[i]);
+    if (!parsed) {
+      return std::unexpected(ApiError{400, "invalid_field",
+                                      fmt::format("{}[{}]: {}", field, i, parsed.error().message), field});
+    }
+    bool inside = false;
+    for (const auto& p : site.tunnel_prefixes) {
+      inside = inside || (parsed->length >= p.length && common::prefix_contains(p, parsed->address));
+    }
+    if (!inside) {
+      return std::unexpected(ApiError{
+          400, "invalid_field",
+          fmt::format("{}[{}]: {} is not within site '{}''s tunnel prefixes ({})", field, i,
+                      (*prefixes)[i], site.name, allowed.empty() ? "none" : allowed),
+          field});
+    }
+    (*prefixes)[i] = common::format_ip_prefix(*parsed);
+  }
+  return {};
 }
 
 Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
@@ -99,6 +146,12 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
     }
   }
   reservation::Spec spec = request.spec;
+  if (auto ok = resolve_prefixes(t, spec.src, &spec.src_prefixes, "src_prefixes"); !ok) {
+    return std::unexpected(ok.error());
+  }
+  if (auto ok = resolve_prefixes(t, spec.dst, &spec.dst_prefixes, "dst_prefixes"); !ok) {
+    return std::unexpected(ok.error());
+  }
   if (spec.asap || request.start_now || spec.start_ns == 0) spec.start_ns = now;
   if (spec.duration_ns > 0) spec.end_ns = spec.start_ns + spec.duration_ns;
   if (spec.end_ns <= spec.start_ns) {
@@ -142,11 +195,11 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
     ++m.counters.refused["prefix_conflict"];
     return std::unexpected(ApiError{
         409, "prefix_conflict",
-        fmt::format("sites {} and {} already have {} ({}, {} .. {}); their tunnel would carry the "
-                    "same traffic (one reservation per site pair at a time)",
-                    spec.src, spec.dst, other->id, reservation::to_string(other->state),
-                    other->spec.start_ns, other->spec.end_ns),
-        "dst"});
+        fmt::format("{} ({}) already carries traffic between sites {} and {} to the same "
+                    "prefixes in an overlapping window; a gateway classifies each packet into one "
+                    "tunnel (give disjoint src_prefixes/dst_prefixes, or another window)",
+                    other->id, reservation::to_string(other->state), spec.src, spec.dst),
+        "dst_prefixes"});
   }
   const admission::Plan& plan = std::get<admission::Plan>(decision);
   Reservation r;

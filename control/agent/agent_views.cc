@@ -18,19 +18,13 @@ json::object Agent::Impl::view(const Reservation& r) const {
   json::object out = reservation::to_json(r);
   // The tunnel's traffic: what each site's gateway sends into it.
   json::object tunnel{{"id", r.tunnel_id}};
-  const uint32_t src = topology.find_site(r.spec.src);
-  const uint32_t dst = topology.find_site(r.spec.dst);
-  if (src != model::kNone && dst != model::kNone) {
-    auto prefixes = [&](uint32_t site) {
-      json::array a;
-      for (const auto& p : topology.sites[site].tunnel_prefixes) {
-        a.push_back(json::string(common::format_ip_prefix(p)));
-      }
-      return a;
-    };
-    tunnel["src_prefixes"] = prefixes(src);
-    tunnel["dst_prefixes"] = prefixes(dst);
-  }
+  auto prefixes = [](const std::vector<std::string>& list) {
+    json::array a;
+    for (const std::string& p : list) a.push_back(json::string(p));
+    return a;
+  };
+  tunnel["src_prefixes"] = prefixes(r.spec.src_prefixes);
+  tunnel["dst_prefixes"] = prefixes(r.spec.dst_prefixes);
   tunnel["playout_bound_ns"] = r.bound.on_time ? r.bound.playout_bound_ns : 0;
   out["tunnel"] = std::move(tunnel);
   return out;

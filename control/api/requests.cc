@@ -93,6 +93,19 @@ std::optional<double> fraction(const json::object& o, std::string_view key) {
   return value;
 }
 
+std::vector<std::string> string_list(const json::object& o, std::string_view key) {
+  std::vector<std::string> out;
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return out;
+  if (!v->is_array()) bad(key, "must be an array of strings");
+  if (v->as_array().size() > 64) bad(key, "has more than 64 items");
+  for (const json::value& item : v->as_array()) {
+    if (!item.is_string() || item.as_string().size() > 64) bad(key, "must be an array of strings");
+    out.emplace_back(item.as_string());
+  }
+  return out;
+}
+
 std::string required_site(const json::object& o, std::string_view key) {
   auto value = text(o, key, 64);
   if (!value || value->empty()) bad(key, "is required (a site name)");
@@ -115,7 +128,8 @@ std::string fingerprint(const json::object& o) {
 agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
   try {
     const json::object o = parse_object(body);
-    check_keys(o, {"client_request_id", "src", "dst", "min_bandwidth_bps", "max_burst_bytes",
+    check_keys(o, {"client_request_id", "src", "dst", "src_prefixes", "dst_prefixes",
+                   "min_bandwidth_bps", "max_burst_bytes",
                    "max_latency_ns", "max_latency_variation_ns", "max_loss", "paths",
                    "start_unix_ns", "end_unix_ns", "duration_ns", "asap", "hold_timeout_ns",
                    "commit", "provision"});
@@ -123,6 +137,8 @@ agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
     r.client_request_id = text(o, "client_request_id", kMaxRequestIdBytes).value_or("");
     r.spec.src = required_site(o, "src");
     r.spec.dst = required_site(o, "dst");
+    r.spec.src_prefixes = string_list(o, "src_prefixes");
+    r.spec.dst_prefixes = string_list(o, "dst_prefixes");
     const auto rate = integer(o, "min_bandwidth_bps", 1000, 10'000'000'000'000);
     if (!rate) bad("min_bandwidth_bps", "is required (bit/s in each direction)");
     r.spec.min_bandwidth_bps = static_cast<uint64_t>(*rate);

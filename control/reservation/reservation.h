@@ -46,6 +46,10 @@ struct Spec {
   int64_t max_latency_variation_ns = -1;  // -1 = none
   double max_loss = 1.0;                // 1 = none
   uint32_t paths = 1;
+  // The traffic the tunnel carries: destinations at each end, within the sites' tunnel
+  // prefixes (canonical "10.20.2.2/32" text). Empty in a request: every tunnel prefix of the site.
+  std::vector<std::string> src_prefixes;
+  std::vector<std::string> dst_prefixes;
   bool asap = false;
   int64_t start_ns = 0;  // Unix ns; filled by the agent for asap / "now"
   int64_t end_ns = 0;

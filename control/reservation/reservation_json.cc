@@ -146,6 +146,8 @@ json::object to_json(const Reservation& r) {
                     {"max_latency_variation_ns", r.spec.max_latency_variation_ns},
                     {"max_loss", r.spec.max_loss},
                     {"paths", r.spec.paths},
+                    {"src_prefixes", strings_json(r.spec.src_prefixes)},
+                    {"dst_prefixes", strings_json(r.spec.dst_prefixes)},
                     {"asap", r.spec.asap},
                     {"start_unix_ns", r.spec.start_ns},
                     {"end_unix_ns", r.spec.end_ns},
@@ -227,6 +229,8 @@ common::Result<Reservation> from_json(const json::object& object) {
     out.spec.max_latency_variation_ns = spec.i64("max_latency_variation_ns");
     out.spec.max_loss = spec.number("max_loss");
     out.spec.paths = static_cast<uint32_t>(spec.u64("paths"));
+    out.spec.src_prefixes = strings_from(spec, "src_prefixes");
+    out.spec.dst_prefixes = strings_from(spec, "dst_prefixes");
     out.spec.asap = spec.boolean("asap");
     out.spec.start_ns = spec.i64("start_unix_ns");
     out.spec.end_ns = spec.i64("end_unix_ns");

@@ -1,7 +1,7 @@
 // detwanctl: reservations of deterministic tunnels, from the command line (docs/control.md).
 //
 //   detwanctl [--agent URL] [--token T] [--json] VERB ...
-//     reserve --from A --to B --rate R [--burst SIZE] [--max-latency D] [--max-latency-variation D]
+//     reserve --from A --to B --rate R [--src-prefix P]... [--dst-prefix P]... [--burst SIZE] [--max-latency D] [--max-latency-variation D]
 //             [--max-loss F] [--start TIME] (--end TIME | --duration D) [--asap] [--paths K]
 //             [--hold D] [--commit] [--provision] [--no-wait] [--request-id ID]
 //     commit|abort|release|terminate ID      provision ID [--no-wait]
@@ -164,11 +164,14 @@ int run(int argc, char** argv) {
   uint32_t k = 1;
   bool asap = false, commit = false, provision = false, no_wait = false, all = false;
   std::string id;
+  std::vector<std::string> src_prefixes, dst_prefixes;
 
   CLI::App* reserve = app.add_subcommand("reserve", "reserve a deterministic path");
   reserve->add_option("--from", from, "source site")->required();
   reserve->add_option("--to", to, "destination site")->required();
   reserve->add_option("--rate", rate, "reserved rate in each direction, e.g. 50mbit")->required();
+  reserve->add_option("--src-prefix", src_prefixes, "traffic to these src addresses (default: the site's tunnel prefixes)");
+  reserve->add_option("--dst-prefix", dst_prefixes, "traffic to these dst addresses (default: the site's tunnel prefixes)");
   reserve->add_option("--burst", burst, "policer depth, e.g. 64kb (default: one slot cycle)");
   reserve->add_option("--max-latency", max_latency, "RFC 9016 MaxLatency, e.g. 40ms");
   reserve->add_option("--max-latency-variation", variation, "RFC 9016 MaxLatencyVariation, e.g. 5ms");
@@ -229,6 +232,12 @@ int run(int argc, char** argv) {
         auto bytes = common::parse_size_bytes(burst);
         if (!bytes) throw Usage{"--burst: " + bytes.error().message};
         body["max_burst_bytes"] = *bytes;
+      }
+      for (const auto& [key, list] : {std::pair{"src_prefixes", &src_prefixes}, std::pair{"dst_prefixes", &dst_prefixes}}) {
+        if (list->empty()) continue;
+        json::array a;
+        for (const std::string& p : *list) a.push_back(json::string(p));
+        body[key] = std::move(a);
       }
       if (!max_latency.empty()) body["max_latency_ns"] = duration_of("--max-latency", max_latency);
       if (!variation.empty()) body["max_latency_variation_ns"] = duration_of("--max-latency-variation", variation);

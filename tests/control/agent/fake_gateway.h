@@ -1,0 +1,123 @@
+#pragma once
+// A stand-in for detwan-gw's admin socket, for the agent's unit tests: it answers
+// {"cmd":"tunnels"} and {"cmd":"apply",...} as docs/gateway.md "Control channel" describes
+// (generation, boot_id, if_generation, all-or-nothing), per socket path, in memory. Faults:
+// a gateway can be made unreachable, restarted (tunnels gone, new boot id), or told to refuse
+// a tunnel id.
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "control/gateway/reconciler.h"
+
+namespace detwan::control::testing {
+
+class FakeGateways final : public gateway::GatewayClient {
+ public:
+  struct Gateway {
+    uint64_t generation = 0;
+    uint64_t boot = 1;
+    bool reachable = true;
+    std::set<uint32_t> refuse;                     // tunnel ids it refuses to add
+    std::map<uint32_t, boost::json::object> tunnels;  // as {"cmd":"tunnels"} lists them
+    uint64_t applies = 0;
+  };
+
+  common::Result<std::string> request(const std::string& socket, const std::string& line) override {
+    std::lock_guard lock(mutex_);
+    Gateway& g = gateways_[socket];
+    ++requests_;
+    if (!g.reachable) {
+      return common::make_error(common::ErrorCode::kUnavailable,
+                                fmt::format("nothing listens on {}: Connection refused", socket));
+    }
+    const boost::json::object request = boost::json::parse(line).as_object();
+    const std::string cmd(request.at("cmd").as_string());
+    if (cmd == "tunnels") {
+      boost::json::array list;
+      for (const auto& [id, t] : g.tunnels) list.push_back(t);
+      return boost::json::serialize(boost::json::object{
+          {"gateway", socket}, {"boot_id", fmt::format("{:016x}", g.boot)},
+          {"generation", g.generation}, {"tunnels", std::move(list)}});
+    }
+    if (cmd != "apply") return error(g, "unknown cmd");
+    if (const auto* want = request.if_contains("if_generation")) {
+      if (want->to_number<uint64_t>() != g.generation) {
+        return error(g, fmt::format("generation is {}, the request expected {}", g.generation,
+                                    want->to_number<uint64_t>()));
+      }
+    }
+    auto next = g.tunnels;
+    for (const auto& id : request.at("remove").as_array()) {
+      if (next.erase(static_cast<uint32_t>(id.to_number<uint64_t>())) == 0) {
+        return error(g, fmt::format("remove: no tunnel {}", id.to_number<uint64_t>()));
+      }
+    }
+    for (const char* list : {"modify", "add"}) {
+      for (const auto& item : request.at(list).as_array()) {
+        const auto& t = item.as_object();
+        const auto id = static_cast<uint32_t>(t.at("id").to_number<uint64_t>());
+        const bool exists = next.count(id) != 0;
+        if (std::string(list) == "add" && (exists || g.refuse.count(id) != 0)) {
+          return error(g, fmt::format("add[0] (tunnel {}): refused by the fake", id));
+        }
+        if (std::string(list) == "modify" && !exists) return error(g, fmt::format("modify: no tunnel {}", id));
+        next[id] = describe(t);
+      }
+    }
+    g.tunnels = std::move(next);
+    ++g.generation;
+    ++g.applies;
+    return boost::json::serialize(boost::json::object{{"ok", true}, {"generation", g.generation}});
+  }
+
+  // Test controls (thread-safe).
+  template <typename F>
+  auto with(const std::string& socket, F&& f) {
+    std::lock_guard lock(mutex_);
+    return f(gateways_[socket]);
+  }
+  void restart(const std::string& socket) {
+    with(socket, [](Gateway& g) {
+      g.tunnels.clear();
+      g.generation = 0;
+      ++g.boot;
+      return 0;
+    });
+  }
+  uint64_t requests() {
+    std::lock_guard lock(mutex_);
+    return requests_;
+  }
+
+ private:
+  static common::Result<std::string> error(const Gateway& g, const std::string& message) {
+    return boost::json::serialize(boost::json::object{{"error", message}, {"generation", g.generation}});
+  }
+  // An `apply` item (YAML vocabulary with units) -> the `tunnels` form (numbers with units in names).
+  static boost::json::object describe(const boost::json::object& t) {
+    auto text = [&](const char* key) { return std::string(t.at(key).as_string()); };
+    boost::json::object out{{"id", t.at("id")},
+                            {"peer", t.at("peer")},
+                            {"owner", t.at("owner")},
+                            {"rate_bps", *common::parse_rate_bps(text("rate"))},
+                            {"slots", t.at("slots")},
+                            {"burst_bytes", *common::parse_size_bytes(text("burst"))},
+                            {"bound_ns", *common::parse_duration_ns(text("bound"))},
+                            {"max_hold_ns", *common::parse_duration_ns(text("max_hold"))},
+                            {"dscp", t.at("dscp")},
+                            {"match", t.at("match")}};
+    return out;
+  }
+
+  std::mutex mutex_;
+  std::map<std::string, Gateway> gateways_;
+  uint64_t requests_ = 0;
+};
+
+}  // namespace detwan::control::testing
