@@ -12,7 +12,7 @@ import pathlib
 import time
 from typing import Callable
 
-from lab import gateway, netns, state, topology, wanem
+from lab import agent, gateway, netns, state, topology, wanem
 from lab.netns import LabError, ip, run, sysctl
 from lab.topology import Site, Topology, WanPath, mac_for
 
@@ -38,6 +38,11 @@ class LabConfig:
     gateway: gateway.GatewayOptions = dataclasses.field(default_factory=gateway.GatewayOptions)
     gw_cmd: list[str] = dataclasses.field(default_factory=list)
     gateway_configs: dict[str, str] = dataclasses.field(default_factory=dict)  # site -> YAML
+    # --agents: detwan-agent programs the gateways' tunnels (tools/lab/agent.py).
+    agents: bool = False
+    agent_cmd: list[str] = dataclasses.field(default_factory=list)
+    agent_port: int = 0
+    agent_topology: str = ""
 
     def user_spec_for(self, path: WanPath) -> str:
         return self.path_specs.get(path.index, self.wan_spec)
@@ -48,7 +53,17 @@ class LabConfig:
         return gateway.with_prio_dscp(spec) if self.dataplane else spec
 
     def plan_gateways(self, topo: Topology) -> dict:
-        """Tunnel plans and each site's configuration text (ValueError: a bad option)."""
+        """Tunnel plans and each site's configuration text (ValueError: a bad option). With
+        agents the gateways start without tunnels and the agent's topology is rendered too."""
+        if self.agents:
+            self.gateway.agents = True
+            self.gateway_configs = {s.name: gateway.render_agent_config(s, topo, self.gateway,
+                                                                        self.spec_for)
+                                    for s in topo.sites}
+            if not self.agent_port:
+                self.agent_port = agent.free_port()
+            self.agent_topology = agent.render_topology(topo, self.spec_for, self.agent_port)
+            return {}
         plans = gateway.plan_tunnels(topo, self.gateway, self.spec_for)
         self.gateway_configs = {s.name: gateway.render_config(s, topo, plans, self.gateway)
                                 for s in topo.sites}
@@ -61,6 +76,7 @@ class Lab:
     topo: Topology
     emulators: dict[str, dict] = dataclasses.field(default_factory=dict)  # path key -> record
     gateways: dict[str, dict] = dataclasses.field(default_factory=dict)   # site name -> record
+    agents: dict[str, dict] = dataclasses.field(default_factory=dict)     # agent name -> record
     phase: str = "creating"
     step: str = ""  # the step of `up` in progress (for status and post-mortems)
     created_unix_ns: int = dataclasses.field(default_factory=time.time_ns)
@@ -84,8 +100,11 @@ class Lab:
                         "shaper_rate": cfg.gateway.shaper_rate if cfg.dataplane else None,
                         "tunnel_slots": cfg.gateway.slots if cfg.dataplane else None,
                         "gw_rt_priority": cfg.gateway.effective_rt_priority()
-                        if cfg.dataplane else None},
+                        if cfg.dataplane else None,
+                        "agents": cfg.agents},
             "gw_cmd": cfg.gw_cmd,
+            "agent_cmd": cfg.agent_cmd,
+            "agents": agent_records(self),
             "namespaces": self.topo.namespaces,
             "sites": [site_record(s, self) for s in self.topo.sites],
             "tunnels": tunnel_records(self),
@@ -107,16 +126,29 @@ def site_record(s: Site, lab: Lab | None = None) -> dict:
               "rt_priority": lab.config.gateway.effective_rt_priority(),
               "config": str(gateway.config_file(s)), "log": str(gateway.log_file(s)),
               "control": gateway.CONTROL, "tun": gateway.TUN_NAME, "pid": None,
-              "pid_start_time": None}
+              "pid_start_time": None,
+              "admin_socket": str(gateway.admin_socket(s)) if lab.config.agents else None}
         gw.update({k: v for k, v in lab.gateways.get(s.name, {}).items()
                    if k in ("pid", "pid_start_time", "started_unix_ns")})
         rec["gateway"] = gw
     return rec
 
 
+def agent_records(lab: Lab) -> list[dict]:
+    """--agents: the lab's agent (empty without)."""
+    if not lab.config.agents:
+        return []
+    rec = {"name": agent.NAME, "url": agent.url_of(lab.config.agent_port),
+           "topology": str(agent.topology_file()), "journal": str(agent.journal_file()),
+           "log": str(agent.log_file()), "pid": None, "pid_start_time": None}
+    rec.update({k: v for k, v in lab.agents.get(agent.NAME, {}).items()
+                if k in ("pid", "pid_start_time", "started_unix_ns", "argv")})
+    return [rec]
+
+
 def tunnel_records(lab: Lab) -> list[dict]:
-    """The tunnels of --dataplane (empty without): one per pair of sites, over path 1."""
-    if not lab.config.dataplane:
+    """The tunnels of --dataplane (empty without, and with --agents: the agent makes them)."""
+    if not lab.config.dataplane or lab.config.agents:
         return []
     plans = gateway.plan_tunnels(lab.topo, lab.config.gateway, lab.config.spec_for)
     return [{"id": t.id, "sites": [t.path.a.name, t.path.b.name], "path": t.path.key,
@@ -269,7 +301,7 @@ def start_gateways(lab: Lab) -> None:
     for s in lab.topo.sites:
         gateway.config_file(s).write_text(lab.config.gateway_configs[s.name], encoding="utf-8")
         if lab.config.dataplane == "dpdk":
-            gateway.drop_kernel_tunnel_port(s, lab.topo)
+            gateway.drop_kernel_tunnel_port(s, lab.topo, all_paths=lab.config.agents)
     for s in lab.topo.sites:
         lab.gateways[s.name] = gateway.start(lab.config.gw_cmd, s,
                                              lab.config.gateway.effective_rt_priority())
@@ -277,6 +309,21 @@ def start_gateways(lab: Lab) -> None:
     for s in lab.topo.sites:
         gateway.wait_ready(lab.config.gw_cmd, s, lab.gateways[s.name])
         gateway.make_realtime(s, lab.gateways[s.name])
+
+
+def start_agents(lab: Lab) -> None:
+    """--agents: writes the agent's topology (checked by the CLI before anything was made),
+    starts detwan-agent in the root namespace, waits until it answers and has reached every
+    gateway. Its pid goes on record at once."""
+    if not lab.config.agents:
+        return
+    if not lab.config.agent_topology:
+        lab.config.plan_gateways(lab.topo)
+    agent.topology_file().write_text(lab.config.agent_topology, encoding="utf-8")
+    lab.agents[agent.NAME] = agent.start(lab.config.agent_cmd)
+    lab.save()
+    agent.wait_ready(lab.agents[agent.NAME], agent.url_of(lab.config.agent_port),
+                     len(lab.topo.sites))
 
 
 def _ping(ns: str, addr: str) -> bool:
@@ -292,10 +339,12 @@ def check_reachability(lab: Lab) -> None:
     if not lab.config.check_reachability:
         return
     failures = []
+    # With agents no tunnel exists until someone reserves one: only best effort answers.
+    tunnel = not lab.config.agents
     for x in lab.topo.sites:
         for y in lab.topo.sites:
             if x.index < y.index:
-                for addr in (y.best_effort_addr, y.tunnel_addr):
+                for addr in (y.best_effort_addr, y.tunnel_addr) if tunnel else (y.best_effort_addr,):
                     if not _ping(x.host_ns, addr):
                         failures.append(f"{x.name}-host -> {addr}")
     for p in lab.topo.paths:
@@ -316,6 +365,7 @@ STEPS: list[tuple[str, Step]] = [
     ("configure_routes", configure_routes),
     ("start_emulators", start_emulators),
     ("start_gateways", start_gateways),
+    ("start_agents", start_agents),
     ("check_reachability", check_reachability),
 ]
 
@@ -371,6 +421,7 @@ def down(log: Callable[[str], None]) -> bool:
     if st:
         records = list(st.get("paths", []))
         records += [s.get("gateway") for s in st.get("sites", []) if isinstance(s, dict)]
+        records += list(st.get("agents", []))
         for p in records:
             if isinstance(p, dict) and isinstance(p.get("pid"), int) and \
                     isinstance(p.get("pid_start_time"), int):

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import signal
 import sys
 import tempfile
 import time
 
-from lab import builder, gateway, netns, state, topology, wanem
+from lab import agent, builder, gateway, netns, state, topology, wanem
 from lab.netns import LabError
 
 PROG = "tools/testbed"
@@ -110,6 +111,12 @@ def add_up_parser(sub) -> None:
                    f"(default {gateway.DEFAULT_RT_PRIORITY} with --timing low-cpu, 0 with busy)")
     g.add_argument("--gw-cmd", help="gateway command instead of the built detwan-gw "
                    "(also $DETWAN_GW_CMD); for development only")
+    g.add_argument("--agents", action="store_true",
+                   help="start the gateways without tunnels and run detwan-agent for the lab "
+                   "(127.0.0.1, a free port; `status` shows its url): tunnels are reserved "
+                   "through it (detwanctl)")
+    g.add_argument("--agent-cmd", help="agent command instead of the built detwan-agent "
+                   "(also $DETWAN_AGENT_CMD); for development only")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
 
 
@@ -129,7 +136,19 @@ def cmd_up(args) -> int:
                                         ("--shaper-rate", args.shaper_rate),
                                         ("--tunnel-slots", args.tunnel_slots),
                                         ("--gw-rt-priority", args.gw_rt_priority),
-                                        ("--gw-cmd", args.gw_cmd)) if value is not None]
+                                        ("--gw-cmd", args.gw_cmd),
+                                        ("--agents", args.agents or None),
+                                        ("--agent-cmd", args.agent_cmd)) if value is not None]
+    if args.agents:
+        static = [name for name, value in (("--tunnel-rate", args.tunnel_rate),
+                                            ("--bound", args.bound),
+                                            ("--shaper-rate", args.shaper_rate),
+                                            ("--tunnel-slots", args.tunnel_slots))
+                  if value is not None]
+        if static:
+            err(f"{', '.join(static)} shape the static tunnels; with --agents every tunnel is "
+                "reserved through the agent (detwanctl reserve --rate ...)")
+            return 2
     if not MIN_MTU_BYTES <= args.mtu <= MAX_MTU_BYTES:
         err(f"--mtu {args.mtu}: must be in [{MIN_MTU_BYTES}, {MAX_MTU_BYTES}]")
         return 2
@@ -201,11 +220,24 @@ def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
         err(f"--gw-rt-priority {args.gw_rt_priority}: must be in [0, 99]")
         return 2
     config.gw_cmd = gateway.gw_command(build, args.gw_cmd)
+    if args.agents:
+        config.agents = True
+        config.agent_cmd = agent.agent_command(build, args.agent_cmd)
     try:
         config.plan_gateways(topo)
     except ValueError as e:
         err(str(e))
         return 2
+    if args.agents:
+        with tempfile.TemporaryDirectory(prefix="dwtb-agent-check-") as tmp:
+            path = os.path.join(tmp, "agent.yaml")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(config.agent_topology)
+            status, message = agent.check_topology(config.agent_cmd, pathlib.Path(path))
+            if status != 0:
+                err(f"the agent's topology is refused by detwan-agent check (exit {status}): "
+                    f"{message}")
+                return 2 if status == 2 else 1
     with tempfile.TemporaryDirectory(prefix="dwtb-gw-check-") as tmp:
         for site, text in config.gateway_configs.items():
             path = os.path.join(tmp, f"gw-{site}.yaml")
@@ -250,6 +282,10 @@ def live_status() -> dict | None:
             pid = gw.get("pid")
             gw["alive"] = bool(pid) and netns.is_alive(pid, gw.get("pid_start_time"))
             healthy = healthy and gw["alive"]
+    for a in st.get("agents", []):
+        pid = a.get("pid")
+        a["alive"] = bool(pid) and netns.is_alive(pid, a.get("pid_start_time"))
+        healthy = healthy and a["alive"]
     st["missing_namespaces"] = missing
     st["healthy"] = healthy
     return st
@@ -268,6 +304,11 @@ def _print_status(st: dict, out) -> None:
             health = "" if alive is None else ("  alive" if alive else "  DEAD")
             print(f"      detwan-gw {gw['backend']} ({gw['timing']}) pid {gw.get('pid')}{health}"
                   f"  config {gw['config']}  log {gw['log']}  control {gw['control']}", file=out)
+    for a in st.get("agents", []):
+        alive = a.get("alive")
+        health = "" if alive is None else ("  alive" if alive else "  DEAD")
+        print(f"agent {a['name']}: {a['url']}  pid {a.get('pid')}{health}  topology "
+              f"{a['topology']}  journal {a['journal']}  log {a['log']}", file=out)
     if st.get("tunnels"):
         print("tunnels:", file=out)
         for t in st["tunnels"]:
@@ -353,6 +394,43 @@ def cmd_wanem(argv: list[str]) -> int:
     raise LabError(f"no WAN path '{head[0]} {head[1]}' (paths: {known})")
 
 
+def cmd_agent(args) -> int:
+    """agent NAME kill|start|restart|status: kill = SIGKILL (a crash: nothing cleaned up), start
+    = run it again with the same topology, port and journal, restart = SIGTERM then start."""
+    _require_root()
+    with state.locked():
+        st = state.read()
+        if st is None:
+            raise LabError(f"no lab is up (run {PROG} up --dataplane uring --agents)")
+        records = st.get("agents", [])
+        rec = next((a for a in records if a.get("name") == args.name), None)
+        if rec is None:
+            raise LabError(f"no agent '{args.name}' (agents: "
+                           f"{', '.join(a.get('name', '?') for a in records) or 'none: up --agents'})")
+        alive = bool(rec.get("pid")) and netns.is_alive(rec["pid"], rec.get("pid_start_time"))
+        if args.action == "status":
+            print(f"agent {rec['name']}: {rec['url']} pid {rec.get('pid')} "
+                  f"{'alive' if alive else 'not running'}")
+            return 0 if alive else 3
+        if args.action in ("kill", "restart"):
+            if not alive:
+                if args.action == "kill":
+                    raise LabError(f"agent '{args.name}' is not running")
+            else:
+                agent.stop(rec, signal.SIGKILL if args.action == "kill" else signal.SIGTERM)
+            print(f"agent {args.name}: {'killed (SIGKILL)' if args.action == 'kill' else 'stopped'}")
+        if args.action in ("start", "restart"):
+            if args.action == "start" and alive:
+                raise LabError(f"agent '{args.name}' is already running (pid {rec['pid']})")
+            started = agent.start(st.get("agent_cmd") or [])
+            rec.update(started)
+            state.write(st)
+            agent.wait_ready(started, rec["url"], len(st.get("sites", [])))
+            print(f"agent {args.name}: running, pid {started['pid']}, {rec['url']}")
+        state.write(st)
+    return 0
+
+
 def cmd_gw(argv: list[str]) -> int:
     head, args = _split_command(argv, "gw SITE")
     st = state.read()
@@ -405,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("exec", help="SITE [--gw] -- CMD...: run CMD in SITE's host (or gateway) ns")
     sub.add_parser("wanem", help="PAIR K -- ARGS: detwan-wanem ARGS --control <path's socket>")
     sub.add_parser("gw", help="SITE -- ARGS: detwan-gw ARGS in SITE's gateway namespace")
+    p = sub.add_parser("agent", help="NAME kill|start|restart|status: the lab's detwan-agent")
+    p.add_argument("name", help="the agent's name (status --json lists it; 'lab')")
+    p.add_argument("action", choices=("kill", "start", "restart", "status"))
     try:
         # exec/wanem take raw argv: everything after `--` belongs to the command.
         if argv and argv[0] in ("exec", "wanem", "gw"):
@@ -414,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 0 if rest else 2
             return {"exec": cmd_exec, "wanem": cmd_wanem, "gw": cmd_gw}[argv[0]](rest)
         args = parser.parse_args(argv)
-        return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.command](args)
+        return {"up": cmd_up, "down": cmd_down, "status": cmd_status,
+                "agent": cmd_agent}[args.command](args)
     except LabError as e:
         err(str(e))
         return EXIT_TOOL_ERROR if argv and argv[0] in ("exec", "wanem", "gw") else 1

@@ -151,6 +151,18 @@ def wan_port_name(path: WanPath) -> str:
     return f"{path.pair}{path.index}"
 
 
+def peer_name(path: WanPath, site: Site) -> str:
+    """The peer name, on `site`'s gateway, of the far gateway over `path`: the far site's name
+    on path 1, "<name>-<k>" on path k."""
+    far = path.peer(site)
+    return far.name if path.index == 1 else f"{far.name}-{path.index}"
+
+
+def admin_socket(site: Site) -> pathlib.Path:
+    """The admin socket of the site's gateway (--agents): where detwan-agent programs it."""
+    return RUN_DIR / f"gw-{site.name}.admin.sock"
+
+
 # ------------------------------------------------------------------------ the configuration
 
 @dataclasses.dataclass
@@ -162,6 +174,10 @@ class GatewayOptions:
     shaper_rate: str | None = None  # space the tunnel's frames at this rate (None: no shaper)
     slots: int | None = None    # slots 0..slots-1 of every tunnel (None: as few as the rate needs)
     rt_priority: int | None = None  # SCHED_FIFO priority (None: 10 for low-cpu, 0 for busy)
+    # --agents: the gateways start without tunnels, with an admin socket, a WAN port and a peer
+    # on every path, and route each other site's whole tunnel prefix into their TUN device;
+    # detwan-agent programs the tunnels (tools/lab/agent.py).
+    agents: bool = False
 
     def effective_rt_priority(self) -> int:
         """Gateways that sleep between deadlines run SCHED_FIFO, as detwan-wanem's poll thread
@@ -222,6 +238,60 @@ def plan_tunnels(topo: Topology, options: GatewayOptions,
 
 def _q(text: str) -> str:
     return json.dumps(text)  # a JSON string is a valid YAML scalar
+
+
+def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spec_for) -> str:
+    """--agents: `site`'s gateway without tunnels, with an admin socket, a WAN port and a peer on
+    every path (detwan-agent adds the tunnels at run time)."""
+    peers = [t for t in topo.sites if t != site]
+    paths = [p for p in topo.paths if site in (p.a, p.b)]
+    lines = [
+        f"# detwan-gw of lab site {site.name}, written by tools/testbed up --dataplane "
+        f"{options.backend} --agents (tools/lab/gateway.py): no tunnels, detwan-agent adds them",
+        "gateway:",
+        f"  name: {site.name}",
+        f"  backend: {options.backend}",
+        f"  timing: {options.timing}",
+        "  cpu: -1",
+        '  control_socket: ""          # the default, abstract @detwan-gw of this namespace',
+        f"  admin_socket: {_q(str(admin_socket(site)))}   # writes: root only (mode 0600)",
+        "tun:",
+        "  enabled: true",
+        f"  name: {TUN_NAME}",
+        f"  mtu: {TUN_MTU_BYTES}",
+        "  routes: [" + ", ".join(p.tunnel_prefix for p in peers) + "]",
+    ]
+    if options.backend == "dpdk":
+        eal = ["--no-huge", "-m", "256", "--file-prefix", f"dwtb-{site.name}", "--no-pci"]
+        eal += [f"--vdev=net_af_packet{k},iface={p.gateway_if(site)}" for k, p in enumerate(paths)]
+        lines += ["dpdk:", "  eal: [" + ", ".join(_q(a) for a in eal) + "]",
+                  "  mbufs: 8191", "  lcore: -1"]
+    lines.append("wan_ports:")
+    for k, p in enumerate(paths):
+        lines += [
+            f"  - name: {wan_port_name(p)}",
+            f"    local: {_q(f'{p.gateway_addr(site)}:{TUNNEL_PORT}')}",
+            f"    line_rate: {format_rate(line_rate_bps(spec_for(p)))}",
+            f"    mtu: {WAN_MTU_BYTES}",
+            f"    cycle: {format_duration(CYCLE_NS)}",
+            f"    slots: {SLOT_COUNT}",
+            f"    guard: {format_duration(GUARD_NS)}",
+        ]
+        if options.backend == "dpdk":
+            lines.append(f"    dpdk: {{device: net_af_packet{k}, "
+                         f"next_hop_mac: {_q(mac_for(p.gateway_if(p.peer(site))))}}}")
+    lines.append("peers:")
+    for p in paths:
+        far = p.peer(site)
+        lines += [
+            f"  - name: {peer_name(p, site)}",
+            f"    wan_port: {wan_port_name(p)}",
+            f"    endpoint: {_q(f'{p.gateway_addr(far)}:{TUNNEL_PORT}')}",
+            "    clock_offset: 0           # all lab namespaces share one clock",
+            f"    min_path_delay: {format_duration(path_delay_range_ns(spec_for(p))[0])}",
+        ]
+    lines.append("tunnels: []")
+    return "\n".join(lines) + "\n"
 
 
 def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], TunnelPlan],
@@ -335,17 +405,15 @@ def check_config(cmd: list[str], path: pathlib.Path) -> tuple[int, str]:
     return res.returncode, (res.stderr.strip() or res.stdout.strip())
 
 
-def drop_kernel_tunnel_port(site: Site, topo: Topology) -> None:
+def drop_kernel_tunnel_port(site: Site, topo: Topology, all_paths: bool = False) -> None:
     """dpdk backend: drop tunnel frames in the kernel at the WAN veths' ingress hook.
 
     net_af_packet reads the veth through a packet socket, and packet taps see every frame before
     the netdev ingress hook, so the gateway still gets them; the kernel, which has the port's
     address but no socket on it, no longer answers with ICMP port unreachable."""
     chains = []
-    for other in topo.sites:
-        if other == site:
-            continue
-        p = topo.primary_path(site, other)
+    paths = [p for p in topo.paths if site in (p.a, p.b) and (all_paths or p.index == 1)]
+    for p in paths:
         dev = p.gateway_if(site)
         chains.append(
             f"  chain in_{dev.replace('-', '_')} {{\n"

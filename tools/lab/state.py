@@ -84,7 +84,7 @@ def remove_runtime_files() -> None:
     """Everything but the logs, which stay for post-mortems until the next `up`."""
     if not RUN_DIR.is_dir():
         return
-    for pattern in ("state.json", "*.pid", "*.sock", ".state-*"):
+    for pattern in ("state.json", "*.pid", "*.sock", ".state-*", "agent-*.db*"):
         for f in RUN_DIR.glob(pattern):
             with contextlib.suppress(OSError):
                 f.unlink()
@@ -94,7 +94,7 @@ def remove_logs() -> None:
     """Logs, final counters and gateway configurations of the previous lab."""
     if not RUN_DIR.is_dir():
         return
-    for pattern in ("*.log", "*.stats.json", "gw-*.yaml"):
+    for pattern in ("*.log", "*.stats.json", "gw-*.yaml", "agent-*.yaml", "agent-*.db*"):
         for f in RUN_DIR.glob(pattern):
             with contextlib.suppress(OSError):
                 f.unlink()

@@ -1,0 +1,215 @@
+"""detwan-agent in the lab (`tools/testbed up --dataplane uring|dpdk --agents`).
+
+One agent for the lab's one administrative domain ("lab"), in the root namespace, its HTTP API
+on 127.0.0.1 (a free port chosen at `up` and kept across `agent lab restart`, so clients keep
+their URL). Its topology is generated from the lab (docs/testbed.md, "Agents"):
+  * a site per lab site, tunnel prefix 10.20.i.0/24 (the hosts' tunnel addresses live there),
+    gateway = the site's detwan-gw, reached through its admin socket in the run directory;
+  * a link per WAN path ("ab1", "ab2"): capacity = the path's `rate=` (1 Gbit/s without one,
+    as the gateways' line rate), delay and jitter from the SPEC (uniform: jitter; normal and
+    pareto-normal: 4 sigma), loss from `loss=`, the gateways' slot schedule (1 ms cycle, 100
+    slots, 2 us guard), 90 % reservable;
+  * each gateway's ports and peers: the WAN port of path k toward site Y is "<pair>k", the peer
+    on it is "Y" for path 1 and "Y-k" beyond.
+The gateways start without tunnels; the agent programs them. Pure functions first (tested
+without root in tests/lab/test_agent.py), then the process handling used by builder.py/cli.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shlex
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from lab import gateway
+from lab.netns import LabError, is_alive, process_start_time
+from lab.state import RUN_DIR, file_tail, write_pid_file
+from lab.topology import Topology
+from lab.units import format_duration, format_rate, parse_duration_ns, parse_fraction
+
+AGENT_BINARY = "control/detwan-agent"
+CTL_BINARY = "tools/detwanctl/detwanctl"
+NAME = "lab"
+RESERVABLE = "90%"
+# What the lab vouches for in the bounds (docs/control.md, "Admission and bounds"): the
+# gateways run SCHED_FIFO on a shared 2-vCPU machine; their release error was measured at
+# p99 60-70 us (docs/benchmarks.md), with a tail from vCPU preemption.
+PLAYOUT_ERROR = "200us"
+PROCESSING_DELAY = "100us"
+RECONCILE_INTERVAL = "500ms"
+READY_TIMEOUT_S = 30.0
+
+
+def topology_file() -> pathlib.Path:
+    return RUN_DIR / f"agent-{NAME}.yaml"
+
+
+def journal_file() -> pathlib.Path:
+    return RUN_DIR / f"agent-{NAME}.db"
+
+
+def log_file() -> pathlib.Path:
+    return RUN_DIR / f"agent-{NAME}.log"
+
+
+def pid_key() -> str:
+    return f"agent-{NAME}"
+
+
+def link_fields(spec: str) -> dict[str, str]:
+    """capacity, delay, jitter and loss of a WAN path for the agent, from its SPEC."""
+    tokens = gateway.spec_tokens(spec)
+    low, high = gateway.path_delay_range_ns(spec)
+    delay = parse_duration_ns(tokens.get("delay", "0"))
+    jitter = max(high - delay, delay - low)
+    loss = tokens.get("loss", "0")
+    return {"capacity": format_rate(gateway.line_rate_bps(spec)),
+            "delay": format_duration(delay), "jitter": format_duration(jitter),
+            "loss": f"{parse_fraction(loss):.6g}" if loss not in ("", "0") else "0"}
+
+
+def render_topology(topo: Topology, spec_for, port: int) -> str:
+    """The agent's topology file for this lab (the format of control/model/topology.h)."""
+    lines = [
+        "# detwan-agent of the lab, written by tools/testbed up --agents (tools/lab/agent.py)",
+        f"domain: {NAME}",
+        "agent:",
+        f"  name: {NAME}",
+        f"  listen: 127.0.0.1:{port}",
+        "  allow: [127.0.0.0/8]",
+        f"  journal: {journal_file()}",
+        "  hold_timeout: 60s",
+        f"  reconcile_interval: {RECONCILE_INTERVAL}",
+        "  provision_wait: 10s",
+        "sites:",
+    ]
+    for s in topo.sites:
+        lines.append(f"  - {{name: {s.name}, gateway: {s.name}, "
+                     f"tunnel_prefixes: [{s.tunnel_prefix}]}}")
+    lines.append("gateways:")
+    for s in topo.sites:
+        mine = [p for p in topo.paths if s in (p.a, p.b)]
+        lines += [f"  - name: {s.name}",
+                  f"    site: {s.name}",
+                  f"    admin_socket: {gateway.admin_socket(s)}",
+                  f"    playout_error: {PLAYOUT_ERROR}",
+                  f"    processing_delay: {PROCESSING_DELAY}",
+                  "    ports: [" + ", ".join(
+                      f"{{name: {gateway.wan_port_name(p)}, link: {gateway.wan_port_name(p)}}}"
+                      for p in mine) + "]",
+                  "    peers: [" + ", ".join(
+                      f"{{name: {gateway.peer_name(p, s)}, port: {gateway.wan_port_name(p)}, "
+                      f"gateway: {p.peer(s).name}}}" for p in mine) + "]"]
+    lines.append("links:")
+    for p in topo.paths:
+        f = link_fields(spec_for(p))
+        lines.append(f"  - {{name: {gateway.wan_port_name(p)}, ends: [{p.a.name}, {p.b.name}], "
+                     f"capacity: {f['capacity']}, delay: {f['delay']}, jitter: {f['jitter']}, "
+                     f"loss: {f['loss']}, reservable: {RESERVABLE}, "
+                     f"mtu: {gateway.WAN_MTU_BYTES}, cycle: {format_duration(gateway.CYCLE_NS)}, "
+                     f"slots: {gateway.SLOT_COUNT}, guard: {format_duration(gateway.GUARD_NS)}}}")
+    return "\n".join(lines) + "\n"
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now on 127.0.0.1 (the agent binds it right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def url_of(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
+# ------------------------------------------------------------------------ files and commands
+
+def binary(build: pathlib.Path, relative: str, override_env: str, override: str | None = None):
+    override = override or os.environ.get(override_env)
+    if override:
+        return shlex.split(override)
+    path = build / relative
+    if not os.access(path, os.X_OK):
+        raise LabError(f"{path} not found or not executable: build it first "
+                       f"(ninja -C {build} {relative}), or pass --build-dir")
+    return [str(path)]
+
+
+def agent_command(build: pathlib.Path, override: str | None = None) -> list[str]:
+    return binary(build, AGENT_BINARY, "DETWAN_AGENT_CMD", override)
+
+
+def ctl_command(build: pathlib.Path) -> list[str]:
+    return binary(build, CTL_BINARY, "DETWAN_CTL_CMD")
+
+
+def check_topology(cmd: list[str], path: pathlib.Path) -> tuple[int, str]:
+    """`detwan-agent check --topology FILE`: (exit status, its message)."""
+    try:
+        res = subprocess.run([*cmd, "check", "--topology", str(path)], stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise LabError(f"cannot run '{' '.join(cmd)} check': {e}") from e
+    return res.returncode, (res.stderr.strip() or res.stdout.strip())
+
+
+def start(cmd: list[str]) -> dict:
+    """Starts the agent (root namespace); returns its state record."""
+    argv = [*cmd, "run", "--topology", str(topology_file())]
+    with open(log_file(), "a", encoding="utf-8") as log:
+        log.write("$ " + shlex.join(argv) + "\n")
+        log.flush()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    start_time = process_start_time(proc.pid)
+    write_pid_file(pid_key(), proc.pid, start_time)
+    return {"pid": proc.pid, "pid_start_time": start_time, "argv": argv,
+            "started_unix_ns": time.time_ns()}
+
+
+def get_json(url: str, path: str, timeout_s: float = 5.0) -> dict:
+    with urllib.request.urlopen(url + path, timeout=timeout_s) as answer:
+        return json.loads(answer.read().decode())
+
+
+def wait_ready(record: dict, url: str, gateways: int, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Polls (bounded) until /healthz answers and every gateway has been reached once (the
+    reconciler's first pass has run); fails early with the end of the log if the agent exits."""
+    deadline = time.monotonic() + timeout_s
+    problem = "no answer yet"
+    while time.monotonic() < deadline:
+        if not is_alive(record["pid"], record["pid_start_time"]):
+            raise LabError("detwan-agent exited during start-up:\n" + file_tail(log_file()))
+        try:
+            health = get_json(url, "/healthz", timeout_s=2)
+            if health.get("gateways_reachable") == gateways:
+                return
+            problem = f"{health.get('gateways_reachable')} of {gateways} gateways reached"
+        except (OSError, ValueError, urllib.error.URLError) as e:
+            problem = str(e)
+        time.sleep(0.05)
+    raise LabError(f"detwan-agent not ready within {timeout_s:.0f} s ({problem}):\n"
+                   + file_tail(log_file()))
+
+
+def stop(record: dict, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> bool:
+    """Sends `sig` to the agent and waits (bounded) until it is gone. True if it was running."""
+    pid, start_time = record.get("pid"), record.get("pid_start_time")
+    if not pid or not is_alive(pid, start_time):
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and is_alive(pid, start_time):
+        time.sleep(0.02)
+    if is_alive(pid, start_time):
+        os.kill(pid, signal.SIGKILL)
+    return True
