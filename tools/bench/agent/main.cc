@@ -1,0 +1,340 @@
+// detwan-agent-bench: the control agent's benchmarks (docs/benchmarks.md, "Control agent").
+//
+//   detwan-agent-bench paths --nodes N [--reservations R] [--queries Q] [--seed S] [--json]
+//       in process: a synthetic topology of N nodes (~5 links per node, a site every 10th node),
+//       R committed reservations booked first, then Q path computations (POST /v1/paths
+//       without HTTP) and Q admissions (reserve + journal) timed one by one: p50/p90/p99/max.
+//   detwan-agent-bench topology --nodes N [--seed S] --journal PATH [--listen ADDR:PORT]
+//       the same synthetic topology as a topology file for `detwan-agent run`.
+//   detwan-agent-bench load --url URL --nodes N [--seed S] --clients C --requests R [--json]
+//       C client threads (keep-alive HTTP) send R reserve requests (commit) between random
+//       sites of that topology at once: throughput, latency percentiles, statuses.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "common/clock.h"
+#include "common/histogram.h"
+#include "common/logging.h"
+#include "control/agent/agent.h"
+#include "tools/bench/agent/synthetic.h"
+#include "tools/detwanctl/http_client.h"
+
+namespace detwan::tools::agent_bench {
+namespace {
+namespace json = boost::json;
+
+class NoGateways final : public control::gateway::GatewayClient {
+ public:
+  common::Result<std::string> request(const std::string& socket, const std::string&) override {
+    return common::make_error(common::ErrorCode::kUnavailable, "benchmark: no gateway " + socket);
+  }
+};
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+json::object summary(const common::LogLinearHistogram& h) {
+  return {{"count", h.count()},       {"p50_ns", h.percentile(0.5)}, {"p90_ns", h.percentile(0.9)},
+          {"p99_ns", h.percentile(0.99)}, {"max_ns", h.max()},        {"mean_ns", h.mean()}};
+}
+
+std::string ms(int64_t ns) { return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6); }
+
+struct RandomRequest {
+  std::string src, dst;
+  uint64_t rate_bps = 0;
+  int64_t start_offset_ns = 0;
+  int64_t duration_ns = 0;
+};
+
+RandomRequest random_request(const control::model::Topology& t, std::mt19937_64& rng) {
+  std::uniform_int_distribution<size_t> site(0, t.sites.size() - 1);
+  RandomRequest r;
+  const size_t a = site(rng);
+  size_t b = site(rng);
+  while (b == a) b = site(rng);
+  r.src = t.sites[a].name;
+  r.dst = t.sites[b].name;
+  r.rate_bps = 100'000'000ULL * (1 + rng() % 20);                     // 0.1 .. 2 Gbit/s
+  r.start_offset_ns = static_cast<int64_t>(rng() % 86'400) * 1'000'000'000;  // within a day
+  r.duration_ns = static_cast<int64_t>(1 + rng() % 6) * 3'600'000'000'000;  // 1..6 h
+  return r;
+}
+
+int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32_t queries,
+                  bool as_json) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("detwan-agent-bench-{}", getpid());
+  std::filesystem::create_directories(dir);
+  SyntheticOptions o = options;
+  o.journal = (dir / "journal.db").string();
+  control::model::Topology t = synthetic_topology(o);
+  const size_t links = t.links.size();
+  const size_t sites = t.sites.size();
+  NoGateways gateways;
+  control::agent::AgentOptions agent_options;
+  agent_options.gateway_client = &gateways;
+  agent_options.start_threads = false;
+  auto agent = control::agent::Agent::open(std::move(t), agent_options);
+  if (!agent) {
+    std::fprintf(stderr, "detwan-agent-bench: %s\n", agent.error().message.c_str());
+    return 1;
+  }
+  const control::model::Topology& topo = (*agent)->topology();
+  std::mt19937_64 rng(options.seed * 7919 + 1);
+  const int64_t base = common::RealtimeClock().now_ns() + 60'000'000'000;
+  uint64_t admitted = 0;
+  const int64_t fill_started = now_ns();
+  for (uint32_t i = 0; i < reservations; ++i) {
+    const RandomRequest q = random_request(topo, rng);
+    control::agent::ReserveRequest r;
+    r.spec.src = q.src;
+    r.spec.dst = q.dst;
+    r.spec.min_bandwidth_bps = q.rate_bps;
+    r.spec.start_ns = base + q.start_offset_ns;
+    r.spec.duration_ns = q.duration_ns;
+    r.spec.src_prefixes = {};
+    r.commit = true;
+    r.fingerprint = std::to_string(i);
+    if ((*agent)->reserve(r).has_value()) ++admitted;
+  }
+  const int64_t fill_ns = now_ns() - fill_started;
+  common::LogLinearHistogram path_ns;
+  common::LogLinearHistogram reserve_ns;
+  uint64_t found = 0;
+  for (uint32_t i = 0; i < queries; ++i) {
+    const RandomRequest q = random_request(topo, rng);
+    control::agent::PathsRequest p;
+    p.src = q.src;
+    p.dst = q.dst;
+    p.min_bandwidth_bps = q.rate_bps;
+    p.start_ns = base + q.start_offset_ns;
+    p.duration_ns = q.duration_ns;
+    const int64_t t0 = now_ns();
+    auto answer = (*agent)->paths(p);
+    path_ns.record(now_ns() - t0);
+    if (answer && !answer->at("paths").as_array().empty()) ++found;
+  }
+  uint64_t admitted_timed = 0;
+  for (uint32_t i = 0; i < queries; ++i) {
+    const RandomRequest q = random_request(topo, rng);
+    control::agent::ReserveRequest r;
+    r.spec.src = q.src;
+    r.spec.dst = q.dst;
+    r.spec.min_bandwidth_bps = q.rate_bps;
+    r.spec.start_ns = base + q.start_offset_ns;
+    r.spec.duration_ns = q.duration_ns;
+    r.commit = true;
+    r.fingerprint = "t" + std::to_string(i);
+    const int64_t t0 = now_ns();
+    if ((*agent)->reserve(r).has_value()) ++admitted_timed;
+    reserve_ns.record(now_ns() - t0);
+  }
+  const std::string check = (*agent)->check_ledger();
+  agent->reset();
+  std::filesystem::remove_all(dir);
+  const json::object out{{"nodes", options.nodes},
+                         {"links", links},
+                         {"sites", sites},
+                         {"reservations_requested", reservations},
+                         {"reservations_admitted", admitted},
+                         {"fill_seconds", static_cast<double>(fill_ns) / 1e9},
+                         {"path_queries", queries},
+                         {"paths_found", found},
+                         {"path_computation", summary(path_ns)},
+                         {"reserve_admitted", admitted_timed},
+                         {"reserve", summary(reserve_ns)},
+                         {"ledger_check", check.empty() ? "ok" : check}};
+  if (as_json) {
+    std::printf("%s\n", json::serialize(out).c_str());
+  } else {
+    std::printf("%u nodes, %zu links, %zu sites; %lu of %u reservations admitted (%.1f s)\n",
+                options.nodes, links, sites, admitted, reservations, static_cast<double>(fill_ns) / 1e9);
+    std::printf("path computation (%u queries, %lu found): p50 %s  p90 %s  p99 %s  max %s\n", queries,
+                found, ms(path_ns.percentile(0.5)).c_str(), ms(path_ns.percentile(0.9)).c_str(),
+                ms(path_ns.percentile(0.99)).c_str(), ms(path_ns.max()).c_str());
+    std::printf("reserve with journal (%u, %lu admitted): p50 %s  p99 %s  max %s\n", queries,
+                admitted_timed, ms(reserve_ns.percentile(0.5)).c_str(),
+                ms(reserve_ns.percentile(0.99)).c_str(), ms(reserve_ns.max()).c_str());
+    std::printf("ledger check: %s\n", check.empty() ? "ok" : check.c_str());
+  }
+  return check.empty() ? 0 : 1;
+}
+
+std::string topology_yaml(const control::model::Topology& t, const std::string& listen) {
+  std::string out = fmt::format("# synthetic topology (detwan-agent-bench topology)\ndomain: {}\n"
+                                "agent:\n  name: {}\n  listen: {}\n  journal: {}\n"
+                                "  hold_timeout: 1h\n  max_connections: 256\n  reconcile_interval: 1h\n"
+                                "sites:\n",
+                                t.domain, t.agent.name, listen, t.agent.journal);
+  for (const auto& s : t.sites) out += fmt::format("  - {{name: {}, gateway: gw-{}}}\n", s.name, s.name);
+  out += "gateways:\n";
+  for (const auto& g : t.gateways) {
+    out += fmt::format("  - name: {}\n    site: {}\n    admin_socket: {}\n    ports: [", g.name,
+                       t.sites[g.site].name, g.admin_socket);
+    for (size_t i = 0; i < g.ports.size(); ++i) {
+      out += fmt::format("{}{{name: {}, link: {}}}", i ? ", " : "", g.ports[i].name,
+                         t.links[g.ports[i].link].name);
+    }
+    out += "]\n";
+  }
+  out += "nodes: [";
+  bool first = true;
+  for (const auto& n : t.nodes) {
+    if (n.name[0] == 's') continue;
+    out += fmt::format("{}{}", first ? "" : ", ", n.name);
+    first = false;
+  }
+  out += "]\nlinks:\n";
+  for (const auto& l : t.links) {
+    out += fmt::format("  - {{name: {}, ends: [{}, {}], capacity: {}bit, delay: {}ns, jitter: {}ns, "
+                       "reservable: 90%, mtu: {}, cycle: {}ns, slots: {}, guard: {}ns}}\n",
+                       l.name, t.nodes[l.ends[0]].name, t.nodes[l.ends[1]].name, l.capacity_bps,
+                       l.delay_ns, l.jitter_ns, l.mtu_bytes, l.cycle_ns, l.slot_count, l.guard_ns);
+  }
+  return out;
+}
+
+int command_load(const std::string& url_text, const SyntheticOptions& options, uint32_t clients,
+                 uint32_t requests, bool as_json) {
+  auto url = ctl::parse_url(url_text);
+  if (!url) {
+    std::fprintf(stderr, "detwan-agent-bench: %s\n", url.error().message.c_str());
+    return 2;
+  }
+  const control::model::Topology t = synthetic_topology(options);
+  std::mt19937_64 rng(options.seed * 104729 + 3);
+  const int64_t base = common::RealtimeClock().now_ns() + 60'000'000'000;
+  std::vector<std::string> bodies;
+  for (uint32_t i = 0; i < requests; ++i) {
+    const RandomRequest q = random_request(t, rng);
+    bodies.push_back(json::serialize(json::object{{"src", q.src},
+                                                  {"dst", q.dst},
+                                                  {"min_bandwidth_bps", q.rate_bps},
+                                                  {"start_unix_ns", base + q.start_offset_ns},
+                                                  {"duration_ns", q.duration_ns},
+                                                  {"commit", true},
+                                                  {"client_request_id", fmt::format("load-{}", i)}}));
+  }
+  std::atomic<uint32_t> next{0};
+  std::mutex mutex;
+  common::LogLinearHistogram latency;
+  std::map<int, uint64_t> statuses;
+  std::atomic<uint64_t> errors{0};
+  const int64_t started = now_ns();
+  std::vector<std::thread> threads;
+  for (uint32_t c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      for (;;) {
+        const uint32_t i = next++;
+        if (i >= requests) return;
+        const int64_t t0 = now_ns();
+        auto answer = ctl::http_call(*url, "POST", "/v1/reservations", bodies[i], "", 60'000);
+        const int64_t spent = now_ns() - t0;
+        std::lock_guard lock(mutex);
+        latency.record(spent);
+        if (answer) {
+          ++statuses[answer->status];
+        } else {
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& t2 : threads) t2.join();
+  const int64_t elapsed = now_ns() - started;
+  json::object by_status;
+  for (const auto& [status, n] : statuses) by_status[std::to_string(status)] = n;
+  const double rate = requests / (static_cast<double>(elapsed) / 1e9);
+  const json::object out{{"clients", clients},     {"requests", requests},
+                         {"seconds", static_cast<double>(elapsed) / 1e9},
+                         {"requests_per_second", rate}, {"latency", summary(latency)},
+                         {"statuses", std::move(by_status)}, {"transport_errors", errors.load()}};
+  if (as_json) {
+    std::printf("%s\n", json::serialize(out).c_str());
+  } else {
+    std::printf("%u requests from %u clients in %.2f s: %.0f requests/s; latency p50 %s p99 %s max %s\n",
+                requests, clients, static_cast<double>(elapsed) / 1e9, rate,
+                ms(latency.percentile(0.5)).c_str(), ms(latency.percentile(0.99)).c_str(),
+                ms(latency.max()).c_str());
+    for (const auto& [status, n] : statuses) std::printf("  status %d: %lu\n", status, n);
+    if (errors) std::printf("  transport errors: %lu\n", errors.load());
+  }
+  return errors == 0 ? 0 : 1;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"detwan-agent-bench: the control agent's benchmarks"};
+  app.require_subcommand(1);
+  SyntheticOptions options;
+  uint32_t reservations = 10'000;
+  uint32_t queries = 1'000;
+  uint32_t clients = 32;
+  uint32_t requests = 1'000;
+  bool as_json = false;
+  std::string listen = "127.0.0.1:0";
+  std::string url;
+  auto add_topology = [&](CLI::App* sub) {
+    sub->add_option("--nodes", options.nodes, "nodes of the synthetic topology")->capture_default_str();
+    sub->add_option("--degree", options.degree, "average links per node")->capture_default_str();
+    sub->add_option("--seed", options.seed, "random seed")->capture_default_str();
+  };
+  CLI::App* paths = app.add_subcommand("paths", "path computation and admission in process");
+  add_topology(paths);
+  paths->add_option("--reservations", reservations, "reservations booked first")->capture_default_str();
+  paths->add_option("--queries", queries, "timed path computations")->capture_default_str();
+  paths->add_flag("--json", as_json);
+  CLI::App* topology = app.add_subcommand("topology", "print the synthetic topology file");
+  add_topology(topology);
+  topology->add_option("--journal", options.journal, "the agent's journal")->required();
+  topology->add_option("--listen", listen, "the agent's address")->capture_default_str();
+  CLI::App* load = app.add_subcommand("load", "concurrent reserve requests over HTTP");
+  add_topology(load);
+  load->add_option("--url", url, "agent URL")->required();
+  load->add_option("--clients", clients, "client threads")->capture_default_str();
+  load->add_option("--requests", requests, "reserve requests in all")->capture_default_str();
+  load->add_flag("--json", as_json);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  common::LogOptions log;
+  log.level = "warn";
+  (void)common::init_logging("detwan-agent-bench", log);
+  if (*paths) return command_paths(options, reservations, queries, as_json);
+  if (*topology) {
+    std::fputs(topology_yaml(synthetic_topology(options), listen).c_str(), stdout);
+    return 0;
+  }
+  return command_load(url, options, clients, requests, as_json);
+}
+
+}  // namespace
+}  // namespace detwan::tools::agent_bench
+
+int main(int argc, char** argv) {
+  try {
+    return detwan::tools::agent_bench::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "detwan-agent-bench: %s\n", e.what());
+    return 1;
+  }
+}

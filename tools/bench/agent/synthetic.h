@@ -1,0 +1,24 @@
+#pragma once
+// Synthetic WAN topologies for the agent's benchmarks: N nodes scattered over a 3,000 km square,
+// a random spanning tree plus random short links up to an average degree (about 5 links per
+// node), delay = distance at 200 km/ms, capacities 10/40/100 Gbit/s. Every tenth node is a
+// site with a gateway (planning only: no admin socket is contacted), the rest transit nodes.
+// Seeded: the same arguments give the same topology.
+#include <cstdint>
+#include <string>
+
+#include "control/model/topology.h"
+
+namespace detwan::tools::agent_bench {
+
+struct SyntheticOptions {
+  uint32_t nodes = 1000;
+  double degree = 5.0;  // average links per node
+  uint32_t site_every = 10;
+  uint64_t seed = 1;
+  std::string journal = ":memory:";
+};
+
+control::model::Topology synthetic_topology(const SyntheticOptions& options);
+
+}  // namespace detwan::tools::agent_bench
