@@ -71,7 +71,11 @@ void parse_gateway_section(const ConfigNode& node, GatewayConfig* config) {
   }
   if (const auto admin = node.maybe_child("admin_socket")) {
     config->admin_socket = admin->as_string();
-    if (auto ok = check_admin_socket(config->admin_socket); !ok) admin->fail(ok.error().message);
+    if (!config->admin_socket.empty()) {  // "" = none
+      if (auto ok = check_admin_socket(config->admin_socket); !ok) {
+        admin->fail(ok.error().message);
+      }
+    }
   }
   if (const auto mode = node.maybe_child("admin_mode")) {
     // Octal digits with a leading 0, as chmod takes them; YAML would read 0600 as a number.
