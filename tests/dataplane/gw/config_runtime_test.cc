@@ -56,18 +56,19 @@ class ConfigRuntime : public ::testing::Test {
 
 TEST_F(ConfigRuntime, AJsonItemReadsLikeAYamlEntry) {
   const TunnelConfig t = item(
-      R"({"id":1001,"peer":"site-b","owner":"agent:lab","rate":"150mbit","slots":[50,51,52],)"
+      R"({"id":1001,"peer":"site-b","owner":"agent:lab","rate":"10mbit","slots":[50,51,52],)"
       R"("burst":"64kb","over_rate":"best-effort","shaper_rate":"1gbit","queue":16,)"
       R"("max_wait":"1ms","missed_slot":"drop","bound":"4ms","late":"drop","max_hold":"1s",)"
       R"("playout_capacity":7,"dscp":10,"replay_window":128,)"
       R"("match":{"dst":["10.30.0.0/16"],"udp_ports":["5201-5210",9000]}})");
   const GatewayConfig yaml = load_ok(
       std::string(kBase) +
-      "  - {id: 1001, peer: site-b, owner: \"agent:lab\", rate: 150mbit, slots: [50, 51, 52],\n"
+      "  - {id: 1001, peer: site-b, owner: \"agent:lab\", rate: 10mbit, slots: [50, 51, 52],\n"
       "     burst: 64kb, over_rate: best-effort, shaper_rate: 1gbit, queue: 16, max_wait: 1ms,\n"
       "     missed_slot: drop, bound: 4ms, late: drop, max_hold: 1s, playout_capacity: 7,\n"
       "     dscp: 10, replay_window: 128,\n"
       "     match: {dst: [10.30.0.0/16], udp_ports: [5201-5210, 9000]}}\n");
+  ASSERT_EQ(yaml.tunnels.size(), 4u);
   EXPECT_EQ(t, yaml.tunnels.back());
   EXPECT_EQ(t.owner, "agent:lab");
   EXPECT_EQ(t.slots, (std::vector<uint32_t>{50, 51, 52}));
@@ -98,7 +99,7 @@ TEST_F(ConfigRuntime, MalformedItemsNameTheItemAndTheField) {
 
 TEST_F(ConfigRuntime, AddModifyRemoveKeepTheOrderAndTheRest) {
   TunnelChanges changes;
-  changes.add = {b(1001, "50-51"), b(1002, "52")};
+  changes.add = {b(1001, "50-52"), b(1002, "53-55")};
   TunnelConfig seven = base_.tunnels[0];
   seven.rate_bps = 50'000'000;
   seven.slots = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -148,9 +149,9 @@ TEST_F(ConfigRuntime, RefusalsNameTheRequestItemAndTheField) {
             "add[0] (tunnel 1001): field 'slots': slot 120 out of range [0, 100) of WAN port "
             "'wan1'");
   c = {};
-  c.add = {b(1001, "50"), b(1002, "11")};
+  c.add = {b(1001, "50-52"), b(1002, "10-12")};
   EXPECT_EQ(change_error(c),
-            "add[1] (tunnel 1002): field 'slots': slot 11 of WAN port 'wan1' is claimed by two "
+            "add[1] (tunnel 1002): field 'slots': slot 10 of WAN port 'wan1' is claimed by two "
             "tunnels: tunnel 7 (tunnels[0]) and tunnel 1002 (add[1])");
   // A modified tunnel that collides with one the request does not touch: still the item.
   c = {};
@@ -168,14 +169,14 @@ TEST_F(ConfigRuntime, RefusalsNameTheRequestItemAndTheField) {
               HasSubstr("add[0] (tunnel 1001): field 'rate': the reserved rates on WAN port "
                         "'wan1' add up to 1.1gbit (tunnels 7, 9, 1001), above its line rate"));
   c = {};
-  TunnelConfig overlap = b(1001, "50");
+  TunnelConfig overlap = b(1001, "50-52");
   overlap.dst_prefixes = {*parse_prefix("10.20.2.128/25")};
   c.add = {overlap};
   EXPECT_THAT(change_error(c),
               HasSubstr("add[0] (tunnel 1001): field 'match.dst[0]': 10.20.2.128/25 of tunnel "
                         "1001 overlaps 10.20.2.0/24 of tunnel 7 (tunnels[0].match.dst[0])"));
   c = {};
-  TunnelConfig early = b(1001, "50");
+  TunnelConfig early = b(1001, "50-52");
   early.bound_ns = 1'000'000;  // below site-b's min_path_delay 2ms
   c.add = {early};
   EXPECT_THAT(change_error(c), HasSubstr("add[0] (tunnel 1001): field 'bound': bound 1ms is "

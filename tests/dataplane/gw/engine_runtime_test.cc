@@ -4,6 +4,7 @@
 // stable, drained ones are reused, the peers' control tunnel is chosen again.
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <boost/json.hpp>
@@ -44,6 +45,30 @@ uint64_t dropped(const sched::TxCounters& c, sched::TxDrop reason) {
   return c.dropped[static_cast<int>(reason)];
 }
 
+// (sequence, departure, tx timestamp) of every data frame of tunnel 7 that site a sent.
+using Departures = std::vector<std::tuple<uint64_t, int64_t, int64_t>>;
+
+// The same two sites and flows with no run-time change: what tunnel 7 does undisturbed.
+Departures undisturbed_departures_of_7(int64_t end_ns) {
+  SiteOptions o;
+  o.peer_clock_offset_ns = 0;
+  auto g = two_sites(o, o);
+  g->set_default_faults({.delay_ns = 2 * kMs});
+  Departures out;
+  g->set_tx_observer([&](const TxRecord& r) {
+    const TxEmit& e = r.emit;
+    if (r.engine == 0 && e.send && !e.control && !e.best_effort && e.header.tunnel_id == 7) {
+      out.emplace_back(e.header.sequence, e.departure_ns, e.header.tx_time_ns);
+    }
+  });
+  std::vector<Flow> flows;
+  flows.push_back(flow(0, 2, 80, 1, 200e6));
+  flows.push_back(flow(0, 3, 80, 2, 60e6));
+  drive(*g, flows, end_ns);
+  g->run_until(end_ns + 20 * kMs);
+  return out;
+}
+
 // Applies `changes` to engine i at its current time; the generation it reached.
 uint64_t apply(loopback::Gateway& g, uint32_t i, const TunnelChanges& changes) {
   auto result = g.engine(i).apply_st(changes, g.engine_now_ns(i));
@@ -65,9 +90,13 @@ TEST(EngineRuntime, TunnelAddedModifiedRemovedWhileAnotherCarriesTraffic) {
   sched::testing::SlotOracle oracle(wan1_gcl(g->engine(0).config()));
   uint64_t violations = 0, not_sent_7 = 0, sent_7 = 0, sequence_gaps_7 = 0, sent_b = 0;
   std::string first_violation;
+  Departures departures_7;
   g->set_tx_observer([&](const TxRecord& r) {
     if (r.engine != 0) return;
     const TxEmit& e = r.emit;
+    if (e.send && !e.control && !e.best_effort && e.header.tunnel_id == 7) {
+      departures_7.emplace_back(e.header.sequence, e.departure_ns, e.header.tx_time_ns);
+    }
     if (!e.send) {
       if (e.header.tunnel_id == 7) ++not_sent_7;
       return;
@@ -180,6 +209,10 @@ TEST(EngineRuntime, TunnelAddedModifiedRemovedWhileAnotherCarriesTraffic) {
   EXPECT_EQ(sent_7, flows[0].accepted);
   EXPECT_EQ(delivered_7, flows[0].accepted);
   EXPECT_EQ(off_time_7, 0u);
+  // And exactly as if nothing had changed: every frame left at the instant it would have.
+  const Departures undisturbed = undisturbed_departures_of_7(t_end);
+  EXPECT_EQ(departures_7.size(), undisturbed.size());
+  EXPECT_TRUE(departures_7 == undisturbed);
 
   // Tunnel B carried traffic only while it existed, at the bound in force when it arrived;
   // what b held when it removed B was still released on time.

@@ -144,6 +144,25 @@ TEST(TxSchedulerReconfigure, UnchangedOwnersKeepTheirDepartures) {
   EXPECT_EQ(twins.changed.port_counters().dropped[kDrop(TxDrop::kReconfigured)], 0u);
 }
 
+TEST(TxSchedulerReconfigure, AnUnchangedOwnerKeepsTheGapsBetweenItsDepartures) {
+  // Tunnel 7's frames arrive 5 us apart and leave as they arrive (0, 5, ..., 25 us). Changed at
+  // 25 us, before any was taken: kept, they leave at those instants; re-placed from now they
+  // would leave back to back from 25 us.
+  TxScheduler scheduler = make(port_config({t7(), t9()}), tx_config({policy(7), policy(9)}));
+  for (int64_t i = 0; i < 6; ++i) {
+    ASSERT_EQ(scheduler.enqueue(7, 100 + static_cast<uint64_t>(i), kFrameBytes, i * 5'000),
+              Status::kOk);
+  }
+  ASSERT_TRUE(scheduler.reconfigure(gcl(port_config({t7(), t9({6})})),
+                                    tx_config({policy(7), policy(9)}), 25'000));
+  const auto frames = drain(scheduler, 1'000'000);
+  ASSERT_EQ(frames.size(), 6u);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_TRUE(frames[i].send);
+    EXPECT_EQ(frames[i].departure_ns, static_cast<int64_t>(i) * 5'000) << i;
+  }
+}
+
 TEST(TxSchedulerReconfigure, ChangedSlotOwnerIsReplacedInItsNewWindowsOnly) {
   Twins twins;
   // 11 of tunnel 7's frames leave (0 .. 10 us), then it moves to slots 6-8 ([60, 90) us).
