@@ -5,8 +5,9 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <boost/json.hpp>
 
 #include "common/units.h"
 #include "dataplane/sched/gate_control_list.h"
@@ -62,13 +63,15 @@ std::string match(const json::value& tunnel) {
   std::string out;
   if (const json::value* dst = field(*m, "dst"); dst != nullptr && dst->is_array()) {
     for (const json::value& prefix : dst->as_array()) {
-      out += fmt::format("{}{}", out.empty() ? "" : ",", prefix.is_string() ? prefix.as_string().c_str() : "?");
+      out += fmt::format("{}{}", out.empty() ? "" : ",",
+                         prefix.is_string() ? prefix.as_string().c_str() : "?");
     }
   }
   std::string ports;
   if (const json::value* udp = field(*m, "udp_ports"); udp != nullptr && udp->is_array()) {
     for (const json::value& range : udp->as_array()) {
-      ports += fmt::format("{}{}", ports.empty() ? "" : ",", range.is_string() ? range.as_string().c_str() : "?");
+      ports += fmt::format("{}{}", ports.empty() ? "" : ",",
+                           range.is_string() ? range.as_string().c_str() : "?");
     }
   }
   if (!ports.empty()) out += " udp " + ports;
@@ -90,13 +93,14 @@ std::string format_tunnels_table(const json::value& answer) {
     out += fmt::format("{:>10}  {:<12} {:<16} {:>10} {:>11}  {:<12} {:>8}  {}\n", "id", "peer",
                        "owner", "rate", "guaranteed", "slots", "bound", "match");
     for (const json::value& t : tunnels->as_array()) {
-      out += fmt::format("{:>10}  {:<12} {:<16} {:>10} {:>11}  {:<12} {:>8}  {}\n", text(t, "id"),
-                         text(t, "peer"), text(t, "owner"), rate(t, "rate_bps"),
-                         rate(t, "guaranteed_rate_bps"), slots(t), duration(t, "bound_ns"),
-                         match(t));
+      out +=
+          fmt::format("{:>10}  {:<12} {:<16} {:>10} {:>11}  {:<12} {:>8}  {}\n", text(t, "id"),
+                      text(t, "peer"), text(t, "owner"), rate(t, "rate_bps"),
+                      rate(t, "guaranteed_rate_bps"), slots(t), duration(t, "bound_ns"), match(t));
     }
   }
-  if (const json::value* ports = field(answer, "wan_ports"); ports != nullptr && ports->is_array()) {
+  if (const json::value* ports = field(answer, "wan_ports");
+      ports != nullptr && ports->is_array()) {
     out += "\n";
     for (const json::value& p : ports->as_array()) {
       out += fmt::format("port {}  local {}  line rate {}  cycle {} / {} slots  guard {}\n",

@@ -8,8 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <boost/json.hpp>
 
 #include "dataplane/gw/config.h"
 #include "dataplane/gw/config_internal.h"
@@ -107,10 +108,10 @@ common::Result<TunnelConfig> parse_tunnel_item(std::string_view json_object,
   json::error_code error;
   const json::value value = json::parse(json_object, error);
   if (error || !value.is_object()) {
-    return config_error(fmt::format(
-        "{}: expected a tunnel as a JSON object like {{\"id\":1001,\"peer\":\"site-b\","
-        "\"rate\":\"100mbit\",\"slots\":\"0-9\"}}",
-        label));
+    return config_error(
+        fmt::format("{}: expected a tunnel as a JSON object like {{\"id\":1001,\"peer\":\"site-b\","
+                    "\"rate\":\"100mbit\",\"slots\":\"0-9\"}}",
+                    label));
   }
   try {
     const common::ConfigNode node(yaml_of(value), label, "");
@@ -136,9 +137,10 @@ common::Result<GatewayConfig> apply_tunnel_changes(const GatewayConfig& current,
                          const std::string& label) -> common::Result<void> {
     const auto [it, fresh] = claimed.emplace(id, short_label);
     if (fresh) return {};
-    return config_error(fmt::format("{}: field 'id': tunnel {} appears twice in this request "
-                                    "(also {}); an id may appear once",
-                                    label, id, it->second));
+    return config_error(
+        fmt::format("{}: field 'id': tunnel {} appears twice in this request "
+                    "(also {}); an id may appear once",
+                    label, id, it->second));
   };
   for (size_t k = 0; k < changes.add.size(); ++k) {
     const TunnelConfig& tunnel = changes.add[k];
@@ -147,9 +149,10 @@ common::Result<GatewayConfig> apply_tunnel_changes(const GatewayConfig& current,
       return std::unexpected(ok.error());
     }
     if (existing.count(tunnel.id) != 0) {
-      return config_error(fmt::format("{}: field 'id': tunnel {} exists already (modify changes "
-                                      "it, remove deletes it)",
-                                      label, tunnel.id));
+      return config_error(
+          fmt::format("{}: field 'id': tunnel {} exists already (modify changes "
+                      "it, remove deletes it)",
+                      label, tunnel.id));
     }
     if (tunnel.service_listen || tunnel.service_deliver) {
       return config_error(fmt::format(
@@ -218,7 +221,8 @@ common::Result<GatewayConfig> apply_tunnel_changes(const GatewayConfig& current,
     text.push_back(fmt::format("add[{}]", k));
   }
   try {
-    const auto locator = config_detail::FieldLocator::for_request(std::move(where), std::move(text));
+    const auto locator =
+        config_detail::FieldLocator::for_request(std::move(where), std::move(text));
     config_detail::validate(checked, locator);
   } catch (const common::Failure& failure) {
     return std::unexpected(failure.error());

@@ -7,8 +7,9 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <boost/json.hpp>
 
 #include "dataplane/gw/config.h"
 #include "dataplane/gw/control_server.h"
@@ -54,7 +55,8 @@ std::string unknown_key(const json::object& object, std::initializer_list<std::s
     for (const std::string_view key : allowed) known = known || field.key() == key;
     if (known) continue;
     std::string list;
-    for (const std::string_view key : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", key);
+    for (const std::string_view key : allowed)
+      list += fmt::format("{}{}", list.empty() ? "" : ", ", key);
     return fmt::format("unknown field \"{}\" in {} (allowed: {})", std::string_view(field.key()),
                        command, list);
   }
@@ -86,7 +88,8 @@ common::Result<TunnelConfig> item(const json::value& value, std::string_view lis
   return parse_tunnel_item(json::serialize(value), label);
 }
 
-common::Result<std::vector<TunnelConfig>> items(const json::object& request, std::string_view list) {
+common::Result<std::vector<TunnelConfig>> items(const json::object& request,
+                                                std::string_view list) {
   std::vector<TunnelConfig> out;
   const json::value* value = request.if_contains(list);
   if (value == nullptr) return out;
@@ -110,8 +113,8 @@ common::Result<TunnelChanges> changes_of(const json::object& request, std::strin
   };
   TunnelChanges changes;
   if (command == "apply") {
-    if (auto key = unknown_key(request, {"cmd", "if_generation", "add", "modify", "remove"},
-                               command);
+    if (auto key =
+            unknown_key(request, {"cmd", "if_generation", "add", "modify", "remove"}, command);
         !key.empty()) {
       return refuse(std::move(key));
     }
@@ -127,9 +130,10 @@ common::Result<TunnelChanges> changes_of(const json::object& request, std::strin
         uint32_t id = 0;
         const json::value& value = remove->as_array()[k];
         if (!tunnel_id_of(value, &id)) {
-          return refuse(fmt::format("remove[{}]: expected a tunnel id (an integer 1..4294967295), "
-                                    "got {}",
-                                    k, json::serialize(value)));
+          return refuse(
+              fmt::format("remove[{}]: expected a tunnel id (an integer 1..4294967295), "
+                          "got {}",
+                          k, json::serialize(value)));
         }
         changes.remove.push_back(id);
       }
@@ -176,12 +180,13 @@ std::string apply(Engine& engine, const json::object& request, std::string_view 
       return refused("\"if_generation\" must be the integer generation read from tunnels");
     }
     const bool negative = expected->is_int64() && expected->as_int64() < 0;
-    const uint64_t wanted = expected->is_uint64() ? expected->as_uint64()
-                                                  : static_cast<uint64_t>(expected->as_int64());
+    const uint64_t wanted =
+        expected->is_uint64() ? expected->as_uint64() : static_cast<uint64_t>(expected->as_int64());
     if (negative || wanted != engine.generation()) {
-      return refused(fmt::format("if_generation {} does not match the gateway's generation {}: "
-                                 "it changed since it was read (read tunnels again)",
-                                 json::serialize(*expected), engine.generation()));
+      return refused(
+          fmt::format("if_generation {} does not match the gateway's generation {}: "
+                      "it changed since it was read (read tunnels again)",
+                      json::serialize(*expected), engine.generation()));
     }
   }
   auto changes = changes_of(request, command);
@@ -209,11 +214,14 @@ std::string answer(Engine& engine, std::string_view request, int64_t now_ns,
     return error_json("request is not JSON (" + parse_error.message() +
                       "); send one line like {\"cmd\":\"stats\"}");
   }
-  if (!parsed.is_object()) return error_json("request must be a JSON object like {\"cmd\":\"stats\"}");
+  if (!parsed.is_object())
+    return error_json("request must be a JSON object like {\"cmd\":\"stats\"}");
   const json::object& object = parsed.as_object();
   const json::value* command = object.if_contains("cmd");
-  if (command == nullptr) return error_json(fmt::format("request has no \"cmd\" (use {})", kCommands));
-  if (!command->is_string()) return error_json(fmt::format("\"cmd\" must be a string ({})", kCommands));
+  if (command == nullptr)
+    return error_json(fmt::format("request has no \"cmd\" (use {})", kCommands));
+  if (!command->is_string())
+    return error_json(fmt::format("\"cmd\" must be a string ({})", kCommands));
   const std::string_view name = command->as_string();
   if (is_write(name)) {
     if (!channel.admin) {

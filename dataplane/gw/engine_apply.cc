@@ -91,7 +91,8 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
   if (!classifier) return std::unexpected(classifier.error());
   std::vector<std::pair<uint32_t, uint32_t>> ids;
   ids.reserve(next->tunnels.size());
-  for (size_t i = 0; i < next->tunnels.size(); ++i) ids.emplace_back(next->tunnels[i].id, index_of[i]);
+  for (size_t i = 0; i < next->tunnels.size(); ++i)
+    ids.emplace_back(next->tunnels[i].id, index_of[i]);
   std::sort(ids.begin(), ids.end());
   std::vector<uint32_t> removed_indices;
   for (const uint32_t id : changes.remove) removed_indices.push_back(m.find_tunnel(id));

@@ -67,7 +67,8 @@ void TxScheduler::hand_back(const Entry& entry, OwnerIndex counted_owner, TxDrop
   frame.enqueue_ns = entry.enqueue_ns;
   returned_.push_back(frame);
   ++port_.dropped[static_cast<int>(reason)];
-  if (counted_owner != kNoOwner) ++owners_[counted_owner].counters.dropped[static_cast<int>(reason)];
+  if (counted_owner != kNoOwner)
+    ++owners_[counted_owner].counters.dropped[static_cast<int>(reason)];
 }
 
 void TxScheduler::take_frames(const TxScheduler& old, int64_t now_ns) {
@@ -143,9 +144,9 @@ void TxScheduler::take_frames(const TxScheduler& old, int64_t now_ns) {
       entry.deadline_ns =
           departure.usable_end_ns == kNever
               ? kNever
-              : std::max(departure_ns, departure.usable_end_ns -
-                                           ceil_serialisation_ns(uint64_t{entry.bytes} * 8,
-                                                                 line_rate));
+              : std::max(departure_ns,
+                         departure.usable_end_ns -
+                             ceil_serialisation_ns(uint64_t{entry.bytes} * 8, line_rate));
       end = departure.end;
     }
     if (wheel_.insert(departure_ns, entry) != WheelInsert::kOk) {

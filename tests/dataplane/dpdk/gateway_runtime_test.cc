@@ -118,10 +118,8 @@ TEST_F(RuntimeTest, TunnelAddedThenRemovedOverTheAdminSockets) {
   // Tunnel 8 has no service socket: its index is beyond the file's, looked up in bounds.
   EXPECT_EQ(gateway_a_->service_port(engine_a_->tunnel_index(8)), 0u);
 
-  EXPECT_EQ(ask(0, R"({"cmd":"remove_tunnel","id":8})").at("generation").to_number<uint64_t>(),
-            2u);
-  EXPECT_EQ(ask(1, R"({"cmd":"remove_tunnel","id":8})").at("generation").to_number<uint64_t>(),
-            2u);
+  EXPECT_EQ(ask(0, R"({"cmd":"remove_tunnel","id":8})").at("generation").to_number<uint64_t>(), 2u);
+  EXPECT_EQ(ask(1, R"({"cmd":"remove_tunnel","id":8})").at("generation").to_number<uint64_t>(), 2u);
   EXPECT_EQ(carry("10.20.5.9:6000", 4, 500), 0u);
   EXPECT_EQ(no_route(*engine_a_), 7u);
   EXPECT_EQ(carry("10.20.2.9:6000", 5, 600), 5u);

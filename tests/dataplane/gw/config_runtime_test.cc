@@ -55,12 +55,12 @@ class ConfigRuntime : public ::testing::Test {
 };
 
 TEST_F(ConfigRuntime, AJsonItemReadsLikeAYamlEntry) {
-  const TunnelConfig t = item(
-      R"({"id":1001,"peer":"site-b","owner":"agent:lab","rate":"10mbit","slots":[50,51,52],)"
-      R"("burst":"64kb","over_rate":"best-effort","shaper_rate":"1gbit","queue":16,)"
-      R"("max_wait":"1ms","missed_slot":"drop","bound":"4ms","late":"drop","max_hold":"1s",)"
-      R"("playout_capacity":7,"dscp":10,"replay_window":128,)"
-      R"("match":{"dst":["10.30.0.0/16"],"udp_ports":["5201-5210",9000]}})");
+  const TunnelConfig t =
+      item(R"({"id":1001,"peer":"site-b","owner":"agent:lab","rate":"10mbit","slots":[50,51,52],)"
+           R"("burst":"64kb","over_rate":"best-effort","shaper_rate":"1gbit","queue":16,)"
+           R"("max_wait":"1ms","missed_slot":"drop","bound":"4ms","late":"drop","max_hold":"1s",)"
+           R"("playout_capacity":7,"dscp":10,"replay_window":128,)"
+           R"("match":{"dst":["10.30.0.0/16"],"udp_ports":["5201-5210",9000]}})");
   const GatewayConfig yaml = load_ok(
       std::string(kBase) +
       "  - {id: 1001, peer: site-b, owner: \"agent:lab\", rate: 10mbit, slots: [50, 51, 52],\n"
@@ -88,7 +88,8 @@ TEST_F(ConfigRuntime, MalformedItemsNameTheItemAndTheField) {
   EXPECT_THAT(item_error(R"({"id":0,"peer":"site-b","rate":"10mbit","slots":"50"})", "add[0]"),
               HasSubstr("add[0]: field 'id': expected an integer in [1, 4294967295], got '0'"));
   EXPECT_THAT(item_error(R"({"id":1001,"peer":"site-b","rate":"10mbit","slots":"50",)"
-                         R"("owner":")" + std::string(65, 'o') + R"("})",
+                         R"("owner":")" +
+                             std::string(65, 'o') + R"("})",
                          "add[0] (tunnel 1001)"),
               HasSubstr("add[0] (tunnel 1001): field 'owner': 65 bytes: an owner is at most 64"));
   EXPECT_THAT(item_error(R"([1,2])", "add[3]"), HasSubstr("add[3]: expected a tunnel as a JSON"));
@@ -138,8 +139,9 @@ TEST_F(ConfigRuntime, RefusalsNameTheRequestItemAndTheField) {
             "deletes it)");
   c = {};
   c.modify = {b(55, "50")};
-  EXPECT_EQ(change_error(c), "modify[0] (tunnel 55): field 'id': no tunnel 55 to modify (tunnels: "
-                             "7, 9, 11)");
+  EXPECT_EQ(change_error(c),
+            "modify[0] (tunnel 55): field 'id': no tunnel 55 to modify (tunnels: "
+            "7, 9, 11)");
   c = {};
   c.remove = {9, 56};
   EXPECT_EQ(change_error(c), "remove[1]: no tunnel 56 to remove (tunnels: 7, 9, 11)");
@@ -188,8 +190,9 @@ TEST_F(ConfigRuntime, ServicePortsAndSizedStateCannotChange) {
   TunnelConfig service = b(1001, "50");
   service.service_deliver = *parse_endpoint("127.0.0.1:7000");
   c.add = {service};
-  EXPECT_EQ(change_error(c), "add[0] (tunnel 1001): field 'service': service ports are set in "
-                             "the configuration file only");
+  EXPECT_EQ(change_error(c),
+            "add[0] (tunnel 1001): field 'service': service ports are set in "
+            "the configuration file only");
   const auto refused = [&](TunnelConfig t) {
     TunnelChanges m;
     m.modify = {std::move(t)};
@@ -221,9 +224,10 @@ TEST_F(ConfigRuntime, ServicePortsAndSizedStateCannotChange) {
 }
 
 TEST(ConfigAdmin, AdminSocketModeAndUids) {
-  const GatewayConfig config = load_ok(with_line(
-      2, "  name: site-a\n  admin_socket: /run/detwan/admin.sock\n  admin_mode: 0660\n"
-         "  admin_uids: [1000, 1001]"));
+  const GatewayConfig config = load_ok(
+      with_line(2,
+                "  name: site-a\n  admin_socket: /run/detwan/admin.sock\n  admin_mode: 0660\n"
+                "  admin_uids: [1000, 1001]"));
   EXPECT_EQ(config.admin_socket, "/run/detwan/admin.sock");
   EXPECT_EQ(config.admin_mode, 0660u);
   EXPECT_EQ(config.admin_uids, (std::vector<uint32_t>{1000, 1001}));
@@ -247,8 +251,9 @@ TEST(ConfigAdmin, AdminSocketModeAndUids) {
               HasSubstr("'0680' is not an octal mode"));
   EXPECT_THAT(load_error(with_line(2, "  name: a\n  admin_uids: [5, 5]")),
               HasSubstr("field 'gateway.admin_uids[1]': uid 5 is listed twice"));
-  EXPECT_THAT(load_error(with_line(2, "  name: a\n  control_socket: /tmp/x.sock\n"
-                                      "  admin_socket: /tmp/x.sock")),
+  EXPECT_THAT(load_error(with_line(2,
+                                   "  name: a\n  control_socket: /tmp/x.sock\n"
+                                   "  admin_socket: /tmp/x.sock")),
               HasSubstr("field 'gateway.admin_socket': '/tmp/x.sock' is also the control socket"));
   EXPECT_FALSE(check_admin_socket(""));
   EXPECT_TRUE(check_admin_socket("/a"));

@@ -7,9 +7,10 @@
 #include <tuple>
 #include <vector>
 
-#include <boost/json.hpp>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <boost/json.hpp>
 
 #include "tests/dataplane/gw/engine_sim_util.h"
 

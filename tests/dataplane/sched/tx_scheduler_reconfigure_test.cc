@@ -91,8 +91,10 @@ struct Twins {
       : changed(make(port_config({t7(), t9()}), tx)),
         reference(make(port_config({t7(), t9()}), tx)) {
     for (TxScheduler* s : {&changed, &reference}) {
-      for (uint64_t i = 0; i < 20; ++i) EXPECT_EQ(s->enqueue(7, 100 + i, kFrameBytes, 0), Status::kOk);
-      for (uint64_t i = 0; i < 5; ++i) EXPECT_EQ(s->enqueue(9, 200 + i, kFrameBytes, 0), Status::kOk);
+      for (uint64_t i = 0; i < 20; ++i)
+        EXPECT_EQ(s->enqueue(7, 100 + i, kFrameBytes, 0), Status::kOk);
+      for (uint64_t i = 0; i < 5; ++i)
+        EXPECT_EQ(s->enqueue(9, 200 + i, kFrameBytes, 0), Status::kOk);
       for (uint64_t i = 0; i < 5; ++i) {
         EXPECT_EQ(s->enqueue_best_effort(300 + i, kFrameBytes, 0), Status::kOk);
       }
@@ -198,9 +200,8 @@ TEST(TxSchedulerReconfigure, RemovedTunnelsFramesAreHandedBackUnsentAndCounted) 
   EXPECT_EQ(twins.changed.held_frames(), 20u + 5u + 5u + 1u);  // handed-back ones until taken
   EXPECT_EQ(twins.changed.next_event_ns(), 500);               // due at once
   std::vector<TxFrame> returned, rest;
-  (void)twins.changed.dequeue_due(500, [&](const TxFrame& f) {
-    (f.send ? rest : returned).push_back(f);
-  });
+  (void)twins.changed.dequeue_due(
+      500, [&](const TxFrame& f) { (f.send ? rest : returned).push_back(f); });
   ASSERT_EQ(returned.size(), 6u);
   std::map<uint64_t, TxDrop> by_handle;
   for (const TxFrame& f : returned) by_handle[f.handle] = f.drop;

@@ -270,10 +270,10 @@ TEST_F(WriteRequests, MalformedAppliesAreRefusedNamingTheItemAndField) {
             "file only");
   EXPECT_EQ(refusal(R"({"cmd":"remove_tunnel"})"),
             "remove_tunnel needs \"id\": a tunnel id (an integer 1..4294967295)");
-  EXPECT_EQ(refusal(std::string(R"({"cmd":"add_tunnel","if_generation":3,"tunnel":)") + kTunnel +
-                    "}"),
-            "if_generation 3 does not match the gateway's generation 0: it changed since it was "
-            "read (read tunnels again)");
+  EXPECT_EQ(
+      refusal(std::string(R"({"cmd":"add_tunnel","if_generation":3,"tunnel":)") + kTunnel + "}"),
+      "if_generation 3 does not match the gateway's generation 0: it changed since it was "
+      "read (read tunnels again)");
   EXPECT_EQ(engine_->generation(), 0u);
   EXPECT_EQ(engine_->control_io().applied, 0u);
   EXPECT_EQ(engine_->control_io().refused_writes, 13u);
@@ -285,7 +285,8 @@ TEST_F(WriteRequests, AddModifyRemoveOverTheProtocol) {
     EXPECT_FALSE(answer.as_object().contains("error")) << answer;
     return answer;
   };
-  auto added = ok(std::string(R"({"cmd":"add_tunnel","if_generation":0,"tunnel":)") + kTunnel + "}");
+  auto added =
+      ok(std::string(R"({"cmd":"add_tunnel","if_generation":0,"tunnel":)") + kTunnel + "}");
   EXPECT_EQ(boost::json::serialize(added),
             R"({"ok":true,"generation":1,"added":[1001],"modified":[],"removed":[]})");
   const auto tunnels = ok(R"({"cmd":"tunnels"})");

@@ -3,21 +3,20 @@
 // removed the new tunnel's traffic stops (no_route locally, unknown_tunnel from the WAN). In a
 // private network namespace (the TUN device needs CAP_NET_ADMIN); a plain socket stands in for
 // the peer gateway.
-#include <arpa/inet.h>
-#include <net/if.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include <boost/json.hpp>
 
@@ -42,8 +41,8 @@ void host_send(const char* ip, const std::string& text) {
   remote.sin_family = AF_INET;
   remote.sin_port = htons(9999);
   ::inet_pton(AF_INET, ip, &remote.sin_addr);
-  ASSERT_EQ(::sendto(host.get(), text.data(), text.size(), 0,
-                     reinterpret_cast<sockaddr*>(&remote), sizeof remote),
+  ASSERT_EQ(::sendto(host.get(), text.data(), text.size(), 0, reinterpret_cast<sockaddr*>(&remote),
+                     sizeof remote),
             static_cast<ssize_t>(text.size()));
 }
 
@@ -149,13 +148,15 @@ TEST(UringGatewayRuntime, TunnelAddedAndRemovedOverTheAdminSocket) {
     auto frames = frames_until(peer, "seven-1");
     ASSERT_FALSE(frames.empty());
     for (const auto& h : frames) EXPECT_EQ(h.tunnel_id, 7u);
-    const auto before = a.stats_when([](const auto& s) { return counter(s, {"drops", "no_route"}) >= 1; });
+    const auto before = a.stats_when([](const auto& s) {
+      return counter(s, {"drops", "no_route"}) >= 1;
+    });
     EXPECT_GE(counter(before, {"drops", "no_route"}), 1);
 
-    auto added = admin(admin_path,
-                       R"({"cmd":"apply","if_generation":0,"add":[{"id":8,"peer":"site-b",)"
-                       R"("owner":"agent:test","rate":"50mbit","slots":"50-99",)"
-                       R"("match":{"dst":["10.20.3.0/24"]}}]})");
+    auto added =
+        admin(admin_path, R"({"cmd":"apply","if_generation":0,"add":[{"id":8,"peer":"site-b",)"
+                          R"("owner":"agent:test","rate":"50mbit","slots":"50-99",)"
+                          R"("match":{"dst":["10.20.3.0/24"]}}]})");
     EXPECT_EQ(boost::json::serialize(added),
               R"({"ok":true,"generation":1,"added":[8],"modified":[],"removed":[]})");
 
