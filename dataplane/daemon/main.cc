@@ -12,18 +12,17 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
-#include <cstring>
-#include <memory>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <exception>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
-
 #include <variant>
 
 #include <CLI/CLI.hpp>
@@ -310,9 +309,10 @@ int main_impl(int argc, char** argv) {
   CLI::App* apply = app.add_subcommand(
       "apply", "change a running gateway's tunnels: JSON, @FILE or - (stdin), sent to --control");
   apply->fallthrough();
-  apply->add_option("request", apply_request,
-                    "{\"add\":[...],\"modify\":[...],\"remove\":[...]} (or any write request "
-                    "with its \"cmd\"), @FILE, or - for stdin")
+  apply
+      ->add_option("request", apply_request,
+                   "{\"add\":[...],\"modify\":[...],\"remove\":[...]} (or any write request "
+                   "with its \"cmd\"), @FILE, or - for stdin")
       ->required();
 
   try {
@@ -346,17 +346,16 @@ int main_impl(int argc, char** argv) {
   }
   if (*tunnels || *apply) {
     if (!run_settings.config_file.empty() || run_options) {
-      return usage_error(std::string(*tunnels ? "tunnels" : "apply") +
-                         " takes only --control" + (*tunnels ? " and --json" : " and the request"));
+      return usage_error(std::string(*tunnels ? "tunnels" : "apply") + " takes only --control" +
+                         (*tunnels ? " and --json" : " and the request"));
     }
     if (*tunnels) return command_tunnels(run_settings.control.value_or(""), tunnels_json);
     return command_apply(run_settings.control.value_or(""), apply_request);
   }
   if (run_settings.config_file.empty()) {
-    return usage_error(*run
-                           ? "run needs --config FILE"
-                           : "nothing to do: give --check-config FILE, run --config FILE, stats, "
-                             "tunnels or apply");
+    return usage_error(*run ? "run needs --config FILE"
+                            : "nothing to do: give --check-config FILE, run --config FILE, stats, "
+                              "tunnels or apply");
   }
   return command_run(run_settings);
 }

@@ -87,9 +87,10 @@ void parse_gateway_section(const ConfigNode& node, GatewayConfig* config) {
       bits = bits * 8 + static_cast<uint32_t>(c - '0');
     }
     if (!octal) {
-      mode->fail(fmt::format("'{}' is not an octal mode like 0600 (a leading 0, then up to three "
-                             "digits 0-7)",
-                             text));
+      mode->fail(
+          fmt::format("'{}' is not an octal mode like 0600 (a leading 0, then up to three "
+                      "digits 0-7)",
+                      text));
     }
     config->admin_mode = bits;
   }
@@ -441,7 +442,8 @@ common::Result<void> check_admin_socket(std::string_view path) {
         "must be a filesystem path starting with '/': an abstract socket has no file "
         "permissions, so anyone in the network namespace could change the gateway");
   }
-  if (path.empty() || path.front() != '/') return refuse("must be an absolute path starting with '/'");
+  if (path.empty() || path.front() != '/')
+    return refuse("must be an absolute path starting with '/'");
   if (path.size() > config_detail::kMaxUnixPathBytes) {
     return refuse(fmt::format("{} bytes: a unix socket path holds at most {}", path.size(),
                               config_detail::kMaxUnixPathBytes));

@@ -93,8 +93,8 @@ common::Result<std::unique_ptr<ControlServer>> ControlServer::start(
     if (auto ok = check_admin_socket(name); !ok) return std::unexpected(ok.error());
     if ((options.mode & ~07777u) != 0) {
       return common::make_error(common::ErrorCode::kInvalidArgument,
-                                "admin socket '" + name + "': mode " + std::to_string(options.mode) +
-                                    " has bits beyond 07777");
+                                "admin socket '" + name + "': mode " +
+                                    std::to_string(options.mode) + " has bits beyond 07777");
     }
   }
   auto address = make_address(name);
@@ -264,8 +264,8 @@ bool ControlServer::serve(Connection& connection, int64_t now_ns, const Responde
       // Its request was never read; take it off the socket (unparsed) so that closing does not
       // reset the connection before the client has read the refusal.
       char scratch[4096];
-      for (int i = 0; i < 64 && ::recv(connection.fd.get(), scratch, sizeof scratch, MSG_DONTWAIT) > 0;
-           ++i) {
+      for (int i = 0;
+           i < 64 && ::recv(connection.fd.get(), scratch, sizeof scratch, MSG_DONTWAIT) > 0; ++i) {
       }
     }
     return false;

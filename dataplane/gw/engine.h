@@ -68,15 +68,15 @@ struct LocalIo {
 // Counters of the control channel (dataplane/gw/control_server.h), kept here so that stats show
 // them; the control servers increment them.
 struct ControlIo {
-  uint64_t requests = 0;         // requests answered, both sockets
-  uint64_t refused_peers = 0;    // admin socket connections refused by uid (SO_PEERCRED)
-  uint64_t applied = 0;          // writes that changed the gateway
-  uint64_t refused_writes = 0;   // writes refused (bad request, stale generation, read-only socket)
+  uint64_t requests = 0;        // requests answered, both sockets
+  uint64_t refused_peers = 0;   // admin socket connections refused by uid (SO_PEERCRED)
+  uint64_t applied = 0;         // writes that changed the gateway
+  uint64_t refused_writes = 0;  // writes refused (bad request, stale generation, read-only socket)
 };
 
 // What a successful apply_st() did.
 struct ApplyResult {
-  uint64_t generation = 0;  // the gateway's generation after the change
+  uint64_t generation = 0;                         // the gateway's generation after the change
   std::vector<uint32_t> added, modified, removed;  // tunnel ids, request order
 };
 

@@ -103,8 +103,7 @@ class Playout {
   // A new bound, late action and max hold for packets pushed from now on; the packets held keep
   // their release times, the capacity stays. The values must pass validate() (with the
   // capacity): the caller checks first, so that a change of several things is all or nothing.
-  void set_release_policy(int64_t bound_ns, LateAction late_action,
-                          int64_t max_hold_ns) noexcept {
+  void set_release_policy(int64_t bound_ns, LateAction late_action, int64_t max_hold_ns) noexcept {
     config_.bound_ns = bound_ns;
     config_.late_action = late_action;
     config_.max_hold_ns = max_hold_ns;

@@ -99,9 +99,8 @@ common::Result<TxScheduler> TxScheduler::create(GateControlList gcl,
   return build(std::move(gcl), config, start_ns, start_ns);
 }
 
-common::Result<TxScheduler> TxScheduler::build(GateControlList gcl,
-                                               const TxSchedulerConfig& config, int64_t start_ns,
-                                               int64_t min_horizon_end_ns) {
+common::Result<TxScheduler> TxScheduler::build(GateControlList gcl, const TxSchedulerConfig& config,
+                                               int64_t start_ns, int64_t min_horizon_end_ns) {
   const GclConfig& list = gcl.config();
   const uint32_t max_frame = list.max_frame_bytes;
   std::vector<TunnelTxPolicy> policies(gcl.tunnel_count());
@@ -169,9 +168,8 @@ common::Result<TxScheduler> TxScheduler::build(GateControlList gcl,
                                   : std::max<int64_t>(1, gcl.slot_ns() / 8);
   uint32_t buckets = config.wheel_buckets;
   if (buckets == 0) {
-    const int64_t horizon =
-        std::max({4 * list.cycle_ns, longest_wait_ns + 2 * list.cycle_ns,
-                  min_horizon_end_ns - start_ns + 2 * granularity});
+    const int64_t horizon = std::max({4 * list.cycle_ns, longest_wait_ns + 2 * list.cycle_ns,
+                                      min_horizon_end_ns - start_ns + 2 * granularity});
     const int64_t needed = horizon / granularity + 1;
     if (needed > kMaxWheelBuckets) {
       return policy_error(fmt::format(

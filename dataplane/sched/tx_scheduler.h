@@ -248,7 +248,8 @@ class TxScheduler {
   // (when its bucket count is automatic).
   static common::Result<TxScheduler> build(GateControlList gcl, const TxSchedulerConfig& config,
                                            int64_t start_ns, int64_t min_horizon_end_ns);
-  // reconfigured()'s second half: moves the frames of `old` into this (tx_scheduler_reconfigure.cc).
+  // reconfigured()'s second half: moves the frames of `old` into this
+  // (tx_scheduler_reconfigure.cc).
   void take_frames(const TxScheduler& old, int64_t now_ns);
   void hand_back(const Entry& entry, OwnerIndex counted_owner, TxDrop reason, int64_t now_ns);
   common::Status schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t handle, uint32_t bytes,

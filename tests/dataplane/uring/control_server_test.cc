@@ -329,8 +329,9 @@ TEST_F(ControlRequests, OverTheSocketFromTheEngine) {
   }
   auto result = answer.get();
   ASSERT_TRUE(result) << result.error().message;
-  EXPECT_EQ(*result,
-            R"json({"error":"unknown cmd \"nope\" (use stats, prometheus, config, tunnels, apply, add_tunnel, modify_tunnel or remove_tunnel)"})json");
+  EXPECT_EQ(
+      *result,
+      R"json({"error":"unknown cmd \"nope\" (use stats, prometheus, config, tunnels, apply, add_tunnel, modify_tunnel or remove_tunnel)"})json");
 }
 
 }  // namespace

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -235,8 +235,8 @@ TEST_F(DetwanGw, TunnelsAndApplyOnAGatewayStartedWithoutTunnels) {
   text = text.substr(0, text.find("tunnels:"));  // no tunnels at all
   const std::string path = write("empty.yaml", text);
   const std::string admin = (directory_ / "admin.sock").string();
-  Process gateway({"run", "--config", path, "--control", name, "--admin-socket", admin,
-                   "--log-level", "warn"});
+  Process gateway(
+      {"run", "--config", path, "--control", name, "--admin-socket", admin, "--log-level", "warn"});
   std::optional<std::string> ready;
   for (int i = 0; i < 2000 && !ready; ++i) {
     auto answer = gw::control_request(admin, R"({"cmd":"tunnels"})", 1000);

@@ -35,9 +35,9 @@
 namespace detwan::dataplane::uring {
 namespace {
 
+using testing::counter;
 using testing::loopback;
 using testing::loopback6;
-using testing::counter;
 using testing::Site;
 using testing::tai_now_ns;
 using testing::TestSocket;
