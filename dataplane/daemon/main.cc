@@ -1,18 +1,29 @@
 // detwan-gw: the dataplane gateway at a site's WAN edge (docs/gateway.md).
 //
 //   detwan-gw --check-config FILE                 validate, print the effective configuration
-//   detwan-gw run --config FILE [--control NAME] [--log-level L] [--timing low-cpu|busy] [--cpu N]
+//   detwan-gw run --config FILE [--control NAME] [--admin-socket PATH] [--log-level L]
+//                 [--timing low-cpu|busy] [--cpu N]
 //   detwan-gw --config FILE [...]                 the same as run
 //   detwan-gw stats [--control NAME] [--json | --prometheus]
+//   detwan-gw tunnels [--control NAME] [--json]   the tunnels in force, generation, boot id
+//   detwan-gw apply [--control PATH] (JSON | @FILE | -)   a write on the admin socket
 //
 // Exit status (docs/errors.md): 0 success, 1 runtime failure, 2 bad configuration or command line.
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <exception>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <variant>
 
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
@@ -21,6 +32,7 @@
 #include "common/status.h"
 #include "dataplane/daemon/backends.h"
 #include "dataplane/daemon/stats_table.h"
+#include "dataplane/daemon/tunnels_table.h"
 #include "dataplane/gw/config.h"
 #include "dataplane/gw/control_server.h"
 #include "dataplane/gw/engine.h"
@@ -33,6 +45,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kStatsTimeoutMs = 5000;
+constexpr int kApplyTimeoutMs = 10000;
 
 // Set by SIGINT/SIGTERM; the datapath loop checks it at least every 10 ms. A lock-free atomic
 // store is async-signal-safe.
@@ -74,6 +87,7 @@ int64_t tai_now_ns() {
 struct RunSettings {
   std::string config_file;
   std::optional<std::string> control;
+  std::optional<std::string> admin_socket;
   std::string log_level = "info";
   std::optional<std::string> timing;
   std::optional<int> cpu;
@@ -97,6 +111,13 @@ int command_run(const RunSettings& settings) {
   if (!loaded) return fail(loaded.error(), kExitBadInput);
   gw::GatewayConfig config = std::move(*loaded);
   if (settings.control) config.control_socket = *settings.control;
+  if (settings.admin_socket) {
+    if (auto ok = gw::check_admin_socket(*settings.admin_socket); !ok) {
+      return fail(common::Error{ok.error().code, "--admin-socket: " + ok.error().message},
+                  kExitBadInput);
+    }
+    config.admin_socket = *settings.admin_socket;
+  }
   if (settings.timing) {
     config.timing = *settings.timing == "busy" ? gw::TimingMode::kBusy : gw::TimingMode::kLowCpu;
   }
@@ -108,14 +129,32 @@ int command_run(const RunSettings& settings) {
 
   auto engine = gw::Engine::create(config, tai_now_ns());
   if (!engine) return fail(engine.error(), exit_code_for(engine.error()));
-  auto control = gw::ControlServer::start(config.control_socket);
+  gw::ControlServerOptions read_only;
+  read_only.admin_socket_hint = config.admin_socket;
+  auto control = gw::ControlServer::start(config.control_socket, read_only);
   if (!control) return fail(control.error(), exit_code_for(control.error()));
   log->info("control socket {} (detwan-gw stats --control {})", (*control)->name(),
             (*control)->name());
+  std::unique_ptr<gw::ControlServer> admin;
+  if (!config.admin_socket.empty()) {
+    gw::ControlServerOptions options;
+    options.admin = true;
+    options.mode = config.admin_mode;
+    options.allowed_uids = config.admin_uids;
+    options.max_request_bytes = gw::ControlServer::kMaxAdminRequestBytes;
+    auto started = gw::ControlServer::start(config.admin_socket, options);
+    if (!started) return fail(started.error(), exit_code_for(started.error()));
+    admin = std::move(*started);
+    log->info("admin socket {} (mode 0{:o}; detwan-gw apply --control {} ...)", admin->name(),
+              config.admin_mode, admin->name());
+  } else {
+    log->info("no admin socket (gateway.admin_socket): tunnels cannot change at run time");
+  }
 
-  gw::RunContext context{**engine, config, control->get(), stop_requested};
+  gw::RunContext context{**engine, config, control->get(), stop_requested, admin.get()};
   auto outcome = run_backend(context);
   control->reset();
+  admin.reset();
   if (!outcome) {
     log->error("{}", outcome.error().message);
     return fail(outcome.error(), exit_code_for(outcome.error()));
@@ -152,6 +191,85 @@ int command_stats(const std::string& control, bool json, bool prometheus) {
   return kExitOk;
 }
 
+// Asks the gateway; the parsed answer, or the exit status when there is none to show.
+std::variant<boost::json::value, int> ask(const std::string& control, const std::string& request,
+                                          int timeout_ms) {
+  auto answer = gw::control_request(control, request, timeout_ms);
+  if (!answer) return fail(answer.error(), kExitFailure);
+  boost::json::error_code parse_error;
+  boost::json::value parsed = boost::json::parse(*answer, parse_error);
+  if (parse_error || !parsed.is_object()) {
+    std::fprintf(stderr, "detwan-gw: malformed answer from %s: %s\n",
+                 gw::control_socket_name(control).c_str(), answer->c_str());
+    return kExitFailure;
+  }
+  return parsed;
+}
+
+std::string error_of(const boost::json::value& answer) {
+  const auto* error = answer.as_object().if_contains("error");
+  if (error == nullptr) return "";
+  return error->is_string() ? std::string(error->as_string()) : boost::json::serialize(*error);
+}
+
+int command_tunnels(const std::string& control, bool json) {
+  auto answer = ask(control, R"({"cmd":"tunnels"})", kStatsTimeoutMs);
+  if (const int* status = std::get_if<int>(&answer)) return *status;
+  const auto& value = std::get<boost::json::value>(answer);
+  if (const std::string error = error_of(value); !error.empty()) {
+    std::fprintf(stderr, "detwan-gw: the gateway refused: %s\n", error.c_str());
+    return kExitFailure;
+  }
+  if (json) {
+    std::printf("%s\n", boost::json::serialize(value).c_str());
+  } else {
+    std::fputs(format_tunnels_table(value).c_str(), stdout);
+  }
+  return kExitOk;
+}
+
+// JSON | @FILE | - : the request text.
+std::optional<std::string> read_request(const std::string& argument) {
+  if (argument == "-") {
+    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  if (!argument.empty() && argument.front() == '@') {
+    std::ifstream file(argument.substr(1), std::ios::binary);
+    if (!file) {
+      std::fprintf(stderr, "detwan-gw: %s: cannot open: %s\n", argument.substr(1).c_str(),
+                   std::strerror(errno));
+      return std::nullopt;
+    }
+    std::ostringstream text;
+    text << file.rdbuf();
+    return text.str();
+  }
+  return argument;
+}
+
+int command_apply(const std::string& control, const std::string& argument) {
+  const auto text = read_request(argument);
+  if (!text) return kExitBadInput;
+  boost::json::error_code parse_error;
+  boost::json::value request = boost::json::parse(*text, parse_error);
+  if (parse_error || !request.is_object()) {
+    std::fprintf(stderr, "detwan-gw: the request must be one JSON object (%s)\n",
+                 parse_error ? parse_error.message().c_str() : "got something else");
+    return kExitBadInput;
+  }
+  // The body of an apply without "cmd" is an apply.
+  if (!request.as_object().contains("cmd")) request.as_object()["cmd"] = "apply";
+  auto answer = ask(control, boost::json::serialize(request), kApplyTimeoutMs);
+  if (const int* status = std::get_if<int>(&answer)) return *status;
+  const auto& value = std::get<boost::json::value>(answer);
+  std::printf("%s\n", boost::json::serialize(value).c_str());
+  if (const std::string error = error_of(value); !error.empty()) {
+    std::fprintf(stderr, "detwan-gw: the gateway refused: %s\n", error.c_str());
+    return kExitBadInput;
+  }
+  return kExitOk;
+}
+
 int main_impl(int argc, char** argv) {
   CLI::App app{"detwan-gw: the detwan dataplane gateway (docs/gateway.md)"};
   app.require_subcommand(0, 1);
@@ -164,7 +282,10 @@ int main_impl(int argc, char** argv) {
   // subcommands fall through to them.
   app.add_option("--config", run_settings.config_file, "gateway configuration (YAML)");
   app.add_option("--control", run_settings.control,
-                 "control socket: a path or @name (default @detwan-gw, or the config's)");
+                 "control socket: a path or @name (default @detwan-gw, or the config's); "
+                 "for apply, the admin socket's path");
+  app.add_option("--admin-socket", run_settings.admin_socket,
+                 "admin socket (a filesystem path), overriding gateway.admin_socket");
   app.add_option("--log-level", run_settings.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   app.add_option("--timing", run_settings.timing, "low-cpu (default) or busy")
@@ -180,6 +301,19 @@ int main_impl(int argc, char** argv) {
   stats->fallthrough();
   CLI::Option* json_flag = stats->add_flag("--json", json, "print the raw JSON");
   stats->add_flag("--prometheus", prometheus, "print Prometheus text format")->excludes(json_flag);
+  bool tunnels_json = false;
+  CLI::App* tunnels = app.add_subcommand("tunnels", "the tunnels of a running gateway");
+  tunnels->fallthrough();
+  tunnels->add_flag("--json", tunnels_json, "print the raw JSON");
+  std::string apply_request;
+  CLI::App* apply = app.add_subcommand(
+      "apply", "change a running gateway's tunnels: JSON, @FILE or - (stdin), sent to --control");
+  apply->fallthrough();
+  apply
+      ->add_option("request", apply_request,
+                   "{\"add\":[...],\"modify\":[...],\"remove\":[...]} (or any write request "
+                   "with its \"cmd\"), @FILE, or - for stdin")
+      ->required();
 
   try {
     app.parse(argc, argv);
@@ -197,9 +331,9 @@ int main_impl(int argc, char** argv) {
     return kExitBadInput;
   };
   const bool run_options = app.count("--log-level") > 0 || run_settings.timing.has_value() ||
-                           run_settings.cpu.has_value();
+                           run_settings.cpu.has_value() || run_settings.admin_socket.has_value();
   if (!check_file.empty()) {
-    if (*run || *stats || !run_settings.config_file.empty() || run_options) {
+    if (*run || *stats || *tunnels || *apply || !run_settings.config_file.empty() || run_options) {
       return usage_error("--check-config takes no other command or option");
     }
     return command_check_config(check_file);
@@ -210,10 +344,18 @@ int main_impl(int argc, char** argv) {
     }
     return command_stats(run_settings.control.value_or(""), json, prometheus);
   }
+  if (*tunnels || *apply) {
+    if (!run_settings.config_file.empty() || run_options) {
+      return usage_error(std::string(*tunnels ? "tunnels" : "apply") + " takes only --control" +
+                         (*tunnels ? " and --json" : " and the request"));
+    }
+    if (*tunnels) return command_tunnels(run_settings.control.value_or(""), tunnels_json);
+    return command_apply(run_settings.control.value_or(""), apply_request);
+  }
   if (run_settings.config_file.empty()) {
-    return usage_error(*run
-                           ? "run needs --config FILE"
-                           : "nothing to do: give --check-config FILE, run --config FILE or stats");
+    return usage_error(*run ? "run needs --config FILE"
+                            : "nothing to do: give --check-config FILE, run --config FILE, stats, "
+                              "tunnels or apply");
   }
   return command_run(run_settings);
 }

@@ -193,7 +193,7 @@ struct LoopArgs {
 
 int loop_on_lcore(void* arg) {
   auto* args = static_cast<LoopArgs*>(arg);
-  args->gateway->run_st(args->context->stop, args->context->control);
+  args->gateway->run_st(args->context->stop, args->context->control, args->context->admin);
   return 0;
 }
 
@@ -226,7 +226,7 @@ common::Result<void> run(gw::RunContext& context) {
     if (lcore < 0 || static_cast<unsigned>(lcore) == main_lcore) {
       log->info("datapath on the calling thread (main lcore {}), {}", main_lcore,
                 config.timing == gw::TimingMode::kBusy ? "busy polling" : "low-cpu idle sleeps");
-      (*gateway)->run_st(context.stop, context.control);
+      (*gateway)->run_st(context.stop, context.control, context.admin);
     } else if (!rte_lcore_is_enabled(static_cast<unsigned>(lcore))) {
       outcome = common::make_error(
           common::ErrorCode::kConfig,

@@ -94,10 +94,11 @@ class Gateway {
   // number of packets it handled (0 = idle). Never blocks.
   uint32_t poll_once_st(int64_t now_ns) noexcept;
 
-  // The busy loop: poll_once_st() with the TSC converted to TAI, control->poll_st() every
-  // control_poll_interval_ns, until `stop`. Drains nothing after stop: frames still queued in
-  // the engine are freed with the gateway.
-  void run_st(std::atomic<bool>& stop, gw::ControlServer* control);
+  // The busy loop: poll_once_st() with the TSC converted to TAI, control->poll_st() and
+  // admin->poll_st() (either may be nullptr) every control_poll_interval_ns, until `stop`.
+  // Drains nothing after stop: frames still queued in the engine are freed with the gateway.
+  void run_st(std::atomic<bool>& stop, gw::ControlServer* control,
+              gw::ControlServer* admin = nullptr);
 
   [[nodiscard]] BackendCounters counters() const noexcept;
   // {"wan_ports":[{"name":..,"device":..,"port_id":..,"rx_packets":..,...,
@@ -105,8 +106,9 @@ class Gateway {
   [[nodiscard]] std::string counters_json() const;
   [[nodiscard]] uint16_t wan_port_id(uint32_t port_index) const noexcept;
   [[nodiscard]] rte_mempool* pool() const noexcept;
-  // UDP port the service socket of tunnel_index is bound to (0 if it has none); for tests
-  // that bind to port 0.
+  // UDP port the service socket of tunnel_index is bound to (0 if it has none, or the tunnel was
+  // added at run time: service sockets exist only for the file's tunnels); for tests that bind
+  // to port 0.
   [[nodiscard]] uint16_t service_port(uint32_t tunnel_index) const noexcept;
 
   struct Impl;

@@ -226,7 +226,8 @@ class TscTaiClock {
 
 }  // namespace
 
-void Gateway::run_st(std::atomic<bool>& stop, gw::ControlServer* control) {
+void Gateway::run_st(std::atomic<bool>& stop, gw::ControlServer* control,
+                     gw::ControlServer* admin) {
   Impl& impl = *impl_;
   const TscTaiClock clock;
   const bool low_cpu = impl.config.timing == gw::TimingMode::kLowCpu;
@@ -239,8 +240,12 @@ void Gateway::run_st(std::atomic<bool>& stop, gw::ControlServer* control) {
     if (work != 0) last_work_ns = now_ns;
     // The control socket is not watched by a descriptor here: poll it every interval, and
     // every iteration while a connection is open (its answer is being written).
-    if (control != nullptr && (now_ns >= next_control_ns || control->has_connections())) {
-      control->poll_st(impl.engine, now_ns);
+    const bool connected = (control != nullptr && control->has_connections()) ||
+                           (admin != nullptr && admin->has_connections());
+    if ((control != nullptr || admin != nullptr) && (now_ns >= next_control_ns || connected)) {
+      // A write on the admin socket may change the engine's tunnels here, between polls.
+      if (control != nullptr) control->poll_st(impl.engine, now_ns);
+      if (admin != nullptr) admin->poll_st(impl.engine, now_ns);
       next_control_ns = now_ns + impl.options.control_poll_interval_ns;
     }
     if (low_cpu && work == 0) {

@@ -32,7 +32,9 @@ struct LocalSide {
   std::optional<gw::TunDevice> tun;
   std::unique_ptr<EthPort> port;
   MacAddress peer_mac;
-  std::vector<ServiceSocket> service;  // per tunnel index; fd invalid if it has no listener
+  // Per engine tunnel index as of open(); fd invalid if it has no listener. Tunnels added at
+  // run time lie beyond it (or reuse an index without one): look up in bounds.
+  std::vector<ServiceSocket> service;
   common::UniqueFd sender_v4, sender_v6;  // for tunnels that deliver but do not listen
   rte_mbuf* spare = nullptr;  // kept between polls so an empty read costs no pool round trip
 };

@@ -55,14 +55,16 @@ enum class RouteKind : uint8_t {
 
 struct Route {
   RouteKind kind = RouteKind::kNoRoute;
-  uint32_t tunnel_index = UINT32_MAX;  // index into GatewayConfig::tunnels (not kNoRoute)
+  uint32_t tunnel_index = UINT32_MAX;  // the tunnel's index given to create() (not kNoRoute)
 };
 
 class Classifier {
  public:
   // Setup: one rule per (tunnel, prefix). Errors (kConfig) name the tunnel: a prefix length
-  // above 32/128, an empty port range (first > last).
-  static common::Result<Classifier> create(const std::vector<TunnelConfig>& tunnels);
+  // above 32/128, an empty port range (first > last). A route names tunnels[i] by indices[i]
+  // (the engine's tunnel index), or by i when indices is empty.
+  static common::Result<Classifier> create(const std::vector<TunnelConfig>& tunnels,
+                                           std::span<const uint32_t> indices = {});
 
   [[nodiscard]] Route classify(const IpInfo& ip) const noexcept;
   [[nodiscard]] std::size_t rule_count() const noexcept { return rules_.size(); }

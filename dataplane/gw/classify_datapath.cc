@@ -69,7 +69,12 @@ bool parse_ip(std::span<const std::byte> packet, IpInfo* out) noexcept {
   }
 }
 
-common::Result<Classifier> Classifier::create(const std::vector<TunnelConfig>& tunnels) {
+common::Result<Classifier> Classifier::create(const std::vector<TunnelConfig>& tunnels,
+                                              std::span<const uint32_t> indices) {
+  if (!indices.empty() && indices.size() != tunnels.size()) {
+    return common::make_error(common::ErrorCode::kInternal,
+                              "classifier: one index per tunnel expected");
+  }
   Classifier c;
   for (uint32_t t = 0; t < tunnels.size(); ++t) {
     const TunnelConfig& tunnel = tunnels[t];
@@ -100,7 +105,7 @@ common::Result<Classifier> Classifier::create(const std::vector<TunnelConfig>& t
       for (std::size_t i = 0; i < 16; ++i) {
         rule.address[i] = static_cast<uint8_t>(prefix.address[i] & rule.mask[i]);
       }
-      rule.tunnel_index = t;
+      rule.tunnel_index = indices.empty() ? t : indices[t];
       rule.first_range = first_range;
       rule.range_count = static_cast<uint32_t>(tunnel.udp_ports.size());
       c.rules_.push_back(rule);

@@ -51,7 +51,8 @@ uint32_t u32_field(const ConfigNode& map, std::string_view key, uint32_t fallbac
 }
 
 void parse_gateway_section(const ConfigNode& node, GatewayConfig* config) {
-  node.check_keys({"name", "backend", "timing", "cpu", "control_socket", "buffers", "batch"});
+  node.check_keys({"name", "backend", "timing", "cpu", "control_socket", "admin_socket",
+                   "admin_mode", "admin_uids", "buffers", "batch"});
   config->name = name_value(node.child("name"));
   config->backend = choice(node, "backend", Backend::kUring,
                            {{"uring", Backend::kUring}, {"dpdk", Backend::kDpdk}});
@@ -67,6 +68,40 @@ void parse_gateway_section(const ConfigNode& node, GatewayConfig* config) {
                                kMaxUnixPathBytes));
     }
     if (text.find('\0') != std::string::npos) socket->fail("contains a NUL byte");
+  }
+  if (const auto admin = node.maybe_child("admin_socket")) {
+    config->admin_socket = admin->as_string();
+    if (!config->admin_socket.empty()) {  // "" = none
+      if (auto ok = check_admin_socket(config->admin_socket); !ok) {
+        admin->fail(ok.error().message);
+      }
+    }
+  }
+  if (const auto mode = node.maybe_child("admin_mode")) {
+    // Octal digits with a leading 0, as chmod takes them; YAML would read 0600 as a number.
+    const std::string text = mode->as_string();
+    bool octal = text.size() >= 2 && text.size() <= 4 && text.front() == '0';
+    uint32_t bits = 0;
+    for (const char c : text) {
+      octal = octal && c >= '0' && c <= '7';
+      bits = bits * 8 + static_cast<uint32_t>(c - '0');
+    }
+    if (!octal) {
+      mode->fail(
+          fmt::format("'{}' is not an octal mode like 0600 (a leading 0, then up to three "
+                      "digits 0-7)",
+                      text));
+    }
+    config->admin_mode = bits;
+  }
+  if (const auto uids = node.maybe_child("admin_uids")) {
+    for (const ConfigNode& item : uids->items()) {
+      const auto uid = static_cast<uint32_t>(item.as_int(0, UINT32_MAX - 1));
+      for (const uint32_t seen : config->admin_uids) {
+        if (seen == uid) item.fail(fmt::format("uid {} is listed twice", uid));
+      }
+      config->admin_uids.push_back(uid);
+    }
   }
   config->buffer_count = u32_field(node, "buffers", 8192, 64, 1 << 20);
   config->batch = u32_field(node, "batch", 32, 1, 1024);
@@ -217,7 +252,61 @@ void FieldLocator::record(const YAML::Node& node, const std::string& path, int k
   }
 }
 
+FieldLocator FieldLocator::for_request(std::vector<std::string> where,
+                                       std::vector<std::string> text) {
+  FieldLocator locator("<request>");
+  locator.request_ = true;
+  locator.request_where_ = std::move(where);
+  locator.request_text_ = std::move(text);
+  return locator;
+}
+
+namespace {
+
+// "tunnels[12]..." at `at`: the index and the length of "tunnels[12]"; false if not there.
+bool tunnel_path_at(std::string_view text, size_t at, size_t* index, size_t* length) {
+  constexpr std::string_view kHead = "tunnels[";
+  if (text.substr(at, kHead.size()) != kHead) return false;
+  size_t i = at + kHead.size();
+  size_t value = 0;
+  const size_t digits_start = i;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9' && i - digits_start < 9) {
+    value = value * 10 + static_cast<size_t>(text[i] - '0');
+    ++i;
+  }
+  if (i == digits_start || i >= text.size() || text[i] != ']') return false;
+  *index = value;
+  *length = i + 1 - at;
+  return true;
+}
+
+}  // namespace
+
+std::string FieldLocator::rewrite(std::string_view message) const {
+  std::string out;
+  for (size_t i = 0; i < message.size();) {
+    size_t index = 0, length = 0;
+    if (tunnel_path_at(message, i, &index, &length) && index < request_text_.size()) {
+      out += request_text_[index];
+      i += length;
+    } else {
+      out += message[i++];
+    }
+  }
+  return out;
+}
+
 std::string FieldLocator::where(std::string_view path) const {
+  if (request_) {
+    size_t index = 0, length = 0;
+    if (tunnel_path_at(path, 0, &index, &length) && index < request_where_.size()) {
+      std::string_view rest = path.substr(length);
+      if (!rest.empty() && rest.front() == '.') rest.remove_prefix(1);
+      return rest.empty() ? request_where_[index]
+                          : fmt::format("{}: field '{}'", request_where_[index], rest);
+    }
+    return fmt::format("field '{}'", rewrite(path));
+  }
   std::string_view probe = path;
   while (true) {
     const auto found = positions_.find(probe);
@@ -233,8 +322,9 @@ std::string FieldLocator::where(std::string_view path) const {
 }
 
 void FieldLocator::fail(std::string_view path, std::string_view message) const {
-  throw common::Failure(
-      common::Error{common::ErrorCode::kConfig, fmt::format("{}: {}", where(path), message)});
+  throw common::Failure(common::Error{
+      common::ErrorCode::kConfig,
+      fmt::format("{}: {}", where(path), request_ ? rewrite(message) : std::string(message))});
 }
 
 // ---- field readers ----
@@ -341,6 +431,26 @@ common::Result<GatewayConfig> load(const std::function<common::ConfigNode()>& re
 }
 
 }  // namespace
+
+common::Result<void> check_admin_socket(std::string_view path) {
+  const auto refuse = [&](std::string_view why) {
+    return common::make_error(common::ErrorCode::kInvalidArgument,
+                              fmt::format("admin socket '{}': {}", path, why));
+  };
+  if (!path.empty() && path.front() == '@') {
+    return refuse(
+        "must be a filesystem path starting with '/': an abstract socket has no file "
+        "permissions, so anyone in the network namespace could change the gateway");
+  }
+  if (path.empty() || path.front() != '/')
+    return refuse("must be an absolute path starting with '/'");
+  if (path.size() > config_detail::kMaxUnixPathBytes) {
+    return refuse(fmt::format("{} bytes: a unix socket path holds at most {}", path.size(),
+                              config_detail::kMaxUnixPathBytes));
+  }
+  if (path.find('\0') != std::string_view::npos) return refuse("contains a NUL byte");
+  return {};
+}
 
 common::Result<GatewayConfig> load_gateway_config(const std::string& path) {
   return load([&] { return common::ConfigNode::load_file(path); });

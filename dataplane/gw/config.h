@@ -95,6 +95,9 @@ struct PeerConfig {
 struct TunnelConfig {
   uint32_t id = 0;             // 1 .. 2^32-1, unique in the gateway, the same at both ends
   std::string peer;            // PeerConfig name
+  // Free label of whoever manages the tunnel (a control agent writes "agent:NAME"), at most
+  // kMaxOwnerBytes, no control characters; "" = none. Not used by the datapath.
+  std::string owner;
   uint64_t rate_bps = 0;       // reserved rate (policer rate)
   std::vector<uint32_t> slots; // owned slots on the peer's WAN port
   uint64_t burst_bytes = 0;    // policer depth; 0 = auto (sched::TunnelTxPolicy)
@@ -147,6 +150,13 @@ struct GatewayConfig {
   // Unix socket of the control channel: a path, or "@name" for an abstract socket (per network
   // namespace). "" = "@detwan-gw", so `detwan-gw stats` run in the gateway's namespace finds it.
   std::string control_socket;
+  // Admin socket: a filesystem path (never abstract: a path has permissions) serving reads and
+  // the writes (apply, ...) of the control channel; "" = none, the gateway cannot be changed at
+  // run time. The file gets admin_mode right after bind; a peer whose uid is not 0, not the
+  // gateway's euid and not in admin_uids is refused (SO_PEERCRED).
+  std::string admin_socket;
+  uint32_t admin_mode = 0600;
+  std::vector<uint32_t> admin_uids;
   uint32_t buffer_count = 8192;       // packet buffers of the uring backend
   uint32_t batch = 32;                // rx/tx burst size
   TunConfig tun;
@@ -157,6 +167,8 @@ struct GatewayConfig {
   // Compares every field, `source` included (a round-trip test copies it first).
   friend bool operator==(const GatewayConfig&, const GatewayConfig&) = default;
 };
+
+inline constexpr std::size_t kMaxOwnerBytes = 64;
 
 common::Result<GatewayConfig> load_gateway_config(const std::string& path);
 common::Result<GatewayConfig> load_gateway_config_string(const std::string& yaml,
@@ -184,9 +196,41 @@ uint32_t max_tunnel_payload_bytes(const WanPortConfig& port) noexcept;
 // Lookup by name; nullptr if there is none.
 const WanPortConfig* find_wan_port(const GatewayConfig& config, std::string_view name) noexcept;
 const PeerConfig* find_peer(const GatewayConfig& config, std::string_view name) noexcept;
+// Refuses an admin socket name that is not an absolute filesystem path (kInvalidArgument): "",
+// "@abstract", relative, too long or with a NUL. For the config loader and --admin-socket.
+common::Result<void> check_admin_socket(std::string_view path);
+// The transmit policy of one tunnel: what the validator checks and the engine runs (one
+// builder, so they cannot drift).
+sched::TunnelTxPolicy tunnel_tx_policy(const TunnelConfig& tunnel) noexcept;
+// The port's transmit scheduler configuration: capacity and the policy of every tunnel whose
+// peer is reached through the port (port_gcl_config's tunnels, same order).
+sched::TxSchedulerConfig port_tx_config(const GatewayConfig& config, const WanPortConfig& port);
 // The port's gate control list configuration: cycle, slots, guard, base time, line rate,
 // max_frame_bytes(port), and every tunnel whose peer is reached through the port (config
 // order; reserved rate = the tunnel's rate). Input of sched::GateControlList::create().
 sched::GclConfig port_gcl_config(const GatewayConfig& config, const WanPortConfig& port);
+
+// ---- Run-time tunnel changes (the control channel's apply; docs/gateway.md) ----
+// One apply request: tunnels to add, to modify (each replaces the whole definition of the
+// tunnel with its id) and ids to remove. Items are in the vocabulary of a `tunnels:` entry.
+struct TunnelChanges {
+  std::vector<TunnelConfig> add;
+  std::vector<TunnelConfig> modify;
+  std::vector<uint32_t> remove;
+};
+// Parses one request item, a JSON object (text), with the file's tunnel parser: the object
+// becomes the YAML map it spells (strings, numbers and booleans as scalars). Errors (kConfig)
+// start with `label`: "add[0] (tunnel 1001): field 'slots': ...".
+common::Result<TunnelConfig> parse_tunnel_item(std::string_view json_object,
+                                               const std::string& label);
+// The configuration after `changes`, checked with exactly the file's rules (validate()), plus
+// the rules of a run-time change: ids once per request, modify/remove only existing ids, add
+// only new ones, no service port added, peer/replay_window/playout_capacity/service unchanged
+// by modify. Errors (kConfig) name the request item and the field:
+// "add[0] (tunnel 1001): field 'slots': slot 120 out of range [0, 100) of WAN port 'ab1'".
+// `current` is not changed. Removed tunnels leave the list; modified ones keep their place;
+// added ones are appended in request order.
+common::Result<GatewayConfig> apply_tunnel_changes(const GatewayConfig& current,
+                                                   const TunnelChanges& changes);
 
 }  // namespace detwan::dataplane::gw

@@ -154,6 +154,7 @@ std::string tunnel_derived(const GatewayConfig& config, const TunnelConfig& tunn
 void describe_tunnel(std::string* out, const GatewayConfig& config, const TunnelConfig& tunnel) {
   *out += fmt::format("  - id: {}\n", tunnel.id);
   *out += fmt::format("    peer: {}\n", quoted(tunnel.peer));
+  *out += fmt::format("    owner: {}\n", quoted(tunnel.owner));
   *out += fmt::format("    rate: {}\n", format_rate_bps(tunnel.rate_bps));
   *out += fmt::format("    slots: {}\n", quoted(sched::format_slot_list(tunnel.slots)));
   *out += fmt::format("    burst: {}\n", tunnel.burst_bytes == 0
@@ -208,6 +209,14 @@ std::string describe(const GatewayConfig& config) {
   out += fmt::format("  cpu: {}{}\n", config.cpu, config.cpu < 0 ? "  # no pinning" : "");
   out += fmt::format("  control_socket: {}{}\n", quoted(config.control_socket),
                      config.control_socket.empty() ? "  # = @detwan-gw" : "");
+  out += fmt::format("  admin_socket: {}{}\n", quoted(config.admin_socket),
+                     config.admin_socket.empty() ? "  # none: no run-time changes" : "");
+  out += fmt::format("  admin_mode: 0{:o}\n", config.admin_mode);
+  out += "  admin_uids: [";
+  for (size_t i = 0; i < config.admin_uids.size(); ++i) {
+    out += fmt::format("{}{}", i == 0 ? "" : ", ", config.admin_uids[i]);
+  }
+  out += "]  # besides 0 and the gateway's own uid\n";
   out += fmt::format("  buffers: {}\n", config.buffer_count);
   out += fmt::format("  batch: {}\n", config.batch);
   out += "tun:\n";

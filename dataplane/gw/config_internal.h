@@ -46,6 +46,10 @@ class FieldLocator {
   explicit FieldLocator(std::string file) : file_(std::move(file)) {}
   // Records every node under `root` (the document).
   static FieldLocator from_document(const common::ConfigNode& root);
+  // For a configuration built from a run-time request (no document): tunnels[i] is called
+  // `where[i]` in the location ("add[0] (tunnel 1001): field 'slots'") and `text[i]` where a
+  // message names it ("... tunnel 7 (tunnels[0]) ..." -> "... tunnel 7 (add[0]) ...").
+  static FieldLocator for_request(std::vector<std::string> where, std::vector<std::string> text);
 
   // "file:line:col: field 'path'" with the position of `path`, or of its nearest recorded
   // ancestor when the field was not written (a default): the map that should have held it.
@@ -56,8 +60,13 @@ class FieldLocator {
  private:
   void record(const YAML::Node& node, const std::string& path, int key_line, int key_column);
 
+  // Message text with every "tunnels[i]" replaced by request_text_[i] (request mode).
+  [[nodiscard]] std::string rewrite(std::string_view message) const;
+
   std::string file_;
   std::map<std::string, std::pair<int, int>, std::less<>> positions_;
+  bool request_ = false;
+  std::vector<std::string> request_where_, request_text_;
 };
 
 // Field readers (config.cc). Each fails at the node with a message naming the rule.

@@ -54,6 +54,29 @@ sched::GclConfig port_gcl_config(const GatewayConfig& config, const WanPortConfi
   return gcl;
 }
 
+sched::TunnelTxPolicy tunnel_tx_policy(const TunnelConfig& tunnel) noexcept {
+  sched::TunnelTxPolicy policy;
+  policy.tunnel_id = tunnel.id;
+  policy.burst_bytes = tunnel.burst_bytes;
+  policy.over_rate = tunnel.over_rate;
+  policy.shaper_rate_bps = tunnel.shaper_rate_bps;
+  policy.queue_frames = tunnel.queue_frames;
+  policy.max_wait_ns = tunnel.max_wait_ns == 0 ? sched::kNoMaxWait : tunnel.max_wait_ns;
+  policy.missed_slot = tunnel.missed_slot;
+  return policy;
+}
+
+sched::TxSchedulerConfig port_tx_config(const GatewayConfig& config, const WanPortConfig& port) {
+  sched::TxSchedulerConfig tx;
+  tx.capacity_frames = port.capacity_frames;
+  for (const TunnelConfig& tunnel : config.tunnels) {
+    const PeerConfig* peer = find_peer(config, tunnel.peer);
+    if (peer == nullptr || peer->wan_port != port.name) continue;
+    tx.tunnels.push_back(tunnel_tx_policy(tunnel));
+  }
+  return tx;
+}
+
 namespace config_detail {
 namespace {
 
@@ -204,19 +227,11 @@ void validate_port_schedule(const GatewayConfig& config, size_t port_index,
     fail_mapped(config, members, at, whole.error().message, ".slots",
                 fmt::format("wan_ports[{}]", port_index));
   }
-  sched::TxSchedulerConfig tx;
+  sched::TxSchedulerConfig tx = port_tx_config(config, port);
   tx.capacity_frames = 1;
   size_t longest_wait = SIZE_MAX;
   for (const size_t i : members) {
     const TunnelConfig& tunnel = config.tunnels[i];
-    sched::TunnelTxPolicy policy;
-    policy.tunnel_id = tunnel.id;
-    policy.burst_bytes = tunnel.burst_bytes;
-    policy.over_rate = tunnel.over_rate;
-    policy.shaper_rate_bps = tunnel.shaper_rate_bps;
-    policy.queue_frames = tunnel.queue_frames;
-    policy.max_wait_ns = tunnel.max_wait_ns == 0 ? sched::kNoMaxWait : tunnel.max_wait_ns;
-    tx.tunnels.push_back(policy);
     if (tunnel.max_wait_ns != 0 &&
         (longest_wait == SIZE_MAX ||
          tunnel.max_wait_ns > config.tunnels[longest_wait].max_wait_ns)) {

@@ -103,12 +103,23 @@ void parse_service(const ConfigNode& node, TunnelConfig* tunnel) {
 }  // namespace
 
 TunnelConfig parse_tunnel(const ConfigNode& node) {
-  node.check_keys({"id", "peer", "rate", "slots", "burst", "over_rate", "shaper_rate", "queue",
-                   "max_wait", "missed_slot", "bound", "late", "max_hold", "playout_capacity", "dscp",
-                   "replay_window", "match", "service"});
+  node.check_keys({"id", "peer", "owner", "rate", "slots", "burst", "over_rate", "shaper_rate",
+                   "queue", "max_wait", "missed_slot", "bound", "late", "max_hold",
+                   "playout_capacity", "dscp", "replay_window", "match", "service"});
   TunnelConfig tunnel;
   tunnel.id = static_cast<uint32_t>(node.child("id").as_int(1, UINT32_MAX));
   tunnel.peer = name_value(node.child("peer"));
+  if (const auto owner = node.maybe_child("owner")) {
+    tunnel.owner = owner->as_string();
+    if (tunnel.owner.size() > kMaxOwnerBytes) {
+      owner->fail(
+          fmt::format("{} bytes: an owner is at most {}", tunnel.owner.size(), kMaxOwnerBytes));
+    }
+    for (const char c : tunnel.owner) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte < 0x20 || byte == 0x7F) owner->fail("contains a control character");
+    }
+  }
   tunnel.rate_bps = rate_value(node.child("rate"), kMinLineRateBps, kMaxLineRateBps);
   tunnel.slots = parse_slots(node.child("slots"));
   if (const auto burst = node.maybe_child("burst")) {

@@ -34,6 +34,12 @@ void validate_gateway(const GatewayConfig& config, const FieldLocator& at) {
     at.fail("gateway.batch", fmt::format("batch {} is larger than gateway.buffers {}", config.batch,
                                          config.buffer_count));
   }
+  if (!config.admin_socket.empty() && config.admin_socket == config.control_socket) {
+    at.fail("gateway.admin_socket",
+            fmt::format("'{}' is also the control socket (gateway.control_socket): the admin "
+                        "socket needs its own path",
+                        config.admin_socket));
+  }
   if (config.backend != Backend::kDpdk) return;
   if (config.dpdk.eal_args.empty()) {
     at.fail("dpdk.eal",

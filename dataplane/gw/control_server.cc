@@ -59,6 +59,14 @@ std::string error_json(std::string_view message) {
   return boost::json::serialize(object);
 }
 
+std::string uid_list(std::vector<uint32_t> uids) {
+  std::sort(uids.begin(), uids.end());
+  uids.erase(std::unique(uids.begin(), uids.end()), uids.end());
+  std::string out;
+  for (const uint32_t uid : uids) out += (out.empty() ? "" : ", ") + std::to_string(uid);
+  return out;
+}
+
 bool someone_listens(const UnixAddress& address) {
   common::UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!probe.valid()) return false;
@@ -78,36 +86,17 @@ std::string control_socket_name(std::string_view configured) {
   return configured.empty() ? std::string(kDefaultControlSocket) : std::string(configured);
 }
 
-std::string answer_control_request(Engine& engine, std::string_view request, int64_t now_ns) {
-  boost::json::error_code parse_error;
-  const boost::json::value parsed = boost::json::parse(request, parse_error);
-  if (parse_error) {
-    return error_json("request is not JSON (" + parse_error.message() +
-                      "); send one line like {\"cmd\":\"stats\"}");
-  }
-  if (!parsed.is_object())
-    return error_json("request must be a JSON object like {\"cmd\":\"stats\"}");
-  const boost::json::object& object = parsed.as_object();
-  const boost::json::value* command = object.if_contains("cmd");
-  if (command == nullptr) {
-    return error_json("request has no \"cmd\" (use stats, prometheus or config)");
-  }
-  if (!command->is_string())
-    return error_json("\"cmd\" must be a string (stats, prometheus or config)");
-  const std::string_view name = command->as_string();
-  for (const auto& field : object) {
-    if (field.key() != "cmd") {
-      return error_json("unknown field \"" + std::string(field.key()) + "\" (only \"cmd\")");
+common::Result<std::unique_ptr<ControlServer>> ControlServer::start(
+    std::string_view configured, const ControlServerOptions& options) {
+  const std::string name = control_socket_name(configured);
+  if (options.admin) {
+    if (auto ok = check_admin_socket(name); !ok) return std::unexpected(ok.error());
+    if ((options.mode & ~07777u) != 0) {
+      return common::make_error(common::ErrorCode::kInvalidArgument,
+                                "admin socket '" + name + "': mode " +
+                                    std::to_string(options.mode) + " has bits beyond 07777");
     }
   }
-  if (name == "stats") return engine.stats_json(now_ns);
-  if (name == "prometheus") return engine.prometheus_text(now_ns);
-  if (name == "config") return describe(engine.config());
-  return error_json("unknown cmd \"" + std::string(name) + "\" (use stats, prometheus or config)");
-}
-
-common::Result<std::unique_ptr<ControlServer>> ControlServer::start(std::string_view configured) {
-  const std::string name = control_socket_name(configured);
   auto address = make_address(name);
   if (!address) return std::unexpected(address.error());
   if (!address->abstract) {
@@ -140,17 +129,25 @@ common::Result<std::unique_ptr<ControlServer>> ControlServer::start(std::string_
     return common::make_error(common::ErrorCode::kIo,
                               "control socket '" + name + "': bind: " + std::strerror(error));
   }
+  // The admin socket's permissions are set before anyone can connect (nothing listens yet).
+  if (options.admin && ::chmod(name.c_str(), static_cast<mode_t>(options.mode)) != 0) {
+    const int error = errno;
+    ::unlink(name.c_str());
+    return common::make_error(common::ErrorCode::kIo,
+                              "admin socket '" + name + "': chmod: " + std::strerror(error));
+  }
   if (::listen(fd.get(), 16) != 0) {
     const int error = errno;
     if (!address->abstract) ::unlink(name.c_str());
     return common::make_error(common::ErrorCode::kIo,
                               "control socket '" + name + "': listen: " + std::strerror(error));
   }
-  return std::unique_ptr<ControlServer>(new ControlServer(name, std::move(fd)));
+  return std::unique_ptr<ControlServer>(new ControlServer(name, std::move(fd), options));
 }
 
-ControlServer::ControlServer(std::string name, common::UniqueFd listen_fd)
-    : name_(std::move(name)), listen_fd_(std::move(listen_fd)) {
+ControlServer::ControlServer(std::string name, common::UniqueFd listen_fd,
+                             ControlServerOptions options)
+    : name_(std::move(name)), listen_fd_(std::move(listen_fd)), options_(std::move(options)) {
   connections_.reserve(kMaxConnections);
 }
 
@@ -161,9 +158,32 @@ ControlServer::~ControlServer() {
 }
 
 void ControlServer::poll_st(Engine& engine, int64_t now_ns) {
-  poll_st(now_ns, [&engine, now_ns](std::string_view request) {
-    return answer_control_request(engine, request, now_ns);
+  const ControlChannel channel{options_.admin, name_,
+                               options_.admin ? name_ : options_.admin_socket_hint};
+  poll_st(now_ns, [&engine, &channel, now_ns](std::string_view request) {
+    return answer_control_request(engine, request, now_ns, channel);
   });
+  engine.control_io().refused_peers += refused_peers_ - refused_peers_reported_;
+  refused_peers_reported_ = refused_peers_;
+}
+
+std::string ControlServer::check_peer(int fd) const {
+  ucred credentials{};
+  socklen_t length = sizeof credentials;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) {
+    return "cannot read the peer's credentials on the admin socket " + name_ + ": " +
+           std::strerror(errno);
+  }
+  const uint32_t uid = credentials.uid;
+  const uint32_t own = ::geteuid();
+  if (uid == 0 || uid == own) return "";
+  for (const uint32_t allowed : options_.allowed_uids) {
+    if (uid == allowed) return "";
+  }
+  std::vector<uint32_t> allowed{0, own};
+  allowed.insert(allowed.end(), options_.allowed_uids.begin(), options_.allowed_uids.end());
+  return "uid " + std::to_string(uid) + " may not use the admin socket " + name_ +
+         " (allowed: " + uid_list(allowed) + ")";
 }
 
 void ControlServer::poll_st(int64_t now_ns, const Responder& respond) {
@@ -180,20 +200,30 @@ void ControlServer::accept_pending(int64_t now_ns) {
     Connection connection;
     connection.fd = std::move(fd);
     connection.deadline_ns = now_ns + kRequestTimeoutNs;
+    if (options_.admin) {
+      // Refused before its request is read: the answer goes out, then the connection closes.
+      std::string refusal = check_peer(connection.fd.get());
+      if (!refusal.empty()) {
+        ++refused_peers_;
+        connection.answering = true;
+        connection.refused = true;
+        connection.output = error_json(refusal) + "\n";
+      }
+    }
     connections_.push_back(std::move(connection));
   }
 }
 
 bool ControlServer::serve(Connection& connection, int64_t now_ns, const Responder& respond) {
   if (!connection.answering) {
-    char buffer[1024];
+    char buffer[16384];
     bool eof = false;
     for (;;) {
       const ssize_t got = ::recv(connection.fd.get(), buffer, sizeof buffer, MSG_DONTWAIT);
       if (got > 0) {
         connection.input.append(buffer, static_cast<size_t>(got));
         if (connection.input.find('\n') != std::string::npos ||
-            connection.input.size() > kMaxRequestBytes) {
+            connection.input.size() > options_.max_request_bytes) {
           break;
         }
         continue;
@@ -208,12 +238,13 @@ bool ControlServer::serve(Connection& connection, int64_t now_ns, const Responde
     }
     const size_t newline = connection.input.find('\n');
     std::string answer;
-    if (newline != std::string::npos && newline <= kMaxRequestBytes) {
+    const size_t limit = options_.max_request_bytes;
+    if (newline != std::string::npos && newline <= limit) {
       connection.input.resize(newline);
       if (!connection.input.empty() && connection.input.back() == '\r') connection.input.pop_back();
       answer = respond(connection.input);
-    } else if (connection.input.size() > kMaxRequestBytes) {
-      answer = error_json("request longer than " + std::to_string(kMaxRequestBytes) + " bytes");
+    } else if (connection.input.size() > limit) {
+      answer = error_json("request longer than " + std::to_string(limit) + " bytes");
     } else if (eof) {
       if (connection.input.empty()) return false;  // connected and left without asking
       answer = respond(connection.input);          // last line without '\n'
@@ -228,7 +259,17 @@ bool ControlServer::serve(Connection& connection, int64_t now_ns, const Responde
     connection.answering = true;
     connection.deadline_ns = now_ns + kRequestTimeoutNs;
   }
-  if (flush(connection)) return false;     // all written: close
+  if (flush(connection)) {  // all written: close
+    if (connection.refused) {
+      // Its request was never read; take it off the socket (unparsed) so that closing does not
+      // reset the connection before the client has read the refusal.
+      char scratch[4096];
+      for (int i = 0;
+           i < 64 && ::recv(connection.fd.get(), scratch, sizeof scratch, MSG_DONTWAIT) > 0; ++i) {
+      }
+    }
+    return false;
+  }
   return now_ns < connection.deadline_ns;  // a reader that stopped reading is dropped
 }
 
@@ -297,6 +338,8 @@ common::Result<std::string> control_request(std::string_view configured, std::st
       written += static_cast<size_t>(sent);
     } else if (sent < 0 && (errno == EAGAIN || errno == EINTR)) {
       if (!wait_for(POLLOUT)) return timed_out();
+    } else if (sent < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      break;  // the gateway answered without reading (a refused peer): read that answer
     } else {
       return common::make_error(common::ErrorCode::kIo,
                                 "sending to detwan-gw on " + name + ": " + std::strerror(errno));
@@ -312,6 +355,8 @@ common::Result<std::string> control_request(std::string_view configured, std::st
     }
     if (got == 0) break;  // the gateway closes after answering
     if (errno == EINTR) continue;
+    // Closed with our request unread (a refused peer): Linux resets after the answer.
+    if (errno == ECONNRESET && !answer.empty()) break;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_for(POLLIN)) return timed_out();
       continue;

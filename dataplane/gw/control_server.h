@@ -4,11 +4,19 @@
 //
 // Protocol: a client connects, sends one request line (a JSON object, '\n'-terminated or ended
 // by shutting down its write side) and reads the answer until the gateway closes the
-// connection. Requests:
+// connection. Requests (docs/gateway.md, "Control channel", has them all with examples):
 //   {"cmd":"stats"}       -> Engine::stats_json (one JSON object)
 //   {"cmd":"prometheus"}  -> Engine::prometheus_text (Prometheus text exposition format)
-//   {"cmd":"config"}      -> describe(config): the effective configuration as YAML
+//   {"cmd":"config"}      -> describe(config): the configuration in force as YAML
+//   {"cmd":"tunnels"}     -> Engine::tunnels_json: tunnels, peers, ports, generation, boot id
+//   {"cmd":"apply",...}, add_tunnel, modify_tunnel, remove_tunnel -> Engine::apply_st; these
+//                            write, and only an admin socket serves them
 // Anything else is answered {"error":"..."} naming what was wrong. Every answer ends with '\n'.
+//
+// Two kinds of socket, one server each: the control socket (read-only; anyone who can reach it
+// reads) and the admin socket (reads and writes): a filesystem path made mode `mode` between
+// bind and listen, whose peers are checked with SO_PEERCRED on accept; a uid other than 0, the
+// gateway's euid and `allowed_uids` is answered an error and closed before its request is read.
 //
 // Names: a filesystem path ("/run/detwan-gw.sock"), or "@name" for an abstract socket, which
 // lives in the network namespace and vanishes with the process. The configured "" means
@@ -40,14 +48,33 @@ inline constexpr std::string_view kDefaultControlSocket = "@detwan-gw";
 // The socket name a configured value stands for: "" -> kDefaultControlSocket, else unchanged.
 std::string control_socket_name(std::string_view configured);
 
-// The answer to one request line (without the trailing '\n'), as described above. Never throws
-// for bad input: a malformed request yields {"error":"..."}.
-std::string answer_control_request(Engine& engine, std::string_view request, int64_t now_ns);
+// Which socket a request came in on.
+struct ControlChannel {
+  bool admin = false;        // writes allowed
+  std::string name;          // this socket, for messages
+  std::string admin_socket;  // where writes go ("" = none configured), for the refusal
+};
+
+// The answer to one request line (without the trailing '\n'), as described above; counts it in
+// engine.control_io(). Never throws: a malformed or refused request yields {"error":"..."}
+// (writes: {"error":"...","generation":N}).
+std::string answer_control_request(Engine& engine, std::string_view request, int64_t now_ns,
+                                   const ControlChannel& channel = {});
+
+struct ControlServerOptions {
+  bool admin = false;  // an admin socket (see above); its name must be a filesystem path
+  uint32_t mode = 0600;
+  std::vector<uint32_t> allowed_uids;  // besides 0 and the gateway's euid
+  size_t max_request_bytes = 4096;     // longer request lines are refused
+  std::string admin_socket_hint;       // read-only socket: where writes go, for its refusal
+};
 
 class ControlServer {
  public:
   static constexpr int64_t kRequestTimeoutNs = 2'000'000'000;
   static constexpr size_t kMaxRequestBytes = 4096;
+  // An apply may carry many tunnels; still bounded, like everything a client sends.
+  static constexpr size_t kMaxAdminRequestBytes = 256 * 1024;
   static constexpr size_t kMaxConnections = 8;  // more wait in the listen backlog
   // Computes the answer to one request line (tests use their own; the gateway answers from the
   // engine with answer_control_request).
@@ -55,8 +82,10 @@ class ControlServer {
 
   // Binds and listens on `name` (see control_socket_name; "" is the default). Refuses a name a
   // live gateway listens on (kAlreadyExists); replaces a stale socket file nobody listens on;
-  // refuses a path that exists and is not a socket.
-  static common::Result<std::unique_ptr<ControlServer>> start(std::string_view name);
+  // refuses a path that exists and is not a socket. An admin server refuses an abstract or
+  // relative name (kInvalidArgument) and chmods its file to options.mode before listening.
+  static common::Result<std::unique_ptr<ControlServer>> start(
+      std::string_view name, const ControlServerOptions& options = {});
   ~ControlServer();  // closes every connection; unlinks a filesystem socket it created
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -64,8 +93,12 @@ class ControlServer {
   [[nodiscard]] int fd() const noexcept { return listen_fd_.get(); }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] bool has_connections() const noexcept { return !connections_.empty(); }
+  [[nodiscard]] bool admin() const noexcept { return options_.admin; }
+  // Admin connections refused by uid since start.
+  [[nodiscard]] uint64_t refused_peers() const noexcept { return refused_peers_; }
 
-  // Serves the engine's requests (answer_control_request). Never blocks.
+  // Serves the engine's requests (answer_control_request; refused peers are also counted in
+  // engine.control_io()). Never blocks.
   void poll_st(Engine& engine, int64_t now_ns);
   // The same with any responder.
   void poll_st(int64_t now_ns, const Responder& respond);
@@ -75,24 +108,31 @@ class ControlServer {
     common::UniqueFd fd;
     int64_t deadline_ns = 0;
     bool answering = false;  // false: reading the request; true: writing `output`
+    bool refused = false;    // admin: a peer whose uid may not use the socket
     std::string input;
     std::string output;
     size_t written = 0;
   };
 
-  ControlServer(std::string name, common::UniqueFd listen_fd);
+  ControlServer(std::string name, common::UniqueFd listen_fd, ControlServerOptions options);
   void accept_pending(int64_t now_ns);
+  // Admin: the refusal for a peer, or "" if it may use the socket.
+  [[nodiscard]] std::string check_peer(int fd) const;
   // Returns false when the connection is finished (to be closed).
   bool serve(Connection& connection, int64_t now_ns, const Responder& respond);
   static bool flush(Connection& connection);
 
   std::string name_;
   common::UniqueFd listen_fd_;
+  ControlServerOptions options_;
   std::vector<Connection> connections_;
+  uint64_t refused_peers_ = 0;
+  uint64_t refused_peers_reported_ = 0;  // already added to an engine's control_io()
 };
 
 // Client side: connects to `name` ("" = the default), sends `request` plus '\n' and returns the
-// answer without its trailing newline. Errors name the socket:
+// answer without its trailing newline (also when the gateway answered before reading the request,
+// as an admin socket does to a refused peer). Errors name the socket:
 //   "no detwan-gw listening on @detwan-gw: Connection refused" (kUnavailable),
 //   "no answer from detwan-gw on @detwan-gw within 5000 ms" (kTimeout).
 common::Result<std::string> control_request(std::string_view name, std::string_view request,

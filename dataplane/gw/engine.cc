@@ -4,6 +4,7 @@
 #include "dataplane/gw/engine.h"
 
 #include <algorithm>
+#include <random>
 #include <set>
 #include <string>
 #include <utility>
@@ -24,29 +25,6 @@ std::unexpected<common::Error> config_error(std::string message) {
   return make_error(ErrorCode::kConfig, std::move(message));
 }
 
-sched::TxSchedulerConfig scheduler_config_of(const GatewayConfig& config,
-                                             const sched::GclConfig& gcl,
-                                             const WanPortConfig& port) {
-  sched::TxSchedulerConfig out;
-  out.capacity_frames = port.capacity_frames;
-  for (const sched::GclTunnel& entry : gcl.tunnels) {
-    for (const TunnelConfig& tunnel : config.tunnels) {
-      if (tunnel.id != entry.tunnel_id) continue;
-      sched::TunnelTxPolicy policy;
-      policy.tunnel_id = tunnel.id;
-      policy.burst_bytes = tunnel.burst_bytes;
-      policy.over_rate = tunnel.over_rate;
-      policy.shaper_rate_bps = tunnel.shaper_rate_bps;
-      policy.queue_frames = tunnel.queue_frames;
-      policy.max_wait_ns = tunnel.max_wait_ns == 0 ? sched::kNoMaxWait : tunnel.max_wait_ns;
-      policy.missed_slot = tunnel.missed_slot;
-      policy.missed_slot = tunnel.missed_slot;
-      out.tunnels.push_back(policy);
-    }
-  }
-  return out;
-}
-
 common::Result<PortState> make_port(const GatewayConfig& config, uint32_t index, int64_t start_ns) {
   const WanPortConfig& port = config.wan_ports[index];
   const std::string where = fmt::format("port '{}': ", port.name);
@@ -59,8 +37,8 @@ common::Result<PortState> make_port(const GatewayConfig& config, uint32_t index,
   const sched::GclConfig gcl_config = port_gcl_config(config, port);
   auto gcl = sched::GateControlList::create(gcl_config);
   if (!gcl) return config_error(where + gcl.error().message);
-  auto scheduler = sched::TxScheduler::create(
-      std::move(*gcl), scheduler_config_of(config, gcl_config, port), start_ns);
+  auto scheduler =
+      sched::TxScheduler::create(std::move(*gcl), port_tx_config(config, port), start_ns);
   if (!scheduler) return config_error(where + scheduler.error().message);
   return PortState{
       .config_index = index,
@@ -131,9 +109,11 @@ common::Result<PeerState> make_peer(const GatewayConfig& config, uint32_t index,
   return state;
 }
 
+}  // namespace
+
 common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
-                                        const std::vector<PeerState>& peers, uint32_t index) {
-  const TunnelConfig& tunnel = config.tunnels[index];
+                                        const std::vector<PeerState>& peers,
+                                        const TunnelConfig& tunnel) {
   const std::string where = fmt::format("tunnel {}: ", tunnel.id);
   uint32_t peer = kNoIndex;
   for (uint32_t p = 0; p < config.peers.size(); ++p) {
@@ -155,7 +135,9 @@ common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
   auto replay = wire::make_replay_window(tunnel.replay_window_bits);
   if (!replay) return config_error(where + replay.error().message);
   return TunnelState{
-      .config_index = index,
+      .config = tunnel,
+      .active = true,
+      .had_service = tunnel.service_listen.has_value() || tunnel.service_deliver.has_value(),
       .id = tunnel.id,
       .peer = peer,
       .port = peers[peer].port,
@@ -168,7 +150,25 @@ common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
   };
 }
 
+namespace {
+
+std::string random_boot_id() {
+  std::random_device random;
+  const uint64_t value = (uint64_t{random()} << 32) ^ random();
+  return fmt::format("{:016x}", value);
+}
+
 }  // namespace
+
+void Engine::Impl::choose_control_tunnels() noexcept {
+  for (PeerState& peer : peers) peer.control_tunnel = kNoIndex;
+  for (const TunnelConfig& tunnel : config.tunnels) {
+    const uint32_t index = find_tunnel(tunnel.id);
+    if (index == kNoIndex) continue;
+    PeerState& peer = peers[tunnels[index].peer];
+    if (peer.control_tunnel == kNoIndex) peer.control_tunnel = index;
+  }
+}
 
 std::string_view to_string(EngineDrop reason) noexcept {
   switch (reason) {
@@ -221,14 +221,14 @@ common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& conf
     impl->peers.push_back(std::move(*peer));
   }
   for (uint32_t i = 0; i < c.tunnels.size(); ++i) {
-    auto tunnel = make_tunnel(c, impl->peers, i);
+    auto tunnel = make_tunnel(c, impl->peers, c.tunnels[i]);
     if (!tunnel) return std::unexpected(tunnel.error());
     impl->tunnel_ids.emplace_back(tunnel->id, i);
-    PeerState& peer = impl->peers[tunnel->peer];
-    if (peer.control_tunnel == kNoIndex) peer.control_tunnel = i;
     impl->tunnels.push_back(std::move(*tunnel));
   }
   std::sort(impl->tunnel_ids.begin(), impl->tunnel_ids.end());
+  impl->choose_control_tunnels();
+  impl->boot_id = random_boot_id();
   auto classifier = Classifier::create(c.tunnels);
   if (!classifier) return std::unexpected(classifier.error());
   impl->classifier = std::move(*classifier);
@@ -247,6 +247,15 @@ uint32_t Engine::tunnel_index(uint32_t tunnel_id) const noexcept {
   const uint32_t index = impl_->find_tunnel(tunnel_id);
   return index == kNoIndex ? kNoTunnel : index;
 }
+bool Engine::tunnel_active(uint32_t tunnel_index) const noexcept {
+  return tunnel_index < impl_->tunnels.size() && impl_->tunnels[tunnel_index].active;
+}
+uint32_t Engine::tunnel_id(uint32_t tunnel_index) const noexcept {
+  return tunnel_index < impl_->tunnels.size() ? impl_->tunnels[tunnel_index].id : 0;
+}
+uint64_t Engine::generation() const noexcept { return impl_->generation; }
+const std::string& Engine::boot_id() const noexcept { return impl_->boot_id; }
+ControlIo& Engine::control_io() noexcept { return impl_->control; }
 uint32_t Engine::port_of_tunnel(uint32_t tunnel_index) const noexcept {
   return tunnel_index < impl_->tunnels.size() ? impl_->tunnels[tunnel_index].port : kNoIndex;
 }

@@ -65,6 +65,21 @@ struct LocalIo {
            service_tx_errors = 0;
 };
 
+// Counters of the control channel (dataplane/gw/control_server.h), kept here so that stats show
+// them; the control servers increment them.
+struct ControlIo {
+  uint64_t requests = 0;        // requests answered, both sockets
+  uint64_t refused_peers = 0;   // admin socket connections refused by uid (SO_PEERCRED)
+  uint64_t applied = 0;         // writes that changed the gateway
+  uint64_t refused_writes = 0;  // writes refused (bad request, stale generation, read-only socket)
+};
+
+// What a successful apply_st() did.
+struct ApplyResult {
+  uint64_t generation = 0;                         // the gateway's generation after the change
+  std::vector<uint32_t> added, modified, removed;  // tunnel ids, request order
+};
+
 // Handed to the poll_tx sink: one frame whose departure time has come.
 struct TxEmit {
   uint64_t handle = 0;        // the backend's buffer (data frames only)
@@ -72,7 +87,9 @@ struct TxEmit {
   bool send = true;           // false: it missed its slot (counted): free it, do not send
   bool best_effort = false;   // leaves in unreserved slots (flag B on data frames)
   uint32_t port_index = 0;    // WAN port it leaves on
-  uint32_t tunnel_index = 0;  // tunnel it belongs to (control: the peer's control tunnel)
+  // Tunnel it belongs to (control: the peer's control tunnel); kNoTunnel for a frame handed back
+  // (send == false) because its tunnel was removed.
+  uint32_t tunnel_index = 0;
   const Endpoint* destination = nullptr;  // peer gateway endpoint
   uint8_t dscp = 0;  // for the outer IP header (tunnel dscp, or best-effort dscp)
   // As scheduled: bytes on the line (payload + encapsulation + Ethernet header and FCS), start
@@ -144,7 +161,8 @@ class Engine {
   // reason), caller frees; kInvalidArgument: a handle with kControlHandleTag set.
   [[nodiscard]] common::Status submit_tun_st(uint64_t handle, std::span<const std::byte> ip_packet,
                                              int64_t now_ns) noexcept;
-  // A datagram received on tunnel_index's service port (payload_bytes of application data).
+  // A datagram received on tunnel_index's service port (payload_bytes of application data). A
+  // removed tunnel's service port still receives: kDropped, counted no_route.
   [[nodiscard]] common::Status submit_service_st(uint32_t tunnel_index, uint64_t handle,
                                                  uint32_t payload_bytes, int64_t now_ns) noexcept;
 
@@ -181,11 +199,43 @@ class Engine {
   // Earliest instant anything is due (tx departure, playout release, control timer).
   [[nodiscard]] int64_t next_event_ns() const noexcept;
 
+  // ---- run-time changes (setup tier: on the datapath thread, between polls; may allocate) ----
+  // Adds, modifies and removes tunnels, all or nothing: apply_tunnel_changes() checks the
+  // result with the configuration file's rules (errors name the request item and field), then
+  // every new gate control list, scheduler, playout and the classifier are built before anything
+  // is swapped in; on an error nothing changed. WAN ports and peers never change. Tunnels not in
+  // the request are not disturbed (queued frames keep their departures; sequence numbers,
+  // policer and shaper, playouts, replay window and counters go on). A modified tunnel keeps its
+  // index, sequence space, replay window, counters and held packets; new bound/late/max_hold
+  // apply to packets received from now on; TxScheduler::reconfigure() says what happens to its
+  // queued frames (re-placed in its new slots, or handed back to poll_tx with send == false).
+  // A removed tunnel stops matching at once, its queued frames are handed back (tunnel_removed)
+  // and its WAN packets count unknown_tunnel; its playouts still release what they hold, at
+  // their times, under its old index (kept inactive until they are empty). A new tunnel gets a
+  // new index, or a drained one whose tunnel never had service sockets. Each peer's control
+  // tunnel is chosen again (its first tunnel; none: no control exchange, it goes down after
+  // dead_after). generation() grows by one.
+  [[nodiscard]] common::Result<ApplyResult> apply_st(const TunnelChanges& changes, int64_t now_ns);
+  [[nodiscard]] uint64_t generation() const noexcept;
+  // 16 hex digits drawn at create(): a reader that sees another boot id knows the generation
+  // counter started again.
+  [[nodiscard]] const std::string& boot_id() const noexcept;
+  // {"gateway","boot_id","generation","tunnels":[..],"peers":[..],"wan_ports":[..]}: the
+  // configuration in force (docs/gateway.md, "tunnels").
+  [[nodiscard]] std::string tunnels_json() const;
+  ControlIo& control_io() noexcept;
+
   // ---- observability and setup ----
+  // The configuration in force: the file's, with the tunnels as changed by apply_st.
   [[nodiscard]] const GatewayConfig& config() const noexcept;
   [[nodiscard]] uint32_t port_count() const noexcept;
+  // Tunnel indices in use, active or draining: every tunnel index is below this (it only grows).
   [[nodiscard]] uint32_t tunnel_count() const noexcept;
   [[nodiscard]] uint32_t tunnel_index(uint32_t tunnel_id) const noexcept;  // kNoTunnel if none
+  // False for an index whose tunnel was removed (or out of range).
+  [[nodiscard]] bool tunnel_active(uint32_t tunnel_index) const noexcept;
+  // The tunnel id at an index (also while it drains); 0 if out of range.
+  [[nodiscard]] uint32_t tunnel_id(uint32_t tunnel_index) const noexcept;
   [[nodiscard]] uint32_t max_payload_bytes(uint32_t port_index) const noexcept;
   [[nodiscard]] uint32_t peer_count() const noexcept;
   [[nodiscard]] uint32_t port_of_tunnel(uint32_t tunnel_index) const noexcept;

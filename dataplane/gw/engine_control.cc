@@ -1,7 +1,8 @@
 // The engine's control exchange with each peer gateway: two-way time exchanges (clock offset),
 // keepalives and liveness. Runs on the datapath thread between packets: no allocation, no
 // exceptions, no logging. Control packets travel in the slots of the peer's first tunnel (its
-// "control tunnel"), past the tunnel's policer, from a fixed outbox allocated at create().
+// "control tunnel", chosen again when tunnels change at run time), past the tunnel's policer,
+// from a fixed outbox allocated at create().
 #include <algorithm>
 #include <variant>
 
@@ -157,9 +158,10 @@ void Engine::Impl::on_control(uint32_t tunnel_index, const wire::ControlBody& bo
 int64_t Engine::Impl::next_control_event_ns() const noexcept {
   int64_t t = kNoEventNs;
   for (const PeerState& peer : peers) {
+    // A peer whose last tunnel was removed still goes down when it falls silent.
+    if (peer.up) t = std::min(t, saturating_add(peer.last_rx_ns, peer_config(peer).dead_after_ns));
     if (peer.control_tunnel == kNoIndex) continue;
     t = std::min({t, peer.next_time_request_ns, peer.next_keepalive_ns});
-    if (peer.up) t = std::min(t, saturating_add(peer.last_rx_ns, peer_config(peer).dead_after_ns));
   }
   return t;
 }
@@ -168,12 +170,12 @@ void Engine::poll_control_st(int64_t now_ns) noexcept {
   Impl& m = *impl_;
   for (uint32_t i = 0; i < m.peers.size(); ++i) {
     PeerState& peer = m.peers[i];
-    if (peer.control_tunnel == kNoIndex) continue;  // no tunnel: nothing to exchange on
     const PeerConfig& config = m.peer_config(peer);
     if (peer.up && now_ns - peer.last_rx_ns >= config.dead_after_ns) {
       peer.up = false;
       ++peer.counters.down_transitions;
     }
+    if (peer.control_tunnel == kNoIndex) continue;  // no tunnel: nothing to exchange on
     if (now_ns >= peer.next_time_request_ns) {
       m.queue_control(i, wire::TimeRequest{peer.next_exchange_id++, 0}, now_ns);
       peer.next_time_request_ns =

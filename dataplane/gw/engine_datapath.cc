@@ -48,6 +48,10 @@ Status Engine::submit_service_st(uint32_t tunnel_index, uint64_t handle, uint32_
     return Status::kInvalidArgument;
   }
   TunnelState& tunnel = m.tunnels[tunnel_index];
+  if (!tunnel.active) {  // removed at run time; its service socket still receives
+    m.count(EngineDrop::kNoRoute);
+    return Status::kDropped;
+  }
   PortState& port = m.ports[tunnel.port];
   if (payload_bytes > port.max_payload_bytes) {
     m.count(EngineDrop::kTooBig);
@@ -97,8 +101,9 @@ bool Engine::next_tx_st(int64_t now_ns, TxEmit* emit) noexcept {
 
     emit->handle = frame.handle;
     const uint32_t index = m.find_tunnel(frame.tunnel_id);
-    if (index == kNoIndex) {  // cannot happen: only the engine's tunnels are queued
+    if (index == kNoIndex) {  // handed back: its tunnel was removed (counted tunnel_removed)
       emit->send = false;
+      emit->tunnel_index = kNoTunnel;
       return true;
     }
     TunnelState& tunnel = m.tunnels[index];
@@ -116,8 +121,8 @@ bool Engine::next_tx_st(int64_t now_ns, TxEmit* emit) noexcept {
     // When the packet entered the tunnel (docs/wire-format.md, tx_time_ns): the far end releases
     // it at this + bound, which absorbs the wait for the slot as well as the WAN's jitter.
     h.tx_time_ns = frame.enqueue_ns;
-    if (!frame.send) {
-      ++tunnel.counters.missed_slot_packets;
+    if (!frame.send) {  // missed its slot, or handed back by a run-time change (counted)
+      if (frame.drop == sched::TxDrop::kMissedSlot) ++tunnel.counters.missed_slot_packets;
       return true;
     }
     // Sequence numbers are given in departure order, to sent frames only, on-time and best

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "dataplane/gw/classify.h"
@@ -51,8 +52,13 @@ struct TunnelCounters {
   uint64_t rx_bytes = 0;
 };
 
+// One engine tunnel index. Indices are stable: a removed tunnel stays here, inactive, until its
+// playouts have released what they hold; a later tunnel may take the index only if no backend
+// ever had service sockets for it (had_service false).
 struct TunnelState {
-  uint32_t config_index = 0;
+  TunnelConfig config;  // its own copy: a removed tunnel keeps it while it drains
+  bool active = true;
+  bool had_service = false;
   uint32_t id = 0;
   uint32_t peer = 0;
   uint32_t port = 0;
@@ -106,8 +112,12 @@ struct Engine::Impl {
   GatewayConfig config;
   int64_t start_ns = 0;
   std::vector<PortState> ports;
-  std::vector<TunnelState> tunnels;                       // config order
-  std::vector<std::pair<uint32_t, uint32_t>> tunnel_ids;  // (id, index), sorted by id
+  std::vector<TunnelState> tunnels;  // by engine tunnel index (file order at create)
+  // (id, index) of the active tunnels, sorted by id.
+  std::vector<std::pair<uint32_t, uint32_t>> tunnel_ids;
+  uint64_t generation = 0;  // +1 per successful apply_st
+  std::string boot_id;      // 16 hex digits, random per create()
+  ControlIo control;
   std::vector<PeerState> peers;                           // config order
   Classifier classifier;
   std::vector<ControlSlot> outbox;
@@ -121,7 +131,7 @@ struct Engine::Impl {
     return config.wan_ports[p.config_index];
   }
   [[nodiscard]] const TunnelConfig& tunnel_config(const TunnelState& t) const noexcept {
-    return config.tunnels[t.config_index];
+    return t.config;
   }
   [[nodiscard]] const PeerConfig& peer_config(const PeerState& p) const noexcept {
     return config.peers[p.config_index];
@@ -135,6 +145,14 @@ struct Engine::Impl {
   void mark_alive(PeerState& peer, int64_t now_ns) noexcept;
   void apply_offset(PeerState& peer) noexcept;
   [[nodiscard]] int64_t next_control_event_ns() const noexcept;
+  // Each peer's control tunnel: its first active tunnel in config.tunnels order (setup).
+  void choose_control_tunnels() noexcept;
 };
+
+// A tunnel's state for `tunnel` of `config` (playouts at its peer's current clock offset, replay
+// window); errors name the tunnel (engine.cc).
+common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
+                                        const std::vector<PeerState>& peers,
+                                        const TunnelConfig& tunnel);
 
 }  // namespace detwan::dataplane::gw

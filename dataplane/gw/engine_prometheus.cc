@@ -201,6 +201,7 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
                 port.scheduler.best_effort_counters());
   }
   for (const TunnelState& t : m.tunnels) {
+    if (!t.active) continue;
     const Labels labels{{"tunnel", std::to_string(t.id)},
                         {"port", m.config.wan_ports[t.port].name}};
     if (const sched::TxCounters* c = m.ports[t.port].scheduler.tunnel_counters(t.id)) {

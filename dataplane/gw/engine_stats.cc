@@ -49,6 +49,8 @@ std::string Engine::stats_json(int64_t now_ns) const {
   root["now_ns"] = now_ns;
   root["start_ns"] = m.start_ns;
   root["uptime_ns"] = now_ns - m.start_ns;
+  root["boot_id"] = m.boot_id;
+  root["generation"] = m.generation;
 
   json::object drops;
   for (int i = 0; i < kEngineDropCount; ++i) {
@@ -79,6 +81,7 @@ std::string Engine::stats_json(int64_t now_ns) const {
   json::array tunnels;
   for (uint32_t i = 0; i < m.tunnels.size(); ++i) {
     const TunnelState& t = m.tunnels[i];
+    if (!t.active) continue;  // removed: its counters went with it (the port keeps totals)
     const TunnelConfig& config = m.tunnel_config(t);
     json::value scheduler_counters = nullptr;
     if (const auto* all = scheduler_json[t.port].if_object()) {
@@ -114,6 +117,7 @@ std::string Engine::stats_json(int64_t now_ns) const {
         {"id", t.id},
         {"index", i},
         {"peer", config.peer},
+        {"owner", config.owner},
         {"port", m.config.wan_ports[t.port].name},
         {"rate_bps", config.rate_bps},
         {"slots", sched::format_slot_list(config.slots)},
@@ -166,6 +170,10 @@ std::string Engine::stats_json(int64_t now_ns) const {
   }
   root["peers"] = std::move(peers);
   root["local"] = local_io_json(m.local);
+  root["control"] = json::object{{"requests", m.control.requests},
+                                 {"refused_peers", m.control.refused_peers},
+                                 {"applied", m.control.applied},
+                                 {"refused_writes", m.control.refused_writes}};
   return json::serialize(root);
 }
 

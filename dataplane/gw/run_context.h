@@ -24,6 +24,9 @@ struct RunContext {
   // every 10 ms (and when control->fd() is readable); may be nullptr in tests.
   ControlServer* control = nullptr;
   std::atomic<bool>& stop;
+  // The admin socket (reads and writes), served exactly like `control`; nullptr: none. A write
+  // it answers changes the engine's tunnels between two polls (Engine::apply_st).
+  ControlServer* admin = nullptr;
 };
 
 }  // namespace detwan::dataplane::gw

@@ -321,7 +321,7 @@ void Gateway::on_rx(uint32_t i, int64_t engine_ns, const gw::RxEmit& emit) {
     Delivery d;
     d.engine = i;
     d.tunnel_index = emit.tunnel_index;
-    d.tunnel_id = node.engine->config().tunnels.at(emit.tunnel_index).id;
+    d.tunnel_id = node.engine->tunnel_id(emit.tunnel_index);
     d.type = b.type;
     d.late = emit.late;
     d.best_effort = emit.best_effort;

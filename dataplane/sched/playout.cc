@@ -26,6 +26,11 @@ Playout::Playout(const PlayoutConfig& config)
     : config_(config), heap_(std::make_unique<Entry[]>(config.capacity_frames)) {}
 
 common::Result<Playout> Playout::create(const PlayoutConfig& config) {
+  if (auto valid = validate(config); !valid) return std::unexpected(valid.error());
+  return Playout(config);
+}
+
+common::Result<void> Playout::validate(const PlayoutConfig& config) {
   using common::ErrorCode;
   if (config.bound_ns < 0) {
     return common::make_error(
@@ -40,7 +45,7 @@ common::Result<Playout> Playout::create(const PlayoutConfig& config) {
   if (config.capacity_frames == 0) {
     return common::make_error(ErrorCode::kConfig, "playout: capacity_frames must be > 0");
   }
-  return Playout(config);
+  return {};
 }
 
 std::string Playout::counters_json() const {

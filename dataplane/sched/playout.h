@@ -98,6 +98,16 @@ class Playout {
   // The caller reports when it actually released a packet: playout error = actual - target and
   // one-way delay at egress = actual - sender time are recorded here.
   void record_release(const PlayoutFrame& frame, int64_t actual_ns) noexcept;
+  // Setup: the rules create() checks (kConfig naming the field).
+  static common::Result<void> validate(const PlayoutConfig& config);
+  // A new bound, late action and max hold for packets pushed from now on; the packets held keep
+  // their release times, the capacity stays. The values must pass validate() (with the
+  // capacity): the caller checks first, so that a change of several things is all or nothing.
+  void set_release_policy(int64_t bound_ns, LateAction late_action, int64_t max_hold_ns) noexcept {
+    config_.bound_ns = bound_ns;
+    config_.late_action = late_action;
+    config_.max_hold_ns = max_hold_ns;
+  }
   // New estimate of receiver - sender clock offset; applies to packets pushed from now on.
   void set_clock_offset_ns(int64_t offset_ns) noexcept { config_.clock_offset_ns = offset_ns; }
 

@@ -116,6 +116,30 @@ class TimingWheel {
     return nodes_[heads_[next]].ts_ns;
   }
 
+  // Calls fn(ts_ns, const T&) for every entry in extraction order (timestamp, then insertion
+  // order), without removing anything. Setup-time use (a scheduler being rebuilt); O(buckets /
+  // 64 + entries).
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+    if (size_ == 0) return;
+    auto b = static_cast<uint32_t>(cursor_) & (bucket_count_ - 1);
+    for (uint32_t visited = 0; visited < bucket_count_;) {
+      for (uint32_t node = heads_[b]; node != kNil; node = nodes_[node].next) {
+        fn(nodes_[node].ts_ns, static_cast<const T&>(nodes_[node].value));
+      }
+      const int64_t step = next_set_distance(b);
+      visited += static_cast<uint32_t>(step);
+      b = static_cast<uint32_t>((b + step) & (bucket_count_ - 1));
+    }
+  }
+
+  // Latest timestamp held; INT64_MIN when empty. Setup-time use.
+  [[nodiscard]] int64_t last_ts_ns() const {
+    int64_t last = std::numeric_limits<int64_t>::min();
+    for_each([&](int64_t ts_ns, const T&) { last = ts_ns > last ? ts_ns : last; });
+    return last;
+  }
+
   // First timestamp that insert() would refuse as beyond the horizon.
   [[nodiscard]] int64_t horizon_end_ns() const noexcept {
     return (cursor_ + static_cast<int64_t>(bucket_count_)) * granularity_ns_;

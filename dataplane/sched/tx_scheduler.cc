@@ -69,6 +69,10 @@ std::string_view to_string(TxDrop reason) noexcept {
       return "beyond_horizon";
     case TxDrop::kMissedSlot:
       return "missed_slot";
+    case TxDrop::kReconfigured:
+      return "reconfigured";
+    case TxDrop::kTunnelRemoved:
+      return "tunnel_removed";
     case TxDrop::kCount:
       break;
   }
@@ -78,7 +82,8 @@ std::string_view to_string(TxDrop reason) noexcept {
 TxScheduler::OwnerState::OwnerState(const TunnelTxPolicy& policy, uint64_t reserved_rate_bps,
                                     uint64_t burst_bytes, uint64_t shaper_burst_bytes,
                                     int64_t start_ns)
-    : policer(reserved_rate_bps, burst_bytes, policy.over_rate, start_ns),
+    : configured_policy(policy),
+      policer(reserved_rate_bps, burst_bytes, policy.over_rate, start_ns),
       shaper(policy.shaper_rate_bps, shaper_burst_bytes, start_ns),
       shaped(policy.shaper_rate_bps > 0),
       queue_frames(policy.queue_frames),
@@ -91,6 +96,11 @@ TxScheduler::TxScheduler(GateControlList gcl, TimingWheel<Entry> wheel)
 
 common::Result<TxScheduler> TxScheduler::create(GateControlList gcl,
                                                 const TxSchedulerConfig& config, int64_t start_ns) {
+  return build(std::move(gcl), config, start_ns, start_ns);
+}
+
+common::Result<TxScheduler> TxScheduler::build(GateControlList gcl, const TxSchedulerConfig& config,
+                                               int64_t start_ns, int64_t min_horizon_end_ns) {
   const GclConfig& list = gcl.config();
   const uint32_t max_frame = list.max_frame_bytes;
   std::vector<TunnelTxPolicy> policies(gcl.tunnel_count());
@@ -158,7 +168,8 @@ common::Result<TxScheduler> TxScheduler::create(GateControlList gcl,
                                   : std::max<int64_t>(1, gcl.slot_ns() / 8);
   uint32_t buckets = config.wheel_buckets;
   if (buckets == 0) {
-    const int64_t horizon = std::max(4 * list.cycle_ns, longest_wait_ns + 2 * list.cycle_ns);
+    const int64_t horizon = std::max({4 * list.cycle_ns, longest_wait_ns + 2 * list.cycle_ns,
+                                      min_horizon_end_ns - start_ns + 2 * granularity});
     const int64_t needed = horizon / granularity + 1;
     if (needed > kMaxWheelBuckets) {
       return policy_error(fmt::format(

@@ -27,6 +27,9 @@
 // (max_wait, capacity), handed over with send == false and counted missed_slot: never silently
 // late, never outside its slots. The caller frees every frame the sink receives.
 //
+// reconfigure() replaces the list and the policies at run time (a tunnel added, changed or
+// removed) without disturbing the owners it does not change; see its comment.
+//
 // Status: kOk = queued (the scheduler holds the handle until the sink gets it);
 //         kDropped = not queued, reason counted, the caller frees the frame.
 // Time: arguments are absolute ns of one clock (the cycle's clock, e.g. CLOCK_TAI) and must not
@@ -60,6 +63,9 @@ enum class TxDrop : uint8_t {
   kBeyondHorizon,      // departure beyond the timing wheel's horizon
   kMissedSlot,         // dequeued too late to end inside its window, and not moved to the next
                        // (policy MissedSlot::kDrop, or the next window is past max_wait/capacity)
+  kReconfigured,       // queued when reconfigure() moved its owner's slots, and no new window
+                       // took it (max_wait, horizon, capacity)
+  kTunnelRemoved,      // queued for a tunnel that reconfigure() removed
   kCount
 };
 inline constexpr int kTxDropCount = static_cast<int>(TxDrop::kCount);
@@ -123,7 +129,8 @@ struct TxFrame {
   uint32_t tunnel_id = kNoTunnel;  // kNoTunnel for best-effort traffic
   OwnerIndex owner = kNoOwner;     // whose slots it leaves in (best_effort_owner() if downgraded)
   bool best_effort = false;        // leaves in unreserved slots (best effort or downgraded)
-  bool send = true;                // false: missed its window (counted); free, do not send
+  bool send = true;                // false: not sent (counted): free it, do not send
+  TxDrop drop = TxDrop::kCount;    // why, when !send: kMissedSlot, kReconfigured, kTunnelRemoved
   int64_t departure_ns = 0;        // scheduled start of serialisation
   int64_t tx_end_ns = 0;           // scheduled end of serialisation (rounded up to a ns)
   int64_t cycle_id = 0;            // of departure_ns
@@ -158,10 +165,39 @@ class TxScheduler {
   template <typename Sink>
   uint32_t dequeue_due(int64_t now_ns, Sink&& sink,
                        uint32_t max_frames = std::numeric_limits<uint32_t>::max()) noexcept;
-  // Departure time of the next frame (INT64_MAX when nothing is queued).
-  [[nodiscard]] int64_t next_event_ns() const noexcept { return wheel_.next_ts_ns(); }
+  // Departure time of the next frame (INT64_MAX when nothing is queued); frames reconfigure()
+  // hands back are due at once.
+  [[nodiscard]] int64_t next_event_ns() const noexcept {
+    return returned_next_ < returned_.size() ? last_now_ns_ : wheel_.next_ts_ns();
+  }
   // The caller reports when a frame actually left: departure error = actual - scheduled.
   void record_departure(const TxFrame& frame, int64_t actual_ns) noexcept;
+
+  // ---- run-time changes (setup tier: may allocate; on the port's thread between dequeues) ----
+  // Replaces the gate control list and the policies at now_ns, all or nothing: on an error
+  // (the same checks as create(), kConfig naming the tunnel) nothing changes. Owners are matched
+  // by tunnel id, so owner indices may change. What happens to the frames already queued:
+  //  * an owner whose slots are the same in both lists (tunnels: same slot set; best effort:
+  //    same unreserved slots) keeps its frames at their departures, its next-free time, and
+  //    its policer and shaper unless their parameters changed (rate, burst, over_rate; shaper
+  //    rate and burst), which get fresh buckets (full at now_ns);
+  //  * an owner whose slots changed has its frames re-placed in its new windows from now_ns, in
+  //    their old order, each under the owner's max_wait (counted from its enqueue time); one
+  //    that fits no window (max_wait, the wheel's horizon or capacity) is handed back;
+  //  * frames of a tunnel absent from the new list (and best-effort frames queued on its
+  //    behalf) are handed back.
+  // Handed back = given to the next dequeue_due() sink at once with send == false and drop
+  // kReconfigured / kTunnelRemoved (counted on the port, and on the owner if it remains), so the
+  // caller frees them. Counters of remaining owners and of the port are kept. A list with another
+  // cycle, slot count, guard, base time, line rate or max frame re-places every owner. The wheel
+  // is rebuilt (its size may change) and always covers every frame kept at its departure.
+  [[nodiscard]] common::Result<void> reconfigure(GateControlList gcl,
+                                                 const TxSchedulerConfig& config, int64_t now_ns);
+  // The same, building the result beside this scheduler, which is not changed: for a caller that
+  // must prepare several schedulers before committing any (move-assign the result).
+  [[nodiscard]] common::Result<TxScheduler> reconfigured(GateControlList gcl,
+                                                         const TxSchedulerConfig& config,
+                                                         int64_t now_ns) const;
 
   [[nodiscard]] const GateControlList& gcl() const noexcept { return gcl_; }
   [[nodiscard]] const TxCounters& port_counters() const noexcept { return port_; }
@@ -170,7 +206,10 @@ class TxScheduler {
   }
   // nullptr for a tunnel this port does not carry.
   [[nodiscard]] const TxCounters* tunnel_counters(uint32_t tunnel_id) const noexcept;
-  [[nodiscard]] uint32_t held_frames() const noexcept { return wheel_.size(); }
+  // Frames held: queued, plus handed-back frames the sink has not taken yet.
+  [[nodiscard]] uint32_t held_frames() const noexcept {
+    return wheel_.size() + static_cast<uint32_t>(returned_.size() - returned_next_);
+  }
   [[nodiscard]] uint32_t held_frames(OwnerIndex owner) const noexcept;
   // {"port":C,"best_effort":C,"tunnels":{"7":C,...},"held_frames":N} with
   // C = {"offered_packets",...,"held_for_slot","dropped":{"unknown_tunnel",...},
@@ -192,6 +231,7 @@ class TxScheduler {
   struct OwnerState {
     OwnerState(const TunnelTxPolicy& policy, uint64_t reserved_rate_bps, uint64_t burst_bytes,
                uint64_t shaper_burst_bytes, int64_t start_ns);
+    TunnelTxPolicy configured_policy;  // as given (burst/shaper burst 0 = auto)
     Policer policer;     // tunnels only (best effort: never consulted)
     TokenBucket shaper;  // used when shaped
     bool shaped = false;
@@ -204,6 +244,14 @@ class TxScheduler {
   };
 
   TxScheduler(GateControlList gcl, TimingWheel<Entry> wheel);
+  // create() with a wheel whose horizon from start_ns reaches at least min_horizon_end_ns
+  // (when its bucket count is automatic).
+  static common::Result<TxScheduler> build(GateControlList gcl, const TxSchedulerConfig& config,
+                                           int64_t start_ns, int64_t min_horizon_end_ns);
+  // reconfigured()'s second half: moves the frames of `old` into this
+  // (tx_scheduler_reconfigure.cc).
+  void take_frames(const TxScheduler& old, int64_t now_ns);
+  void hand_back(const Entry& entry, OwnerIndex counted_owner, TxDrop reason, int64_t now_ns);
   common::Status schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
                           int64_t now_ns) noexcept;
   common::Status drop(OwnerState& state, TxDrop reason) noexcept;
@@ -221,6 +269,9 @@ class TxScheduler {
   std::vector<OwnerState> owners_;  // gcl owner order: tunnels, then best effort (back())
   TxCounters port_;
   int64_t last_now_ns_ = std::numeric_limits<int64_t>::min();
+  // Frames reconfigure() handed back, given to the sink (send == false) before any other.
+  std::vector<TxFrame> returned_;
+  std::size_t returned_next_ = 0;
 };
 
 template <typename Sink>

@@ -130,6 +130,14 @@ Status TxScheduler::schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t hand
 bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
   now_ns = std::max(now_ns, last_now_ns_);
   last_now_ns_ = now_ns;
+  if (returned_next_ < returned_.size()) {  // handed back by reconfigure(), counted there
+    *frame = returned_[returned_next_++];
+    if (returned_next_ == returned_.size()) {
+      returned_.clear();  // keeps its capacity: no allocation here
+      returned_next_ = 0;
+    }
+    return true;
+  }
   int64_t departure_ns = 0;
   Entry entry;
   for (;;) {
@@ -150,6 +158,7 @@ bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
   frame->slot = position.slot;
   frame->enqueue_ns = entry.enqueue_ns;
   frame->send = now_ns <= entry.deadline_ns;
+  frame->drop = frame->send ? TxDrop::kCount : TxDrop::kMissedSlot;
   if (!frame->send) {
     (void)drop(state, TxDrop::kMissedSlot);
     return true;

@@ -28,7 +28,8 @@ enum class Op : uint8_t {
   kWanSend = 3,    // sendmsg on WAN port `object`
   kTunWrite = 4,
   kServiceSend = 5,
-  kControlReady = 6,  // POLL_ADD on the control server's listening socket
+  kControlReady = 6,  // POLL_ADD on a control server's listening socket (object 0: control,
+                      // 1: admin)
 };
 
 inline constexpr uint64_t pack(Op op, uint32_t object, uint32_t buffer) noexcept {
@@ -57,7 +58,8 @@ class Datapath {
         pool_(*state.pool),
         ring_(&state.ring),
         engine_(context.engine),
-        context_(context) {}
+        context_(context),
+        controls_{context.control, context.admin} {}
 
   common::Result<void> prepare();
   // Runs until context.stop. Instantiated for LowCpuTiming and BusyTiming.
@@ -94,9 +96,13 @@ class Datapath {
   gw::Engine& engine_;
   gw::RunContext& context_;
   std::vector<Source> sources_;
-  std::vector<const ServiceSockets*> services_;  // by engine tunnel index (nullptr: none)
+  // By engine tunnel index as of start (nullptr: none). Tunnels added at run time have higher
+  // indices (or reuse one without service sockets) and no service port: look up in bounds.
+  std::vector<const ServiceSockets*> services_;
   bool starved_ = false;  // some source has fewer receives in flight than wanted
-  bool control_armed_ = false;
+  // The control and admin servers (either may be nullptr), by Op::kControlReady object.
+  gw::ControlServer* controls_[2] = {nullptr, nullptr};
+  bool control_armed_[2] = {false, false};
   bool control_ready_ = false;
 };
 

@@ -59,16 +59,17 @@ void Datapath::arm_starved() noexcept {
 }
 
 void Datapath::arm_control() noexcept {
-  // While a client is connected the loop polls the server every millisecond anyway; watching
-  // the listening socket then would only spin on a backlog the server is not accepting yet.
-  if (context_.control == nullptr || control_armed_ || context_.control->has_connections()) {
-    return;
+  for (uint32_t i = 0; i < 2; ++i) {
+    // While a client is connected the loop polls the server every millisecond anyway; watching
+    // the listening socket then would only spin on a backlog the server is not accepting yet.
+    gw::ControlServer* server = controls_[i];
+    if (server == nullptr || control_armed_[i] || server->has_connections()) continue;
+    io_uring_sqe* sqe = get_sqe();
+    if (sqe == nullptr) return;  // the periodic poll still serves it
+    io_uring_prep_poll_add(sqe, server->fd(), POLLIN);
+    io_uring_sqe_set_data64(sqe, pack(Op::kControlReady, i, 0));
+    control_armed_[i] = true;
   }
-  io_uring_sqe* sqe = get_sqe();
-  if (sqe == nullptr) return;  // the periodic poll still serves it
-  io_uring_prep_poll_add(sqe, context_.control->fd(), POLLIN);
-  io_uring_sqe_set_data64(sqe, pack(Op::kControlReady, 0, 0));
-  control_armed_ = true;
 }
 
 void Datapath::reap(int64_t now_ns) noexcept {
@@ -107,7 +108,7 @@ void Datapath::on_completion(uint64_t data, int32_t result, int64_t now_ns) noex
       on_send(op, object, buffer, result);
       return;
     case Op::kControlReady:
-      control_armed_ = false;
+      if (object < 2) control_armed_[object] = false;
       control_ready_ = true;
       return;
   }
@@ -328,7 +329,7 @@ template <typename Timing>
 void Datapath::loop(Timing& timing) {
   for (uint32_t i = 0; i < sources_.size(); ++i) arm(i);
   arm_control();
-  gw::ControlServer* control = context_.control;
+  const bool has_control = controls_[0] != nullptr || controls_[1] != nullptr;
   int64_t next_control_ns = timing.now_ns();
   auto transmit_sink = [this](const gw::TxEmit& emit) { transmit(emit); };
   auto deliver_sink = [this](const gw::RxEmit& emit) { deliver(emit); };
@@ -343,13 +344,17 @@ void Datapath::loop(Timing& timing) {
     engine_.poll_control_st(now_ns);
     engine_.poll_rx_st(now_ns, deliver_sink);
     engine_.poll_tx_st(now_ns, transmit_sink);
-    if (control != nullptr && (control_ready_ || now_ns >= next_control_ns)) {
-      control->poll_st(engine_, now_ns);
+    if (has_control && (control_ready_ || now_ns >= next_control_ns)) {
+      bool connected = false;
+      for (gw::ControlServer* server : controls_) {
+        if (server == nullptr) continue;
+        server->poll_st(engine_, now_ns);  // a write may change the tunnels here
+        connected = connected || server->has_connections();
+      }
       control_ready_ = false;
       arm_control();
-      next_control_ns =
-          now_ns + (control->has_connections() ? kControlBusyPeriodNs : kControlPeriodNs);
-    } else if (control == nullptr && now_ns >= next_control_ns) {
+      next_control_ns = now_ns + (connected ? kControlBusyPeriodNs : kControlPeriodNs);
+    } else if (!has_control && now_ns >= next_control_ns) {
       next_control_ns = now_ns + kControlPeriodNs;  // bounds the wait: the stop flag is seen
     }
     arm_starved();

@@ -284,6 +284,7 @@ TEST(ConfigDescribe, RoundTripsEveryNonDefaultValue) {
   const std::string yaml =
       "gateway: {name: gw.x_1, backend: dpdk, timing: busy, cpu: 3, control_socket: \"@gw "
       "\\\"x\\\"\","
+      " admin_socket: /run/gw.sock, admin_mode: 0640, admin_uids: [7, 4294967294],"
       " buffers: 1024, batch: 64}\n"
       "tun: {enabled: true, name: tun-9, mtu: 1280, routes: [10.0.0.0/8, \"fd00::/8\"]}\n"
       "dpdk: {eal: [--no-huge, \"--vdev=net_memif0,role=server\"], mbufs: 4095, lcore: 2}\n"
@@ -297,7 +298,8 @@ TEST(ConfigDescribe, RoundTripsEveryNonDefaultValue) {
       "     time_exchange_interval: 250ms, keepalive_interval: 20ms, dead_after: 90ms,\n"
       "     min_path_delay: 3ms}\n"
       "tunnels:\n"
-      "  - {id: 4294967295, peer: p, rate: 300mbit, slots: \"0-9,40-49\", burst: 1.5mb,\n"
+      "  - {id: 4294967295, peer: p, owner: \"agent:lab \\\"x\\\"\",\n"
+      "     rate: 300mbit, slots: \"0-9,40-49\", burst: 1.5mb,\n"
       "     over_rate: best-effort, shaper_rate: 1gbit, queue: 16, max_wait: 1ms, bound: 4ms,\n"
       "     late: drop, max_hold: 4ms, playout_capacity: 7, dscp: 0, replay_window: 65536,\n"
       "     match: {dst: [\"fd00:9::/32\", 192.0.2.0/24], udp_ports: [1, 65535, 100-200]},\n"
@@ -308,6 +310,8 @@ TEST(ConfigDescribe, RoundTripsEveryNonDefaultValue) {
   EXPECT_EQ(config.peers[0].clock_offset_ns, -1'234'567);
   EXPECT_EQ(config.wan_ports[0].base_time_ns, 1'700'000'000'000'000'000);
   EXPECT_EQ(config.tunnels[0].burst_bytes, 1'572'864u);
+  EXPECT_EQ(config.tunnels[0].owner, "agent:lab \"x\"");
+  EXPECT_EQ(config.admin_mode, 0640u);
   EXPECT_EQ(round_trip(config), config);
 }
 

@@ -304,13 +304,13 @@ TEST_F(ControlRequests, BadRequestsNameWhatWasWrong) {
     const boost::json::value parsed = boost::json::parse(ask(request));
     return std::string(parsed.at("error").as_string());
   };
-  EXPECT_EQ(error_of(R"({"cmd":"reboot"})"),
-            "unknown cmd \"reboot\" (use stats, prometheus or config)");
-  EXPECT_EQ(error_of(R"({"command":"stats"})"),
-            "request has no \"cmd\" (use stats, prometheus or config)");
-  EXPECT_EQ(error_of(R"({"cmd":1})"), "\"cmd\" must be a string (stats, prometheus or config)");
+  const std::string commands =
+      "stats, prometheus, config, tunnels, apply, add_tunnel, modify_tunnel or remove_tunnel";
+  EXPECT_EQ(error_of(R"({"cmd":"reboot"})"), "unknown cmd \"reboot\" (use " + commands + ")");
+  EXPECT_EQ(error_of(R"({"command":"stats"})"), "request has no \"cmd\" (use " + commands + ")");
+  EXPECT_EQ(error_of(R"({"cmd":1})"), "\"cmd\" must be a string (" + commands + ")");
   EXPECT_EQ(error_of(R"({"cmd":"stats","verbose":true})"),
-            "unknown field \"verbose\" (only \"cmd\")");
+            "unknown field \"verbose\" (only \"cmd\" for stats, prometheus, config, tunnels)");
   EXPECT_EQ(error_of(R"(["stats"])"), "request must be a JSON object like {\"cmd\":\"stats\"}");
   EXPECT_NE(error_of("stats please").find("request is not JSON"), std::string::npos);
   EXPECT_NE(error_of("").find("request is not JSON"), std::string::npos);
@@ -329,8 +329,9 @@ TEST_F(ControlRequests, OverTheSocketFromTheEngine) {
   }
   auto result = answer.get();
   ASSERT_TRUE(result) << result.error().message;
-  EXPECT_EQ(*result,
-            R"json({"error":"unknown cmd \"nope\" (use stats, prometheus or config)"})json");
+  EXPECT_EQ(
+      *result,
+      R"json({"error":"unknown cmd \"nope\" (use stats, prometheus, config, tunnels, apply, add_tunnel, modify_tunnel or remove_tunnel)"})json");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -224,6 +225,97 @@ TEST_F(DetwanGw, RunsAnswersStatsRefusesATwinAndStopsOnSigterm) {
   gateway.signal(SIGTERM);
   const Outcome stopped = gateway.wait();
   EXPECT_EQ(stopped.status, 0) << stopped.err;
+}
+
+// A gateway that starts without tunnels, programmed with `apply` over its admin socket and read
+// with `tunnels`.
+TEST_F(DetwanGw, TunnelsAndApplyOnAGatewayStartedWithoutTunnels) {
+  const std::string name = uring::testing::unique_socket_name("cli-apply");
+  std::string text = config_text("@unused");
+  text = text.substr(0, text.find("tunnels:"));  // no tunnels at all
+  const std::string path = write("empty.yaml", text);
+  const std::string admin = (directory_ / "admin.sock").string();
+  Process gateway(
+      {"run", "--config", path, "--control", name, "--admin-socket", admin, "--log-level", "warn"});
+  std::optional<std::string> ready;
+  for (int i = 0; i < 2000 && !ready; ++i) {
+    auto answer = gw::control_request(admin, R"({"cmd":"tunnels"})", 1000);
+    if (answer)
+      ready = *answer;
+    else
+      ::usleep(5000);
+  }
+  ASSERT_TRUE(ready) << "the gateway never answered on " << admin;
+
+  const Outcome empty = run({"tunnels", "--control", name, "--json"});
+  EXPECT_EQ(empty.status, 0) << empty.err;
+  const auto before = boost::json::parse(empty.out);
+  EXPECT_EQ(before.at("generation").to_number<uint64_t>(), 0u);
+  EXPECT_EQ(before.at("tunnels").as_array().size(), 0u);
+  EXPECT_EQ(before.at("boot_id").as_string().size(), 16u);
+  EXPECT_NE(run({"tunnels", "--control", name}).out.find("no tunnels"), std::string::npos);
+
+  const std::string add =
+      R"({"add":[{"id":1001,"peer":"site-b","owner":"agent:cli","rate":"10mbit",)"
+      R"("slots":"60-69"}]})";
+  // The read-only socket refuses it (status 2), naming where writes go.
+  const Outcome refused = run({"apply", "--control", name, add});
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_NE(refused.err.find("send it to the admin socket " + admin +
+                             " (gateway.admin_socket), not " + name),
+            std::string::npos)
+      << refused.err;
+  const Outcome applied = run({"apply", "--control", admin, add});
+  EXPECT_EQ(applied.status, 0) << applied.err;
+  EXPECT_EQ(applied.out,
+            "{\"ok\":true,\"generation\":1,\"added\":[1001],\"modified\":[],\"removed\":[]}\n");
+  const Outcome table = run({"tunnels", "--control", name});
+  EXPECT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find("generation 1"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("agent:cli"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("60-69"), std::string::npos) << table.out;
+
+  // A request from a file; a refused one exits 2 and prints the answer with the generation.
+  const std::string bad = write("bad.json", R"({"cmd":"modify_tunnel","tunnel":{"id":1001,)"
+                                            R"("peer":"site-b","rate":"10mbit","slots":"160"}})");
+  const Outcome refused_file = run({"apply", "--control", admin, "@" + bad});
+  EXPECT_EQ(refused_file.status, 2);
+  EXPECT_EQ(boost::json::parse(refused_file.out).at("generation").to_number<uint64_t>(), 1u);
+  EXPECT_NE(refused_file.err.find("modify[0] (tunnel 1001): field 'slots': slot 160 out of "
+                                  "range [0, 100) of WAN port 'wan1'"),
+            std::string::npos)
+      << refused_file.err;
+  const std::string remove = write("remove.json", "{\n  \"remove\": [1001]\n}\n");
+  const Outcome removed = run({"apply", "--control", admin, "@" + remove});
+  EXPECT_EQ(removed.status, 0) << removed.err;
+  EXPECT_EQ(boost::json::parse(removed.out).at("generation").to_number<uint64_t>(), 2u);
+  EXPECT_EQ(run({"apply", "--control", admin, "not json"}).status, 2);
+  EXPECT_EQ(run({"apply", "--control", admin, "@" + (directory_ / "none.json").string()}).status,
+            2);
+  EXPECT_EQ(run({"apply", "--control", admin}).status, 2);  // no request
+  const auto stats = boost::json::parse(run({"stats", "--control", name, "--json"}).out);
+  EXPECT_EQ(stats.at("control").at("applied").to_number<uint64_t>(), 2u);
+
+  struct stat info {};
+  ASSERT_EQ(::lstat(admin.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 07777, 0600u);
+  gateway.signal(SIGTERM);
+  const Outcome stopped = gateway.wait();
+  EXPECT_EQ(stopped.status, 0) << stopped.err;
+  EXPECT_FALSE(std::filesystem::exists(admin));  // removed on a clean stop
+}
+
+TEST_F(DetwanGw, TunnelsAndApplyWithoutAGatewayExitWithStatus1) {
+  const std::string name = uring::testing::unique_socket_name("cli-none");
+  EXPECT_EQ(run({"tunnels", "--control", name}).status, 1);
+  EXPECT_EQ(run({"apply", "--control", name, R"({"remove":[1]})"}).status, 1);
+  const std::string path = write("good.yaml", config_text("@x"));
+  const Outcome abstract = run({"run", "--config", path, "--admin-socket", "@admin"});
+  EXPECT_EQ(abstract.status, 2);
+  EXPECT_NE(abstract.err.find("--admin-socket: admin socket '@admin': must be a filesystem path"),
+            std::string::npos)
+      << abstract.err;
+  EXPECT_EQ(run({"tunnels", "--config", path}).status, 2);
 }
 
 TEST_F(DetwanGw, RuntimeFailureExitsWithStatus1) {

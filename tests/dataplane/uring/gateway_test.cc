@@ -29,111 +29,25 @@
 #include "dataplane/gw/control_server.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/wire/header.h"
+#include "tests/dataplane/uring/uring_site.h"
 #include "tests/dataplane/uring/uring_test_util.h"
 
 namespace detwan::dataplane::uring {
 namespace {
 
+using testing::counter;
 using testing::loopback;
 using testing::loopback6;
+using testing::Site;
+using testing::tai_now_ns;
 using testing::TestSocket;
 using Bytes = std::vector<std::byte>;
-
-int64_t tai_now_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_TAI, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-}
 
 Bytes random_payload(std::mt19937& random, size_t size, uint32_t index) {
   Bytes data(size);
   for (auto& b : data) b = static_cast<std::byte>(random());
   std::memcpy(data.data(), &index, std::min<size_t>(4, size));
   return data;
-}
-
-// One gateway: opened (sockets bound) first, so the other side can be told its endpoints, then
-// started on its own thread.
-class Site {
- public:
-  explicit Site(gw::GatewayConfig config) : config_(std::move(config)) {
-    auto gateway = Gateway::open(config_);
-    EXPECT_TRUE(gateway) << gateway.error().message;
-    if (gateway) gateway_ = std::move(*gateway);
-  }
-  ~Site() { stop(); }
-
-  [[nodiscard]] bool opened() const { return gateway_ != nullptr; }
-  gw::GatewayConfig& config() { return config_; }
-  [[nodiscard]] gw::Endpoint wan() const { return gateway_->wan_endpoint(0); }
-  [[nodiscard]] std::optional<gw::Endpoint> service(size_t tunnel = 0) const {
-    return gateway_->service_endpoint(tunnel);
-  }
-  [[nodiscard]] const std::string& control_name() const { return control_name_; }
-
-  // Creates the engine from config() (with the endpoints actually bound) and runs the loop.
-  void start() {
-    config_.wan_ports[0].local = wan();
-    for (size_t i = 0; i < config_.tunnels.size(); ++i) {
-      if (config_.tunnels[i].service_listen) config_.tunnels[i].service_listen = service(i);
-    }
-    auto engine = gw::Engine::create(config_, tai_now_ns());
-    ASSERT_TRUE(engine) << engine.error().message;
-    engine_ = std::move(*engine);
-    control_name_ = testing::unique_socket_name(config_.name);
-    auto control = gw::ControlServer::start(control_name_);
-    ASSERT_TRUE(control) << control.error().message;
-    control_ = std::move(*control);
-    context_.emplace(gw::RunContext{*engine_, config_, control_.get(), stop_});
-    thread_ = std::thread([this] { outcome_ = gateway_->run(*context_); });
-  }
-
-  void stop() {
-    stop_.store(true);
-    if (thread_.joinable()) {
-      thread_.join();
-      EXPECT_TRUE(outcome_) << outcome_.error().message;
-    }
-  }
-
-  // The engine's stats, asked over the control socket like `detwan-gw stats --json` does.
-  boost::json::value stats() const {
-    auto answer = gw::control_request(control_name_, R"({"cmd":"stats"})", 10'000);
-    EXPECT_TRUE(answer) << answer.error().message;
-    return answer ? boost::json::parse(*answer) : boost::json::value();
-  }
-
-  // Asks for stats until `done(stats)` holds (a counter the loop updates when a completion is
-  // reaped may lag what the application already received); the last stats either way.
-  template <typename Predicate>
-  boost::json::value stats_when(Predicate done) const {
-    boost::json::value value = stats();
-    for (int i = 0; i < 1000 && !done(value); ++i) value = stats();
-    return value;
-  }
-
- private:
-  gw::GatewayConfig config_;
-  std::unique_ptr<Gateway> gateway_;
-  std::unique_ptr<gw::Engine> engine_;
-  std::unique_ptr<gw::ControlServer> control_;
-  std::string control_name_;
-  std::atomic<bool> stop_{false};
-  std::optional<gw::RunContext> context_;
-  std::thread thread_;
-  common::Result<void> outcome_;
-};
-
-int64_t counter(const boost::json::value& stats, std::initializer_list<std::string_view> path) {
-  const boost::json::value* value = &stats;
-  for (std::string_view key : path) {
-    if (value->is_array()) {
-      value = &value->as_array().at(std::stoul(std::string(key)));
-    } else {
-      value = &value->as_object().at(key);
-    }
-  }
-  return value->to_number<int64_t>();
 }
 
 // A gateway pair joined by tunnel 7: datagrams sent to A's service port come out of B's

@@ -1,0 +1,129 @@
+// Engine::apply_st(): tunnels added, modified and removed at run time (engine.h). Setup tier on
+// the datapath thread between polls: everything new is built first (schedulers, tunnel states,
+// classifier, id table); only then is it swapped in, by moves that cannot fail, so a refused or
+// failed change leaves the engine exactly as it was.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "dataplane/gw/engine.h"
+#include "dataplane/gw/engine_impl.h"
+#include "dataplane/sched/gate_control_list.h"
+
+namespace detwan::dataplane::gw {
+namespace {
+
+// An index a new tunnel may take: removed, drained, and never known to a backend as a tunnel
+// with service sockets.
+bool reusable(const TunnelState& tunnel) noexcept {
+  return !tunnel.active && !tunnel.had_service && tunnel.on_time.held_frames() == 0 &&
+         tunnel.best_effort.held_frames() == 0;
+}
+
+}  // namespace
+
+common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64_t now_ns) {
+  Impl& m = *impl_;
+  auto next = apply_tunnel_changes(m.config, changes);
+  if (!next) return std::unexpected(next.error());
+  const auto internal = [](const std::string& what, const common::Error& error) {
+    return common::make_error(error.code, what + ": " + error.message);
+  };
+
+  // Indices: kept for existing tunnels; a new one takes a reusable index or a new one.
+  std::vector<uint32_t> index_of(next->tunnels.size());
+  std::vector<bool> taken(m.tunnels.size(), false);
+  std::vector<std::pair<uint32_t, TunnelState>> fresh;
+  auto appended = static_cast<uint32_t>(m.tunnels.size());
+  for (size_t i = 0; i < next->tunnels.size(); ++i) {
+    const TunnelConfig& tunnel = next->tunnels[i];
+    const uint32_t existing = m.find_tunnel(tunnel.id);
+    if (existing != kNoIndex) {
+      index_of[i] = existing;
+      continue;
+    }
+    uint32_t index = kNoIndex;
+    for (uint32_t j = 0; j < m.tunnels.size() && index == kNoIndex; ++j) {
+      if (!taken[j] && reusable(m.tunnels[j])) index = j;
+    }
+    if (index == kNoIndex) {
+      index = appended++;
+    } else {
+      taken[index] = true;
+    }
+    index_of[i] = index;
+    auto state = make_tunnel(*next, m.peers, tunnel);
+    if (!state) return std::unexpected(state.error());
+    fresh.emplace_back(index, std::move(*state));
+  }
+
+  // Modified tunnels: their new release policy, checked before anything changes.
+  std::vector<std::pair<uint32_t, TunnelConfig>> modified;
+  for (const TunnelConfig& tunnel : changes.modify) {
+    const uint32_t index = m.find_tunnel(tunnel.id);
+    sched::PlayoutConfig playout = m.tunnels[index].on_time.config();
+    playout.bound_ns = tunnel.bound_ns;
+    playout.late_action = tunnel.late;
+    playout.max_hold_ns = tunnel.max_hold_ns;
+    if (auto ok = sched::Playout::validate(playout); !ok) {
+      return std::unexpected(internal(fmt::format("tunnel {}", tunnel.id), ok.error()));
+    }
+    modified.emplace_back(index, tunnel);
+  }
+
+  // Every port's new schedule, its queued frames kept, re-placed or handed back.
+  std::vector<sched::TxScheduler> schedulers;
+  schedulers.reserve(m.ports.size());
+  for (const PortState& port : m.ports) {
+    const WanPortConfig& port_config = next->wan_ports[port.config_index];
+    const std::string where = fmt::format("port '{}'", port_config.name);
+    auto gcl = sched::GateControlList::create(port_gcl_config(*next, port_config));
+    if (!gcl) return std::unexpected(internal(where, gcl.error()));
+    auto scheduler =
+        port.scheduler.reconfigured(std::move(*gcl), port_tx_config(*next, port_config), now_ns);
+    if (!scheduler) return std::unexpected(internal(where, scheduler.error()));
+    schedulers.push_back(std::move(*scheduler));
+  }
+  auto classifier = Classifier::create(next->tunnels, index_of);
+  if (!classifier) return std::unexpected(classifier.error());
+  std::vector<std::pair<uint32_t, uint32_t>> ids;
+  ids.reserve(next->tunnels.size());
+  for (size_t i = 0; i < next->tunnels.size(); ++i)
+    ids.emplace_back(next->tunnels[i].id, index_of[i]);
+  std::sort(ids.begin(), ids.end());
+  std::vector<uint32_t> removed_indices;
+  for (const uint32_t id : changes.remove) removed_indices.push_back(m.find_tunnel(id));
+  ApplyResult result;
+  for (const TunnelConfig& tunnel : changes.add) result.added.push_back(tunnel.id);
+  for (const TunnelConfig& tunnel : changes.modify) result.modified.push_back(tunnel.id);
+  result.removed = changes.remove;
+  m.tunnels.reserve(appended);
+
+  // ---- commit: moves and plain stores only ----
+  for (size_t p = 0; p < m.ports.size(); ++p) m.ports[p].scheduler = std::move(schedulers[p]);
+  for (auto& [index, state] : fresh) {
+    if (index < m.tunnels.size()) {
+      m.tunnels[index] = std::move(state);
+    } else {
+      m.tunnels.push_back(std::move(state));  // in index order; capacity reserved
+    }
+  }
+  for (const uint32_t index : removed_indices) m.tunnels[index].active = false;
+  for (auto& [index, config] : modified) {
+    TunnelState& tunnel = m.tunnels[index];
+    tunnel.on_time.set_release_policy(config.bound_ns, config.late, config.max_hold_ns);
+    tunnel.best_effort.set_release_policy(0, config.late, config.max_hold_ns);
+    tunnel.config = std::move(config);
+  }
+  m.config = std::move(*next);
+  m.tunnel_ids = std::move(ids);
+  m.classifier = std::move(*classifier);
+  m.choose_control_tunnels();
+  result.generation = ++m.generation;
+  return result;
+}
+
+}  // namespace detwan::dataplane::gw

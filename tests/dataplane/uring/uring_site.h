@@ -1,0 +1,126 @@
+#pragma once
+// A uring gateway of the backend tests, run on its own thread of the test process: opened first
+// (sockets bound, so the other side can be told its endpoints), then started with its engine,
+// its control socket and optionally an admin socket; stats read over the control socket.
+#include <atomic>
+#include <ctime>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+#include "dataplane/gw/control_server.h"
+#include "dataplane/gw/engine.h"
+#include "dataplane/uring/gateway.h"
+#include "tests/dataplane/uring/uring_test_util.h"
+
+namespace detwan::dataplane::uring::testing {
+
+inline int64_t tai_now_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_TAI, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+// One gateway: opened (sockets bound) first, so the other side can be told its endpoints, then
+// started on its own thread.
+class Site {
+ public:
+  explicit Site(gw::GatewayConfig config) : config_(std::move(config)) {
+    auto gateway = Gateway::open(config_);
+    EXPECT_TRUE(gateway) << gateway.error().message;
+    if (gateway) gateway_ = std::move(*gateway);
+  }
+  ~Site() { stop(); }
+
+  [[nodiscard]] bool opened() const { return gateway_ != nullptr; }
+  gw::GatewayConfig& config() { return config_; }
+  [[nodiscard]] gw::Endpoint wan() const { return gateway_->wan_endpoint(0); }
+  [[nodiscard]] std::optional<gw::Endpoint> service(size_t tunnel = 0) const {
+    return gateway_->service_endpoint(tunnel);
+  }
+  [[nodiscard]] const std::string& control_name() const { return control_name_; }
+
+  // Creates the engine from config() (with the endpoints actually bound) and runs the loop, with
+  // an admin socket at admin_path if one is given.
+  void start(const std::string& admin_path = "") {
+    config_.wan_ports[0].local = wan();
+    for (size_t i = 0; i < config_.tunnels.size(); ++i) {
+      if (config_.tunnels[i].service_listen) config_.tunnels[i].service_listen = service(i);
+    }
+    auto engine = gw::Engine::create(config_, tai_now_ns());
+    ASSERT_TRUE(engine) << engine.error().message;
+    engine_ = std::move(*engine);
+    control_name_ = unique_socket_name(config_.name);
+    auto control = gw::ControlServer::start(control_name_);
+    ASSERT_TRUE(control) << control.error().message;
+    control_ = std::move(*control);
+    if (!admin_path.empty()) {
+      gw::ControlServerOptions options;
+      options.admin = true;
+      options.max_request_bytes = gw::ControlServer::kMaxAdminRequestBytes;
+      auto admin = gw::ControlServer::start(admin_path, options);
+      ASSERT_TRUE(admin) << admin.error().message;
+      admin_ = std::move(*admin);
+    }
+    context_.emplace(gw::RunContext{*engine_, config_, control_.get(), stop_, admin_.get()});
+    thread_ = std::thread([this] { outcome_ = gateway_->run(*context_); });
+  }
+
+  void stop() {
+    stop_.store(true);
+    if (thread_.joinable()) {
+      thread_.join();
+      EXPECT_TRUE(outcome_) << outcome_.error().message;
+    }
+  }
+
+  // The engine's stats, asked over the control socket like `detwan-gw stats --json` does.
+  boost::json::value stats() const {
+    auto answer = gw::control_request(control_name_, R"({"cmd":"stats"})", 10'000);
+    EXPECT_TRUE(answer) << answer.error().message;
+    return answer ? boost::json::parse(*answer) : boost::json::value();
+  }
+
+  // Asks for stats until `done(stats)` holds (a counter the loop updates when a completion is
+  // reaped may lag what the application already received); the last stats either way.
+  template <typename Predicate>
+  boost::json::value stats_when(Predicate done) const {
+    boost::json::value value = stats();
+    for (int i = 0; i < 1000 && !done(value); ++i) value = stats();
+    return value;
+  }
+
+ private:
+  gw::GatewayConfig config_;
+  std::unique_ptr<Gateway> gateway_;
+  std::unique_ptr<gw::Engine> engine_;
+  std::unique_ptr<gw::ControlServer> control_;
+  std::unique_ptr<gw::ControlServer> admin_;
+  std::string control_name_;
+  std::atomic<bool> stop_{false};
+  std::optional<gw::RunContext> context_;
+  std::thread thread_;
+  common::Result<void> outcome_;
+};
+
+inline int64_t counter(const boost::json::value& stats,
+                       std::initializer_list<std::string_view> path) {
+  const boost::json::value* value = &stats;
+  for (std::string_view key : path) {
+    if (value->is_array()) {
+      value = &value->as_array().at(std::stoul(std::string(key)));
+    } else {
+      value = &value->as_object().at(key);
+    }
+  }
+  return value->to_number<int64_t>();
+}
+
+}  // namespace detwan::dataplane::uring::testing
