@@ -215,6 +215,9 @@ int run(int argc, char** argv) {
   path_cmd->add_flag("--all", all, "ignore capacity (the topology's paths)");
   CLI::App* topology = app.add_subcommand("topology", "sites, gateways and links with the rate reserved now");
 
+  // --agent, --token, --json and --timeout may also follow the verb
+  // (`detwanctl reserve ... --json`).
+  for (CLI::App* sub : app.get_subcommands({})) sub->fallthrough();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
