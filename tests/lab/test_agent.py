@@ -1,0 +1,280 @@
+"""The lab with the control agent (`tools/testbed up --dataplane uring --agents`): reservations
+made through detwanctl provision tunnels on the running gateways, traffic flows through them,
+release stops it; refusals name their cause; the agent survives kill -9 and re-programs a
+gateway that restarted while it was away.
+
+One 3-site lab with two disjoint WAN paths per pair (module-scoped, always torn down). The pure
+part (the generated topology) is checked first, without root.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import labutil
+from labutil import tb
+
+sys.path.insert(0, str(labutil.REPO / "tools"))
+from lab import agent, builder, gateway, topology  # noqa: E402
+
+WAN = "delay=5ms,rate=200mbit"
+
+
+def ctl(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    res = subprocess.run([str(labutil.build_dir() / agent.CTL_BINARY), *args], capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL)
+    if check and res.returncode != 0:
+        raise AssertionError(f"detwanctl {' '.join(args)} exited {res.returncode}:\n"
+                             f"{res.stdout}\n{res.stderr}")
+    return res
+
+
+def ping(site: str, addr: str, count: int = 3) -> bool:
+    return tb("exec", site, "--", "ping", "-n", "-q", "-c", str(count), "-W", "1", addr).returncode == 0
+
+
+def http(url: str, method: str = "GET", body: str | None = None) -> tuple[int, dict]:
+    req = urllib.request.Request(url, method=method, data=body.encode() if body else None,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read().decode())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode())
+
+
+def gw_tunnels(site: str) -> list[dict]:
+    res = tb("gw", site, "--", "tunnels", "--json", check=True)
+    return json.loads(res.stdout)["tunnels"]
+
+
+# ------------------------------------------------------------------------ generation (no root)
+
+def test_generated_topology_and_gateway_configs_are_accepted(tmp_path):
+    topo = topology.build(3, 2)
+    config = builder.LabConfig(sites=3, paths=2, wan_spec=WAN, dataplane="uring", agents=True)
+    config.gateway = gateway.GatewayOptions(backend="uring")
+    config.agent_port = 7999
+    config.plan_gateways(topo)
+    text = config.agent_topology
+    assert "listen: 127.0.0.1:7999" in text
+    assert "{name: ab2, ends: [a, b], capacity: 200mbit, delay: 5ms" in text
+    assert "{name: c-2, port: ac2, gateway: c}" in text  # site a's peer c over path 2
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    cmd = agent.agent_command(labutil.build_dir())
+    status, message = agent.check_topology(cmd, path)
+    assert status == 0, message
+    assert "3 sites, 3 gateways, 3 nodes, 6 links" in message
+    for site, yaml in config.gateway_configs.items():
+        assert "tunnels: []" in yaml and "admin_socket:" in yaml
+        f = tmp_path / f"gw-{site}.yaml"
+        f.write_text(yaml)
+        status, message = gateway.check_config(gateway.gw_command(labutil.build_dir()), f)
+        assert status == 0, message
+
+
+def test_static_tunnel_options_are_refused_with_agents(wanem_ready):
+    res = tb("up", "--dataplane", "uring", "--agents", "--tunnel-rate", "10mbit")
+    assert res.returncode == 2
+    assert "reserved through the agent" in res.stderr
+    res = tb("up", "--agents")
+    assert res.returncode == 2 and "--dataplane" in res.stderr
+    assert not labutil.namespaces()
+
+
+# ------------------------------------------------------------------------------ the lab
+
+@pytest.fixture(scope="module")
+def agentlab(wanem_ready):
+    with labutil.lab("--sites", "3", "--paths", "2", "--dataplane", "uring", "--agents",
+                     "--wan", WAN) as st:
+        os.environ["DETWAN_AGENT"] = st["agents"][0]["url"]
+        yield st
+        os.environ.pop("DETWAN_AGENT", None)
+
+
+@pytest.mark.netns
+def test_status_lists_the_agent_and_the_gateways_start_empty(agentlab):
+    a = agentlab["agents"][0]
+    assert a["name"] == "lab" and a["alive"] and a["url"].startswith("http://127.0.0.1:")
+    status, health = http(a["url"] + "/healthz")
+    assert status == 200 and health["gateways_reachable"] == 3
+    for s in agentlab["sites"]:
+        assert s["gateway"]["admin_socket"].endswith(f"gw-{s['name']}.admin.sock")
+        assert gw_tunnels(s["name"]) == []
+    mode = os.stat(agentlab["sites"][0]["gateway"]["admin_socket"]).st_mode & 0o777
+    assert mode == 0o600
+    assert not ping("a", agentlab["sites"][1]["tunnel_addr"], count=1)
+
+
+@pytest.mark.netns
+def test_reserve_provision_carries_traffic_and_release_stops_it(agentlab):
+    b = agentlab["sites"][1]
+    res = ctl("reserve", "--from", "a", "--to", "b", "--rate", "50mbit", "--max-latency", "40ms",
+              "--max-latency-variation", "5ms", "--duration", "10m", "--provision", "--json",
+              check=True)
+    r = json.loads(res.stdout)
+    assert r["state"] == "provisioned" and r["dataplane"]["active"]
+    assert r["path"] == ["a", "b"] and r["links"] == ["ab1"]
+    bound = r["bound"]
+    assert 5_000_000 < bound["max_latency_ns"] <= 40_000_000
+    assert 0 <= bound["max_latency_variation_ns"] <= 5_000_000
+    tunnels = gw_tunnels("a")
+    assert [t["id"] for t in tunnels] == [r["tunnel_id"]]
+    assert tunnels[0]["owner"] == "agent:lab" and tunnels[0]["rate_bps"] == 50_000_000
+    assert tunnels[0]["match"]["dst"] == ["10.20.2.0/24"]
+    before = labutil.status()  # noqa: F841 - the lab is healthy with the agent
+    assert ping("a", b["tunnel_addr"])
+    st = json.loads(tb("gw", "b", "--", "stats", "--json", check=True).stdout)
+    rx = next(t for t in st["tunnels"] if t["id"] == r["tunnel_id"])["rx"]
+    assert rx["on_time"]["received_packets"] + rx["best_effort"]["received_packets"] >= 3
+    assert ctl("release", r["id"]).returncode == 0
+    assert gw_tunnels("a") == [] and gw_tunnels("b") == []
+    assert not ping("a", b["tunnel_addr"], count=2)
+    again = json.loads(ctl("provision", r["id"], "--json", check=True).stdout)
+    assert again["dataplane"]["active"]
+    assert ping("a", b["tunnel_addr"])
+    assert ctl("terminate", r["id"]).returncode == 0
+    assert gw_tunnels("a") == []
+
+
+@pytest.mark.netns
+def test_refusals_exit_non_zero_with_the_cause(agentlab):
+    res = ctl("reserve", "--from", "a", "--to", "c", "--rate", "500mbit", "--duration", "10m",
+              "--json")
+    assert res.returncode == 1
+    error = json.loads(res.stdout)["error"]
+    assert error["code"] == "no_capacity" and "reservable" in error["message"]
+    res = ctl("reserve", "--from", "a", "--to", "c", "--rate", "5mbit", "--max-latency", "2ms",
+              "--duration", "10m", "--json")
+    assert res.returncode == 1
+    error = json.loads(res.stdout)["error"]
+    assert error["code"] == "latency_below_propagation" and error["field"] == "max_latency_ns"
+    assert "5ms" in error["message"]
+    status, body = http(os.environ["DETWAN_AGENT"] + "/v1/reservations", "POST",
+                        '{"src":"a","dst":"c","min_bandwidth_bps":1000000,"duration_ns":60000000000,'
+                        '"colour":"red"}')
+    assert status == 400 and body["error"]["field"] == "colour"
+    assert ctl("reserve", "--from", "a", "--to", "z", "--rate", "1mbit", "--duration", "1m"
+               ).returncode == 2
+
+
+@pytest.mark.netns
+def test_two_disjoint_paths_and_a_reservation_on_path_two(agentlab):
+    res = ctl("paths", "--from", "b", "--to", "c", "--rate", "20mbit", "--k", "2", "--json",
+              check=True)
+    paths = json.loads(res.stdout)["paths"]
+    assert [p["links"] for p in paths] == [["bc1"], ["bc2"]] or \
+        [p["links"] for p in paths] == [["bc2"], ["bc1"]]
+    # Fill path 1 (150 Mbit/s takes 82 of its 90 reservable slots): the next goes over path 2.
+    first = json.loads(ctl("reserve", "--from", "b", "--to", "c", "--rate", "150mbit",
+                           "--duration", "10m", "--commit", "--src-prefix", "10.20.2.2/32",
+                           "--dst-prefix", "10.20.3.2/32", "--json", check=True).stdout)
+    second = json.loads(ctl("reserve", "--from", "b", "--to", "c", "--rate", "100mbit",
+                            "--duration", "10m", "--provision", "--src-prefix", "10.20.2.3/32",
+                            "--dst-prefix", "10.20.3.3/32", "--json", check=True).stdout)
+    assert first["links"] != second["links"]
+    on_b = {t["id"]: t for t in gw_tunnels("b")}
+    assert on_b[second["tunnel_id"]]["peer"] in ("c", "c-2")
+    for r in (first, second):
+        ctl("terminate", r["id"], check=True)
+
+
+@pytest.mark.netns
+def test_modify_reprograms_the_tunnel_and_refuses_what_does_not_fit(agentlab):
+    r = json.loads(ctl("reserve", "--from", "a", "--to", "c", "--rate", "20mbit", "--duration",
+                       "10m", "--max-latency", "30ms", "--provision", "--json", check=True).stdout)
+    m = json.loads(ctl("modify", r["id"], "--rate", "60mbit", "--json", check=True).stdout)
+    assert m["version"] == 2 and m["min_bandwidth_bps"] == 60_000_000
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        rates = [t["rate_bps"] for t in gw_tunnels("a") if t["id"] == r["tunnel_id"]]
+        if rates == [60_000_000]:
+            break
+        time.sleep(0.1)
+    assert rates == [60_000_000]
+    res = ctl("modify", r["id"], "--rate", "400mbit", "--json")
+    assert res.returncode == 1
+    assert json.loads(ctl("show", r["id"], "--json").stdout)["min_bandwidth_bps"] == 60_000_000
+    ctl("terminate", r["id"], check=True)
+
+
+@pytest.mark.netns
+def test_hold_times_out_and_request_ids_are_idempotent(agentlab):
+    held = json.loads(ctl("reserve", "--from", "b", "--to", "a", "--rate", "1mbit", "--duration",
+                          "10m", "--hold", "1s", "--request-id", "job-7", "--json",
+                          check=True).stdout)
+    again = json.loads(ctl("reserve", "--from", "b", "--to", "a", "--rate", "1mbit", "--duration",
+                           "10m", "--hold", "1s", "--request-id", "job-7", "--json",
+                           check=True).stdout)
+    assert again["id"] == held["id"]
+    other = ctl("reserve", "--from", "b", "--to", "a", "--rate", "2mbit", "--duration", "10m",
+                "--request-id", "job-7", "--json")
+    assert other.returncode == 1
+    assert json.loads(other.stdout)["error"]["code"] == "idempotency_conflict"
+    deadline = time.monotonic() + 10
+    state = held["state"]
+    while time.monotonic() < deadline and state == "held":
+        time.sleep(0.2)
+        state = json.loads(ctl("show", held["id"], "--json").stdout)["state"]
+    shown = json.loads(ctl("show", held["id"], "--json").stdout)
+    assert shown["state"] == "terminated" and shown["reason"] == "hold_timeout"
+    late = ctl("commit", held["id"], "--json")
+    assert late.returncode == 1 and json.loads(late.stdout)["error"]["code"] == "hold_expired"
+
+
+@pytest.mark.netns
+def test_agent_killed_and_gateway_restarted_meanwhile_lose_nothing(agentlab):
+    c = agentlab["sites"][2]
+    r = json.loads(ctl("reserve", "--from", "a", "--to", "c", "--rate", "30mbit", "--duration",
+                       "10m", "--provision", "--json", check=True).stdout)
+    assert tb("agent", "lab", "kill").returncode == 0
+    assert tb("status").returncode == 3  # degraded: the agent is dead
+    # Gateway c restarts while the agent is away: it comes back without tunnels.
+    st = json.loads(tb("status", "--json").stdout)
+    rec = next(s for s in st["sites"] if s["name"] == "c")["gateway"]
+    os.kill(rec["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and labutil.pid_alive(rec["pid"]):
+        time.sleep(0.05)
+    site = topology.Site("c", 3)
+    cmd = gateway.gw_command(labutil.build_dir())
+    # The old process's io_uring releases its sockets asynchronously, a moment after it exits:
+    # its abstract control socket may still be bound ("in use"). Retry briefly, as a service
+    # manager would.
+    for attempt in range(50):
+        new = gateway.start(cmd, site)
+        try:
+            gateway.wait_ready(cmd, site, new)
+            break
+        except Exception as e:  # noqa: BLE001
+            if "in use" not in str(e) or attempt == 49:
+                raise
+            time.sleep(0.1)
+    state = json.loads((labutil.RUN_DIR / "state.json").read_text())
+    next(s for s in state["sites"] if s["name"] == "c")["gateway"].update(
+        {k: new[k] for k in ("pid", "pid_start_time", "started_unix_ns")})
+    (labutil.RUN_DIR / "state.json").write_text(json.dumps(state))
+    assert gw_tunnels("c") == []
+    assert tb("agent", "lab", "start").returncode == 0
+    shown = json.loads(ctl("show", r["id"], "--json").stdout)
+    assert shown["state"] == "provisioned" and shown["tunnel_id"] == r["tunnel_id"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not gw_tunnels("c"):
+        time.sleep(0.1)
+    assert [t["id"] for t in gw_tunnels("c")] == [r["tunnel_id"]]
+    assert ping("a", c["tunnel_addr"])
+    check = subprocess.run([*agent.agent_command(labutil.build_dir()), "journal-check",
+                            "--topology", agentlab["agents"][0]["topology"]],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and "nothing over-booked" in check.stdout, check.stderr
+    ctl("terminate", r["id"], check=True)
