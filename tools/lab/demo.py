@@ -1,11 +1,14 @@
-"""The multi-site demo (README's main job): a detwan tunnel next to best effort on one jittery,
-congested WAN path, measured side by side by detwan-perf.
+"""The multi-site demo (README's main job): a detwan tunnel, reserved through the control agent,
+next to best effort on one jittery, congested WAN path, measured side by side by detwan-perf.
 
-Brings up a 2-site lab (`tools/testbed up --dataplane uring`) whose WAN path, emulated by
-detwan-wanem, has delay, uniform jitter, random loss, a rate limit and cross traffic filling most
-of it. Each site's gateway runs detwan-gw with one tunnel between the sites (reserved rate,
-time slots, on-time delivery at a latency bound; the emulator gives the tunnel's DSCP the
-reserved class, as reserved WAN capacity would). Site b's host runs `detwan-perf server`; site
+Brings up a 2-site lab (`tools/testbed up --dataplane uring --agents`) whose WAN path, emulated
+by detwan-wanem, has delay, uniform jitter, random loss, a rate limit and cross traffic filling
+most of it. Each site's gateway runs detwan-gw without tunnels; the lab's detwan-agent is asked
+(`detwanctl reserve --provision`) for the rate between the sites with a latency variation below
+the WAN's jitter, so it computes the path's bound, chooses on-time delivery and programs the
+tunnel on both gateways (reserved rate, time slots, release at the bound; the emulator gives the
+tunnel's DSCP the reserved class, as reserved WAN capacity would). The reservation is printed
+with its computed bound. Site b's host runs `detwan-perf server`; site
 a's host runs `detwan-perf client B_TUNNEL --compare B_BEST_EFFORT`: one schedule, each packet
 sent to both addresses back to back, so
   * the primary path goes through both gateways and the tunnel,
@@ -21,14 +24,18 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import pathlib
+import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from lab import gateway, measure, perf  # noqa: E402
+from lab import agent, gateway, measure, perf  # noqa: E402
 
 DEFAULT_SPEC = "delay=10ms,jitter=2ms,jitter-dist=uniform,loss=0.1%,rate=200mbit,cross=80%"
-TUNNEL_ID = 12
+# Asked of the agent: well below the WAN's 4 ms of jitter, so it must deliver on time.
+MAX_LATENCY_VARIATION = "1ms"
+MAX_LATENCY = "40ms"
 # detwan-perf measures host to host: the gateways' bound (gateway a -> release at b) plus the
 # hops host -> gateway and gateway -> host and the hosts' own scheduling. The application's
 # bound, counted as "beyond bound", is the tunnel's plus this margin.
@@ -39,13 +46,37 @@ def ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms"
 
 
+def reserve(ctl: list[str], url: str, rate: str) -> tuple[dict, str]:
+    """detwanctl reserve --provision: the reservation's JSON and its human description."""
+    args = ["--agent", url, "reserve", "--from", "a", "--to", "b", "--rate", rate,
+            "--max-latency", MAX_LATENCY, "--max-latency-variation", MAX_LATENCY_VARIATION,
+            "--duration", "1h", "--provision"]
+    res = subprocess.run([*ctl, *args, "--json"], capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise RuntimeError(f"detwanctl reserve failed (exit {res.returncode}): "
+                           f"{res.stderr.strip() or res.stdout.strip()}")
+    r = json.loads(res.stdout)
+    shown = subprocess.run([*ctl, "--agent", url, "show", r["id"]], capture_output=True,
+                           text=True, timeout=60)
+    return r, shown.stdout
+
+
 def run(args, out_dir: pathlib.Path, say) -> dict:
-    bound_ns = gateway.default_bound_ns(args.wan)
     say(f"== detwan demo: 2 sites, WAN = {args.wan}")
-    say(f"   bringing up the lab with detwan-gw (io_uring) in each gateway: tunnel "
-        f"{TUNNEL_ID} a<->b, {args.tunnel_rate} reserved, bound {ms(bound_ns)}")
-    with measure.own_lab("--sites", "2", "--dataplane", "uring", "--wan", args.wan,
-                         "--tunnel-rate", args.tunnel_rate) as lab:
+    say("   bringing up the lab with detwan-gw (io_uring) in each gateway and detwan-agent; "
+        "the gateways start without tunnels")
+    ctl = agent.ctl_command(pathlib.Path(os.environ.get("DETWAN_BUILD_DIR") or
+                                         pathlib.Path(__file__).resolve().parents[2] / "build"))
+    with measure.own_lab("--sites", "2", "--dataplane", "uring", "--agents", "--wan",
+                         args.wan) as lab:
+        url = lab["agents"][0]["url"]
+        say(f"== detwanctl --agent {url} reserve --from a --to b --rate {args.tunnel_rate} "
+            f"--max-latency {MAX_LATENCY} --max-latency-variation {MAX_LATENCY_VARIATION} "
+            "--duration 1h --provision")
+        reservation, shown = reserve(ctl, url, args.tunnel_rate)
+        say(shown.rstrip())
+        tunnel_id = reservation["tunnel_id"]
+        bound_ns = reservation["bound"]["playout_bound_ns"] or reservation["bound"]["max_latency_ns"]
         b = lab["sites"][1]
         say(f"== detwan-perf for {args.seconds} s at {args.pps} packets/s: a -> "
             f"{b['tunnel_addr']} (tunnel) --compare {b['best_effort_addr']} (best effort)")
@@ -56,14 +87,14 @@ def run(args, out_dir: pathlib.Path, say) -> dict:
                 str(args.pps), "--bound", f"{bound_ns + APP_MARGIN_NS}ns", "--plot",
                 str(out_dir / "delay.svg"),
                 "--json-file", str(json_path)], seconds=args.seconds, json_output=False)
-        gw_rx = gateway.tunnel_counters(measure.gateway_stats("b"), TUNNEL_ID)
+        gw_rx = gateway.tunnel_counters(measure.gateway_stats("b"), tunnel_id)
         wan_stats = measure.wanem_stats("ab", 1)
     say("")
     say(text.rstrip())
     owd, wan = gw_rx["one_way_delay_ns"], gw_rx["wan_delay_ns"]
     say("")
-    say(f"gateway b, tunnel {TUNNEL_ID} egress (tx timestamp at gateway a -> release at b), "
-        f"bound {ms(bound_ns)}:")
+    say(f"gateway b, tunnel {tunnel_id} egress (tx timestamp at gateway a -> release at b), "
+        f"bound {ms(bound_ns)} (computed by the agent):")
     say(f"  after playout   min {ms(owd['min'])}  p50 {ms(owd['p50'])}  p99 {ms(owd['p99'])}  "
         f"p99.9 {ms(owd['p99_9'])}  max {ms(owd['max'])}  ({owd['count']} packets)")
     say(f"  WAN, before     min {ms(wan['min'])}  p50 {ms(wan['p50'])}  p99 {ms(wan['p99'])}  "
@@ -76,7 +107,8 @@ def run(args, out_dir: pathlib.Path, say) -> dict:
         "cross\ntraffic; best effort carries all of it. What remains on the tunnel is the "
         "gateways' and\nhosts' own scheduling on this shared machine.")
     say(f"\n== written to {out_dir}: summary.txt, perf.json, delay.svg (delay over time, CDF)")
-    return {"spec": args.wan, "bound_ns": bound_ns, "perf": json.loads(json_path.read_text()),
+    return {"spec": args.wan, "bound_ns": bound_ns, "reservation": reservation,
+            "perf": json.loads(json_path.read_text()),
             "gateway_b_tunnel": gw_rx, "wanem": wan_stats}
 
 
