@@ -174,8 +174,17 @@ std::vector<PathPlan> candidate_paths(const Topology& t, const calendar::Ledger&
     return !require_capacity || (capacity_free(c, l) && slots_free(c, l));
   };
   auto weight = [&](uint32_t l, uint32_t) { return link_weight(c, l); };
-  for (const path::Path& p : path::disjoint_paths(t, c.src_node, c.dst_node, std::max(1u, r.paths),
-                                                  admit, weight)) {
+  // One path: Dijkstra tests only the links it reaches before the destination; k paths need
+  // every arc's admission up front (the residual graph).
+  std::vector<path::Path> found;
+  if (std::max(1u, r.paths) == 1) {
+    if (auto p = path::shortest_path(t, c.src_node, c.dst_node, admit, weight)) {
+      found.push_back(std::move(*p));
+    }
+  } else {
+    found = path::disjoint_paths(t, c.src_node, c.dst_node, r.paths, admit, weight);
+  }
+  for (const path::Path& p : found) {
     const uint64_t burst = r.burst_bytes != 0 ? r.burst_bytes
                                               : auto_burst_bytes(t.links[p.links.front()], r.rate_bps);
     out.push_back(evaluate(c, p, burst));

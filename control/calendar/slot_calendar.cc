@@ -117,12 +117,20 @@ std::optional<std::vector<uint32_t>> SlotCalendar::plan(uint64_t rate_bps, int64
   // Candidate 1: one contiguous run (one guard band per cycle). Every run of L slots carries the
   // same rate, so find the shortest sufficient L, then the first free run that long (circular).
   const uint32_t limit = std::min(budget, g.slot_count);
+  // One run of L slots carries (L * slot - guard - frame) * line / cycle (all S: the line rate),
+  // the same as guaranteed_rate_bps() of such a run, without building the set.
+  auto run_carries = [&](uint32_t length) {
+    if (nominal_rate_bps(g, length) < rate_bps) return false;
+    if (length == g.slot_count) return g.line_rate_bps >= rate_bps;
+    const int64_t usable = static_cast<int64_t>(length) * g.slot_ns() - g.guard_ns - g.max_frame_ns();
+    if (usable <= 0) return false;
+    return static_cast<uint64_t>(static_cast<Uint128>(usable) * g.line_rate_bps /
+                                 static_cast<uint64_t>(g.cycle_ns)) >= rate_bps;
+  };
   uint32_t needed = 0;
   for (uint32_t lo = 1, hi = limit; lo <= hi;) {
     const uint32_t mid = lo + (hi - lo) / 2;
-    std::vector<uint32_t> run(mid);
-    for (uint32_t k = 0; k < mid; ++k) run[k] = k;
-    if (sufficient(run)) {
+    if (run_carries(mid)) {
       needed = mid;
       hi = mid - 1;
     } else {

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/dijkstra_shortest_paths.hpp>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -79,6 +81,38 @@ RandomRequest random_request(const control::model::Topology& t, std::mt19937_64&
   return r;
 }
 
+// The baseline measured beside the agent's path computation: Boost Graph Library's Dijkstra on
+// the same graph with the same link weights (delay + jitter + one frame), no capacity, slots,
+// windows or bounds.
+class BglBaseline {
+ public:
+  explicit BglBaseline(const control::model::Topology& t)
+      : graph_(t.nodes.size()) {
+    for (const auto& link : t.links) {
+      const int64_t frame_ns = static_cast<int64_t>(
+          static_cast<double>(link.mtu_bytes + 18) * 8e9 / static_cast<double>(link.capacity_bps));
+      boost::add_edge(link.ends[0], link.ends[1], link.max_delay_ns() + frame_ns, graph_);
+    }
+  }
+  // Shortest path length src -> dst (one full Dijkstra from src, as a query would run).
+  int64_t query(uint32_t src, uint32_t dst) {
+    std::vector<int64_t> distance(boost::num_vertices(graph_));
+    std::vector<Graph::vertex_descriptor> parent(boost::num_vertices(graph_));
+    boost::dijkstra_shortest_paths(
+        graph_, src,
+        boost::predecessor_map(boost::make_iterator_property_map(
+                                   parent.begin(), boost::get(boost::vertex_index, graph_)))
+            .distance_map(boost::make_iterator_property_map(
+                distance.begin(), boost::get(boost::vertex_index, graph_))));
+    return distance[dst];
+  }
+
+ private:
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS,
+                                      boost::no_property, boost::property<boost::edge_weight_t, int64_t>>;
+  Graph graph_;
+};
+
 int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32_t queries,
                   bool as_json) {
   auto dir = std::filesystem::temp_directory_path() / fmt::format("detwan-agent-bench-{}", getpid());
@@ -118,9 +152,18 @@ int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32
   const int64_t fill_ns = now_ns() - fill_started;
   common::LogLinearHistogram path_ns;
   common::LogLinearHistogram reserve_ns;
+  common::LogLinearHistogram bgl_ns;
+  BglBaseline bgl(topo);
   uint64_t found = 0;
   for (uint32_t i = 0; i < queries; ++i) {
     const RandomRequest q = random_request(topo, rng);
+    {
+      const int64_t t0 = now_ns();
+      volatile int64_t d = bgl.query(topo.sites[topo.find_site(q.src)].node,
+                                     topo.sites[topo.find_site(q.dst)].node);
+      (void)d;
+      bgl_ns.record(now_ns() - t0);
+    }
     control::agent::PathsRequest p;
     p.src = q.src;
     p.dst = q.dst;
@@ -159,6 +202,9 @@ int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32
                          {"path_queries", queries},
                          {"paths_found", found},
                          {"path_computation", summary(path_ns)},
+                         {"baseline_bgl_dijkstra", summary(bgl_ns)},
+                         {"ratio_p99_vs_bgl", static_cast<double>(path_ns.percentile(0.99)) /
+                                                  static_cast<double>(std::max<int64_t>(1, bgl_ns.percentile(0.99)))},
                          {"reserve_admitted", admitted_timed},
                          {"reserve", summary(reserve_ns)},
                          {"ledger_check", check.empty() ? "ok" : check}};
@@ -170,6 +216,12 @@ int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32
     std::printf("path computation (%u queries, %lu found): p50 %s  p90 %s  p99 %s  max %s\n", queries,
                 found, ms(path_ns.percentile(0.5)).c_str(), ms(path_ns.percentile(0.9)).c_str(),
                 ms(path_ns.percentile(0.99)).c_str(), ms(path_ns.max()).c_str());
+    std::printf("baseline, BGL Dijkstra on the same graph:        p50 %s  p90 %s  p99 %s  max %s "
+                "(p99 ratio %.1fx)\n",
+                ms(bgl_ns.percentile(0.5)).c_str(), ms(bgl_ns.percentile(0.9)).c_str(),
+                ms(bgl_ns.percentile(0.99)).c_str(), ms(bgl_ns.max()).c_str(),
+                static_cast<double>(path_ns.percentile(0.99)) /
+                    static_cast<double>(std::max<int64_t>(1, bgl_ns.percentile(0.99))));
     std::printf("reserve with journal (%u, %lu admitted): p50 %s  p99 %s  max %s\n", queries,
                 admitted_timed, ms(reserve_ns.percentile(0.5)).c_str(),
                 ms(reserve_ns.percentile(0.99)).c_str(), ms(reserve_ns.max()).c_str());
