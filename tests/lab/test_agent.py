@@ -56,6 +56,41 @@ def gw_tunnels(site: str) -> list[dict]:
     return json.loads(res.stdout)["tunnels"]
 
 
+# ------------------------------------------------------------------------ the OpenAPI document
+
+OPENAPI = labutil.REPO / "docs" / "control-api.yaml"
+
+
+def openapi() -> dict:
+    import yaml  # python3-yaml (tools/install-deps)
+    return yaml.safe_load(OPENAPI.read_text())
+
+
+def validate(doc: dict, schema_name: str, instance) -> None:
+    """`instance` against components.schemas[schema_name] (OpenAPI 3.0 schemas are JSON Schema
+    with $refs into the same document)."""
+    import jsonschema  # python3-jsonschema (tools/install-deps)
+    schema = {"$ref": f"#/components/schemas/{schema_name}", **doc}
+    jsonschema.validate(instance, schema)
+
+
+def test_openapi_document_is_openapi_3_and_lists_every_route():
+    doc = openapi()
+    assert doc["openapi"].startswith("3.")
+    assert set(doc["paths"]) == {"/healthz", "/metrics", "/openapi.yaml", "/v1/topology",
+                                 "/v1/paths", "/v1/reservations", "/v1/reservations/{id}",
+                                 "/v1/reservations/{id}/{action}"}
+    # Every route the agent serves (control/api/routes.h) is there, with its methods.
+    assert set(doc["paths"]["/v1/reservations/{id}"]) >= {"get", "patch", "delete"}
+    assert doc["paths"]["/v1/reservations/{id}/{action}"]["parameters"][1]["schema"]["enum"] == [
+        "commit", "abort", "provision", "release", "terminate"]
+    # The request fields the parser accepts (control/api/requests.cc) are the documented ones.
+    fields = set(doc["components"]["schemas"]["ReserveRequest"]["properties"])
+    source = (labutil.REPO / "control" / "api" / "requests.cc").read_text()
+    for f in fields:
+        assert f'"{f}"' in source, f
+
+
 # ------------------------------------------------------------------------ generation (no root)
 
 def test_generated_topology_and_gateway_configs_are_accepted(tmp_path):
@@ -114,6 +149,36 @@ def test_status_lists_the_agent_and_the_gateways_start_empty(agentlab):
     mode = os.stat(agentlab["sites"][0]["gateway"]["admin_socket"]).st_mode & 0o777
     assert mode == 0o600
     assert not ping("a", agentlab["sites"][1]["tunnel_addr"], count=1)
+
+
+@pytest.mark.netns
+def test_answers_match_the_openapi_document(agentlab):
+    doc = openapi()
+    url = agentlab["agents"][0]["url"]
+    status, health = http(url + "/healthz")
+    validate(doc, "Health", health)
+    status, topo = http(url + "/v1/topology")
+    validate(doc, "Topology", topo)
+    status, paths = http(url + "/v1/paths", "POST", '{"src":"a","dst":"b","k":2}')
+    assert status == 200
+    validate(doc, "PathsAnswer", paths)
+    status, r = http(url + "/v1/reservations", "POST",
+                     '{"src":"a","dst":"c","min_bandwidth_bps":1000000,"duration_ns":60000000000,'
+                     '"provision":true}')
+    assert status == 201
+    validate(doc, "Reservation", r)
+    status, listed = http(url + "/v1/reservations")
+    for item in listed["reservations"]:
+        validate(doc, "Reservation", item)
+    status, error = http(url + f"/v1/reservations/{r['id']}/commit?x", "POST")
+    assert status == 200  # already past commit: answered with the reservation
+    status, error = http(url + "/v1/reservations/r-424242")
+    assert status == 404
+    validate(doc, "Error", error)
+    status, _ = http(url + f"/v1/reservations/{r['id']}", "DELETE")
+    assert status == 200
+    with urllib.request.urlopen(url + "/openapi.yaml", timeout=10) as served:
+        assert served.read().decode() == OPENAPI.read_text()
 
 
 @pytest.mark.netns
