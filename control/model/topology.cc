@@ -136,8 +136,9 @@ void parse_link(const ConfigNode& node, Topology* topology, std::vector<std::pai
   link.slot_count = static_cast<uint32_t>(node.get_int("slots", 100, 1, 65536));
   if (link.cycle_ns % link.slot_count != 0) {
     // Point at what the file says: `slots` when given, else `cycle` (the default 100 slots).
-    node.child(node.has("slots") ? "slots" : "cycle").fail(fmt::format("cycle {} is not a multiple of {} slots",
-                                         common::format_duration_ns(link.cycle_ns), link.slot_count));
+    node.child(node.has("slots") ? "slots" : "cycle")
+        .fail(fmt::format("cycle {} is not a multiple of {} slots",
+                          common::format_duration_ns(link.cycle_ns), link.slot_count));
   }
   link.guard_ns = duration_in(node, "guard", 0, 0, link.cycle_ns / link.slot_count - 1);
   topology->links.push_back(std::move(link));
@@ -246,29 +247,30 @@ Topology parse(const ConfigNode& root) {
     for (size_t p = 0; p < gateway.ports.size(); ++p) {
       for (size_t o = 0; o < p; ++o) {
         if (gateway.ports[o].name == gateway.ports[p].name) {
-          item.child("ports").items()[p].child("name").fail(
-              fmt::format("gateway '{}' has two ports named '{}'", gateway.name, gateway.ports[p].name));
+          item.child("ports").items()[p].child("name").fail(fmt::format(
+              "gateway '{}' has two ports named '{}'", gateway.name, gateway.ports[p].name));
         }
       }
     }
     for (size_t p = 0; p < gateway.peers.size(); ++p) {
       for (size_t o = 0; o < p; ++o) {
         if (gateway.peers[o].name == gateway.peers[p].name) {
-          item.child("peers").items()[p].child("name").fail(
-              fmt::format("gateway '{}' has two peers named '{}'", gateway.name, gateway.peers[p].name));
+          item.child("peers").items()[p].child("name").fail(fmt::format(
+              "gateway '{}' has two peers named '{}'", gateway.name, gateway.peers[p].name));
         }
       }
-      const bool has_port = std::any_of(gateway.ports.begin(), gateway.ports.end(),
-                                        [&](const GatewayPort& port) { return port.name == gateway.peers[p].port; });
+      const bool has_port =
+          std::any_of(gateway.ports.begin(), gateway.ports.end(),
+                      [&](const GatewayPort& port) { return port.name == gateway.peers[p].port; });
       if (!has_port) {
-        item.child("peers").items()[p].child("port").fail(
-            fmt::format("peer '{}' is reached through port '{}', which is not one of gateway '{}''s ports",
-                        gateway.peers[p].name, gateway.peers[p].port, gateway.name));
+        item.child("peers").items()[p].child("port").fail(fmt::format(
+            "peer '{}' is reached through port '{}', which is not one of gateway '{}''s ports",
+            gateway.peers[p].name, gateway.peers[p].port, gateway.name));
       }
       if (peer_gateways[g][p] == gateway.name) {
         item.child("peers").items()[p].child("gateway").fail(
-            fmt::format("peer '{}' must name another gateway, not '{}' itself", gateway.peers[p].name,
-                        gateway.name));
+            fmt::format("peer '{}' must name another gateway, not '{}' itself",
+                        gateway.peers[p].name, gateway.name));
       }
     }
   }

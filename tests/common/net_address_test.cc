@@ -40,8 +40,8 @@ TEST(NetAddress, ParsesAndFormatsAddresses) {
   EXPECT_EQ(v6.bytes[15], 1);
   EXPECT_EQ(format_ip_address(v6), "fd00::1");
   EXPECT_EQ(format_ip_address(address("FD00:0:0::0001")), "fd00::1");
-  for (const char* bad : {"", "1.2.3", "1.2.3.4.5", "256.1.1.1", "::g", "1.2.3.4/8", "host",
-                          " 1.2.3.4"}) {
+  for (const char* bad :
+       {"", "1.2.3", "1.2.3.4.5", "256.1.1.1", "::g", "1.2.3.4/8", "host", " 1.2.3.4"}) {
     const auto r = parse_ip_address(bad);
     EXPECT_FALSE(r.has_value()) << "'" << bad << "' accepted";
     if (!r) {
@@ -88,9 +88,9 @@ TEST(NetAddress, HostPort) {
   e = parse_host_port("127.0.0.1:0", true);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->port, 0);
-  for (const char* bad : {"127.0.0.1", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1",
-                          "127.0.0.1:80x", "localhost:80", "::1:80", "[::1]", "[::1]:", "[::1:80",
-                          ":80", ""}) {
+  for (const char* bad :
+       {"127.0.0.1", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:80x",
+        "localhost:80", "::1:80", "[::1]", "[::1]:", "[::1:80", ":80", ""}) {
     const auto r = parse_host_port(bad);
     EXPECT_FALSE(r.has_value()) << "'" << bad << "' accepted";
     if (!r) {

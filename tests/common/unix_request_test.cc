@@ -2,11 +2,6 @@
 // thread in the test (filesystem paths in a temporary directory, and abstract names).
 #include "common/unix_request.h"
 
-#include <stdlib.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -14,6 +9,10 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "common/unique_fd.h"
 
@@ -32,8 +31,8 @@ class Server {
     const bool abstract = name.front() == '@';
     const std::string bytes = abstract ? name.substr(1) : name;
     std::memcpy(address.sun_path + (abstract ? 1 : 0), bytes.data(), bytes.size());
-    const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + (abstract ? 1 : 0) +
-                                               bytes.size() + (abstract ? 0 : 1));
+    const auto length = static_cast<socklen_t>(
+        offsetof(sockaddr_un, sun_path) + (abstract ? 1 : 0) + bytes.size() + (abstract ? 0 : 1));
     EXPECT_EQ(::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&address), length), 0)
         << std::strerror(errno);
     EXPECT_EQ(::listen(fd_.get(), 4), 0);
@@ -135,7 +134,8 @@ TEST_F(UnixRequestTest, NoAnswerWithinTheTimeout) {
   server.join();
   ASSERT_FALSE(answer.has_value());
   EXPECT_EQ(answer.error().code, ErrorCode::kTimeout);
-  EXPECT_NE(answer.error().message.find("no answer on " + path + " within 50 ms"), std::string::npos)
+  EXPECT_NE(answer.error().message.find("no answer on " + path + " within 50 ms"),
+            std::string::npos)
       << answer.error().message;
 }
 

@@ -32,8 +32,8 @@ model::Topology lab(int64_t jitter_ns = 0) {
 
 TEST(Bounds, AutoBurstIsOneCycleAtTheRateOrEightFrames) {
   const model::Link link = lab_link();
-  EXPECT_EQ(auto_burst_bytes(link, 50'000'000), 12'144u);       // 6250 B per cycle < 8 frames
-  EXPECT_EQ(auto_burst_bytes(link, 1'000'000'000), 125'000u);   // one 1 ms cycle at 1 Gbit/s
+  EXPECT_EQ(auto_burst_bytes(link, 50'000'000), 12'144u);      // 6250 B per cycle < 8 frames
+  EXPECT_EQ(auto_burst_bytes(link, 1'000'000'000), 125'000u);  // one 1 ms cycle at 1 Gbit/s
   model::Link jumbo = link;
   jumbo.mtu_bytes = 9000;
   EXPECT_EQ(auto_burst_bytes(jumbo, 50'000'000), 8u * 9018u);

@@ -27,7 +27,11 @@ model::Link lab_link(double loss = 0, double reservable = 0.9) {
 }
 
 model::Topology lab(double loss = 0, double reservable = 0.9) {
-  return TopologyBuilder().site("a").site("b").link("a-b", "a", "b", lab_link(loss, reservable)).build();
+  return TopologyBuilder()
+      .site("a")
+      .site("b")
+      .link("a-b", "a", "b", lab_link(loss, reservable))
+      .build();
 }
 
 Request request(uint64_t rate = kRate) {
@@ -63,7 +67,8 @@ void expect_refusal(const Decision& d, const std::string& cause, const std::stri
   EXPECT_EQ(refusal->cause, cause) << refusal->message;
   EXPECT_EQ(refusal->field, field) << refusal->message;
   for (const std::string& w : words) {
-    EXPECT_NE(refusal->message.find(w), std::string::npos) << "'" << w << "' not in: " << refusal->message;
+    EXPECT_NE(refusal->message.find(w), std::string::npos)
+        << "'" << w << "' not in: " << refusal->message;
   }
 }
 
@@ -163,7 +168,7 @@ TEST(Planner, NoCapacityNamesTheFullLink) {
   calendar::Booking full;
   full.key = 1;
   full.start_ns = kStart - 1;
-  full.end_ns = kStart + 1;  // overlaps the window by 1 ns
+  full.end_ns = kStart + 1;     // overlaps the window by 1 ns
   full.rate_bps = 160'000'000;  // 180 reservable: 20 Mbit/s left
   full.links = {0};
   ledger.book(full);

@@ -2,8 +2,6 @@
 // synchronous clients. Who may connect, how many, how large a body, which token may do what.
 #include "control/api/http_server.h"
 
-#include <stdlib.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -12,11 +10,13 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <gtest/gtest.h>
 
 namespace detwan::control::api {
 namespace {
@@ -36,8 +36,10 @@ struct EchoHandler {
 
   Handler handler() {
     return [this](HttpRequest request, Respond respond) {
-      boost::json::object echo{{"method", request.method}, {"path", request.path},
-                               {"query", request.query},   {"body", request.body},
+      boost::json::object echo{{"method", request.method},
+                               {"path", request.path},
+                               {"query", request.query},
+                               {"body", request.body},
                                {"content_type", request.content_type}};
       {
         std::lock_guard lock(mutex);
@@ -353,7 +355,8 @@ TEST_F(TokensTest, LoadTokensErrorsNameTheLine) {
     const std::string path = write_file(name, text);
     const auto refused = load_tokens(path);
     ASSERT_FALSE(refused.has_value()) << name;
-    EXPECT_NE(refused.error().message.find(path + ":" + std::to_string(line) + ":"), std::string::npos)
+    EXPECT_NE(refused.error().message.find(path + ":" + std::to_string(line) + ":"),
+              std::string::npos)
         << refused.error().message;
   };
   expect_line("role", good + "\nadmin " + kWriteToken + "\n", 3);

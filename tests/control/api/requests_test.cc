@@ -47,7 +47,8 @@ TEST(ParseReserve, AcceptsAFullValidBody) {
 }
 
 TEST(ParseReserve, DefaultsOfAMinimalBody) {
-  const auto r = parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000})");
+  const auto r =
+      parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000})");
   ASSERT_TRUE(r.has_value()) << r.error().message;
   EXPECT_EQ(r->spec.max_burst_bytes, 0u);
   EXPECT_EQ(r->spec.max_latency_ns, 0);
@@ -60,8 +61,8 @@ TEST(ParseReserve, DefaultsOfAMinimalBody) {
   EXPECT_FALSE(r->commit);
   EXPECT_TRUE(r->client_request_id.empty());
   // asap with a duration.
-  const auto asap =
-      parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000,"asap":true})");
+  const auto asap = parse_reserve(
+      R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000,"asap":true})");
   ASSERT_TRUE(asap.has_value()) << asap.error().message;
   EXPECT_TRUE(asap->spec.asap);
   // null is the same as absent.
@@ -95,8 +96,9 @@ TEST(ParseReserve, WrongTypes) {
                  "min_bandwidth_bps", "must be an integer");
   expect_refused(parse_reserve("{" + base + R"(,"min_bandwidth_bps":1000.5})"), "invalid_field",
                  "min_bandwidth_bps", "must be an integer");
-  expect_refused(parse_reserve(R"({"src":5,"dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000})"),
-                 "invalid_field", "src", "must be a string");
+  expect_refused(
+      parse_reserve(R"({"src":5,"dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000})"),
+      "invalid_field", "src", "must be a string");
   expect_refused(parse_reserve("{" + base + R"(,"min_bandwidth_bps":1000,"commit":"yes"})"),
                  "invalid_field", "commit", "must be true or false");
   expect_refused(parse_reserve("{" + base + R"(,"min_bandwidth_bps":1000,"max_loss":"0.1"})"),
@@ -121,8 +123,9 @@ TEST(ParseReserve, OutOfRange) {
                  "invalid_field", "max_loss", "[0, 1]");
   expect_refused(parse_reserve("{" + base + R"(,"min_bandwidth_bps":1000,"max_burst_bytes":63})"),
                  "invalid_field", "max_burst_bytes", "out of range");
-  expect_refused(parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":999999})"),
-                 "invalid_field", "duration_ns", "out of range");
+  expect_refused(
+      parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":999999})"),
+      "invalid_field", "duration_ns", "out of range");
   expect_refused(parse_reserve("{" + base + R"(,"min_bandwidth_bps":1000,"hold_timeout_ns":1})"),
                  "invalid_field", "hold_timeout_ns", "out of range");
   expect_refused(parse_reserve("{" + base + R"(,"min_bandwidth_bps":1000,"client_request_id":")" +
@@ -135,18 +138,23 @@ TEST(ParseReserve, RequiredFieldsAndCombinations) {
                  "min_bandwidth_bps", "is required");
   expect_refused(parse_reserve(R"({"dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000})"),
                  "invalid_field", "src", "is required");
-  expect_refused(parse_reserve(R"({"src":"a","dst":"","min_bandwidth_bps":1000,"duration_ns":1000000})"),
-                 "invalid_field", "dst", "is required");
-  expect_refused(parse_reserve(
-                     R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000,"end_unix_ns":5})"),
-                 "invalid_field", "duration_ns", "not both");
-  expect_refused(parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1000})"), "invalid_field",
-                 "duration_ns", "is required (or end_unix_ns)");
-  expect_refused(parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"end_unix_ns":5,"asap":true})"),
-                 "invalid_field", "duration_ns", "asap reservation needs a duration");
-  expect_refused(parse_reserve(
-                     R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000,"asap":true,"start_unix_ns":5})"),
-                 "invalid_field", "start_unix_ns", "starts when it can");
+  expect_refused(
+      parse_reserve(R"({"src":"a","dst":"","min_bandwidth_bps":1000,"duration_ns":1000000})"),
+      "invalid_field", "dst", "is required");
+  expect_refused(
+      parse_reserve(
+          R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000,"end_unix_ns":5})"),
+      "invalid_field", "duration_ns", "not both");
+  expect_refused(parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1000})"),
+                 "invalid_field", "duration_ns", "is required (or end_unix_ns)");
+  expect_refused(
+      parse_reserve(
+          R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"end_unix_ns":5,"asap":true})"),
+      "invalid_field", "duration_ns", "asap reservation needs a duration");
+  expect_refused(
+      parse_reserve(
+          R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000,"asap":true,"start_unix_ns":5})"),
+      "invalid_field", "start_unix_ns", "starts when it can");
 }
 
 TEST(ParseReserve, FingerprintIgnoresClientRequestIdAndKeyOrder) {
@@ -154,9 +162,12 @@ TEST(ParseReserve, FingerprintIgnoresClientRequestIdAndKeyOrder) {
       R"({"client_request_id":"one","src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000})");
   const auto b = parse_reserve(
       R"({"duration_ns":1000000,"min_bandwidth_bps":1000,"dst":"b","src":"a","client_request_id":"two"})");
-  const auto c = parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000})");
-  const auto d = parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1001,"duration_ns":1000000})");
-  const auto e = parse_reserve(R"({"src":"b","dst":"a","min_bandwidth_bps":1000,"duration_ns":1000000})");
+  const auto c =
+      parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000})");
+  const auto d =
+      parse_reserve(R"({"src":"a","dst":"b","min_bandwidth_bps":1001,"duration_ns":1000000})");
+  const auto e =
+      parse_reserve(R"({"src":"b","dst":"a","min_bandwidth_bps":1000,"duration_ns":1000000})");
   ASSERT_TRUE(a && b && c && d && e);
   EXPECT_FALSE(a->fingerprint.empty());
   EXPECT_EQ(a->fingerprint, b->fingerprint);

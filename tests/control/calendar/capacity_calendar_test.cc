@@ -25,7 +25,7 @@ TEST(CapacityCalendar, AdjacentWindowsNeverAddUp) {
   c.book(0, 10, 5);
   c.book(10, 20, 7);
   EXPECT_EQ(c.peak_bps(0, 20), 7u);
-  EXPECT_EQ(c.peak_bps(0, 10), 5u);   // 10 is outside [0, 10)
+  EXPECT_EQ(c.peak_bps(0, 10), 5u);  // 10 is outside [0, 10)
   EXPECT_EQ(c.peak_bps(10, 20), 7u);
   EXPECT_EQ(c.peak_bps(9, 11), 7u);
   EXPECT_EQ(c.peak_bps(-5, 0), 0u);   // ends where the first booking starts
@@ -134,7 +134,8 @@ TEST(CapacityCalendar, RandomizedAgainstABruteForceArray) {
         for (int64_t t = s; t < e; ++t) level[static_cast<size_t>(t)] -= r;
       } else {
         const int64_t s = static_cast<int64_t>(rng() % (kTimes - 1));
-        const int64_t e = s + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(kTimes - 1 - s));
+        const int64_t e =
+            s + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(kTimes - 1 - s));
         const uint64_t r = 1 + rng() % 4;  // small rates: equal levels (merges) are frequent
         booked.emplace_back(s, e, r);
         c.book(s, e, r);
@@ -143,8 +144,8 @@ TEST(CapacityCalendar, RandomizedAgainstABruteForceArray) {
       // Every instant, and the breakpoints exactly where the level changes (merged).
       size_t changes = 0;
       for (int t = 0; t < kTimes; ++t) {
-        ASSERT_EQ(c.at_bps(t), level[static_cast<size_t>(t)]) << "round " << round << " op " << op
-                                                               << " t " << t;
+        ASSERT_EQ(c.at_bps(t), level[static_cast<size_t>(t)])
+            << "round " << round << " op " << op << " t " << t;
         if (level[static_cast<size_t>(t)] != (t == 0 ? 0 : level[static_cast<size_t>(t - 1)])) {
           ++changes;
         }

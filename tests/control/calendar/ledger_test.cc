@@ -26,8 +26,8 @@ model::Topology lab() {
       .build();
 }
 
-Booking booking(uint64_t key, int64_t start, int64_t end, uint64_t rate, std::vector<uint32_t> links,
-                std::vector<SlotUse> slots = {}) {
+Booking booking(uint64_t key, int64_t start, int64_t end, uint64_t rate,
+                std::vector<uint32_t> links, std::vector<SlotUse> slots = {}) {
   Booking b;
   b.key = key;
   b.start_ns = start;

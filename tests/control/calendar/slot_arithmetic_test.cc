@@ -23,8 +23,8 @@ SlotGeometry random_geometry(std::mt19937_64& rng) {
   const int64_t slot_ns = 1'000 + static_cast<int64_t>(rng() % 200'000);
   g.cycle_ns = slot_ns * g.slot_count;
   g.guard_ns = static_cast<int64_t>(rng() % static_cast<uint64_t>(slot_ns));  // < slot
-  static constexpr uint64_t kRates[] = {1'000'000, 10'000'000, 123'456'789, 1'000'000'000,
-                                        9'999'999'999, 100'000'000'000};
+  static constexpr uint64_t kRates[] = {1'000'000,     10'000'000,    123'456'789,
+                                        1'000'000'000, 9'999'999'999, 100'000'000'000};
   g.line_rate_bps = kRates[rng() % std::size(kRates)];
   g.max_frame_bytes = 64 + static_cast<uint32_t>(rng() % 9200);
   g.reservable_slots = g.slot_count;
@@ -73,7 +73,8 @@ TEST(SlotArithmetic, GuaranteedAndNominalRatesEqualTheGateways) {
       ++refused_alike;
       continue;
     }
-    ASSERT_TRUE(gcl.has_value()) << "the gateway refuses the agent's rates: " << gcl.error().message;
+    ASSERT_TRUE(gcl.has_value()) << "the gateway refuses the agent's rates: "
+                                 << gcl.error().message;
     for (uint32_t k = 0; k < tunnels; ++k) {
       const sched::OwnerIndex owner = gcl->find_owner(100 + k);
       ASSERT_EQ(gcl->guaranteed_rate_bps(owner), agent_guaranteed[k])

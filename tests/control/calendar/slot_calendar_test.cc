@@ -49,7 +49,7 @@ TEST(SlotCalendar, EmptyCalendarGivesTheSmallestRunAtTheStart) {
 
 TEST(SlotCalendar, FirstFreeRunThatIsLongEnough) {
   SlotCalendar c(lab_geometry());
-  c.book(1, 0, 1000, range(0, 5));    // free: 5..19 (15 slots), 40..99 (60)
+  c.book(1, 0, 1000, range(0, 5));  // free: 5..19 (15 slots), 40..99 (60)
   c.book(2, 0, 1000, range(20, 20));
   auto slots = c.plan(kRate, 0, 1000);
   ASSERT_TRUE(slots.has_value());

@@ -1,15 +1,14 @@
 // control/journal: the SQLite WAL journal, each test in its own temporary directory.
 #include "control/journal/journal.h"
 
-#include <sqlite3.h>
-#include <stdlib.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <stdlib.h>
 
 namespace detwan::control::journal {
 namespace {
@@ -39,7 +38,8 @@ class JournalTest : public ::testing::Test {
     EXPECT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
     std::vector<std::string> rows;
     sqlite3_stmt* s = nullptr;
-    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
     while (sqlite3_step(s) == SQLITE_ROW) {
       std::string row;
       for (int c = 0; c < sqlite3_column_count(s); ++c) {
@@ -81,9 +81,10 @@ TEST_F(JournalTest, OpenCreatesTheSchemaInWalMode) {
   auto journal = open();
   ASSERT_NE(journal, nullptr);
   EXPECT_EQ(journal->path(), path_);
-  EXPECT_EQ(query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-                  "ORDER BY name"),
-            (std::vector<std::string>{"events", "meta", "requests", "reservations"}));
+  EXPECT_EQ(
+      query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY name"),
+      (std::vector<std::string>{"events", "meta", "requests", "reservations"}));
   EXPECT_EQ(query("SELECT key, value FROM meta ORDER BY key"),
             (std::vector<std::string>{"domain|lab", "next_key|1", "schema_version|1"}));
   EXPECT_EQ(query("PRAGMA journal_mode"), (std::vector<std::string>{"wal"}));
@@ -111,7 +112,7 @@ TEST_F(JournalTest, RecordThenLoadReturnsCurrentBodiesRequestsAndNextKey) {
   std::vector<std::string> bodies = loaded->reservations;
   std::sort(bodies.begin(), bodies.end());
   EXPECT_EQ(bodies, (std::vector<std::string>{R"({"id":"r-1","state":"committed"})",
-                                               R"({"id":"r-2","state":"held"})"}));
+                                              R"({"id":"r-2","state":"held"})"}));
   ASSERT_EQ(loaded->requests.size(), 1u);
   EXPECT_EQ(loaded->requests[0].client_request_id, "client-1");
   EXPECT_EQ(loaded->requests[0].fingerprint, "fp-1");
@@ -137,7 +138,8 @@ TEST_F(JournalTest, ReopenAfterCloseKeepsEverything) {
   ASSERT_EQ(loaded->requests.size(), 1u);
   EXPECT_EQ(loaded->requests[0].reservation_id, "r-7");
   // Reopening does not reset the meta rows.
-  EXPECT_EQ(query("SELECT value FROM meta WHERE key = 'next_key'"), (std::vector<std::string>{"8"}));
+  EXPECT_EQ(query("SELECT value FROM meta WHERE key = 'next_key'"),
+            (std::vector<std::string>{"8"}));
 }
 
 TEST_F(JournalTest, AJournalOfAnotherDomainIsRefused) {
@@ -190,8 +192,9 @@ TEST_F(JournalTest, AFailingWriteReturnsAnErrorAndLeavesThePreviousContent) {
   ASSERT_TRUE(journal->record(event("r-1", "", "held", 1), 2, nullptr).has_value());
   // The request row of the next transition fails after its event and body rows were written:
   // all three must be rolled back.
-  exec("CREATE TRIGGER fail_requests BEFORE INSERT ON requests "
-       "BEGIN SELECT RAISE(ABORT, 'injected failure'); END;");
+  exec(
+      "CREATE TRIGGER fail_requests BEFORE INSERT ON requests "
+      "BEGIN SELECT RAISE(ABORT, 'injected failure'); END;");
   const RequestRecord request{"client-2", "fp", "r-2"};
   const auto failed = journal->record(event("r-1", "held", "committed", 2), 3, &request);
   ASSERT_FALSE(failed.has_value());
@@ -209,8 +212,9 @@ TEST_F(JournalTest, AFailingWriteReturnsAnErrorAndLeavesThePreviousContent) {
   EXPECT_TRUE(loaded->requests.empty());
 
   // A failing first statement (the event row) the same way; then the journal works again.
-  exec("CREATE TRIGGER fail_events BEFORE INSERT ON events "
-       "BEGIN SELECT RAISE(ABORT, 'no events'); END;");
+  exec(
+      "CREATE TRIGGER fail_events BEFORE INSERT ON events "
+      "BEGIN SELECT RAISE(ABORT, 'no events'); END;");
   EXPECT_FALSE(journal->record(event("r-1", "held", "committed", 3), 3, nullptr).has_value());
   exec("DROP TRIGGER fail_requests; DROP TRIGGER fail_events;");
   ASSERT_TRUE(journal->record(event("r-1", "held", "committed", 4), 3, &request).has_value());

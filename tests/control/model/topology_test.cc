@@ -253,8 +253,8 @@ TEST(TopologyLoadErrors, AdminSocketNotAbsolute) {
 }
 
 TEST(TopologyLoadErrors, PeerViaAPortTheGatewayDoesNotHave) {
-  const std::string yaml =
-      replaced(kLab, "      - name: to-a\n        port: wan1", "      - name: to-a\n        port: wan9");
+  const std::string yaml = replaced(kLab, "      - name: to-a\n        port: wan1",
+                                    "      - name: to-a\n        port: wan9");
   expect_error(yaml, "port: wan9", "gateways[1].peers[0].port", "wan9");
 }
 
@@ -274,6 +274,26 @@ TEST(TopologyLoadErrors, LinkEndingAtAGatewaySiteWithoutAPortOnIt) {
                "link 'a-c' ends at site 'a', but gateway 'gw-a' has no port on it");
 }
 
+TEST(TopologyLoadErrors, GatewayAndSiteDisagree) {
+  // gw-b says it serves site a, whose gateway is gw-a.
+  expect_error(replaced(kLab, "    site: b\n", "    site: a\n"),
+               "    site: a\n    admin_socket: /run/detwan/gw-b", "gateways[1].site",
+               "site 'a' names gateway 'gw-a'");
+  // gw-b says it serves site c, which names no gateway.
+  expect_error(replaced(kLab, "    site: b\n", "    site: c\n"), "    site: c\n",
+               "gateways[1].site", "site 'c' names no gateway");
+}
+
+TEST(TopologyLoadErrors, PortOnALinkThatDoesNotEndAtTheGatewaysSite) {
+  expect_error(replaced(kLab, "        link: a-r", "        link: r-b"), "        link: r-b",
+               "gateways[0].ports[0].link", "link 'r-b' does not end at site 'a'");
+}
+
+TEST(TopologyLoadErrors, PeerNamingItsOwnGateway) {
+  expect_error(replaced(kLab, "        gateway: gw-b", "        gateway: gw-a"),
+               "        gateway: gw-a", "gateways[0].peers[0].gateway", "another gateway");
+}
+
 TEST(TopologyLoadErrors, OverlappingTunnelPrefixesBetweenSites) {
   const std::string yaml =
       replaced(kLab, "tunnel_prefixes: [10.2.0.0/16]", "tunnel_prefixes: [10.1.2.0/24]");
@@ -281,7 +301,8 @@ TEST(TopologyLoadErrors, OverlappingTunnelPrefixesBetweenSites) {
 }
 
 TEST(TopologyLoadErrors, OverlappingTunnelPrefixesWithinASite) {
-  const std::string yaml = replaced(kLab, "[10.1.0.0/16, 10.11.0.0/16]", "[10.1.0.0/16, 10.1.0.0/24]");
+  const std::string yaml =
+      replaced(kLab, "[10.1.0.0/16, 10.11.0.0/16]", "[10.1.0.0/16, 10.1.0.0/24]");
   expect_error(yaml, "10.1.0.0/24", "sites[0].tunnel_prefixes[1]", "overlap");
 }
 
@@ -292,16 +313,17 @@ TEST(TopologyLoadErrors, DuplicateNames) {
     expect_error(yaml, "nodes: [r, c]", "nodes[1]", "'c'");
   }
   // Two links named r-b.
-  expect_error(replaced(kLab, "  - name: r-c\n", "  - name: r-b\n"), "  - name: r-b\n    ends: [r, c]",
-               "links[2].name", "'r-b'");
+  expect_error(replaced(kLab, "  - name: r-c\n", "  - name: r-b\n"),
+               "  - name: r-b\n    ends: [r, c]", "links[2].name", "'r-b'");
   // Two gateways named gw-a (site b names gw-a too, so only the name is wrong).
   expect_error(replaced(replaced(kLab, "  - name: gw-b\n", "  - name: gw-a\n"),
                         "    gateway: gw-b\n", "    gateway: gw-a\n"),
                "  - name: gw-a\n    site: b", "gateways[1].name", "'gw-a'");
   // Two ports of one gateway with the same name.
-  expect_error(replaced(std::string(kLab), "      - name: wan0\n        link: a-r\n",
-                        "      - name: wan0\n        link: a-r\n      - name: wan0\n        link: r-b\n"),
-               "      - name: wan0\n        link: r-b", "gateways[0].ports[1].name", "'wan0'");
+  expect_error(
+      replaced(std::string(kLab), "      - name: wan0\n        link: a-r\n",
+               "      - name: wan0\n        link: a-r\n      - name: wan0\n        link: r-b\n"),
+      "      - name: wan0\n        link: r-b", "gateways[0].ports[1].name", "'wan0'");
 }
 
 TEST(TopologyLoadErrors, DuplicateSiteNamesPointAtTheSecondSite) {
@@ -312,7 +334,8 @@ TEST(TopologyLoadErrors, DuplicateSiteNamesPointAtTheSecondSite) {
   const int second = line_of(yaml, "tunnel_prefixes: [10.2.0.0/16]") + 1;
   EXPECT_EQ(t.error().message.rfind("topo.yaml:" + std::to_string(second) + ":", 0), 0u)
       << t.error().message;
-  EXPECT_NE(t.error().message.find("field 'sites[2].name'"), std::string::npos) << t.error().message;
+  EXPECT_NE(t.error().message.find("field 'sites[2].name'"), std::string::npos)
+      << t.error().message;
 }
 
 TEST(TopologyLoadErrors, MiscRangesAndReferences) {
@@ -322,8 +345,8 @@ TEST(TopologyLoadErrors, MiscRangesAndReferences) {
                "links[0].reservable", "above 0");
   expect_error(replaced(kLab, "capacity: 100mbit", "capacity: 999bit"), "capacity: 999bit",
                "links[2].capacity", "1kbit");
-  expect_error(replaced(kLab, "    gateway: gw-b\n", "    gateway: gw-x\n"),
-               "gateway: gw-x", "sites[1].gateway", "'gw-x'");
+  expect_error(replaced(kLab, "    gateway: gw-b\n", "    gateway: gw-x\n"), "gateway: gw-x",
+               "sites[1].gateway", "'gw-x'");
   expect_error(replaced(kLab, "        link: r-b", "        link: r-q"), "link: r-q",
                "gateways[1].ports[0].link", "'r-q'");
   expect_error(replaced(kLab, "        gateway: gw-a", "        gateway: gw-q"), "gateway: gw-q",
@@ -365,8 +388,13 @@ TEST(TopologyFinish, BuildsIndicesAndIncidence) {
 }
 
 Topology small() {
-  return testing::TopologyBuilder("code").site("a").site("b").transit("r").link("a-r", "a", "r")
-      .link("r-b", "r", "b").build();
+  return testing::TopologyBuilder("code")
+      .site("a")
+      .site("b")
+      .transit("r")
+      .link("a-r", "a", "r")
+      .link("r-b", "r", "b")
+      .build();
 }
 
 void expect_finish_error(Topology t, const std::string& words) {
@@ -437,7 +465,8 @@ TEST(TopologyFinish, RefusesInconsistentTopologies) {
     Topology t = small();
     t.sites[0].tunnel_prefixes = {*common::parse_ip_prefix("10.0.0.0/8")};
     t.sites[1].tunnel_prefixes = {*common::parse_ip_prefix("10.9.0.0/16")};
-    expect_finish_error(t, "sites 'a' and 'b' have overlapping tunnel prefixes 10.0.0.0/8 and 10.9.0.0/16");
+    expect_finish_error(
+        t, "sites 'a' and 'b' have overlapping tunnel prefixes 10.0.0.0/8 and 10.9.0.0/16");
   }
   {
     Topology t = small();

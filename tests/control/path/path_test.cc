@@ -57,8 +57,8 @@ TEST(ShortestPath, KnownAnswerOnASmallGraph) {
                          .link("r3-b", "r3", "b")
                          .link("a-b", "a", "b")
                          .build();
-  const auto w = weights(t, {{"a-r1", 1}, {"r1-r2", 2}, {"r2-b", 1}, {"r1-r3", 3}, {"r3-b", 1},
-                             {"a-b", 10}});
+  const auto w =
+      weights(t, {{"a-r1", 1}, {"r1-r2", 2}, {"r2-b", 1}, {"r1-r3", 3}, {"r3-b", 1}, {"a-b", 10}});
   const auto p = shortest_path(t, t.find_node("a"), t.find_node("b"), kAll, w);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(node_names(t, *p), (std::vector<std::string>{"a", "r1", "r2", "b"}));
@@ -104,7 +104,9 @@ TEST(ShortestPath, FilterExcludesLinksAndSeesTheDirection) {
   EXPECT_EQ(link_names(t, *q), (std::vector<std::string>{"a-r2", "r2-b"}));
   EXPECT_NE(std::find(asked.begin(), asked.end(), std::make_pair(r1b, r1)), asked.end());
   // Nothing admitted: no path.
-  EXPECT_FALSE(shortest_path(t, 0, 1, [](uint32_t, uint32_t) { return false; }, w).has_value());
+  EXPECT_FALSE(shortest_path(
+                   t, 0, 1, [](uint32_t, uint32_t) { return false; }, w)
+                   .has_value());
 }
 
 TEST(ShortestPath, NeverPassesThroughAThirdSite) {
@@ -205,8 +207,8 @@ TEST(DisjointPaths, SortedByWeight) {
                          .link("a-r3", "a", "r3")
                          .link("r3-b", "r3", "b")
                          .build();
-  const auto w = weights(t, {{"a-r1", 7}, {"r1-b", 7}, {"a-r2", 1}, {"r2-b", 1}, {"a-r3", 3},
-                             {"r3-b", 3}});
+  const auto w =
+      weights(t, {{"a-r1", 7}, {"r1-b", 7}, {"a-r2", 1}, {"r2-b", 1}, {"a-r3", 3}, {"r3-b", 3}});
   const auto paths = disjoint_paths(t, 0, 1, 3, kAll, w);
   ASSERT_EQ(paths.size(), 3u);
   EXPECT_EQ(paths[0].weight, 2);
@@ -249,8 +251,8 @@ void all_paths(const Topology& t, uint32_t u, uint32_t dst, const LinkFilter& ad
 
 // The largest number (up to k) of pairwise link-disjoint paths among `paths`, and the least
 // total weight of such a set.
-void best_set(const std::vector<Path>& paths, size_t from, uint32_t k, std::vector<bool>& used_links,
-              size_t count, int64_t total, Checked& best) {
+void best_set(const std::vector<Path>& paths, size_t from, uint32_t k,
+              std::vector<bool>& used_links, size_t count, int64_t total, Checked& best) {
   if (count > best.count || (count == best.count && total < best.total)) best = {count, total};
   if (count == k) return;
   for (size_t i = from; i < paths.size(); ++i) {
@@ -299,7 +301,8 @@ TEST(DisjointPaths, RandomGraphsAgainstBruteForce) {
       return weight_of[2 * l + static_cast<size_t>(t.links[l].direction_from(from))];
     };
     const LinkFilter admit = [&](uint32_t l, uint32_t from) {
-      return static_cast<bool>(admitted[2 * l + static_cast<size_t>(t.links[l].direction_from(from))]);
+      return static_cast<bool>(
+          admitted[2 * l + static_cast<size_t>(t.links[l].direction_from(from))]);
     };
     const uint32_t src = 0;
     const uint32_t dst = 1;
@@ -344,8 +347,8 @@ TEST(DisjointPaths, RandomGraphsAgainstBruteForce) {
     std::vector<bool> used_links(t.links.size(), false);
     Checked best;
     best_set(simple, 0, k, used_links, 0, 0, best);
-    ASSERT_EQ(got.size(), best.count) << "round " << round << ": " << got.size()
-                                      << " paths, brute force finds " << best.count;
+    ASSERT_EQ(got.size(), best.count)
+        << "round " << round << ": " << got.size() << " paths, brute force finds " << best.count;
     EXPECT_EQ(total, best.total) << "round " << round << ": not of least total weight";
     nontrivial += best.count >= 2 ? 1 : 0;
   }

@@ -5,8 +5,9 @@
 #include <string>
 #include <vector>
 
-#include <boost/json.hpp>
 #include <gtest/gtest.h>
+
+#include <boost/json.hpp>
 
 namespace detwan::control::reservation {
 namespace {
@@ -248,8 +249,8 @@ void expect_refused(const json::object& o, const std::vector<std::string>& words
   const auto r = from_json(o);
   ASSERT_FALSE(r.has_value()) << "accepted";
   for (const std::string& w : words) {
-    EXPECT_NE(r.error().message.find(w), std::string::npos) << "'" << w << "' not in: "
-                                                            << r.error().message;
+    EXPECT_NE(r.error().message.find(w), std::string::npos)
+        << "'" << w << "' not in: " << r.error().message;
   }
 }
 
@@ -258,7 +259,8 @@ TEST(ReservationJson, MissingFieldsAreNamed) {
   expect_refused(without({"id"}), {"'id' is missing"});
   expect_refused(without({"spec", "end_unix_ns"}), {"r-42", "spec", "'end_unix_ns' is missing"});
   expect_refused(without({"spec", "max_loss"}), {"spec", "'max_loss' is missing"});
-  expect_refused(without({"paths", "0", "ends", "1", "slots"}), {"paths", "ends", "'slots' is missing"});
+  expect_refused(without({"paths", "0", "ends", "1", "slots"}),
+                 {"paths", "ends", "'slots' is missing"});
   expect_refused(without({"bound", "forward", "max_ns"}), {"bound.forward", "'max_ns' is missing"});
   expect_refused(without({"history", "2", "reason"}), {"history", "'reason' is missing"});
   expect_refused(without({"created_unix_ns"}), {"'created_unix_ns' is missing"});
@@ -271,7 +273,8 @@ TEST(ReservationJson, MalformedFieldsAreNamed) {
   expect_refused(with({"spec", "asap"}, 1), {"'asap' is not true/false"});
   expect_refused(with({"spec", "src"}, 5), {"'src' is not a string"});
   expect_refused(with({"spec"}, json::array{}), {"'spec' is not an object"});
-  expect_refused(with({"paths", "0", "ends"}, json::array{json::object{}}), {"'ends' must have two items"});
+  expect_refused(with({"paths", "0", "ends"}, json::array{json::object{}}),
+                 {"'ends' must have two items"});
   expect_refused(with({"paths", "0", "ends", "0", "slots"}, json::array{70000}),
                  {"'slots' has a bad slot"});
   expect_refused(with({"paths", "0", "nodes"}, json::array{"a", 1}), {"'nodes' has an item"});

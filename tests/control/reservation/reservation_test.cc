@@ -15,12 +15,12 @@ namespace {
 using testing::link_with;
 using testing::TopologyBuilder;
 
-constexpr State kAll[] = {State::kHeld,       State::kCommitted,  State::kProvisioned,
-                          State::kReleased,   State::kTerminated, State::kFailed};
+constexpr State kAll[] = {State::kHeld,     State::kCommitted,  State::kProvisioned,
+                          State::kReleased, State::kTerminated, State::kFailed};
 
 TEST(ReservationState, NamesRoundTrip) {
-  const std::vector<std::string> names = {"held", "committed", "provisioned", "released",
-                                          "terminated", "failed"};
+  const std::vector<std::string> names = {"held",     "committed",  "provisioned",
+                                          "released", "terminated", "failed"};
   for (size_t i = 0; i < std::size(kAll); ++i) {
     EXPECT_EQ(to_string(kAll[i]), names[i]);
     const auto back = state_from_string(names[i]);
@@ -46,13 +46,13 @@ TEST(ReservationState, ResourcesAndFinality) {
 
 TEST(ReservationState, NsiSubStates) {
   EXPECT_EQ(nsi_reservation_state(State::kHeld), "ReserveHeld");
-  for (const State s : {State::kCommitted, State::kProvisioned, State::kReleased, State::kTerminated,
-                        State::kFailed}) {
+  for (const State s : {State::kCommitted, State::kProvisioned, State::kReleased,
+                        State::kTerminated, State::kFailed}) {
     EXPECT_EQ(nsi_reservation_state(s), "ReserveStart") << to_string(s);
   }
   EXPECT_EQ(nsi_provision_state(State::kProvisioned), "Provisioned");
-  for (const State s : {State::kHeld, State::kCommitted, State::kReleased, State::kTerminated,
-                        State::kFailed}) {
+  for (const State s :
+       {State::kHeld, State::kCommitted, State::kReleased, State::kTerminated, State::kFailed}) {
     EXPECT_EQ(nsi_provision_state(s), "Released") << to_string(s);
   }
   EXPECT_EQ(nsi_lifecycle_state(State::kTerminated, "end_time"), "PassedEndTime");
