@@ -256,32 +256,38 @@ TEST(Planner, TooFewDisjointPaths) {
 }
 
 TEST(Planner, TwoDisjointPathsBookSlotsOnFourPorts) {
-  // s and t each have two links; the planner must find s-u-t and s-v-t.
+  // The trap: the fastest path s-u-v-t (16 ms) leaves no second path; the planner must find
+  // s-u-t (20 ms) and s-v-t (25 ms), and promise the slower one's bound.
   const model::Topology t = TopologyBuilder()
                                 .site("s")
                                 .site("t")
                                 .transit("u")
                                 .transit("v")
-                                .link("s-u", "s", "u", lab_link())
-                                .link("u-v", "u", "v", lab_link())
-                                .link("v-t", "v", "t", lab_link())
+                                .link("s-u", "s", "u", link_with(200'000'000, 5'000'000))
+                                .link("u-v", "u", "v", link_with(200'000'000, 1'000'000))
+                                .link("v-t", "v", "t", link_with(200'000'000, 10'000'000))
                                 .link("s-v", "s", "v", link_with(200'000'000, 15'000'000))
                                 .link("u-t", "u", "t", link_with(200'000'000, 15'000'000))
                                 .build();
   const calendar::Ledger ledger(t);
   Request r = request();
+  const Plan one = expect_plan(plan(t, ledger, r));
+  ASSERT_EQ(one.paths.size(), 1u);
+  EXPECT_EQ(one.paths[0].nodes, (std::vector<uint32_t>{0, 2, 3, 1}));
   r.paths = 2;
   const Plan p = expect_plan(plan(t, ledger, r));
   ASSERT_EQ(p.paths.size(), 2u);
-  EXPECT_NE(p.paths[0].links[0], p.paths[1].links[0]);
-  EXPECT_EQ(p.paths[0].links.size(), 2u);
-  EXPECT_EQ(p.paths[1].links.size(), 2u);
+  EXPECT_EQ(p.paths[0].nodes, (std::vector<uint32_t>{0, 2, 1}));  // s-u-t, best first
+  EXPECT_EQ(p.paths[1].nodes, (std::vector<uint32_t>{0, 3, 1}));  // s-v-t
+  EXPECT_EQ(p.paths[0].bound.propagation_ns, 20'000'000);
+  EXPECT_EQ(p.paths[1].bound.propagation_ns, 25'000'000);
   // The promised bound is the worse path's.
-  const int64_t worst = std::max(p.paths[0].bound.max_latency_ns, p.paths[1].bound.max_latency_ns);
-  EXPECT_EQ(p.bound.max_latency_ns, worst);
+  ASSERT_GT(p.paths[1].bound.max_latency_ns, p.paths[0].bound.max_latency_ns);
+  EXPECT_EQ(p.bound.max_latency_ns, p.paths[1].bound.max_latency_ns);
+  EXPECT_EQ(p.bound.propagation_ns, 25'000'000);
   const calendar::Booking booking = booking_of(p, 3, r);
   EXPECT_EQ(booking.links.size(), 4u);
-  EXPECT_EQ(booking.slots.size(), 4u);
+  EXPECT_EQ(booking.slots.size(), 4u);  // s's two ports and t's two ports
   calendar::Ledger booked(t);
   booked.book(booking);
   EXPECT_EQ(booked.check(), "");

@@ -149,11 +149,17 @@ TEST(Ledger, CheckFindsADoubleBookedSlot) {
   const std::string problem = ledger.check();
   EXPECT_NE(problem.find("slot 4 of link 'a-r' leaving 'a'"), std::string::npos) << problem;
   EXPECT_NE(ledger.check_booking(2).find("slot 4"), std::string::npos);
-  // The same slot in the other direction of the link is another port: no conflict.
-  Ledger other(t);
-  other.book(booking(1, 0, 100, 1'000'000, {1}, {{1, 1, {4}}}));
-  other.book(booking(2, 0, 100, 1'000'000, {0}, {{0, 0, {4}}}));
+  // The same slot in the other direction of a link is another gateway's port: no conflict.
+  const model::Topology direct =
+      TopologyBuilder().site("a").site("b").link("a-b", "a", "b").build();
+  Ledger other(direct);
+  other.book(booking(1, 0, 100, 1'000'000, {0}, {{0, 0, {4}}}));
+  other.book(booking(2, 0, 100, 1'000'000, {0}, {{0, 1, {4}}}));
   EXPECT_EQ(other.check(), "");
+  // ...but the same direction is.
+  other.book(booking(3, 0, 100, 1'000'000, {0}, {{0, 1, {4}}}));
+  EXPECT_NE(other.check_booking(3).find("slot 4 of link 'a-b' leaving 'b'"), std::string::npos)
+      << other.check_booking(3);
   // Disjoint windows: no conflict.
   Ledger later(t);
   later.book(booking(1, 0, 100, 1'000'000, {0}, {{0, 0, {4}}}));

@@ -387,6 +387,20 @@ TEST(TopologyFinish, BuildsIndicesAndIncidence) {
   EXPECT_EQ(t.nodes[3].links, (std::vector<uint32_t>{0, 1, 2}));
 }
 
+TEST(TopologyFinish, ReservableShareRoundsDown) {
+  model::Link link;
+  link.capacity_bps = 1'000'000'000;
+  link.slot_count = 100;
+  link.reservable = 0.457;  // 45.7 slots: 45 may be reserved, not 46
+  EXPECT_EQ(link.reservable_slots(), 45u);
+  EXPECT_EQ(link.reservable_bps(), 457'000'000u);
+  link.reservable = 0.29;  // 0.29 * 100 is 28.999999999999996 in binary floating point
+  EXPECT_EQ(link.reservable_slots(), 29u);
+  link.reservable = 1.0;
+  EXPECT_EQ(link.reservable_slots(), 100u);
+  EXPECT_EQ(link.reservable_bps(), 1'000'000'000u);
+}
+
 Topology small() {
   return testing::TopologyBuilder("code")
       .site("a")

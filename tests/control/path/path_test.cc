@@ -269,10 +269,10 @@ void best_set(const std::vector<Path>& paths, size_t from, uint32_t k,
 TEST(DisjointPaths, RandomGraphsAgainstBruteForce) {
   std::mt19937_64 rng(4242);
   int nontrivial = 0;
-  for (int round = 0; round < 400; ++round) {
+  for (int round = 0; round < 5000; ++round) {
     TopologyBuilder builder;
     const int sites = 2 + static_cast<int>(rng() % 2);
-    const int transits = 1 + static_cast<int>(rng() % 5);
+    const int transits = 1 + static_cast<int>(rng() % 7);
     std::vector<std::string> names;
     for (int i = 0; i < sites; ++i) {
       names.push_back("s" + std::to_string(i));
@@ -282,7 +282,7 @@ TEST(DisjointPaths, RandomGraphsAgainstBruteForce) {
       names.push_back("r" + std::to_string(i));
       builder.transit(names.back());
     }
-    const int links = 2 + static_cast<int>(rng() % 9);
+    const int links = 2 + static_cast<int>(rng() % 15);
     for (int i = 0; i < links; ++i) {
       const size_t a = rng() % names.size();
       size_t b = rng() % names.size();
