@@ -153,6 +153,18 @@ TEST_F(JournalTest, AJournalOfAnotherDomainIsRefused) {
   EXPECT_NE(m.find("'production'"), std::string::npos) << m;
 }
 
+TEST_F(JournalTest, DomainIsStoredVerbatim) {
+  // Journal::open takes any domain string (topologies built in code are not name-checked).
+  const std::string domain = "o'neil's lab";
+  {
+    auto journal = Journal::open(path_, false, domain);
+    ASSERT_TRUE(journal.has_value()) << journal.error().message;
+  }
+  EXPECT_EQ(query("SELECT value FROM meta WHERE key = 'domain'"), (std::vector<std::string>{domain}));
+  EXPECT_TRUE(Journal::open(path_, false, domain).has_value());
+  EXPECT_FALSE(Journal::open(path_, false, "o'neil").has_value());
+}
+
 TEST_F(JournalTest, AnotherSchemaVersionIsRefused) {
   ASSERT_NE(open(), nullptr);
   exec("UPDATE meta SET value = '2' WHERE key = 'schema_version'");

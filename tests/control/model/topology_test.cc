@@ -353,6 +353,10 @@ TEST(TopologyLoadErrors, MiscRangesAndReferences) {
                "gateways[1].peers[0].gateway", "'gw-q'");
   expect_error(replaced(kLab, "tunnel_ids: 2000-2999", "tunnel_ids: 3000-2999"),
                "tunnel_ids: 3000-2999", "agent.tunnel_ids", "3000-2999");
+  expect_error(replaced(kLab, "tunnel_ids: 2000-2999", "tunnel_ids: 2000-2999x"),
+               "tunnel_ids: 2000-2999x", "agent.tunnel_ids", "2000-2999x");
+  expect_error(replaced(kLab, "tunnel_ids: 2000-2999", "tunnel_ids: 2000-2999-3999"),
+               "tunnel_ids: 2000-2999-3999", "agent.tunnel_ids", "2000-2999-3999");
   expect_error(replaced(kLab, "domain: lab", "domain: 'l a b'"), "domain:", "domain",
                "not a valid name");
   expect_error(replaced(kLab, "    ends: [r, b]\n", ""), "  - name: r-b", "links[1].ends",
