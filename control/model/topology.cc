@@ -2,6 +2,7 @@
 #include "control/model/topology.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <set>
 #include <utility>
@@ -98,9 +99,15 @@ void parse_agent(const ConfigNode& node, AgentSettings* agent) {
     const size_t dash = text.find('-');
     uint64_t first = 0;
     uint64_t last = 0;
-    const bool ok = dash != std::string::npos &&
-                    std::sscanf(text.c_str(), "%lu-%lu", &first, &last) == 2 && first >= 1 &&
-                    first <= last && last <= UINT32_MAX;
+    // Whole decimal numbers only: sscanf("%lu-%lu") ignored trailing text ("2000-2999x").
+    auto number = [](std::string_view digits, uint64_t* out) {
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), *out);
+      return !digits.empty() && ec == std::errc() && end == digits.data() + digits.size();
+    };
+    const std::string_view view(text);
+    const bool ok = dash != std::string::npos && number(view.substr(0, dash), &first) &&
+                    number(view.substr(dash + 1), &last) && first >= 1 && first <= last &&
+                    last <= UINT32_MAX;
     if (!ok) ids->fail(fmt::format("'{}' is not a range like 1000-65535 within 1..4294967295", text));
     agent->first_tunnel_id = static_cast<uint32_t>(first);
     agent->last_tunnel_id = static_cast<uint32_t>(last);
