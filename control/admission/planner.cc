@@ -282,7 +282,10 @@ Decision plan(const Topology& t, const calendar::Ledger& ledger, const Request& 
                                path_text(t, paths.front().nodes), duration(b.max_latency_variation_ns)),
                    "max_latency_variation_ns"};
   }
-  if (b.max_loss > r.max_loss) {
+  // 1 - (1 - 0.01) is 0.010000000000000009 in binary floating point: a requirement equal to
+  // the path's loss must be met, so compare with a margin far below any meaningful ratio.
+  constexpr double kLossEpsilon = 1e-12;
+  if (b.max_loss > r.max_loss + kLossEpsilon) {
     return Refusal{kLossUnachievable,
                    fmt::format("max_loss {:g} is below the loss {:g} of path {}", r.max_loss,
                                b.max_loss, path_text(t, paths.front().nodes)),

@@ -79,11 +79,20 @@ common::Result<std::unique_ptr<Journal>> Journal::open(const std::string& path, 
   }
   sqlite3_finalize(read);
   if (found_domain.empty()) {
-    const std::string sql = fmt::format(
-        "INSERT OR REPLACE INTO meta VALUES ('domain', '{}'), ('schema_version', '{}'), "
-        "('next_key', '1');",
-        domain, kSchemaVersion);
-    if (auto ok = journal->exec(sql.c_str()); !ok) return std::unexpected(ok.error());
+    // Bound, not pasted: a domain is any string ("o'neil's lab" must not break the SQL).
+    sqlite3_stmt* init = nullptr;
+    bool ok = sqlite3_prepare_v2(db,
+                                 "INSERT OR REPLACE INTO meta VALUES ('domain', ?), "
+                                 "('schema_version', ?), ('next_key', '1')",
+                                 -1, &init, nullptr) == SQLITE_OK;
+    if (ok) {
+      bind_text(init, 1, domain);
+      bind_text(init, 2, std::to_string(kSchemaVersion));
+      ok = sqlite3_step(init) == SQLITE_DONE;
+    }
+    const common::Error failure = journal->error("write meta");  // before finalize resets it
+    sqlite3_finalize(init);
+    if (!ok) return std::unexpected(failure);
   } else if (found_domain != domain) {
     return common::make_error(common::ErrorCode::kConfig,
                               fmt::format("journal {} belongs to domain '{}', not '{}'", path,

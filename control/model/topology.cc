@@ -2,6 +2,7 @@
 #include "control/model/topology.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <set>
 #include <utility>
@@ -98,9 +99,15 @@ void parse_agent(const ConfigNode& node, AgentSettings* agent) {
     const size_t dash = text.find('-');
     uint64_t first = 0;
     uint64_t last = 0;
-    const bool ok = dash != std::string::npos &&
-                    std::sscanf(text.c_str(), "%lu-%lu", &first, &last) == 2 && first >= 1 &&
-                    first <= last && last <= UINT32_MAX;
+    // Whole decimal numbers only: sscanf("%lu-%lu") ignored trailing text ("2000-2999x").
+    auto number = [](std::string_view digits, uint64_t* out) {
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), *out);
+      return !digits.empty() && ec == std::errc() && end == digits.data() + digits.size();
+    };
+    const std::string_view view(text);
+    const bool ok = dash != std::string::npos && number(view.substr(0, dash), &first) &&
+                    number(view.substr(dash + 1), &last) && first >= 1 && first <= last &&
+                    last <= UINT32_MAX;
     if (!ok) ids->fail(fmt::format("'{}' is not a range like 1000-65535 within 1..4294967295", text));
     agent->first_tunnel_id = static_cast<uint32_t>(first);
     agent->last_tunnel_id = static_cast<uint32_t>(last);
@@ -135,8 +142,10 @@ void parse_link(const ConfigNode& node, Topology* topology, std::vector<std::pai
   link.cycle_ns = duration_in(node, "cycle", link.cycle_ns, 1'000, 10'000'000'000);
   link.slot_count = static_cast<uint32_t>(node.get_int("slots", 100, 1, 65536));
   if (link.cycle_ns % link.slot_count != 0) {
-    node.child("slots").fail(fmt::format("cycle {} is not a multiple of {} slots",
-                                         common::format_duration_ns(link.cycle_ns), link.slot_count));
+    // Point at what the file says: `slots` when given, else `cycle` (the default 100 slots).
+    node.child(node.has("slots") ? "slots" : "cycle")
+        .fail(fmt::format("cycle {} is not a multiple of {} slots",
+                          common::format_duration_ns(link.cycle_ns), link.slot_count));
   }
   link.guard_ns = duration_in(node, "guard", 0, 0, link.cycle_ns / link.slot_count - 1);
   topology->links.push_back(std::move(link));
@@ -212,15 +221,88 @@ Topology parse(const ConfigNode& root) {
   for (const Site& site : topology.sites) topology.nodes.push_back(Node{site.name, kNone, {}});
   for (const std::string& name : transit) topology.nodes.push_back(Node{name, kNone, {}});
   // Resolve names with positions for the messages: build indices, then check references.
-  auto fail_at = [&](const std::string& path, const std::string& message) {
-    // Find the node for the path (best effort) so the message carries a line.
-    root.fail(fmt::format("{}: {}", path, message));
-  };
+  // Every check finish() makes is made here first, on the YAML node it concerns, so that the
+  // message names file:line and field (finish() cannot: it sees no file).
   std::unordered_map<std::string, uint32_t> nodes;
   for (uint32_t i = 0; i < topology.nodes.size(); ++i) {
-    if (!nodes.emplace(topology.nodes[i].name, i).second) {
-      fail_at("nodes", fmt::format("'{}' names two nodes (a site and a transit node share names)",
-                                   topology.nodes[i].name));
+    if (nodes.emplace(topology.nodes[i].name, i).second) continue;
+    const uint32_t first = nodes.at(topology.nodes[i].name);
+    const bool site = i < topology.sites.size();
+    const ConfigNode at = site ? root.child("sites").items()[i].child("name")
+                               : root.child("nodes").items()[i - topology.sites.size()];
+    at.fail(fmt::format("'{}' names two {}", topology.nodes[i].name,
+                        site ? "sites"
+                             : (first < topology.sites.size() ? "nodes (a site and a transit node)"
+                                                              : "transit nodes")));
+  }
+  for (uint32_t l = 0; l < topology.links.size(); ++l) {
+    for (uint32_t o = 0; o < l; ++o) {
+      if (topology.links[o].name == topology.links[l].name) {
+        root.child("links").items()[l].child("name").fail(
+            fmt::format("'{}' names two links", topology.links[l].name));
+      }
+    }
+  }
+  for (uint32_t g = 0; g < topology.gateways.size(); ++g) {
+    const ConfigNode item = root.child("gateways").items()[g];
+    const Gateway& gateway = topology.gateways[g];
+    for (uint32_t o = 0; o < g; ++o) {
+      if (topology.gateways[o].name == gateway.name) {
+        item.child("name").fail(fmt::format("'{}' names two gateways", gateway.name));
+      }
+    }
+    for (size_t p = 0; p < gateway.ports.size(); ++p) {
+      for (size_t o = 0; o < p; ++o) {
+        if (gateway.ports[o].name == gateway.ports[p].name) {
+          item.child("ports").items()[p].child("name").fail(fmt::format(
+              "gateway '{}' has two ports named '{}'", gateway.name, gateway.ports[p].name));
+        }
+      }
+    }
+    for (size_t p = 0; p < gateway.peers.size(); ++p) {
+      for (size_t o = 0; o < p; ++o) {
+        if (gateway.peers[o].name == gateway.peers[p].name) {
+          item.child("peers").items()[p].child("name").fail(fmt::format(
+              "gateway '{}' has two peers named '{}'", gateway.name, gateway.peers[p].name));
+        }
+      }
+      const bool has_port =
+          std::any_of(gateway.ports.begin(), gateway.ports.end(),
+                      [&](const GatewayPort& port) { return port.name == gateway.peers[p].port; });
+      if (!has_port) {
+        item.child("peers").items()[p].child("port").fail(fmt::format(
+            "peer '{}' is reached through port '{}', which is not one of gateway '{}''s ports",
+            gateway.peers[p].name, gateway.peers[p].port, gateway.name));
+      }
+      if (peer_gateways[g][p] == gateway.name) {
+        item.child("peers").items()[p].child("gateway").fail(
+            fmt::format("peer '{}' must name another gateway, not '{}' itself",
+                        gateway.peers[p].name, gateway.name));
+      }
+    }
+  }
+  for (uint32_t s = 0; s < topology.sites.size(); ++s) {
+    const Site& site = topology.sites[s];
+    for (size_t i = 0; i < site.tunnel_prefixes.size(); ++i) {
+      auto fail = [&](const std::string& message) {
+        root.child("sites").items()[s].child("tunnel_prefixes").items()[i].fail(message);
+      };
+      for (size_t j = 0; j < i; ++j) {
+        if (common::prefixes_overlap(site.tunnel_prefixes[i], site.tunnel_prefixes[j])) {
+          fail(fmt::format("{} overlaps {} of the same site",
+                           common::format_ip_prefix(site.tunnel_prefixes[i]),
+                           common::format_ip_prefix(site.tunnel_prefixes[j])));
+        }
+      }
+      for (uint32_t o = 0; o < s; ++o) {
+        for (const common::IpPrefix& other : topology.sites[o].tunnel_prefixes) {
+          if (common::prefixes_overlap(site.tunnel_prefixes[i], other)) {
+            fail(fmt::format("{} of site '{}' overlaps {} of site '{}'",
+                             common::format_ip_prefix(site.tunnel_prefixes[i]), site.name,
+                             common::format_ip_prefix(other), topology.sites[o].name));
+          }
+        }
+      }
     }
   }
   for (size_t i = 0; i < link_ends.size(); ++i) {
@@ -274,6 +356,39 @@ Topology parse(const ConfigNode& root) {
             fmt::format("'{}' is not a gateway", peer_gateways[g][p]));
       }
       gateway.peers[p].gateway = far->second;
+    }
+  }
+  for (uint32_t g = 0; g < topology.gateways.size(); ++g) {
+    const ConfigNode item = root.child("gateways").items()[g];
+    const Gateway& gateway = topology.gateways[g];
+    const Site& site = topology.sites[gateway.site];
+    if (site.gateway != g) {
+      item.child("site").fail(fmt::format(
+          "site '{}' {}", site.name,
+          site.gateway == kNone ? "names no gateway (add 'gateway: " + gateway.name + "' to it)"
+                                : "names gateway '" + topology.gateways[site.gateway].name + "'"));
+    }
+    const uint32_t node = nodes.at(site.name);
+    for (size_t p = 0; p < gateway.ports.size(); ++p) {
+      const Link& link = topology.links[gateway.ports[p].link];
+      if (link.other_end(node) == kNone) {
+        item.child("ports").items()[p].child("link").fail(
+            fmt::format("link '{}' does not end at site '{}' of gateway '{}'", link.name, site.name,
+                        gateway.name));
+      }
+    }
+  }
+  // Every link end at a site with a gateway must be one of the gateway's ports.
+  for (uint32_t l = 0; l < topology.links.size(); ++l) {
+    for (int e = 0; e < 2; ++e) {
+      const uint32_t end = topology.links[l].ends[e];
+      if (end >= topology.sites.size() || topology.sites[end].gateway == kNone) continue;
+      const Gateway& gateway = topology.gateways[topology.sites[end].gateway];
+      if (gateway.port_on_link(l) == nullptr) {
+        root.child("links").items()[l].child("ends").items()[static_cast<size_t>(e)].fail(
+            fmt::format("link '{}' ends at site '{}', but gateway '{}' has no port on it",
+                        topology.links[l].name, topology.sites[end].name, gateway.name));
+      }
     }
   }
   return topology;

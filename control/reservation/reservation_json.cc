@@ -1,5 +1,8 @@
 #include "control/reservation/reservation_json.h"
 
+#include <algorithm>
+#include <charconv>
+
 #include <fmt/format.h>
 
 namespace detwan::control::reservation {
@@ -117,8 +120,12 @@ std::vector<std::string> strings_from(const Reader& r, std::string_view key) {
 std::vector<uint32_t> slots_from(const Reader& r) {
   std::vector<uint32_t> out;
   for (const json::value& v : r.array("slots")) {
-    if (!v.is_int64() || v.as_int64() < 0 || v.as_int64() > 65535) r.fail("slots", "has a bad slot");
-    out.push_back(static_cast<uint32_t>(v.as_int64()));
+    // Parsed text holds int64; to_json() stores the uint32_t slots as uint64.
+    const bool ok = (v.is_int64() && v.as_int64() >= 0 && v.as_int64() <= 65535) ||
+                    (v.is_uint64() && v.as_uint64() <= 65535);
+    if (!ok) r.fail("slots", "has a bad slot");
+    out.push_back(v.is_int64() ? static_cast<uint32_t>(v.as_int64())
+                               : static_cast<uint32_t>(v.as_uint64()));
   }
   return out;
 }
@@ -270,8 +277,12 @@ common::Result<Reservation> from_json(const json::object& object) {
       out.history.push_back(Transition{h.i64("at_unix_ns"), h.str("from"), h.str("to"), h.str("reason")});
     }
     const std::string& id = out.id;
-    if (id.size() < 3 || id.rfind("r-", 0) != 0) r.fail("id", "is not like r-<number>");
-    out.key = std::stoull(id.substr(2));
+    const bool digits =
+        id.size() >= 3 && id.size() <= 22 && id.rfind("r-", 0) == 0 &&
+        std::all_of(id.begin() + 2, id.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits) r.fail("id", "is not like r-<number>");
+    const auto [end, ec] = std::from_chars(id.data() + 2, id.data() + id.size(), out.key);
+    if (ec != std::errc() || end != id.data() + id.size()) r.fail("id", "is not like r-<number>");
     return out;
   } catch (const common::Failure& failure) {
     return std::unexpected(failure.error());
