@@ -31,13 +31,9 @@ std::string error_json(std::string_view message) {
 }
 
 // A refused write: the message and the generation in force (nothing changed).
-struct Refusal {
-  std::string message;
-};
-
-std::string refusal_json(const Refusal& refusal, const Engine& engine) {
+std::string refusal_json(std::string_view message, const Engine& engine) {
   json::object object;
-  object["error"] = refusal.message;
+  object["error"] = message;
   object["generation"] = engine.generation();
   return json::serialize(object);
 }
@@ -173,7 +169,7 @@ std::string apply(Engine& engine, const json::object& request, std::string_view 
   ControlIo& io = engine.control_io();
   const auto refused = [&](std::string message) {
     ++io.refused_writes;
-    return refusal_json(Refusal{std::move(message)}, engine);
+    return refusal_json(message, engine);
   };
   if (const json::value* expected = request.if_contains("if_generation")) {
     if (!expected->is_int64() && !expected->is_uint64()) {

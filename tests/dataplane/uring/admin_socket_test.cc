@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <string>
 
@@ -93,9 +94,9 @@ TEST(AdminSocket, OnlyAbsolutePathsAreAdminSockets) {
   EXPECT_THAT(relative.error().message, HasSubstr("must be an absolute path"));
 }
 
-// A child process that drops to uid 65534 and asks `path` for stats: the answer it got, or why
-// it got none.
-std::string ask_as_nobody(const std::string& path, ControlServer& server, int* responder_calls) {
+// A child process that drops to uid 65534 and asks `path` for stats while `poll` serves the
+// socket: the answer it got, or why it got none.
+std::string ask_as_nobody(const std::string& path, const std::function<void()>& poll) {
   int pipe_fds[2];
   EXPECT_EQ(::pipe(pipe_fds), 0);
   const pid_t child = ::fork();
@@ -122,12 +123,20 @@ std::string ask_as_nobody(const std::string& path, ControlServer& server, int* r
     ::waitpid(child, &status, 0);
     return out;
   });
-  std::string answer = serve_until(server, done, [&](std::string_view) {
-    ++*responder_calls;
-    return std::string("{\"answered\":true}");
-  });
+  while (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) poll();
   ::close(pipe_fds[0]);
-  return answer;
+  return done.get();
+}
+
+std::string ask_as_nobody(const std::string& path, ControlServer& server, int* responder_calls) {
+  return ask_as_nobody(path, [&] {
+    pollfd descriptor{server.fd(), POLLIN, 0};
+    (void)::poll(&descriptor, 1, 1);
+    server.poll_st(0, [&](std::string_view) {
+      ++*responder_calls;
+      return std::string("{\"answered\":true}");
+    });
+  });
 }
 
 TEST(AdminSocket, APeerWithAnotherUidIsRefusedBeforeItsRequestIsRead) {
@@ -319,6 +328,26 @@ TEST_F(WriteRequests, AddModifyRemoveOverTheProtocol) {
   EXPECT_EQ(stats.at("control").at("applied").to_number<uint64_t>(), 3u);
   EXPECT_EQ(stats.at("generation").to_number<uint64_t>(), 3u);
   EXPECT_EQ(stats.at("tunnels").as_array().size(), 0u);
+}
+
+TEST_F(WriteRequests, ARefusedPeerIsCountedInStats) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root: the test forks a client that setuid()s to 65534 (CI runs as root)";
+  }
+  TempDir dir;
+  const std::string path = dir.file("admin.sock");
+  auto server = ControlServer::start(path, admin_options(0666));
+  ASSERT_TRUE(server) << server.error().message;
+  const std::string answer = ask_as_nobody(path, [&] {
+    pollfd descriptor{(*server)->fd(), POLLIN, 0};
+    (void)::poll(&descriptor, 1, 1);
+    (*server)->poll_st(*engine_, kStartNs);
+  });
+  EXPECT_THAT(answer, HasSubstr("uid 65534 may not use the admin socket"));
+  const auto stats = boost::json::parse(engine_->stats_json(kStartNs));
+  EXPECT_EQ(stats.at("control").at("refused_peers").to_number<uint64_t>(), 1u);
+  EXPECT_EQ(stats.at("control").at("requests").to_number<uint64_t>(), 0u);  // never read
+  EXPECT_EQ(engine_->generation(), 0u);
 }
 
 TEST_F(WriteRequests, OverARealAdminSocket) {

@@ -39,7 +39,8 @@ struct Outcome {
 // Starts the program with `args`; its stdout/stderr go to files so nothing can block on a pipe.
 class Process {
  public:
-  explicit Process(const std::vector<std::string>& args) {
+  // stdin_path: a file the program reads as its standard input ("" = inherited).
+  explicit Process(const std::vector<std::string>& args, const std::string& stdin_path = "") {
     static int counter = 0;
     const auto base =
         std::filesystem::temp_directory_path() /
@@ -52,6 +53,9 @@ class Process {
                                      0600);
     posix_spawn_file_actions_addopen(&actions, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                      0600);
+    if (!stdin_path.empty()) {
+      posix_spawn_file_actions_addopen(&actions, 0, stdin_path.c_str(), O_RDONLY, 0);
+    }
     std::vector<std::string> all{g_binary};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -285,8 +289,9 @@ TEST_F(DetwanGw, TunnelsAndApplyOnAGatewayStartedWithoutTunnels) {
                                   "range [0, 100) of WAN port 'wan1'"),
             std::string::npos)
       << refused_file.err;
+  // From stdin ("-"), spread over lines: sent as one line.
   const std::string remove = write("remove.json", "{\n  \"remove\": [1001]\n}\n");
-  const Outcome removed = run({"apply", "--control", admin, "@" + remove});
+  const Outcome removed = Process({"apply", "--control", admin, "-"}, remove).wait();
   EXPECT_EQ(removed.status, 0) << removed.err;
   EXPECT_EQ(boost::json::parse(removed.out).at("generation").to_number<uint64_t>(), 2u);
   EXPECT_EQ(run({"apply", "--control", admin, "not json"}).status, 2);
