@@ -1,6 +1,8 @@
 #include "control/api/http_server.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -96,13 +98,15 @@ struct HttpServer::Impl {
   HttpServerOptions options;
   Handler handler;
   std::vector<Token> tokens;
-  asio::io_context io;
-  tcp::acceptor acceptor{io};
   std::vector<std::thread> threads;
   std::atomic<uint32_t> connections{0};
   mutable std::mutex counters_mutex;
   HttpCounters counters;
   std::atomic<bool> stopped{false};
+  // Last, so they are destroyed first: ~io_context destroys the sessions still pending, and a
+  // session's destructor counts itself out of `connections` above.
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
 
   void count(uint64_t HttpCounters::*field) {
     std::lock_guard lock(counters_mutex);
@@ -163,9 +167,11 @@ class Session : public std::enable_shared_from_this<Session> {
       const bool health = request.method() == http::verb::get && request.target() == "/healthz";
       if (!health) {
         const auto auth = request[http::field::authorization];
-        const std::string prefix = "Bearer ";
+        const std::string prefix = "bearer ";  // the scheme name is case-insensitive (RFC 7235)
         const Token* match = nullptr;
-        if (auth.size() > prefix.size() && auth.substr(0, prefix.size()) == prefix) {
+        std::string scheme(auth.substr(0, std::min(auth.size(), prefix.size())));
+        for (char& ch : scheme) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        if (auth.size() > prefix.size() && scheme == prefix) {
           const std::string given(auth.substr(prefix.size()));
           for (const Token& t : server_.tokens) {
             if (constant_time_equal(t.token, given)) match = &t;

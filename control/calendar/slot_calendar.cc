@@ -166,6 +166,9 @@ std::optional<std::vector<uint32_t>> SlotCalendar::plan(uint64_t rate_bps, int64
 }
 
 void SlotCalendar::book(uint64_t key, int64_t start_ns, int64_t end_ns, std::vector<uint32_t> slots) {
+  // A slot beyond the port's count cannot be booked (callers check: reservation::booking_of);
+  // drop it rather than index past the end later.
+  std::erase_if(slots, [this](uint32_t s) { return s >= geometry_.slot_count; });
   bookings_.push_back(Booking{key, start_ns, end_ns, std::move(slots)});
 }
 
