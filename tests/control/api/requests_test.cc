@@ -85,7 +85,7 @@ TEST(ParseReserve, UnknownFieldIsNamedWithTheAllowedOnes) {
       R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000,"bandwidth":5})");
   expect_refused(r, "invalid_field", "bandwidth", "unknown field");
   EXPECT_NE(r.error().message.find("field 'bandwidth'"), std::string::npos);
-  EXPECT_NE(r.error().message.find("allowed: client_request_id, src, dst, min_bandwidth_bps"),
+  EXPECT_NE(r.error().message.find("allowed: client_request_id, src, dst, src_prefixes, dst_prefixes, min_bandwidth_bps"),
             std::string::npos)
       << r.error().message;
 }
