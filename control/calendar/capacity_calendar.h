@@ -1,13 +1,16 @@
 #pragma once
-// Reserved capacity of one link direction over time: a step function kept as a sorted map of
-// breakpoints, so that "the most reserved at any instant of [start, end)" and booking a rate
-// over [start, end) cost O(log n + k) for k breakpoints inside the window.
+// Reserved capacity of one link direction over time: a step function kept as a sorted vector of
+// breakpoints (time, level from then on), so that "the most reserved at any instant of
+// [start, end)" and booking a rate over [start, end) cost a binary search plus a scan of the
+// breakpoints inside the window, over contiguous memory (path computation asks this for every
+// link it relaxes; a node-based map made it cache-miss bound).
 //
 // Times are Unix ns (CLOCK_REALTIME) and windows half-open [start, end). Rates are bit/s.
 // Not thread-safe: the agent's core owns every calendar under its one lock.
-#include <cstdint>
 #include <cstddef>
-#include <map>
+#include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace detwan::control::calendar {
 
@@ -21,21 +24,24 @@ class CapacityCalendar {
   void book(int64_t start_ns, int64_t end_ns, uint64_t rate_bps);
   // Takes back exactly what book() added (same window and rate).
   void unbook(int64_t start_ns, int64_t end_ns, uint64_t rate_bps);
-  // Instants at which the reserved rate changes, in (after_ns, ...), at most `limit` of them
-  // (the "as soon as possible" search tries these as start times).
+  // Calls f(t) for each instant after after_ns at which the reserved rate changes, in order,
+  // until f returns false.
   template <typename F>
   void for_each_change_after(int64_t after_ns, F&& f) const {
-    for (auto it = levels_.upper_bound(after_ns); it != levels_.end(); ++it) {
-      if (!f(it->first)) return;
+    for (size_t i = upper(after_ns); i < levels_.size(); ++i) {
+      if (!f(levels_[i].first)) return;
     }
   }
   [[nodiscard]] size_t breakpoints() const noexcept { return levels_.size(); }
 
  private:
-  void split_at(int64_t t_ns);
+  // Index of the first breakpoint after t_ns.
+  [[nodiscard]] size_t upper(int64_t t_ns) const;
+  size_t split_at(int64_t t_ns);  // index of the breakpoint at t_ns (made if needed)
   void merge_around(int64_t t_ns);
-  // Level from each key until the next key; before the first key the level is 0.
-  std::map<int64_t, uint64_t> levels_;
+  void add(int64_t start_ns, int64_t end_ns, uint64_t rate_bps, bool subtract);
+  // Level from each time until the next breakpoint; before the first one the level is 0.
+  std::vector<std::pair<int64_t, uint64_t>> levels_;
 };
 
 }  // namespace detwan::control::calendar

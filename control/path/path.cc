@@ -38,9 +38,10 @@ std::optional<Path> shortest_path(const Topology& t, uint32_t src, uint32_t dst,
     if (u == dst) break;
     for (const uint32_t l : t.nodes[u].links) {
       const uint32_t v = t.links[l].other_end(u);
-      if (!may_enter(t, v, src, dst) || !admit(l, u)) continue;
+      if (!may_enter(t, v, src, dst)) continue;
+      // Weight first (cheap); the admission test (calendars, slots) only for an improvement.
       const int64_t w = std::max<int64_t>(0, weight(l, u));
-      if (d + w < dist[v]) {
+      if (d + w < dist[v] && admit(l, u)) {
         dist[v] = d + w;
         via[v] = l;
         queue.emplace(dist[v], v);
