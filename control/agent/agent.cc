@@ -78,6 +78,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
     if (!r) return std::unexpected(r.error());
     impl->next_key = std::max(impl->next_key, r->key + 1);
     impl->next_tunnel_id = std::max(impl->next_tunnel_id, r->tunnel_id);
+    if (!reservation::is_final(r->state)) impl->tunnel_ids_in_use.insert(r->tunnel_id);
     if (reservation::holds_resources(r->state)) {
       auto booking = reservation::booking_of(impl->topology, *r);
       if (!booking) {
@@ -178,6 +179,11 @@ Outcome<void> Agent::Impl::commit_transition(Reservation next, const std::string
   }
   if (request != nullptr) requests[request->client_request_id] = *request;
   ++counters.transitions[to];
+  if (reservation::is_final(next.state)) {
+    tunnel_ids_in_use.erase(next.tunnel_id);
+  } else {
+    tunnel_ids_in_use.insert(next.tunnel_id);
+  }
   const uint64_t key = next.key;
   reservations[key] = std::move(next);
   return {};
@@ -185,10 +191,7 @@ Outcome<void> Agent::Impl::commit_transition(Reservation next, const std::string
 
 uint32_t Agent::Impl::allocate_tunnel_id() {
   const auto& a = topology.agent;
-  std::set<uint32_t> used;
-  for (const auto& [key, r] : reservations) {
-    if (!reservation::is_final(r.state)) used.insert(r.tunnel_id);
-  }
+  const std::set<uint32_t>& used = tunnel_ids_in_use;
   const uint64_t span = uint64_t{a.last_tunnel_id} - a.first_tunnel_id + 1;
   uint32_t candidate = next_tunnel_id;
   for (uint64_t i = 0; i < span; ++i) {

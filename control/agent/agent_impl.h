@@ -4,6 +4,7 @@
 #include <array>
 #include <condition_variable>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,6 +67,7 @@ struct Agent::Impl {
   std::map<std::string, journal::RequestRecord> requests;     // by client_request_id
   uint64_t next_key = 1;
   uint32_t next_tunnel_id = 0;
+  std::set<uint32_t> tunnel_ids_in_use;  // of reservations that are not terminated or failed
   std::vector<GatewayView> gateways;
   std::vector<Waiter> waiters;
   Counters counters;
@@ -87,7 +89,7 @@ struct Agent::Impl {
   // Reservation JSON with its dataplane status.
   boost::json::object view(const reservation::Reservation& r) const;
   void collect_waiters(int64_t now_mono_ns, bool expire_all, Deferred* out);
-  uint32_t allocate_tunnel_id() ;
+  uint32_t allocate_tunnel_id();
   void on_report(const gateway::GatewayReport& report);
   void expire(int64_t now_ns);
   int64_t next_deadline_ns() const;  // realtime, INT64_MAX if none

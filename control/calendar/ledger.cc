@@ -134,21 +134,13 @@ std::string Ledger::check_booking(uint64_t key) const {
     }
   }
   for (const SlotUse& use : booking->slots) {
-    for (const auto& [other_key, other] : bookings_) {
-      if (other_key == key || other.end_ns <= booking->start_ns || booking->end_ns <= other.start_ns) {
-        continue;
-      }
-      for (const SlotUse& theirs : other.slots) {
-        if (theirs.link != use.link || theirs.direction != use.direction) continue;
-        for (const uint32_t s : use.slots) {
-          if (std::find(theirs.slots.begin(), theirs.slots.end(), s) != theirs.slots.end()) {
-            return fmt::format("slot {} of link '{}' leaving '{}' is booked by {} and {} at once", s,
-                               topology_.links[use.link].name,
-                               topology_.nodes[topology_.links[use.link].ends[use.direction]].name,
-                               key, other_key);
-          }
-        }
-      }
+    const auto& calendar = slots_[2 * use.link + static_cast<size_t>(use.direction)];
+    if (!calendar) continue;
+    if (const auto shared = calendar->shared_slot(key)) {
+      return fmt::format("slot {} of link '{}' leaving '{}' is booked by {} and {} at once",
+                         shared->first, topology_.links[use.link].name,
+                         topology_.nodes[topology_.links[use.link].ends[use.direction]].name, key,
+                         shared->second);
     }
   }
   return "";

@@ -172,6 +172,21 @@ void SlotCalendar::book(uint64_t key, int64_t start_ns, int64_t end_ns, std::vec
   bookings_.push_back(Booking{key, start_ns, end_ns, std::move(slots)});
 }
 
+std::optional<std::pair<uint32_t, uint64_t>> SlotCalendar::shared_slot(uint64_t key) const {
+  for (const Booking& mine : bookings_) {
+    if (mine.key != key) continue;
+    std::vector<bool> taken(geometry_.slot_count, false);
+    for (const uint32_t s : mine.slots) taken[s] = true;
+    for (const Booking& other : bookings_) {
+      if (other.key == key || other.end_ns <= mine.start_ns || mine.end_ns <= other.start_ns) continue;
+      for (const uint32_t s : other.slots) {
+        if (taken[s]) return std::pair{s, other.key};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 void SlotCalendar::unbook(uint64_t key) {
   std::erase_if(bookings_, [key](const Booking& b) { return b.key == key; });
 }

@@ -11,6 +11,7 @@
 // slot. Not thread-safe: owned by the agent's core.
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace detwan::control::calendar {
@@ -53,6 +54,9 @@ class SlotCalendar {
   void book(uint64_t key, int64_t start_ns, int64_t end_ns, std::vector<uint32_t> slots);
   void unbook(uint64_t key);  // every booking of key
   [[nodiscard]] size_t bookings() const noexcept { return bookings_.size(); }
+  // A slot that `key` shares with another booking whose window overlaps its own: (slot, other
+  // key), or nullopt. What Ledger::check_booking asks of each port the booking holds slots on.
+  [[nodiscard]] std::optional<std::pair<uint32_t, uint64_t>> shared_slot(uint64_t key) const;
   // Slots booked at instant t_ns (for status).
   [[nodiscard]] uint32_t booked_at(int64_t t_ns) const;
 
