@@ -67,7 +67,10 @@ struct RandomRequest {
   int64_t duration_ns = 0;
 };
 
-RandomRequest random_request(const control::model::Topology& t, std::mt19937_64& rng) {
+// Start offsets within `spread_s` seconds (a day by default; shorter spreads make requests
+// overlap in time and contend for the same capacity).
+RandomRequest random_request(const control::model::Topology& t, std::mt19937_64& rng,
+                             uint32_t spread_s = 86'400) {
   std::uniform_int_distribution<size_t> site(0, t.sites.size() - 1);
   RandomRequest r;
   const size_t a = site(rng);
@@ -76,7 +79,7 @@ RandomRequest random_request(const control::model::Topology& t, std::mt19937_64&
   r.src = t.sites[a].name;
   r.dst = t.sites[b].name;
   r.rate_bps = 100'000'000ULL * (1 + rng() % 20);                     // 0.1 .. 2 Gbit/s
-  r.start_offset_ns = static_cast<int64_t>(rng() % 86'400) * 1'000'000'000;  // within a day
+  r.start_offset_ns = static_cast<int64_t>(rng() % spread_s) * 1'000'000'000;
   r.duration_ns = static_cast<int64_t>(1 + rng() % 6) * 3'600'000'000'000;  // 1..6 h
   return r;
 }
@@ -265,7 +268,7 @@ std::string topology_yaml(const control::model::Topology& t, const std::string& 
 }
 
 int command_load(const std::string& url_text, const SyntheticOptions& options, uint32_t clients,
-                 uint32_t requests, bool as_json) {
+                 uint32_t requests, uint32_t spread_s, bool as_json) {
   auto url = ctl::parse_url(url_text);
   if (!url) {
     std::fprintf(stderr, "detwan-agent-bench: %s\n", url.error().message.c_str());
@@ -276,7 +279,7 @@ int command_load(const std::string& url_text, const SyntheticOptions& options, u
   const int64_t base = common::RealtimeClock().now_ns() + 60'000'000'000;
   std::vector<std::string> bodies;
   for (uint32_t i = 0; i < requests; ++i) {
-    const RandomRequest q = random_request(t, rng);
+    const RandomRequest q = random_request(t, rng, spread_s);
     bodies.push_back(json::serialize(json::object{{"src", q.src},
                                                   {"dst", q.dst},
                                                   {"min_bandwidth_bps", q.rate_bps},
@@ -362,6 +365,8 @@ int run(int argc, char** argv) {
   load->add_option("--url", url, "agent URL")->required();
   load->add_option("--clients", clients, "client threads")->capture_default_str();
   load->add_option("--requests", requests, "reserve requests in all")->capture_default_str();
+  uint32_t spread_s = 86'400;
+  load->add_option("--spread", spread_s, "start times within this many seconds")->capture_default_str();
   load->add_flag("--json", as_json);
   try {
     app.parse(argc, argv);
@@ -376,7 +381,7 @@ int run(int argc, char** argv) {
     std::fputs(topology_yaml(synthetic_topology(options), listen).c_str(), stdout);
     return 0;
   }
-  return command_load(url, options, clients, requests, as_json);
+  return command_load(url, options, clients, requests, spread_s, as_json);
 }
 
 }  // namespace
