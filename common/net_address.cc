@@ -1,11 +1,10 @@
 #include "common/net_address.h"
 
-#include <arpa/inet.h>
-
 #include <charconv>
 #include <cstring>
 #include <system_error>
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 
 namespace detwan::common {
@@ -37,8 +36,7 @@ void mask_to(IpAddress* address, uint8_t length) noexcept {
 Result<IpAddress> parse_ip_address(std::string_view text) {
   IpAddress out;
   if (text.empty() || text.size() > 45) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("'{}' is not an IP address", text));
+    return make_error(ErrorCode::kInvalidArgument, fmt::format("'{}' is not an IP address", text));
   }
   const std::string copy(text);
   out.ipv6 = copy.find(':') != std::string::npos;
@@ -60,8 +58,7 @@ Result<IpPrefix> parse_ip_prefix(std::string_view text) {
   prefix.address = *address;
   const uint32_t max_length = address->ipv6 ? 128 : 32;
   uint32_t length = max_length;
-  if (slash != std::string_view::npos &&
-      !parse_u32(text.substr(slash + 1), max_length, &length)) {
+  if (slash != std::string_view::npos && !parse_u32(text.substr(slash + 1), max_length, &length)) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("'{}': prefix length must be 0..{}", text, max_length));
   }
@@ -69,18 +66,18 @@ Result<IpPrefix> parse_ip_prefix(std::string_view text) {
   IpPrefix network = prefix;
   mask_to(&network.address, network.length);
   if (!(network == prefix)) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("'{}' has host bits set (did you mean {}?)", text,
-                                  format_ip_prefix(network)));
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("'{}' has host bits set (did you mean {}?)", text, format_ip_prefix(network)));
   }
   return prefix;
 }
 
 Result<HostPort> parse_host_port(std::string_view text, bool allow_zero_port) {
   auto bad = [&](std::string_view why) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("'{}' is not an endpoint like 127.0.0.1:7800 or [::1]:7800 ({})",
-                                  text, why));
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("'{}' is not an endpoint like 127.0.0.1:7800 or [::1]:7800 ({})", text, why));
   };
   std::string_view host;
   std::string_view port_text;

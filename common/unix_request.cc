@@ -1,16 +1,15 @@
 #include "common/unix_request.h"
 
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
 
 #include <fmt/format.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "common/unique_fd.h"
 
@@ -31,16 +30,17 @@ Result<std::string> unix_request(std::string_view socket, std::string_view reque
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   const bool abstract = !name.empty() && name.front() == '@';
-  const std::string_view bytes = abstract ? std::string_view(name).substr(1) : std::string_view(name);
+  const std::string_view bytes =
+      abstract ? std::string_view(name).substr(1) : std::string_view(name);
   if (bytes.empty() || bytes.size() > sizeof(address.sun_path) - 1) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("socket '{}': must be 1..{} characters", name,
-                                  sizeof(address.sun_path) - 1));
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("socket '{}': must be 1..{} characters", name, sizeof(address.sun_path) - 1));
   }
   const size_t offset = abstract ? 1 : 0;
   std::memcpy(address.sun_path + offset, bytes.data(), bytes.size());
-  const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + offset + bytes.size() +
-                                             (abstract ? 0 : 1));
+  const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + offset +
+                                             bytes.size() + (abstract ? 0 : 1));
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) {
     return make_error(ErrorCode::kIo, fmt::format("socket '{}': {}", name, std::strerror(errno)));
@@ -71,13 +71,15 @@ Result<std::string> unix_request(std::string_view socket, std::string_view reque
   line += '\n';
   size_t written = 0;
   while (written < line.size()) {
-    const ssize_t sent = ::send(fd.get(), line.data() + written, line.size() - written, MSG_NOSIGNAL);
+    const ssize_t sent =
+        ::send(fd.get(), line.data() + written, line.size() - written, MSG_NOSIGNAL);
     if (sent > 0) {
       written += static_cast<size_t>(sent);
     } else if (sent < 0 && (errno == EAGAIN || errno == EINTR)) {
       if (!wait_for(POLLOUT)) return timed_out();
     } else {
-      return make_error(ErrorCode::kIo, fmt::format("sending to {}: {}", name, std::strerror(errno)));
+      return make_error(ErrorCode::kIo,
+                        fmt::format("sending to {}: {}", name, std::strerror(errno)));
     }
   }
   std::string answer;
@@ -87,8 +89,8 @@ Result<std::string> unix_request(std::string_view socket, std::string_view reque
     if (got > 0) {
       answer.append(buffer, static_cast<size_t>(got));
       if (answer.size() > max_answer_bytes) {
-        return make_error(ErrorCode::kIo, fmt::format("answer from {} exceeds {} bytes", name,
-                                                      max_answer_bytes));
+        return make_error(ErrorCode::kIo,
+                          fmt::format("answer from {} exceeds {} bytes", name, max_answer_bytes));
       }
       continue;
     }
@@ -98,7 +100,8 @@ Result<std::string> unix_request(std::string_view socket, std::string_view reque
       if (!wait_for(POLLIN)) return timed_out();
       continue;
     }
-    return make_error(ErrorCode::kIo, fmt::format("reading from {}: {}", name, std::strerror(errno)));
+    return make_error(ErrorCode::kIo,
+                      fmt::format("reading from {}: {}", name, std::strerror(errno)));
   }
   if (answer.empty()) {
     return make_error(ErrorCode::kUnavailable,

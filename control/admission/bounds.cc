@@ -17,15 +17,16 @@ int64_t round_up_us(int64_t ns) { return (ns + 999) / 1000 * 1000; }
 }  // namespace
 
 uint64_t auto_burst_bytes(const model::Link& first_link, uint64_t rate_bps) {
-  const auto cycle_bytes = static_cast<uint64_t>(
-      static_cast<common::LinkUint128>(rate_bps) * static_cast<uint64_t>(first_link.cycle_ns) /
-      8'000'000'000u);
+  const auto cycle_bytes =
+      static_cast<uint64_t>(static_cast<common::LinkUint128>(rate_bps) *
+                            static_cast<uint64_t>(first_link.cycle_ns) / 8'000'000'000u);
   return std::max<uint64_t>(cycle_bytes, 8 * uint64_t{first_link.mtu_bytes + 18});
 }
 
 DirectionBound direction_bound(const model::Topology& t, const std::vector<uint32_t>& links,
-                               uint32_t from_gateway, uint32_t to_gateway, int64_t service_latency_ns,
-                               uint64_t guaranteed_bps, uint64_t burst_bytes) {
+                               uint32_t from_gateway, uint32_t to_gateway,
+                               int64_t service_latency_ns, uint64_t guaranteed_bps,
+                               uint64_t burst_bytes) {
   DirectionBound d;
   const model::Link& first = t.links[links.front()];
   const int64_t burst_ns =

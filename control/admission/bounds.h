@@ -36,20 +36,21 @@ struct DirectionBound {
 
 struct Bound {
   bool on_time = false;
-  int64_t playout_bound_ns = 0;        // B given to the receiving gateways (0: in time)
-  int64_t max_latency_ns = 0;          // RFC 9016 MaxLatency
+  int64_t playout_bound_ns = 0;          // B given to the receiving gateways (0: in time)
+  int64_t max_latency_ns = 0;            // RFC 9016 MaxLatency
   int64_t max_latency_variation_ns = 0;  // RFC 9016 MaxLatencyVariation
   int64_t min_latency_ns = 0;
-  int64_t propagation_ns = 0;          // sum of nominal link delays
-  double max_loss = 0;                 // RFC 9016 MaxLoss from the links' loss
-  DirectionBound forward;              // source -> destination
+  int64_t propagation_ns = 0;  // sum of nominal link delays
+  double max_loss = 0;         // RFC 9016 MaxLoss from the links' loss
+  DirectionBound forward;      // source -> destination
   DirectionBound reverse;
 };
 
 // One direction along `links` (in travel order) from gateway `from` to gateway `to`.
 DirectionBound direction_bound(const model::Topology& topology, const std::vector<uint32_t>& links,
-                               uint32_t from_gateway, uint32_t to_gateway, int64_t service_latency_ns,
-                               uint64_t guaranteed_bps, uint64_t burst_bytes);
+                               uint32_t from_gateway, uint32_t to_gateway,
+                               int64_t service_latency_ns, uint64_t guaranteed_bps,
+                               uint64_t burst_bytes);
 
 // Combines both directions and chooses the delivery mode for the requested variation
 // (-1 = none requested: in time).

@@ -101,8 +101,9 @@ PathEnd end_of(const Context& c, const std::vector<uint32_t>& links, bool at_sou
   }
   end.slots = slots_for(c, end.link, end.direction).value_or(std::vector<uint32_t>{});
   const calendar::SlotCalendar* calendar = c.ledger.slots(end.link, end.direction);
-  end.guaranteed_bps = calendar == nullptr ? c.r.rate_bps
-                                           : calendar::guaranteed_rate_bps(calendar->geometry(), end.slots);
+  end.guaranteed_bps = calendar == nullptr
+                           ? c.r.rate_bps
+                           : calendar::guaranteed_rate_bps(calendar->geometry(), end.slots);
   return end;
 }
 
@@ -138,11 +139,12 @@ std::string bottleneck(const Context& c, const path::Path& p) {
   for (size_t i = 0; i < p.links.size(); ++i) {
     const model::Link& l = c.t.links[p.links[i]];
     for (int d = 0; d < 2; ++d) {
-      const uint64_t free = c.ledger.free_bps(p.links[i], d, c.r.start_ns, c.r.end_ns, c.r.ignore_key);
+      const uint64_t free =
+          c.ledger.free_bps(p.links[i], d, c.r.start_ns, c.r.end_ns, c.r.ignore_key);
       if (free < c.r.rate_bps) {
-        return fmt::format("link '{}' {}->{} has {} free of {} reservable in the window",
-                           l.name, c.t.nodes[l.ends[d]].name, c.t.nodes[l.ends[1 - d]].name,
-                           rate(free), rate(l.reservable_bps()));
+        return fmt::format("link '{}' {}->{} has {} free of {} reservable in the window", l.name,
+                           c.t.nodes[l.ends[d]].name, c.t.nodes[l.ends[1 - d]].name, rate(free),
+                           rate(l.reservable_bps()));
       }
     }
     for (const uint32_t site_node : {c.src_node, c.dst_node}) {
@@ -150,11 +152,11 @@ std::string bottleneck(const Context& c, const path::Path& p) {
       if (d >= 0 && !slots_for(c, p.links[i], d)) {
         const calendar::SlotCalendar* calendar = c.ledger.slots(p.links[i], d);
         const auto free = calendar->free_slots(c.r.start_ns, c.r.end_ns, c.r.ignore_key);
-        return fmt::format("the gateway port on link '{}' leaving '{}' has {} of {} slots free in "
-                           "the window (reservable {}), too few for {}",
-                           l.name, c.t.nodes[site_node].name,
-                           std::count(free.begin(), free.end(), true), l.slot_count,
-                           l.reservable_slots(), rate(c.r.rate_bps));
+        return fmt::format(
+            "the gateway port on link '{}' leaving '{}' has {} of {} slots free in "
+            "the window (reservable {}), too few for {}",
+            l.name, c.t.nodes[site_node].name, std::count(free.begin(), free.end(), true),
+            l.slot_count, l.reservable_slots(), rate(c.r.rate_bps));
       }
     }
   }
@@ -185,8 +187,8 @@ std::vector<PathPlan> candidate_paths(const Topology& t, const calendar::Ledger&
     found = path::disjoint_paths(t, c.src_node, c.dst_node, r.paths, admit, weight);
   }
   for (const path::Path& p : found) {
-    const uint64_t burst = r.burst_bytes != 0 ? r.burst_bytes
-                                              : auto_burst_bytes(t.links[p.links.front()], r.rate_bps);
+    const uint64_t burst =
+        r.burst_bytes != 0 ? r.burst_bytes : auto_burst_bytes(t.links[p.links.front()], r.rate_bps);
     out.push_back(evaluate(c, p, burst));
   }
   return out;
@@ -197,8 +199,8 @@ Decision plan(const Topology& t, const calendar::Ledger& ledger, const Request& 
     return Refusal{kUnknownSite, "unknown site", r.src_site >= t.sites.size() ? "src" : "dst"};
   }
   if (r.src_site == r.dst_site) {
-    return Refusal{kSameSite, fmt::format("src and dst are both site '{}'", t.sites[r.src_site].name),
-                   "dst"};
+    return Refusal{kSameSite,
+                   fmt::format("src and dst are both site '{}'", t.sites[r.src_site].name), "dst"};
   }
   Context c{t, ledger, r, t.sites[r.src_site].node, t.sites[r.dst_site].node};
   const std::string pair = fmt::format("{}-{}", t.sites[r.src_site].name, t.sites[r.dst_site].name);
@@ -206,8 +208,8 @@ Decision plan(const Topology& t, const calendar::Ledger& ledger, const Request& 
   auto by_min_delay = [&](uint32_t l, uint32_t) { return t.links[l].min_delay_ns(); };
   const auto fastest = path::shortest_path(t, c.src_node, c.dst_node, any, by_min_delay);
   if (!fastest) {
-    return Refusal{kNoPath, fmt::format("no path joins sites {} (through transit nodes only)", pair),
-                   "dst"};
+    return Refusal{kNoPath,
+                   fmt::format("no path joins sites {} (through transit nodes only)", pair), "dst"};
   }
   int64_t propagation = 0;
   for (const uint32_t l : fastest->links) propagation += t.links[l].min_delay_ns();
@@ -225,8 +227,8 @@ Decision plan(const Topology& t, const calendar::Ledger& ledger, const Request& 
   const uint32_t wanted = std::max(1u, r.paths);
   if (paths.empty()) {
     auto with_capacity = [&](uint32_t l, uint32_t) { return capacity_free(c, l); };
-    const bool capacity_only = path::shortest_path(t, c.src_node, c.dst_node, with_capacity, weight)
-                                   .has_value();
+    const bool capacity_only =
+        path::shortest_path(t, c.src_node, c.dst_node, with_capacity, weight).has_value();
     return Refusal{capacity_only ? kNoSlots : kNoCapacity,
                    fmt::format("no path {} can carry {} in each direction from {} to {}: {}", pair,
                                rate(r.rate_bps), when(r.start_ns), when(r.end_ns),
@@ -241,8 +243,9 @@ Decision plan(const Topology& t, const calendar::Ledger& ledger, const Request& 
   }
   Plan out;
   out.paths = paths;
-  out.burst_bytes = r.burst_bytes != 0 ? r.burst_bytes
-                                       : auto_burst_bytes(t.links[paths.front().links.front()], r.rate_bps);
+  out.burst_bytes = r.burst_bytes != 0
+                        ? r.burst_bytes
+                        : auto_burst_bytes(t.links[paths.front().links.front()], r.rate_bps);
   out.bound = paths.front().bound;
   for (const PathPlan& p : paths) {
     if (p.bound.max_latency_ns > out.bound.max_latency_ns) out.bound = p.bound;
@@ -256,15 +259,16 @@ Decision plan(const Topology& t, const calendar::Ledger& ledger, const Request& 
     unbooked.ignore_key = 0;
     const auto idle = candidate_paths(t, empty, unbooked, true);
     if (!idle.empty() && idle.front().bound.max_latency_ns <= r.max_latency_ns) {
-      return Refusal{kNoCapacity,
-                     fmt::format("the paths {} that meet max_latency {} cannot carry {} in each "
-                                 "direction from {} to {}: {} (the best path with capacity, {}, "
-                                 "has a bound of {})",
-                                 path_text(t, idle.front().nodes), duration(r.max_latency_ns),
-                                 rate(r.rate_bps), when(r.start_ns), when(r.end_ns),
-                                 bottleneck(c, path::Path{idle.front().nodes, idle.front().links, 0}),
-                                 path_text(t, paths.front().nodes), duration(b.max_latency_ns)),
-                     "min_bandwidth_bps"};
+      return Refusal{
+          kNoCapacity,
+          fmt::format("the paths {} that meet max_latency {} cannot carry {} in each "
+                      "direction from {} to {}: {} (the best path with capacity, {}, "
+                      "has a bound of {})",
+                      path_text(t, idle.front().nodes), duration(r.max_latency_ns),
+                      rate(r.rate_bps), when(r.start_ns), when(r.end_ns),
+                      bottleneck(c, path::Path{idle.front().nodes, idle.front().links, 0}),
+                      path_text(t, paths.front().nodes), duration(b.max_latency_ns)),
+          "min_bandwidth_bps"};
     }
     return Refusal{kLatencyUnachievable,
                    fmt::format("max_latency {} is below the bound {} of the best path {} with "
@@ -275,12 +279,13 @@ Decision plan(const Topology& t, const calendar::Ledger& ledger, const Request& 
                    "max_latency_ns"};
   }
   if (r.max_latency_variation_ns >= 0 && b.max_latency_variation_ns > r.max_latency_variation_ns) {
-    return Refusal{kVariationUnachievable,
-                   fmt::format("max_latency_variation {} is below what path {} can promise: {} "
-                               "(the receiving gateway's playout error)",
-                               duration(r.max_latency_variation_ns),
-                               path_text(t, paths.front().nodes), duration(b.max_latency_variation_ns)),
-                   "max_latency_variation_ns"};
+    return Refusal{
+        kVariationUnachievable,
+        fmt::format("max_latency_variation {} is below what path {} can promise: {} "
+                    "(the receiving gateway's playout error)",
+                    duration(r.max_latency_variation_ns), path_text(t, paths.front().nodes),
+                    duration(b.max_latency_variation_ns)),
+        "max_latency_variation_ns"};
   }
   // 1 - (1 - 0.01) is 0.010000000000000009 in binary floating point: a requirement equal to
   // the path's loss must be met, so compare with a margin far below any meaningful ratio.

@@ -26,15 +26,15 @@ namespace detwan::control::admission {
 struct Request {
   uint32_t src_site = model::kNone;
   uint32_t dst_site = model::kNone;
-  uint64_t rate_bps = 0;          // RFC 9016 MinBandwidth, each direction
-  uint64_t burst_bytes = 0;       // 0 = auto: one cycle at the rate, at least 8 max frames
-  int64_t max_latency_ns = 0;     // 0 = no requirement
+  uint64_t rate_bps = 0;                  // RFC 9016 MinBandwidth, each direction
+  uint64_t burst_bytes = 0;               // 0 = auto: one cycle at the rate, at least 8 max frames
+  int64_t max_latency_ns = 0;             // 0 = no requirement
   int64_t max_latency_variation_ns = -1;  // -1 = no requirement
-  double max_loss = 1.0;          // 1 = no requirement
+  double max_loss = 1.0;                  // 1 = no requirement
   int64_t start_ns = 0;
   int64_t end_ns = 0;
-  uint32_t paths = 1;             // k link-disjoint paths
-  uint64_t ignore_key = 0;        // a modification: do not count this reservation's own booking
+  uint32_t paths = 1;       // k link-disjoint paths
+  uint64_t ignore_key = 0;  // a modification: do not count this reservation's own booking
   // A modification keeps its path and slots when they still fit.
   const calendar::Booking* current = nullptr;
 };
@@ -87,8 +87,9 @@ Decision plan(const model::Topology& topology, const calendar::Ledger& ledger,
               const Request& request);
 
 // Candidate paths and their bounds without the capacity test (detwanctl paths --all).
-std::vector<PathPlan> candidate_paths(const model::Topology& topology, const calendar::Ledger& ledger,
-                                      const Request& request, bool require_capacity);
+std::vector<PathPlan> candidate_paths(const model::Topology& topology,
+                                      const calendar::Ledger& ledger, const Request& request,
+                                      bool require_capacity);
 
 // The booking a plan makes for reservation `key`.
 calendar::Booking booking_of(const Plan& plan, uint64_t key, const Request& request);

@@ -24,12 +24,12 @@ ApiError not_found(const std::string& id) {
 }
 
 ApiError wrong_state(const Reservation& r, std::string_view operation, std::string_view allowed) {
-  return ApiError{409, "wrong_state",
-                  fmt::format("cannot {} {}: it is {}{} ({} needs {})", operation, r.id,
-                              reservation::to_string(r.state),
-                              r.reason.empty() ? "" : fmt::format(" ({})", r.reason), operation,
-                              allowed),
-                  ""};
+  return ApiError{
+      409, "wrong_state",
+      fmt::format("cannot {} {}: it is {}{} ({} needs {})", operation, r.id,
+                  reservation::to_string(r.state),
+                  r.reason.empty() ? "" : fmt::format(" ({})", r.reason), operation, allowed),
+      ""};
 }
 
 Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -56,9 +56,8 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
   impl->owner = "agent:" + impl->topology.agent.name;
   impl->ledger = std::make_unique<calendar::Ledger>(impl->topology);
   impl->gateways.resize(impl->topology.gateways.size());
-  auto journal = journal::Journal::open(impl->topology.agent.journal,
-                                        impl->topology.agent.journal_sync_full,
-                                        impl->topology.domain);
+  auto journal = journal::Journal::open(
+      impl->topology.agent.journal, impl->topology.agent.journal_sync_full, impl->topology.domain);
   if (!journal) return std::unexpected(journal.error());
   impl->journal = std::move(*journal);
   auto loaded = impl->journal->load();
@@ -70,9 +69,9 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
     boost::system::error_code ec;
     const json::value value = json::parse(body, ec);
     if (ec || !value.is_object()) {
-      return common::make_error(common::ErrorCode::kIo,
-                                fmt::format("journal {}: a reservation row is not JSON",
-                                            impl->topology.agent.journal));
+      return common::make_error(
+          common::ErrorCode::kIo,
+          fmt::format("journal {}: a reservation row is not JSON", impl->topology.agent.journal));
     }
     auto r = reservation::from_json(value.as_object());
     if (!r) return std::unexpected(r.error());
@@ -94,18 +93,18 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
     impl->requests.emplace(request.client_request_id, request);
   }
   if (std::string problem = impl->ledger->check(); !problem.empty()) {
-    return common::make_error(common::ErrorCode::kConfig,
-                              fmt::format("journal {} does not fit the topology {}: {}",
-                                          impl->topology.agent.journal, impl->topology.source,
-                                          problem));
+    return common::make_error(
+        common::ErrorCode::kConfig,
+        fmt::format("journal {} does not fit the topology {}: {}", impl->topology.agent.journal,
+                    impl->topology.source, problem));
   }
   Impl& m = *impl;
   for (const Reservation& r : broken) {
     Reservation next = r;
     next.state = State::kFailed;
     next.reason = "its path is no longer in the topology";
-    if (auto ok = m.commit_transition(next, std::string(reservation::to_string(r.state)), next.reason,
-                                      nullptr);
+    if (auto ok = m.commit_transition(next, std::string(reservation::to_string(r.state)),
+                                      next.reason, nullptr);
         !ok) {
       return common::make_error(common::ErrorCode::kIo, ok.error().message);
     }
@@ -114,7 +113,8 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
             impl->reservations.size(), loaded->events);
 
   std::vector<gateway::GatewayTarget> targets;
-  for (const model::Gateway& g : impl->topology.gateways) targets.push_back({g.name, g.admin_socket});
+  for (const model::Gateway& g : impl->topology.gateways)
+    targets.push_back({g.name, g.admin_socket});
   gateway::GatewayClient* client =
       options.gateway_client != nullptr ? options.gateway_client : &impl->own_client;
   Impl* raw = impl.get();
@@ -165,7 +165,8 @@ Outcome<void> Agent::Impl::commit_transition(Reservation next, const std::string
     if (!made) return std::unexpected(ApiError{500, "internal", made.error().message, ""});
     booking = std::move(*made);
   }
-  const journal::Event event{0, now, next.id, from, to, reason, json::serialize(reservation::to_json(next))};
+  const journal::Event event{
+      0, now, next.id, from, to, reason, json::serialize(reservation::to_json(next))};
   const uint64_t key_after = std::max(next_key, next.key + 1);
   if (auto ok = journal->record(event, key_after, request); !ok) {
     ++counters.journal_failures;
@@ -343,7 +344,8 @@ int64_t Agent::Impl::next_deadline_ns() const {
   for (const auto& [key, r] : reservations) {
     if (r.state == State::kHeld) next = std::min(next, r.hold_expires_ns);
     if (reservation::holds_resources(r.state)) next = std::min(next, r.spec.end_ns);
-    if (r.state == State::kProvisioned && r.spec.start_ns > now) next = std::min(next, r.spec.start_ns);
+    if (r.state == State::kProvisioned && r.spec.start_ns > now)
+      next = std::min(next, r.spec.start_ns);
   }
   return next;
 }
@@ -397,7 +399,8 @@ void Agent::when_active(const std::string& id, int64_t timeout_ns,
     std::lock_guard lock(impl_->mutex);
     const Reservation* r = impl_->find(id);
     if (r != nullptr && r->state == State::kProvisioned && !r->dataplane_active && timeout_ns > 0) {
-      impl_->waiters.push_back(Waiter{id, impl_->monotonic->now_ns() + timeout_ns, std::move(done)});
+      impl_->waiters.push_back(
+          Waiter{id, impl_->monotonic->now_ns() + timeout_ns, std::move(done)});
       impl_->reconciler->poke();
       impl_->timer_wake.notify_all();
       return;

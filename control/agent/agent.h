@@ -28,10 +28,10 @@
 namespace detwan::control::agent {
 
 struct ApiError {
-  int status = 400;      // HTTP status: 400 bad request, 404, 409 conflict, 422 cannot be met, 503
-  std::string code;      // stable: "invalid_field", "no_capacity", "latency_below_propagation", ...
-  std::string message;   // names the field, link or figure at fault
-  std::string field;     // request field concerned ("" if none)
+  int status = 400;     // HTTP status: 400 bad request, 404, 409 conflict, 422 cannot be met, 503
+  std::string code;     // stable: "invalid_field", "no_capacity", "latency_below_propagation", ...
+  std::string message;  // names the field, link or figure at fault
+  std::string field;    // request field concerned ("" if none)
   [[nodiscard]] boost::json::object to_json() const;
 };
 
@@ -44,7 +44,7 @@ struct ReserveRequest {
   std::string client_request_id;
   int64_t hold_timeout_ns = 0;  // 0: the agent's default
   bool commit = false;
-  bool provision = false;  // implies commit
+  bool provision = false;   // implies commit
   std::string fingerprint;  // canonical form of the request (idempotency)
 };
 
@@ -78,7 +78,8 @@ struct AgentOptions {
 
 class Agent {
  public:
-  static common::Result<std::unique_ptr<Agent>> open(model::Topology topology, AgentOptions options);
+  static common::Result<std::unique_ptr<Agent>> open(model::Topology topology,
+                                                     AgentOptions options);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;

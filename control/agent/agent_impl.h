@@ -4,9 +4,9 @@
 #include <array>
 #include <condition_variable>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,17 +38,18 @@ struct GatewayView {
 };
 
 struct Counters {
-  std::map<std::string, uint64_t> admitted;           // by "reserve"/"modify"
-  std::map<std::string, uint64_t> refused;            // by cause
-  std::map<std::string, uint64_t> transitions;        // by target state
-  std::map<std::string, uint64_t> requests;           // "method route status"
-  common::LogLinearHistogram admission_ns;            // time to plan one request
-  common::LogLinearHistogram request_ns;              // API handling time
+  std::map<std::string, uint64_t> admitted;     // by "reserve"/"modify"
+  std::map<std::string, uint64_t> refused;      // by cause
+  std::map<std::string, uint64_t> transitions;  // by target state
+  std::map<std::string, uint64_t> requests;     // "method route status"
+  common::LogLinearHistogram admission_ns;      // time to plan one request
+  common::LogLinearHistogram request_ns;        // API handling time
   uint64_t journal_failures = 0;
 };
 
 // Callbacks to run once the lock is released.
-using Deferred = std::vector<std::pair<std::function<void(boost::json::object)>, boost::json::object>>;
+using Deferred =
+    std::vector<std::pair<std::function<void(boost::json::object)>, boost::json::object>>;
 
 struct Agent::Impl {
   model::Topology topology;

@@ -53,7 +53,8 @@ std::string site_list(const model::Topology& t) {
 }  // namespace
 
 // The prefixes a reservation's tunnel matches at the gateway of `site` (the far side's).
-static const std::vector<std::string>& match_at(const reservation::Spec& spec, const std::string& site) {
+static const std::vector<std::string>& match_at(const reservation::Spec& spec,
+                                                const std::string& site) {
   return site == spec.src ? spec.dst_prefixes : spec.src_prefixes;
 }
 
@@ -92,7 +93,8 @@ static Outcome<void> resolve_prefixes(const model::Topology& t, const std::strin
                                       std::vector<std::string>* prefixes, const char* field) {
   const model::Site& site = t.sites[t.find_site(site_name)];
   std::string allowed;
-  for (const auto& p : site.tunnel_prefixes) allowed += (allowed.empty() ? "" : ", ") + common::format_ip_prefix(p);
+  for (const auto& p : site.tunnel_prefixes)
+    allowed += (allowed.empty() ? "" : ", ") + common::format_ip_prefix(p);
   if (prefixes->empty()) {
     for (const auto& p : site.tunnel_prefixes) prefixes->push_back(common::format_ip_prefix(p));
     return {};
@@ -101,18 +103,20 @@ static Outcome<void> resolve_prefixes(const model::Topology& t, const std::strin
     auto parsed = common::parse_ip_prefix((*prefixes)[i]);
     if (!parsed) {
       return std::unexpected(ApiError{400, "invalid_field",
-                                      fmt::format("{}[{}]: {}", field, i, parsed.error().message), field});
+                                      fmt::format("{}[{}]: {}", field, i, parsed.error().message),
+                                      field});
     }
     bool inside = false;
     for (const auto& p : site.tunnel_prefixes) {
-      inside = inside || (parsed->length >= p.length && common::prefix_contains(p, parsed->address));
+      inside =
+          inside || (parsed->length >= p.length && common::prefix_contains(p, parsed->address));
     }
     if (!inside) {
-      return std::unexpected(ApiError{
-          400, "invalid_field",
-          fmt::format("{}[{}]: {} is not within site '{}''s tunnel prefixes ({})", field, i,
-                      (*prefixes)[i], site.name, allowed.empty() ? "none" : allowed),
-          field});
+      return std::unexpected(
+          ApiError{400, "invalid_field",
+                   fmt::format("{}[{}]: {} is not within site '{}''s tunnel prefixes ({})", field,
+                               i, (*prefixes)[i], site.name, allowed.empty() ? "none" : allowed),
+                   field});
     }
     (*prefixes)[i] = common::format_ip_prefix(*parsed);
   }
@@ -155,14 +159,14 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   if (spec.asap || request.start_now || spec.start_ns == 0) spec.start_ns = now;
   if (spec.duration_ns > 0) spec.end_ns = spec.start_ns + spec.duration_ns;
   if (spec.end_ns <= spec.start_ns) {
-    return std::unexpected(ApiError{400, "invalid_field", "the reservation ends before it starts",
-                                    "end_unix_ns"});
+    return std::unexpected(
+        ApiError{400, "invalid_field", "the reservation ends before it starts", "end_unix_ns"});
   }
   if (spec.end_ns <= now) {
-    return std::unexpected(ApiError{400, "invalid_field",
-                                    fmt::format("end_unix_ns {} has already passed (now {})",
-                                                spec.end_ns, now),
-                                    "end_unix_ns"});
+    return std::unexpected(
+        ApiError{400, "invalid_field",
+                 fmt::format("end_unix_ns {} has already passed (now {})", spec.end_ns, now),
+                 "end_unix_ns"});
   }
   const int64_t planning_started = m.monotonic->now_ns();
   admission::Decision decision = admission::plan(t, *m.ledger, admission_request(t, spec));
@@ -208,8 +212,8 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   r.client_request_id = request.client_request_id;
   r.state = State::kHeld;
   r.spec = spec;
-  r.hold_expires_ns = now + (request.hold_timeout_ns > 0 ? request.hold_timeout_ns
-                                                         : t.agent.hold_timeout_ns);
+  r.hold_expires_ns =
+      now + (request.hold_timeout_ns > 0 ? request.hold_timeout_ns : t.agent.hold_timeout_ns);
   r.tunnel_id = m.allocate_tunnel_id();
   if (r.tunnel_id == 0) {
     return std::unexpected(ApiError{409, "no_tunnel_id",
@@ -280,44 +284,41 @@ Outcome<json::object> change(Agent::Impl& m, const std::string& id, std::string_
 Outcome<json::object> Agent::commit(const std::string& id) {
   std::lock_guard lock(impl_->mutex);
   Impl& m = *impl_;
-  if (Reservation* r = m.find(id); r != nullptr && r->state == State::kTerminated &&
-                                   r->reason == "hold_timeout") {
+  if (Reservation* r = m.find(id);
+      r != nullptr && r->state == State::kTerminated && r->reason == "hold_timeout") {
     return std::unexpected(ApiError{409, "hold_expired",
                                     fmt::format("{}: its hold expired before the commit", id), ""});
   }
-  return change(
-      m, id, "commit", "held", [](State s) { return s == State::kHeld; }, State::kCommitted,
-      "committed", {State::kCommitted, State::kProvisioned, State::kReleased});
+  return change(m, id, "commit", "held", [](State s) { return s == State::kHeld; },
+                State::kCommitted, "committed",
+                {State::kCommitted, State::kProvisioned, State::kReleased});
 }
 
 Outcome<json::object> Agent::abort(const std::string& id) {
   std::lock_guard lock(impl_->mutex);
-  return change(
-      *impl_, id, "abort", "held", [](State s) { return s == State::kHeld; }, State::kTerminated,
-      "aborted", {});
+  return change(*impl_, id, "abort", "held", [](State s) { return s == State::kHeld; },
+                State::kTerminated, "aborted", {});
 }
 
 Outcome<json::object> Agent::provision(const std::string& id) {
   std::lock_guard lock(impl_->mutex);
-  return change(
-      *impl_, id, "provision", "committed or released",
-      [](State s) { return s == State::kCommitted || s == State::kReleased; }, State::kProvisioned,
-      "provisioned", {State::kProvisioned});
+  return change(*impl_, id, "provision", "committed or released",
+                [](State s) { return s == State::kCommitted || s == State::kReleased; },
+                State::kProvisioned, "provisioned", {State::kProvisioned});
 }
 
 Outcome<json::object> Agent::release(const std::string& id) {
   std::lock_guard lock(impl_->mutex);
-  return change(
-      *impl_, id, "release", "provisioned", [](State s) { return s == State::kProvisioned; },
-      State::kReleased, "released", {State::kReleased});
+  return change(*impl_, id, "release", "provisioned",
+                [](State s) { return s == State::kProvisioned; }, State::kReleased, "released",
+                {State::kReleased});
 }
 
 Outcome<json::object> Agent::terminate(const std::string& id) {
   std::lock_guard lock(impl_->mutex);
-  return change(
-      *impl_, id, "terminate", "any state but terminated or failed",
-      [](State s) { return !reservation::is_final(s); }, State::kTerminated, "terminated_by_client",
-      {State::kTerminated});
+  return change(*impl_, id, "terminate", "any state but terminated or failed",
+                [](State s) { return !reservation::is_final(s); }, State::kTerminated,
+                "terminated_by_client", {State::kTerminated});
 }
 
 Outcome<json::object> Agent::modify(const std::string& id, const ModifyRequest& request) {
@@ -330,9 +331,8 @@ Outcome<json::object> Agent::modify(const std::string& id, const ModifyRequest& 
     return std::unexpected(wrong_state(*r, "modify", "held, committed, provisioned or released"));
   }
   if (!request.min_bandwidth_bps && !request.end_ns) {
-    return std::unexpected(ApiError{400, "invalid_field",
-                                    "nothing to modify: give min_bandwidth_bps and/or end_unix_ns",
-                                    ""});
+    return std::unexpected(ApiError{
+        400, "invalid_field", "nothing to modify: give min_bandwidth_bps and/or end_unix_ns", ""});
   }
   const int64_t now = m.realtime->now_ns();
   reservation::Spec spec = r->spec;
@@ -342,17 +342,16 @@ Outcome<json::object> Agent::modify(const std::string& id, const ModifyRequest& 
     spec.duration_ns = spec.end_ns - spec.start_ns;
   }
   if (spec.end_ns <= std::max(now, spec.start_ns)) {
-    return std::unexpected(ApiError{400, "invalid_field",
-                                    fmt::format("end_unix_ns {} is not after now and the start",
-                                                spec.end_ns),
-                                    "end_unix_ns"});
+    return std::unexpected(ApiError{
+        400, "invalid_field",
+        fmt::format("end_unix_ns {} is not after now and the start", spec.end_ns), "end_unix_ns"});
   }
   if (const Reservation* other = prefix_conflict(m, spec, r->key)) {
-    return std::unexpected(ApiError{
-        409, "prefix_conflict",
-        fmt::format("the new end overlaps {} between the same sites (from {})", other->id,
-                    other->spec.start_ns),
-        "end_unix_ns"});
+    return std::unexpected(
+        ApiError{409, "prefix_conflict",
+                 fmt::format("the new end overlaps {} between the same sites (from {})", other->id,
+                             other->spec.start_ns),
+                 "end_unix_ns"});
   }
   // Re-plan without our own booking (exact for capacity and slots), keeping the path and slots
   // when they still fit; put the old booking back if the new plan is refused.

@@ -58,11 +58,11 @@ Outcome<json::object> Agent::paths(const PathsRequest& request) const {
   a.dst_site = t.find_site(request.dst);
   for (const auto& [name, index] : {std::pair{"src", a.src_site}, std::pair{"dst", a.dst_site}}) {
     if (index == model::kNone) {
-      return std::unexpected(ApiError{400, "unknown_site",
-                                      fmt::format("'{}' is not a site of domain '{}'",
-                                                  std::string(name) == "src" ? request.src : request.dst,
-                                                  t.domain),
-                                      name});
+      return std::unexpected(
+          ApiError{400, "unknown_site",
+                   fmt::format("'{}' is not a site of domain '{}'",
+                               std::string(name) == "src" ? request.src : request.dst, t.domain),
+                   name});
     }
   }
   a.rate_bps = request.min_bandwidth_bps;
@@ -83,7 +83,8 @@ Outcome<json::object> Agent::paths(const PathsRequest& request) const {
     for (const uint32_t l : p.links) {
       links.push_back(json::string(t.links[l].name));
       uint64_t least = UINT64_MAX;
-      for (int d = 0; d < 2; ++d) least = std::min(least, m.ledger->free_bps(l, d, a.start_ns, a.end_ns));
+      for (int d = 0; d < 2; ++d)
+        least = std::min(least, m.ledger->free_bps(l, d, a.start_ns, a.end_ns));
       free.push_back(least);
     }
     const bool meets = (a.max_latency_ns == 0 || p.bound.max_latency_ns <= a.max_latency_ns) &&
@@ -94,12 +95,12 @@ Outcome<json::object> Agent::paths(const PathsRequest& request) const {
     for (const admission::PathEnd& e : p.ends) {
       json::array slots;
       for (const uint32_t s : e.slots) slots.push_back(s);
-      ends.push_back(json::object{
-          {"gateway", e.gateway == model::kNone ? "" : t.gateways[e.gateway].name},
-          {"link", t.links[e.link].name},
-          {"port", e.port},
-          {"slots", std::move(slots)},
-          {"guaranteed_bps", e.guaranteed_bps}});
+      ends.push_back(
+          json::object{{"gateway", e.gateway == model::kNone ? "" : t.gateways[e.gateway].name},
+                       {"link", t.links[e.link].name},
+                       {"port", e.port},
+                       {"slots", std::move(slots)},
+                       {"guaranteed_bps", e.guaranteed_bps}});
     }
     paths.push_back(json::object{{"nodes", std::move(nodes)},
                                  {"links", std::move(links)},
@@ -125,10 +126,12 @@ json::object Agent::topology_json() const {
   json::array sites;
   for (const model::Site& s : t.sites) {
     json::array prefixes;
-    for (const auto& p : s.tunnel_prefixes) prefixes.push_back(json::string(common::format_ip_prefix(p)));
-    sites.push_back(json::object{{"name", s.name},
-                                 {"gateway", s.gateway == model::kNone ? "" : t.gateways[s.gateway].name},
-                                 {"tunnel_prefixes", std::move(prefixes)}});
+    for (const auto& p : s.tunnel_prefixes)
+      prefixes.push_back(json::string(common::format_ip_prefix(p)));
+    sites.push_back(
+        json::object{{"name", s.name},
+                     {"gateway", s.gateway == model::kNone ? "" : t.gateways[s.gateway].name},
+                     {"tunnel_prefixes", std::move(prefixes)}});
   }
   json::array gateways;
   const auto counters = m.reconciler->counters();
@@ -180,13 +183,10 @@ json::object Agent::topology_json() const {
   for (const model::Node& n : t.nodes) {
     if (n.site == model::kNone) transit.push_back(json::string(n.name));
   }
-  return json::object{{"domain", t.domain},
-                      {"agent", t.agent.name},
-                      {"source", t.source},
-                      {"sites", std::move(sites)},
-                      {"gateways", std::move(gateways)},
-                      {"nodes", std::move(transit)},
-                      {"links", std::move(links)}};
+  return json::object{
+      {"domain", t.domain},        {"agent", t.agent.name},           {"source", t.source},
+      {"sites", std::move(sites)}, {"gateways", std::move(gateways)}, {"nodes", std::move(transit)},
+      {"links", std::move(links)}};
 }
 
 json::object Agent::health() const {
@@ -195,7 +195,8 @@ json::object Agent::health() const {
   uint32_t reachable = 0;
   for (const GatewayView& v : m.gateways) reachable += v.reachable ? 1 : 0;
   std::map<std::string, uint64_t> by_state;
-  for (const auto& [key, r] : m.reservations) ++by_state[std::string(reservation::to_string(r.state))];
+  for (const auto& [key, r] : m.reservations)
+    ++by_state[std::string(reservation::to_string(r.state))];
   json::object states;
   for (const auto& [state, n] : by_state) states[state] = n;
   return json::object{{"status", "ok"},
@@ -249,8 +250,11 @@ std::string Agent::metrics_text() const {
   for (const auto& [state, n] : by_state) {
     out += fmt::format("detwan_agent_reservations{{state=\"{}\"}} {}\n", state, n);
   }
-  out += "# HELP detwan_agent_dataplane_active Provisioned reservations whose tunnels are on every gateway.\n";
-  out += fmt::format("# TYPE detwan_agent_dataplane_active gauge\ndetwan_agent_dataplane_active {}\n", active);
+  out +=
+      "# HELP detwan_agent_dataplane_active Provisioned reservations whose tunnels are on every "
+      "gateway.\n";
+  out += fmt::format(
+      "# TYPE detwan_agent_dataplane_active gauge\ndetwan_agent_dataplane_active {}\n", active);
   out += "# HELP detwan_agent_transitions_total Reservation state transitions, by target state.\n";
   out += "# TYPE detwan_agent_transitions_total counter\n";
   for (const auto& [state, n] : m.counters.transitions) {
@@ -259,13 +263,17 @@ std::string Agent::metrics_text() const {
   out += "# HELP detwan_agent_admission_decisions_total Admission decisions.\n";
   out += "# TYPE detwan_agent_admission_decisions_total counter\n";
   for (const auto& [op, n] : m.counters.admitted) {
-    out += fmt::format("detwan_agent_admission_decisions_total{{decision=\"admitted\",operation=\"{}\"}} {}\n", op, n);
+    out += fmt::format(
+        "detwan_agent_admission_decisions_total{{decision=\"admitted\",operation=\"{}\"}} {}\n", op,
+        n);
   }
   for (const auto& [cause, n] : m.counters.refused) {
-    out += fmt::format("detwan_agent_admission_decisions_total{{decision=\"refused\",cause=\"{}\"}} {}\n", cause, n);
+    out += fmt::format(
+        "detwan_agent_admission_decisions_total{{decision=\"refused\",cause=\"{}\"}} {}\n", cause,
+        n);
   }
-  summary(out, "detwan_agent_admission_seconds", "Time to plan one reservation (path, slots, bound).",
-          m.counters.admission_ns);
+  summary(out, "detwan_agent_admission_seconds",
+          "Time to plan one reservation (path, slots, bound).", m.counters.admission_ns);
   out += "# HELP detwan_agent_http_requests_total API requests by method, route and status.\n";
   out += "# TYPE detwan_agent_http_requests_total counter\n";
   for (const auto& [key, n] : m.counters.requests) {
@@ -275,13 +283,18 @@ std::string Agent::metrics_text() const {
         "detwan_agent_http_requests_total{{method=\"{}\",route=\"{}\",status=\"{}\"}} {}\n",
         key.substr(0, a), key.substr(a + 1, b - a - 1), key.substr(b + 1), n);
   }
-  summary(out, "detwan_agent_http_request_seconds", "API request handling time.", m.counters.request_ns);
+  summary(out, "detwan_agent_http_request_seconds", "API request handling time.",
+          m.counters.request_ns);
   out += "# HELP detwan_agent_journal_commits_total Transitions written to the journal.\n";
-  out += fmt::format("# TYPE detwan_agent_journal_commits_total counter\ndetwan_agent_journal_commits_total {}\n",
-                     m.journal->commits());
-  out += "# HELP detwan_agent_journal_failures_total Journal writes that failed (nothing changed).\n";
-  out += fmt::format("# TYPE detwan_agent_journal_failures_total counter\ndetwan_agent_journal_failures_total {}\n",
-                     m.counters.journal_failures);
+  out += fmt::format(
+      "# TYPE detwan_agent_journal_commits_total counter\ndetwan_agent_journal_commits_total {}\n",
+      m.journal->commits());
+  out +=
+      "# HELP detwan_agent_journal_failures_total Journal writes that failed (nothing changed).\n";
+  out += fmt::format(
+      "# TYPE detwan_agent_journal_failures_total counter\ndetwan_agent_journal_failures_total "
+      "{}\n",
+      m.counters.journal_failures);
   const auto counters = m.reconciler->counters();
   struct Metric {
     const char* name;
@@ -292,15 +305,16 @@ std::string Agent::metrics_text() const {
   const Metric metrics[] = {
       {"detwan_agent_gateway_reconcile_passes_total", "counter", "Reconciliation passes.",
        &gateway::ReconcilerCounters::passes},
-      {"detwan_agent_gateway_unreachable_total", "counter", "Passes that could not reach the gateway.",
-       &gateway::ReconcilerCounters::unreachable},
-      {"detwan_agent_gateway_restarts_seen_total", "counter", "Gateway restarts seen (new boot id).",
-       &gateway::ReconcilerCounters::restarts_seen},
+      {"detwan_agent_gateway_unreachable_total", "counter",
+       "Passes that could not reach the gateway.", &gateway::ReconcilerCounters::unreachable},
+      {"detwan_agent_gateway_restarts_seen_total", "counter",
+       "Gateway restarts seen (new boot id).", &gateway::ReconcilerCounters::restarts_seen},
       {"detwan_agent_gateway_generation", "gauge", "The gateway's configuration generation.",
        &gateway::ReconcilerCounters::generation},
   };
   for (const Metric& metric : metrics) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", metric.name, metric.help, metric.name, metric.type);
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", metric.name, metric.help, metric.name,
+                       metric.type);
     for (uint32_t g = 0; g < t.gateways.size(); ++g) {
       out += fmt::format("{}{{gateway=\"{}\"}} {}\n", metric.name, t.gateways[g].name,
                          counters[g].*(metric.field));
@@ -317,14 +331,16 @@ std::string Agent::metrics_text() const {
   for (uint32_t l = 0; l < t.links.size() && l < 10'000; ++l) {
     const model::Link& link = t.links[l];
     for (int d = 0; d < 2; ++d) {
-      out += fmt::format("detwan_agent_link_reserved_bps{{link=\"{}\",from=\"{}\"}} {}\n", link.name,
-                         t.nodes[link.ends[d]].name, m.ledger->capacity(l, d).at_bps(now));
+      out +=
+          fmt::format("detwan_agent_link_reserved_bps{{link=\"{}\",from=\"{}\"}} {}\n", link.name,
+                      t.nodes[link.ends[d]].name, m.ledger->capacity(l, d).at_bps(now));
     }
   }
   return out;
 }
 
-common::Result<std::string> check_journal(const model::Topology& topology, const std::string& path) {
+common::Result<std::string> check_journal(const model::Topology& topology,
+                                          const std::string& path) {
   model::Topology t = topology;
   if (auto ok = model::finish(t); !ok) return std::unexpected(ok.error());
   auto journal = journal::Journal::open(path, false, t.domain);
@@ -365,9 +381,10 @@ common::Result<std::string> check_journal(const model::Topology& topology, const
   if (!replayed) return std::unexpected(replayed.error());
   if (problem.empty()) problem = ledger.check();
   if (!problem.empty()) return common::make_error(common::ErrorCode::kInternal, problem);
-  return fmt::format("journal {}: {} events replayed, at most {} bookings at once, nothing "
-                     "over-booked",
-                     path, events, peak_bookings);
+  return fmt::format(
+      "journal {}: {} events replayed, at most {} bookings at once, nothing "
+      "over-booked",
+      path, events, peak_bookings);
 }
 
 }  // namespace detwan::control::agent

@@ -55,8 +55,8 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 }
 
 std::string error_body(std::string_view code, std::string_view message) {
-  return boost::json::serialize(boost::json::object{
-      {"error", boost::json::object{{"code", code}, {"message", message}}}});
+  return boost::json::serialize(
+      boost::json::object{{"error", boost::json::object{{"code", code}, {"message", message}}}});
 }
 
 }  // namespace
@@ -150,7 +150,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec == http::error::body_limit) {
       server_.count(&HttpCounters::bad_requests);
       return send_error(413, "body_too_large",
-                        fmt::format("request body above {} bytes", server_.options.max_body_bytes), false);
+                        fmt::format("request body above {} bytes", server_.options.max_body_bytes),
+                        false);
     }
     if (ec == http::error::header_limit) {
       server_.count(&HttpCounters::bad_requests);
@@ -170,7 +171,8 @@ class Session : public std::enable_shared_from_this<Session> {
         const std::string prefix = "bearer ";  // the scheme name is case-insensitive (RFC 7235)
         const Token* match = nullptr;
         std::string scheme(auth.substr(0, std::min(auth.size(), prefix.size())));
-        for (char& ch : scheme) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        for (char& ch : scheme)
+          ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
         if (auth.size() > prefix.size() && scheme == prefix) {
           const std::string given(auth.substr(prefix.size()));
           for (const Token& t : server_.tokens) {
@@ -199,7 +201,8 @@ class Session : public std::enable_shared_from_this<Session> {
     out.content_type = std::string(request[http::field::content_type]);
     beast::error_code remote_error;
     const auto remote = stream_.socket().remote_endpoint(remote_error);
-    if (!remote_error) out.client = fmt::format("{}:{}", remote.address().to_string(), remote.port());
+    if (!remote_error)
+      out.client = fmt::format("{}:{}", remote.address().to_string(), remote.port());
     stream_.expires_never();  // the handler may wait (provisioning); the client waits with us
     auto self = shared_from_this();
     auto answered = std::make_shared<std::atomic<bool>>(false);
@@ -229,11 +232,12 @@ class Session : public std::enable_shared_from_this<Session> {
     message->keep_alive(keep_alive);
     message->prepare_payload();
     stream_.expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
-    http::async_write(stream_, *message,
-                      [self = shared_from_this(), message, keep_alive](beast::error_code ec, std::size_t) {
-                        if (ec || !keep_alive) return self->close();
-                        self->read();
-                      });
+    http::async_write(
+        stream_, *message,
+        [self = shared_from_this(), message, keep_alive](beast::error_code ec, std::size_t) {
+          if (ec || !keep_alive) return self->close();
+          self->read();
+        });
   }
 
   void close() {
@@ -292,8 +296,11 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
   }
   const std::string text = common::format_host_port(options.listen);
   beast::error_code ec;
-  const auto address = asio::ip::make_address(common::format_ip_address(options.listen.address), ec);
-  if (ec) return common::make_error(common::ErrorCode::kConfig, fmt::format("listen {}: {}", text, ec.message()));
+  const auto address =
+      asio::ip::make_address(common::format_ip_address(options.listen.address), ec);
+  if (ec)
+    return common::make_error(common::ErrorCode::kConfig,
+                              fmt::format("listen {}: {}", text, ec.message()));
   const tcp::endpoint endpoint(address, options.listen.port);
   impl->acceptor.open(endpoint.protocol(), ec);
   if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);

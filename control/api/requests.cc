@@ -4,8 +4,9 @@
 #include <initializer_list>
 #include <map>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <boost/json.hpp>
 
 namespace detwan::control::api {
 namespace json = boost::json;
@@ -26,13 +27,16 @@ struct BadField {
 }
 
 json::object parse_object(const std::string& body) {
-  if (body.empty()) throw BadField{ApiError{400, "invalid_body", "the request needs a JSON object body", ""}};
+  if (body.empty())
+    throw BadField{ApiError{400, "invalid_body", "the request needs a JSON object body", ""}};
   boost::system::error_code ec;
   json::value value = json::parse(body, ec);
   if (ec) {
-    throw BadField{ApiError{400, "invalid_body", fmt::format("the body is not JSON: {}", ec.message()), ""}};
+    throw BadField{
+        ApiError{400, "invalid_body", fmt::format("the body is not JSON: {}", ec.message()), ""}};
   }
-  if (!value.is_object()) throw BadField{ApiError{400, "invalid_body", "the body must be a JSON object", ""}};
+  if (!value.is_object())
+    throw BadField{ApiError{400, "invalid_body", "the body must be a JSON object", ""}};
   return std::move(value.as_object());
 }
 
@@ -46,7 +50,8 @@ void check_keys(const json::object& o, std::initializer_list<std::string_view> a
   }
 }
 
-std::optional<int64_t> integer(const json::object& o, std::string_view key, int64_t min, int64_t max) {
+std::optional<int64_t> integer(const json::object& o, std::string_view key, int64_t min,
+                               int64_t max) {
   const json::value* v = o.if_contains(key);
   if (v == nullptr || v->is_null()) return std::nullopt;
   int64_t value = 0;
@@ -57,7 +62,8 @@ std::optional<int64_t> integer(const json::object& o, std::string_view key, int6
   } else {
     bad(key, "must be an integer");
   }
-  if (value < min || value > max) bad(key, fmt::format("{} is out of range [{}, {}]", value, min, max));
+  if (value < min || value > max)
+    bad(key, fmt::format("{} is out of range [{}, {}]", value, min, max));
   return value;
 }
 
@@ -116,7 +122,8 @@ std::string required_site(const json::object& o, std::string_view key) {
 std::string fingerprint(const json::object& o) {
   std::map<std::string, std::string> sorted;
   for (const auto& item : o) {
-    if (item.key() != "client_request_id") sorted[std::string(item.key())] = json::serialize(item.value());
+    if (item.key() != "client_request_id")
+      sorted[std::string(item.key())] = json::serialize(item.value());
   }
   std::string out;
   for (const auto& [k, v] : sorted) out += k + "=" + v + ";";
@@ -129,10 +136,9 @@ agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
   try {
     const json::object o = parse_object(body);
     check_keys(o, {"client_request_id", "src", "dst", "src_prefixes", "dst_prefixes",
-                   "min_bandwidth_bps", "max_burst_bytes",
-                   "max_latency_ns", "max_latency_variation_ns", "max_loss", "paths",
-                   "start_unix_ns", "end_unix_ns", "duration_ns", "asap", "hold_timeout_ns",
-                   "commit", "provision"});
+                   "min_bandwidth_bps", "max_burst_bytes", "max_latency_ns",
+                   "max_latency_variation_ns", "max_loss", "paths", "start_unix_ns", "end_unix_ns",
+                   "duration_ns", "asap", "hold_timeout_ns", "commit", "provision"});
     agent::ReserveRequest r;
     r.client_request_id = text(o, "client_request_id", kMaxRequestIdBytes).value_or("");
     r.spec.src = required_site(o, "src");
@@ -142,9 +148,11 @@ agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
     const auto rate = integer(o, "min_bandwidth_bps", 1000, 10'000'000'000'000);
     if (!rate) bad("min_bandwidth_bps", "is required (bit/s in each direction)");
     r.spec.min_bandwidth_bps = static_cast<uint64_t>(*rate);
-    r.spec.max_burst_bytes = static_cast<uint64_t>(integer(o, "max_burst_bytes", 64, 1LL << 30).value_or(0));
+    r.spec.max_burst_bytes =
+        static_cast<uint64_t>(integer(o, "max_burst_bytes", 64, 1LL << 30).value_or(0));
     r.spec.max_latency_ns = integer(o, "max_latency_ns", 1, 60'000'000'000).value_or(0);
-    r.spec.max_latency_variation_ns = integer(o, "max_latency_variation_ns", 0, 60'000'000'000).value_or(-1);
+    r.spec.max_latency_variation_ns =
+        integer(o, "max_latency_variation_ns", 0, 60'000'000'000).value_or(-1);
     r.spec.max_loss = fraction(o, "max_loss").value_or(1.0);
     r.spec.paths = static_cast<uint32_t>(integer(o, "paths", 1, 4).value_or(1));
     r.spec.asap = flag(o, "asap").value_or(false);
@@ -159,7 +167,8 @@ agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
     r.start_now = !start;
     r.spec.end_ns = end.value_or(0);
     r.spec.duration_ns = duration.value_or(0);
-    r.hold_timeout_ns = integer(o, "hold_timeout_ns", 1'000'000'000, 86'400'000'000'000).value_or(0);
+    r.hold_timeout_ns =
+        integer(o, "hold_timeout_ns", 1'000'000'000, 86'400'000'000'000).value_or(0);
     r.commit = flag(o, "commit").value_or(false);
     r.provision = flag(o, "provision").value_or(false);
     r.fingerprint = fingerprint(o);
@@ -195,10 +204,13 @@ agent::Outcome<agent::PathsRequest> parse_paths(const std::string& body) {
     agent::PathsRequest r;
     r.src = required_site(o, "src");
     r.dst = required_site(o, "dst");
-    r.min_bandwidth_bps = static_cast<uint64_t>(integer(o, "min_bandwidth_bps", 0, 10'000'000'000'000).value_or(0));
-    r.max_burst_bytes = static_cast<uint64_t>(integer(o, "max_burst_bytes", 64, 1LL << 30).value_or(0));
+    r.min_bandwidth_bps =
+        static_cast<uint64_t>(integer(o, "min_bandwidth_bps", 0, 10'000'000'000'000).value_or(0));
+    r.max_burst_bytes =
+        static_cast<uint64_t>(integer(o, "max_burst_bytes", 64, 1LL << 30).value_or(0));
     r.max_latency_ns = integer(o, "max_latency_ns", 1, 60'000'000'000).value_or(0);
-    r.max_latency_variation_ns = integer(o, "max_latency_variation_ns", 0, 60'000'000'000).value_or(-1);
+    r.max_latency_variation_ns =
+        integer(o, "max_latency_variation_ns", 0, 60'000'000'000).value_or(-1);
     r.max_loss = fraction(o, "max_loss").value_or(1.0);
     r.start_ns = integer(o, "start_unix_ns", 1, INT64_MAX).value_or(0);
     r.duration_ns = integer(o, "duration_ns", 1'000'000, kMaxDurationNs).value_or(r.duration_ns);

@@ -4,8 +4,9 @@
 #include <memory>
 #include <utility>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <boost/json.hpp>
 
 #include "control/api/requests.h"
 
@@ -40,7 +41,8 @@ bool query_flag(const std::string& query, std::string_view key, bool fallback) {
   const std::string off = std::string(key) + "=false";
   for (size_t start = 0; start <= query.size();) {
     const size_t amp = query.find('&', start);
-    const std::string part = query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
+    const std::string part =
+        query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
     if (part == on || part == "wait=1") return true;
     if (part == off || part == "wait=0") return false;
     if (amp == std::string::npos) break;
@@ -53,7 +55,8 @@ std::string query_value(const std::string& query, std::string_view key) {
   const std::string prefix = std::string(key) + "=";
   for (size_t start = 0; start <= query.size();) {
     const size_t amp = query.find('&', start);
-    const std::string part = query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
+    const std::string part =
+        query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
     if (part.rfind(prefix, 0) == 0) return part.substr(prefix.size());
     if (amp == std::string::npos) break;
     start = amp + 1;
@@ -62,9 +65,8 @@ std::string query_value(const std::string& query, std::string_view key) {
 }
 
 HttpResponse method_not_allowed(std::string_view allow) {
-  HttpResponse r = json_response(405, ApiError{405, "method_not_allowed",
-                                               fmt::format("allowed: {}", allow), ""}
-                                          .to_json());
+  HttpResponse r = json_response(
+      405, ApiError{405, "method_not_allowed", fmt::format("allowed: {}", allow), ""}.to_json());
   r.headers.emplace_back("Allow", std::string(allow));
   return r;
 }
@@ -77,7 +79,8 @@ class Router {
     const int64_t started = monotonic_ns();
     auto route = std::make_shared<std::string>("unknown");
     // Count every answer with its route and status, whenever it goes out.
-    auto counted = [this, started, method = request.method, route, respond](HttpResponse response) mutable {
+    auto counted = [this, started, method = request.method, route,
+                    respond](HttpResponse response) mutable {
       agent_.count_request(method, *route, response.status, monotonic_ns() - started);
       respond(std::move(response));
     };
@@ -91,7 +94,8 @@ class Router {
     const std::string& method = request.method;
     if (path == "/healthz") {
       route = "/healthz";
-      return method == "GET" ? send(json_response(200, agent_.health())) : send(method_not_allowed("GET"));
+      return method == "GET" ? send(json_response(200, agent_.health()))
+                             : send(method_not_allowed("GET"));
     }
     if (path == "/metrics") {
       route = "/metrics";
@@ -130,9 +134,9 @@ class Router {
         if (!state_text.empty()) {
           state = reservation::state_from_string(state_text);
           if (!state) {
-            return send(error_response(ApiError{400, "invalid_field",
-                                                fmt::format("state '{}' is not a state", state_text),
-                                                "state"}));
+            return send(error_response(
+                ApiError{400, "invalid_field", fmt::format("state '{}' is not a state", state_text),
+                         "state"}));
           }
         }
         return send(json_response(200, json::object{{"reservations", agent_.list(state)}}));

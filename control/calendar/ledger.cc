@@ -97,7 +97,8 @@ std::string Ledger::check() const {
   for (const auto& [key, booking] : bookings_) {
     for (const uint32_t l : booking.links) {
       for (int d = 0; d < 2; ++d) {
-        fresh[2 * l + static_cast<size_t>(d)].book(booking.start_ns, booking.end_ns, booking.rate_bps);
+        fresh[2 * l + static_cast<size_t>(d)].book(booking.start_ns, booking.end_ns,
+                                                   booking.rate_bps);
       }
     }
   }
@@ -129,7 +130,8 @@ std::string Ledger::check_booking(uint64_t key) const {
       if (peak > link.reservable_bps()) {
         return fmt::format("link '{}' {}->{}: {} bit/s booked at once, reservable {} (booking {})",
                            link.name, topology_.nodes[link.ends[d]].name,
-                           topology_.nodes[link.ends[1 - d]].name, peak, link.reservable_bps(), key);
+                           topology_.nodes[link.ends[1 - d]].name, peak, link.reservable_bps(),
+                           key);
       }
     }
   }

@@ -45,9 +45,9 @@ std::vector<bool> bits_of(const SlotGeometry& g, const std::vector<uint32_t>& sl
 }  // namespace
 
 int64_t SlotGeometry::max_frame_ns() const noexcept {
-  return line_rate_bps == 0 ? 0
-                            : common::ceil_serialisation_ns(uint64_t{max_frame_bytes} * 8,
-                                                            line_rate_bps);
+  return line_rate_bps == 0
+             ? 0
+             : common::ceil_serialisation_ns(uint64_t{max_frame_bytes} * 8, line_rate_bps);
 }
 
 uint64_t nominal_rate_bps(const SlotGeometry& g, size_t slot_count) {
@@ -59,7 +59,8 @@ uint64_t guaranteed_rate_bps(const SlotGeometry& g, const std::vector<uint32_t>&
   if (runs.size() == 1 && runs[0].second == g.slot_count) return g.line_rate_bps;
   Uint128 usable_ns = 0;
   for (const auto& [start, length] : runs) {
-    const int64_t usable = static_cast<int64_t>(length) * g.slot_ns() - g.guard_ns - g.max_frame_ns();
+    const int64_t usable =
+        static_cast<int64_t>(length) * g.slot_ns() - g.guard_ns - g.max_frame_ns();
     if (usable > 0) usable_ns += static_cast<uint64_t>(usable);
   }
   return static_cast<uint64_t>(usable_ns * g.line_rate_bps / static_cast<uint64_t>(g.cycle_ns));
@@ -70,7 +71,8 @@ int64_t service_latency_ns(const SlotGeometry& g, const std::vector<uint32_t>& s
   if (runs.size() == 1 && runs[0].second == g.slot_count) return 0;
   int64_t shortest = -1;
   for (const auto& [start, length] : runs) {
-    const int64_t usable = static_cast<int64_t>(length) * g.slot_ns() - g.guard_ns - g.max_frame_ns();
+    const int64_t usable =
+        static_cast<int64_t>(length) * g.slot_ns() - g.guard_ns - g.max_frame_ns();
     if (usable > 0 && (shortest < 0 || usable < shortest)) shortest = usable;
   }
   return shortest < 0 ? g.cycle_ns : g.cycle_ns - shortest;
@@ -97,9 +99,9 @@ uint32_t SlotCalendar::booked_at(int64_t t_ns) const {
   return static_cast<uint32_t>(std::count(used.begin(), used.end(), true));
 }
 
-std::optional<std::vector<uint32_t>> SlotCalendar::plan(uint64_t rate_bps, int64_t start_ns,
-                                                        int64_t end_ns, uint64_t ignore_key,
-                                                        const std::vector<uint32_t>* preferred) const {
+std::optional<std::vector<uint32_t>> SlotCalendar::plan(
+    uint64_t rate_bps, int64_t start_ns, int64_t end_ns, uint64_t ignore_key,
+    const std::vector<uint32_t>* preferred) const {
   const SlotGeometry& g = geometry_;
   const std::vector<bool> free = free_slots(start_ns, end_ns, ignore_key);
   const auto used_now = static_cast<uint32_t>(std::count(free.begin(), free.end(), false));
@@ -107,7 +109,8 @@ std::optional<std::vector<uint32_t>> SlotCalendar::plan(uint64_t rate_bps, int64
   // per instant, the union over the window is the conservative count.
   const uint32_t budget = g.reservable_slots > used_now ? g.reservable_slots - used_now : 0;
   auto sufficient = [&](const std::vector<uint32_t>& slots) {
-    return nominal_rate_bps(g, slots.size()) >= rate_bps && guaranteed_rate_bps(g, slots) >= rate_bps;
+    return nominal_rate_bps(g, slots.size()) >= rate_bps &&
+           guaranteed_rate_bps(g, slots) >= rate_bps;
   };
   if (preferred != nullptr && !preferred->empty() && preferred->size() <= budget) {
     bool all_free = true;
@@ -122,7 +125,8 @@ std::optional<std::vector<uint32_t>> SlotCalendar::plan(uint64_t rate_bps, int64
   auto run_carries = [&](uint32_t length) {
     if (nominal_rate_bps(g, length) < rate_bps) return false;
     if (length == g.slot_count) return g.line_rate_bps >= rate_bps;
-    const int64_t usable = static_cast<int64_t>(length) * g.slot_ns() - g.guard_ns - g.max_frame_ns();
+    const int64_t usable =
+        static_cast<int64_t>(length) * g.slot_ns() - g.guard_ns - g.max_frame_ns();
     if (usable <= 0) return false;
     return static_cast<uint64_t>(static_cast<Uint128>(usable) * g.line_rate_bps /
                                  static_cast<uint64_t>(g.cycle_ns)) >= rate_bps;
@@ -165,7 +169,8 @@ std::optional<std::vector<uint32_t>> SlotCalendar::plan(uint64_t rate_bps, int64
   return std::nullopt;
 }
 
-void SlotCalendar::book(uint64_t key, int64_t start_ns, int64_t end_ns, std::vector<uint32_t> slots) {
+void SlotCalendar::book(uint64_t key, int64_t start_ns, int64_t end_ns,
+                        std::vector<uint32_t> slots) {
   // A slot beyond the port's count cannot be booked (callers check: reservation::booking_of);
   // drop it rather than index past the end later.
   std::erase_if(slots, [this](uint32_t s) { return s >= geometry_.slot_count; });
@@ -178,7 +183,8 @@ std::optional<std::pair<uint32_t, uint64_t>> SlotCalendar::shared_slot(uint64_t 
     std::vector<bool> taken(geometry_.slot_count, false);
     for (const uint32_t s : mine.slots) taken[s] = true;
     for (const Booking& other : bookings_) {
-      if (other.key == key || other.end_ns <= mine.start_ns || mine.end_ns <= other.start_ns) continue;
+      if (other.key == key || other.end_ns <= mine.start_ns || mine.end_ns <= other.start_ns)
+        continue;
       for (const uint32_t s : other.slots) {
         if (taken[s]) return std::pair{s, other.key};
       }

@@ -13,8 +13,9 @@
 #include <string>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 
 #include "common/logging.h"
 #include "common/units.h"
@@ -38,7 +39,8 @@ extern "C" void on_stop_signal(int) { stop_requested.store(true); }
 
 int fail(const common::Error& error) {
   std::fprintf(stderr, "detwan-agent: %s\n", error.message.c_str());
-  return error.code == common::ErrorCode::kConfig || error.code == common::ErrorCode::kInvalidArgument
+  return error.code == common::ErrorCode::kConfig ||
+                 error.code == common::ErrorCode::kInvalidArgument
              ? kExitBadInput
              : kExitFailure;
 }
@@ -56,7 +58,8 @@ common::Result<model::Topology> load(const Settings& s) {
   if (!s.listen.empty()) {
     auto listen = common::parse_host_port(s.listen, true);
     if (!listen) {
-      return common::make_error(common::ErrorCode::kInvalidArgument, "--listen: " + listen.error().message);
+      return common::make_error(common::ErrorCode::kInvalidArgument,
+                                "--listen: " + listen.error().message);
     }
     topology->agent.api.listen = *listen;
   }
@@ -71,13 +74,14 @@ int command_check(const Settings& s) {
               t->domain.c_str(), t->agent.name.c_str(), t->sites.size(), t->gateways.size(),
               t->nodes.size(), t->links.size());
   for (const model::Link& l : t->links) {
-    std::printf("link %s %s-%s: %s, delay %s +/- %s, loss %g, reservable %s (%u of %u slots of %s)\n",
-                l.name.c_str(), t->nodes[l.ends[0]].name.c_str(), t->nodes[l.ends[1]].name.c_str(),
-                common::format_rate_bps(l.capacity_bps).c_str(),
-                common::format_duration_ns(l.delay_ns).c_str(),
-                common::format_duration_ns(l.jitter_ns).c_str(), l.loss,
-                common::format_rate_bps(l.reservable_bps()).c_str(), l.reservable_slots(),
-                l.slot_count, common::format_duration_ns(l.cycle_ns).c_str());
+    std::printf(
+        "link %s %s-%s: %s, delay %s +/- %s, loss %g, reservable %s (%u of %u slots of %s)\n",
+        l.name.c_str(), t->nodes[l.ends[0]].name.c_str(), t->nodes[l.ends[1]].name.c_str(),
+        common::format_rate_bps(l.capacity_bps).c_str(),
+        common::format_duration_ns(l.delay_ns).c_str(),
+        common::format_duration_ns(l.jitter_ns).c_str(), l.loss,
+        common::format_rate_bps(l.reservable_bps()).c_str(), l.reservable_slots(), l.slot_count,
+        common::format_duration_ns(l.cycle_ns).c_str());
   }
   std::printf("api http://%s, journal %s\n", common::format_host_port(t->agent.api.listen).c_str(),
               t->agent.journal.c_str());
@@ -89,7 +93,8 @@ int command_journal_check(const Settings& s) {
   if (!t) return fail(t.error());
   auto summary = agent::check_journal(*t, t->agent.journal);
   if (!summary) {
-    std::fprintf(stderr, "detwan-agent: journal check FAILED: %s\n", summary.error().message.c_str());
+    std::fprintf(stderr, "detwan-agent: journal check FAILED: %s\n",
+                 summary.error().message.c_str());
     return kExitFailure;
   }
   std::printf("%s\n", summary->c_str());
@@ -100,7 +105,8 @@ int command_run(const Settings& s) {
   common::LogOptions log_options;
   log_options.level = s.log_level;
   if (auto logging = common::init_logging("detwan-agent", log_options); !logging) {
-    return fail(common::Error{common::ErrorCode::kInvalidArgument, "--log-level: " + logging.error().message});
+    return fail(common::Error{common::ErrorCode::kInvalidArgument,
+                              "--log-level: " + logging.error().message});
   }
   auto t = load(s);
   if (!t) return fail(t.error());
@@ -125,10 +131,12 @@ int command_run(const Settings& s) {
   sigaction(SIGTERM, &action, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   std::string allow;
-  for (const auto& p : api_settings.allow) allow += (allow.empty() ? "" : ", ") + common::format_ip_prefix(p);
-  const std::string url = fmt::format("http://{}", common::format_host_port((*server)->local_endpoint()));
-  log->info("domain {}: listening on {} (clients from {}{})", (*agent)->topology().domain, url, allow,
-            api_settings.tokens_file.empty() ? "" : ", bearer tokens required");
+  for (const auto& p : api_settings.allow)
+    allow += (allow.empty() ? "" : ", ") + common::format_ip_prefix(p);
+  const std::string url =
+      fmt::format("http://{}", common::format_host_port((*server)->local_endpoint()));
+  log->info("domain {}: listening on {} (clients from {}{})", (*agent)->topology().domain, url,
+            allow, api_settings.tokens_file.empty() ? "" : ", bearer tokens required");
   std::printf("listening on %s\n", url.c_str());
   std::fflush(stdout);
   while (!stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -149,7 +157,8 @@ int main_impl(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "serve the API until SIGINT/SIGTERM");
   add_common(run);
   run->add_option("--listen", s.listen, "ADDR:PORT (overrides agent.listen; port 0 picks one)");
-  run->add_option("--log-level", s.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  run->add_option("--log-level", s.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
   CLI::App* check = app.add_subcommand("check", "validate the topology and print a summary");
   add_common(check);
   CLI::App* journal_check =

@@ -63,8 +63,9 @@ common::Result<std::string> UnixGatewayClient::request(const std::string& socket
   return common::unix_request(socket, line, timeout_ms_);
 }
 
-Reconciler::Reconciler(std::vector<GatewayTarget> gateways, std::string owner, GatewayClient& client,
-                       Observer observer, int64_t interval_ns, const common::Clock& monotonic)
+Reconciler::Reconciler(std::vector<GatewayTarget> gateways, std::string owner,
+                       GatewayClient& client, Observer observer, int64_t interval_ns,
+                       const common::Clock& monotonic)
     : gateways_(std::move(gateways)),
       owner_(std::move(owner)),
       client_(client),
@@ -213,7 +214,8 @@ GatewayReport Reconciler::reconcile(uint32_t g, const std::vector<TunnelSpec>& d
     if (const json::value* tunnels = answer.object.if_contains("tunnels");
         tunnels != nullptr && tunnels->is_array()) {
       for (const json::value& t : tunnels->as_array()) {
-        if (t.is_object()) actual[static_cast<uint32_t>(u64_of(t.as_object(), "id"))] = &t.as_object();
+        if (t.is_object())
+          actual[static_cast<uint32_t>(u64_of(t.as_object(), "id"))] = &t.as_object();
       }
     }
     std::vector<const TunnelSpec*> add;
@@ -232,8 +234,8 @@ GatewayReport Reconciler::reconcile(uint32_t g, const std::vector<TunnelSpec>& d
       const json::value* owner = it->second->if_contains("owner");
       if (owner == nullptr || !owner->is_string() || owner->as_string() != owner_) {
         report.refused[spec.id] = fmt::format(
-            "gateway '{}' already has tunnel {} and it is not ours (owner '{}')", target.name, spec.id,
-            owner != nullptr && owner->is_string() ? std::string(owner->as_string()) : "");
+            "gateway '{}' already has tunnel {} and it is not ours (owner '{}')", target.name,
+            spec.id, owner != nullptr && owner->is_string() ? std::string(owner->as_string()) : "");
         continue;
       }
       std::string difference;
@@ -247,7 +249,8 @@ GatewayReport Reconciler::reconcile(uint32_t g, const std::vector<TunnelSpec>& d
     }
     for (const auto& [id, object] : actual) {
       const json::value* owner = object->if_contains("owner");
-      if (wanted.count(id) == 0 && owner != nullptr && owner->is_string() && owner->as_string() == owner_) {
+      if (wanted.count(id) == 0 && owner != nullptr && owner->is_string() &&
+          owner->as_string() == owner_) {
         remove.push_back(id);
       }
     }
@@ -265,12 +268,14 @@ GatewayReport Reconciler::reconcile(uint32_t g, const std::vector<TunnelSpec>& d
       report.generation = u64_of(applied.object, "generation");
       for (const TunnelSpec* s : add) report.in_place.insert(s->id);
       for (const TunnelSpec* s : modify) report.in_place.insert(s->id);
-      if (std::any_of(remove.begin(), remove.end(), [&](uint32_t id) { return wanted.count(id) != 0; })) {
+      if (std::any_of(remove.begin(), remove.end(),
+                      [&](uint32_t id) { return wanted.count(id) != 0; })) {
         continue;  // a peer change: the re-add goes in the next attempt
       }
       return report;
     }
-    if (applied.object.contains("generation") && u64_of(applied.object, "generation") != generation) {
+    if (applied.object.contains("generation") &&
+        u64_of(applied.object, "generation") != generation) {
       continue;  // another writer changed the gateway between our two requests: start over
     }
     // Refused as a batch: one item at a time, so one bad tunnel does not hold up the others.
@@ -283,8 +288,8 @@ GatewayReport Reconciler::reconcile(uint32_t g, const std::vector<TunnelSpec>& d
     }
     for (const auto* list : {&modify, &add}) {
       for (const TunnelSpec* s : *list) {
-        auto one = client_.request(
-            target.socket, list == &add ? apply_line({s}, {}, {}, nullptr) : apply_line({}, {s}, {}, nullptr));
+        auto one = client_.request(target.socket, list == &add ? apply_line({s}, {}, {}, nullptr)
+                                                               : apply_line({}, {s}, {}, nullptr));
         if (!one) {
           report.refused[s->id] = one.error().message;
           continue;
@@ -295,8 +300,8 @@ GatewayReport Reconciler::reconcile(uint32_t g, const std::vector<TunnelSpec>& d
           report.in_place.insert(s->id);
           report.generation = u64_of(a.object, "generation");
         } else {
-          report.refused[s->id] = fmt::format("gateway '{}' refused tunnel {}: {}", target.name,
-                                              s->id, a.error);
+          report.refused[s->id] =
+              fmt::format("gateway '{}' refused tunnel {}: {}", target.name, s->id, a.error);
         }
       }
     }

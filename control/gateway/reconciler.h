@@ -33,7 +33,8 @@ class GatewayClient {
  public:
   virtual ~GatewayClient() = default;
   // One request line, the answer line. Errors name the socket.
-  virtual common::Result<std::string> request(const std::string& socket, const std::string& line) = 0;
+  virtual common::Result<std::string> request(const std::string& socket,
+                                              const std::string& line) = 0;
 };
 
 class UnixGatewayClient final : public GatewayClient {
@@ -56,19 +57,19 @@ struct GatewayReport {
   std::string error;  // why it is unreachable or out of sync ("" if in sync)
   std::string boot_id;
   uint64_t generation = 0;
-  bool restarted = false;                     // boot_id changed since the last report
-  std::set<uint32_t> in_place;                // desired tunnel ids present as specified
-  std::map<uint32_t, std::string> refused;    // tunnel id -> the gateway's refusal
-  uint64_t desired_version = 0;               // of the desired set this pass worked from
-  bool applied = false;                       // this pass changed the gateway
+  bool restarted = false;                   // boot_id changed since the last report
+  std::set<uint32_t> in_place;              // desired tunnel ids present as specified
+  std::map<uint32_t, std::string> refused;  // tunnel id -> the gateway's refusal
+  uint64_t desired_version = 0;             // of the desired set this pass worked from
+  bool applied = false;                     // this pass changed the gateway
 };
 
 struct ReconcilerCounters {
   uint64_t passes = 0;
-  uint64_t applies = 0;           // apply requests the gateway accepted
-  uint64_t refusals = 0;          // apply requests the gateway refused
-  uint64_t unreachable = 0;       // passes that could not reach it
-  uint64_t restarts_seen = 0;     // boot_id changes
+  uint64_t applies = 0;        // apply requests the gateway accepted
+  uint64_t refusals = 0;       // apply requests the gateway refused
+  uint64_t unreachable = 0;    // passes that could not reach it
+  uint64_t restarts_seen = 0;  // boot_id changes
   uint64_t generation = 0;
   bool in_sync = false;
 };

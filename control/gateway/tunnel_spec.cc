@@ -56,7 +56,8 @@ bool TunnelSpec::matches(const json::object& a, std::string* difference) const {
   if (o == nullptr || !o->is_string() || o->as_string() != owner) return differ("owner");
   if (!get_u64(a, "rate_bps", &value) || value != rate_bps) return differ("rate");
   if (!get_u64(a, "burst_bytes", &value) || value != burst_bytes) return differ("burst");
-  if (!get_u64(a, "bound_ns", &value) || value != static_cast<uint64_t>(bound_ns)) return differ("bound");
+  if (!get_u64(a, "bound_ns", &value) || value != static_cast<uint64_t>(bound_ns))
+    return differ("bound");
   if (!get_u64(a, "max_hold_ns", &value) || value != static_cast<uint64_t>(max_hold_ns)) {
     return differ("max_hold");
   }

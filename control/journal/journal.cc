@@ -1,8 +1,7 @@
 #include "control/journal/journal.h"
 
-#include <sqlite3.h>
-
 #include <fmt/format.h>
+#include <sqlite3.h>
 
 namespace detwan::control::journal {
 namespace {
@@ -56,15 +55,14 @@ common::Result<void> Journal::exec(const char* sql) {
 common::Result<std::unique_ptr<Journal>> Journal::open(const std::string& path, bool sync_full,
                                                        const std::string& domain) {
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   std::unique_ptr<Journal> journal(new Journal(path, db));
   if (rc != SQLITE_OK) return std::unexpected(journal->error("cannot open"));
   sqlite3_busy_timeout(db, 5000);
-  for (const char* sql : {"PRAGMA journal_mode=WAL;", sync_full ? "PRAGMA synchronous=FULL;"
-                                                                : "PRAGMA synchronous=NORMAL;",
-                          kSchema}) {
+  for (const char* sql :
+       {"PRAGMA journal_mode=WAL;",
+        sync_full ? "PRAGMA synchronous=FULL;" : "PRAGMA synchronous=NORMAL;", kSchema}) {
     if (auto ok = journal->exec(sql); !ok) return std::unexpected(ok.error());
   }
   // Schema version and domain: a journal of another domain is refused, not mixed in.
@@ -94,9 +92,9 @@ common::Result<std::unique_ptr<Journal>> Journal::open(const std::string& path, 
     sqlite3_finalize(init);
     if (!ok) return std::unexpected(failure);
   } else if (found_domain != domain) {
-    return common::make_error(common::ErrorCode::kConfig,
-                              fmt::format("journal {} belongs to domain '{}', not '{}'", path,
-                                          found_domain, domain));
+    return common::make_error(
+        common::ErrorCode::kConfig,
+        fmt::format("journal {} belongs to domain '{}', not '{}'", path, found_domain, domain));
   } else if (found_version != std::to_string(kSchemaVersion)) {
     return common::make_error(common::ErrorCode::kConfig,
                               fmt::format("journal {} has schema version {}, this agent writes {}",
@@ -106,7 +104,8 @@ common::Result<std::unique_ptr<Journal>> Journal::open(const std::string& path, 
       {&journal->insert_event_,
        "INSERT INTO events (at_unix_ns, id, from_state, to_state, reason, body) "
        "VALUES (?, ?, ?, ?, ?, ?)"},
-      {&journal->upsert_reservation_, "INSERT OR REPLACE INTO reservations (id, body) VALUES (?, ?)"},
+      {&journal->upsert_reservation_,
+       "INSERT OR REPLACE INTO reservations (id, body) VALUES (?, ?)"},
       {&journal->insert_request_,
        "INSERT OR REPLACE INTO requests (client_request_id, fingerprint, reservation_id, "
        "at_unix_ns) VALUES (?, ?, ?, ?)"},
@@ -206,10 +205,11 @@ common::Result<void> Journal::record(const Event& event, uint64_t next_key,
 
 common::Result<void> Journal::for_each_event(const std::function<void(const Event&)>& f) {
   sqlite3_stmt* s = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT seq, at_unix_ns, id, from_state, to_state, reason, body FROM events "
-                         "ORDER BY seq",
-                         -1, &s, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(
+          db_,
+          "SELECT seq, at_unix_ns, id, from_state, to_state, reason, body FROM events "
+          "ORDER BY seq",
+          -1, &s, nullptr) != SQLITE_OK) {
     return std::unexpected(error("read events"));
   }
   while (sqlite3_step(s) == SQLITE_ROW) {

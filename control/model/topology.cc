@@ -10,7 +10,6 @@
 
 namespace detwan::control::model {
 
-
 const GatewayPort* Gateway::port_on_link(uint32_t link) const noexcept {
   for (const GatewayPort& port : ports) {
     if (port.link == link) return &port;
@@ -46,9 +45,15 @@ uint32_t lookup(const std::unordered_map<std::string, uint32_t>& map, std::strin
 }
 }  // namespace
 
-uint32_t Topology::find_node(std::string_view name) const noexcept { return lookup(node_index, name); }
-uint32_t Topology::find_site(std::string_view name) const noexcept { return lookup(site_index, name); }
-uint32_t Topology::find_link(std::string_view name) const noexcept { return lookup(link_index, name); }
+uint32_t Topology::find_node(std::string_view name) const noexcept {
+  return lookup(node_index, name);
+}
+uint32_t Topology::find_site(std::string_view name) const noexcept {
+  return lookup(site_index, name);
+}
+uint32_t Topology::find_link(std::string_view name) const noexcept {
+  return lookup(link_index, name);
+}
 uint32_t Topology::find_gateway(std::string_view name) const noexcept {
   return lookup(gateway_index, name);
 }
@@ -95,9 +100,9 @@ common::Result<void> finish(Topology& t) {
       for (const auto& a : t.sites[s].tunnel_prefixes) {
         for (const auto& b : t.sites[o].tunnel_prefixes) {
           if (common::prefixes_overlap(a, b)) {
-            return error(fmt::format("sites '{}' and '{}' have overlapping tunnel prefixes {} and {}",
-                                     t.sites[o].name, t.sites[s].name, common::format_ip_prefix(b),
-                                     common::format_ip_prefix(a)));
+            return error(fmt::format(
+                "sites '{}' and '{}' have overlapping tunnel prefixes {} and {}", t.sites[o].name,
+                t.sites[s].name, common::format_ip_prefix(b), common::format_ip_prefix(a)));
           }
         }
       }
@@ -109,10 +114,13 @@ common::Result<void> finish(Topology& t) {
       return error(fmt::format("link '{}' is named twice", link.name));
     }
     for (const uint32_t end : link.ends) {
-      if (end >= t.nodes.size()) return error(fmt::format("link '{}': an end is not a node", link.name));
+      if (end >= t.nodes.size())
+        return error(fmt::format("link '{}': an end is not a node", link.name));
     }
-    if (link.ends[0] == link.ends[1]) return error(fmt::format("link '{}' joins a node to itself", link.name));
-    if (link.capacity_bps == 0) return error(fmt::format("link '{}': capacity must be > 0", link.name));
+    if (link.ends[0] == link.ends[1])
+      return error(fmt::format("link '{}' joins a node to itself", link.name));
+    if (link.capacity_bps == 0)
+      return error(fmt::format("link '{}': capacity must be > 0", link.name));
     if (link.slot_count == 0 || link.cycle_ns <= 0 || link.cycle_ns % link.slot_count != 0) {
       return error(fmt::format("link '{}': cycle must be a positive multiple of slots", link.name));
     }
@@ -147,9 +155,10 @@ common::Result<void> finish(Topology& t) {
         return error(fmt::format("gateway '{}': port '{}' listed twice", gateway.name, port.name));
       }
       if (port.link >= t.links.size() || t.links[port.link].other_end(node) == kNone) {
-        return error(fmt::format("gateway '{}': port '{}' is attached to a link that does not "
-                                 "end at site '{}'",
-                                 gateway.name, port.name, t.sites[gateway.site].name));
+        return error(
+            fmt::format("gateway '{}': port '{}' is attached to a link that does not "
+                        "end at site '{}'",
+                        gateway.name, port.name, t.sites[gateway.site].name));
       }
     }
     std::set<std::string> peer_names;
@@ -158,9 +167,10 @@ common::Result<void> finish(Topology& t) {
         return error(fmt::format("gateway '{}': peer '{}' listed twice", gateway.name, peer.name));
       }
       if (port_names.count(peer.port) == 0) {
-        return error(fmt::format("gateway '{}': peer '{}' is reached through port '{}', which is "
-                                 "not one of its ports",
-                                 gateway.name, peer.name, peer.port));
+        return error(
+            fmt::format("gateway '{}': peer '{}' is reached through port '{}', which is "
+                        "not one of its ports",
+                        gateway.name, peer.name, peer.port));
       }
       if (peer.gateway >= t.gateways.size() || peer.gateway == g) {
         return error(fmt::format("gateway '{}': peer '{}' must name another gateway", gateway.name,

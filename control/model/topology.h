@@ -47,9 +47,9 @@ struct GatewayPeer {
 struct Gateway {
   std::string name;
   uint32_t site = kNone;
-  std::string admin_socket;        // detwan-gw's admin control socket (filesystem path)
-  int64_t playout_error_ns = 0;    // release error the operator vouches for (on-time delivery)
-  int64_t processing_delay_ns = 0; // worst-case time a packet spends in the gateway
+  std::string admin_socket;         // detwan-gw's admin control socket (filesystem path)
+  int64_t playout_error_ns = 0;     // release error the operator vouches for (on-time delivery)
+  int64_t processing_delay_ns = 0;  // worst-case time a packet spends in the gateway
   std::vector<GatewayPort> ports;
   std::vector<GatewayPeer> peers;
   // The port attached to `link`, or nullptr.
@@ -60,7 +60,7 @@ struct Gateway {
 
 struct Node {
   std::string name;
-  uint32_t site = kNone;     // kNone: a transit node
+  uint32_t site = kNone;        // kNone: a transit node
   std::vector<uint32_t> links;  // incident links
 };
 
@@ -89,22 +89,22 @@ struct Link {
 };
 
 struct ApiSettings {
-  common::HostPort listen{};                  // default 127.0.0.1:7800
-  std::vector<common::IpPrefix> allow;        // client addresses that may connect
-  std::string tokens_file;                    // "" = no bearer tokens required
+  common::HostPort listen{};            // default 127.0.0.1:7800
+  std::vector<common::IpPrefix> allow;  // client addresses that may connect
+  std::string tokens_file;              // "" = no bearer tokens required
   uint32_t max_connections = 64;
   uint64_t max_body_bytes = 1 << 20;
   int64_t request_timeout_ns = 10'000'000'000;
 };
 
 struct AgentSettings {
-  std::string name;                           // tunnels it programs carry owner "agent:<name>"
+  std::string name;  // tunnels it programs carry owner "agent:<name>"
   ApiSettings api;
-  std::string journal = "detwan-agent.db";     // SQLite file (WAL)
-  bool journal_sync_full = false;              // fsync every commit (power-loss safe)
-  int64_t hold_timeout_ns = 60'000'000'000;    // default time a hold stays without commit
+  std::string journal = "detwan-agent.db";   // SQLite file (WAL)
+  bool journal_sync_full = false;            // fsync every commit (power-loss safe)
+  int64_t hold_timeout_ns = 60'000'000'000;  // default time a hold stays without commit
   int64_t reconcile_interval_ns = 1'000'000'000;
-  int64_t provision_wait_ns = 5'000'000'000;   // how long a provision call waits for gateways
+  int64_t provision_wait_ns = 5'000'000'000;  // how long a provision call waits for gateways
   uint32_t first_tunnel_id = 1000;
   uint32_t last_tunnel_id = 65535;
 };

@@ -1,6 +1,4 @@
 // The topology file: YAML -> Topology, every error naming file, line and field; then finish().
-#include "control/model/topology.h"
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -11,6 +9,7 @@
 
 #include "common/config.h"
 #include "common/units.h"
+#include "control/model/topology.h"
 
 namespace detwan::control::model {
 namespace {
@@ -78,20 +77,20 @@ void parse_agent(const ConfigNode& node, AgentSettings* agent) {
       body->fail("must be in [1kb, 64mb]");
     }
   }
-  agent->api.request_timeout_ns =
-      duration_in(node, "request_timeout", agent->api.request_timeout_ns, 100'000'000,
-                  600'000'000'000);
+  agent->api.request_timeout_ns = duration_in(
+      node, "request_timeout", agent->api.request_timeout_ns, 100'000'000, 600'000'000'000);
   agent->journal = node.get_string("journal", agent->journal);
   if (agent->journal.empty()) node.child("journal").fail("must not be empty");
   if (const auto sync = node.maybe_child("journal_sync")) {
     const std::string text = sync->as_string();
-    if (text != "normal" && text != "full") sync->fail(fmt::format("'{}' is not one of: normal, full", text));
+    if (text != "normal" && text != "full")
+      sync->fail(fmt::format("'{}' is not one of: normal, full", text));
     agent->journal_sync_full = text == "full";
   }
   agent->hold_timeout_ns =
       duration_in(node, "hold_timeout", agent->hold_timeout_ns, 1'000'000'000, 86'400'000'000'000);
-  agent->reconcile_interval_ns = duration_in(node, "reconcile_interval",
-                                             agent->reconcile_interval_ns, 10'000'000, 3'600'000'000'000);
+  agent->reconcile_interval_ns = duration_in(
+      node, "reconcile_interval", agent->reconcile_interval_ns, 10'000'000, 3'600'000'000'000);
   agent->provision_wait_ns =
       duration_in(node, "provision_wait", agent->provision_wait_ns, 0, 600'000'000'000);
   if (const auto ids = node.maybe_child("tunnel_ids")) {
@@ -108,13 +107,15 @@ void parse_agent(const ConfigNode& node, AgentSettings* agent) {
     const bool ok = dash != std::string::npos && number(view.substr(0, dash), &first) &&
                     number(view.substr(dash + 1), &last) && first >= 1 && first <= last &&
                     last <= UINT32_MAX;
-    if (!ok) ids->fail(fmt::format("'{}' is not a range like 1000-65535 within 1..4294967295", text));
+    if (!ok)
+      ids->fail(fmt::format("'{}' is not a range like 1000-65535 within 1..4294967295", text));
     agent->first_tunnel_id = static_cast<uint32_t>(first);
     agent->last_tunnel_id = static_cast<uint32_t>(last);
   }
 }
 
-void parse_link(const ConfigNode& node, Topology* topology, std::vector<std::pair<std::string, std::string>>* ends) {
+void parse_link(const ConfigNode& node, Topology* topology,
+                std::vector<std::pair<std::string, std::string>>* ends) {
   node.check_keys({"name", "ends", "capacity", "delay", "jitter", "loss", "reservable", "mtu",
                    "cycle", "slots", "guard"});
   Link link;
@@ -136,7 +137,8 @@ void parse_link(const ConfigNode& node, Topology* topology, std::vector<std::pai
   }
   if (const auto share = node.maybe_child("reservable")) {
     link.reservable = share->as_fraction();
-    if (link.reservable <= 0) share->fail("must be above 0 (a link nobody may reserve: leave it out)");
+    if (link.reservable <= 0)
+      share->fail("must be above 0 (a link nobody may reserve: leave it out)");
   }
   link.mtu_bytes = static_cast<uint32_t>(node.get_int("mtu", 1500, 576, 9216));
   link.cycle_ns = duration_in(node, "cycle", link.cycle_ns, 1'000, 10'000'000'000);
@@ -178,8 +180,8 @@ Topology parse(const ConfigNode& root) {
   std::vector<std::string> gateway_sites;
   if (const auto gateways = root.maybe_child("gateways")) {
     for (const ConfigNode& item : gateways->items()) {
-      item.check_keys({"name", "site", "admin_socket", "playout_error", "processing_delay", "ports",
-                       "peers"});
+      item.check_keys(
+          {"name", "site", "admin_socket", "playout_error", "processing_delay", "ports", "peers"});
       Gateway gateway;
       gateway.name = name_of(item.child("name"));
       gateway_sites.push_back(name_of(item.child("site")));
@@ -187,8 +189,9 @@ Topology parse(const ConfigNode& root) {
       gateway.admin_socket = socket.as_string();
       if (gateway.admin_socket.empty() || gateway.admin_socket.front() != '/' ||
           gateway.admin_socket.size() > 107) {
-        socket.fail("must be the absolute path of detwan-gw's admin socket (gateway.admin_socket), "
-                    "at most 107 bytes");
+        socket.fail(
+            "must be the absolute path of detwan-gw's admin socket (gateway.admin_socket), "
+            "at most 107 bytes");
       }
       gateway.playout_error_ns = duration_in(item, "playout_error", 100'000, 0, 1'000'000'000);
       gateway.processing_delay_ns = duration_in(item, "processing_delay", 50'000, 0, 1'000'000'000);
@@ -215,7 +218,8 @@ Topology parse(const ConfigNode& root) {
     for (const ConfigNode& item : nodes->items()) transit.push_back(name_of(item));
   }
   std::vector<std::pair<std::string, std::string>> link_ends;
-  for (const ConfigNode& item : root.child("links").items()) parse_link(item, &topology, &link_ends);
+  for (const ConfigNode& item : root.child("links").items())
+    parse_link(item, &topology, &link_ends);
 
   // Nodes: sites first (same order), then transit nodes.
   for (const Site& site : topology.sites) topology.nodes.push_back(Node{site.name, kNone, {}});
@@ -320,9 +324,11 @@ Topology parse(const ConfigNode& root) {
     }
   }
   std::unordered_map<std::string, uint32_t> gateway_names;
-  for (uint32_t g = 0; g < topology.gateways.size(); ++g) gateway_names.emplace(topology.gateways[g].name, g);
+  for (uint32_t g = 0; g < topology.gateways.size(); ++g)
+    gateway_names.emplace(topology.gateways[g].name, g);
   std::unordered_map<std::string, uint32_t> link_names;
-  for (uint32_t l = 0; l < topology.links.size(); ++l) link_names.emplace(topology.links[l].name, l);
+  for (uint32_t l = 0; l < topology.links.size(); ++l)
+    link_names.emplace(topology.links[l].name, l);
   for (uint32_t s = 0; s < topology.sites.size(); ++s) {
     if (site_gateways[s].empty()) continue;
     const auto it = gateway_names.find(site_gateways[s]);

@@ -162,7 +162,8 @@ std::vector<Path> disjoint_paths(const Topology& t, uint32_t src, uint32_t dst, 
     }
     if (ok && u == dst) out.push_back(std::move(path));
   }
-  std::sort(out.begin(), out.end(), [](const Path& a, const Path& b) { return a.weight < b.weight; });
+  std::sort(out.begin(), out.end(),
+            [](const Path& a, const Path& b) { return a.weight < b.weight; });
   return out;
 }
 

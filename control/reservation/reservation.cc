@@ -6,12 +6,18 @@ namespace detwan::control::reservation {
 
 std::string_view to_string(State state) noexcept {
   switch (state) {
-    case State::kHeld: return "held";
-    case State::kCommitted: return "committed";
-    case State::kProvisioned: return "provisioned";
-    case State::kReleased: return "released";
-    case State::kTerminated: return "terminated";
-    case State::kFailed: return "failed";
+    case State::kHeld:
+      return "held";
+    case State::kCommitted:
+      return "committed";
+    case State::kProvisioned:
+      return "provisioned";
+    case State::kReleased:
+      return "released";
+    case State::kTerminated:
+      return "terminated";
+    case State::kFailed:
+      return "failed";
   }
   return "unknown";
 }
@@ -29,7 +35,9 @@ bool holds_resources(State state) noexcept {
          state == State::kReleased;
 }
 
-bool is_final(State state) noexcept { return state == State::kTerminated || state == State::kFailed; }
+bool is_final(State state) noexcept {
+  return state == State::kTerminated || state == State::kFailed;
+}
 
 std::string_view nsi_reservation_state(State state) noexcept {
   return state == State::kHeld ? "ReserveHeld" : "ReserveStart";
@@ -78,9 +86,9 @@ common::Result<calendar::Booking> booking_of(const model::Topology& t, const Res
     for (const std::string& name : p.links) {
       const uint32_t l = t.find_link(name);
       if (l == model::kNone) {
-        return common::make_error(common::ErrorCode::kNotFound,
-                                  fmt::format("{}: link '{}' of its path is not in the topology",
-                                              r.id, name));
+        return common::make_error(
+            common::ErrorCode::kNotFound,
+            fmt::format("{}: link '{}' of its path is not in the topology", r.id, name));
       }
       booking.links.push_back(l);
     }

@@ -41,10 +41,10 @@ struct Spec {
   std::string src;  // site names
   std::string dst;
   uint64_t min_bandwidth_bps = 0;
-  uint64_t max_burst_bytes = 0;         // 0 = auto
-  int64_t max_latency_ns = 0;           // 0 = none
+  uint64_t max_burst_bytes = 0;           // 0 = auto
+  int64_t max_latency_ns = 0;             // 0 = none
   int64_t max_latency_variation_ns = -1;  // -1 = none
-  double max_loss = 1.0;                // 1 = none
+  double max_loss = 1.0;                  // 1 = none
   uint32_t paths = 1;
   // The traffic the tunnel carries: destinations at each end, within the sites' tunnel
   // prefixes (canonical "10.20.2.2/32" text). Empty in a request: every tunnel prefix of the site.
@@ -98,7 +98,7 @@ struct Reservation {
   Spec spec;
   int64_t hold_expires_ns = 0;  // held only
   uint32_t tunnel_id = 0;
-  uint64_t burst_bytes = 0;     // the policer depth in use
+  uint64_t burst_bytes = 0;  // the policer depth in use
   std::vector<PathPlacement> paths;
   admission::Bound bound;
   int64_t created_ns = 0;
@@ -110,7 +110,8 @@ struct Reservation {
 };
 
 // Placement by name from a plan (topology indices -> names).
-std::vector<PathPlacement> placement_of(const model::Topology& topology, const admission::Plan& plan);
+std::vector<PathPlacement> placement_of(const model::Topology& topology,
+                                        const admission::Plan& plan);
 // The ledger booking of a reservation; errors name the link/node the topology no longer has.
 common::Result<calendar::Booking> booking_of(const model::Topology& topology,
                                              const Reservation& reservation);

@@ -10,9 +10,12 @@ namespace json = boost::json;
 namespace {
 
 json::object direction_to_json(const admission::DirectionBound& d) {
-  return {{"egress_ns", d.egress_ns},   {"links_ns", d.links_ns},
-          {"transit_ns", d.transit_ns}, {"processing_ns", d.processing_ns},
-          {"max_ns", d.max_ns},         {"min_ns", d.min_ns},
+  return {{"egress_ns", d.egress_ns},
+          {"links_ns", d.links_ns},
+          {"transit_ns", d.transit_ns},
+          {"processing_ns", d.processing_ns},
+          {"max_ns", d.max_ns},
+          {"min_ns", d.min_ns},
           {"playout_error_ns", d.playout_error_ns}};
 }
 
@@ -33,8 +36,8 @@ struct Reader {
   const json::object& o;
   std::string where;
   [[noreturn]] void fail(std::string_view key, std::string_view what) const {
-    throw common::Failure(common::Error{
-        common::ErrorCode::kInvalidArgument, fmt::format("{}: field '{}' {}", where, key, what)});
+    throw common::Failure(common::Error{common::ErrorCode::kInvalidArgument,
+                                        fmt::format("{}: field '{}' {}", where, key, what)});
   }
   const json::value& at(std::string_view key) const {
     const json::value* v = o.if_contains(key);
@@ -188,30 +191,31 @@ json::object to_json(const Reservation& r) {
                                     {"generation", g.generation},
                                     {"error", g.error}});
   }
-  json::object out{{"id", r.id},
-                   {"version", r.version},
-                   {"client_request_id", r.client_request_id},
-                   {"state", to_string(r.state)},
-                   {"reason", r.reason},
-                   {"nsi", json::object{{"reservation_state", nsi_reservation_state(r.state)},
-                                        {"provision_state", nsi_provision_state(r.state)},
-                                        {"lifecycle_state", nsi_lifecycle_state(r.state, r.reason)}}},
-                   {"src", r.spec.src},
-                   {"dst", r.spec.dst},
-                   {"min_bandwidth_bps", r.spec.min_bandwidth_bps},
-                   {"spec", std::move(spec)},
-                   {"hold_expires_unix_ns", r.hold_expires_ns},
-                   {"tunnel_id", r.tunnel_id},
-                   {"burst_bytes", r.burst_bytes},
-                   {"path", r.paths.empty() ? json::array{} : strings_json(r.paths.front().nodes)},
-                   {"links", r.paths.empty() ? json::array{} : strings_json(r.paths.front().links)},
-                   {"paths", std::move(paths)},
-                   {"bound", bound_to_json(r.bound)},
-                   {"created_unix_ns", r.created_ns},
-                   {"updated_unix_ns", r.updated_ns},
-                   {"history", std::move(history)},
-                   {"dataplane", json::object{{"active", r.dataplane_active},
-                                              {"gateways", std::move(gateways)}}}};
+  json::object out{
+      {"id", r.id},
+      {"version", r.version},
+      {"client_request_id", r.client_request_id},
+      {"state", to_string(r.state)},
+      {"reason", r.reason},
+      {"nsi", json::object{{"reservation_state", nsi_reservation_state(r.state)},
+                           {"provision_state", nsi_provision_state(r.state)},
+                           {"lifecycle_state", nsi_lifecycle_state(r.state, r.reason)}}},
+      {"src", r.spec.src},
+      {"dst", r.spec.dst},
+      {"min_bandwidth_bps", r.spec.min_bandwidth_bps},
+      {"spec", std::move(spec)},
+      {"hold_expires_unix_ns", r.hold_expires_ns},
+      {"tunnel_id", r.tunnel_id},
+      {"burst_bytes", r.burst_bytes},
+      {"path", r.paths.empty() ? json::array{} : strings_json(r.paths.front().nodes)},
+      {"links", r.paths.empty() ? json::array{} : strings_json(r.paths.front().links)},
+      {"paths", std::move(paths)},
+      {"bound", bound_to_json(r.bound)},
+      {"created_unix_ns", r.created_ns},
+      {"updated_unix_ns", r.updated_ns},
+      {"history", std::move(history)},
+      {"dataplane",
+       json::object{{"active", r.dataplane_active}, {"gateways", std::move(gateways)}}}};
   return out;
 }
 
@@ -274,7 +278,8 @@ common::Result<Reservation> from_json(const json::object& object) {
     for (const json::value& v : r.array("history")) {
       if (!v.is_object()) r.fail("history", "has an item that is not an object");
       const Reader h{v.as_object(), r.where + ".history[]"};
-      out.history.push_back(Transition{h.i64("at_unix_ns"), h.str("from"), h.str("to"), h.str("reason")});
+      out.history.push_back(
+          Transition{h.i64("at_unix_ns"), h.str("from"), h.str("to"), h.str("reason")});
     }
     const std::string& id = out.id;
     const bool digits =

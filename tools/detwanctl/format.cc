@@ -85,11 +85,12 @@ std::string format_reservation(const json::object& r) {
   const json::object& bound = obj(r, "bound");
   const json::object& spec = obj(r, "spec");
   const json::object& dataplane = obj(r, "dataplane");
-  std::string out = fmt::format("{}  {}{}  {} -> {}  {}  tunnel {}\n", str(r, "id"), str(r, "state"),
-                                str(r, "reason").empty() ? "" : " (" + str(r, "reason") + ")",
-                                str(r, "src"), str(r, "dst"), rate(i64(r, "min_bandwidth_bps")),
-                                i64(r, "tunnel_id"));
-  out += fmt::format("  path      {} (links {})\n", join(arr(r, "path"), "-"), join(arr(r, "links"), ", "));
+  std::string out =
+      fmt::format("{}  {}{}  {} -> {}  {}  tunnel {}\n", str(r, "id"), str(r, "state"),
+                  str(r, "reason").empty() ? "" : " (" + str(r, "reason") + ")", str(r, "src"),
+                  str(r, "dst"), rate(i64(r, "min_bandwidth_bps")), i64(r, "tunnel_id"));
+  out += fmt::format("  path      {} (links {})\n", join(arr(r, "path"), "-"),
+                     join(arr(r, "links"), ", "));
   const bool on_time = str(bound, "delivery") == "on_time";
   out += fmt::format("  bound     max latency {}, variation {}, loss {:g} ({}{})\n",
                      duration(i64(bound, "max_latency_ns")),
@@ -130,15 +131,17 @@ std::string format_reservation(const json::object& r) {
 }
 
 std::string format_reservation_list(const json::array& list) {
-  std::string out = fmt::format("{:<8} {:<12} {:<6} {:<6} {:>10} {:<23} {:<23} {:>10} {:>7}\n", "ID",
-                                "STATE", "SRC", "DST", "RATE", "START", "END", "MAXLAT", "TUNNEL");
+  std::string out =
+      fmt::format("{:<8} {:<12} {:<6} {:<6} {:>10} {:<23} {:<23} {:>10} {:>7}\n", "ID", "STATE",
+                  "SRC", "DST", "RATE", "START", "END", "MAXLAT", "TUNNEL");
   for (const json::value& v : list) {
     if (!v.is_object()) continue;
     const json::object& r = v.as_object();
     const json::object& spec = obj(r, "spec");
     out += fmt::format("{:<8} {:<12} {:<6} {:<6} {:>10} {:<23} {:<23} {:>10} {:>7}\n", str(r, "id"),
-                       str(r, "state"), str(r, "src"), str(r, "dst"), rate(i64(r, "min_bandwidth_bps")),
-                       format_time(i64(spec, "start_unix_ns")), format_time(i64(spec, "end_unix_ns")),
+                       str(r, "state"), str(r, "src"), str(r, "dst"),
+                       rate(i64(r, "min_bandwidth_bps")), format_time(i64(spec, "start_unix_ns")),
+                       format_time(i64(spec, "end_unix_ns")),
                        duration(i64(obj(r, "bound"), "max_latency_ns")), i64(r, "tunnel_id"));
   }
   return out;
@@ -153,16 +156,17 @@ std::string format_paths(const json::object& answer) {
     const json::object& p = v.as_object();
     const json::object& bound = obj(p, "bound");
     std::string free;
-    for (const json::value& f : arr(p, "free_bps")) free += (free.empty() ? "" : ", ") + rate(f.to_number<int64_t>());
-    out += fmt::format("{}. {}  links {}  free {}\n   max latency {} ({}), variation {}, "
-                       "propagation {}{}\n",
-                       n++, join(arr(p, "nodes"), "-"), join(arr(p, "links"), ", "), free,
-                       duration(i64(bound, "max_latency_ns")), str(bound, "delivery"),
-                       duration(i64(bound, "max_latency_variation_ns")),
-                       duration(i64(bound, "propagation_ns")),
-                       p.contains("meets_requirements") && !p.at("meets_requirements").as_bool()
-                           ? "  (does not meet the requirements)"
-                           : "");
+    for (const json::value& f : arr(p, "free_bps"))
+      free += (free.empty() ? "" : ", ") + rate(f.to_number<int64_t>());
+    out += fmt::format(
+        "{}. {}  links {}  free {}\n   max latency {} ({}), variation {}, "
+        "propagation {}{}\n",
+        n++, join(arr(p, "nodes"), "-"), join(arr(p, "links"), ", "), free,
+        duration(i64(bound, "max_latency_ns")), str(bound, "delivery"),
+        duration(i64(bound, "max_latency_variation_ns")), duration(i64(bound, "propagation_ns")),
+        p.contains("meets_requirements") && !p.at("meets_requirements").as_bool()
+            ? "  (does not meet the requirements)"
+            : "");
   }
   return out;
 }
@@ -171,10 +175,11 @@ std::string format_topology(const json::object& t) {
   std::string out = fmt::format("domain {} (agent {})\n", str(t, "domain"), str(t, "agent"));
   for (const json::value& v : arr(t, "gateways")) {
     const json::object& g = v.as_object();
-    out += fmt::format("gateway {:<8} site {:<6} {} generation {}{}\n", str(g, "name"), str(g, "site"),
-                       g.at("reachable").as_bool() ? (g.at("in_sync").as_bool() ? "in sync," : "out of sync,")
-                                                   : "unreachable,",
-                       i64(g, "generation"), str(g, "error").empty() ? "" : "  (" + str(g, "error") + ")");
+    out += fmt::format(
+        "gateway {:<8} site {:<6} {} generation {}{}\n", str(g, "name"), str(g, "site"),
+        g.at("reachable").as_bool() ? (g.at("in_sync").as_bool() ? "in sync," : "out of sync,")
+                                    : "unreachable,",
+        i64(g, "generation"), str(g, "error").empty() ? "" : "  (" + str(g, "error") + ")");
   }
   out += fmt::format("{:<10} {:<14} {:>10} {:>8} {:>8} {:>11} {:>11}\n", "LINK", "ENDS", "CAPACITY",
                      "DELAY", "JITTER", "RESERVED>", "RESERVED<");
@@ -182,7 +187,8 @@ std::string format_topology(const json::object& t) {
     const json::object& l = v.as_object();
     const json::array& dirs = arr(l, "directions");
     auto reserved = [&](size_t i) {
-      return i < dirs.size() ? rate(i64(dirs[i].as_object(), "reserved_bps_now")) : std::string("-");
+      return i < dirs.size() ? rate(i64(dirs[i].as_object(), "reserved_bps_now"))
+                             : std::string("-");
     };
     out += fmt::format("{:<10} {:<14} {:>10} {:>8} {:>8} {:>11} {:>11}\n", str(l, "name"),
                        join(arr(l, "ends"), "-"), rate(i64(l, "capacity_bps")),

@@ -36,7 +36,8 @@ common::Result<Url> parse_url(const std::string& text) {
   if (!rest.empty() && rest.front() == '[') {
     const size_t close = rest.find(']');
     if (close == std::string::npos) {
-      return common::make_error(common::ErrorCode::kInvalidArgument, fmt::format("'{}': unbalanced '['", text));
+      return common::make_error(common::ErrorCode::kInvalidArgument,
+                                fmt::format("'{}': unbalanced '['", text));
     }
     url.host = rest.substr(1, close - 1);
     if (close + 1 < rest.size() && rest[close + 1] == ':') url.port = rest.substr(close + 2);
@@ -46,8 +47,9 @@ common::Result<Url> parse_url(const std::string& text) {
     if (colon != std::string::npos) url.port = rest.substr(colon + 1);
   }
   if (url.host.empty() || url.port.empty()) {
-    return common::make_error(common::ErrorCode::kInvalidArgument,
-                              fmt::format("'{}' is not an agent URL like http://127.0.0.1:7800", text));
+    return common::make_error(
+        common::ErrorCode::kInvalidArgument,
+        fmt::format("'{}' is not an agent URL like http://127.0.0.1:7800", text));
   }
   return url;
 }
@@ -55,7 +57,8 @@ common::Result<Url> parse_url(const std::string& text) {
 common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
                                      const std::string& path, const std::string& body,
                                      const std::string& token, int timeout_ms) {
-  const std::string where = fmt::format("http://{}:{}{}{}", url.host, url.port, url.base_path, path);
+  const std::string where =
+      fmt::format("http://{}:{}{}{}", url.host, url.port, url.base_path, path);
   try {
     asio::io_context io;
     asio::ip::tcp::resolver resolver(io);
@@ -87,7 +90,8 @@ common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
     request.prepare_payload();
     http::write(stream, request, ec);
     if (ec) {
-      return common::make_error(common::ErrorCode::kIo, fmt::format("{}: sending: {}", where, ec.message()));
+      return common::make_error(common::ErrorCode::kIo,
+                                fmt::format("{}: sending: {}", where, ec.message()));
     }
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
@@ -98,7 +102,8 @@ common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
                                 fmt::format("{}: no answer within {} ms", where, timeout_ms));
     }
     if (ec) {
-      return common::make_error(common::ErrorCode::kIo, fmt::format("{}: reading: {}", where, ec.message()));
+      return common::make_error(common::ErrorCode::kIo,
+                                fmt::format("{}: reading: {}", where, ec.message()));
     }
     beast::error_code ignored;
     stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);

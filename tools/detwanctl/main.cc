@@ -1,7 +1,8 @@
 // detwanctl: reservations of deterministic tunnels, from the command line (docs/control.md).
 //
 //   detwanctl [--agent URL] [--token T] [--json] VERB ...
-//     reserve --from A --to B --rate R [--src-prefix P]... [--dst-prefix P]... [--burst SIZE] [--max-latency D] [--max-latency-variation D]
+//     reserve --from A --to B --rate R [--src-prefix P]... [--dst-prefix P]... [--burst SIZE]
+//     [--max-latency D] [--max-latency-variation D]
 //             [--max-loss F] [--start TIME] (--end TIME | --duration D) [--asap] [--paths K]
 //             [--hold D] [--commit] [--provision] [--no-wait] [--request-id ID]
 //     commit|abort|release|terminate ID      provision ID [--no-wait]
@@ -21,9 +22,10 @@
 #include <optional>
 #include <string>
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
-#include <fmt/format.h>
 
 #include "common/units.h"
 #include "tools/detwanctl/format.h"
@@ -61,19 +63,22 @@ uint64_t rate_of(const std::string& option, const std::string& text) {
 
 int64_t time_of(const std::string& option, const std::string& text) {
   if (text == "now") return realtime_ns();
-  if (!text.empty() && text.front() == '+') return realtime_ns() + duration_of(option, text.substr(1));
+  if (!text.empty() && text.front() == '+')
+    return realtime_ns() + duration_of(option, text.substr(1));
   if (!text.empty() && text.front() == '@') {
     char* end = nullptr;
     const double seconds = std::strtod(text.c_str() + 1, &end);
-    if (end == text.c_str() + 1 || *end != '\0') throw Usage{fmt::format("{}: '{}' is not @UNIX_SECONDS", option, text)};
+    if (end == text.c_str() + 1 || *end != '\0')
+      throw Usage{fmt::format("{}: '{}' is not @UNIX_SECONDS", option, text)};
     return static_cast<int64_t>(seconds * 1e9);
   }
   std::tm tm{};
   const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
   if (end == nullptr || (*end != '\0' && std::string(end) != "Z")) {
-    throw Usage{fmt::format("{}: '{}' is not a time (now, +10m, @UNIX_SECONDS or "
-                            "2026-12-01T14:00:00Z, UTC)",
-                            option, text)};
+    throw Usage{
+        fmt::format("{}: '{}' is not a time (now, +10m, @UNIX_SECONDS or "
+                    "2026-12-01T14:00:00Z, UTC)",
+                    option, text)};
   }
   return static_cast<int64_t>(timegm(&tm)) * 1'000'000'000;
 }
@@ -86,16 +91,17 @@ struct Context {
 };
 
 // Sends, prints, and returns the exit status. `print` formats a successful answer.
-int call(const Context& c, const std::string& method, const std::string& path, const std::string& body,
-         const std::function<std::string(const json::value&)>& print,
+int call(const Context& c, const std::string& method, const std::string& path,
+         const std::string& body, const std::function<std::string(const json::value&)>& print,
          const std::function<int(const json::value&)>& verdict = nullptr) {
   auto answer = http_call(c.url, method, path, body, c.token, c.timeout_ms);
   if (!answer) {
     if (c.json) {
-      std::printf("%s\n", json::serialize(json::object{
-                              {"error", json::object{{"code", "agent_unreachable"},
-                                                     {"message", answer.error().message}}}})
-                              .c_str());
+      std::printf("%s\n",
+                  json::serialize(
+                      json::object{{"error", json::object{{"code", "agent_unreachable"},
+                                                          {"message", answer.error().message}}}})
+                      .c_str());
     }
     std::fprintf(stderr, "detwanctl: %s\n", answer.error().message.c_str());
     return kExitFailed;
@@ -111,10 +117,11 @@ int call(const Context& c, const std::string& method, const std::string& path, c
     if (c.json) {
       std::printf("%s\n", json::serialize(value).c_str());
     }
-    std::fprintf(stderr, "detwanctl: %s\n",
-                 value.is_object() ? format_error(value.as_object()).c_str() : answer->body.c_str());
+    std::fprintf(
+        stderr, "detwanctl: %s\n",
+        value.is_object() ? format_error(value.as_object()).c_str() : answer->body.c_str());
     return answer->status == 400 || answer->status == 405 || answer->status == 413 ? kExitUsage
-                                                                                     : kExitFailed;
+                                                                                   : kExitFailed;
   }
   if (c.json) {
     std::printf("%s\n", json::serialize(value).c_str());
@@ -130,10 +137,12 @@ int provisioned_verdict(const json::value& v) {
   if (r.at("state").as_string() == "provisioned" && dataplane != nullptr &&
       !dataplane->as_object().at("active").as_bool()) {
     const json::value* spec = r.if_contains("spec");
-    const int64_t start = spec != nullptr ? spec->as_object().at("start_unix_ns").to_number<int64_t>() : 0;
+    const int64_t start =
+        spec != nullptr ? spec->as_object().at("start_unix_ns").to_number<int64_t>() : 0;
     if (start <= realtime_ns()) {
-      std::fprintf(stderr, "detwanctl: %s is provisioned but its tunnel is not active on every gateway "
-                           "yet (see the gateways' errors above)\n",
+      std::fprintf(stderr,
+                   "detwanctl: %s is provisioned but its tunnel is not active on every gateway "
+                   "yet (see the gateways' errors above)\n",
                    std::string(r.at("id").as_string()).c_str());
       return kExitFailed;
     }
@@ -157,8 +166,8 @@ int run(int argc, char** argv) {
   app.add_flag("--json", c.json, "print the agent's JSON");
   app.add_option("--timeout", c.timeout_ms, "ms to wait for the agent")->capture_default_str();
 
-  std::string from, to, rate, burst, max_latency, variation, start, end, duration_text, hold, request_id,
-      state, extend;
+  std::string from, to, rate, burst, max_latency, variation, start, end, duration_text, hold,
+      request_id, state, extend;
   double max_loss = -1;
   uint32_t paths = 1;
   uint32_t k = 1;
@@ -170,11 +179,14 @@ int run(int argc, char** argv) {
   reserve->add_option("--from", from, "source site")->required();
   reserve->add_option("--to", to, "destination site")->required();
   reserve->add_option("--rate", rate, "reserved rate in each direction, e.g. 50mbit")->required();
-  reserve->add_option("--src-prefix", src_prefixes, "traffic to these src addresses (default: the site's tunnel prefixes)");
-  reserve->add_option("--dst-prefix", dst_prefixes, "traffic to these dst addresses (default: the site's tunnel prefixes)");
+  reserve->add_option("--src-prefix", src_prefixes,
+                      "traffic to these src addresses (default: the site's tunnel prefixes)");
+  reserve->add_option("--dst-prefix", dst_prefixes,
+                      "traffic to these dst addresses (default: the site's tunnel prefixes)");
   reserve->add_option("--burst", burst, "policer depth, e.g. 64kb (default: one slot cycle)");
   reserve->add_option("--max-latency", max_latency, "RFC 9016 MaxLatency, e.g. 40ms");
-  reserve->add_option("--max-latency-variation", variation, "RFC 9016 MaxLatencyVariation, e.g. 5ms");
+  reserve->add_option("--max-latency-variation", variation,
+                      "RFC 9016 MaxLatencyVariation, e.g. 5ms");
   reserve->add_option("--max-loss", max_loss, "RFC 9016 MaxLoss, a ratio in [0, 1]");
   reserve->add_option("--start", start, "start time (default now)");
   reserve->add_option("--end", end, "end time");
@@ -191,7 +203,8 @@ int run(int argc, char** argv) {
   for (const char* verb : {"commit", "abort", "provision", "release", "terminate", "show"}) {
     CLI::App* sub = app.add_subcommand(verb, std::string(verb) + " a reservation");
     sub->add_option("id", id, "reservation id (r-N)")->required();
-    if (std::string(verb) == "provision") sub->add_flag("--no-wait", no_wait, "do not wait for the gateways");
+    if (std::string(verb) == "provision")
+      sub->add_flag("--no-wait", no_wait, "do not wait for the gateways");
     transitions[verb] = sub;
   }
   CLI::App* modify = app.add_subcommand("modify", "change the rate or the end of a reservation");
@@ -202,7 +215,8 @@ int run(int argc, char** argv) {
   modify->add_option("--request-id", request_id, "client request id");
   CLI::App* list = app.add_subcommand("list", "list reservations");
   list->add_option("--state", state, "only this state");
-  CLI::App* path_cmd = app.add_subcommand("paths", "candidate paths and their bounds (nothing booked)");
+  CLI::App* path_cmd =
+      app.add_subcommand("paths", "candidate paths and their bounds (nothing booked)");
   path_cmd->add_option("--from", from, "source site")->required();
   path_cmd->add_option("--to", to, "destination site")->required();
   path_cmd->add_option("--rate", rate, "rate the paths must have free");
@@ -213,7 +227,8 @@ int run(int argc, char** argv) {
   path_cmd->add_option("--start", start, "window start (default now)");
   path_cmd->add_option("--duration", duration_text, "window length (default 1h)");
   path_cmd->add_flag("--all", all, "ignore capacity (the topology's paths)");
-  CLI::App* topology = app.add_subcommand("topology", "sites, gateways and links with the rate reserved now");
+  CLI::App* topology =
+      app.add_subcommand("topology", "sites, gateways and links with the rate reserved now");
 
   // --agent, --token, --json and --timeout may also follow the verb
   // (`detwanctl reserve ... --json`).
@@ -236,14 +251,16 @@ int run(int argc, char** argv) {
         if (!bytes) throw Usage{"--burst: " + bytes.error().message};
         body["max_burst_bytes"] = *bytes;
       }
-      for (const auto& [key, list] : {std::pair{"src_prefixes", &src_prefixes}, std::pair{"dst_prefixes", &dst_prefixes}}) {
+      for (const auto& [key, list] :
+           {std::pair{"src_prefixes", &src_prefixes}, std::pair{"dst_prefixes", &dst_prefixes}}) {
         if (list->empty()) continue;
         json::array a;
         for (const std::string& p : *list) a.push_back(json::string(p));
         body[key] = std::move(a);
       }
       if (!max_latency.empty()) body["max_latency_ns"] = duration_of("--max-latency", max_latency);
-      if (!variation.empty()) body["max_latency_variation_ns"] = duration_of("--max-latency-variation", variation);
+      if (!variation.empty())
+        body["max_latency_variation_ns"] = duration_of("--max-latency-variation", variation);
       if (max_loss >= 0) body["max_loss"] = max_loss;
       if (paths != 1) body["paths"] = paths;
       if (!start.empty()) body["start_unix_ns"] = time_of("--start", start);
@@ -255,17 +272,19 @@ int run(int argc, char** argv) {
       if (commit) body["commit"] = true;
       if (provision) body["provision"] = true;
       if (!request_id.empty()) body["client_request_id"] = request_id;
-      return call(c, "POST", no_wait ? "/v1/reservations?wait=false" : "/v1/reservations",
-                  json::serialize(body), print_reservation,
-                  provision && !no_wait ? provisioned_verdict : std::function<int(const json::value&)>());
+      return call(
+          c, "POST", no_wait ? "/v1/reservations?wait=false" : "/v1/reservations",
+          json::serialize(body), print_reservation,
+          provision && !no_wait ? provisioned_verdict : std::function<int(const json::value&)>());
     }
     for (const auto& [verb, sub] : transitions) {
       if (!*sub) continue;
       if (verb == "show") return call(c, "GET", "/v1/reservations/" + id, "", print_reservation);
-      const std::string path =
-          "/v1/reservations/" + id + "/" + verb + (verb == "provision" && no_wait ? "?wait=false" : "");
+      const std::string path = "/v1/reservations/" + id + "/" + verb +
+                               (verb == "provision" && no_wait ? "?wait=false" : "");
       return call(c, "POST", path, "", print_reservation,
-                  verb == "provision" && !no_wait ? provisioned_verdict : std::function<int(const json::value&)>());
+                  verb == "provision" && !no_wait ? provisioned_verdict
+                                                  : std::function<int(const json::value&)>());
     }
     if (*modify) {
       json::object body;
@@ -276,14 +295,15 @@ int run(int argc, char** argv) {
         auto current = http_call(c.url, "GET", "/v1/reservations/" + id, "", c.token, c.timeout_ms);
         if (!current || current->status != 200) throw Usage{"--extend: cannot read " + id};
         const json::value r = json::parse(current->body);
-        body["end_unix_ns"] = r.at("spec").at("end_unix_ns").to_number<int64_t>() + duration_of("--extend", extend);
+        body["end_unix_ns"] =
+            r.at("spec").at("end_unix_ns").to_number<int64_t>() + duration_of("--extend", extend);
       }
       if (!request_id.empty()) body["client_request_id"] = request_id;
       return call(c, "PATCH", "/v1/reservations/" + id, json::serialize(body), print_reservation);
     }
     if (*list) {
-      return call(c, "GET", state.empty() ? "/v1/reservations" : "/v1/reservations?state=" + state, "",
-                  [](const json::value& v) {
+      return call(c, "GET", state.empty() ? "/v1/reservations" : "/v1/reservations?state=" + state,
+                  "", [](const json::value& v) {
                     return format_reservation_list(v.as_object().at("reservations").as_array());
                   });
     }
@@ -296,7 +316,8 @@ int run(int argc, char** argv) {
         body["max_burst_bytes"] = *bytes;
       }
       if (!max_latency.empty()) body["max_latency_ns"] = duration_of("--max-latency", max_latency);
-      if (!variation.empty()) body["max_latency_variation_ns"] = duration_of("--max-latency-variation", variation);
+      if (!variation.empty())
+        body["max_latency_variation_ns"] = duration_of("--max-latency-variation", variation);
       if (!start.empty()) body["start_unix_ns"] = time_of("--start", start);
       if (!duration_text.empty()) body["duration_ns"] = duration_of("--duration", duration_text);
       return call(c, "POST", "/v1/paths", json::serialize(body),

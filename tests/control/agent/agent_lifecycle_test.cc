@@ -128,7 +128,8 @@ TEST_F(AgentFixture, AdvanceReservationGoesOnTheGatewaysAtItsStartAndOffAtItsEnd
   EXPECT_EQ(tunnels_on("/fake/gw-a"), 0u);
   EXPECT_EQ(state(id), "terminated");
   EXPECT_EQ(agent->get(id)->at("reason").as_string(), "end_time");
-  EXPECT_EQ(agent->get(id)->at("nsi").as_object().at("lifecycle_state").as_string(), "PassedEndTime");
+  EXPECT_EQ(agent->get(id)->at("nsi").as_object().at("lifecycle_state").as_string(),
+            "PassedEndTime");
 }
 
 TEST_F(AgentFixture, DisjointTimeWindowsShareCapacityAndSlots) {

@@ -1,9 +1,8 @@
 // What survives a crash of the agent (its journal) and what it does about gateways that
 // restarted, vanished, refused a tunnel, or carry tunnels that are not its own.
-#include "tests/control/agent/agent_test_util.h"
-
 #include "control/journal/journal.h"
 #include "control/reservation/reservation_json.h"
+#include "tests/control/agent/agent_test_util.h"
 
 namespace detwan::control::testing {
 namespace {
@@ -25,8 +24,8 @@ TEST_F(AgentFixture, ARestartedAgentLosesNothingCommittedAndExpiresHoldsThatRanO
   agent->reconcile_now();
   const json before = *agent->get(provisioned);
 
-  agent.reset();                        // the process is gone (nothing is flushed on the way out)
-  realtime.advance_ns(45 * kSecond);    // the hold (30 s) runs out while it is down
+  agent.reset();                      // the process is gone (nothing is flushed on the way out)
+  realtime.advance_ns(45 * kSecond);  // the hold (30 s) runs out while it is down
   open();
   EXPECT_EQ(state(provisioned), "provisioned");
   EXPECT_EQ(state(committed), "committed");
@@ -60,8 +59,9 @@ TEST_F(AgentFixture, AGatewayThatRestartedIsReprogrammed) {
   agent->reconcile_now();
   EXPECT_EQ(tunnels_on("/fake/gw-b"), 1u);
   EXPECT_TRUE(active(id));
-  EXPECT_NE(agent->metrics_text().find("detwan_agent_gateway_restarts_seen_total{gateway=\"gw-b\"} 1"),
-            std::string::npos);
+  EXPECT_NE(
+      agent->metrics_text().find("detwan_agent_gateway_restarts_seen_total{gateway=\"gw-b\"} 1"),
+      std::string::npos);
 }
 
 TEST_F(AgentFixture, AnUnreachableGatewayIsRetriedAndReportedWithoutFailingTheReservation) {
@@ -91,7 +91,8 @@ TEST_F(AgentFixture, AGatewayThatRefusesTheTunnelFailsTheReservationWithItsWords
   r.provision = true;
   const json reserved = reserve_ok(r);
   const auto tunnel = static_cast<uint32_t>(reserved.at("tunnel_id").to_number<uint64_t>());
-  gateways.with("/fake/gw-a", [&](FakeGateways::Gateway& g) { return g.refuse.insert(tunnel).second; });
+  gateways.with("/fake/gw-a",
+                [&](FakeGateways::Gateway& g) { return g.refuse.insert(tunnel).second; });
   agent->reconcile_now();
   const std::string id = id_of(reserved);
   EXPECT_EQ(state(id), "failed");
@@ -105,7 +106,8 @@ TEST_F(AgentFixture, AGatewayThatRefusesTheTunnelFailsTheReservationWithItsWords
 TEST_F(AgentFixture, TunnelsThatAreNotTheAgentsAreLeftAlone) {
   gateways.with("/fake/gw-a", [](FakeGateways::Gateway& g) {
     g.tunnels[12] = json{{"id", 12}, {"peer", "b"}, {"owner", ""}, {"rate_bps", 1'000'000}};
-    g.tunnels[77] = json{{"id", 77}, {"peer", "b"}, {"owner", "agent:lab"}, {"rate_bps", 1'000'000}};
+    g.tunnels[77] =
+        json{{"id", 77}, {"peer", "b"}, {"owner", "agent:lab"}, {"rate_bps", 1'000'000}};
     return 0;
   });
   agent->reconcile_now();
@@ -115,7 +117,8 @@ TEST_F(AgentFixture, TunnelsThatAreNotTheAgentsAreLeftAlone) {
 
 TEST_F(AgentFixture, TheJournalReplaysWithoutOverbookingAndATamperedOneIsCaught) {
   for (int i = 0; i < 20; ++i) {
-    auto r = request(i % 2 ? "a" : "b", i % 2 ? "c" : "a", 10'000'000 + i * 1'000'000, 30 * kSecond);
+    auto r =
+        request(i % 2 ? "a" : "b", i % 2 ? "c" : "a", 10'000'000 + i * 1'000'000, 30 * kSecond);
     r.start_now = false;
     r.spec.start_ns = kStartNs + i * 20 * kSecond;
     r.commit = i % 3 != 0;

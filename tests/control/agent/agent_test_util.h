@@ -5,9 +5,10 @@
 #include <memory>
 #include <string>
 
-#include <gtest/gtest.h>
-#include <boost/json.hpp>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
 
 #include "common/clock.h"
 #include "control/agent/agent.h"
@@ -124,7 +125,9 @@ struct AgentFixture : ::testing::Test {
     return out ? *out : boost::json::object{};
   }
 
-  static std::string id_of(const boost::json::object& r) { return std::string(r.at("id").as_string()); }
+  static std::string id_of(const boost::json::object& r) {
+    return std::string(r.at("id").as_string());
+  }
   static std::string state_of(const boost::json::object& r) {
     return std::string(r.at("state").as_string());
   }

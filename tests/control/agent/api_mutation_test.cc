@@ -26,10 +26,18 @@ std::string mutate(std::string s, std::mt19937_64& rng) {
   for (int e = 0; e < edits && !s.empty(); ++e) {
     const size_t at = rng() % s.size();
     switch (rng() % 6) {
-      case 0: s[at] = static_cast<char>(rng() % 256); break;
-      case 1: s.insert(at, 1, "{}[]\":,0-9e.\\ntf"[rng() % 16]); break;
-      case 2: s.erase(at, 1 + rng() % 8); break;
-      case 3: s.resize(at); break;
+      case 0:
+        s[at] = static_cast<char>(rng() % 256);
+        break;
+      case 1:
+        s.insert(at, 1, "{}[]\":,0-9e.\\ntf"[rng() % 16]);
+        break;
+      case 2:
+        s.erase(at, 1 + rng() % 8);
+        break;
+      case 3:
+        s.resize(at);
+        break;
       case 4: {  // a number becomes huge, negative or fractional
         const size_t digit = s.find_first_of("0123456789", at);
         if (digit != std::string::npos) s.insert(digit, rng() % 2 ? "-" : "99999999999999999999");
@@ -81,12 +89,23 @@ TEST_F(AgentFixture, EveryRequestThroughTheRoutesGetsADocumentedJsonAnswer) {
   const api::Handler handler = api::make_handler(*agent, "openapi: 3.0.3\n");
   std::mt19937_64 rng(34);
   const char* methods[] = {"GET", "POST", "PATCH", "DELETE", "PUT"};
-  const char* paths[] = {"/v1/reservations", "/v1/reservations/r-1", "/v1/reservations/r-1/commit",
-                         "/v1/reservations/r-2/provision", "/v1/reservations/r-1/release",
-                         "/v1/reservations/r-3/terminate", "/v1/reservations/r-x/abort",
-                         "/v1/reservations?state=held", "/v1/reservations?state=bogus",
-                         "/v1/paths", "/v1/topology", "/healthz", "/metrics", "/nope",
-                         "/v1/reservations/r-1/reboot", "/v1/reservations/" "r-99999999999999999999999"};
+  const char* paths[] = {"/v1/reservations",
+                         "/v1/reservations/r-1",
+                         "/v1/reservations/r-1/commit",
+                         "/v1/reservations/r-2/provision",
+                         "/v1/reservations/r-1/release",
+                         "/v1/reservations/r-3/terminate",
+                         "/v1/reservations/r-x/abort",
+                         "/v1/reservations?state=held",
+                         "/v1/reservations?state=bogus",
+                         "/v1/paths",
+                         "/v1/topology",
+                         "/healthz",
+                         "/metrics",
+                         "/nope",
+                         "/v1/reservations/r-1/reboot",
+                         "/v1/reservations/"
+                         "r-99999999999999999999999"};
   const std::set<int> documented = {200, 201, 400, 404, 405, 409, 422};
   std::map<int, int> seen;
   for (int i = 0; i < 3'000; ++i) {
@@ -95,7 +114,8 @@ TEST_F(AgentFixture, EveryRequestThroughTheRoutesGetsADocumentedJsonAnswer) {
     request.target = paths[rng() % std::size(paths)];
     const size_t q = request.target.find('?');
     request.path = request.target.substr(0, q);
-    request.query = q == std::string::npos ? "wait=false" : request.target.substr(q + 1) + "&wait=false";
+    request.query =
+        q == std::string::npos ? "wait=false" : request.target.substr(q + 1) + "&wait=false";
     request.body = rng() % 4 == 0 ? std::string(kBodies[rng() % std::size(kBodies)])
                                   : mutate(kBodies[rng() % std::size(kBodies)], rng);
     api::HttpResponse answer;
@@ -106,8 +126,8 @@ TEST_F(AgentFixture, EveryRequestThroughTheRoutesGetsADocumentedJsonAnswer) {
     });
     ASSERT_TRUE(answered) << request.method << " " << request.target;
     ++seen[answer.status];
-    EXPECT_EQ(documented.count(answer.status), 1u) << answer.status << " " << request.method << " "
-                                                   << request.target << " " << answer.body;
+    EXPECT_EQ(documented.count(answer.status), 1u)
+        << answer.status << " " << request.method << " " << request.target << " " << answer.body;
     if (answer.content_type == "application/json") {
       boost::system::error_code ec;
       (void)boost::json::parse(answer.body, ec);

@@ -9,8 +9,9 @@
 #include <set>
 #include <string>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <boost/json.hpp>
 
 #include "common/units.h"
 #include "control/gateway/reconciler.h"
@@ -23,7 +24,7 @@ class FakeGateways final : public gateway::GatewayClient {
     uint64_t generation = 0;
     uint64_t boot = 1;
     bool reachable = true;
-    std::set<uint32_t> refuse;                     // tunnel ids it refuses to add
+    std::set<uint32_t> refuse;                        // tunnel ids it refuses to add
     std::map<uint32_t, boost::json::object> tunnels;  // as {"cmd":"tunnels"} lists them
     uint64_t applies = 0;
   };
@@ -41,9 +42,10 @@ class FakeGateways final : public gateway::GatewayClient {
     if (cmd == "tunnels") {
       boost::json::array list;
       for (const auto& [id, t] : g.tunnels) list.push_back(t);
-      return boost::json::serialize(boost::json::object{
-          {"gateway", socket}, {"boot_id", fmt::format("{:016x}", g.boot)},
-          {"generation", g.generation}, {"tunnels", std::move(list)}});
+      return boost::json::serialize(boost::json::object{{"gateway", socket},
+                                                        {"boot_id", fmt::format("{:016x}", g.boot)},
+                                                        {"generation", g.generation},
+                                                        {"tunnels", std::move(list)}});
     }
     if (cmd != "apply") return error(g, "unknown cmd");
     if (const auto* want = request.if_contains("if_generation")) {
@@ -66,7 +68,8 @@ class FakeGateways final : public gateway::GatewayClient {
         if (std::string(list) == "add" && (exists || g.refuse.count(id) != 0)) {
           return error(g, fmt::format("add[0] (tunnel {}): refused by the fake", id));
         }
-        if (std::string(list) == "modify" && !exists) return error(g, fmt::format("modify: no tunnel {}", id));
+        if (std::string(list) == "modify" && !exists)
+          return error(g, fmt::format("modify: no tunnel {}", id));
         next[id] = describe(t);
       }
     }
@@ -97,9 +100,11 @@ class FakeGateways final : public gateway::GatewayClient {
 
  private:
   static common::Result<std::string> error(const Gateway& g, const std::string& message) {
-    return boost::json::serialize(boost::json::object{{"error", message}, {"generation", g.generation}});
+    return boost::json::serialize(
+        boost::json::object{{"error", message}, {"generation", g.generation}});
   }
-  // An `apply` item (YAML vocabulary with units) -> the `tunnels` form (numbers with units in names).
+  // An `apply` item (YAML vocabulary with units) -> the `tunnels` form (numbers with units in
+  // names).
   static boost::json::object describe(const boost::json::object& t) {
     auto text = [&](const char* key) { return std::string(t.at(key).as_string()); };
     boost::json::object out{{"id", t.at("id")},

@@ -20,14 +20,15 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
-#include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/dijkstra_shortest_paths.hpp>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/dijkstra_shortest_paths.hpp>
 #include <boost/json.hpp>
-#include <fmt/format.h>
 
 #include "common/clock.h"
 #include "common/histogram.h"
@@ -54,8 +55,9 @@ int64_t now_ns() {
 }
 
 json::object summary(const common::LogLinearHistogram& h) {
-  return {{"count", h.count()},       {"p50_ns", h.percentile(0.5)}, {"p90_ns", h.percentile(0.9)},
-          {"p99_ns", h.percentile(0.99)}, {"max_ns", h.max()},        {"mean_ns", h.mean()}};
+  return {{"count", h.count()},          {"p50_ns", h.percentile(0.5)},
+          {"p90_ns", h.percentile(0.9)}, {"p99_ns", h.percentile(0.99)},
+          {"max_ns", h.max()},           {"mean_ns", h.mean()}};
 }
 
 std::string ms(int64_t ns) { return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6); }
@@ -78,7 +80,7 @@ RandomRequest random_request(const control::model::Topology& t, std::mt19937_64&
   while (b == a) b = site(rng);
   r.src = t.sites[a].name;
   r.dst = t.sites[b].name;
-  r.rate_bps = 100'000'000ULL * (1 + rng() % 20);                     // 0.1 .. 2 Gbit/s
+  r.rate_bps = 100'000'000ULL * (1 + rng() % 20);  // 0.1 .. 2 Gbit/s
   r.start_offset_ns = static_cast<int64_t>(rng() % spread_s) * 1'000'000'000;
   r.duration_ns = static_cast<int64_t>(1 + rng() % 6) * 3'600'000'000'000;  // 1..6 h
   return r;
@@ -89,11 +91,10 @@ RandomRequest random_request(const control::model::Topology& t, std::mt19937_64&
 // windows or bounds.
 class BglBaseline {
  public:
-  explicit BglBaseline(const control::model::Topology& t)
-      : graph_(t.nodes.size()) {
+  explicit BglBaseline(const control::model::Topology& t) : graph_(t.nodes.size()) {
     for (const auto& link : t.links) {
-      const int64_t frame_ns = static_cast<int64_t>(
-          static_cast<double>(link.mtu_bytes + 18) * 8e9 / static_cast<double>(link.capacity_bps));
+      const int64_t frame_ns = static_cast<int64_t>(static_cast<double>(link.mtu_bytes + 18) * 8e9 /
+                                                    static_cast<double>(link.capacity_bps));
       boost::add_edge(link.ends[0], link.ends[1], link.max_delay_ns() + frame_ns, graph_);
     }
   }
@@ -111,14 +112,16 @@ class BglBaseline {
   }
 
  private:
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS,
-                                      boost::no_property, boost::property<boost::edge_weight_t, int64_t>>;
+  using Graph =
+      boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, boost::no_property,
+                            boost::property<boost::edge_weight_t, int64_t>>;
   Graph graph_;
 };
 
 int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32_t queries,
                   bool as_json) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("detwan-agent-bench-{}", getpid());
+  auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("detwan-agent-bench-{}", getpid());
   std::filesystem::create_directories(dir);
   SyntheticOptions o = options;
   o.journal = (dir / "journal.db").string();
@@ -162,8 +165,8 @@ int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32
     const RandomRequest q = random_request(topo, rng);
     {
       const int64_t t0 = now_ns();
-      volatile int64_t d = bgl.query(topo.sites[topo.find_site(q.src)].node,
-                                     topo.sites[topo.find_site(q.dst)].node);
+      volatile int64_t d =
+          bgl.query(topo.sites[topo.find_site(q.src)].node, topo.sites[topo.find_site(q.dst)].node);
       (void)d;
       bgl_ns.record(now_ns() - t0);
     }
@@ -196,35 +199,39 @@ int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32
   const std::string check = (*agent)->check_ledger();
   agent->reset();
   std::filesystem::remove_all(dir);
-  const json::object out{{"nodes", options.nodes},
-                         {"links", links},
-                         {"sites", sites},
-                         {"reservations_requested", reservations},
-                         {"reservations_admitted", admitted},
-                         {"fill_seconds", static_cast<double>(fill_ns) / 1e9},
-                         {"path_queries", queries},
-                         {"paths_found", found},
-                         {"path_computation", summary(path_ns)},
-                         {"baseline_bgl_dijkstra", summary(bgl_ns)},
-                         {"ratio_p99_vs_bgl", static_cast<double>(path_ns.percentile(0.99)) /
-                                                  static_cast<double>(std::max<int64_t>(1, bgl_ns.percentile(0.99)))},
-                         {"reserve_admitted", admitted_timed},
-                         {"reserve", summary(reserve_ns)},
-                         {"ledger_check", check.empty() ? "ok" : check}};
+  const json::object out{
+      {"nodes", options.nodes},
+      {"links", links},
+      {"sites", sites},
+      {"reservations_requested", reservations},
+      {"reservations_admitted", admitted},
+      {"fill_seconds", static_cast<double>(fill_ns) / 1e9},
+      {"path_queries", queries},
+      {"paths_found", found},
+      {"path_computation", summary(path_ns)},
+      {"baseline_bgl_dijkstra", summary(bgl_ns)},
+      {"ratio_p99_vs_bgl", static_cast<double>(path_ns.percentile(0.99)) /
+                               static_cast<double>(std::max<int64_t>(1, bgl_ns.percentile(0.99)))},
+      {"reserve_admitted", admitted_timed},
+      {"reserve", summary(reserve_ns)},
+      {"ledger_check", check.empty() ? "ok" : check}};
   if (as_json) {
     std::printf("%s\n", json::serialize(out).c_str());
   } else {
     std::printf("%u nodes, %zu links, %zu sites; %lu of %u reservations admitted (%.1f s)\n",
-                options.nodes, links, sites, admitted, reservations, static_cast<double>(fill_ns) / 1e9);
-    std::printf("path computation (%u queries, %lu found): p50 %s  p90 %s  p99 %s  max %s\n", queries,
-                found, ms(path_ns.percentile(0.5)).c_str(), ms(path_ns.percentile(0.9)).c_str(),
-                ms(path_ns.percentile(0.99)).c_str(), ms(path_ns.max()).c_str());
-    std::printf("baseline, BGL Dijkstra on the same graph:        p50 %s  p90 %s  p99 %s  max %s "
-                "(p99 ratio %.1fx)\n",
-                ms(bgl_ns.percentile(0.5)).c_str(), ms(bgl_ns.percentile(0.9)).c_str(),
-                ms(bgl_ns.percentile(0.99)).c_str(), ms(bgl_ns.max()).c_str(),
-                static_cast<double>(path_ns.percentile(0.99)) /
-                    static_cast<double>(std::max<int64_t>(1, bgl_ns.percentile(0.99))));
+                options.nodes, links, sites, admitted, reservations,
+                static_cast<double>(fill_ns) / 1e9);
+    std::printf("path computation (%u queries, %lu found): p50 %s  p90 %s  p99 %s  max %s\n",
+                queries, found, ms(path_ns.percentile(0.5)).c_str(),
+                ms(path_ns.percentile(0.9)).c_str(), ms(path_ns.percentile(0.99)).c_str(),
+                ms(path_ns.max()).c_str());
+    std::printf(
+        "baseline, BGL Dijkstra on the same graph:        p50 %s  p90 %s  p99 %s  max %s "
+        "(p99 ratio %.1fx)\n",
+        ms(bgl_ns.percentile(0.5)).c_str(), ms(bgl_ns.percentile(0.9)).c_str(),
+        ms(bgl_ns.percentile(0.99)).c_str(), ms(bgl_ns.max()).c_str(),
+        static_cast<double>(path_ns.percentile(0.99)) /
+            static_cast<double>(std::max<int64_t>(1, bgl_ns.percentile(0.99))));
     std::printf("reserve with journal (%u, %lu admitted): p50 %s  p99 %s  max %s\n", queries,
                 admitted_timed, ms(reserve_ns.percentile(0.5)).c_str(),
                 ms(reserve_ns.percentile(0.99)).c_str(), ms(reserve_ns.max()).c_str());
@@ -234,12 +241,14 @@ int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32
 }
 
 std::string topology_yaml(const control::model::Topology& t, const std::string& listen) {
-  std::string out = fmt::format("# synthetic topology (detwan-agent-bench topology)\ndomain: {}\n"
-                                "agent:\n  name: {}\n  listen: {}\n  journal: {}\n"
-                                "  hold_timeout: 1h\n  max_connections: 256\n  reconcile_interval: 1h\n"
-                                "sites:\n",
-                                t.domain, t.agent.name, listen, t.agent.journal);
-  for (const auto& s : t.sites) out += fmt::format("  - {{name: {}, gateway: gw-{}}}\n", s.name, s.name);
+  std::string out = fmt::format(
+      "# synthetic topology (detwan-agent-bench topology)\ndomain: {}\n"
+      "agent:\n  name: {}\n  listen: {}\n  journal: {}\n"
+      "  hold_timeout: 1h\n  max_connections: 256\n  reconcile_interval: 1h\n"
+      "sites:\n",
+      t.domain, t.agent.name, listen, t.agent.journal);
+  for (const auto& s : t.sites)
+    out += fmt::format("  - {{name: {}, gateway: gw-{}}}\n", s.name, s.name);
   out += "gateways:\n";
   for (const auto& g : t.gateways) {
     out += fmt::format("  - name: {}\n    site: {}\n    admin_socket: {}\n    ports: [", g.name,
@@ -259,10 +268,11 @@ std::string topology_yaml(const control::model::Topology& t, const std::string& 
   }
   out += "]\nlinks:\n";
   for (const auto& l : t.links) {
-    out += fmt::format("  - {{name: {}, ends: [{}, {}], capacity: {}bit, delay: {}ns, jitter: {}ns, "
-                       "reservable: 90%, mtu: {}, cycle: {}ns, slots: {}, guard: {}ns}}\n",
-                       l.name, t.nodes[l.ends[0]].name, t.nodes[l.ends[1]].name, l.capacity_bps,
-                       l.delay_ns, l.jitter_ns, l.mtu_bytes, l.cycle_ns, l.slot_count, l.guard_ns);
+    out += fmt::format(
+        "  - {{name: {}, ends: [{}, {}], capacity: {}bit, delay: {}ns, jitter: {}ns, "
+        "reservable: 90%, mtu: {}, cycle: {}ns, slots: {}, guard: {}ns}}\n",
+        l.name, t.nodes[l.ends[0]].name, t.nodes[l.ends[1]].name, l.capacity_bps, l.delay_ns,
+        l.jitter_ns, l.mtu_bytes, l.cycle_ns, l.slot_count, l.guard_ns);
   }
   return out;
 }
@@ -280,13 +290,14 @@ int command_load(const std::string& url_text, const SyntheticOptions& options, u
   std::vector<std::string> bodies;
   for (uint32_t i = 0; i < requests; ++i) {
     const RandomRequest q = random_request(t, rng, spread_s);
-    bodies.push_back(json::serialize(json::object{{"src", q.src},
-                                                  {"dst", q.dst},
-                                                  {"min_bandwidth_bps", q.rate_bps},
-                                                  {"start_unix_ns", base + q.start_offset_ns},
-                                                  {"duration_ns", q.duration_ns},
-                                                  {"commit", true},
-                                                  {"client_request_id", fmt::format("load-{}", i)}}));
+    bodies.push_back(
+        json::serialize(json::object{{"src", q.src},
+                                     {"dst", q.dst},
+                                     {"min_bandwidth_bps", q.rate_bps},
+                                     {"start_unix_ns", base + q.start_offset_ns},
+                                     {"duration_ns", q.duration_ns},
+                                     {"commit", true},
+                                     {"client_request_id", fmt::format("load-{}", i)}}));
   }
   std::atomic<uint32_t> next{0};
   std::mutex mutex;
@@ -318,17 +329,21 @@ int command_load(const std::string& url_text, const SyntheticOptions& options, u
   json::object by_status;
   for (const auto& [status, n] : statuses) by_status[std::to_string(status)] = n;
   const double rate = requests / (static_cast<double>(elapsed) / 1e9);
-  const json::object out{{"clients", clients},     {"requests", requests},
+  const json::object out{{"clients", clients},
+                         {"requests", requests},
                          {"seconds", static_cast<double>(elapsed) / 1e9},
-                         {"requests_per_second", rate}, {"latency", summary(latency)},
-                         {"statuses", std::move(by_status)}, {"transport_errors", errors.load()}};
+                         {"requests_per_second", rate},
+                         {"latency", summary(latency)},
+                         {"statuses", std::move(by_status)},
+                         {"transport_errors", errors.load()}};
   if (as_json) {
     std::printf("%s\n", json::serialize(out).c_str());
   } else {
-    std::printf("%u requests from %u clients in %.2f s: %.0f requests/s; latency p50 %s p99 %s max %s\n",
-                requests, clients, static_cast<double>(elapsed) / 1e9, rate,
-                ms(latency.percentile(0.5)).c_str(), ms(latency.percentile(0.99)).c_str(),
-                ms(latency.max()).c_str());
+    std::printf(
+        "%u requests from %u clients in %.2f s: %.0f requests/s; latency p50 %s p99 %s max %s\n",
+        requests, clients, static_cast<double>(elapsed) / 1e9, rate,
+        ms(latency.percentile(0.5)).c_str(), ms(latency.percentile(0.99)).c_str(),
+        ms(latency.max()).c_str());
     for (const auto& [status, n] : statuses) std::printf("  status %d: %lu\n", status, n);
     if (errors) std::printf("  transport errors: %lu\n", errors.load());
   }
@@ -347,13 +362,15 @@ int run(int argc, char** argv) {
   std::string listen = "127.0.0.1:0";
   std::string url;
   auto add_topology = [&](CLI::App* sub) {
-    sub->add_option("--nodes", options.nodes, "nodes of the synthetic topology")->capture_default_str();
+    sub->add_option("--nodes", options.nodes, "nodes of the synthetic topology")
+        ->capture_default_str();
     sub->add_option("--degree", options.degree, "average links per node")->capture_default_str();
     sub->add_option("--seed", options.seed, "random seed")->capture_default_str();
   };
   CLI::App* paths = app.add_subcommand("paths", "path computation and admission in process");
   add_topology(paths);
-  paths->add_option("--reservations", reservations, "reservations booked first")->capture_default_str();
+  paths->add_option("--reservations", reservations, "reservations booked first")
+      ->capture_default_str();
   paths->add_option("--queries", queries, "timed path computations")->capture_default_str();
   paths->add_flag("--json", as_json);
   CLI::App* topology = app.add_subcommand("topology", "print the synthetic topology file");
@@ -366,7 +383,8 @@ int run(int argc, char** argv) {
   load->add_option("--clients", clients, "client threads")->capture_default_str();
   load->add_option("--requests", requests, "reserve requests in all")->capture_default_str();
   uint32_t spread_s = 86'400;
-  load->add_option("--spread", spread_s, "start times within this many seconds")->capture_default_str();
+  load->add_option("--spread", spread_s, "start times within this many seconds")
+      ->capture_default_str();
   load->add_flag("--json", as_json);
   try {
     app.parse(argc, argv);
