@@ -29,7 +29,7 @@ class TimingWheel {
   // granularity_ns > 0. bucket_count is rounded up to a power of two, at least 64.
   TimingWheel(int64_t granularity_ns, uint32_t bucket_count, uint32_t capacity, int64_t start_ns)
       : granularity_ns_(granularity_ns > 0 ? granularity_ns : 1),
-        bucket_count_(std::bit_ceil(bucket_count < 64 ? 64u : bucket_count)),
+        bucket_count_(rounded_bucket_count(bucket_count)),
         capacity_(capacity),
         nodes_(std::make_unique<Node[]>(capacity == 0 ? 1 : capacity)),
         heads_(std::make_unique<uint32_t[]>(bucket_count_)),
@@ -39,6 +39,11 @@ class TimingWheel {
     for (uint32_t i = 0; i < bucket_count_; ++i) heads_[i] = tails_[i] = kNil;
     for (uint32_t i = 0; i < capacity_; ++i) nodes_[i].next = i + 1 < capacity_ ? i + 1 : kNil;
     free_head_ = capacity_ > 0 ? 0 : kNil;
+  }
+
+  // The bucket count a wheel constructed with bucket_count has.
+  [[nodiscard]] static constexpr uint32_t rounded_bucket_count(uint32_t bucket_count) noexcept {
+    return std::bit_ceil(bucket_count < 64 ? 64u : bucket_count);
   }
 
   [[nodiscard]] WheelInsert insert(int64_t ts_ns, const T& value) noexcept {
