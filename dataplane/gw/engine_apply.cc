@@ -34,10 +34,13 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
     return common::make_error(error.code, what + ": " + error.message);
   };
 
-  // Indices: kept for existing tunnels; a new one takes a reusable index or a new one.
+  // Indices: kept for existing tunnels; a new one takes a reusable index or a new one. A new
+  // tunnel at a drained index whose storage fits restarts that storage at the commit (no
+  // allocation); otherwise its state is built here.
   std::vector<uint32_t> index_of(next->tunnels.size());
   std::vector<bool> taken(m.tunnels.size(), false);
   std::vector<std::pair<uint32_t, TunnelState>> fresh;
+  std::vector<std::pair<uint32_t, TunnelSetup>> restarted;
   auto appended = static_cast<uint32_t>(m.tunnels.size());
   for (size_t i = 0; i < next->tunnels.size(); ++i) {
     const TunnelConfig& tunnel = next->tunnels[i];
@@ -56,7 +59,13 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
       taken[index] = true;
     }
     index_of[i] = index;
-    auto state = make_tunnel(*next, m.peers, tunnel);
+    auto setup = tunnel_setup(*next, m.peers, tunnel);
+    if (!setup) return std::unexpected(setup.error());
+    if (index < m.tunnels.size() && fits(m.tunnels[index], *setup)) {
+      restarted.emplace_back(index, std::move(*setup));
+      continue;
+    }
+    auto state = make_tunnel(std::move(*setup));
     if (!state) return std::unexpected(state.error());
     fresh.emplace_back(index, std::move(*state));
   }
@@ -106,6 +115,7 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
 
   // ---- commit: moves, plain stores and the schedulers' commits, none of which can fail ----
   for (size_t p = 0; p < m.ports.size(); ++p) m.ports[p].scheduler.commit(std::move(schedules[p]));
+  for (auto& [index, setup] : restarted) restart_tunnel(m.tunnels[index], std::move(setup));
   for (auto& [index, state] : fresh) {
     if (index < m.tunnels.size()) {
       m.tunnels[index] = std::move(state);
