@@ -207,7 +207,8 @@ class TxScheduler {
   // place. So a change costs O(slots + owners + frames held), with no allocation beyond the few
   // small vectors of the new list, unless the wheel's size changes (another capacity,
   // granularity or bucket count, e.g. a longer max_wait): then a wheel and its spare are
-  // allocated as create() does.
+  // allocated as create() does. A removed tunnel's counters are kept, cleared, for a tunnel added
+  // later; only a tunnel added beyond those gets new ones.
   [[nodiscard]] common::Result<void> reconfigure(GateControlList gcl,
                                                  const TxSchedulerConfig& config, int64_t now_ns);
   // The same in two halves, for a caller that must prepare several schedulers before changing
@@ -306,6 +307,9 @@ class TxScheduler {
   std::vector<OwnerState> owners_;  // gcl owner order: tunnels, then best effort (back())
   TxCounters port_;
   int64_t last_now_ns_ = std::numeric_limits<int64_t>::min();
+  // Counters of removed tunnels, kept (and cleared) for tunnels added later: their histograms
+  // are the largest part of an owner. At most as many as tunnels were removed and not replaced.
+  std::vector<TxCounters> spare_counters_;
   // Frames reconfigure() handed back, given to the sink (send == false) before any other.
   std::vector<TxFrame> returned_;
   std::size_t returned_next_ = 0;
@@ -327,11 +331,14 @@ class TxScheduler::Change {
   Plan plan_;
   int64_t now_ns_ = 0;
   bool same_timeline_ = false;
-  const TxScheduler* source_ = nullptr;     // the scheduler it was prepared for
-  std::vector<OwnerIndex> to_new_;          // old owner -> new owner (kNoOwner: tunnel removed)
-  std::vector<OwnerIndex> from_old_;        // new owner -> old owner (kNoOwner: tunnel added)
-  std::vector<bool> moved_;                 // new owner: its slots changed, its frames re-placed
-  std::vector<TxCounters> fresh_counters_;  // one per added tunnel, in new owner order
+  const TxScheduler* source_ = nullptr;  // the scheduler it was prepared for
+  std::vector<OwnerIndex> to_new_;       // old owner -> new owner (kNoOwner: tunnel removed)
+  std::vector<OwnerIndex> from_old_;     // new owner -> old owner (kNoOwner: tunnel added)
+  std::vector<bool> moved_;              // new owner: its slots changed, its frames re-placed
+  // Counters for the tunnels added beyond what the scheduler's spares (and the tunnels this
+  // change removes) provide; the spares as they will be after the commit (reserved).
+  std::vector<TxCounters> fresh_counters_;
+  std::vector<TxCounters> spare_counters_;
   // Room for the new owners (committed: the old ones) and for the frames handed back (at worst
   // every frame held); reserved so that commit() does not allocate.
   std::vector<OwnerState> owners_;

@@ -3,10 +3,12 @@
 // in two halves: prepare_reconfigure() checks and allocates and changes nothing, so a failure
 // (here or in another port's change) leaves the scheduler as it was; commit() cannot fail and
 // allocates nothing. commit() works in place: owners keep their counters (moved: their
-// histograms are far larger than the rest of the scheduler's state), the frames go into the
-// spare wheel, the wheels change places and the old one is cleared to be the next spare.
+// histograms are far larger than the rest of the scheduler's state; a removed tunnel's are kept
+// for the next tunnel added), the frames go into the spare wheel, the wheels change places and
+// the old one is cleared to be the next spare.
 #include <algorithm>
 #include <cassert>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,16 @@ bool same_timeline(const GclConfig& a, const GclConfig& b) {
   return a.cycle_ns == b.cycle_ns && a.slot_count == b.slot_count &&
          a.base_time_ns == b.base_time_ns && a.guard_ns == b.guard_ns &&
          a.line_rate_bps == b.line_rate_bps && a.max_frame_bytes == b.max_frame_bytes;
+}
+
+// As TxCounters() constructs them, clearing only the histograms' used buckets.
+void clear(TxCounters& c) noexcept {
+  c.offered_packets = c.offered_bytes = c.queued_packets = c.queued_bytes = 0;
+  c.sent_packets = c.sent_bytes = c.downgraded_packets = c.downgraded_bytes = 0;
+  c.held_for_slot = c.rescheduled = 0;
+  std::fill(std::begin(c.dropped), std::end(c.dropped), 0);
+  c.departure_error_ns.reset();
+  c.queue_wait_ns.reset();
 }
 
 }  // namespace
@@ -72,12 +84,16 @@ common::Result<TxScheduler::Change> TxScheduler::prepare_reconfigure(
     }
   }
 
-  // Everything commit() stores into: counters for the tunnels added (the others keep theirs),
-  // room for the owners and for handing back every frame held, and a new pair of wheels if their
-  // geometry changes.
-  for (OwnerIndex n = 0; n < owner_count; ++n) {
-    if (change.from_old_[n] == kNoOwner) change.fresh_counters_.emplace_back();
-  }
+  // Everything commit() stores into: counters for the tunnels added (the others keep theirs;
+  // spares and the counters of tunnels removed now are used first), room for the owners, the
+  // spares and for handing back every frame held, and a new pair of wheels if their geometry
+  // changes.
+  size_t added = 0, removed = 0;
+  for (OwnerIndex n = 0; n < owner_count; ++n) added += change.from_old_[n] == kNoOwner;
+  for (OwnerIndex o = 0; o < gcl_.tunnel_count(); ++o) removed += change.to_new_[o] == kNoOwner;
+  const size_t reusable = spare_counters_.size() + removed;
+  for (size_t i = reusable; i < added; ++i) change.fresh_counters_.emplace_back();
+  change.spare_counters_.reserve(reusable);
   change.owners_.reserve(owner_count);
   change.returned_.reserve(held_frames());
   const Plan& p = change.plan_;
@@ -93,15 +109,27 @@ void TxScheduler::commit(Change&& change) noexcept {
   assert(change.source_ == this);
   const int64_t now_ns = change.now_ns_;
 
+  // Spare counters: the scheduler's, then those of the tunnels removed now.
+  std::vector<TxCounters>& spares = change.spare_counters_;
+  for (TxCounters& counters : spare_counters_) spares.push_back(std::move(counters));
+  for (OwnerIndex o = 0; o < gcl_.tunnel_count(); ++o) {
+    if (change.to_new_[o] == kNoOwner) spares.push_back(std::move(owners_[o].counters));
+  }
   // The new owners: the new list's rules; counters, and unless their parameters changed the
   // policer and shaper, carried over from the old owner; the next-free time too if its slots
-  // did not move.
+  // did not move. An added tunnel takes a spare (cleared) or new counters.
   size_t fresh = 0;
   for (OwnerIndex n = 0; n < change.plan_.owners.size(); ++n) {
     OwnerRules& rules = change.plan_.owners[n];
     const OwnerIndex o = change.from_old_[n];
     if (o == kNoOwner) {
-      change.owners_.emplace_back(std::move(rules), std::move(change.fresh_counters_[fresh++]));
+      if (spares.empty()) {
+        change.owners_.emplace_back(std::move(rules), std::move(change.fresh_counters_[fresh++]));
+      } else {
+        clear(spares.back());
+        change.owners_.emplace_back(std::move(rules), std::move(spares.back()));
+        spares.pop_back();
+      }
       continue;
     }
     OwnerState& before = owners_[o];
@@ -122,6 +150,7 @@ void TxScheduler::commit(Change&& change) noexcept {
   // From here on the change holds the old list and owners (their counters moved out).
   owners_.swap(change.owners_);
   std::swap(gcl_, change.gcl_);
+  spare_counters_.swap(spares);
 
   // Frames handed back earlier and not taken yet stay first in line.
   change.returned_.insert(change.returned_.end(),
