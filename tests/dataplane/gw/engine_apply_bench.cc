@@ -1,16 +1,17 @@
 // Cost of a run-time tunnel change (Engine::apply_st), the time the datapath thread is held:
 // one engine, one WAN port of 1000 slots (10 Gbit/s, 1 ms cycle, 1 us slots), default capacities
 // (65536-frame wheel, 4096-frame playouts), 20 tunnels of 30 slots each with 16 frames queued
-// per tunnel when the change is applied (320 in all). Cases: add 1 tunnel, remove it (the two
-// alternate, so every add reuses the drained index), add 1 tunnel that takes a new index, modify
-// one tunnel's rate, modify one tunnel's slots (its queued frames are re-placed). Each iteration is
+// per tunnel when the change is applied (320 in all). Cases: add 1 or 40 tunnels, remove them
+// (the two alternate, so every add takes the drained indices again), add 1 or 10 tunnels that
+// take new indices, modify one tunnel's rate, modify one tunnel's slots (its queued frames are
+// re-placed). Each iteration is
 // timed alone with a steady clock (manual time); the counters give p50/p99/max over the iterations
 // in microseconds.
 //
 //   build/tests/dataplane/gw/dataplane_gw_apply_bench --benchmark_counters_tabular=true
 //
-// The file uses the engine's public API only, so it also builds against older trees (to compare
-// before and after a change on the same machine in the same run).
+// The file uses the engine's public API only, so it also builds against older trees:
+// tools/bench/gw-apply-cost runs it on this tree and on a baseline revision side by side.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -37,8 +38,9 @@ constexpr uint32_t kSlotsPerTunnel = 30;
 constexpr uint32_t kStride = 40;           // tunnel i owns [i*40, i*40+30): 10 free after each
 constexpr uint32_t kFramesPerTunnel = 16;  // queued before each change (~20 kB: the burst)
 constexpr uint32_t kPacketBytes = 1200;
-constexpr uint32_t kNewTunnelId = 500;
+constexpr uint32_t kNewTunnelId = 500;  // tunnels the changes add: 500, 501, ...
 constexpr int kIterations = 400;
+constexpr benchmark::TimeUnit kUnit = benchmark::kMicrosecond;
 
 Endpoint v4(uint8_t last, uint16_t port) {
   Endpoint e;
@@ -214,20 +216,29 @@ void run(benchmark::State& state, Change change) {
   report(state, bench, std::move(samples), held_sum);
 }
 
-// Add and remove alternate (the removed tunnel's index is drained at once: it received
-// nothing): each is timed on its own iteration and only its own kind is reported.
-void BM_ApplyAddOrRemove(benchmark::State& state, bool measure_add) {
+// Tunnel `id`, the k-th (k < 40) of those a change adds: 5 slots from slot 800 on, 20 Mbit/s.
+TunnelConfig added_tunnel(uint32_t id, uint32_t k) {
+  TunnelConfig t = tunnel(id, static_cast<uint8_t>(100 + k), slot_run(800 + 5 * k, 5));
+  t.rate_bps = 20'000'000;
+  return t;
+}
+
+// Adding and removing the same range(0) tunnels alternate (a removed tunnel's index is drained
+// at once: it received nothing, so the next add takes it again): each change is timed on its
+// own and only the kind asked for is reported.
+void add_or_remove(benchmark::State& state, bool measure_add) {
+  const auto count = static_cast<uint32_t>(state.range(0));
   Bench bench;
-  TunnelChanges add;
-  add.add = {tunnel(kNewTunnelId, 200, slot_run(900, kSlotsPerTunnel))};
-  TunnelChanges remove;
-  remove.remove = {kNewTunnelId};
+  TunnelChanges add, remove;
+  for (uint32_t k = 0; k < count; ++k) {
+    add.add.push_back(added_tunnel(kNewTunnelId + k, k));
+    remove.remove.push_back(kNewTunnelId + k);
+  }
   for (int i = 0; i < 10; ++i) {
     (void)bench.apply_us(add, bench.step());
     (void)bench.apply_us(remove, bench.step());
   }
   std::vector<double> samples;
-  samples.reserve(kIterations);
   uint64_t held_sum = 0;
   for (auto _ : state) {
     int64_t now = bench.step();
@@ -243,33 +254,32 @@ void BM_ApplyAddOrRemove(benchmark::State& state, bool measure_add) {
   report(state, bench, std::move(samples), held_sum);
 }
 
-void BM_ApplyAdd1(benchmark::State& state) { BM_ApplyAddOrRemove(state, true); }
-void BM_ApplyRemove1(benchmark::State& state) { BM_ApplyAddOrRemove(state, false); }
+void BM_ApplyAdd(benchmark::State& state) { add_or_remove(state, true); }
+void BM_ApplyRemove(benchmark::State& state) { add_or_remove(state, false); }
 
-// Each iteration adds a tunnel with a new id that takes a new engine index (fresh playouts and
-// replay window): 5 slots from 800 on; after kFreshAdds of them the engine starts again.
-constexpr int kFreshAdds = 10;
-void BM_ApplyAdd1NewIndex(benchmark::State& state) {
+// Each iteration adds range(0) tunnels with new ids that take new engine indices (their
+// playouts, replay windows and scheduler counters are built): the gateway's tunnel count grows.
+// When the 40 places from slot 800 on are used up, the engine starts again (not timed).
+void BM_ApplyAddNewIndex(benchmark::State& state) {
+  const auto count = static_cast<uint32_t>(state.range(0));
   auto bench = std::make_unique<Bench>();
   std::vector<double> samples;
-  samples.reserve(kIterations);
   uint64_t held_sum = 0;
   bool clean = true;
-  int k = 0;
+  uint32_t used = 0;
   for (auto _ : state) {
-    if (k == kFreshAdds) {
+    if (used + count > 40) {
       clean = clean && bench->clean();
       bench = std::make_unique<Bench>();
-      k = 0;
+      used = 0;
     }
     const int64_t now = bench->step();
     held_sum += bench->held();
     TunnelChanges add;
-    TunnelConfig t = tunnel(kNewTunnelId + 1 + static_cast<uint32_t>(k),
-                            static_cast<uint8_t>(100 + k), slot_run(800 + 5 * k, 5));
-    t.rate_bps = 20'000'000;
-    add.add = {t};
-    ++k;
+    for (uint32_t k = used; k < used + count; ++k) {
+      add.add.push_back(added_tunnel(kNewTunnelId + 100 + k, k));
+    }
+    used += count;
     const double us = bench->apply_us(add, now);
     samples.push_back(us);
     state.SetIterationTime(us / 1e6);
@@ -298,20 +308,16 @@ void BM_ApplyModifySlots(benchmark::State& state) {
   });
 }
 
-BENCHMARK(BM_ApplyAdd1)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_ApplyAdd1NewIndex)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_ApplyRemove1)->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_ApplyModifyRate)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_ApplyModifySlots)
-    ->UseManualTime()
-    ->Iterations(kIterations)
-    ->Unit(benchmark::kMicrosecond);
+// Iterations per case: 400, fewer where one iteration changes 10 or 40 tunnels (before the
+// spare-wheel change those took tens of ms each).
+BENCHMARK(BM_ApplyAdd)->Arg(1)->Iterations(kIterations)->UseManualTime()->Unit(kUnit);
+BENCHMARK(BM_ApplyAdd)->Arg(40)->Iterations(100)->UseManualTime()->Unit(kUnit);
+BENCHMARK(BM_ApplyAddNewIndex)->Arg(1)->Iterations(kIterations)->UseManualTime()->Unit(kUnit);
+BENCHMARK(BM_ApplyAddNewIndex)->Arg(10)->Iterations(100)->UseManualTime()->Unit(kUnit);
+BENCHMARK(BM_ApplyRemove)->Arg(1)->Iterations(kIterations)->UseManualTime()->Unit(kUnit);
+BENCHMARK(BM_ApplyRemove)->Arg(40)->Iterations(100)->UseManualTime()->Unit(kUnit);
+BENCHMARK(BM_ApplyModifyRate)->Iterations(kIterations)->UseManualTime()->Unit(kUnit);
+BENCHMARK(BM_ApplyModifySlots)->Iterations(kIterations)->UseManualTime()->Unit(kUnit);
 
 }  // namespace
 
