@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -188,8 +189,11 @@ void report(benchmark::State& state, const Bench& bench, std::vector<double> sam
             uint64_t held_sum) {
   if (!bench.clean()) state.SkipWithError("the port dropped or rescheduled frames");
   std::sort(samples.begin(), samples.end());
+  // Nearest rank: the smallest sample with at least q of them at or below it (p99 of 100
+  // samples is the 99th, not the largest).
   const auto at = [&](double q) {
-    return samples[std::min(samples.size() - 1, static_cast<size_t>(q * samples.size()))];
+    const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(samples.size())));
+    return samples[std::clamp<size_t>(rank, 1, samples.size()) - 1];
   };
   state.counters["p50_us"] = at(0.5);
   state.counters["p99_us"] = at(0.99);
