@@ -204,9 +204,9 @@ class TxScheduler {
   // departure.
   // Cost: the wheel is double-buffered. The frames are written into the spare wheel, the two are
   // swapped and the old one is cleared (timing_wheel.h, clear()); owners keep their counters in
-  // place. So a change costs O(slots + owners + frames held), with no allocation beyond the few
-  // small vectors of the new list, unless the wheel's size changes (another capacity,
-  // granularity or bucket count, e.g. a longer max_wait): then a wheel and its spare are
+  // place. So a change costs O(slots + owners + frames held + buckets / 64), with no allocation
+  // beyond the few small vectors of the new list, unless the wheel's size changes (capacity,
+  // granularity or bucket count, e.g. with the longest max_wait): then a wheel and its spare are
   // allocated as create() does. A removed tunnel's counters are kept, cleared, for a tunnel added
   // later; only a tunnel added beyond those gets new ones.
   [[nodiscard]] common::Result<void> reconfigure(GateControlList gcl,
