@@ -26,6 +26,7 @@ class LogLinearHistogram {
   // Adds `other` into this one. Both must have the same sub_bucket_bits; returns false (and
   // changes nothing) otherwise.
   [[nodiscard]] bool merge(const LogLinearHistogram& other) noexcept;
+  // Back to empty, as constructed. Clears only the buckets between min() and max().
   void reset() noexcept;
 
   [[nodiscard]] uint64_t count() const noexcept { return count_; }

@@ -154,6 +154,11 @@ void validate_port_schedule(const GatewayConfig& config, size_t port_index,
     const PeerConfig* peer = find_peer(config, config.tunnels[i].peer);
     if (peer != nullptr && peer->wan_port == port.name) members.push_back(i);
   }
+  // The whole port's list, as the engine builds it. When it is valid, so is every tunnel's list
+  // alone (a tunnel's checks depend only on its own slots and rate), and the per-tunnel lists
+  // below, built only to name the tunnel at fault, are skipped: each costs O(slot_count) and a
+  // run-time change goes through here.
+  auto whole = sched::GateControlList::create(gcl);
   std::vector<size_t> owner(port.slot_count, SIZE_MAX);
   sched::Uint128 total_bps = 0;
   std::string ids;
@@ -193,6 +198,7 @@ void validate_port_schedule(const GatewayConfig& config, size_t port_index,
     }
     // A tunnel's guaranteed rate depends only on its own slots, so checking it alone maps
     // the GateControlList's verdict to this tunnel exactly.
+    if (whole) continue;
     auto alone = sched::GateControlList::create(
         single_tunnel(gcl, tunnel.id, tunnel.rate_bps, tunnel.slots));
     if (!alone) {
@@ -220,15 +226,13 @@ void validate_port_schedule(const GatewayConfig& config, size_t port_index,
     }
   }
 
-  // The whole port once more, exactly as the engine builds it: the list, then the scheduler
-  // with the tunnels' policies (default wheel, minimal capacity: only its checks matter here).
-  auto whole = sched::GateControlList::create(gcl);
+  // The whole port's list, then the scheduler's checks of the tunnels' policies
+  // (TxScheduler::check builds nothing).
   if (!whole) {
     fail_mapped(config, members, at, whole.error().message, ".slots",
                 fmt::format("wan_ports[{}]", port_index));
   }
-  sched::TxSchedulerConfig tx = port_tx_config(config, port);
-  tx.capacity_frames = 1;
+  const sched::TxSchedulerConfig tx = port_tx_config(config, port);
   size_t longest_wait = SIZE_MAX;
   for (const size_t i : members) {
     const TunnelConfig& tunnel = config.tunnels[i];
@@ -238,9 +242,9 @@ void validate_port_schedule(const GatewayConfig& config, size_t port_index,
       longest_wait = i;
     }
   }
-  auto scheduler = sched::TxScheduler::create(std::move(*whole), tx, port.base_time_ns);
-  if (scheduler) return;
-  const std::string& message = scheduler.error().message;
+  const auto checked = sched::TxScheduler::check(*whole, tx, port.base_time_ns);
+  if (checked) return;
+  const std::string& message = checked.error().message;
   if (message.find("timing wheel") != std::string::npos && longest_wait != SIZE_MAX) {
     at.fail(tunnel_path(longest_wait) + ".max_wait", message);
   }

@@ -4,6 +4,7 @@
 #include "dataplane/gw/engine.h"
 
 #include <algorithm>
+#include <cassert>
 #include <random>
 #include <set>
 #include <string>
@@ -111,9 +112,9 @@ common::Result<PeerState> make_peer(const GatewayConfig& config, uint32_t index,
 
 }  // namespace
 
-common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
-                                        const std::vector<PeerState>& peers,
-                                        const TunnelConfig& tunnel) {
+common::Result<TunnelSetup> tunnel_setup(const GatewayConfig& config,
+                                         const std::vector<PeerState>& peers,
+                                         const TunnelConfig& tunnel) {
   const std::string where = fmt::format("tunnel {}: ", tunnel.id);
   uint32_t peer = kNoIndex;
   for (uint32_t p = 0; p < config.peers.size(); ++p) {
@@ -121,26 +122,45 @@ common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
   }
   if (peer == kNoIndex)
     return config_error(fmt::format("{}peer '{}' is not a peer", where, tunnel.peer));
-  sched::PlayoutConfig playout;
+  TunnelSetup setup;
+  setup.peer = peer;
+  setup.port = peers[peer].port;
+  sched::PlayoutConfig& playout = setup.on_time;
   playout.bound_ns = tunnel.bound_ns;
   playout.clock_offset_ns = peers[peer].playout_offset_ns;
   playout.late_action = tunnel.late;
   playout.max_hold_ns = tunnel.max_hold_ns;
   playout.capacity_frames = tunnel.playout_capacity_frames;
-  auto on_time = sched::Playout::create(playout);
+  if (auto ok = sched::Playout::validate(playout); !ok) {
+    return config_error(where + ok.error().message);
+  }
+  setup.best_effort = playout;
+  setup.best_effort.bound_ns = 0;
+  if (auto ok = sched::Playout::validate(setup.best_effort); !ok) {
+    return config_error(where + ok.error().message);
+  }
+  setup.config = tunnel;
+  return setup;
+}
+
+common::Result<TunnelState> make_tunnel(TunnelSetup setup) {
+  const std::string where = fmt::format("tunnel {}: ", setup.config.id);
+  auto on_time = sched::Playout::create(setup.on_time);
   if (!on_time) return config_error(where + on_time.error().message);
-  playout.bound_ns = 0;
-  auto best_effort = sched::Playout::create(playout);
+  auto best_effort = sched::Playout::create(setup.best_effort);
   if (!best_effort) return config_error(where + best_effort.error().message);
-  auto replay = wire::make_replay_window(tunnel.replay_window_bits);
+  auto replay = wire::make_replay_window(setup.config.replay_window_bits);
   if (!replay) return config_error(where + replay.error().message);
+  const bool had_service =
+      setup.config.service_listen.has_value() || setup.config.service_deliver.has_value();
+  const uint32_t id = setup.config.id;
   return TunnelState{
-      .config = tunnel,
+      .config = std::move(setup.config),
       .active = true,
-      .had_service = tunnel.service_listen.has_value() || tunnel.service_deliver.has_value(),
-      .id = tunnel.id,
-      .peer = peer,
-      .port = peers[peer].port,
+      .had_service = had_service,
+      .id = id,
+      .peer = setup.peer,
+      .port = setup.port,
       .on_time = std::move(*on_time),
       .best_effort = std::move(*best_effort),
       .replay = std::move(*replay),
@@ -148,6 +168,39 @@ common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
       .next_sequence = 0,
       .counters = {},
   };
+}
+
+common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
+                                        const std::vector<PeerState>& peers,
+                                        const TunnelConfig& tunnel) {
+  auto setup = tunnel_setup(config, peers, tunnel);
+  if (!setup) return std::unexpected(setup.error());
+  return make_tunnel(std::move(*setup));
+}
+
+bool fits(const TunnelState& drained, const TunnelSetup& setup) noexcept {
+  return drained.on_time.held_frames() == 0 && drained.best_effort.held_frames() == 0 &&
+         drained.on_time.config().capacity_frames == setup.on_time.capacity_frames &&
+         drained.best_effort.config().capacity_frames == setup.best_effort.capacity_frames &&
+         drained.replay.window_bits() == setup.config.replay_window_bits;
+}
+
+void restart_tunnel(TunnelState& drained, TunnelSetup&& setup) noexcept {
+  const bool restarted =
+      drained.on_time.restart(setup.on_time) && drained.best_effort.restart(setup.best_effort);
+  assert(restarted);  // fits(), and tunnel_setup() validated both configurations
+  (void)restarted;
+  drained.replay.reset();
+  drained.had_service =
+      setup.config.service_listen.has_value() || setup.config.service_deliver.has_value();
+  drained.id = setup.config.id;
+  drained.config = std::move(setup.config);
+  drained.active = true;
+  drained.peer = setup.peer;
+  drained.port = setup.port;
+  drained.replay_drops = {};
+  drained.next_sequence = 0;
+  drained.counters = {};
 }
 
 namespace {

@@ -202,10 +202,15 @@ class Engine {
   // ---- run-time changes (setup tier: on the datapath thread, between polls; may allocate) ----
   // Adds, modifies and removes tunnels, all or nothing: apply_tunnel_changes() checks the
   // result with the configuration file's rules (errors name the request item and field), then
-  // every new gate control list, scheduler, playout and the classifier are built before anything
-  // is swapped in; on an error nothing changed. WAN ports and peers never change. Tunnels not in
-  // the request are not disturbed (queued frames keep their departures; sequence numbers,
-  // policer and shaper, playouts, replay window and counters go on). A modified tunnel keeps its
+  // every new gate control list, each port's scheduler change (TxScheduler::prepare_reconfigure),
+  // the new tunnels' playouts and the classifier are built before anything is swapped in; on an
+  // error nothing changed. The commit cannot fail and reuses storage: each port's spare timing
+  // wheel, the counters of the tunnels that remain, and the playouts and replay window of a
+  // drained index a new tunnel takes (when their sizes fit). Cost: O(tunnels + slots + frames
+  // queued), plus a new tunnel's storage when it takes a new index (docs/gateway.md, "What a
+  // change does to traffic"). WAN ports and peers never change. Tunnels not in the request are
+  // not disturbed (queued frames keep their departures; sequence numbers, policer and shaper,
+  // playouts, replay window and counters go on). A modified tunnel keeps its
   // index, sequence space, replay window, counters and held packets; new bound/late/max_hold
   // apply to packets received from now on; TxScheduler::reconfigure() says what happens to its
   // queued frames (re-placed in its new slots, or handed back to poll_tx with send == false).

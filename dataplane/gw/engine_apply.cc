@@ -1,7 +1,8 @@
 // Engine::apply_st(): tunnels added, modified and removed at run time (engine.h). Setup tier on
-// the datapath thread between polls: everything new is built first (schedulers, tunnel states,
-// classifier, id table); only then is it swapped in, by moves that cannot fail, so a refused or
-// failed change leaves the engine exactly as it was.
+// the datapath thread between polls: everything new is built or prepared first (each port's
+// scheduler change, tunnel states, classifier, id table); only then is it swapped in, by moves
+// and commits that cannot fail, so a refused or failed change leaves the engine exactly as it
+// was.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -33,10 +34,13 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
     return common::make_error(error.code, what + ": " + error.message);
   };
 
-  // Indices: kept for existing tunnels; a new one takes a reusable index or a new one.
+  // Indices: kept for existing tunnels; a new one takes a reusable index or a new one. A new
+  // tunnel at a drained index whose storage fits restarts that storage at the commit (no
+  // allocation); otherwise its state is built here.
   std::vector<uint32_t> index_of(next->tunnels.size());
   std::vector<bool> taken(m.tunnels.size(), false);
   std::vector<std::pair<uint32_t, TunnelState>> fresh;
+  std::vector<std::pair<uint32_t, TunnelSetup>> restarted;
   auto appended = static_cast<uint32_t>(m.tunnels.size());
   for (size_t i = 0; i < next->tunnels.size(); ++i) {
     const TunnelConfig& tunnel = next->tunnels[i];
@@ -55,7 +59,13 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
       taken[index] = true;
     }
     index_of[i] = index;
-    auto state = make_tunnel(*next, m.peers, tunnel);
+    auto setup = tunnel_setup(*next, m.peers, tunnel);
+    if (!setup) return std::unexpected(setup.error());
+    if (index < m.tunnels.size() && fits(m.tunnels[index], *setup)) {
+      restarted.emplace_back(index, std::move(*setup));
+      continue;
+    }
+    auto state = make_tunnel(std::move(*setup));
     if (!state) return std::unexpected(state.error());
     fresh.emplace_back(index, std::move(*state));
   }
@@ -74,18 +84,19 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
     modified.emplace_back(index, tunnel);
   }
 
-  // Every port's new schedule, its queued frames kept, re-placed or handed back.
-  std::vector<sched::TxScheduler> schedulers;
-  schedulers.reserve(m.ports.size());
+  // Every port's new schedule, prepared (checked, allocated) without changing the port; the
+  // commit below keeps, re-places or hands back its queued frames.
+  std::vector<sched::TxScheduler::Change> schedules;
+  schedules.reserve(m.ports.size());
   for (const PortState& port : m.ports) {
     const WanPortConfig& port_config = next->wan_ports[port.config_index];
     const std::string where = fmt::format("port '{}'", port_config.name);
     auto gcl = sched::GateControlList::create(port_gcl_config(*next, port_config));
     if (!gcl) return std::unexpected(internal(where, gcl.error()));
-    auto scheduler =
-        port.scheduler.reconfigured(std::move(*gcl), port_tx_config(*next, port_config), now_ns);
-    if (!scheduler) return std::unexpected(internal(where, scheduler.error()));
-    schedulers.push_back(std::move(*scheduler));
+    auto schedule = port.scheduler.prepare_reconfigure(std::move(*gcl),
+                                                       port_tx_config(*next, port_config), now_ns);
+    if (!schedule) return std::unexpected(internal(where, schedule.error()));
+    schedules.push_back(std::move(*schedule));
   }
   auto classifier = Classifier::create(next->tunnels, index_of);
   if (!classifier) return std::unexpected(classifier.error());
@@ -102,8 +113,9 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
   result.removed = changes.remove;
   m.tunnels.reserve(appended);
 
-  // ---- commit: moves and plain stores only ----
-  for (size_t p = 0; p < m.ports.size(); ++p) m.ports[p].scheduler = std::move(schedulers[p]);
+  // ---- commit: moves, plain stores and the schedulers' commits, none of which can fail ----
+  for (size_t p = 0; p < m.ports.size(); ++p) m.ports[p].scheduler.commit(std::move(schedules[p]));
+  for (auto& [index, setup] : restarted) restart_tunnel(m.tunnels[index], std::move(setup));
   for (auto& [index, state] : fresh) {
     if (index < m.tunnels.size()) {
       m.tunnels[index] = std::move(state);

@@ -118,7 +118,7 @@ struct Engine::Impl {
   uint64_t generation = 0;  // +1 per successful apply_st
   std::string boot_id;      // 16 hex digits, random per create()
   ControlIo control;
-  std::vector<PeerState> peers;                           // config order
+  std::vector<PeerState> peers;  // config order
   Classifier classifier;
   std::vector<ControlSlot> outbox;
   std::array<uint64_t, kEngineDropCount> drops{};
@@ -149,10 +149,29 @@ struct Engine::Impl {
   void choose_control_tunnels() noexcept;
 };
 
-// A tunnel's state for `tunnel` of `config` (playouts at its peer's current clock offset, replay
-// window); errors name the tunnel (engine.cc).
+// What a tunnel's state is made of, checked, before any storage (engine.cc): its peer and port,
+// and its playouts' configuration at the peer's current clock offset.
+struct TunnelSetup {
+  TunnelConfig config;
+  uint32_t peer = 0;
+  uint32_t port = 0;
+  sched::PlayoutConfig on_time;
+  sched::PlayoutConfig best_effort;  // bound 0
+};
+// Errors name the tunnel.
+common::Result<TunnelSetup> tunnel_setup(const GatewayConfig& config,
+                                         const std::vector<PeerState>& peers,
+                                         const TunnelConfig& tunnel);
+// A new tunnel state (allocates two playouts and a replay window); errors name the tunnel.
+common::Result<TunnelState> make_tunnel(TunnelSetup setup);
 common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
                                         const std::vector<PeerState>& peers,
                                         const TunnelConfig& tunnel);
+// Whether a drained tunnel index (nothing held) has the storage `setup` needs: playouts of its
+// playout_capacity_frames and a replay window of its replay_window_bits.
+[[nodiscard]] bool fits(const TunnelState& drained, const TunnelSetup& setup) noexcept;
+// Makes `drained` what make_tunnel(setup) would return, reusing its playouts and replay window
+// (nothing allocated; the playouts' counters cleared where they were used). fits() must hold.
+void restart_tunnel(TunnelState& drained, TunnelSetup&& setup) noexcept;
 
 }  // namespace detwan::dataplane::gw

@@ -1,6 +1,9 @@
-// Setup side of on-time playout: validation, allocation, counters as JSON.
+// Setup side of on-time playout: validation, allocation, restart for reuse, counters as JSON.
 #include "dataplane/sched/playout.h"
 
+#include <algorithm>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -28,6 +31,26 @@ Playout::Playout(const PlayoutConfig& config)
 common::Result<Playout> Playout::create(const PlayoutConfig& config) {
   if (auto valid = validate(config); !valid) return std::unexpected(valid.error());
   return Playout(config);
+}
+
+bool Playout::restart(const PlayoutConfig& config) noexcept {
+  // validate()'s rules, without building its message.
+  if (size_ != 0 || config.capacity_frames != config_.capacity_frames || config.bound_ns < 0 ||
+      config.max_hold_ns < config.bound_ns) {
+    return false;
+  }
+  config_ = config;
+  PlayoutCounters& c = counters_;
+  c.received_packets = c.received_bytes = c.released_packets = c.released_bytes = 0;
+  c.late_packets = c.late_delivered = 0;
+  std::fill(std::begin(c.dropped), std::end(c.dropped), 0);
+  for (common::LogLinearHistogram* h :
+       {&c.wan_delay_ns, &c.one_way_delay_ns, &c.lateness_ns, &c.playout_error_ns}) {
+    h->reset();
+  }
+  next_sequence_ = 0;
+  last_now_ns_ = std::numeric_limits<int64_t>::min();
+  return true;
 }
 
 common::Result<void> Playout::validate(const PlayoutConfig& config) {

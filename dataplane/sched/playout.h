@@ -100,6 +100,12 @@ class Playout {
   void record_release(const PlayoutFrame& frame, int64_t actual_ns) noexcept;
   // Setup: the rules create() checks (kConfig naming the field).
   static common::Result<void> validate(const PlayoutConfig& config);
+  // Setup: makes this playout what create(config) would return, keeping its storage (for a
+  // drained playout given to a new tunnel): counters at zero, sequence and clock start again.
+  // Nothing is allocated and only the counters' used buckets are cleared. Refused (false,
+  // nothing changed) unless config passes validate(), has this playout's capacity_frames, and
+  // nothing is held.
+  [[nodiscard]] bool restart(const PlayoutConfig& config) noexcept;
   // A new bound, late action and max hold for packets pushed from now on; the packets held keep
   // their release times, the capacity stays. The values must pass validate() (with the
   // capacity): the caller checks first, so that a change of several things is all or nothing.

@@ -9,7 +9,8 @@
 // last extraction time); insert() refuses later ones (kBeyondHorizon). An entry whose time has
 // already passed goes into the current bucket and is due at once.
 //
-// Fixed capacity, allocated at construction; afterwards nothing allocates or throws.
+// Fixed capacity, allocated at construction; afterwards nothing allocates or throws. clear()
+// empties a used wheel for reuse (a scheduler keeps a spare one for run-time changes).
 // Threading: one owner thread. Times must not go backwards between pop_due() calls.
 #include <bit>
 #include <cstdint>
@@ -28,7 +29,7 @@ class TimingWheel {
   // granularity_ns > 0. bucket_count is rounded up to a power of two, at least 64.
   TimingWheel(int64_t granularity_ns, uint32_t bucket_count, uint32_t capacity, int64_t start_ns)
       : granularity_ns_(granularity_ns > 0 ? granularity_ns : 1),
-        bucket_count_(std::bit_ceil(bucket_count < 64 ? 64u : bucket_count)),
+        bucket_count_(rounded_bucket_count(bucket_count)),
         capacity_(capacity),
         nodes_(std::make_unique<Node[]>(capacity == 0 ? 1 : capacity)),
         heads_(std::make_unique<uint32_t[]>(bucket_count_)),
@@ -38,6 +39,11 @@ class TimingWheel {
     for (uint32_t i = 0; i < bucket_count_; ++i) heads_[i] = tails_[i] = kNil;
     for (uint32_t i = 0; i < capacity_; ++i) nodes_[i].next = i + 1 < capacity_ ? i + 1 : kNil;
     free_head_ = capacity_ > 0 ? 0 : kNil;
+  }
+
+  // The bucket count a wheel constructed with bucket_count has.
+  [[nodiscard]] static constexpr uint32_t rounded_bucket_count(uint32_t bucket_count) noexcept {
+    return std::bit_ceil(bucket_count < 64 ? 64u : bucket_count);
   }
 
   [[nodiscard]] WheelInsert insert(int64_t ts_ns, const T& value) noexcept {
@@ -131,6 +137,29 @@ class TimingWheel {
       visited += static_cast<uint32_t>(step);
       b = static_cast<uint32_t>((b + step) & (bucket_count_ - 1));
     }
+  }
+
+  // Empties the wheel and starts it again at start_ns: afterwards it behaves exactly like a wheel
+  // just constructed with the same geometry at start_ns (same answers to every insert and
+  // pop_due; only which node holds an entry differs, which nothing observes). Touches only what
+  // is in use: one pass over the bitmap (bucket_count / 64 words), the occupied buckets and the
+  // entries held; the nodes' memory stays allocated (and faulted in). No allocation.
+  void clear(int64_t start_ns) noexcept {
+    for (uint32_t word = 0; word < bucket_count_ / 64; ++word) {
+      for (uint64_t bits = bitmap_[word]; bits != 0; bits &= bits - 1) {
+        const uint32_t b = word * 64 + static_cast<uint32_t>(std::countr_zero(bits));
+        for (uint32_t node = heads_[b]; node != kNil;) {
+          const uint32_t next = nodes_[node].next;
+          nodes_[node].next = free_head_;
+          free_head_ = node;
+          node = next;
+        }
+        heads_[b] = tails_[b] = kNil;
+      }
+      bitmap_[word] = 0;
+    }
+    size_ = 0;
+    cursor_ = bucket_of(start_ns);
   }
 
   // Latest timestamp held; INT64_MIN when empty. Setup-time use.

@@ -1,4 +1,5 @@
-// Setup side of the transmit scheduler: policy validation, sizing, counters as JSON.
+// Setup side of the transmit scheduler: policy validation, sizing, counters as JSON. Run-time
+// changes are tx_scheduler_reconfigure.cc's.
 #include "dataplane/sched/tx_scheduler.h"
 
 #include <algorithm>
@@ -38,8 +39,7 @@ std::string counters_json_of(const TxCounters& c) {
       "\"queue_wait_ns\":{}}}",
       c.offered_packets, c.offered_bytes, c.queued_packets, c.queued_bytes, c.sent_packets,
       c.sent_bytes, c.downgraded_packets, c.downgraded_bytes, c.held_for_slot, c.rescheduled,
-      dropped,
-      c.departure_error_ns.summary_json(), c.queue_wait_ns.summary_json());
+      dropped, c.departure_error_ns.summary_json(), c.queue_wait_ns.summary_json());
 }
 
 std::string wait_text(int64_t max_wait_ns) {
@@ -79,7 +79,7 @@ std::string_view to_string(TxDrop reason) noexcept {
   return "unknown";
 }
 
-TxScheduler::OwnerState::OwnerState(const TunnelTxPolicy& policy, uint64_t reserved_rate_bps,
+TxScheduler::OwnerRules::OwnerRules(const TunnelTxPolicy& policy, uint64_t reserved_rate_bps,
                                     uint64_t burst_bytes, uint64_t shaper_burst_bytes,
                                     int64_t start_ns)
     : configured_policy(policy),
@@ -91,16 +91,35 @@ TxScheduler::OwnerState::OwnerState(const TunnelTxPolicy& policy, uint64_t reser
       missed_slot(policy.missed_slot),
       next_free(LinkTime::at(start_ns)) {}
 
-TxScheduler::TxScheduler(GateControlList gcl, TimingWheel<Entry> wheel)
-    : gcl_(std::move(gcl)), wheel_(std::move(wheel)) {}
+TxScheduler::TxScheduler(GateControlList gcl, Wheel wheel, Wheel spare)
+    : gcl_(std::move(gcl)), wheel_(std::move(wheel)), spare_(std::move(spare)) {}
 
 common::Result<TxScheduler> TxScheduler::create(GateControlList gcl,
                                                 const TxSchedulerConfig& config, int64_t start_ns) {
-  return build(std::move(gcl), config, start_ns, start_ns);
+  auto plan = TxScheduler::plan(gcl, config, start_ns, start_ns);
+  if (!plan) return std::unexpected(plan.error());
+  const auto wheel = [&] {
+    return Wheel(plan->wheel_granularity_ns, plan->wheel_buckets, plan->capacity_frames, start_ns);
+  };
+  TxScheduler scheduler(std::move(gcl), wheel(), wheel());
+  scheduler.owners_.reserve(plan->owners.size());
+  for (OwnerRules& rules : plan->owners) {
+    scheduler.owners_.emplace_back(std::move(rules), TxCounters());
+  }
+  scheduler.last_now_ns_ = start_ns;
+  return scheduler;
 }
 
-common::Result<TxScheduler> TxScheduler::build(GateControlList gcl, const TxSchedulerConfig& config,
-                                               int64_t start_ns, int64_t min_horizon_end_ns) {
+common::Result<void> TxScheduler::check(const GateControlList& gcl, const TxSchedulerConfig& config,
+                                        int64_t start_ns) {
+  auto plan = TxScheduler::plan(gcl, config, start_ns, start_ns);
+  if (!plan) return std::unexpected(plan.error());
+  return {};
+}
+
+common::Result<TxScheduler::Plan> TxScheduler::plan(const GateControlList& gcl,
+                                                    const TxSchedulerConfig& config,
+                                                    int64_t start_ns, int64_t min_horizon_end_ns) {
   const GclConfig& list = gcl.config();
   const uint32_t max_frame = list.max_frame_bytes;
   std::vector<TunnelTxPolicy> policies(gcl.tunnel_count());
@@ -180,13 +199,14 @@ common::Result<TxScheduler> TxScheduler::build(GateControlList gcl, const TxSche
     buckets = std::bit_ceil(static_cast<uint32_t>(needed));
   }
 
-  TxScheduler scheduler(std::move(gcl),
-                        TimingWheel<Entry>(granularity, buckets, config.capacity_frames, start_ns));
-  const GateControlList& g = scheduler.gcl_;
-  scheduler.owners_.reserve(g.tunnel_count() + 1);
-  for (OwnerIndex owner = 0; owner < g.tunnel_count(); ++owner) {
+  Plan plan;
+  plan.wheel_granularity_ns = granularity;
+  plan.wheel_buckets = Wheel::rounded_bucket_count(buckets);
+  plan.capacity_frames = config.capacity_frames;
+  plan.owners.reserve(gcl.tunnel_count() + 1);
+  for (OwnerIndex owner = 0; owner < gcl.tunnel_count(); ++owner) {
     const TunnelTxPolicy& policy = policies[owner];
-    const uint64_t rate = g.reserved_rate_bps(owner);
+    const uint64_t rate = gcl.reserved_rate_bps(owner);
     uint64_t burst = policy.burst_bytes;
     if (burst == 0) {
       burst = std::max<uint64_t>(
@@ -196,16 +216,15 @@ common::Result<TxScheduler> TxScheduler::build(GateControlList gcl, const TxSche
     }
     const uint64_t shaper_burst =
         policy.shaper_burst_bytes != 0 ? policy.shaper_burst_bytes : max_frame;
-    scheduler.owners_.emplace_back(policy, rate, burst, shaper_burst, start_ns);
+    plan.owners.emplace_back(policy, rate, burst, shaper_burst, start_ns);
   }
   TunnelTxPolicy best_effort;
   best_effort.tunnel_id = kNoTunnel;
   best_effort.queue_frames = config.best_effort.queue_frames;
   best_effort.max_wait_ns = config.best_effort.max_wait_ns;
   best_effort.missed_slot = config.best_effort.missed_slot;
-  scheduler.owners_.emplace_back(best_effort, 0, 0, max_frame, start_ns);
-  scheduler.last_now_ns_ = start_ns;
-  return scheduler;
+  plan.owners.emplace_back(best_effort, 0, 0, max_frame, start_ns);
+  return plan;
 }
 
 const TxCounters* TxScheduler::tunnel_counters(uint32_t tunnel_id) const noexcept {

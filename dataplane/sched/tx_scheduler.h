@@ -37,8 +37,10 @@
 // Threading: every method belongs to the port's thread.
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/histogram.h"
@@ -140,10 +142,18 @@ struct TxFrame {
 
 class TxScheduler {
  public:
+  class Change;
+
   // Setup: validates the policies against the list (ErrorCode::kConfig, naming the tunnel) and
-  // allocates everything the datapath will use. start_ns anchors the wheel and the buckets.
+  // allocates everything the datapath will use: the timing wheel (capacity_frames entries) and a
+  // spare wheel of the same size for run-time changes, both written once so that their pages
+  // are faulted in now. start_ns anchors the wheel and the buckets.
   static common::Result<TxScheduler> create(GateControlList gcl, const TxSchedulerConfig& config,
                                             int64_t start_ns);
+  // Setup: exactly the checks create() makes, with the same errors, building nothing (for a
+  // configuration validator).
+  static common::Result<void> check(const GateControlList& gcl, const TxSchedulerConfig& config,
+                                    int64_t start_ns);
 
   [[nodiscard]] common::Status enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
                                        int64_t now_ns) noexcept;
@@ -189,15 +199,27 @@ class TxScheduler {
   // Handed back = given to the next dequeue_due() sink at once with send == false and drop
   // kReconfigured / kTunnelRemoved (counted on the port, and on the owner if it remains), so the
   // caller frees them. Counters of remaining owners and of the port are kept. A list with another
-  // cycle, slot count, guard, base time, line rate or max frame re-places every owner. The wheel
-  // is rebuilt (its size may change) and always covers every frame kept at its departure.
+  // cycle, slot count, guard, base time, line rate or max frame re-places every owner. The frames
+  // go into a new wheel that starts at now_ns and always covers every frame kept at its
+  // departure.
+  // Cost: the wheel is double-buffered. The frames are written into the spare wheel, the two are
+  // swapped and the old one is cleared (timing_wheel.h, clear()); owners keep their counters in
+  // place. So a change costs O(slots + owners + frames held + buckets / 64), with no allocation
+  // beyond the few small vectors of the new list, unless the wheel's size changes (capacity,
+  // granularity or bucket count, e.g. with the longest max_wait): then a wheel and its spare are
+  // allocated as create() does. A removed tunnel's counters are kept, cleared, for a tunnel added
+  // later; only a tunnel added beyond those gets new ones.
   [[nodiscard]] common::Result<void> reconfigure(GateControlList gcl,
                                                  const TxSchedulerConfig& config, int64_t now_ns);
-  // The same, building the result beside this scheduler, which is not changed: for a caller that
-  // must prepare several schedulers before committing any (move-assign the result).
-  [[nodiscard]] common::Result<TxScheduler> reconfigured(GateControlList gcl,
-                                                         const TxSchedulerConfig& config,
-                                                         int64_t now_ns) const;
+  // The same in two halves, for a caller that must prepare several schedulers before changing
+  // any (all or nothing). prepare_reconfigure() makes every check and every allocation and does
+  // not change this scheduler; dropping its result abandons the change. commit() then cannot
+  // fail and allocates nothing. It must get the Change that prepare_reconfigure() of this
+  // scheduler returned, with no other call on the scheduler in between.
+  [[nodiscard]] common::Result<Change> prepare_reconfigure(GateControlList gcl,
+                                                           const TxSchedulerConfig& config,
+                                                           int64_t now_ns) const;
+  void commit(Change&& change) noexcept;
 
   [[nodiscard]] const GateControlList& gcl() const noexcept { return gcl_; }
   [[nodiscard]] const TxCounters& port_counters() const noexcept { return port_; }
@@ -228,30 +250,45 @@ class TxScheduler {
     uint32_t tunnel_id = kNoTunnel;
     OwnerIndex owner = kNoOwner;
   };
-  struct OwnerState {
-    OwnerState(const TunnelTxPolicy& policy, uint64_t reserved_rate_bps, uint64_t burst_bytes,
+  // An owner's policy and state, without its counters (cheap to build for a change).
+  struct OwnerRules {
+    OwnerRules(const TunnelTxPolicy& policy, uint64_t reserved_rate_bps, uint64_t burst_bytes,
                uint64_t shaper_burst_bytes, int64_t start_ns);
     TunnelTxPolicy configured_policy;  // as given (burst/shaper burst 0 = auto)
-    Policer policer;     // tunnels only (best effort: never consulted)
-    TokenBucket shaper;  // used when shaped
+    Policer policer;                   // tunnels only (best effort: never consulted)
+    TokenBucket shaper;                // used when shaped
     bool shaped = false;
     uint32_t queue_frames = 0;
     int64_t max_wait_ns = kNoMaxWait;
     MissedSlot missed_slot = MissedSlot::kNextWindow;
     uint32_t held = 0;
     LinkTime next_free;  // end of the owner's last scheduled frame
-    TxCounters counters;
+  };
+  struct OwnerState : OwnerRules {
+    OwnerState(OwnerRules&& rules, TxCounters&& moved_counters) noexcept
+        : OwnerRules(std::move(rules)), counters(std::move(moved_counters)) {}
+    TxCounters counters;  // its histograms are large (common/histogram.h): moved, never copied
+  };
+  using Wheel = TimingWheel<Entry>;
+  // What create() and a change check and derive from a list and its policies.
+  struct Plan {
+    std::vector<OwnerRules> owners;  // gcl owner order, best effort last
+    int64_t wheel_granularity_ns = 0;
+    uint32_t wheel_buckets = 0;  // as the wheel rounds it
+    uint32_t capacity_frames = 0;
   };
 
-  TxScheduler(GateControlList gcl, TimingWheel<Entry> wheel);
-  // create() with a wheel whose horizon from start_ns reaches at least min_horizon_end_ns
-  // (when its bucket count is automatic).
-  static common::Result<TxScheduler> build(GateControlList gcl, const TxSchedulerConfig& config,
-                                           int64_t start_ns, int64_t min_horizon_end_ns);
-  // reconfigured()'s second half: moves the frames of `old` into this
+  TxScheduler(GateControlList gcl, Wheel wheel, Wheel spare);
+  // The checks, the owners' rules at start_ns and the wheel's geometry: a horizon from start_ns
+  // that reaches at least min_horizon_end_ns (when the bucket count is automatic).
+  static common::Result<Plan> plan(const GateControlList& gcl, const TxSchedulerConfig& config,
+                                   int64_t start_ns, int64_t min_horizon_end_ns);
+  // commit()'s frames: each frame of old_wheel kept, re-placed or handed back into `into`
+  // (empty, starting at now_ns), under the new list and owners already in place
   // (tx_scheduler_reconfigure.cc).
-  void take_frames(const TxScheduler& old, int64_t now_ns);
-  void hand_back(const Entry& entry, OwnerIndex counted_owner, TxDrop reason, int64_t now_ns);
+  void take_frames(const Change& change, const Wheel& old_wheel, Wheel& into) noexcept;
+  void hand_back(const Entry& entry, OwnerIndex counted_owner, TxDrop reason,
+                 int64_t now_ns) noexcept;
   common::Status schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
                           int64_t now_ns) noexcept;
   common::Status drop(OwnerState& state, TxDrop reason) noexcept;
@@ -265,13 +302,51 @@ class TxScheduler {
   bool reschedule_missed(Entry& entry, int64_t now_ns) noexcept;
 
   GateControlList gcl_;
-  TimingWheel<Entry> wheel_;
+  Wheel wheel_;
+  Wheel spare_;                     // same geometry as wheel_, empty: what the next change fills
   std::vector<OwnerState> owners_;  // gcl owner order: tunnels, then best effort (back())
   TxCounters port_;
   int64_t last_now_ns_ = std::numeric_limits<int64_t>::min();
+  // Counters of removed tunnels, kept (and cleared) for tunnels added later: their histograms
+  // are the largest part of an owner. At most as many as tunnels were removed and not replaced.
+  std::vector<TxCounters> spare_counters_;
   // Frames reconfigure() handed back, given to the sink (send == false) before any other.
   std::vector<TxFrame> returned_;
   std::size_t returned_next_ = 0;
+};
+
+// A change prepared by prepare_reconfigure(), for commit(): the new list, the new owners' rules,
+// how old owners map to new ones, and whatever had to be allocated. Move-only; opaque.
+class TxScheduler::Change {
+ public:
+  Change(Change&&) noexcept = default;
+  Change& operator=(Change&&) noexcept = default;
+  ~Change() = default;
+
+ private:
+  friend class TxScheduler;
+  Change(GateControlList gcl, Plan plan) : gcl_(std::move(gcl)), plan_(std::move(plan)) {}
+
+  GateControlList gcl_;  // the new list; after commit(), the old one
+  Plan plan_;
+  int64_t now_ns_ = 0;
+  bool same_timeline_ = false;
+  const TxScheduler* source_ = nullptr;  // the scheduler it was prepared for
+  std::vector<OwnerIndex> to_new_;       // old owner -> new owner (kNoOwner: tunnel removed)
+  std::vector<OwnerIndex> from_old_;     // new owner -> old owner (kNoOwner: tunnel added)
+  std::vector<bool> moved_;              // new owner: its slots changed, its frames re-placed
+  // Counters for the tunnels added beyond what the scheduler's spares (and the tunnels this
+  // change removes) provide; the spares as they will be after the commit (reserved).
+  std::vector<TxCounters> fresh_counters_;
+  std::vector<TxCounters> spare_counters_;
+  // Room for the new owners (committed: the old ones) and for the frames handed back (at worst
+  // every frame held); reserved so that commit() does not allocate.
+  std::vector<OwnerState> owners_;
+  std::vector<TxFrame> returned_;
+  // Only when the wheel's geometry changes: the new wheel and its spare (committed: the old
+  // ones, freed with the Change).
+  std::optional<Wheel> wheel_;
+  std::optional<Wheel> spare_;
 };
 
 template <typename Sink>

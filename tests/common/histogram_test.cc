@@ -289,6 +289,51 @@ TEST(Histogram, ResetForgetsEverything) {
   EXPECT_EQ(h.count_above(0), 1U);
 }
 
+// reset() clears only the buckets between min() and max(): whatever was recorded (one sign or
+// both, a narrow range or the extremes, merged in from another histogram), the reset histogram
+// then answers exactly like a new one. stddev() sums every non-zero bucket and count_above()
+// is probed on both sides of every power of two, so a bucket left over would show.
+TEST(Histogram, ResetClearsEveryBucketItUsed) {
+  const std::vector<std::vector<int64_t>> cases = {
+      {1'000, 1'003, 1'900},
+      {-5, -70'000, -1},
+      {-3'000'000, 0, 12, 4'000'000'000},
+      {kMin, kMax},
+      {kMin, -1},
+      {0, kMax},
+      random_samples(11, 10'000, true),
+  };
+  const std::vector<int64_t> probe = {-40, 3, 3, 77, 1'000'001};
+  std::vector<int64_t> thresholds = {kMin, kMax, 0, -1};
+  for (int shift = 0; shift < 63; ++shift) {
+    const int64_t v = int64_t{1} << shift;
+    for (int64_t t : {v - 1, v, v + 1, -v - 1, -v, -v + 1}) thresholds.push_back(t);
+  }
+  for (int bits : {1, 7, 12}) {
+    for (size_t c = 0; c < cases.size(); ++c) {
+      for (bool merged : {false, true}) {
+        LogLinearHistogram h(bits);
+        LogLinearHistogram other(bits);
+        for (int64_t v : cases[c]) (merged ? other : h).record(v);
+        if (merged) {
+          ASSERT_TRUE(h.merge(other));
+        }
+        h.reset();
+        LogLinearHistogram fresh(bits);
+        for (int64_t v : probe) {
+          h.record(v);
+          fresh.record(v);
+        }
+        EXPECT_EQ(h.summary_json(), fresh.summary_json()) << bits << " " << c;
+        EXPECT_EQ(h.stddev(), fresh.stddev()) << bits << " " << c;
+        for (int64_t t : thresholds) {
+          ASSERT_EQ(h.count_above(t), fresh.count_above(t)) << bits << " " << c << " " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(Histogram, RejectsInvalidSubBucketBits) {
   EXPECT_THROW(LogLinearHistogram(0), Failure);
   EXPECT_THROW(LogLinearHistogram(13), Failure);

@@ -1,7 +1,9 @@
 // The engine's datapath never allocates: this binary replaces the global operator new with a
 // counting one and runs two engines back to back (submit, control timers, poll_tx, encode,
 // on_wan_datagram, poll_rx, stats excluded) over good and bad input for hundreds of cycles,
-// with every buffer and queue of the test itself allocated beforehand.
+// with every buffer and queue of the test itself allocated beforehand. And run-time changes
+// (apply_st, setup tier: it may allocate) reuse their large storage instead of allocating it.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -141,6 +143,109 @@ TEST(EngineNoAlloc, DatapathNeverAllocates) {
   EXPECT_GT(not_ok, 1000u);
   EXPECT_GT(engines[1]->rx_drops(0)[wire::DropReason::kBadMagic], 1000u);
   EXPECT_TRUE(engines[0]->peer_status(0).up);
+}
+
+// What one apply_st call allocated.
+struct ApplyCost {
+  uint64_t bytes = 0;
+  uint64_t largest_bytes = 0;
+};
+
+// Run-time changes reuse what they can instead of allocating it again: each port's timing wheel
+// (65536 entries by default, several MB: the spare wheel is filled and swapped), the scheduler
+// counters (~120 kB per histogram) of the tunnels that remain and of those removed (for the next
+// tunnel added), and a drained tunnel index's playouts (4096 entries each) and replay window. Forty rounds of add / modify rate / modify slots / modify
+// bound / remove with frames queued: after the first round (whose add takes a new index and
+// builds its tunnel) no change allocates anything of that size, and the heap does not grow.
+TEST(EngineNoAlloc, RunTimeChangesReuseTheirStorageAndTheEngineDoesNotGrow) {
+  testing::SiteOptions o;
+  o.peer_clock_offset_ns = 0;
+  auto created = Engine::create(testing::site_config(0, o), kStart);
+  ASSERT_TRUE(created);
+  Engine& engine = **created;
+  const uint8_t to7[4] = {10, 2, 0, 1}, to_b[4] = {10, 3, 0, 1};
+  const Bytes packets[] = {testing::ipv4_packet(to7, 80, 1200, {}),
+                           testing::ipv4_packet(to_b, 80, 1200, {})};
+  int64_t now = kStart;
+  uint64_t handle = 0, queued = 0;
+  // 250 us of traffic: 10 packets to each destination, every due frame sent.
+  const auto traffic = [&] {
+    for (int i = 0; i < 10; ++i) {
+      for (const Bytes& p : packets)
+        queued += engine.submit_tun_st(++handle, p, now) == Status::kOk;
+    }
+    const int64_t end = now + 250 * kUs;
+    for (int64_t t = std::max(now, engine.next_event_ns()); t <= end;
+         t = std::max(t + 1, engine.next_event_ns())) {
+      engine.poll_control_st(t);
+      (void)engine.poll_tx_st(t, [](const TxEmit&) {});
+      (void)engine.poll_rx_st(t, [](const RxEmit&) {});
+    }
+    now = end;
+  };
+  TunnelConfig b;
+  b.id = 1001;
+  b.peer = "site-b";
+  b.rate_bps = 100'000'000;
+  b.slots = {14, 15, 16};
+  b.bound_ns = 5 * kMs;
+  b.dst_prefixes = {testing::v4_prefix(10, 3, 0, 0, 16)};
+  TunnelConfig seven = engine.config().tunnels[0];
+  const auto apply = [&](const TunnelChanges& changes) {
+    traffic();
+    g_largest_allocation_bytes = 0;
+    const uint64_t before = g_allocated_bytes.load();
+    const auto result = engine.apply_st(changes, now);
+    EXPECT_TRUE(result) << result.error().message;
+    return ApplyCost{g_allocated_bytes.load() - before, g_largest_allocation_bytes.load()};
+  };
+  constexpr int kRounds = 40;
+  ApplyCost add, change, remove;
+  int64_t live_after_first = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    TunnelChanges c;
+    c.add = {b};
+    const ApplyCost added = apply(c);
+    c = {};
+    c.modify = {b};
+    c.modify[0].rate_bps = 120'000'000;
+    const ApplyCost rate = apply(c);
+    c.modify[0].slots = {15, 16, 17, 18};
+    const ApplyCost slots = apply(c);
+    c = {};
+    c.modify = {seven};
+    c.modify[0].bound_ns = round % 2 == 0 ? 4 * kMs : 5 * kMs;
+    const ApplyCost bound = apply(c);
+    c = {};
+    c.remove = {b.id};
+    const ApplyCost removed = apply(c);
+    traffic();
+    if (round == 0) {
+      EXPECT_GT(added.bytes, 1'000'000u);  // a new index: two playouts of 4096 entries built
+      live_after_first = g_live_bytes.load();
+      continue;
+    }
+    add.bytes = std::max(add.bytes, added.bytes);
+    add.largest_bytes = std::max(add.largest_bytes, added.largest_bytes);
+    for (const ApplyCost& cost : {rate, slots, bound}) {
+      change.bytes = std::max(change.bytes, cost.bytes);
+      change.largest_bytes = std::max(change.largest_bytes, cost.largest_bytes);
+    }
+    remove.bytes = std::max(remove.bytes, removed.bytes);
+    remove.largest_bytes = std::max(remove.largest_bytes, removed.largest_bytes);
+  }
+  EXPECT_EQ(engine.tunnel_count(), 3u);  // B took its drained index again every time
+  EXPECT_EQ(engine.generation(), 5u * kRounds);
+  EXPECT_GT(queued, 2'000u);
+  // A histogram side is 59392 bytes, a playout heap 294912, a wheel several MB: no change
+  // allocates anything of that size. What they allocate is small: configuration copies, the
+  // new gate control list, the classifier, the scheduler change's tables.
+  constexpr uint64_t kSmall = 32'768;
+  for (const ApplyCost& cost : {add, change, remove}) {
+    EXPECT_LT(cost.largest_bytes, 16'384u);
+    EXPECT_LT(cost.bytes, kSmall);
+  }
+  EXPECT_LT(std::abs(g_live_bytes.load() - live_after_first), 16'384) << live_after_first;
 }
 
 }  // namespace

@@ -295,7 +295,10 @@ TEST(EngineRuntime, IndicesStayDrainedOnesAreReusedControlTunnelIsChosenAgain) {
   ASSERT_NE(g, nullptr);
   g->set_default_faults({.delay_ns = 2 * kMs});
   Engine& a = g->engine(0);
-  g->run_until(kStartNs + 50 * kMs);
+  std::vector<Flow> flows;
+  flows.push_back(flow(1, 1, 80, 1, 50e6));  // site b -> site a on tunnel 7, until 50 ms
+  drive(*g, flows, kStartNs + 50 * kMs);
+  EXPECT_GT(a.playout(0).counters().received_packets, 100u);  // 7's playout at a was used
   auto control_tunnel = [&] {
     const auto stats = boost::json::parse(a.stats_json(g->engine_now_ns(0)));
     return boost::json::serialize(stats.at("peers").at(0).at("control_tunnel"));
@@ -330,6 +333,12 @@ TEST(EngineRuntime, IndicesStayDrainedOnesAreReusedControlTunnelIsChosenAgain) {
   apply(*g, 0, change);
   EXPECT_EQ(a.tunnel_index(1002), 0u);
   EXPECT_EQ(control_tunnel(), "9");
+  // Its playouts were 7's, restarted: nothing of 7's is left in them, they are 1002's.
+  for (const bool best_effort : {false, true}) {
+    const sched::Playout& reused = a.playout(0, best_effort);
+    EXPECT_EQ(reused.counters_json(), sched::Playout::create(reused.config())->counters_json());
+  }
+  EXPECT_EQ(a.playout(0).config().bound_ns, 0);  // 1002's bound (7's was 5 ms)
   // 9 had a service port (service_deliver): once removed, its index is never given again.
   change = {};
   change.remove = {9};

@@ -256,5 +256,76 @@ TEST(PlayoutTest, RejectsBadConfiguration) {
   EXPECT_TRUE(Playout::create(config).has_value());
 }
 
+// Random pushes (on time, late, too early, past capacity) and releases at increasing times from
+// start_ns, the same on every playout given; every answer must be the same on all of them.
+void drive_alike(std::vector<Playout*> playouts, uint64_t seed, int64_t start_ns) {
+  Random rng(seed);
+  int64_t now = start_ns;
+  for (uint64_t handle = 1; handle <= 3'000; ++handle) {
+    now += static_cast<int64_t>(rng.between(0, 200 * kUs));
+    const int64_t tx = now - static_cast<int64_t>(rng.between(0, 4 * kMs)) +
+                       (rng.between(0, 99) == 0 ? 10'000 * kMs : 0);  // 1 %: far future
+    const Status first = playouts[0]->push(handle, 100 + handle % 1000, tx, now);
+    for (size_t i = 1; i < playouts.size(); ++i) {
+      ASSERT_EQ(playouts[i]->push(handle, 100 + handle % 1000, tx, now), first) << handle;
+    }
+    if (rng.between(0, 3) != 0) continue;
+    const auto frames = release(*playouts[0], now);
+    for (size_t i = 1; i < playouts.size(); ++i) {
+      const auto other = release(*playouts[i], now);
+      ASSERT_EQ(other.size(), frames.size());
+      for (size_t k = 0; k < frames.size(); ++k) {
+        ASSERT_EQ(other[k].handle, frames[k].handle);
+        ASSERT_EQ(other[k].release_ns, frames[k].release_ns);
+        ASSERT_EQ(other[k].arrival_ns, frames[k].arrival_ns);
+        ASSERT_EQ(other[k].late, frames[k].late);
+      }
+      ASSERT_EQ(playouts[i]->next_event_ns(), playouts[0]->next_event_ns());
+    }
+  }
+}
+
+// A playout that was used (late, too-early and buffer-full drops, histograms filled) and then
+// drained is restarted with another release policy: it behaves exactly like a new playout of
+// that policy, also at times earlier than its last use.
+TEST(PlayoutTest, ARestartedPlayoutBehavesLikeANewOne) {
+  PlayoutConfig before;
+  before.bound_ns = 2 * kMs;
+  before.clock_offset_ns = 100;
+  before.max_hold_ns = 50 * kMs;
+  before.capacity_frames = 64;
+  Playout used = make(before);
+  drive_alike({&used}, 1, 100 * kMs);
+  const PlayoutCounters& c = used.counters();
+  ASSERT_GT(c.dropped[kBufferFull] + c.dropped[kTooEarly], 0u);
+  ASSERT_GT(c.late_packets, 0u);
+  ASSERT_GT(used.held_frames(), 0u);
+
+  PlayoutConfig after = before;
+  after.bound_ns = 3 * kMs;
+  after.clock_offset_ns = -250;
+  after.late_action = LateAction::kDrop;
+  after.max_hold_ns = 20 * kMs;
+  const std::string held_json = used.counters_json();
+  EXPECT_FALSE(used.restart(after));  // it still holds packets
+  EXPECT_EQ(used.counters_json(), held_json);
+  (void)release(used, INT64_MAX - 1);
+  ASSERT_EQ(used.held_frames(), 0u);
+  PlayoutConfig other_capacity = after;
+  other_capacity.capacity_frames = 128;
+  EXPECT_FALSE(used.restart(other_capacity));
+  PlayoutConfig invalid = after;
+  invalid.max_hold_ns = invalid.bound_ns - 1;
+  EXPECT_FALSE(used.restart(invalid));
+  EXPECT_EQ(used.config().bound_ns, before.bound_ns);  // refused: unchanged
+
+  ASSERT_TRUE(used.restart(after));
+  Playout fresh = make(after);
+  EXPECT_EQ(used.counters_json(), fresh.counters_json());
+  drive_alike({&fresh, &used}, 2, 50 * kMs);  // starts before the first run ended
+  EXPECT_EQ(used.counters_json(), fresh.counters_json());
+  EXPECT_EQ(used.held_frames(), fresh.held_frames());
+}
+
 }  // namespace
 }  // namespace detwan::dataplane::sched

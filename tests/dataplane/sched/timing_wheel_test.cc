@@ -127,5 +127,77 @@ TEST(TimingWheelTest, MatchesAnOrderedReferenceUnderRandomLoad) {
   EXPECT_GT(popped, 50'000u);
 }
 
+// A wheel cleared after use (entries left in it, its cursor moved around the ring, nodes taken
+// and returned in a scrambled order) answers every insert and pop_due exactly like a wheel just
+// constructed at the same start: full capacity again, the horizon counted from the new start,
+// none of the old entries left.
+TEST(TimingWheelTest, AClearedWheelBehavesLikeAFreshOne) {
+  Random rng(5);
+  constexpr int64_t kGranularity = 250;
+  constexpr uint32_t kBuckets = 256;
+  constexpr uint32_t kCapacity = 64;
+  TimingWheel<int> used(kGranularity, kBuckets, kCapacity, 0);
+  int64_t now = 0;
+  int value = 0;
+  uint64_t full = 0, beyond = 0, popped = 0;
+  // One random step on each wheel given (insert or pop at a later time); every answer must be
+  // the same on all of them.
+  const auto step = [&](std::vector<TimingWheel<int>*> wheels) {
+    if (rng.between(0, 2) != 0) {
+      const int64_t ts = now - 300 + static_cast<int64_t>(rng.between(0, 70'000));
+      const WheelInsert first = wheels[0]->insert(ts, value);
+      for (size_t i = 1; i < wheels.size(); ++i) ASSERT_EQ(wheels[i]->insert(ts, value), first);
+      full += first == WheelInsert::kFull;
+      beyond += first == WheelInsert::kBeyondHorizon;
+      ++value;
+    } else {
+      now += static_cast<int64_t>(rng.between(0, 3'000));
+      for (;;) {
+        int64_t ts = 0;
+        int v = 0;
+        const bool got = wheels[0]->pop_due(now, &ts, &v);
+        for (size_t i = 1; i < wheels.size(); ++i) {
+          int64_t other_ts = 0;
+          int other_v = 0;
+          ASSERT_EQ(wheels[i]->pop_due(now, &other_ts, &other_v), got);
+          if (got) {
+            ASSERT_EQ(other_ts, ts);
+            ASSERT_EQ(other_v, v);
+          }
+        }
+        if (!got) break;
+        ++popped;
+      }
+    }
+    for (size_t i = 1; i < wheels.size(); ++i) {
+      ASSERT_EQ(wheels[i]->size(), wheels[0]->size());
+      ASSERT_EQ(wheels[i]->next_ts_ns(), wheels[0]->next_ts_ns());
+      ASSERT_EQ(wheels[i]->horizon_end_ns(), wheels[0]->horizon_end_ns());
+    }
+  };
+  for (int round = 0; round < 40; ++round) {
+    // Restart somewhere: a little later, several turns of the wheel later, or earlier.
+    const auto choice = rng.between(0, 2);
+    const int64_t start = choice == 0   ? now + static_cast<int64_t>(rng.between(0, 1'000))
+                          : choice == 1 ? now + static_cast<int64_t>(rng.between(0, 500'000))
+                                        : now - static_cast<int64_t>(rng.between(0, 100'000));
+    if (round > 0) {
+      ASSERT_GT(used.size(), 0u) << round;  // cleared with entries in it
+    }
+    used.clear(start);
+    TimingWheel<int> fresh(kGranularity, kBuckets, kCapacity, start);
+    EXPECT_TRUE(used.empty());
+    EXPECT_EQ(used.next_ts_ns(), kNone);
+    now = start;
+    for (int i = 0; i < 2'000; ++i) {
+      step({&used, &fresh});
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  EXPECT_GT(full, 100u);  // capacity was reached again after clearing
+  EXPECT_GT(beyond, 1'000u);
+  EXPECT_GT(popped, 10'000u);
+}
+
 }  // namespace
 }  // namespace detwan::dataplane::sched

@@ -1,13 +1,17 @@
 // TxScheduler::reconfigure(): a new slot list and policies at run time. Each test keeps a twin
 // scheduler that is never reconfigured, fed the same frames, as the reference for "undisturbed".
+// The binary counts allocations (tests/common/counting_new.h) to check that a change reuses the
+// spare wheel instead of allocating one.
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "dataplane/sched/tx_scheduler.h"
+#include "tests/common/counting_new.h"
 #include "tests/dataplane/sched/sched_test_util.h"
 
 namespace detwan::dataplane::sched {
@@ -302,6 +306,169 @@ TEST(TxSchedulerReconfigure, PolicerIsKeptUnlessItsParametersChange) {
   EXPECT_EQ(scheduler.enqueue(7, 3, kFrameBytes, 20), Status::kOk);
   EXPECT_EQ(scheduler.enqueue(7, 4, kFrameBytes, 20), Status::kOk);
   EXPECT_EQ(scheduler.tunnel_counters(7)->dropped[kDrop(TxDrop::kPoliced)], 1u);
+}
+
+// Bytes allocated by one reconfigure() call.
+uint64_t bytes_allocated_by_reconfigure(TxScheduler& scheduler, GateControlList list,
+                                        const TxSchedulerConfig& config, int64_t now_ns) {
+  const uint64_t before = g_allocated_bytes.load();
+  const auto done = scheduler.reconfigure(std::move(list), config, now_ns);
+  const uint64_t bytes = g_allocated_bytes.load() - before;
+  EXPECT_TRUE(done) << done.error().describe();
+  return bytes;
+}
+
+// The default capacity (65536 frames) makes a wheel of several MB: a change that allocated one
+// would stand out. Sixty changes in a row: each re-places tunnel 9's frames through the spare
+// wheel and allocates only a few kB; tunnel 7, untouched, leaves exactly as in the twin that
+// never changed.
+TEST(TxSchedulerReconfigure, ManyChangesReuseTheSpareWheelAndLeaveOtherOwnersAlone) {
+  Twins twins;
+  std::vector<TxFrame> changed, reference;
+  uint64_t most_bytes = 0, handle = 1000;
+  int64_t now = 0;
+  for (int round = 0; round < 60; ++round) {
+    now += 100'000;  // one cycle
+    for (TxScheduler* s : {&twins.changed, &twins.reference}) {
+      for (const TxFrame& f : drain(*s, now))
+        (s == &twins.changed ? changed : reference).push_back(f);
+    }
+    for (int i = 0; i < 6; ++i) {
+      ++handle;
+      for (TxScheduler* s : {&twins.changed, &twins.reference}) {
+        ASSERT_EQ(s->enqueue(7, handle, kFrameBytes, now), Status::kOk);
+        ASSERT_EQ(s->enqueue(9, handle + 100'000, kFrameBytes, now), Status::kOk);
+      }
+    }
+    const GclConfig next = port_config(
+        {t7(), t9(round % 2 == 0 ? std::vector<uint32_t>{6} : std::vector<uint32_t>{5})});
+    most_bytes = std::max(
+        most_bytes, bytes_allocated_by_reconfigure(twins.changed, gcl(next),
+                                                   tx_config({policy(7), policy(9)}), now + 500));
+  }
+  for (const TxFrame& f : drain(twins.changed, now + 1'000'000)) changed.push_back(f);
+  for (const TxFrame& f : drain(twins.reference, now + 1'000'000)) reference.push_back(f);
+  EXPECT_LT(most_bytes, 16'384u) << most_bytes;
+  expect_same_departures(of_tunnel(changed, 7), of_tunnel(reference, 7));
+  EXPECT_EQ(of_tunnel(changed, 7).size(), 20u + 360u);
+  EXPECT_EQ(of_tunnel(changed, 9).size(), 5u + 360u);  // re-placed every time, none lost
+  EXPECT_EQ(of_tunnel(changed, 9, false).size(), 0u);
+  EXPECT_EQ(twins.changed.held_frames(), 0u);
+  EXPECT_EQ(twins.changed.tunnel_counters(9)->sent_packets, 365u);
+}
+
+// Another wheel geometry (a max_wait beyond the horizon needs more buckets): a new wheel and
+// its spare are allocated as create() does; the next change with that geometry allocates none.
+TEST(TxSchedulerReconfigure, AChangeNeedingALongerHorizonAllocatesANewPairOfWheels) {
+  Twins twins;
+  // Granularity 10 us / 8; 4 cycles of horizon: 400 us / 1.25 us -> 512 buckets.
+  EXPECT_THAT(twins.changed.describe(), HasSubstr("timing wheel: 512 buckets of 1.25us"));
+  const uint64_t bytes = bytes_allocated_by_reconfigure(
+      twins.changed, gcl(port_config({t7(), t9({6})})),
+      tx_config({policy(7), policy(9, 10'000'000)}), 500);  // 10 ms: 10.2 ms of horizon
+  EXPECT_GT(bytes, 2u * 65'536u * 48u);  // two wheels of 65536 entries of at least 48 bytes
+  EXPECT_THAT(twins.changed.describe(), HasSubstr("timing wheel: 8192 buckets of 1.25us"));
+  EXPECT_LT(bytes_allocated_by_reconfigure(twins.changed, gcl(port_config({t7(), t9({5})})),
+                                           tx_config({policy(7), policy(9, 10'000'000)}), 600),
+            16'384u);
+  expect_same_departures(of_tunnel(drain(twins.changed, 1'000'000), 7),
+                         of_tunnel(drain(twins.reference, 1'000'000), 7));
+}
+
+// The counters object of tunnel `id` in counters_json() (balanced braces from "id":{).
+std::string tunnel_json(const std::string& json, uint32_t id) {
+  const std::string key = "\"" + std::to_string(id) + "\":{";
+  const size_t from = json.find(key);
+  if (from == std::string::npos) return "";
+  int depth = 0;
+  for (size_t i = from + key.size() - 1; i < json.size(); ++i) {
+    depth += json[i] == '{' ? 1 : json[i] == '}' ? -1 : 0;
+    if (depth == 0) return json.substr(from, i + 1 - from);
+  }
+  return "";
+}
+
+// A removed tunnel's counters are kept, cleared, for the next tunnel added: replacing tunnel 9
+// by tunnel 11, and 11 by 9 in one change, allocates no histogram, and the added tunnel's
+// counters read exactly as a new tunnel's while tunnel 7's go on.
+TEST(TxSchedulerReconfigure, AnAddedTunnelTakesTheCountersARemovedOneLeft) {
+  Twins twins;
+  const auto t11 = GclTunnel{11, 500'000'000, {5}};
+  const auto new_json = [](const GclTunnel& tunnel, uint32_t id) {
+    return tunnel_json(
+        make(port_config({t7(), tunnel}), tx_config({policy(7), policy(id)})).counters_json(), id);
+  };
+  ASSERT_EQ(drain(twins.changed, 1'000'000).size(), 30u);  // 9 counted 5 frames, 7 counted 20
+  ASSERT_TRUE(
+      twins.changed.reconfigure(gcl(port_config({t7()})), tx_config({policy(7)}), 2'000'000));
+  EXPECT_LT(bytes_allocated_by_reconfigure(twins.changed, gcl(port_config({t7(), t11})),
+                                           tx_config({policy(7), policy(11)}), 2'000'100),
+            16'384u);
+  EXPECT_EQ(tunnel_json(twins.changed.counters_json(), 11), new_json(t11, 11));
+  EXPECT_EQ(twins.changed.tunnel_counters(7)->sent_packets, 20u);
+  ASSERT_EQ(twins.changed.enqueue(11, 1, kFrameBytes, 2'000'200), Status::kOk);
+  const auto eleven = drain(twins.changed, 3'000'000);
+  ASSERT_EQ(eleven.size(), 1u);
+  EXPECT_EQ(twins.changed.tunnel_counters(11)->queue_wait_ns.count(), 1u);
+  EXPECT_NE(tunnel_json(twins.changed.counters_json(), 11), new_json(t11, 11));
+  // 9 replaces 11 in one change: 11's counters, cleared, become 9's.
+  EXPECT_LT(bytes_allocated_by_reconfigure(twins.changed, gcl(port_config({t7(), t9()})),
+                                           tx_config({policy(7), policy(9)}), 3'000'000),
+            16'384u);
+  EXPECT_EQ(tunnel_json(twins.changed.counters_json(), 9), new_json(t9(), 9));
+  EXPECT_EQ(twins.changed.tunnel_counters(7)->sent_packets, 20u);
+}
+
+// After changes that used the spare wheel (it was filled, swapped in, and the old wheel cleared
+// to become the spare), a change prepared and then abandoned (as when another port's change
+// fails) and a change refused leave the scheduler exactly as its twin.
+TEST(TxSchedulerReconfigure, AnAbandonedOrRefusedChangeAfterTheSpareWasUsedChangesNothing) {
+  Twins twins;
+  for (TxScheduler* s : {&twins.changed, &twins.reference}) {
+    ASSERT_TRUE(
+        s->reconfigure(gcl(port_config({t7(), t9({6})})), tx_config({policy(7), policy(9)}), 500));
+    ASSERT_TRUE(
+        s->reconfigure(gcl(port_config({t7(), t9({5})})), tx_config({policy(7), policy(9)}), 600));
+  }
+  {
+    auto abandoned = twins.changed.prepare_reconfigure(
+        gcl(port_config({t7({6, 7, 8}), t9({4, 5})})), tx_config({policy(7), policy(9)}), 700);
+    ASSERT_TRUE(abandoned) << abandoned.error().describe();
+  }
+  TunnelTxPolicy bad = policy(9);
+  bad.burst_bytes = 100;
+  ASSERT_FALSE(twins.changed.reconfigure(gcl(port_config({t7({6, 7, 8}), t9({4, 5})})),
+                                         tx_config({policy(7), bad}), 800));
+  EXPECT_EQ(twins.changed.held_frames(), twins.reference.held_frames());
+  EXPECT_EQ(twins.changed.next_event_ns(), twins.reference.next_event_ns());
+  EXPECT_EQ(twins.changed.describe(), twins.reference.describe());
+  EXPECT_EQ(twins.changed.counters_json(), twins.reference.counters_json());
+  const auto changed = drain(twins.changed, 1'000'000);
+  const auto reference = drain(twins.reference, 1'000'000);
+  expect_same_departures(changed, reference);
+  EXPECT_EQ(changed.size(), 30u);
+  EXPECT_EQ(twins.changed.counters_json(), twins.reference.counters_json());
+}
+
+// Frames handed back by one change and not yet taken are still handed over, first, after
+// another change.
+TEST(TxSchedulerReconfigure, FramesHandedBackStayFirstThroughAnotherChange) {
+  Twins twins;
+  ASSERT_TRUE(twins.changed.reconfigure(gcl(port_config({t7()})), tx_config({policy(7)}), 500));
+  ASSERT_TRUE(
+      twins.changed.reconfigure(gcl(port_config({t7({6, 7, 8})})), tx_config({policy(7)}), 600));
+  EXPECT_EQ(twins.changed.held_frames(), 30u);
+  const auto frames = drain(twins.changed, 1'000'000);
+  ASSERT_EQ(frames.size(), 30u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_FALSE(frames[i].send);
+    EXPECT_EQ(frames[i].handle, 200 + i);
+    EXPECT_EQ(frames[i].drop, TxDrop::kTunnelRemoved);
+  }
+  const auto seven = of_tunnel(frames, 7);
+  ASSERT_EQ(seven.size(), 20u);
+  expect_in_slots_in_order(seven, port_config({t7({6, 7, 8})}), 7);
+  EXPECT_EQ(twins.changed.held_frames(), 0u);
 }
 
 }  // namespace
