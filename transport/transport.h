@@ -55,6 +55,10 @@ struct PathSpec {
   // framing counted by the reservation (Ethernet 14 by default), + the gateway's tunnel
   // encapsulation when the path goes through detwan-gw. See docs/transport.md "Payload limit".
   int32_t frame_overhead_bytes = 42;
+  // Largest burst (bytes on the wire, as counted with frame_overhead_bytes) the pacer may send
+  // after its thread ran late: the reservation's policer depth, shared by every sender into it.
+  // 0 = kPacerCatchUpNs of sending time (docs/transport.md "Pacing"). At least one datagram.
+  int64_t max_burst_bytes = 0;
 };
 
 struct FecOptions {
@@ -71,6 +75,10 @@ struct ChannelOptions {
   // rate `rate_bps`.
   std::vector<PathSpec> paths;
   int64_t rate_bps = 0;                       // single-path reserved rate; 0 = best effort
+  // Single path: bytes its rate limiter counts per datagram beyond the UDP payload
+  // (PathSpec::frame_overhead_bytes; through a detwan-gw tunnel, + the tunnel's per frame).
+  int32_t frame_overhead_bytes = 42;
+  int64_t max_burst_bytes = 0;                // single path: PathSpec::max_burst_bytes
   int32_t mtu_bytes = 1500;                   // IP MTU of the path; segments fit in it
   int64_t peer_timeout_ns = 5'000'000'000;    // no sign of life for this long = peer failed
   int64_t keepalive_interval_ns = 200'000'000;

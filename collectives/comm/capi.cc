@@ -147,6 +147,8 @@ detwanResult_t to_comm_config(const detwanConfig_t* config, CommConfig& out) {
   if (config->intra_backend != nullptr) out.intra_backend = config->intra_backend;
   if (config->inter_backend != nullptr) out.inter_backend = config->inter_backend;
   if (config->listen_host != nullptr) out.listen_host = config->listen_host;
+  if (config->reservation != nullptr) out.reservation = config->reservation;
+  if (config->agent != nullptr) out.agent_url = config->agent;
   return capi::ok();
 }
 

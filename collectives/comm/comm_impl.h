@@ -16,6 +16,7 @@
 #include "collectives/comm/bootstrap.h"
 #include "collectives/comm/communicator.h"
 #include "collectives/comm/executor.h"
+#include "collectives/comm/reservation.h"
 #include "collectives/net/peers.h"
 #include "collectives/topology/cost_model.h"
 #include "collectives/topology/topology.h"
@@ -54,6 +55,10 @@ struct Communicator::Impl {
   std::unique_ptr<transport::Endpoint> intra_endpoint;
   std::unique_ptr<transport::Endpoint> inter_endpoint;
   std::unique_ptr<Peers> peers;
+  // The WAN reservations it rides (CommConfig::reservation) and their watcher; the watcher
+  // stops before the peers it fails go away.
+  std::optional<WanReservations> wan;
+  std::unique_ptr<ReservationWatch> watch;
 
   std::atomic<int64_t> timeout_ns{0};
   std::atomic<bool> aborted{false};

@@ -46,6 +46,8 @@ Result<void> Communicator::finalize() {
   // before the close. A peer that closed first (after its own barrier) makes this fail
   // harmlessly.
   (void)impl_->executor_flush();
+  // The job is done with the WAN: a reservation released from now on is no error of it.
+  if (impl_->watch) impl_->watch->stop();
   return {};
 }
 

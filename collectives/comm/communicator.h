@@ -63,10 +63,18 @@ struct CommConfig {
   // Backend config strings (e.g. loopback faults "loss=0.01,reorder=0.05") for tests.
   std::string intra_backend_config;
   std::string inter_backend_config;
+  // WAN reservations of detwan-agent the job rides ("r-3" or "r-3,r-4", one per site pair;
+  // reservation.h, docs/collectives.md "Reservations"). Empty: best effort, or wan_rate_bps.
+  // With one, the reservations' rates replace wan_rate_bps and their bound the configured RTT.
+  std::string reservation;
+  std::string agent_url;    // "http://127.0.0.1:7800"
+  std::string agent_token;  // bearer token of the agent (a read token is enough)
+  int64_t reservation_poll_ns = 1'000'000'000;  // how often the watcher asks the agent
 
   // Defaults overridden by DETWAN_SITE, DETWAN_TIMEOUT_MS, DETWAN_WAN_RATE, DETWAN_ALGO,
   // DETWAN_CHUNK_BYTES, DETWAN_DETERMINISTIC, DETWAN_INTRA_BACKEND, DETWAN_INTER_BACKEND,
-  // DETWAN_LISTEN_HOST, DETWAN_MTU, DETWAN_WAN_RTT, DETWAN_PEER_TIMEOUT_MS.
+  // DETWAN_LISTEN_HOST, DETWAN_MTU, DETWAN_WAN_RTT, DETWAN_PEER_TIMEOUT_MS,
+  // DETWAN_RESERVATION, DETWAN_AGENT, DETWAN_AGENT_TOKEN, DETWAN_RESERVATION_POLL_MS.
   // kConfig naming the variable on a bad value.
   static Result<CommConfig> from_environment();
   // Every field, one line, for the start-up log.

@@ -91,13 +91,22 @@ Result<CommConfig> CommConfig::from_environment() {
     if (*ms == 0) return bad("DETWAN_PEER_TIMEOUT_MS", v, "must be > 0");
     config.peer_timeout_ns = *ms * 1'000'000;
   }
+  if (const char* v = env("DETWAN_RESERVATION")) config.reservation = v;
+  if (const char* v = env("DETWAN_AGENT")) config.agent_url = v;
+  if (const char* v = env("DETWAN_AGENT_TOKEN")) config.agent_token = v;
+  if (const char* v = env("DETWAN_RESERVATION_POLL_MS")) {
+    auto ms = parse_count("DETWAN_RESERVATION_POLL_MS", v);
+    if (!ms) return std::unexpected(ms.error());
+    if (*ms == 0) return bad("DETWAN_RESERVATION_POLL_MS", v, "must be > 0");
+    config.reservation_poll_ns = *ms * 1'000'000;
+  }
   return config;
 }
 
 std::string CommConfig::describe() const {
   return fmt::format(
       "site={} timeout={} wan_rate={} wan_rtt={}{} algorithm={} chunk={} deterministic={} "
-      "intra={}{} inter={}{} listen_host={} mtu={} peer_timeout={} setup_timeout={}",
+      "intra={}{} inter={}{} listen_host={} mtu={} peer_timeout={} setup_timeout={}{}",
       site, common::format_duration_ns(timeout_ns),
       wan_rate_bps > 0 ? common::format_rate_bps(static_cast<uint64_t>(wan_rate_bps))
                        : std::string("best-effort"),
@@ -109,7 +118,9 @@ std::string CommConfig::describe() const {
       intra_backend_config.empty() ? "" : "[" + intra_backend_config + "]", inter_backend,
       inter_backend_config.empty() ? "" : "[" + inter_backend_config + "]",
       listen_host.empty() ? "auto" : listen_host, mtu_bytes,
-      common::format_duration_ns(peer_timeout_ns), common::format_duration_ns(setup_timeout_ns));
+      common::format_duration_ns(peer_timeout_ns), common::format_duration_ns(setup_timeout_ns),
+      reservation.empty() ? std::string()
+                          : fmt::format(" reservation={} agent={}", reservation, agent_url));
 }
 
 }  // namespace detwan::collectives

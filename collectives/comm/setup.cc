@@ -10,6 +10,7 @@
 
 #include "collectives/algo/algorithms.h"
 #include "collectives/comm/comm_impl.h"
+#include "collectives/comm/reservation.h"
 #include "collectives/net/mesh.h"
 #include "common/clock.h"
 #include "common/logging.h"
@@ -93,8 +94,32 @@ Result<std::vector<std::vector<int64_t>>> measure_site_rtts(Peers& peers,
   return rtt;
 }
 
+// A reservation's pacing into channel options (first: replace; else: keep the more cautious).
+void apply_pacing(transport::ChannelOptions& options, const TunnelPacing& p, bool first) {
+  if (first) {
+    options.rate_bps = p.rate_bps;
+    options.frame_overhead_bytes = p.frame_overhead_bytes;
+    options.mtu_bytes = p.mtu_bytes;
+    options.max_burst_bytes = p.max_burst_bytes;
+    return;
+  }
+  options.rate_bps = std::min(options.rate_bps, p.rate_bps);
+  options.frame_overhead_bytes = std::max(options.frame_overhead_bytes, p.frame_overhead_bytes);
+  options.mtu_bytes = std::min(options.mtu_bytes, p.mtu_bytes);
+  options.max_burst_bytes = std::min(options.max_burst_bytes, p.max_burst_bytes);
+}
+
+// The payload share of a tunnel's reserved rate: each datagram of `mtu` bytes (inner IP packet)
+// carries mtu - 28 bytes of UDP payload and costs mtu + the gateway's frame overhead.
+int64_t tunnel_goodput_bps(const TunnelGrant& grant, int32_t mtu_bytes) {
+  const int32_t mtu = std::min(mtu_bytes, grant.mtu_bytes);
+  return static_cast<int64_t>(static_cast<double>(grant.rate_bps) * (mtu - 28) /
+                              (mtu + grant.frame_overhead_bytes));
+}
+
 Result<NetworkModel> build_model(Peers* peers, const Topology& topology,
-                                 const CommConfig& config, Deadline deadline) {
+                                 const CommConfig& config, const WanReservations* wan,
+                                 Deadline deadline) {
   NetworkModel model;
   model.intra = LinkModel{kIntraAlphaNs, kIntraRateBps};
   const int sites = topology.num_sites();
@@ -113,9 +138,18 @@ Result<NetworkModel> build_model(Peers* peers, const Topology& topology,
         model.inter[s][t] = model.intra;
         continue;
       }
+      int64_t rate = wan_rate;
+      int64_t alpha = rtt[s][t] / 2;
+      if (wan != nullptr) {
+        // The reservation: its payload rate, and (deterministic) its bound as the latency.
+        const TunnelGrant* g = wan->between(topology.site_name(s), topology.site_name(t));
+        if (g != nullptr) {
+          rate = tunnel_goodput_bps(*g, config.mtu_bytes);
+          if (config.deterministic) alpha = g->max_latency_ns;
+        }
+      }
       // Every local rank of site s drives its own share of the tunnel in parallel.
-      model.inter[s][t] = LinkModel{std::max<int64_t>(1, rtt[s][t] / 2),
-                                    std::max<int64_t>(1, wan_rate / local)};
+      model.inter[s][t] = LinkModel{std::max<int64_t>(1, alpha), std::max<int64_t>(1, rate / local)};
     }
   }
   return model;
@@ -142,9 +176,33 @@ void log_start(const Communicator::Impl& impl) {
             sites > 1 ? (impl.config.deterministic ? " inter alpha configured (deterministic)"
                                                     : " inter alpha = measured RTT / 2")
                       : " one site",
-            sites > 1 && impl.config.wan_rate_bps <= 0
+            sites > 1 && impl.config.wan_rate_bps <= 0 && !impl.wan
                 ? "; WAN rate best effort: the model assumes 1gbit per site pair"
                 : "");
+  if (impl.wan) {
+    for (const TunnelGrant& g : impl.wan->grants) {
+      log->info("reservation {}: {} each way, bound max_latency {} max_latency_variation {} ({}), "
+                "tunnel MTU {} + {} bytes per frame, burst {} bytes; this rank's tunnel address {}",
+                g.id, common::format_rate_bps(static_cast<uint64_t>(g.rate_bps)),
+                human_ns(static_cast<double>(g.max_latency_ns)),
+                human_ns(static_cast<double>(g.max_latency_variation_ns)), g.delivery,
+                g.mtu_bytes, g.frame_overhead_bytes, g.burst_bytes, impl.wan->tunnel_host);
+    }
+  }
+}
+
+// The reservations of config.reservation, checked for this rank's site (reservation.h).
+Result<std::optional<WanReservations>> reservations_for(int rank, const CommConfig& config) {
+  if (config.reservation.empty()) return std::optional<WanReservations>();
+  auto ids = parse_reservation_ids(config.reservation);
+  if (!ids) return std::unexpected(ids.error());
+  control::client::AgentAddress agent{config.agent_url, config.agent_token, 5000};
+  auto wan = resolve_reservations(agent, *ids, config.site);
+  if (!wan) {
+    return make_error(wan.error().code, fmt::format("rank {} (site {}): {}", rank, config.site,
+                                                    wan.error().message));
+  }
+  return std::optional<WanReservations>(std::move(*wan));
 }
 
 }  // namespace
@@ -163,7 +221,10 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
     return make_error(ErrorCode::kInvalidArgument,
                       "wan_rate_bps, chunk_bytes and wan_rtt_ns must be >= 0");
   }
+  auto wan = reservations_for(rank, config);
+  if (!wan) return std::unexpected(wan.error());
   auto impl = std::make_unique<Communicator::Impl>();
+  impl->wan = std::move(*wan);
   impl->rank = rank;
   impl->size = nranks;
   impl->config = config;
@@ -180,6 +241,17 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
   // their rate; the connecting side (options_for below) uses the exact share.
   transport::ChannelOptions accepted_other = other_site;
   accepted_other.rate_bps = config.wan_rate_bps / std::max(1, nranks / 2);
+  if (impl->wan) {
+    // The same guess per reservation of this site: the slowest, so no tunnel is over-run.
+    const int sites = std::max<int>(2, static_cast<int>(impl->wan->grants.size()) + 1);
+    bool first = true;
+    for (const TunnelGrant& g : impl->wan->grants) {
+      if (!g.covers(config.site)) continue;
+      const TunnelPacing p = pacing_for(g, std::max(1, nranks / sites), config.mtu_bytes);
+      apply_pacing(accepted_other, p, first);
+      first = false;
+    }
+  }
 
   auto intra = open_endpoint("intra", config.intra_backend, same_site,
                              config.intra_backend_config);
@@ -197,12 +269,15 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
                                   config.intra_backend, impl->listen_host,
                                   intra_address.error().message));
   }
+  // With reservations the inter-site endpoint listens on the tunnel address: what it sends leaves
+  // from there and what it is sent goes there, both routed into the tunnel by the gateways.
+  const std::string inter_host = impl->wan ? impl->wan->tunnel_host : impl->listen_host;
   auto inter_address =
-      impl->inter_endpoint->listen(listen_address(config.inter_backend, impl->listen_host));
+      impl->inter_endpoint->listen(listen_address(config.inter_backend, inter_host));
   if (!inter_address) {
     return make_error(inter_address.error().code,
                       fmt::format("rank {}: inter endpoint ({}) listen on '{}': {}", rank,
-                                  config.inter_backend, impl->listen_host,
+                                  config.inter_backend, inter_host,
                                   inter_address.error().message));
   }
 
@@ -231,12 +306,23 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
   impl->topology = std::move(*topology);
 
   const Topology& topo = impl->topology;
+  if (impl->wan) {
+    std::vector<std::string> site_names;
+    for (int s = 0; s < topo.num_sites(); ++s) site_names.push_back(topo.site_name(s));
+    if (auto ok = check_site_pairs(*impl->wan, site_names); !ok) {
+      return make_error(ok.error().code, fmt::format("rank {}: {}", rank, ok.error().message));
+    }
+  }
   const auto local_ranks =
       static_cast<int64_t>(topo.ranks_of_site(topo.site_of(rank)).size());
   auto options_for = [&](int peer) {
     if (topo.same_site(rank, peer)) return same_site;
     transport::ChannelOptions options = other_site;
     options.rate_bps = config.wan_rate_bps / std::max<int64_t>(1, local_ranks);
+    if (impl->wan) {
+      const TunnelGrant* g = impl->wan->between(config.site, topo.site_name(topo.site_of(peer)));
+      if (g != nullptr) apply_pacing(options, pacing_for(*g, local_ranks, config.mtu_bytes), true);
+    }
     return options;
   };
   auto channels = connect_mesh(rank, topo, {impl->intra_endpoint.get(),
@@ -249,7 +335,8 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
   }
   impl->peers = std::make_unique<Peers>(rank, std::move(*channels), std::move(names));
 
-  auto model = build_model(impl->peers.get(), topo, config, Deadline{deadline_ns});
+  auto model = build_model(impl->peers.get(), topo, config, impl->wan ? &*impl->wan : nullptr,
+                           Deadline{deadline_ns});
   if (!model) {
     return make_error(model.error().code,
                       fmt::format("rank {}: measuring the network: {}", rank,
@@ -257,6 +344,16 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
   }
   impl->model = std::move(*model);
   if (rank == 0) log_start(*impl);
+  if (impl->wan) {
+    Communicator::Impl* raw = impl.get();
+    impl->watch = std::make_unique<ReservationWatch>(
+        *impl->wan, config.reservation_poll_ns, [raw](const std::string& why) {
+          const Error error{ErrorCode::kUnavailable, fmt::format("rank {}: {}", raw->rank, why)};
+          common::logger("collectives")->error("{}", error.message);
+          raw->peers->fail(-1, error);
+          raw->fail(error);
+        });
+  }
   impl->executor = std::make_unique<Executor>();
   return impl;
 }

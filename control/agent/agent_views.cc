@@ -7,6 +7,7 @@
 #include "common/units.h"
 #include "control/admission/planner.h"
 #include "control/agent/agent_impl.h"
+#include "control/gateway/tunnel_spec.h"
 #include "control/reservation/reservation_json.h"
 
 namespace detwan::control::agent {
@@ -26,6 +27,21 @@ json::object Agent::Impl::view(const Reservation& r) const {
   tunnel["src_prefixes"] = prefixes(r.spec.src_prefixes);
   tunnel["dst_prefixes"] = prefixes(r.spec.dst_prefixes);
   tunnel["playout_bound_ns"] = r.bound.on_time ? r.bound.playout_bound_ns : 0;
+  // What a sender into the tunnel must fit and pace with (docs/control-api.md, "Reserve"): the
+  // largest inner IP packet the first path's links carry after the encapsulation, and the
+  // bytes each gateway adds and counts against the reserved rate.
+  uint32_t link_mtu = 0;
+  if (!r.paths.empty()) {
+    for (const std::string& name : r.paths.front().links) {
+      const uint32_t l = topology.find_link(name);
+      if (l == model::kNone) continue;
+      const uint32_t mtu = topology.links[l].mtu_bytes;
+      link_mtu = link_mtu == 0 ? mtu : std::min(link_mtu, mtu);
+    }
+  }
+  tunnel["mtu_bytes"] =
+      link_mtu > gateway::kEncapOverheadBytes ? link_mtu - gateway::kEncapOverheadBytes : 0;
+  tunnel["frame_overhead_bytes"] = gateway::kFrameOverheadBytes;
   out["tunnel"] = std::move(tunnel);
   return out;
 }

@@ -9,6 +9,13 @@
 
 namespace detwan::control::gateway {
 
+// What detwan-gw adds to each inner IP packet on the WAN (docs/wire-format.md): outer IPv4 20 +
+// UDP 8 + tunnel header 40; and what its scheduler counts against a tunnel's rate per frame:
+// that + Ethernet header and FCS 18. Checked against dataplane/wire/header.h in
+// tests/control/gateway (control/ does not link the dataplane).
+inline constexpr uint32_t kEncapOverheadBytes = 68;
+inline constexpr uint32_t kFrameOverheadBytes = kEncapOverheadBytes + 18;
+
 struct TunnelSpec {
   uint32_t id = 0;
   std::string peer;

@@ -106,6 +106,12 @@ boost::json::object report_json(const RunInfo& info, const std::vector<Row>& row
     r["redop"] = row.redop;
     r["root"] = row.root;
     r["time_us"] = row.time_us;
+    r["time_us_p50"] = row.time_us_p50;
+    r["time_us_p99"] = row.time_us_p99;
+    r["time_us_max"] = row.time_us_max;
+    boost::json::array iters;
+    for (double us : row.iter_time_us) iters.push_back(us);
+    r["iter_time_us"] = std::move(iters);
     r["algbw_GBps"] = row.algbw_gbps;
     r["busbw_GBps"] = row.busbw_gbps;
     if (row.wrong) {

@@ -42,6 +42,11 @@ struct Row {
   std::string redop;           // "none" for collectives without one
   int root = -1;               // -1 for collectives without one
   double time_us = 0;
+  // Each timed iteration's time (max over ranks) and its percentiles (nearest rank).
+  std::vector<double> iter_time_us;
+  double time_us_p50 = 0;
+  double time_us_p99 = 0;
+  double time_us_max = 0;
   double algbw_gbps = 0;
   double busbw_gbps = 0;
   std::optional<uint64_t> wrong;

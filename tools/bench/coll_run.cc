@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "collectives/comm/communicator.h"
+#include "common/percentile.h"
 #include "tools/bench/coll_pattern.h"
 #include "tools/bench/coll_report.h"
 
@@ -139,10 +140,19 @@ class Runner {
     }
     if (auto ok = comm_.barrier(); !ok) return failed("barrier before", ok.error());
     const int64_t start_ns = now_ns();
+    std::vector<double> iter_us(static_cast<size_t>(o_.iters));
     for (int i = 0; i < o_.iters; ++i) {
+      const int64_t iter_start_ns = now_ns();
       if (auto ok = run_once(comm_, op); !ok) return failed("timed run of", ok.error());
+      iter_us[static_cast<size_t>(i)] = static_cast<double>(now_ns() - iter_start_ns) / 1e3;
     }
     const double mean_us = static_cast<double>(now_ns() - start_ns) / 1e3 / o_.iters;
+    std::vector<double> max_iter_us(iter_us.size());
+    if (auto ok = comm_.all_reduce(iter_us.data(), max_iter_us.data(), iter_us.size(),
+                                   DataType::kFloat64, ReduceOp::kMax);
+        !ok) {
+      return failed("gathering the iteration times of", ok.error());
+    }
 
     // Every rank takes part: time is the slowest rank's, #wrong the sum over ranks.
     double max_us = 0;
@@ -160,6 +170,10 @@ class Runner {
     Row row = make_row(spec.collective, shape, spec.type, spec.op, spec.root, comm_.size(),
                        max_us);
     row.wrong = wrong;
+    row.time_us_p50 = common::nearest_rank_percentile(max_iter_us, 0.50);
+    row.time_us_p99 = common::nearest_rank_percentile(max_iter_us, 0.99);
+    row.time_us_max = common::nearest_rank_percentile(max_iter_us, 1.0);
+    row.iter_time_us = std::move(max_iter_us);
     const coll::Plan plan = comm_.plan_for(spec.collective, static_cast<int64_t>(shape.size_bytes));
     row.algorithm = std::string(collectives::to_string(plan.algorithm));
     row.chunk_bytes = plan.chunk_bytes;

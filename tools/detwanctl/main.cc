@@ -28,12 +28,15 @@
 #include <boost/json.hpp>
 
 #include "common/units.h"
+#include "control/client/http_client.h"
 #include "tools/detwanctl/format.h"
-#include "tools/detwanctl/http_client.h"
 
 namespace detwan::tools::ctl {
 namespace {
 namespace json = boost::json;
+using control::client::http_call;
+using control::client::parse_url;
+using control::client::Url;
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;

@@ -28,9 +28,9 @@ import urllib.error
 import urllib.request
 
 from lab import gateway
-from lab.netns import LabError, is_alive, process_start_time
+from lab.netns import LabError, ip, is_alive, process_start_time
 from lab.state import RUN_DIR, file_tail, write_pid_file
-from lab.topology import Topology
+from lab.topology import PREFIX, Topology
 from lab.units import format_duration, format_rate, parse_duration_ns, parse_fraction
 
 AGENT_BINARY = "control/detwan-agent"
@@ -44,6 +44,42 @@ PLAYOUT_ERROR = "200us"
 PROCESSING_DELAY = "100us"
 RECONCILE_INTERVAL = "500ms"
 READY_TIMEOUT_S = 30.0
+
+
+# The management network: one veth per site from the root namespace (where the agent runs) into
+# the site's host namespace, so jobs there can ask the agent for their reservation (the
+# collective library's DETWAN_AGENT) without touching the emulated WAN. 10.99.i.1/30 in the root
+# namespace, 10.99.i.2/30 in the host; nothing is routed between sites over it.
+MGMT_NET = "10.99"
+
+
+def mgmt_root_addr(site) -> str:
+    return f"{MGMT_NET}.{site.index}.1"
+
+
+def mgmt_host_addr(site) -> str:
+    return f"{MGMT_NET}.{site.index}.2"
+
+
+def mgmt_ifs(site) -> tuple[str, str]:
+    """(root-namespace end, host-namespace end), within IFNAMSIZ."""
+    return f"{PREFIX}{site.name}-m", f"{PREFIX}{site.name}-mh"
+
+
+def host_url(site, port: int) -> str:
+    """The agent's URL as seen from the site's host namespace."""
+    return f"http://{mgmt_root_addr(site)}:{port}"
+
+
+def create_management(topo: Topology) -> None:
+    """The management veths (see MGMT_NET). Removed with the host namespaces by `down`."""
+    for s in topo.sites:
+        root_if, host_if = mgmt_ifs(s)
+        ip("link", "add", root_if, "type", "veth", "peer", "name", host_if, "netns", s.host_ns)
+        ip("addr", "add", f"{mgmt_root_addr(s)}/30", "dev", root_if)
+        ip("link", "set", root_if, "up")
+        ip("addr", "add", f"{mgmt_host_addr(s)}/30", "dev", host_if, ns=s.host_ns)
+        ip("link", "set", host_if, "up", ns=s.host_ns)
 
 
 def topology_file() -> pathlib.Path:
@@ -81,8 +117,8 @@ def render_topology(topo: Topology, spec_for, port: int) -> str:
         f"domain: {NAME}",
         "agent:",
         f"  name: {NAME}",
-        f"  listen: 127.0.0.1:{port}",
-        "  allow: [127.0.0.0/8]",
+        f"  listen: 0.0.0.0:{port}",
+        f"  allow: [127.0.0.0/8, {MGMT_NET}.0.0/16]",
         f"  journal: {journal_file()}",
         "  hold_timeout: 60s",
         f"  reconcile_interval: {RECONCILE_INTERVAL}",

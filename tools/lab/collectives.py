@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from lab import measure
+from lab import measure, reserve
 from lab.transport import (MTU_BYTES, BenchError, _arg, bench_binary, running_lab, stop,
                            wan_spec)
 from lab.units import parse_duration_ns, parse_fraction, parse_rate_bps, parse_size_bytes
@@ -76,6 +76,16 @@ def parser() -> argparse.ArgumentParser:
                    "rate)")
     p.add_argument("--best-effort", action="store_true",
                    help="give the library no reserved rate (--wan-rate 0)")
+    p.add_argument("--dataplane", choices=("uring", "dpdk"),
+                   help="own lab: gateways of this backend and an agent (--dataplane X --agents), "
+                   "so that --reserve can run the ranks' inter-site traffic through tunnels")
+    p.add_argument("--reserve", type=_arg(parse_rate_bps),
+                   help="reserve RATE each way between every pair of sites through the lab's "
+                   "agent for the run (released afterwards); the ranks get DETWAN_RESERVATION "
+                   "and DETWAN_AGENT and send through the tunnels")
+    p.add_argument("--reserve-burst", type=_arg(parse_size_bytes),
+                   help="the reservations' max_burst_bytes (default: the agent's)")
+    p.add_argument("--reservation", help="ride existing reservation(s) 'r-3[,r-4]' instead")
     p.add_argument("--port", type=int, default=5500, help="rendezvous port of rank 0")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds for the whole run")
     p.add_argument("--seed", type=int, default=1)
@@ -110,12 +120,14 @@ def rank_plan(st: dict, nsites: int, per_site: int) -> list[dict]:
             for j in range(per_site)]
 
 
-def rank_command(args, binary: str, plan: list[dict], entry: dict, wan_rate_bps: int,
+def rank_command(args, binary: str, plan: list[dict], entry: dict, wan_rate_bps: int | None,
                  json_out: bool) -> list[str]:
+    """wan_rate_bps None: the rank rides reservations (the rate is the agent's)."""
     root_addr = plan[0]["site"]["best_effort_addr"]
     argv = [binary, args.collective, "--rank", str(entry["rank"]), "--nranks", str(len(plan)),
             "--id", f"tcp://{root_addr}:{args.port}", "--site", entry["site"]["name"],
-            "--wan-rate", f"{wan_rate_bps}bit", *pass_through(args)]
+            *(["--wan-rate", f"{wan_rate_bps}bit"] if wan_rate_bps is not None else []),
+            *pass_through(args)]
     if json_out:
         argv.append("--json")
     return [str(measure.TESTBED), "exec", entry["site"]["name"], "--", *argv]
@@ -125,14 +137,22 @@ def _raise_interrupted(signum, _frame):
     raise Interrupted(f"signal {signum}")
 
 
-def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int, rtt_ns: int,
-              mtu_bytes: int) -> tuple[str, list, str]:
-    """Starts every rank, forwards (table) or collects (JSON) rank 0's stdout, stops every rank
-    on failure, timeout or signal. Returns (rank 0's stdout, exit statuses, error or "")."""
-    # The path's RTT for the cost model of --deterministic (which must not measure it).
+def rank_env(entry: dict, rtt_ns: int, mtu_bytes: int, riding: dict | None) -> dict:
+    """The rank's environment; riding: {"ids": "r-1,r-2", "host_urls": {site: agent URL}}."""
     env = dict(os.environ)
+    # The path's RTT for the cost model of --deterministic (which must not measure it).
     env.setdefault("DETWAN_WAN_RTT", f"{max(rtt_ns // 1000, 1)}us")
     env["DETWAN_MTU"] = str(mtu_bytes)  # the datagrams fill the lab's MTU, no more
+    if riding:
+        env["DETWAN_RESERVATION"] = riding["ids"]
+        env["DETWAN_AGENT"] = riding["host_urls"][entry["site"]["name"]]
+    return env
+
+
+def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int | None, rtt_ns: int,
+              mtu_bytes: int, riding: dict | None = None) -> tuple[str, list, str]:
+    """Starts every rank, forwards (table) or collects (JSON) rank 0's stdout, stops every rank
+    on failure, timeout or signal. Returns (rank 0's stdout, exit statuses, error or "")."""
     procs, logs = [], []
     out = b""
     error = ""
@@ -145,7 +165,8 @@ def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int, rtt_ns: in
             logs.append(err)
             procs.append(subprocess.Popen(
                 cmd, stdout=subprocess.PIPE if entry["rank"] == 0 else subprocess.DEVNULL,
-                stderr=err, stdin=subprocess.DEVNULL, env=env))
+                stderr=err, stdin=subprocess.DEVNULL,
+                env=rank_env(entry, rtt_ns, mtu_bytes, riding)))
         first = rank_command(args, binary, plan, plan[0], wan_rate_bps, args.json)
         log(f"{len(procs)} ranks, rank 0: {' '.join(first[4:])}")
         deadline = time.monotonic() + args.timeout
@@ -204,18 +225,46 @@ def lab_header(args, path: dict, reused: bool, nranks: int) -> str:
 
 
 def run(args, binary: str, st: dict, path: dict, reused: bool) -> int:
+    if args.reserve or args.reservation:
+        agents = st.get("agents") or []
+        if not agents:
+            raise BenchError("--reserve/--reservation need a lab with an agent "
+                             "(tools/testbed up --dataplane uring --agents, or --dataplane here)")
+        if args.reservation:
+            return run_planned(args, binary, st, path, reused,
+                               {"ids": args.reservation, "host_urls": agents[0]["host_urls"]},
+                               None)
+        names = [s["name"] for s in sorted(st["sites"], key=lambda s: s["index"])][:args.sites]
+        with reserve.reserved_pairs(agents[0]["url"], names, args.reserve,
+                                    burst_bytes=args.reserve_burst) as made:
+            log("reserved " + ", ".join(f"{r['id']} ({r['src']}<->{r['dst']}, bound "
+                                        f"{r['bound']['max_latency_ns'] / 1e6:.2f} ms)"
+                                        for r in made))
+            riding = {"ids": ",".join(r["id"] for r in made),
+                      "host_urls": agents[0]["host_urls"]}
+            return run_planned(args, binary, st, path, reused, riding, made)
+    return run_planned(args, binary, st, path, reused, None, None)
+
+
+def run_planned(args, binary: str, st: dict, path: dict, reused: bool, riding: dict | None,
+                made: list[dict] | None) -> int:
     plan = rank_plan(st, args.sites, args.ranks_per_site)
-    wan_rate = 0 if args.best_effort else (args.wan_rate or path["rate_bps"])
+    wan_rate = None if riding else (0 if args.best_effort else (args.wan_rate or path["rate_bps"]))
     if not args.json:
         sys.stdout.write(lab_header(args, path, reused, len(plan)))
+        if riding:
+            sys.stdout.write(f"# riding reservation(s) {riding['ids']} through the gateways\n")
         sys.stdout.flush()
     out, codes, error = run_ranks(args, binary, plan, wan_rate, path["rtt_ns"],
-                                  path["mtu_bytes"])
+                                  path["mtu_bytes"], riding)
     failures = [f"rank {e['rank']} exited {c}" for e, c in zip(plan, codes) if c != 0]
     path_doc = {"rate_bps": path["rate_bps"], "rtt_ns": path["rtt_ns"], "loss": path["loss"],
                 "mtu_bytes": path["mtu_bytes"]}
     lab_doc = {"reused": reused, "spec": path["spec"], "sites": args.sites,
-               "ranks_per_site": args.ranks_per_site, "detwan_wan_rate_bps": wan_rate}
+               "ranks_per_site": args.ranks_per_site, "detwan_wan_rate_bps": wan_rate,
+               "path": "tunnel" if riding else "best_effort" if not wan_rate else "rate",
+               "reservations": [reserve.summary(r) for r in made] if made else
+               (riding["ids"].split(",") if riding else [])}
     if args.json:
         try:
             doc = json.loads(out)
@@ -270,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         mtu = args.mtu or MTU_BYTES
         up = ["--sites", str(args.sites), "--wan", spec, "--seed", str(args.seed),
               "--mtu", str(mtu)]
+        if args.dataplane:
+            up += ["--dataplane", args.dataplane, "--agents"]
         if args.build_dir:
             up += ["--build-dir", args.build_dir]
         log(f"tools/testbed up {' '.join(up)}")
@@ -279,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             status = run(args, binary, st, path, reused=False)
         log("lab removed")
         return status
-    except (BenchError, RuntimeError, subprocess.TimeoutExpired, Interrupted,
+    except (BenchError, RuntimeError, subprocess.TimeoutExpired, Interrupted, reserve.ReserveError,
             measure._Terminated) as e:  # noqa: SLF001 - own_lab's signal exception
         print(f"{PROG}: {e}", file=sys.stderr)
         if args.json:

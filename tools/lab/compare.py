@@ -254,25 +254,30 @@ def rank_sites(sites: list[dict], per_site: int) -> list[dict]:
     return [s for s in sites for _ in range(per_site)]
 
 
+def _host_ip(s: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "netns", "exec", s["host_ns"], "ip", *args],
+                          capture_output=True, text=True, timeout=10)
+
+
 @contextlib.contextmanager
 def without_tunnel_addrs(sites: list[dict]):
-    """Removes each host's idle tunnel /32 for the MPI run (see the module doc) and restores it."""
+    """Removes each host's tunnel /32 for the MPI run (see the module doc) and restores it,
+    with the routes that use it as their source (a dataplane lab's route into the tunnel: the
+    kernel drops those with the address)."""
     removed = []
     try:
         for s in sites:
-            if s.get("gateway"):
-                continue  # a dataplane lab routes the tunnel address: leave it alone
-            res = subprocess.run(["ip", "netns", "exec", s["host_ns"], "ip", "addr", "del",
-                                  f"{s['tunnel_addr']}/32", "dev", s["host_if"]],
-                                 capture_output=True, text=True, timeout=10)
+            routes = [line.split() for line in _host_ip(s, "-o", "route", "show").stdout
+                      .splitlines() if f"src {s['tunnel_addr']}" in line]
+            res = _host_ip(s, "addr", "del", f"{s['tunnel_addr']}/32", "dev", s["host_if"])
             if res.returncode == 0:
-                removed.append(s)
-        yield [s["name"] for s in removed]
+                removed.append((s, routes))
+        yield [s["name"] for s, _ in removed]
     finally:
-        for s in removed:
-            subprocess.run(["ip", "netns", "exec", s["host_ns"], "ip", "addr", "add",
-                            f"{s['tunnel_addr']}/32", "dev", s["host_if"]],
-                           capture_output=True, text=True, timeout=10)
+        for s, routes in removed:
+            _host_ip(s, "addr", "add", f"{s['tunnel_addr']}/32", "dev", s["host_if"])
+            for route in routes:
+                _host_ip(s, "route", "replace", *route)
 
 
 # ------------------------------------------------------------------------------- tools
@@ -297,7 +302,7 @@ def parse_row(doc: dict | None, size: int) -> tuple[dict | None, str | None]:
 
 
 def result(row: dict | None, reason: str | None, extra: dict | None = None) -> dict:
-    out = {"busbw": row.get("busbw_GBps") if row else None,
+    out = {"row": row, "busbw": row.get("busbw_GBps") if row else None,
            "time_s": row["time_us"] / 1e6 if row else None,
            "wrong": row.get("wrong") if row else None,
            "reason": None if row else reason}
@@ -625,6 +630,10 @@ def _raise_terminated(signum, _frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--dataplane" in argv or any(a.startswith("--dataplane=") for a in argv):
+        from lab import compare_wan  # noqa: PLC0415 - the tunnel comparison (its own module)
+        return compare_wan.main(argv)
     args = parser().parse_args(argv)
     if args.build_dir:
         os.environ["DETWAN_BUILD_DIR"] = str(pathlib.Path(args.build_dir).resolve())

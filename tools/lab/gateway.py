@@ -39,8 +39,11 @@ BACKENDS = ("uring", "dpdk")
 TIMING_MODES = ("low-cpu", "busy")
 TUNNEL_PORT = 4789
 TUN_NAME = "dwtb-tun"
-TUN_MTU_BYTES = 1400
 WAN_MTU_BYTES = 1500
+ENCAP_OVERHEAD_BYTES = 68   # outer IPv4 20 + UDP 8 + tunnel header 40 (docs/wire-format.md)
+# The largest inner packet a WAN frame carries: what the agent reports as a reservation's
+# tunnel.mtu_bytes, so a job that fills it is neither fragmented nor refused at the gateway.
+TUN_MTU_BYTES = WAN_MTU_BYTES - ENCAP_OVERHEAD_BYTES
 CONTROL = "@detwan-gw"      # the daemon's default: an abstract socket per network namespace
 TUNNEL_DSCP = 46            # EF; the emulators get prio-dscp=46 (see with_prio_dscp)
 RESERVED_QUEUE = "256kb"    # the emulators' byte limit for the reserved class (prio-queue)

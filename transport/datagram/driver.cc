@@ -26,6 +26,8 @@ Result<ChannelOptions> normalize_options(const ChannelOptions& options,
     PathSpec path;
     path.remote = connect_address;
     path.rate_bps = out.rate_bps;
+    path.frame_overhead_bytes = out.frame_overhead_bytes;
+    path.max_burst_bytes = out.max_burst_bytes;
     out.paths.push_back(path);
   }
   if (out.paths.size() > kMaxPaths) {
@@ -35,6 +37,10 @@ Result<ChannelOptions> normalize_options(const ChannelOptions& options,
   for (size_t i = 0; i < out.paths.size(); ++i) {
     if (out.paths[i].rate_bps < 0) {
       return invalid(fmt::format("paths[{}].rate_bps: {} is negative", i, out.paths[i].rate_bps));
+    }
+    if (out.paths[i].max_burst_bytes < 0) {
+      return invalid(fmt::format("paths[{}].max_burst_bytes: {} is negative", i,
+                                 out.paths[i].max_burst_bytes));
     }
     if (out.paths[i].frame_overhead_bytes < 0) {
       return invalid(fmt::format("paths[{}].frame_overhead_bytes: {} is negative", i,

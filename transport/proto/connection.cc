@@ -57,9 +57,13 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
     p.spec = spec;
     p.rtt = RttEstimator(options_.initial_rtt_ns, options_.min_rto_ns);
     if (spec.rate_bps > 0) {
-      p.pacer = Pacer(spec.rate_bps, spec.frame_overhead_bytes,
-                      reserved_burst_datagrams(spec.rate_bps, static_cast<int64_t>(
-                                                   max_datagram_bytes_ + spec.frame_overhead_bytes)),
+      const auto wire_bytes = static_cast<int64_t>(max_datagram_bytes_ + spec.frame_overhead_bytes);
+      int32_t burst = reserved_burst_datagrams(spec.rate_bps, wire_bytes);
+      if (spec.max_burst_bytes > 0) {
+        burst = static_cast<int32_t>(
+            std::clamp<int64_t>(spec.max_burst_bytes / wire_bytes, 1, burst));
+      }
+      p.pacer = Pacer(spec.rate_bps, spec.frame_overhead_bytes, burst,
                       static_cast<int32_t>(max_datagram_bytes_));
     } else {
       p.cubic.emplace(static_cast<int64_t>(max_datagram_bytes_));

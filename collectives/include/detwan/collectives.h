@@ -118,10 +118,16 @@ typedef struct {
   const char* inter_backend;   /* transport between sites: "udp" (default), "tcp", "loopback" */
   const char* listen_host;     /* local address peers reach this rank at; default
                                   $DETWAN_LISTEN_HOST or the address used to reach the root */
+  const char* reservation;     /* detwan-agent reservation(s) the job rides, "r-3" or "r-3,r-4"
+                                  (one per site pair); default $DETWAN_RESERVATION. Init asks
+                                  the agent for their rates, bounds and tunnel addresses and
+                                  fails if one is not provisioned or a site pair is uncovered */
+  const char* agent;           /* the agent's URL, e.g. "http://10.0.0.1:7800"; default
+                                  $DETWAN_AGENT (needed with a reservation) */
 } detwanConfig_t;
 
 #define DETWAN_CONFIG_INITIALIZER \
-  { sizeof(detwanConfig_t), NULL, 0, 0, detwanAlgoAuto, 0, -1, NULL, NULL, NULL }
+  { sizeof(detwanConfig_t), NULL, 0, 0, detwanAlgoAuto, 0, -1, NULL, NULL, NULL, NULL, NULL }
 
 /* What went wrong with a communicator in error. */
 typedef struct {

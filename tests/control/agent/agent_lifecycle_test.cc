@@ -3,6 +3,7 @@
 // time out, advance and asap reservations, modify, and the refusals.
 #include <thread>
 
+#include "dataplane/wire/header.h"
 #include "tests/control/agent/agent_test_util.h"
 
 namespace detwan::control::testing {
@@ -38,6 +39,13 @@ TEST_F(AgentFixture, ProvisionedReservationProgramsBothGatewaysAndReleaseRemoves
             boost::json::serialize(ends[1].as_object().at("slots")));
   // The path is the direct link (5 ms), not the 40 ms detour through r.
   EXPECT_EQ(boost::json::serialize(reserved.at("path")), R"(["a","b"])");
+  // What a sender into the tunnel must fit and pace with: the link MTU less the gateway's
+  // encapsulation (the dataplane's own figure), and that + Ethernet per frame.
+  const json& tunnel = reserved.at("tunnel").as_object();
+  EXPECT_EQ(tunnel.at("mtu_bytes").to_number<uint64_t>(),
+            1500 - dataplane::wire::encap_overhead_bytes(dataplane::wire::IpVersion::kV4));
+  EXPECT_EQ(tunnel.at("frame_overhead_bytes").to_number<uint64_t>(),
+            dataplane::wire::encap_overhead_bytes(dataplane::wire::IpVersion::kV4) + 18);
 
   const auto released = agent->release(id);
   ASSERT_TRUE(released.has_value());

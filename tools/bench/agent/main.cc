@@ -35,7 +35,7 @@
 #include "common/logging.h"
 #include "control/agent/agent.h"
 #include "tools/bench/agent/synthetic.h"
-#include "tools/detwanctl/http_client.h"
+#include "control/client/http_client.h"
 
 namespace detwan::tools::agent_bench {
 namespace {
@@ -279,7 +279,7 @@ std::string topology_yaml(const control::model::Topology& t, const std::string& 
 
 int command_load(const std::string& url_text, const SyntheticOptions& options, uint32_t clients,
                  uint32_t requests, uint32_t spread_s, bool as_json) {
-  auto url = ctl::parse_url(url_text);
+  auto url = control::client::parse_url(url_text);
   if (!url) {
     std::fprintf(stderr, "detwan-agent-bench: %s\n", url.error().message.c_str());
     return 2;
@@ -312,7 +312,7 @@ int command_load(const std::string& url_text, const SyntheticOptions& options, u
         const uint32_t i = next++;
         if (i >= requests) return;
         const int64_t t0 = now_ns();
-        auto answer = ctl::http_call(*url, "POST", "/v1/reservations", bodies[i], "", 60'000);
+        auto answer = control::client::http_call(*url, "POST", "/v1/reservations", bodies[i], "", 60'000);
         const int64_t spent = now_ns() - t0;
         std::lock_guard lock(mutex);
         latency.record(spent);

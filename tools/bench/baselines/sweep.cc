@@ -6,8 +6,16 @@
 
 #include <fmt/format.h>
 
+#include "common/percentile.h"
+
 namespace detwan::bench::baselines {
 namespace {
+
+boost::json::array iter_times(const std::vector<double>& us) {
+  boost::json::array out;
+  for (double v : us) out.push_back(v);
+  return out;
+}
 
 constexpr int64_t kPatternModulus = 61;
 
@@ -95,9 +103,18 @@ std::vector<SweepRow> run_sweep(const SweepOptions& options, Collective& coll) {
     // Line the ranks up so one rank's late start is not counted as everyone's time.
     (void)coll.max_over_ranks(0.0);
     const double start_s = now_s();
-    for (int i = 0; i < options.iters; ++i) coll.allreduce_sum(send.data(), recv.data(), count);
+    std::vector<double> local_iter_us(static_cast<size_t>(options.iters));
+    for (int i = 0; i < options.iters; ++i) {
+      const double iter_start_s = now_s();
+      coll.allreduce_sum(send.data(), recv.data(), count);
+      local_iter_us[static_cast<size_t>(i)] = (now_s() - iter_start_s) * 1e6;
+    }
     const double local_us = (now_s() - start_s) * 1e6 / options.iters;
     row.time_us = coll.max_over_ranks(local_us);
+    for (double us : local_iter_us) row.iter_time_us.push_back(coll.max_over_ranks(us));
+    row.time_us_p50 = common::nearest_rank_percentile(row.iter_time_us, 0.50);
+    row.time_us_p99 = common::nearest_rank_percentile(row.iter_time_us, 0.99);
+    row.time_us_max = common::nearest_rank_percentile(row.iter_time_us, 1.0);
     const double factor = nranks > 1 ? 2.0 * (nranks - 1) / nranks : 0.0;  // nccl-tests allreduce
     row.algbw_gbps =
         row.time_us > 0 ? static_cast<double>(row.size_bytes) / (row.time_us * 1e3) : 0;
@@ -131,7 +148,8 @@ void print_report(const SweepOptions& options, const std::string& backend, int n
     doc["iters"] = options.iters;
     doc["warmup_iters"] = options.warmup_iters;
     doc["busbw_factor"] = nranks > 1 ? 2.0 * (nranks - 1) / nranks : 0.0;
-    doc["time"] = "mean over iterations, max over ranks";
+    doc["time"] = "mean over iterations, max over ranks; time_us_p50/p99/max and iter_time_us: "
+                  "each timed iteration, max over ranks";
     boost::json::array out;
     for (const auto& r : rows) {
       out.push_back(boost::json::object{{"size_bytes", r.size_bytes},
@@ -140,6 +158,10 @@ void print_report(const SweepOptions& options, const std::string& backend, int n
                                         {"redop", "sum"},
                                         {"root", -1},
                                         {"time_us", r.time_us},
+                                        {"time_us_p50", r.time_us_p50},
+                                        {"time_us_p99", r.time_us_p99},
+                                        {"time_us_max", r.time_us_max},
+                                        {"iter_time_us", iter_times(r.iter_time_us)},
                                         {"algbw_GBps", r.algbw_gbps},
                                         {"busbw_GBps", r.busbw_gbps},
                                         {"wrong", r.wrong}});

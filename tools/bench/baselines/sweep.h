@@ -49,6 +49,11 @@ struct SweepRow {
   int64_t size_bytes = 0;
   int64_t count = 0;
   double time_us = 0;  // mean over the timed iterations, max over ranks
+  // Each timed iteration's time (max over ranks) and its percentiles (nearest rank).
+  std::vector<double> iter_time_us;
+  double time_us_p50 = 0;
+  double time_us_p99 = 0;
+  double time_us_max = 0;
   double algbw_gbps = 0;
   double busbw_gbps = 0;
   int64_t wrong = 0;  // elements that differ from the exact sum, over all ranks (-1: not checked)

@@ -1,4 +1,4 @@
-#include "tools/detwanctl/http_client.h"
+#include "control/client/http_client.h"
 
 #include <chrono>
 
@@ -12,7 +12,7 @@
 #pragma GCC diagnostic pop
 #include <fmt/format.h>
 
-namespace detwan::tools::ctl {
+namespace detwan::control::client {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -56,7 +56,8 @@ common::Result<Url> parse_url(const std::string& text) {
 
 common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
                                      const std::string& path, const std::string& body,
-                                     const std::string& token, int timeout_ms) {
+                                     const std::string& token, int timeout_ms,
+                                     const std::string& user_agent) {
   const std::string where =
       fmt::format("http://{}:{}{}{}", url.host, url.port, url.base_path, path);
   try {
@@ -80,7 +81,7 @@ common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
     request.target(url.base_path + path);
     request.version(11);
     request.set(http::field::host, url.host);
-    request.set(http::field::user_agent, "detwanctl");
+    request.set(http::field::user_agent, user_agent);
     if (!token.empty()) request.set(http::field::authorization, "Bearer " + token);
     if (!body.empty()) {
       request.set(http::field::content_type, "application/json");
@@ -113,4 +114,4 @@ common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
   }
 }
 
-}  // namespace detwan::tools::ctl
+}  // namespace detwan::control::client

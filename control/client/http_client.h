@@ -1,11 +1,12 @@
 #pragma once
-// A minimal blocking HTTP/1.1 client for detwanctl (Boost.Beast): one request per connection,
-// a deadline for the whole exchange. Errors name the URL.
+// A minimal blocking HTTP/1.1 client of detwan-agent's API (Boost.Beast): one request per
+// connection, a deadline for the whole exchange. Errors name the URL. Used by detwanctl and by
+// the collective library (reservation_client.h).
 #include <string>
 
 #include "common/status.h"
 
-namespace detwan::tools::ctl {
+namespace detwan::control::client {
 
 struct Url {
   std::string host;
@@ -24,6 +25,7 @@ struct HttpAnswer {
 
 common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
                                      const std::string& path, const std::string& body,
-                                     const std::string& token, int timeout_ms);
+                                     const std::string& token, int timeout_ms,
+                                     const std::string& user_agent = "detwanctl");
 
-}  // namespace detwan::tools::ctl
+}  // namespace detwan::control::client

@@ -1,0 +1,136 @@
+"""A job's collectives through its reservation (issue 13), in a lab with gateways and the agent
+(`tools/testbed up --dataplane uring --agents`): the ranks get DETWAN_RESERVATION and
+DETWAN_AGENT, ask the agent at init and send through the provisioned tunnel while real cross
+traffic floods the best-effort share of the WAN; every byte is checked, the gateways' counters
+show the tunnel carried it and its policer never had to act. A job whose reservation is released
+mid-run fails with an error naming the reservation (not a hang); a job whose reservation is not
+provisioned, or that names none covering its site, is refused at init.
+
+One 2-site lab (module-scoped, always torn down). Correctness only, never speed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import labutil
+from labutil import tb
+
+sys.path.insert(0, str(labutil.REPO / "tools"))
+from lab import cross, gateway, reserve  # noqa: E402
+
+WAN = "delay=5ms,rate=100mbit,queue=256kb"
+RESERVE_BPS = 40_000_000
+BENCH = "tools/bench/detwan-bench"
+
+
+@pytest.fixture(scope="module")
+def lab(wanem_ready):
+    with labutil.lab("--sites", "2", "--dataplane", "uring", "--agents", "--wan", WAN) as st:
+        yield st
+
+
+def bench(args: list[str], timeout: float, **popen) -> subprocess.Popen:
+    env = dict(os.environ, DETWAN_BUILD_DIR=str(labutil.build_dir()))
+    return subprocess.Popen([str(labutil.build_dir() / BENCH), "allreduce", "--lab", "--no-setup",
+                             "--sites", "2", "--ranks-per-site", "2", "--json", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            stdin=subprocess.DEVNULL, **popen)
+
+
+def finish(p: subprocess.Popen, timeout: float) -> tuple[int, dict, str]:
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        out, err = p.communicate(timeout=30)
+        pytest.fail(f"detwan-bench did not finish within {timeout:g} s (a hang):\n{err[-3000:]}")
+    try:
+        doc = json.loads(out)
+    except json.JSONDecodeError:
+        doc = {}
+    return p.returncode, doc, err
+
+
+def tunnel_counters(site: str, tunnel_id: int) -> dict:
+    return gateway.tunnel_counters(
+        json.loads(tb("gw", site, "--", "stats", "--json", check=True).stdout), tunnel_id)
+
+
+@pytest.mark.netns
+def test_collective_rides_the_reservation_through_a_flooded_wan(lab):
+    url = lab["agents"][0]["url"]
+    with reserve.reserved_pairs(url, ["a", "b"], RESERVE_BPS) as made:
+        r = made[0]
+        tid = r["tunnel_id"]
+        assert r["tunnel"]["mtu_bytes"] == gateway.TUN_MTU_BYTES
+        before = {s: tunnel_counters(s, tid) for s in ("a", "b")}
+        share = 100_000_000 - RESERVE_BPS
+        with cross.running(int(1.5 * share), tcp_flows=2, udp_fraction=0.5) as flood:
+            p = bench(["--reservation", r["id"], "-b", "4M", "-e", "4M", "-n", "3", "-w", "1",
+                       "-c", "1"], timeout=600)
+            rc, doc, err = finish(p, 600)
+        after = {s: tunnel_counters(s, tid) for s in ("a", "b")}
+    assert rc == 0, err[-4000:]
+    assert doc["lab"]["path"] == "tunnel"
+    rows = doc["rows"]
+    assert rows and all(row["wrong"] == 0 for row in rows), rows  # every byte checked
+    # The cross traffic really competed on the best-effort share.
+    assert flood.final_report["totals"]["achieved_bps"] > 0.3 * share, flood.final_report
+    # The tunnel carried the job: each gateway sent far more than the control traffic
+    # (4 MiB x (3 + 1 + check) allreduces, each direction) and the receiving side took it in.
+    for s in ("a", "b"):
+        sent = after[s]["tx_sent"] - before[s]["tx_sent"]
+        assert sent > 4 * (4 << 20) // gateway.TUN_MTU_BYTES, (s, before[s], after[s])
+        # Paced at the reservation with every header counted: the gateway never had to drop a
+        # frame of it or push one out as best effort (its policer's downgrade).
+        assert after[s]["tx_dropped"] == before[s]["tx_dropped"], (s, after[s]["raw"]["tx"])
+        be = after[s]["raw"]["tx"]["sent_best_effort_packets"]
+        assert be == before[s]["raw"]["tx"]["sent_best_effort_packets"], (s, after[s]["raw"]["tx"])
+    # The rank's log shows where the rate came from.
+    assert f"reservation {r['id']}" in err
+
+
+@pytest.mark.netns
+def test_a_released_reservation_fails_the_job_naming_it(lab):
+    url = lab["agents"][0]["url"]
+    r = reserve.reserve(url, "a", "b", RESERVE_BPS)
+    try:
+        p = bench(["--reservation", r["id"], "-b", "16M", "-e", "16M", "-n", "200", "-w", "0",
+                   "-c", "0"], timeout=600)
+        time.sleep(8)  # the ranks are up and moving data (16 MiB take > 3 s at 40 Mbit/s)
+        assert p.poll() is None, p.communicate()[1][-3000:]
+        reserve.release(url, r["id"])
+        rc, doc, err = finish(p, 120)
+    finally:
+        reserve.end(url, r["id"])
+    assert rc != 0
+    text = err + json.dumps(doc)
+    assert f"reservation {r['id']}" in text, text[-4000:]
+    assert "no longer provisioned (state released" in text, text[-4000:]
+
+
+@pytest.mark.netns
+def test_init_refuses_a_reservation_that_is_not_provisioned(lab):
+    url = lab["agents"][0]["url"]
+    status = reserve.call(url, "POST", "/v1/reservations",
+                          {"src": "a", "dst": "b", "min_bandwidth_bps": RESERVE_BPS,
+                           "duration_ns": 600 * 10**9})
+    try:
+        p = bench(["--reservation", status["id"], "-b", "1M", "-e", "1M", "-n", "1", "-w", "0"],
+                  timeout=120)
+        rc, doc, err = finish(p, 120)
+        assert rc != 0
+        assert f"{status['id']}" in err and "not provisioned: state held" in err, err[-3000:]
+        p = bench(["--reservation", "r-999999", "-b", "1M", "-e", "1M", "-n", "1", "-w", "0"],
+                  timeout=120)
+        rc, doc, err = finish(p, 120)
+        assert rc != 0
+        assert "no reservation 'r-999999'" in err, err[-3000:]
+    finally:
+        reserve.end(url, status["id"])
