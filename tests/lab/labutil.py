@@ -11,8 +11,9 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TESTBED = REPO / "tools" / "testbed"
-PREFIX = "dwtb-"
-RUN_DIR = pathlib.Path("/run/detwan-testbed")
+# The lab's prefix and run directory, as tools/lab/topology.py and state.py read them.
+PREFIX = os.environ.get("DETWAN_TESTBED_PREFIX", "dwtb-")
+RUN_DIR = pathlib.Path(os.environ.get("DETWAN_TESTBED_RUN_DIR", "/run/detwan-testbed"))
 
 sys.path.insert(0, str(REPO / "tools"))
 from lab import measure  # noqa: E402

@@ -73,7 +73,7 @@ def test_down_cleans_a_crashed_half_up_without_a_usable_state_file(teardown):
     res = tb("up", "--sites", "3", env={"DETWAN_TESTBED_CRASH_AFTER": "start_emulators"})
     assert res.returncode == 70  # died without cleaning up
     left = labutil.namespaces()
-    assert len(left) == 3 * 2 + 3
+    assert len(left) == 3 * 3 + 3  # host, gateway, cross host per site; a WAN per pair
     pids = [int((labutil.RUN_DIR / f).read_text().split()[0])
             for f in os.listdir(labutil.RUN_DIR) if f.endswith(".pid")]
     assert len(pids) == 3 and all(labutil.pid_alive(p) for p in pids)

@@ -120,7 +120,10 @@ def site_record(s: Site, lab: Lab | None = None) -> dict:
            "best_effort_addr": s.best_effort_addr, "tunnel_addr": s.tunnel_addr,
            "gateway_addr": s.gateway_lan_addr, "lan_prefix": s.lan_prefix,
            "tunnel_prefix": s.tunnel_prefix, "host_if": s.host_if,
-           "gateway_lan_if": s.gateway_lan_if, "gateway": None}
+           "gateway_lan_if": s.gateway_lan_if, "cross_ns": s.cross_ns,
+           "cross_addr": s.cross_addr, "cross_prefix": s.cross_prefix, "cross_if": s.cross_if,
+           "gateway_cross_addr": s.gateway_cross_addr,
+           "gateway_cross_if": s.gateway_cross_if, "gateway": None}
     if lab is not None and lab.config.dataplane:
         gw = {"backend": lab.config.dataplane, "timing": lab.config.gateway.timing,
               "rt_priority": lab.config.gateway.effective_rt_priority(),
@@ -202,6 +205,7 @@ def create_links(lab: Lab) -> None:
     mtu = lab.config.mtu_bytes
     for s in lab.topo.sites:
         _veth(s.host_ns, s.host_if, s.gateway_ns, s.gateway_lan_if, mtu)
+        _veth(s.cross_ns, s.cross_if, s.gateway_ns, s.gateway_cross_if, mtu)
     for p in lab.topo.paths:
         _veth(p.a.gateway_ns, p.gateway_if(p.a), p.wan_ns, p.wan_if(p.a), mtu)
         _veth(p.wan_ns, p.wan_if(p.b), p.b.gateway_ns, p.gateway_if(p.b), mtu)
@@ -210,7 +214,8 @@ def create_links(lab: Lab) -> None:
 def all_links(topo: Topology) -> list[tuple[str, str]]:
     links = []
     for s in topo.sites:
-        links += [(s.host_ns, s.host_if), (s.gateway_ns, s.gateway_lan_if)]
+        links += [(s.host_ns, s.host_if), (s.gateway_ns, s.gateway_lan_if),
+                  (s.cross_ns, s.cross_if), (s.gateway_ns, s.gateway_cross_if)]
     for p in topo.paths:
         links += [(p.a.gateway_ns, p.gateway_if(p.a)), (p.wan_ns, p.wan_if(p.a)),
                   (p.wan_ns, p.wan_if(p.b)), (p.b.gateway_ns, p.gateway_if(p.b))]
@@ -231,6 +236,9 @@ def configure_addresses(lab: Lab) -> None:
         ip("addr", "add", f"{s.best_effort_addr}/24", "dev", s.host_if, ns=s.host_ns)
         ip("addr", "add", f"{s.tunnel_addr}/32", "dev", s.host_if, ns=s.host_ns)
         ip("addr", "add", f"{s.gateway_lan_addr}/24", "dev", s.gateway_lan_if, ns=s.gateway_ns)
+        ip("addr", "add", f"{s.cross_addr}/24", "dev", s.cross_if, ns=s.cross_ns)
+        ip("addr", "add", f"{s.gateway_cross_addr}/24", "dev", s.gateway_cross_if,
+           ns=s.gateway_ns)
     for p in lab.topo.paths:
         for s in (p.a, p.b):
             ip("addr", "add", f"{p.gateway_addr(s)}/30", "dev", p.gateway_if(s), ns=s.gateway_ns)
@@ -249,6 +257,10 @@ def configure_neighbours(lab: Lab) -> None:
            "dev", s.host_if, "nud", "permanent", ns=s.host_ns)
         ip("neigh", "replace", s.best_effort_addr, "lladdr", mac_for(s.host_if),
            "dev", s.gateway_lan_if, "nud", "permanent", ns=s.gateway_ns)
+        ip("neigh", "replace", s.gateway_cross_addr, "lladdr", mac_for(s.gateway_cross_if),
+           "dev", s.cross_if, "nud", "permanent", ns=s.cross_ns)
+        ip("neigh", "replace", s.cross_addr, "lladdr", mac_for(s.cross_if),
+           "dev", s.gateway_cross_if, "nud", "permanent", ns=s.gateway_ns)
     for p in lab.topo.paths:
         for s in (p.a, p.b):
             peer = p.peer(s)
@@ -260,6 +272,7 @@ def configure_routes(lab: Lab) -> None:
     tunnels = bool(lab.config.dataplane)
     for s in lab.topo.sites:
         ip("route", "add", "default", "via", s.gateway_lan_addr, ns=s.host_ns)
+        ip("route", "add", "default", "via", s.gateway_cross_addr, ns=s.cross_ns)
         if tunnels:
             # Tunnel traffic leaves from the host's tunnel address, so the far host's replies
             # come back through the tunnel too; the MTU is the TUN device's, so nothing is
@@ -271,9 +284,12 @@ def configure_routes(lab: Lab) -> None:
             if other == s:
                 continue
             p = lab.topo.primary_path(s, other)
-            # Best effort goes over path 1, kernel-routed. Without gateways the tunnel address
-            # does too; with them, the gateway routes it into its TUN device (tun.routes).
-            prefixes = [other.lan_prefix] + ([] if tunnels else [other.tunnel_prefix])
+            # Best effort goes over path 1, kernel-routed, and so does the cross hosts' traffic
+            # (always: real cross traffic competes with best effort, never enters a tunnel).
+            # Without gateways the tunnel address does too; with them, the gateway routes it
+            # into its TUN device (tun.routes).
+            prefixes = [other.lan_prefix, other.cross_prefix] + \
+                ([] if tunnels else [other.tunnel_prefix])
             for prefix in prefixes:
                 ip("route", "add", prefix, "via", p.gateway_addr(other), "dev", p.gateway_if(s),
                    ns=s.gateway_ns)
@@ -347,6 +363,8 @@ def check_reachability(lab: Lab) -> None:
                 for addr in (y.best_effort_addr, y.tunnel_addr) if tunnel else (y.best_effort_addr,):
                     if not _ping(x.host_ns, addr):
                         failures.append(f"{x.name}-host -> {addr}")
+                if not _ping(x.cross_ns, y.cross_addr):
+                    failures.append(f"{x.name}-xh -> {y.cross_addr}")
     for p in lab.topo.paths:
         if p.index > 1 and not _ping(p.a.gateway_ns, p.gateway_addr(p.b)):
             failures.append(f"{p.a.name}-gw -> {p.gateway_addr(p.b)} (path {p.key})")

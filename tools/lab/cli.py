@@ -298,6 +298,8 @@ def _print_status(st: dict, out) -> None:
         print(f"  {s['name']}: host {s['host_ns']}  best-effort {s['best_effort_addr']}  "
               f"tunnel {s['tunnel_addr']}  gateway {s['gateway_ns']} ({s['gateway_addr']})",
               file=out)
+        if s.get("cross_ns"):
+            print(f"      cross host {s['cross_ns']} {s['cross_addr']}", file=out)
         gw = s.get("gateway")
         if gw:
             alive = gw.get("alive")

@@ -8,6 +8,9 @@ Plan (site index i = 1..4 for a..d; WAN path k = 1..2 between sites i < j):
                                       veth dwtb-XYk-X 10.(100+k).(10i+j).{1|2}/30 (WAN path k)
   WAN path k of pair XY dwtb-wan-XY-k veths dwtb-XYk-wX, dwtb-XYk-wY, no IP; detwan-wanem
                                       bridges them at L2
+  site cross host       dwtb-X-xh     veth dwtb-X-x   10.30.i.2/24 (real cross traffic,
+                                                      tools/lab/cross.py)
+                        (gateway)     veth dwtb-X-xg  10.30.i.1/24
 
 Every name starts with PREFIX so `down` can find leftovers without the state file. A second,
 independent lab can run beside the first with another prefix and run directory:
@@ -39,6 +42,7 @@ IFNAMSIZ = 15  # usable characters of a Linux interface name
 
 BEST_EFFORT_NET = "10.10"
 TUNNEL_NET = "10.20"
+CROSS_NET = "10.30"  # the cross hosts: best effort over path 1, never through a tunnel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +85,33 @@ class Site:
     @property
     def tunnel_addr(self) -> str:
         return f"{TUNNEL_NET}.{self.index}.2"
+
+    # The cross host: another machine of the site that sends and receives real cross traffic
+    # (tools/lab/cross.py), so it competes on the WAN without running in the ranks' hosts.
+    @property
+    def cross_ns(self) -> str:
+        return f"{PREFIX}{self.name}-xh"
+
+    @property
+    def cross_if(self) -> str:
+        """The cross host's veth (its peer in the gateway is gateway_cross_if)."""
+        return f"{PREFIX}{self.name}-x"
+
+    @property
+    def gateway_cross_if(self) -> str:
+        return f"{PREFIX}{self.name}-xg"
+
+    @property
+    def cross_prefix(self) -> str:
+        return f"{CROSS_NET}.{self.index}.0/24"
+
+    @property
+    def cross_addr(self) -> str:
+        return f"{CROSS_NET}.{self.index}.2"
+
+    @property
+    def gateway_cross_addr(self) -> str:
+        return f"{CROSS_NET}.{self.index}.1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +162,7 @@ class Topology:
     def namespaces(self) -> list[str]:
         names = []
         for s in self.sites:
-            names += [s.host_ns, s.gateway_ns]
+            names += [s.host_ns, s.gateway_ns, s.cross_ns]
         names += [p.wan_ns for p in self.paths]
         return names
 
@@ -158,6 +189,9 @@ def build(sites: int, paths: int) -> Topology:
                       for a, b in itertools.combinations(site_list, 2)
                       for k in range(1, paths + 1))
     topo = Topology(site_list, path_list)
+    for s in site_list:
+        for name in (s.host_if, s.gateway_lan_if, s.cross_if, s.gateway_cross_if):
+            assert len(name) <= IFNAMSIZ, name
     for p in path_list:  # names are static, but keep the invariant checked in one place
         for name in (p.gateway_if(p.a), p.gateway_if(p.b), p.wan_if(p.a), p.wan_if(p.b)):
             assert len(name) <= IFNAMSIZ, name
