@@ -63,10 +63,11 @@ Result<void> check_site_pairs(const WanReservations& reservations,
                               const std::vector<std::string>& site_names);
 
 // The transport's view of one reservation for one rank: the rate of its own channel (the site's
-// share of the reservation among `local_ranks` ranks that all send), the per-datagram overhead
-// the gateway counts (inner IPv4 20 + UDP 8 + the tunnel's frame overhead), the largest IP
-// packet (the tunnel's MTU, at most `mtu_bytes`) and the pacer's burst (the reservation's
-// burst shared by the local ranks).
+// share of 98 % of the reservation among `local_ranks` ranks that all send), the per-datagram
+// overhead the gateway counts (inner IPv4 20 + UDP 8 + the tunnel's frame overhead), the largest
+// IP packet (the tunnel's MTU, at most `mtu_bytes`) and the pacer's burst (half the
+// reservation's burst, shared by the local ranks). The margins keep the gateway's policer from
+// ever acting (reservation.cc).
 struct TunnelPacing {
   int64_t rate_bps = 0;
   int32_t frame_overhead_bytes = 0;

@@ -98,9 +98,12 @@ def test_generated_topology_and_gateway_configs_are_accepted(tmp_path):
     config = builder.LabConfig(sites=3, paths=2, wan_spec=WAN, dataplane="uring", agents=True)
     config.gateway = gateway.GatewayOptions(backend="uring")
     config.agent_port = 7999
+    config.mgmt_net = "10.99"
     config.plan_gateways(topo)
     text = config.agent_topology
-    assert "listen: 127.0.0.1:7999" in text
+    # Every address: the root namespace's loopback and the management network into the hosts.
+    assert "listen: 0.0.0.0:7999" in text
+    assert "allow: [127.0.0.0/8, 10.99.0.0/16]" in text
     assert "{name: ab2, ends: [a, b], capacity: 200mbit, delay: 5ms" in text
     assert "{name: c-2, port: ac2, gateway: c}" in text  # site a's peer c over path 2
     path = tmp_path / "agent.yaml"

@@ -36,9 +36,11 @@ std::string table_header(const RunInfo& info) {
   out += fmt::format("# topology: {}\n", info.topology);
   out += fmt::format("# backend: intra {}, inter {}; wan rate {}; algorithm {}{}\n",
                      info.intra_backend, info.inter_backend,
-                     info.wan_rate_bps > 0
-                         ? common::format_rate_bps(static_cast<uint64_t>(info.wan_rate_bps))
-                         : std::string("best effort"),
+                     !info.reservation.empty()
+                         ? "of reservation " + info.reservation
+                         : info.wan_rate_bps > 0
+                               ? common::format_rate_bps(static_cast<uint64_t>(info.wan_rate_bps))
+                               : std::string("best effort"),
                      info.algorithm, info.deterministic ? ", deterministic" : "");
   const std::string step = info.sweep.step_bytes > 0
                                ? fmt::format("{}(bytes)", info.sweep.step_bytes)
@@ -133,6 +135,7 @@ boost::json::object report_json(const RunInfo& info, const std::vector<Row>& row
   doc["topology"] = info.topology;
   doc["backend"] = {{"intra", info.intra_backend}, {"inter", info.inter_backend}};
   doc["wan_rate_bps"] = info.wan_rate_bps;
+  doc["reservation"] = info.reservation;
   doc["requested_algorithm"] = info.algorithm;
   doc["deterministic"] = info.deterministic;
   doc["iters"] = info.iters;

@@ -27,6 +27,7 @@ struct RunInfo {
   std::string intra_backend;
   std::string inter_backend;
   int64_t wan_rate_bps = 0;
+  std::string reservation;     // the agent reservation(s) ridden ("" = none)
   std::string algorithm;       // the requested one ("auto", ...)
   bool deterministic = false;
   SweepOptions sweep;

@@ -196,6 +196,7 @@ RunInfo run_info(const CollBenchOptions& o, const coll::Communicator& comm) {
   info.intra_backend = config.intra_backend;
   info.inter_backend = config.inter_backend;
   info.wan_rate_bps = config.wan_rate_bps;
+  info.reservation = config.reservation;
   info.algorithm = std::string(collectives::to_string(config.algorithm));
   info.deterministic = config.deterministic;
   info.sweep = o.sweep;

@@ -48,17 +48,31 @@ READY_TIMEOUT_S = 30.0
 
 # The management network: one veth per site from the root namespace (where the agent runs) into
 # the site's host namespace, so jobs there can ask the agent for their reservation (the
-# collective library's DETWAN_AGENT) without touching the emulated WAN. 10.99.i.1/30 in the root
-# namespace, 10.99.i.2/30 in the host; nothing is routed between sites over it.
-MGMT_NET = "10.99"
+# collective library's DETWAN_AGENT) without touching the emulated WAN. NET.i.1/30 in the root
+# namespace, NET.i.2/30 in the host; nothing is routed between sites over it. NET is a 10.X /16
+# no address of the root namespace uses (10.99 unless another lab holds it), so labs of other
+# prefixes can run side by side.
+MGMT_NETS = [f"10.{x}" for x in [99, *range(64, 99), *range(100, 128)]]
 
 
-def mgmt_root_addr(site) -> str:
-    return f"{MGMT_NET}.{site.index}.1"
+def free_mgmt_net() -> str:
+    """The first of MGMT_NETS without an address in the root namespace."""
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
+                         timeout=10).stdout
+    used = {".".join(f.split("/")[0].split(".")[:2]) for line in out.splitlines()
+            for f in line.split()[3:4]}
+    for net in MGMT_NETS:
+        if net not in used:
+            return net
+    raise LabError("no free 10.X/16 for the agent's management network")
 
 
-def mgmt_host_addr(site) -> str:
-    return f"{MGMT_NET}.{site.index}.2"
+def mgmt_root_addr(net: str, site) -> str:
+    return f"{net}.{site.index}.1"
+
+
+def mgmt_host_addr(net: str, site) -> str:
+    return f"{net}.{site.index}.2"
 
 
 def mgmt_ifs(site) -> tuple[str, str]:
@@ -66,19 +80,19 @@ def mgmt_ifs(site) -> tuple[str, str]:
     return f"{PREFIX}{site.name}-m", f"{PREFIX}{site.name}-mh"
 
 
-def host_url(site, port: int) -> str:
+def host_url(net: str, site, port: int) -> str:
     """The agent's URL as seen from the site's host namespace."""
-    return f"http://{mgmt_root_addr(site)}:{port}"
+    return f"http://{mgmt_root_addr(net, site)}:{port}"
 
 
-def create_management(topo: Topology) -> None:
-    """The management veths (see MGMT_NET). Removed with the host namespaces by `down`."""
+def create_management(topo: Topology, net: str) -> None:
+    """The management veths (see MGMT_NETS). Removed with the host namespaces by `down`."""
     for s in topo.sites:
         root_if, host_if = mgmt_ifs(s)
         ip("link", "add", root_if, "type", "veth", "peer", "name", host_if, "netns", s.host_ns)
-        ip("addr", "add", f"{mgmt_root_addr(s)}/30", "dev", root_if)
+        ip("addr", "add", f"{mgmt_root_addr(net, s)}/30", "dev", root_if)
         ip("link", "set", root_if, "up")
-        ip("addr", "add", f"{mgmt_host_addr(s)}/30", "dev", host_if, ns=s.host_ns)
+        ip("addr", "add", f"{mgmt_host_addr(net, s)}/30", "dev", host_if, ns=s.host_ns)
         ip("link", "set", host_if, "up", ns=s.host_ns)
 
 
@@ -110,7 +124,8 @@ def link_fields(spec: str) -> dict[str, str]:
             "loss": f"{parse_fraction(loss):.6g}" if loss not in ("", "0") else "0"}
 
 
-def render_topology(topo: Topology, spec_for, port: int) -> str:
+def render_topology(topo: Topology, spec_for, port: int, mtu: int = gateway.WAN_MTU_BYTES,
+                    mgmt_net: str = MGMT_NETS[0]) -> str:
     """The agent's topology file for this lab (the format of control/model/topology.h)."""
     lines = [
         "# detwan-agent of the lab, written by tools/testbed up --agents (tools/lab/agent.py)",
@@ -118,7 +133,7 @@ def render_topology(topo: Topology, spec_for, port: int) -> str:
         "agent:",
         f"  name: {NAME}",
         f"  listen: 0.0.0.0:{port}",
-        f"  allow: [127.0.0.0/8, {MGMT_NET}.0.0/16]",
+        f"  allow: [127.0.0.0/8, {mgmt_net}.0.0/16]",
         f"  journal: {journal_file()}",
         "  hold_timeout: 60s",
         f"  reconcile_interval: {RECONCILE_INTERVAL}",
@@ -148,7 +163,7 @@ def render_topology(topo: Topology, spec_for, port: int) -> str:
         lines.append(f"  - {{name: {gateway.wan_port_name(p)}, ends: [{p.a.name}, {p.b.name}], "
                      f"capacity: {f['capacity']}, delay: {f['delay']}, jitter: {f['jitter']}, "
                      f"loss: {f['loss']}, reservable: {RESERVABLE}, "
-                     f"mtu: {gateway.WAN_MTU_BYTES}, cycle: {format_duration(gateway.CYCLE_NS)}, "
+                     f"mtu: {mtu}, cycle: {format_duration(gateway.CYCLE_NS)}, "
                      f"slots: {gateway.SLOT_COUNT}, guard: {format_duration(gateway.GUARD_NS)}}}")
     return "\n".join(lines) + "\n"
 

@@ -12,7 +12,7 @@ import pathlib
 import time
 from typing import Callable
 
-from lab import agent, gateway, netns, state, topology, wanem
+from lab import agent, cross, gateway, netns, state, topology, wanem
 from lab.netns import LabError, ip, run, sysctl
 from lab.topology import Site, Topology, WanPath, mac_for
 
@@ -444,6 +444,8 @@ def down(log: Callable[[str], None]) -> bool:
             if isinstance(p, dict) and isinstance(p.get("pid"), int) and \
                     isinstance(p.get("pid_start_time"), int):
                 pids.setdefault(p["pid"], p["pid_start_time"])
+        for pid, start in cross.recorded_pids(st).items():  # also in pid files
+            pids.setdefault(pid, start)
     # Processes inside our namespaces (emulators, and whatever `exec` left running) outlive
     # `ip netns del`: stop them first.
     for ns in namespaces:

@@ -1,4 +1,5 @@
-"""Command line of tools/testbed: up, down, status, exec, wanem, gw.
+"""Command line of tools/testbed: up, down, status, exec, wanem, gw, agent, cross (in
+cross_cli.py).
 
 Exit codes: 0 success; 1 the lab could not be built/removed or no lab is up; 2 bad usage, a bad
 SPEC or a gateway configuration detwan-gw refuses; 3 (`status`) a lab exists but is degraded (an
@@ -16,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from lab import agent, builder, gateway, netns, state, topology, wanem
+from lab import agent, builder, cross_cli, gateway, netns, state, topology, wanem
 from lab.netns import LabError
 
 PROG = "tools/testbed"
@@ -488,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("agent", help="NAME kill|start|restart|status: the lab's detwan-agent")
     p.add_argument("name", help="the agent's name (status --json lists it; 'lab')")
     p.add_argument("action", choices=("kill", "start", "restart", "status"))
+    cross_cli.add_parser(sub)
     try:
         # exec/wanem take raw argv: everything after `--` belongs to the command.
         if argv and argv[0] in ("exec", "wanem", "gw"):
@@ -497,8 +499,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 0 if rest else 2
             return {"exec": cmd_exec, "wanem": cmd_wanem, "gw": cmd_gw}[argv[0]](rest)
         args = parser.parse_args(argv)
-        return {"up": cmd_up, "down": cmd_down, "status": cmd_status,
-                "agent": cmd_agent}[args.command](args)
+        return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "agent": cmd_agent,
+                "cross": cross_cli.cmd_cross}[args.command](args)
     except LabError as e:
         err(str(e))
         return EXIT_TOOL_ERROR if argv and argv[0] in ("exec", "wanem", "gw") else 1

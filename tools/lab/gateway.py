@@ -181,6 +181,13 @@ class GatewayOptions:
     # on every path, and route each other site's whole tunnel prefix into their TUN device;
     # detwan-agent programs the tunnels (tools/lab/agent.py).
     agents: bool = False
+    # IP MTU of the WAN links (the lab's --mtu; --agents only: static tunnels stay at 1500). The
+    # TUN device carries what fits after the encapsulation.
+    wan_mtu: int = WAN_MTU_BYTES
+
+    @property
+    def tun_mtu(self) -> int:
+        return self.wan_mtu - ENCAP_OVERHEAD_BYTES
 
     def effective_rt_priority(self) -> int:
         """Gateways that sleep between deadlines run SCHED_FIFO, as detwan-wanem's poll thread
@@ -261,7 +268,7 @@ def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spe
         "tun:",
         "  enabled: true",
         f"  name: {TUN_NAME}",
-        f"  mtu: {TUN_MTU_BYTES}",
+        f"  mtu: {options.tun_mtu}",
         "  routes: [" + ", ".join(p.tunnel_prefix for p in peers) + "]",
     ]
     if options.backend == "dpdk":
@@ -275,7 +282,7 @@ def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spe
             f"  - name: {wan_port_name(p)}",
             f"    local: {_q(f'{p.gateway_addr(site)}:{TUNNEL_PORT}')}",
             f"    line_rate: {format_rate(line_rate_bps(spec_for(p)))}",
-            f"    mtu: {WAN_MTU_BYTES}",
+            f"    mtu: {options.wan_mtu}",
             f"    cycle: {format_duration(CYCLE_NS)}",
             f"    slots: {SLOT_COUNT}",
             f"    guard: {format_duration(GUARD_NS)}",

@@ -94,7 +94,8 @@ def remove_logs() -> None:
     """Logs, final counters and gateway configurations of the previous lab."""
     if not RUN_DIR.is_dir():
         return
-    for pattern in ("*.log", "*.stats.json", "gw-*.yaml", "agent-*.yaml", "agent-*.db*"):
+    for pattern in ("*.log", "*.stats.json", "gw-*.yaml", "agent-*.yaml", "agent-*.db*",
+                    "cross-*.json"):
         for f in RUN_DIR.glob(pattern):
             with contextlib.suppress(OSError):
                 f.unlink()

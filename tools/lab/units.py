@@ -1,6 +1,7 @@
 """The unit grammar of common/units.h for the lab's Python side: durations ('10ms', '250us',
 '0'), rates ('200mbit', '1gbps': bits, decimal prefixes), sizes ('1g' = 2^30, '4m', '20mb':
-binary prefixes) and fractions ('1%', '0.01'). Errors are ValueError naming the text."""
+binary prefixes), fractions ('1%', '0.01') and shares ('150%', '1.5'). Errors are ValueError
+naming the text."""
 from __future__ import annotations
 
 import re
@@ -46,6 +47,18 @@ def parse_fraction(text: str) -> float:
         raise ValueError(f"'{text}': expected a fraction like 1% or 0.01") from None
     if not 0 <= value <= 1:
         raise ValueError(f"'{text}': fraction must be in [0, 1] (or 0%..100%)")
+    return value
+
+
+def parse_share(text: str) -> float:
+    """'150%', '80%', '1.5' -> a non-negative factor (unlike a fraction it may exceed 1)."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ValueError(f"'{text}': expected a share like 150% or 1.5") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"'{text}': a share must be a finite number >= 0")
     return value
 
 

@@ -202,10 +202,10 @@ TEST(Reservations, IdsPacingAndGrantParsing) {
   g.mtu_bytes = 1432;
   g.frame_overhead_bytes = 86;
   const auto p = pacing_for(g, 2, 1500);
-  EXPECT_EQ(p.rate_bps, 50'000'000);           // two local ranks share it
+  EXPECT_EQ(p.rate_bps, 49'000'000);           // two local ranks share 98 % of it
   EXPECT_EQ(p.frame_overhead_bytes, 28 + 86);  // inner IPv4 + UDP, then the tunnel's
   EXPECT_EQ(p.mtu_bytes, 1432);                // the tunnel's, below the configured 1500
-  EXPECT_EQ(p.max_burst_bytes, 12'000);
+  EXPECT_EQ(p.max_burst_bytes, 6'000);         // half the burst, shared
   EXPECT_EQ(pacing_for(g, 1, 1000).mtu_bytes, 1000);
 
   auto bad = client::parse_grant(R"({"id":"r-1","version":1,"state":"provisioned"})");
