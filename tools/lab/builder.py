@@ -42,6 +42,7 @@ class LabConfig:
     agents: bool = False
     agent_cmd: list[str] = dataclasses.field(default_factory=list)
     agent_port: int = 0
+    mgmt_net: str = ""  # the agent's management network "10.X" (agent.free_mgmt_net)
     agent_topology: str = ""
 
     def user_spec_for(self, path: WanPath) -> str:
@@ -57,12 +58,16 @@ class LabConfig:
         agents the gateways start without tunnels and the agent's topology is rendered too."""
         if self.agents:
             self.gateway.agents = True
+            self.gateway.wan_mtu = self.mtu_bytes
             self.gateway_configs = {s.name: gateway.render_agent_config(s, topo, self.gateway,
                                                                         self.spec_for)
                                     for s in topo.sites}
             if not self.agent_port:
                 self.agent_port = agent.free_port()
-            self.agent_topology = agent.render_topology(topo, self.spec_for, self.agent_port)
+            if not self.mgmt_net:
+                self.mgmt_net = agent.free_mgmt_net()
+            self.agent_topology = agent.render_topology(topo, self.spec_for, self.agent_port,
+                                                        self.mtu_bytes, self.mgmt_net)
             return {}
         plans = gateway.plan_tunnels(topo, self.gateway, self.spec_for)
         self.gateway_configs = {s.name: gateway.render_config(s, topo, plans, self.gateway)
@@ -142,6 +147,10 @@ def agent_records(lab: Lab) -> list[dict]:
     if not lab.config.agents:
         return []
     rec = {"name": agent.NAME, "url": agent.url_of(lab.config.agent_port),
+           # The same agent from each site's host namespace (the management network).
+           "host_urls": {s.name: agent.host_url(lab.config.mgmt_net, s, lab.config.agent_port)
+                         for s in lab.topo.sites},
+           "mgmt_net": f"{lab.config.mgmt_net}.0.0/16",
            "topology": str(agent.topology_file()), "journal": str(agent.journal_file()),
            "log": str(agent.log_file()), "pid": None, "pid_start_time": None}
     rec.update({k: v for k, v in lab.agents.get(agent.NAME, {}).items()
@@ -278,7 +287,7 @@ def configure_routes(lab: Lab) -> None:
             # come back through the tunnel too; the MTU is the TUN device's, so nothing is
             # fragmented or refused at the gateway.
             ip("route", "add", f"{topology.TUNNEL_NET}.0.0/16", "via", s.gateway_lan_addr,
-               "src", s.tunnel_addr, "mtu", str(gateway.TUN_MTU_BYTES), ns=s.host_ns)
+               "src", s.tunnel_addr, "mtu", str(lab.config.gateway.tun_mtu), ns=s.host_ns)
         ip("route", "add", s.tunnel_prefix, "via", s.best_effort_addr, ns=s.gateway_ns)
         for other in lab.topo.sites:
             if other == s:
@@ -336,6 +345,7 @@ def start_agents(lab: Lab) -> None:
     if not lab.config.agent_topology:
         lab.config.plan_gateways(lab.topo)
     agent.topology_file().write_text(lab.config.agent_topology, encoding="utf-8")
+    agent.create_management(lab.topo, lab.config.mgmt_net)
     lab.agents[agent.NAME] = agent.start(lab.config.agent_cmd)
     lab.save()
     agent.wait_ready(lab.agents[agent.NAME], agent.url_of(lab.config.agent_port),

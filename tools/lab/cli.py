@@ -153,9 +153,9 @@ def cmd_up(args) -> int:
     if not MIN_MTU_BYTES <= args.mtu <= MAX_MTU_BYTES:
         err(f"--mtu {args.mtu}: must be in [{MIN_MTU_BYTES}, {MAX_MTU_BYTES}]")
         return 2
-    if args.mtu != 1500 and args.dataplane:
-        err(f"--mtu {args.mtu}: the gateways of --dataplane are configured for MTU 1500 "
-            "(TUN 1400); leave --mtu out or drop --dataplane")
+    if args.mtu != 1500 and args.dataplane and not args.agents:
+        err(f"--mtu {args.mtu}: the static tunnels of --dataplane are planned for MTU 1500 "
+            "(TUN 1432); add --agents (its gateways follow --mtu), or leave --mtu out")
         return 2
     if gw_only and not args.dataplane:
         err(f"{', '.join(gw_only)} configure the gateways: add --dataplane uring|dpdk")
