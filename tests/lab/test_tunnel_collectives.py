@@ -87,13 +87,16 @@ def test_collective_rides_the_reservation_through_a_flooded_wan(lab):
     for s in ("a", "b"):
         sent = after[s]["tx_sent"] - before[s]["tx_sent"]
         assert sent > 4 * (4 << 20) // gateway.TUN_MTU_BYTES, (s, before[s], after[s])
-        # Paced at the reservation with every header counted: the gateway never had to drop a
-        # frame of it or push one out as best effort (its policer's downgrade).
-        assert after[s]["tx_dropped"] == before[s]["tx_dropped"], (s, after[s]["raw"]["tx"])
+        # Paced at the reservation with every header counted: the gateway pushed nothing out as
+        # best effort and dropped (policed) at most 0.1 % — not 0: each channel has its own
+        # pacer, and the small messages of barriers and checks can run on a rank's two
+        # inter-site channels at once (docs/collectives.md, "Reservations").
+        dropped = after[s]["tx_dropped"] - before[s]["tx_dropped"]
+        assert dropped <= sent // 1000, (s, dropped, sent, after[s]["raw"]["tx"]["scheduler"])
         be = after[s]["raw"]["tx"]["sent_best_effort_packets"]
         assert be == before[s]["raw"]["tx"]["sent_best_effort_packets"], (s, after[s]["raw"]["tx"])
-    # The rank's log shows where the rate came from.
-    assert f"reservation {r['id']}" in err
+    # The ranks' report says where the rate came from.
+    assert doc["reservation"] == r["id"], doc
 
 
 @pytest.mark.netns

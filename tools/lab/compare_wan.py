@@ -87,6 +87,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--warmup", type=int, default=1)
     p.add_argument("--cc", default="cubic", help="the hosts' TCP congestion control for gloo and "
                    "MPI (default cubic)")
+    p.add_argument("--mtu", type=int, default=1500,
+                   help="IP MTU of the lab's links (default 1500): the tunnel carries MTU - 68, "
+                   "detwan's datagrams fill it, TCP's MSS follows it")
     p.add_argument("--ranks-per-site", type=int, default=2)
     p.add_argument("--mpi-btl", default="tcp,self")
     p.add_argument("--build-dir")
@@ -166,7 +169,7 @@ def run_loss(runs, args, bins, loss: float, doc: dict) -> None:
     queue = max(int(args.rate * args.rtt / 8e9), MIN_QUEUE_BYTES)
     spec = wan_spec(args.rate, args.rtt, loss, queue)
     up = ["--sites", "2", "--wan", spec, "--seed", str(args.seed), "--dataplane", args.dataplane,
-          "--agents"]
+          "--agents", "--mtu", str(args.mtu)]
     if args.build_dir:
         up += ["--build-dir", args.build_dir]
     log(f"tools/testbed up {' '.join(up)}")
@@ -231,7 +234,7 @@ def fmt(v, spec: str) -> str:
 def print_table(doc: dict, out=sys.stdout) -> None:
     p = doc["params"]
     out.write(f"# 2 sites x {p['ranks_per_site']} ranks, WAN {p['rate_bps'] / 1e6:g} Mbit/s, "
-              f"RTT {p['rtt_ns'] / 1e6:g} ms; reservation {p['reserve_bps'] / 1e6:g} Mbit/s; "
+              f"RTT {p['rtt_ns'] / 1e6:g} ms, MTU {p['mtu_bytes']}; reservation {p['reserve_bps'] / 1e6:g} Mbit/s; "
               f"flooded = cross traffic at {p['cross']:.0%} of the best-effort share; "
               f"{p['iters']} iterations; times in s\n")
     out.write(f"{'size':>6} {'loss':>6} {'impl':>6} {'path':>11} {'wan':>7} {'p50':>8} "
@@ -261,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                       "cross_tcp": args.cross_tcp, "cross_udp": args.cross_udp,
                       "losses": args.losses, "sizes": args.sizes, "iters": args.iters,
                       "warmup": args.warmup, "cc": args.cc,
-                      "ranks_per_site": args.ranks_per_site}}
+                      "ranks_per_site": args.ranks_per_site, "mtu_bytes": args.mtu}}
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="detwan-compare-wan-"))
     runs = compare.Runs(workdir)
     saved = {s: signal.signal(s, compare._raise_terminated) for s in (signal.SIGTERM,
