@@ -2,15 +2,14 @@
 // watcher that fails the communicator when one goes away (reservation.h).
 #include "collectives/comm/reservation.h"
 
-#include <ifaddrs.h>
-#include <netinet/in.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 
 #include "common/logging.h"
 #include "common/net_address.h"
@@ -43,9 +42,10 @@ std::string unusable(const TunnelGrant& g) {
                        g.reason.empty() ? "" : " (" + g.reason + ")");
   }
   if (!g.dataplane_active) {
-    return fmt::format("reservation {} is provisioned but its tunnel is not active on every "
-                       "gateway yet (the agent's dataplane.active is false)",
-                       g.describe());
+    return fmt::format(
+        "reservation {} is provisioned but its tunnel is not active on every "
+        "gateway yet (the agent's dataplane.active is false)",
+        g.describe());
   }
   if (g.mtu_bytes <= kInnerIpUdpBytes) {
     return fmt::format("reservation {}: the agent reports no usable tunnel MTU ({} bytes)",
@@ -156,9 +156,9 @@ Result<std::string> local_address_in(const std::vector<std::string>& prefixes) {
   }
   freeifaddrs(list);
   if (found.empty()) {
-    return make_error(ErrorCode::kNotFound,
-                      fmt::format("this host has no address in the tunnel prefixes {}",
-                                  join_prefixes(prefixes)));
+    return make_error(
+        ErrorCode::kNotFound,
+        fmt::format("this host has no address in the tunnel prefixes {}", join_prefixes(prefixes)));
   }
   return found;
 }
@@ -178,11 +178,11 @@ Result<WanReservations> resolve_reservations(
   for (const std::string& id : ids) {
     auto grant = control::client::fetch_grant(agent, id);
     if (!grant) {
-      return make_error(grant.error().code == ErrorCode::kUnavailable ||
-                                grant.error().code == ErrorCode::kTimeout
-                            ? ErrorCode::kUnavailable
-                            : ErrorCode::kConfig,
-                        grant.error().message);
+      return make_error(
+          grant.error().code == ErrorCode::kUnavailable || grant.error().code == ErrorCode::kTimeout
+              ? ErrorCode::kUnavailable
+              : ErrorCode::kConfig,
+          grant.error().message);
     }
     if (std::string why = unusable(*grant); !why.empty()) {
       return make_error(ErrorCode::kConfig, why);
@@ -217,8 +217,8 @@ Result<WanReservations> resolve_reservations(
   }
   if (out.tunnel_host.empty()) {
     return make_error(ErrorCode::kConfig,
-                      fmt::format("site '{}' (DETWAN_SITE) is in none of the reservations {}",
-                                  site, out.describe()));
+                      fmt::format("site '{}' (DETWAN_SITE) is in none of the reservations {}", site,
+                                  out.describe()));
   }
   return out;
 }
@@ -245,8 +245,8 @@ TunnelPacing pacing_for(const TunnelGrant& grant, int64_t local_ranks, int32_t m
       1, static_cast<int64_t>(static_cast<double>(grant.rate_bps) * kPacingShare) / ranks);
   p.frame_overhead_bytes = kInnerIpUdpBytes + grant.frame_overhead_bytes;
   p.mtu_bytes = std::min(mtu_bytes, grant.mtu_bytes);
-  p.max_burst_bytes = static_cast<int64_t>(static_cast<double>(grant.burst_bytes) *
-                                           kBurstShare) / ranks;
+  p.max_burst_bytes =
+      static_cast<int64_t>(static_cast<double>(grant.burst_bytes) * kBurstShare) / ranks;
   return p;
 }
 

@@ -39,8 +39,8 @@ Result<std::unique_ptr<transport::Endpoint>> open_endpoint(const std::string& ro
   options.backend_config = backend_config;
   auto endpoint = transport::make_endpoint(backend, options);
   if (!endpoint) {
-    return make_error(endpoint.error().code, fmt::format("{} backend '{}': {}", role, backend,
-                                                         endpoint.error().message));
+    return make_error(endpoint.error().code,
+                      fmt::format("{} backend '{}': {}", role, backend, endpoint.error().message));
   }
   return endpoint;
 }
@@ -48,8 +48,7 @@ Result<std::unique_ptr<transport::Endpoint>> open_endpoint(const std::string& ro
 // Lowest rank of each site pings the lowest rank of every later site, pairs in one global
 // order (so no two ranks wait on each other); the RTTs are all-gathered so that every rank
 // builds the same model from the same numbers.
-Result<std::vector<std::vector<int64_t>>> measure_site_rtts(Peers& peers,
-                                                            const Topology& topology,
+Result<std::vector<std::vector<int64_t>>> measure_site_rtts(Peers& peers, const Topology& topology,
                                                             Deadline deadline) {
   const int sites = topology.num_sites();
   const int me = peers.rank();
@@ -117,9 +116,8 @@ int64_t tunnel_goodput_bps(const TunnelGrant& grant, int32_t mtu_bytes) {
                               (mtu + grant.frame_overhead_bytes));
 }
 
-Result<NetworkModel> build_model(Peers* peers, const Topology& topology,
-                                 const CommConfig& config, const WanReservations* wan,
-                                 Deadline deadline) {
+Result<NetworkModel> build_model(Peers* peers, const Topology& topology, const CommConfig& config,
+                                 const WanReservations* wan, Deadline deadline) {
   NetworkModel model;
   model.intra = LinkModel{kIntraAlphaNs, kIntraRateBps};
   const int sites = topology.num_sites();
@@ -149,7 +147,8 @@ Result<NetworkModel> build_model(Peers* peers, const Topology& topology,
         }
       }
       // Every local rank of site s drives its own share of the tunnel in parallel.
-      model.inter[s][t] = LinkModel{std::max<int64_t>(1, alpha), std::max<int64_t>(1, rate / local)};
+      model.inter[s][t] =
+          LinkModel{std::max<int64_t>(1, alpha), std::max<int64_t>(1, rate / local)};
     }
   }
   return model;
@@ -174,19 +173,20 @@ void log_start(const Communicator::Impl& impl) {
             human_ns(static_cast<double>(impl.model.intra.alpha_ns)),
             common::format_rate_bps(static_cast<uint64_t>(impl.model.intra.rate_bps)), inter,
             sites > 1 ? (impl.config.deterministic ? " inter alpha configured (deterministic)"
-                                                    : " inter alpha = measured RTT / 2")
+                                                   : " inter alpha = measured RTT / 2")
                       : " one site",
             sites > 1 && impl.config.wan_rate_bps <= 0 && !impl.wan
                 ? "; WAN rate best effort: the model assumes 1gbit per site pair"
                 : "");
   if (impl.wan) {
     for (const TunnelGrant& g : impl.wan->grants) {
-      log->info("reservation {}: {} each way, bound max_latency {} max_latency_variation {} ({}), "
-                "tunnel MTU {} + {} bytes per frame, burst {} bytes; this rank's tunnel address {}",
-                g.id, common::format_rate_bps(static_cast<uint64_t>(g.rate_bps)),
-                human_ns(static_cast<double>(g.max_latency_ns)),
-                human_ns(static_cast<double>(g.max_latency_variation_ns)), g.delivery,
-                g.mtu_bytes, g.frame_overhead_bytes, g.burst_bytes, impl.wan->tunnel_host);
+      log->info(
+          "reservation {}: {} each way, bound max_latency {} max_latency_variation {} ({}), "
+          "tunnel MTU {} + {} bytes per frame, burst {} bytes; this rank's tunnel address {}",
+          g.id, common::format_rate_bps(static_cast<uint64_t>(g.rate_bps)),
+          human_ns(static_cast<double>(g.max_latency_ns)),
+          human_ns(static_cast<double>(g.max_latency_variation_ns)), g.delivery, g.mtu_bytes,
+          g.frame_overhead_bytes, g.burst_bytes, impl.wan->tunnel_host);
     }
   }
 }
@@ -199,8 +199,8 @@ Result<std::optional<WanReservations>> reservations_for(int rank, const CommConf
   control::client::AgentAddress agent{config.agent_url, config.agent_token, 5000};
   auto wan = resolve_reservations(agent, *ids, config.site);
   if (!wan) {
-    return make_error(wan.error().code, fmt::format("rank {} (site {}): {}", rank, config.site,
-                                                    wan.error().message));
+    return make_error(wan.error().code,
+                      fmt::format("rank {} (site {}): {}", rank, config.site, wan.error().message));
   }
   return std::optional<WanReservations>(std::move(*wan));
 }
@@ -253,21 +253,20 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
     }
   }
 
-  auto intra = open_endpoint("intra", config.intra_backend, same_site,
-                             config.intra_backend_config);
+  auto intra = open_endpoint("intra", config.intra_backend, same_site, config.intra_backend_config);
   if (!intra) return std::unexpected(intra.error());
   impl->intra_endpoint = std::move(*intra);
-  auto inter = open_endpoint("inter", config.inter_backend, accepted_other,
-                             config.inter_backend_config);
+  auto inter =
+      open_endpoint("inter", config.inter_backend, accepted_other, config.inter_backend_config);
   if (!inter) return std::unexpected(inter.error());
   impl->inter_endpoint = std::move(*inter);
   auto intra_address =
       impl->intra_endpoint->listen(listen_address(config.intra_backend, impl->listen_host));
   if (!intra_address) {
-    return make_error(intra_address.error().code,
-                      fmt::format("rank {}: intra endpoint ({}) listen on '{}': {}", rank,
-                                  config.intra_backend, impl->listen_host,
-                                  intra_address.error().message));
+    return make_error(
+        intra_address.error().code,
+        fmt::format("rank {}: intra endpoint ({}) listen on '{}': {}", rank, config.intra_backend,
+                    impl->listen_host, intra_address.error().message));
   }
   // With reservations the inter-site endpoint listens on the tunnel address: what it sends leaves
   // from there and what it is sent goes there, both routed into the tunnel by the gateways.
@@ -277,17 +276,15 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
   if (!inter_address) {
     return make_error(inter_address.error().code,
                       fmt::format("rank {}: inter endpoint ({}) listen on '{}': {}", rank,
-                                  config.inter_backend, inter_host,
-                                  inter_address.error().message));
+                                  config.inter_backend, inter_host, inter_address.error().message));
   }
 
   auto blobs = bootstrap.exchange(encode_fields({config.site, *intra_address, *inter_address}),
                                   std::max<int64_t>(1, deadline_ns - now_ns()));
   if (!blobs) return std::unexpected(blobs.error());
   if (static_cast<int>(blobs->size()) != nranks) {
-    return make_error(ErrorCode::kInternal,
-                      fmt::format("bootstrap returned {} blobs for {} ranks", blobs->size(),
-                                  nranks));
+    return make_error(ErrorCode::kInternal, fmt::format("bootstrap returned {} blobs for {} ranks",
+                                                        blobs->size(), nranks));
   }
   std::vector<std::string> sites(nranks);
   std::vector<RankAddresses> addresses(nranks);
@@ -313,8 +310,7 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
       return make_error(ok.error().code, fmt::format("rank {}: {}", rank, ok.error().message));
     }
   }
-  const auto local_ranks =
-      static_cast<int64_t>(topo.ranks_of_site(topo.site_of(rank)).size());
+  const auto local_ranks = static_cast<int64_t>(topo.ranks_of_site(topo.site_of(rank)).size());
   auto options_for = [&](int peer) {
     if (topo.same_site(rank, peer)) return same_site;
     transport::ChannelOptions options = other_site;
@@ -325,9 +321,9 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
     }
     return options;
   };
-  auto channels = connect_mesh(rank, topo, {impl->intra_endpoint.get(),
-                                            impl->inter_endpoint.get()},
-                               addresses, options_for, std::max<int64_t>(1, deadline_ns - now_ns()));
+  auto channels =
+      connect_mesh(rank, topo, {impl->intra_endpoint.get(), impl->inter_endpoint.get()}, addresses,
+                   options_for, std::max<int64_t>(1, deadline_ns - now_ns()));
   if (!channels) return std::unexpected(channels.error());
   std::vector<std::string> names(nranks);
   for (int p = 0; p < nranks; ++p) {
@@ -338,9 +334,8 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
   auto model = build_model(impl->peers.get(), topo, config, impl->wan ? &*impl->wan : nullptr,
                            Deadline{deadline_ns});
   if (!model) {
-    return make_error(model.error().code,
-                      fmt::format("rank {}: measuring the network: {}", rank,
-                                  model.error().message));
+    return make_error(model.error().code, fmt::format("rank {}: measuring the network: {}", rank,
+                                                      model.error().message));
   }
   impl->model = std::move(*model);
   if (rank == 0) log_start(*impl);
@@ -399,8 +394,8 @@ Result<std::vector<std::string>> all_gather_blobs(Peers& peers, const Topology& 
   algo::OpContext ctx{peers, topology, deadline, 0};
   const auto my_size = static_cast<int64_t>(mine.size());
   std::vector<int64_t> sizes(n, 0);
-  if (auto ok = algo::all_gather(ctx, Algorithm::kRing, &my_size, sizes.data(), 1,
-                                 DataType::kInt64);
+  if (auto ok =
+          algo::all_gather(ctx, Algorithm::kRing, &my_size, sizes.data(), 1, DataType::kInt64);
       !ok) {
     return std::unexpected(ok.error());
   }

@@ -1,7 +1,8 @@
 #include "control/client/reservation_client.h"
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <boost/json.hpp>
 
 #include "common/units.h"
 #include "control/client/http_client.h"
@@ -64,13 +65,13 @@ class Fields {
   std::string prefix_;
 };
 
-#define DETWAN_TRY_ASSIGN(target, expr)          \
-  do {                                           \
-    auto detwan_value_ = (expr);                 \
-    if (!detwan_value_) {                        \
+#define DETWAN_TRY_ASSIGN(target, expr)              \
+  do {                                               \
+    auto detwan_value_ = (expr);                     \
+    if (!detwan_value_) {                            \
       return std::unexpected(detwan_value_.error()); \
-    }                                            \
-    target = std::move(*detwan_value_);          \
+    }                                                \
+    target = std::move(*detwan_value_);              \
   } while (false)
 
 // An error answer of the agent: {"error": {"code", "message", "field"}}.
@@ -149,9 +150,9 @@ common::Result<TunnelGrant> parse_grant(std::string_view json_text) {
     }
   }
   if (g.rate_bps <= 0) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("reservation {}: min_bandwidth_bps {} is not positive", g.id,
-                                  g.rate_bps));
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("reservation {}: min_bandwidth_bps {} is not positive", g.id, g.rate_bps));
   }
   return g;
 }
@@ -163,12 +164,11 @@ common::Result<TunnelGrant> fetch_grant(const AgentAddress& agent, const std::st
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("'{}' is not a reservation id (like r-3)", id));
   }
-  auto answer = http_call(*url, "GET", "/v1/reservations/" + id, "", agent.token,
-                          agent.timeout_ms, "detwan-collectives");
+  auto answer = http_call(*url, "GET", "/v1/reservations/" + id, "", agent.token, agent.timeout_ms,
+                          "detwan-collectives");
   if (!answer) {
-    return make_error(answer.error().code,
-                      fmt::format("asking the agent for reservation {}: {}", id,
-                                  answer.error().message));
+    return make_error(answer.error().code, fmt::format("asking the agent for reservation {}: {}",
+                                                       id, answer.error().message));
   }
   if (answer->status == 404) {
     return make_error(ErrorCode::kNotFound,
@@ -186,8 +186,8 @@ common::Result<TunnelGrant> fetch_grant(const AgentAddress& agent, const std::st
   }
   auto grant = parse_grant(answer->body);
   if (!grant) {
-    return make_error(grant.error().code, fmt::format("the agent at {}: {}", agent.url,
-                                                      grant.error().message));
+    return make_error(grant.error().code,
+                      fmt::format("the agent at {}: {}", agent.url, grant.error().message));
   }
   return grant;
 }

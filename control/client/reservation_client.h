@@ -29,7 +29,7 @@ struct TunnelGrant {
   std::string reason;  // why it is in that state (e.g. "released by client")
   std::string src;     // site names; the reservation is bidirectional
   std::string dst;
-  int64_t rate_bps = 0;  // min_bandwidth_bps: what the gateways guarantee each direction
+  int64_t rate_bps = 0;     // min_bandwidth_bps: what the gateways guarantee each direction
   int64_t burst_bytes = 0;  // the gateways' policer depth: a sender may burst this much
   int64_t max_latency_ns = 0;
   int64_t max_latency_variation_ns = 0;
@@ -38,7 +38,7 @@ struct TunnelGrant {
   int64_t end_unix_ns = 0;
   std::vector<std::string> src_prefixes;  // traffic to these goes into the tunnel at dst's end
   std::vector<std::string> dst_prefixes;  // ... and to these at src's end
-  int32_t mtu_bytes = 0;             // largest inner IP packet the tunnel carries
+  int32_t mtu_bytes = 0;                  // largest inner IP packet the tunnel carries
   int32_t frame_overhead_bytes = 0;  // the gateway's bytes per packet, counted against the rate
   bool dataplane_active = false;     // every gateway has the tunnel as planned
 

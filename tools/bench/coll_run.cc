@@ -61,29 +61,34 @@ struct Operation {
 
 Result<void> run_once(coll::Communicator& comm, const Operation& p) {
   switch (p.collective) {
-    case Collective::kAllReduce: return comm.all_reduce(p.send, p.recv, p.count, p.type, p.op);
-    case Collective::kBroadcast: return comm.broadcast(p.send, p.recv, p.count, p.type, p.root);
+    case Collective::kAllReduce:
+      return comm.all_reduce(p.send, p.recv, p.count, p.type, p.op);
+    case Collective::kBroadcast:
+      return comm.broadcast(p.send, p.recv, p.count, p.type, p.root);
     case Collective::kReduce:
       return comm.reduce(p.send, p.recv, p.count, p.type, p.op, p.root);
-    case Collective::kAllGather: return comm.all_gather(p.send, p.recv, p.count, p.type);
+    case Collective::kAllGather:
+      return comm.all_gather(p.send, p.recv, p.count, p.type);
     case Collective::kReduceScatter:
       return comm.reduce_scatter(p.send, p.recv, p.count, p.type, p.op);
-    case Collective::kAllToAll: return comm.all_to_all(p.send, p.recv, p.count, p.type);
+    case Collective::kAllToAll:
+      return comm.all_to_all(p.send, p.recv, p.count, p.type);
     case Collective::kSendRecv: {
       // nccl-tests' sendrecv: every rank sends to the next and receives from the previous.
       const int n = comm.size();
       const int r = comm.rank();
       coll::OpDesc send{Collective::kSendRecv, p.send, nullptr, p.count, p.type, p.op,
-                        (r + 1) % n, true};
+                        (r + 1) % n,           true};
       coll::OpDesc recv{Collective::kSendRecv, nullptr, p.recv, p.count, p.type, p.op,
-                        (r + n - 1) % n, false};
+                        (r + n - 1) % n,       false};
       auto request = comm.submit_group({send, recv});
       if (!request) return std::unexpected(request.error());
       auto done = request->wait(-1);
       if (!done) return common::make_error(common::ErrorCode::kInternal, "sendrecv: no result");
       return *done;
     }
-    case Collective::kBarrier: return comm.barrier();
+    case Collective::kBarrier:
+      return comm.barrier();
   }
   return common::make_error(common::ErrorCode::kInternal, "unknown collective");
 }
@@ -122,8 +127,9 @@ class Runner {
  private:
   Result<Row> run_row(const PatternSpec& spec, uint64_t size, Buffers& buffers) {
     const Shape shape = shape_for(spec.collective, size, spec.type, comm_.size());
-    const Operation op{spec.collective, buffers.send.get(), buffers.recv.get(), shape.count,
-                       spec.type, spec.op, spec.root};
+    const Operation op{spec.collective, buffers.send.get(), buffers.recv.get(),
+                       shape.count,     spec.type,          spec.op,
+                       spec.root};
     const auto failed = [&](const char* what, const common::Error& e) {
       return common::make_error(e.code, fmt::format("{} {} bytes {} {}: {}", what, size,
                                                     collectives::to_string(spec.type),
@@ -156,8 +162,7 @@ class Runner {
 
     // Every rank takes part: time is the slowest rank's, #wrong the sum over ranks.
     double max_us = 0;
-    if (auto ok = comm_.all_reduce(&mean_us, &max_us, 1, DataType::kFloat64, ReduceOp::kMax);
-        !ok) {
+    if (auto ok = comm_.all_reduce(&mean_us, &max_us, 1, DataType::kFloat64, ReduceOp::kMax); !ok) {
       return failed("gathering the time of", ok.error());
     }
     if (wrong) {
@@ -167,8 +172,7 @@ class Runner {
       }
       wrong = sum;
     }
-    Row row = make_row(spec.collective, shape, spec.type, spec.op, spec.root, comm_.size(),
-                       max_us);
+    Row row = make_row(spec.collective, shape, spec.type, spec.op, spec.root, comm_.size(), max_us);
     row.wrong = wrong;
     row.time_us_p50 = common::nearest_rank_percentile(max_iter_us, 0.50);
     row.time_us_p99 = common::nearest_rank_percentile(max_iter_us, 0.99);

@@ -3,11 +3,12 @@
 // HTTP server on 127.0.0.1, asked by the real client (control/client). What init checks
 // (provisioned, active, the site covered, every site pair joined, the tunnel address), the
 // pacing a reservation implies, and the watcher that fails a job whose reservation goes away.
+#include "collectives/comm/reservation.h"
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 
-#include "collectives/comm/reservation.h"
 #include "control/api/http_server.h"
 #include "control/api/routes.h"
 #include "tests/control/agent/agent_test_util.h"

@@ -148,8 +148,9 @@ void print_report(const SweepOptions& options, const std::string& backend, int n
     doc["iters"] = options.iters;
     doc["warmup_iters"] = options.warmup_iters;
     doc["busbw_factor"] = nranks > 1 ? 2.0 * (nranks - 1) / nranks : 0.0;
-    doc["time"] = "mean over iterations, max over ranks; time_us_p50/p99/max and iter_time_us: "
-                  "each timed iteration, max over ranks";
+    doc["time"] =
+        "mean over iterations, max over ranks; time_us_p50/p99/max and iter_time_us: "
+        "each timed iteration, max over ranks";
     boost::json::array out;
     for (const auto& r : rows) {
       out.push_back(boost::json::object{{"size_bytes", r.size_bytes},
