@@ -35,21 +35,13 @@ import tempfile
 
 from lab import compare, cross, measure, reserve
 from lab.transport import MIN_QUEUE_BYTES, wan_spec
-from lab.units import parse_duration_ns, parse_fraction, parse_rate_bps, parse_size_bytes
+from lab.units import (parse_duration_ns, parse_fraction, parse_rate_bps, parse_share,
+                       parse_size_bytes)
 
 PROG = "compare-allreduce --dataplane"
 SCHEMA = "detwan-compare-wan"
 IMPLS = ("detwan", "gloo", "mpi")
 BOUND_FORMULA = "bound_s = size_bytes * 8 / reserved rate (each direction carries the buffer once)"
-
-
-def parse_share(text: str) -> float:
-    """"150%" or "1.5": a non-negative share (may exceed 100 %)."""
-    t = text.strip()
-    value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    if not 0 <= value <= 100:
-        raise ValueError(f"'{text}': a share like 150% or 1.5")
-    return value
 
 
 def log(msg: str) -> None:
