@@ -1,0 +1,85 @@
+"""Launches N ranks of a Python script as real processes with torchrun's variables (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus DETWAN_SITE, bounded in
+time; shared by the torch tests and tools/bench/train-cross-site."""
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def build_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("DETWAN_BUILD_DIR") or REPO / "build").resolve()
+
+
+def python_path() -> str:
+    """What makes `import detwan.torch` work from a build tree (README, docs/pytorch.md)."""
+    return str(build_dir() / "collectives" / "torch" / "python")
+
+
+def extension_problem() -> str | None:
+    pkg = build_dir() / "collectives" / "torch" / "python" / "detwan" / "torch"
+    if not list(pkg.glob("_C*.so")):
+        return (f"the torch backend is not built in {build_dir()} (meson -Dtorch=enabled needs "
+                "python3-torch and libtorch-dev: tools/install-deps)")
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(script: list[str], sites: list[str], env: dict | None = None,
+           prefix: list[list[str]] | None = None, master_addr: str = "127.0.0.1",
+           master_port: int | None = None, log_dir: pathlib.Path | None = None
+           ) -> list[subprocess.Popen]:
+    """One process per entry of `sites` (rank i runs in site sites[i]); `prefix[i]` is put
+    before the interpreter (e.g. `ip netns exec NS`)."""
+    world = len(sites)
+    port = master_port or free_port()
+    local_rank: dict[str, int] = {}
+    procs = []
+    for rank, site in enumerate(sites):
+        lr = local_rank.get(site, 0)
+        local_rank[site] = lr + 1
+        e = dict(os.environ)
+        e.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(lr),
+                  "LOCAL_WORLD_SIZE": str(sites.count(site)), "MASTER_ADDR": master_addr,
+                  "MASTER_PORT": str(port), "DETWAN_SITE": site,
+                  "PYTHONPATH": os.pathsep.join(
+                      [python_path()] + ([os.environ["PYTHONPATH"]]
+                                         if os.environ.get("PYTHONPATH") else [])),
+                  "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+        e.update(env or {})
+        cmd = (prefix[rank] if prefix else []) + ["/usr/bin/python3", *script]
+        out = open(log_dir / f"rank-{rank}.log", "w") if log_dir else subprocess.DEVNULL
+        procs.append(subprocess.Popen(cmd, env=e, stdout=out, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL))
+    return procs
+
+
+def wait_all(procs: list[subprocess.Popen], timeout_s: float) -> list[int | None]:
+    """Exit codes; a process still running at the deadline is killed (None)."""
+    deadline = time.monotonic() + timeout_s
+    codes: list[int | None] = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            codes.append(None)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return codes
+
+
+if __name__ == "__main__":
+    sys.exit("import this module")
