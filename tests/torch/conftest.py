@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-import launch  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+from lab import torchrun as launch  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

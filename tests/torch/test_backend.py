@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-import launch
+from lab import torchrun as launch
 
 HERE = pathlib.Path(__file__).resolve().parent
 SITES = ["a", "a", "b", "b"]

@@ -1,6 +1,7 @@
 """Launches N ranks of a Python script as real processes with torchrun's variables (RANK,
-WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus DETWAN_SITE, bounded in
-time; shared by the torch tests and tools/bench/train-cross-site."""
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus DETWAN_SITE and the
+PYTHONPATH that makes `import detwan.torch` work from the build tree, bounded in time; shared
+by tests/torch, tests/lab/test_torch_lab.py and tools/bench/train-cross-site."""
 from __future__ import annotations
 
 import os
@@ -38,10 +39,10 @@ def free_port() -> int:
 
 def launch(script: list[str], sites: list[str], env: dict | None = None,
            prefix: list[list[str]] | None = None, master_addr: str = "127.0.0.1",
-           master_port: int | None = None, log_dir: pathlib.Path | None = None
-           ) -> list[subprocess.Popen]:
+           master_port: int | None = None, log_dir: pathlib.Path | None = None,
+           rank_env: list[dict] | None = None) -> list[subprocess.Popen]:
     """One process per entry of `sites` (rank i runs in site sites[i]); `prefix[i]` is put
-    before the interpreter (e.g. `ip netns exec NS`)."""
+    before the interpreter (e.g. `ip netns exec NS`); rank_env[i] adds rank i's variables."""
     world = len(sites)
     port = master_port or free_port()
     local_rank: dict[str, int] = {}
@@ -58,6 +59,7 @@ def launch(script: list[str], sites: list[str], env: dict | None = None,
                                          if os.environ.get("PYTHONPATH") else [])),
                   "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
         e.update(env or {})
+        e.update(rank_env[rank] if rank_env else {})
         cmd = (prefix[rank] if prefix else []) + ["/usr/bin/python3", *script]
         out = open(log_dir / f"rank-{rank}.log", "w") if log_dir else subprocess.DEVNULL
         procs.append(subprocess.Popen(cmd, env=e, stdout=out, stderr=subprocess.STDOUT,

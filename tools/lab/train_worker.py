@@ -1,0 +1,157 @@
+"""One rank of tools/bench/train-cross-site: a small character-level transformer language model
+trained with DDP on the text of Debian's `fortunes` package (/usr/share/games/fortunes; no
+download at run time). An ordinary torch.distributed script: torchrun's variables (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus DETWAN_SITE and, to ride a reservation,
+DETWAN_RESERVATION and DETWAN_AGENT.
+
+Every rank draws its own batches from a generator seeded by (seed, rank, step), so every run
+with the same seed and world size sees the same data whatever the backend or placement. Writes
+one JSON per rank: the time of each step, rank 0's loss per step, a parameter checksum.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+CORPUS_DIR = pathlib.Path("/usr/share/games/fortunes")
+
+
+def corpus() -> torch.Tensor:
+    """The fortune files' text (not the .dat indexes, the .u8 duplicates or the offensive set),
+    as bytes: a byte-level vocabulary of 256."""
+    files = sorted(p for p in CORPUS_DIR.iterdir()
+                   if p.is_file() and p.suffix not in (".dat", ".u8") and not p.is_symlink())
+    if not files:
+        raise SystemExit(f"no corpus in {CORPUS_DIR}: install the Debian package 'fortunes'")
+    data = b"".join(p.read_bytes() for p in files)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim: int, heads: int, ctx: int):
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(dim)
+        self.attn = torch.nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln2 = torch.nn.LayerNorm(dim)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * dim, dim))
+        mask = torch.triu(torch.full((ctx, ctx), float("-inf")), diagonal=1)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, x):
+        h = self.ln1(x)
+        t = x.shape[1]
+        a, _ = self.attn(h, h, h, attn_mask=self.mask[:t, :t], need_weights=False)
+        x = x + a
+        return x + self.mlp(self.ln2(x))
+
+
+class CharTransformer(torch.nn.Module):
+    def __init__(self, layers: int, dim: int, heads: int, ctx: int, vocab: int = 256):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, dim)
+        self.pos = torch.nn.Parameter(torch.zeros(1, ctx, dim))
+        self.blocks = torch.nn.Sequential(*[Block(dim, heads, ctx) for _ in range(layers)])
+        self.ln = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos[:, :idx.shape[1]]
+        return self.head(self.ln(self.blocks(x)))
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", required=True)
+    p.add_argument("--out", required=True, help="directory for rank-<r>.json")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=3, help="steps not timed")
+    p.add_argument("--batch", type=int, default=16, help="sequences per rank per step")
+    p.add_argument("--ctx", type=int, default=64)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--bucket-mb", type=float, default=1.0,
+                   help="DDP gradient bucket size (small buckets overlap backward)")
+    p.add_argument("--fp16-hook", action="store_true", help="fp16 gradient compression hook")
+    p.add_argument("--gloo-addr", help="gloo: bind its device to this address (the tunnel's)")
+    p.add_argument("--timeout-s", type=float, default=600)
+    return p.parse_args(argv)
+
+
+def init(args) -> object:
+    timeout = timedelta(seconds=args.timeout_s)
+    if args.backend == "gloo" and args.gloo_addr:
+        # gloo picks its address from the hostname; bind it to the one given instead.
+        dist.init_process_group("gloo", timeout=timeout)
+        opts = dist.ProcessGroupGloo._Options()
+        opts._devices = [dist.ProcessGroupGloo.create_device(hostname=args.gloo_addr)]
+        opts._timeout = timeout
+        store = dist.PrefixStore("train-gloo", dist.distributed_c10d._get_default_store())
+        return dist.ProcessGroupGloo(store, dist.get_rank(), dist.get_world_size(), opts)
+    if args.backend == "detwan":
+        import detwan.torch  # noqa: F401  registers the backend
+    dist.init_process_group(args.backend, timeout=timeout)
+    return None  # the default group
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    torch.set_num_threads(1)
+    group = init(args)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    data = corpus()
+    torch.manual_seed(args.seed)
+    model = DDP(CharTransformer(args.layers, args.dim, args.heads, args.ctx),
+                process_group=group, bucket_cap_mb=args.bucket_mb)
+    if args.fp16_hook:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(group, default_hooks.fp16_compress_hook)
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    step_s, losses = [], []
+    for step in range(args.warmup + args.steps):
+        g = torch.Generator().manual_seed(args.seed * 1_000_003 + rank * 10_007 + step)
+        starts = torch.randint(0, data.numel() - args.ctx - 1, (args.batch,), generator=g)
+        x = torch.stack([data[s:s + args.ctx] for s in starts.tolist()])
+        y = torch.stack([data[s + 1:s + 1 + args.ctx] for s in starts.tolist()])
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
+        loss.backward()  # DDP allreduces the gradient buckets as they become ready
+        opt.step()
+        dt = time.perf_counter() - t0
+        if step >= args.warmup:
+            step_s.append(dt)
+        losses.append(loss.item())
+    # Steps are synchronised by the allreduce: every rank's clock says the same, but the
+    # slowest rank's view is the job's; the report takes the max over ranks per step.
+    checksum = math.fsum(p.detach().double().sum().item() for p in model.parameters())
+    doc = {"rank": rank, "world": world, "backend": args.backend,
+           "site": os.environ.get("DETWAN_SITE", ""), "params": params,
+           "gradient_bytes": params * 4, "batch_per_rank": args.batch, "ctx": args.ctx,
+           "step_s": step_s, "loss": losses, "param_checksum": checksum,
+           "corpus_bytes": data.numel()}
+    if args.backend == "detwan":
+        pg = group or dist.distributed_c10d._get_default_group()
+        doc["detwan"] = {"config": pg.describe(), "plan": pg.plan(params * 4)}
+    pathlib.Path(args.out, f"rank-{rank}.json").write_text(json.dumps(doc))
+    dist.barrier(group=group)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
