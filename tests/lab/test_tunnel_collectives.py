@@ -137,3 +137,51 @@ def test_init_refuses_a_reservation_that_is_not_provisioned(lab):
         assert "no reservation 'r-999999'" in err, err[-3000:]
     finally:
         reserve.end(url, status["id"])
+
+
+@pytest.mark.netns
+def test_torch_backend_rides_the_reservation(lab, tmp_path):
+    """2 sites x 2 ranks of a torch.distributed job (tests/torch/worker.py) with backend detwan
+    riding the reservation: every operation and dtype against gloo (over the best-effort path),
+    and DDP to the same parameters as gloo; the tunnel carried detwan's traffic."""
+    from lab import torchrun
+    problem = torchrun.extension_problem()
+    if problem:
+        pytest.skip(problem)
+    url = lab["agents"][0]["url"]
+    sites = {s["name"]: s for s in lab["sites"]}
+    placement = ["a", "a", "b", "b"]
+    worker = labutil.REPO / "tests" / "torch" / "worker.py"
+    with reserve.reserved_pairs(url, ["a", "b"], RESERVE_BPS) as made:
+        r = made[0]
+        before = {s: tunnel_counters(s, r["tunnel_id"]) for s in ("a", "b")}
+        docs = {}
+        for mode in ("ops", "ddp"):
+            out = tmp_path / mode
+            out.mkdir()
+            rank_env = [{"DETWAN_RESERVATION": r["id"],
+                         "DETWAN_AGENT": lab["agents"][0]["host_urls"][p],
+                         "GLOO_SOCKET_IFNAME": sites[p]["host_if"]} for p in placement]
+            procs = torchrun.launch([str(worker), mode, str(out)], placement,
+                                    prefix=[["ip", "netns", "exec", sites[p]["host_ns"]]
+                                            for p in placement],
+                                    master_addr=sites["a"]["best_effort_addr"], log_dir=out,
+                                    rank_env=rank_env)
+            codes = torchrun.wait_all(procs, 600)
+            docs[mode] = []
+            for rank in range(4):
+                f = out / f"rank-{rank}.json"
+                assert f.exists(), (f"{mode}: rank {rank} exit {codes[rank]}:\n" +
+                                    (out / f"rank-{rank}.log").read_text()[-3000:])
+                docs[mode].append(json.loads(f.read_text()))
+        after = {s: tunnel_counters(s, r["tunnel_id"]) for s in ("a", "b")}
+    for mode, ranks in docs.items():
+        for d in ranks:
+            assert "fatal" not in d, d["fatal"]
+            bad = [x for x in d["results"] if not x["ok"]]
+            assert not bad, f"{mode} rank {d['rank']}: {bad[:3]}"
+            assert f"reservation={r['id']}" in d["describe"] or r["id"] in d["describe"], \
+                d["describe"]
+    assert len(docs["ops"][0]["results"]) > 100
+    for s in ("a", "b"):
+        assert after[s]["tx_sent"] - before[s]["tx_sent"] > 200, (s, before[s], after[s])

@@ -87,11 +87,15 @@ def parse(argv):
                    help="DDP gradient bucket size (small buckets overlap backward)")
     p.add_argument("--fp16-hook", action="store_true", help="fp16 gradient compression hook")
     p.add_argument("--gloo-addr", help="gloo: bind its device to this address (the tunnel's)")
+    p.add_argument("--gloo-addr-from-env", action="store_true",
+                   help="gloo: the address is in TRAIN_GLOO_ADDR (one per rank)")
     p.add_argument("--timeout-s", type=float, default=600)
     return p.parse_args(argv)
 
 
 def init(args) -> object:
+    if args.gloo_addr_from_env:
+        args.gloo_addr = os.environ["TRAIN_GLOO_ADDR"]
     timeout = timedelta(seconds=args.timeout_s)
     if args.backend == "gloo" and args.gloo_addr:
         # gloo picks its address from the hostname; bind it to the one given instead.
