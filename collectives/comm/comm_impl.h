@@ -72,9 +72,10 @@ struct Communicator::Impl {
 
   // Executor thread: runs one operation or group (see executor.cc).
   Result<void> run_ops(std::span<const OpDesc> ops, int64_t timeout_ns);
-  // Records the first failure as the communicator's async error; returns the error every
-  // operation from now on fails with.
+  // Records the first failure as the communicator's async error and closes every channel (the
+  // peers learn at once); returns the error every operation from now on fails with.
   Error fail(const Error& error);
+  Error record_error(const Error& cause);  // fail()'s bookkeeping; error_mutex held
   [[nodiscard]] std::optional<Error> current_error() const;
   // The plan for a collective of `bytes`; logs each (collective, algorithm) the first time.
   [[nodiscard]] Plan plan_for(Collective collective, int64_t bytes, bool log) const;

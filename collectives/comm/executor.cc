@@ -160,7 +160,21 @@ Result<void> Communicator::Impl::run_ops(std::span<const OpDesc> ops, int64_t op
 }
 
 Error Communicator::Impl::fail(const Error& cause) {
-  std::lock_guard lock(error_mutex);
+  bool first = false;
+  Error out;
+  {
+    std::lock_guard lock(error_mutex);
+    first = !error;
+    out = record_error(cause);
+  }
+  // The communicator is unusable from now on: close every channel at once, so the peers
+  // learn it now ("peer closed the channel", naming this rank) instead of waiting for this
+  // rank's next message until their own timeout. Keeps the cause already recorded.
+  if (first && peers && !aborted.load()) peers->fail(-1, cause);
+  return out;
+}
+
+Error Communicator::Impl::record_error(const Error& cause) {
   if (!error) {
     AsyncError async;
     async.code = cause.code;

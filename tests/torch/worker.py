@@ -321,8 +321,6 @@ def train(group, rank: int, steps: int, hook) -> list[torch.Tensor]:
     model = DDP(Net(), process_group=group, bucket_cap_mb=0.01)  # several buckets
     if hook == "fp16":
         model.register_comm_hook(group, default_hooks.fp16_compress_hook)
-    elif hook == "bf16":
-        model.register_comm_hook(group, default_hooks.bf16_compress_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(99 + rank)
     for _ in range(steps):
@@ -335,13 +333,12 @@ def train(group, rank: int, steps: int, hook) -> list[torch.Tensor]:
 
 
 def run_ddp(rank: int, world: int, det, chk: Checker) -> None:
-    for hook in ("none", "fp16", "bf16"):
+    for hook in ("none", "fp16"):
         case = f"ddp/{hook}"
         try:
-            # gloo has no bfloat16: the bf16 hook's reference is gloo without compression.
-            ref = train(None, rank, 5, "none" if hook == "bf16" else hook)
+            ref = train(None, rank, 5, hook)
             ours = train(det, rank, 5, hook)
-            eps = {"fp16": 2.0**-10, "bf16": 2.0**-7}.get(hook, 2.0**-23)
+            eps = 2.0**-10 if hook == "fp16" else 2.0**-23
             worst = 0.0
             ok = True
             for a, b in zip(ours, ref):
@@ -359,6 +356,7 @@ def run_ddp(rank: int, world: int, det, chk: Checker) -> None:
 def run_killed(rank: int, world: int, det, chk: Checker) -> None:
     dist.barrier(group=det)
     if rank == world - 1:
+        time.sleep(1.0)  # the others leave the barrier first (its last messages are delivered)
         os._exit(0)  # vanishes without a word
     t0 = time.monotonic()
     try:

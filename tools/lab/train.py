@@ -58,7 +58,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--bucket-mb", type=float, default=1.0)
+    p.add_argument("--bucket-mb", type=float, default=0.25,
+                   help="DDP bucket size: small buckets start the WAN transfer early (0.25)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--deterministic", action="store_true",
                    help="detwan with DETWAN_DETERMINISTIC=1, run twice cross-site: the two loss "
@@ -120,6 +121,10 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
            "samples_per_s": world * args.batch * len(steps) / sum(steps),
            "step_s_p50": nearest_rank(steps, 0.5), "step_s_p99": nearest_rank(steps, 0.99),
            "step_s_mean": sum(steps) / len(steps), "final_loss": docs[0]["loss"][-1],
+           # Per rank and step (median over both): forward time has no communication in it, so
+           # it shows CPU contention; cpu_s is the rank process's CPU time (all its threads).
+           "forward_s_p50": nearest_rank([v for d in docs for v in d["forward_s"]], 0.5),
+           "cpu_s_per_step_p50": nearest_rank([v for d in docs for v in d["cpu_s"]], 0.5),
            "loss": docs[0]["loss"], "param_checksum": docs[0]["param_checksum"],
            "params": docs[0]["params"], "gradient_bytes": docs[0]["gradient_bytes"]}
     if "detwan" in docs[0]:
@@ -162,14 +167,17 @@ def markdown(doc: dict) -> str:
              f"{p['batch']} x {p['ctx']} chars per rank, 4 ranks; corpus: Debian `fortunes`.",
              f"WAN: {p['delay_ns'] / 1e6:g} ms one way, {p['rate_bps'] / 1e6:g} Mbit/s link; "
              f"reservation {p['reserve_bps'] / 1e6:g} Mbit/s each way.", "",
-             "| run | backend | samples/s | step p50 (s) | step p99 (s) | final loss |",
-             "|---|---|---|---|---|---|"]
+             "| run | backend | samples/s | step p50 (s) | step p99 (s) | forward p50 (s) | "
+             "CPU s/step/rank | final loss |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in doc["runs"]:
         if "error" in r:
-            lines.append(f"| {r['name']} | {r['impl']} | error: {r['error'][:80]} | | | |")
+            lines.append(f"| {r['name']} | {r['impl']} | error: {r['error'][:80]} | | | | | |")
             continue
         lines.append(f"| {r['name']} | {r['impl']} | {r['samples_per_s']:.2f} | "
-                     f"{r['step_s_p50']:.3f} | {r['step_s_p99']:.3f} | {r['final_loss']:.4f} |")
+                     f"{r['step_s_p50']:.3f} | {r['step_s_p99']:.3f} | "
+                     f"{r['forward_s_p50']:.3f} | {r['cpu_s_per_step_p50']:.3f} | "
+                     f"{r['final_loss']:.4f} |")
     b = doc["bound"]
     lines += ["", f"Efficiency (cross-site / single-site samples/s): detwan "
               f"{fmt_ratio(doc.get('efficiency_detwan'))}, gloo {fmt_ratio(doc.get('efficiency_gloo'))}.",

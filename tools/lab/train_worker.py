@@ -125,20 +125,25 @@ def main(argv=None) -> int:
         model.register_comm_hook(group, default_hooks.fp16_compress_hook)
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    step_s, losses = [], []
+    step_s, losses, forward_s, cpu_s = [], [], [], []
     for step in range(args.warmup + args.steps):
         g = torch.Generator().manual_seed(args.seed * 1_000_003 + rank * 10_007 + step)
         starts = torch.randint(0, data.numel() - args.ctx - 1, (args.batch,), generator=g)
         x = torch.stack([data[s:s + args.ctx] for s in starts.tolist()])
         y = torch.stack([data[s + 1:s + 1 + args.ctx] for s in starts.tolist()])
         t0 = time.perf_counter()
+        c0 = time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
+        t1 = time.perf_counter()
         loss.backward()  # DDP allreduces the gradient buckets as they become ready
         opt.step()
         dt = time.perf_counter() - t0
         if step >= args.warmup:
             step_s.append(dt)
+            # Forward involves no communication: where it grows, the CPU is shared.
+            forward_s.append(t1 - t0)
+            cpu_s.append(time.process_time() - c0)
         losses.append(loss.item())
     # Steps are synchronised by the allreduce: every rank's clock says the same, but the
     # slowest rank's view is the job's; the report takes the max over ranks per step.
@@ -146,7 +151,7 @@ def main(argv=None) -> int:
     doc = {"rank": rank, "world": world, "backend": args.backend,
            "site": os.environ.get("DETWAN_SITE", ""), "params": params,
            "gradient_bytes": params * 4, "batch_per_rank": args.batch, "ctx": args.ctx,
-           "step_s": step_s, "loss": losses, "param_checksum": checksum,
+           "step_s": step_s, "forward_s": forward_s, "cpu_s": cpu_s, "loss": losses, "param_checksum": checksum,
            "corpus_bytes": data.numel()}
     if args.backend == "detwan":
         pg = group or dist.distributed_c10d._get_default_group()
