@@ -61,6 +61,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket-mb", type=float, default=0.25,
                    help="DDP bucket size: small buckets start the WAN transfer early (0.25)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--compute-nice", type=int, default=0,
+                   help="nice of each rank's training thread (its communication threads keep "
+                   "0); same in every run")
     p.add_argument("--deterministic", action="store_true",
                    help="detwan with DETWAN_DETERMINISTIC=1, run twice cross-site: the two loss "
                    "curves must be identical")
@@ -74,8 +77,30 @@ def nearest_rank(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(-(-q * len(s) // 1)) - 1))]
 
 
+def lab_pids(st: dict) -> dict[str, int]:
+    """The lab's own processes: both gateways, the WAN emulator(s), the agent."""
+    pids = {f"gw-{s['name']}": s["gateway"]["pid"] for s in st["sites"] if s.get("gateway")}
+    pids.update({f"wanem-{i}": p["pid"] for i, p in enumerate(st.get("paths", []))})
+    pids.update({f"agent-{i}": a["pid"] for i, a in enumerate(st.get("agents", []))})
+    return {k: v for k, v in pids.items() if v}
+
+
+def cpu_s(pids: dict[str, int]) -> float:
+    """utime + stime of the processes (all threads), in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids.values():
+        try:
+            fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / tick
+
+
 def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
-            out: pathlib.Path, riding: dict | None, extra_env: dict | None = None) -> dict:
+            out: pathlib.Path, riding: dict | None, extra_env: dict | None = None,
+            pids: dict[str, int] | None = None) -> dict:
     """One training run; placement[r] is rank r's site name."""
     run_dir = out / name
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +118,8 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
     argv = [str(WORKER), "--backend", impl, "--out", str(run_dir), "--steps", str(args.steps),
             "--warmup", str(args.warmup), "--batch", str(args.batch), "--layers",
             str(args.layers), "--dim", str(args.dim), "--bucket-mb", str(args.bucket_mb),
-            "--seed", str(args.seed), "--timeout-s", str(int(args.timeout_per_run))]
+            "--seed", str(args.seed), "--timeout-s", str(int(args.timeout_per_run)),
+            "--compute-nice", str(args.compute_nice)]
     gloo_addr = []
     if impl == "gloo" and cross:
         for r, p in enumerate(placement):
@@ -104,10 +130,12 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
     log(f"{name}: {impl}, ranks at {','.join(placement)}"
         + (f", riding {riding['id']}" if impl == "detwan" and cross and riding else ""))
     t0 = time.monotonic()
+    lab_cpu0 = cpu_s(pids or {})
     procs = torchrun.launch(argv + gloo_addr, placement, env=extra_env, prefix=prefix,
                             master_addr=master, log_dir=run_dir, rank_env=rank_env)
     codes = torchrun.wait_all(procs, args.timeout_per_run)
     wall = time.monotonic() - t0
+    lab_cpu = cpu_s(pids or {}) - lab_cpu0
     docs = []
     for r in range(len(placement)):
         f = run_dir / f"rank-{r}.json"
@@ -125,6 +153,9 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
            # it shows CPU contention; cpu_s is the rank process's CPU time (all its threads).
            "forward_s_p50": nearest_rank([v for d in docs for v in d["forward_s"]], 0.5),
            "cpu_s_per_step_p50": nearest_rank([v for d in docs for v in d["cpu_s"]], 0.5),
+           # The gateways', emulator's and agent's CPU over the whole run (start-up included),
+           # per step: on a small machine it is taken from the ranks' compute.
+           "lab_cpu_s_per_step": lab_cpu / (args.warmup + args.steps),
            "loss": docs[0]["loss"], "param_checksum": docs[0]["param_checksum"],
            "params": docs[0]["params"], "gradient_bytes": docs[0]["gradient_bytes"]}
     if "detwan" in docs[0]:
@@ -168,15 +199,16 @@ def markdown(doc: dict) -> str:
              f"WAN: {p['delay_ns'] / 1e6:g} ms one way, {p['rate_bps'] / 1e6:g} Mbit/s link; "
              f"reservation {p['reserve_bps'] / 1e6:g} Mbit/s each way.", "",
              "| run | backend | samples/s | step p50 (s) | step p99 (s) | forward p50 (s) | "
-             "CPU s/step/rank | final loss |",
-             "|---|---|---|---|---|---|---|---|"]
+             "CPU s/step/rank | lab CPU s/step | final loss |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["runs"]:
         if "error" in r:
-            lines.append(f"| {r['name']} | {r['impl']} | error: {r['error'][:80]} | | | | | |")
+            lines.append(f"| {r['name']} | {r['impl']} | error: {r['error'][:80]} | | | | | | |")
             continue
         lines.append(f"| {r['name']} | {r['impl']} | {r['samples_per_s']:.2f} | "
                      f"{r['step_s_p50']:.3f} | {r['step_s_p99']:.3f} | "
                      f"{r['forward_s_p50']:.3f} | {r['cpu_s_per_step_p50']:.3f} | "
+                     f"{r['lab_cpu_s_per_step']:.3f} | "
                      f"{r['final_loss']:.4f} |")
     b = doc["bound"]
     lines += ["", f"Efficiency (cross-site / single-site samples/s): detwan "
@@ -218,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"tools/testbed up {' '.join(up)}")
         with measure.own_lab(*up) as st:
             sites = sorted(st["sites"], key=lambda s: s["index"])[:2]
+            pids = lab_pids(st)
             names = [s["name"] for s in sites]
             url = st["agents"][0]["url"]
             with reserve.reserved_pairs(url, names, args.reserve) as made:
@@ -227,15 +260,15 @@ def main(argv: list[str] | None = None) -> int:
                 two = [names[0], names[0], names[1], names[1]]
                 for impl in impls:
                     doc["runs"].append(run_job(args, f"single-{impl}", impl, sites, one, out,
-                                               None))
+                                               None, pids=pids))
                 for impl in impls:
                     doc["runs"].append(run_job(args, f"cross-{impl}", impl, sites, two, out,
-                                               riding))
+                                               riding, pids=pids))
                 if args.deterministic and "detwan" in impls:
                     for k in (1, 2):
                         doc["runs"].append(run_job(args, f"cross-detwan-det{k}", "detwan", sites,
                                                    two, out, riding,
-                                                   {"DETWAN_DETERMINISTIC": "1"}))
+                                                   {"DETWAN_DETERMINISTIC": "1"}, pids=pids))
         summarize(doc, args)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - reported in the JSON
         doc["error"] = str(e) or type(e).__name__

@@ -16,6 +16,7 @@ import math
 import os
 import pathlib
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -70,6 +71,21 @@ class CharTransformer(torch.nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
+def timing_hook(trace: list, group):
+    """DDP's default allreduce (sum, then / world) with each bucket's start and end times."""
+    def hook(state, bucket):
+        t0 = time.perf_counter()
+        buf = bucket.buffer()
+        fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
+        world = dist.get_world_size(group)
+
+        def done(f):
+            trace.append((bucket.index(), buf.numel() * 4, t0, time.perf_counter()))
+            return f.value()[0].div_(world)
+        return fut.then(done)
+    return hook
+
+
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", required=True)
@@ -90,6 +106,12 @@ def parse(argv):
     p.add_argument("--gloo-addr-from-env", action="store_true",
                    help="gloo: the address is in TRAIN_GLOO_ADDR (one per rank)")
     p.add_argument("--timeout-s", type=float, default=600)
+    p.add_argument("--trace-buckets", action="store_true",
+                   help="record each gradient bucket's allreduce start and end per step")
+    p.add_argument("--compute-nice", type=int, default=0,
+                   help="nice value of the training (main) thread only, set after the process "
+                   "group's threads exist: communication threads then win the CPU when "
+                   "compute oversubscribes it")
     return p.parse_args(argv)
 
 
@@ -120,12 +142,17 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     model = DDP(CharTransformer(args.layers, args.dim, args.heads, args.ctx),
                 process_group=group, bucket_cap_mb=args.bucket_mb)
+    trace: list = []
+    if args.trace_buckets:
+        model.register_comm_hook(None, timing_hook(trace, group))
     if args.fp16_hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         model.register_comm_hook(group, default_hooks.fp16_compress_hook)
+    if args.compute_nice:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), args.compute_nice)
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    step_s, losses, forward_s, cpu_s = [], [], [], []
+    step_s, losses, forward_s, cpu_s, buckets = [], [], [], [], []
     for step in range(args.warmup + args.steps):
         g = torch.Generator().manual_seed(args.seed * 1_000_003 + rank * 10_007 + step)
         starts = torch.randint(0, data.numel() - args.ctx - 1, (args.batch,), generator=g)
@@ -133,14 +160,20 @@ def main(argv=None) -> int:
         y = torch.stack([data[s + 1:s + 1 + args.ctx] for s in starts.tolist()])
         t0 = time.perf_counter()
         c0 = time.process_time()
+        trace.clear()
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
         t1 = time.perf_counter()
         loss.backward()  # DDP allreduces the gradient buckets as they become ready
+        t_bwd = time.perf_counter()
         opt.step()
         dt = time.perf_counter() - t0
         if step >= args.warmup:
             step_s.append(dt)
+            if args.trace_buckets:
+                buckets.append([(i, b, round(s0 - t0, 4), round(s1 - t0, 4))
+                                for i, b, s0, s1 in trace] + [("backward_end", 0, 0,
+                                                                round(t_bwd - t0, 4))])
             # Forward involves no communication: where it grows, the CPU is shared.
             forward_s.append(t1 - t0)
             cpu_s.append(time.process_time() - c0)
@@ -151,7 +184,7 @@ def main(argv=None) -> int:
     doc = {"rank": rank, "world": world, "backend": args.backend,
            "site": os.environ.get("DETWAN_SITE", ""), "params": params,
            "gradient_bytes": params * 4, "batch_per_rank": args.batch, "ctx": args.ctx,
-           "step_s": step_s, "forward_s": forward_s, "cpu_s": cpu_s, "loss": losses, "param_checksum": checksum,
+           "step_s": step_s, "forward_s": forward_s, "buckets": buckets, "cpu_s": cpu_s, "loss": losses, "param_checksum": checksum,
            "corpus_bytes": data.numel()}
     if args.backend == "detwan":
         pg = group or dist.distributed_c10d._get_default_group()
