@@ -118,5 +118,19 @@ def test_killed_rank_makes_the_others_raise_naming_it(tmp_path):
             r = named[r]
 
 
+
+
+def test_process_group_timeout_is_honoured(tmp_path):
+    # A rank that is alive (its channels answer) but never joins: only the process group's
+    # timeout (4 s here; peer liveness stays at its 10 s default) can end the others' wait.
+    docs = run("timeout", tmp_path, 120, env={"TEST_PG_TIMEOUT_S": "4"})
+    absent = len(SITES) - 1
+    for d in docs[:absent]:
+        got = results([d], "timeout")
+        assert got and got[0]["ok"], f"rank {d['rank']}: {got}"
+        assert 3.5 < got[0]["raised_after_s"] < 9.5, got[0]
+        assert "timed out" in got[0]["message"] or "timeout" in got[0]["message"], got[0]
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

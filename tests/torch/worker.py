@@ -10,6 +10,8 @@ Modes:
           fp16 compression comm hook; the final parameters of both
   killed  the last rank exits after init; the others' next allreduce must raise within the
           process group timeout, naming the failed peer
+  timeout the last rank stays alive but skips the allreduce; the others must raise at the
+          process group timeout
 """
 from __future__ import annotations
 
@@ -369,6 +371,23 @@ def run_killed(rank: int, world: int, det, chk: Checker) -> None:
                             "raised_after_s": time.monotonic() - t0})
 
 
+def run_timeout(rank: int, world: int, det, chk: Checker) -> None:
+    """The last rank stays alive but never joins the allreduce: the others must raise when the
+    process group's timeout (TEST_PG_TIMEOUT_S) expires, not wait for ever."""
+    dist.barrier(group=det)
+    if rank == world - 1:
+        time.sleep(float(os.environ["TEST_PG_TIMEOUT_S"]) * 3)
+        chk.results.append({"case": "timeout", "ok": True, "absent": True})
+        return
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1024), group=det)
+        chk.results.append({"case": "timeout", "ok": False, "detail": "no error raised"})
+    except RuntimeError as e:
+        chk.results.append({"case": "timeout", "ok": True, "message": str(e)[:1000],
+                            "raised_after_s": time.monotonic() - t0})
+
+
 def main() -> int:
     mode, out_dir = sys.argv[1], sys.argv[2]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -387,6 +406,8 @@ def main() -> int:
             run_ddp(rank, world, det, chk)
         elif mode == "killed":
             run_killed(rank, world, det, chk)
+        elif mode == "timeout":
+            run_timeout(rank, world, det, chk)
         else:
             raise SystemExit(f"unknown mode {mode}")
     except Exception as e:  # noqa: BLE001
@@ -395,7 +416,7 @@ def main() -> int:
     doc["results"] = chk.results
     with open(os.path.join(out_dir, f"rank-{rank}.json"), "w", encoding="utf-8") as f:
         json.dump(doc, f)
-    if mode == "killed":
+    if mode in ("killed", "timeout"):
         # Stay until every survivor has its error: a survivor that left at once would be the
         # next failed peer in the others' messages.
         deadline = time.monotonic() + 60
