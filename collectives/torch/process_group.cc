@@ -78,16 +78,8 @@ std::function<void()> copy_back(const at::Tensor& user, const at::Tensor& staged
 
 OpDesc op_desc(Collective c, const void* send, void* recv, size_t count, DataType type,
                ReduceOp op = ReduceOp::kSum, int root = 0, bool is_send = false) {
-  OpDesc d;
-  d.collective = c;
-  d.send = send;
-  d.recv = recv;
-  d.count = count;
-  d.type = type;
-  d.op = op;
-  d.root = root;
-  d.is_send = is_send;
-  return d;
+  return OpDesc{.collective = c, .send = send, .recv = recv, .count = count, .type = type,
+                .op = op, .root = root, .is_send = is_send};
 }
 
 OpDesc p2p(bool is_send, const at::Tensor& t, int peer) {
