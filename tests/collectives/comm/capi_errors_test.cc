@@ -189,6 +189,39 @@ TEST(CapiErrors, OperationTimeoutNamesThePeer) {
   });
 }
 
+TEST(CapiErrors, AFailedRankClosesItsChannelsSoOthersFailNow) {
+  // Ring 0 -> 1 -> 2 -> 0, each rank receiving from its left: rank 1 never joins, rank 2 (which
+  // waits for rank 1) gives up after 300 ms, and rank 0 (which waits for rank 2) has 30 s.
+  // Rank 2 closes its channels as it fails, so rank 0 fails now, naming rank 2, instead of
+  // timing out itself (detwanTimeout) 30 s later.
+  RankSetup setup{std::vector<std::string>(3, "a")};
+  setup.algorithm = detwanAlgoRing;
+  std::promise<void> finished;
+  auto finished_future = finished.get_future().share();
+  with_comms(setup, [&](int r, detwanComm_t& comm) {
+    if (r == 1) {  // alive (its channels answer) but absent from the allreduce
+      finished_future.wait();
+      return;
+    }
+    if (r == 2) {
+      ASSERT_EQ(detwanCommSetTimeout(comm, 300), detwanSuccess);
+    }
+    std::vector<float> buf(3 * 4096, 1.0f);
+    const detwanResult_t result =
+        detwanAllReduce(buf.data(), buf.data(), buf.size(), detwanFloat32, detwanSum, comm);
+    detwanAsyncError_t info{};
+    ASSERT_EQ(detwanCommGetAsyncErrorInfo(comm, &info), detwanSuccess);
+    if (r == 2) {
+      EXPECT_EQ(result, detwanTimeout) << last_error();
+      EXPECT_EQ(info.failed_rank, 1) << info.message;
+    } else {
+      EXPECT_EQ(result, detwanRemoteError) << last_error();
+      EXPECT_EQ(info.failed_rank, 2) << info.message;
+      finished.set_value();
+    }
+  });
+}
+
 TEST(CapiErrors, AbortFailsPendingOperationsWithAborted) {
   std::promise<void> done;
   auto done_future = done.get_future().share();

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <latch>
 #include <string>
 #include <thread>
@@ -57,6 +58,7 @@ struct RankSetup {
   std::vector<std::string> sites;
   Backends backends{"tcp", "loopback"};
   int64_t timeout_ms = 30'000;
+  std::optional<detwanAlgorithm_t> algorithm = std::nullopt;  // default: the config's (auto)
 };
 
 // Creates a communicator per rank (each on its own thread), runs fn(rank, comm) there, then
@@ -77,6 +79,7 @@ inline void with_comms(const RankSetup& setup,
       config.inter_backend = setup.backends.inter.c_str();
       config.listen_host = "127.0.0.1";
       config.timeout_ms = setup.timeout_ms;
+      if (setup.algorithm) config.algorithm = *setup.algorithm;
       detwanComm_t comm = nullptr;
       const detwanResult_t init = detwanCommInitRankConfig(&comm, n, id, r, &config);
       EXPECT_EQ(init, detwanSuccess) << "rank " << r << ": " << detwanGetLastError(nullptr);
