@@ -76,6 +76,14 @@ std::function<void()> copy_back(const at::Tensor& user, const at::Tensor& staged
   return [user, staged]() mutable { user.copy_(staged.view_as(user)); };
 }
 
+// The same for several tensors: (user, staged) pairs that had to be staged.
+std::function<void()> copy_back_all(std::vector<std::pair<at::Tensor, at::Tensor>> staged) {
+  if (staged.empty()) return {};
+  return [staged]() mutable {
+    for (auto& [user, buf] : staged) user.copy_(buf.view_as(user));
+  };
+}
+
 OpDesc op_desc(Collective c, const void* send, void* recv, size_t count, DataType type,
                ReduceOp op = ReduceOp::kSum, int root = 0, bool is_send = false) {
   return OpDesc{.collective = c, .send = send, .recv = recv, .count = count, .type = type,
@@ -290,11 +298,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDetwan::gather(
       ops.push_back(p2p(false, buf, r));
     }
   }
-  Epilogue out = [back]() mutable {
-    for (auto& [user, staged] : back) user.copy_(staged.view_as(user));
-  };
-  return issue(c10d::OpType::GATHER, "gather", std::move(ops), outputs[0], std::move(out),
-               std::move(keep));
+  return issue(c10d::OpType::GATHER, "gather", std::move(ops), outputs[0],
+               copy_back_all(std::move(back)), std::move(keep));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDetwan::scatter(
@@ -424,11 +429,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDetwan::alltoall(
     ops.push_back(p2p(true, src, r));
     ops.push_back(p2p(false, dst, r));
   }
-  Epilogue out = [back]() mutable {
-    for (auto& [user, staged] : back) user.copy_(staged.view_as(user));
-  };
-  return issue(c10d::OpType::ALLTOALL, "all_to_all", std::move(ops), outputs, std::move(out),
-               std::move(keep));
+  return issue(c10d::OpType::ALLTOALL, "all_to_all", std::move(ops), outputs,
+               copy_back_all(std::move(back)), std::move(keep));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDetwan::send(std::vector<at::Tensor>& tensors,

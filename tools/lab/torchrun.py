@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
+
+from lab.agent import free_port
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -31,12 +32,6 @@ def extension_problem() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(script: list[str], sites: list[str], env: dict | None = None,
            prefix: list[list[str]] | None = None, master_addr: str = "127.0.0.1",
            master_port: int | None = None, log_dir: pathlib.Path | None = None,
@@ -44,7 +39,7 @@ def launch(script: list[str], sites: list[str], env: dict | None = None,
     """One process per entry of `sites` (rank i runs in site sites[i]); `prefix[i]` is put
     before the interpreter (e.g. `ip netns exec NS`); rank_env[i] adds rank i's variables."""
     world = len(sites)
-    port = master_port or free_port()
+    port = master_port or free_port()  # lab.agent's: a TCP port free on 127.0.0.1 now
     local_rank: dict[str, int] = {}
     procs = []
     for rank, site in enumerate(sites):

@@ -29,6 +29,7 @@ import tempfile
 import time
 
 from lab import measure, reserve, torchrun
+from lab.transport import percentile  # nearest rank
 from lab.units import parse_duration_ns, parse_rate_bps
 
 PROG = "train-cross-site"
@@ -70,11 +71,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-per-run", type=float, default=900)
     p.add_argument("--build-dir")
     return p
-
-
-def nearest_rank(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(-(-q * len(s) // 1)) - 1))]
 
 
 def lab_pids(st: dict) -> dict[str, int]:
@@ -147,12 +143,12 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
     world = len(placement)
     res = {"name": name, "impl": impl, "placement": placement, "wall_s": wall,
            "samples_per_s": world * args.batch * len(steps) / sum(steps),
-           "step_s_p50": nearest_rank(steps, 0.5), "step_s_p99": nearest_rank(steps, 0.99),
+           "step_s_p50": percentile(steps, 0.5), "step_s_p99": percentile(steps, 0.99),
            "step_s_mean": sum(steps) / len(steps), "final_loss": docs[0]["loss"][-1],
            # Per rank and step (median over both): forward time has no communication in it, so
            # it shows CPU contention; cpu_s is the rank process's CPU time (all its threads).
-           "forward_s_p50": nearest_rank([v for d in docs for v in d["forward_s"]], 0.5),
-           "cpu_s_per_step_p50": nearest_rank([v for d in docs for v in d["cpu_s"]], 0.5),
+           "forward_s_p50": percentile([v for d in docs for v in d["forward_s"]], 0.5),
+           "cpu_s_per_step_p50": percentile([v for d in docs for v in d["cpu_s"]], 0.5),
            # The gateways', emulator's and agent's CPU over the whole run (start-up included),
            # per step: on a small machine it is taken from the ranks' compute.
            "lab_cpu_s_per_step": lab_cpu / (args.warmup + args.steps),
