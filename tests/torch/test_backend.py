@@ -125,11 +125,15 @@ def test_process_group_timeout_is_honoured(tmp_path):
     # timeout (4 s here; peer liveness stays at its 10 s default) can end the others' wait.
     docs = run("timeout", tmp_path, 120, env={"TEST_PG_TIMEOUT_S": "4"})
     absent = len(SITES) - 1
+    messages = []
     for d in docs[:absent]:
         got = results([d], "timeout")
         assert got and got[0]["ok"], f"rank {d['rank']}: {got}"
         assert 3.5 < got[0]["raised_after_s"] < 9.5, got[0]
-        assert "timed out" in got[0]["message"] or "timeout" in got[0]["message"], got[0]
+        messages.append(got[0]["message"])
+    # The first survivor to time out closes its channels, so another one whose deadline is
+    # the same instant may report that close instead of its own timeout.
+    assert any("timed out" in m for m in messages), messages
 
 
 if __name__ == "__main__":
