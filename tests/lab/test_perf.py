@@ -171,6 +171,17 @@ def test_stamp_across_the_wan(perflab):
         doc["owd_forward_ns"], late.mean_ns)
 
 
+def _wait_established(ns: str, port: int, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ss = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Htn", "state", "established",
+                             f"sport = :{port}"], capture_output=True, text=True)
+        if ss.stdout.strip():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no connection to port {port} in {ns} after {timeout_s} s")
+
+
 @pytest.mark.netns
 def test_vanished_server_ends_the_test_with_partial_results(perflab):
     b, port = perflab["sites"][1], 5302
@@ -184,7 +195,10 @@ def test_vanished_server_ends_the_test_with_partial_results(perflab):
              b["best_effort_addr"], "-p", str(port), "-t", "20", "--pps", "200", "--reverse",
              "--peer-timeout", "1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, stdin=subprocess.DEVNULL)
-        time.sleep(2)
+        # Kill the server once the client is connected and receiving (not on a timer: a
+        # lost SYN on the lossy best-effort path delays the connect by a second or more).
+        _wait_established(b["host_ns"], port)
+        time.sleep(1)
         server.send_signal(signal.SIGKILL)
         out, err = client.communicate(timeout=15)
     finally:

@@ -65,7 +65,10 @@ json::object clock_message(const char* type, const ClockSync& clock, ClockMode m
 common::Result<std::unique_ptr<ClientPath>> open_path(const ClientOptions& options,
                                                       const std::string& host) {
   const std::string target = format_target(host, options.port);
-  auto fd = connect_tcp(host, options.port, options.peer_timeout_ns);
+  // A lost SYN is resent after 1 s, then 3 s (Linux): a connect gets at least 3.5 s so that one
+  // lost SYN on a lossy path is not "cannot reach", whatever --peer-timeout is.
+  constexpr int64_t kMinConnectTimeoutNs = 3'500'000'000;
+  auto fd = connect_tcp(host, options.port, std::max(options.peer_timeout_ns, kMinConnectTimeoutNs));
   if (!fd) {
     return make_error(fd.error().code, "cannot reach server " + target + ": " + fd.error().message);
   }

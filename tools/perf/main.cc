@@ -110,7 +110,8 @@ int run_cli(int argc, char** argv) {
   client_cmd->add_option("--compare", client.compare_host,
                          "second address of the same server: same schedule, both at once");
   client_cmd->add_option("--peer-timeout", client_timeout_s,
-                         "seconds of silence after which the server counts as vanished")
+                         "seconds of silence after which the server counts as vanished (the TCP "
+                         "connect waits at least 3.5 s: one lost SYN)")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   client_cmd->add_flag("-J,--json", client.json, "print the result as JSON (docs/perf-json.md)");
