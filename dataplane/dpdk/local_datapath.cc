@@ -30,6 +30,22 @@ void keep_spare(LocalSide& local, rte_mbuf* m) noexcept {
   local.spare = m;
 }
 
+// A protected tunnel's copy of `m` for its protection path: a new mbuf from the pool with the
+// same data and metadata (data type) at the pool's default headroom, which holds the
+// encapsulation.
+void submit_replica(gw::Engine& engine, rte_mempool* pool, const gw::SubmitInfo& submit,
+                    const rte_mbuf* m, int64_t now_ns) noexcept {
+  rte_mbuf* copy = rte_pktmbuf_copy(m, pool, 0, UINT32_MAX);
+  if (copy == nullptr) {
+    engine.replica_not_made_st(submit);
+    return;
+  }
+  if (engine.submit_replica_st(submit, handle_of(copy), copy->pkt_len, now_ns) !=
+      common::Status::kOk) {
+    rte_pktmbuf_free(copy);  // refused (counted by the engine)
+  }
+}
+
 }  // namespace
 
 uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
@@ -53,7 +69,10 @@ uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
       set_data_type(m, ether_type == kEtherTypeIpv6 ? wire::DataType::kIpv6
                                                     : wire::DataType::kIpv4);
       const std::span<const std::byte> packet(rte_pktmbuf_mtod(m, const std::byte*), m->data_len);
-      if (engine.submit_tun_st(handle_of(m), packet, now_ns) == common::Status::kOk) {
+      gw::SubmitInfo submit;
+      const common::Status status = engine.submit_tun_st(handle_of(m), packet, now_ns, &submit);
+      if (submit.wants_replica()) submit_replica(engine, pool, submit, m, now_ns);
+      if (status == common::Status::kOk) {
         ++handled;
       } else {
         rte_pktmbuf_free(m);  // counted by the engine
@@ -80,7 +99,10 @@ uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
       ++io.tun_rx_packets;
       set_data_type(m, ip_type_of(data, m->data_len));
       const std::span<const std::byte> packet(data, m->data_len);
-      if (engine.submit_tun_st(handle_of(m), packet, now_ns) == common::Status::kOk) {
+      gw::SubmitInfo submit;
+      const common::Status status = engine.submit_tun_st(handle_of(m), packet, now_ns, &submit);
+      if (submit.wants_replica()) submit_replica(engine, pool, submit, m, now_ns);
+      if (status == common::Status::kOk) {
         ++handled;
       } else {
         keep_spare(local, m);  // dropped and counted by the engine; reuse the buffer
@@ -113,8 +135,11 @@ uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
       m->pkt_len = static_cast<uint32_t>(got);
       ++io.service_rx_packets;
       set_data_type(m, wire::DataType::kDatagram);
-      if (engine.submit_service_st(index, handle_of(m), m->pkt_len, now_ns) ==
-          common::Status::kOk) {
+      gw::SubmitInfo submit;
+      const common::Status status =
+          engine.submit_service_st(index, handle_of(m), m->pkt_len, now_ns, &submit);
+      if (submit.wants_replica()) submit_replica(engine, pool, submit, m, now_ns);
+      if (status == common::Status::kOk) {
         ++handled;
       } else {
         keep_spare(local, m);

@@ -92,6 +92,16 @@ struct PeerConfig {
   friend bool operator==(const PeerConfig&, const PeerConfig&) = default;
 };
 
+// 1+1 protection (PREOF, docs/gateway.md "Protection"): every packet of the tunnel also leaves
+// on a second, disjoint WAN path, to the same remote gateway reached through another WAN port
+// (another peer entry); the far end delivers whichever copy arrives first and eliminates the
+// other by sequence number. The copy carries path id 1 and leaves in `slots` of that port.
+struct TunnelProtection {
+  std::string peer;             // PeerConfig name; its WAN port differs from the primary peer's
+  std::vector<uint32_t> slots;  // the tunnel's slots on that peer's WAN port
+  friend bool operator==(const TunnelProtection&, const TunnelProtection&) = default;
+};
+
 struct TunnelConfig {
   uint32_t id = 0;             // 1 .. 2^32-1, unique in the gateway, the same at both ends
   std::string peer;            // PeerConfig name
@@ -123,6 +133,7 @@ struct TunnelConfig {
   // tunnel's `service_deliver`.
   std::optional<Endpoint> service_listen;
   std::optional<Endpoint> service_deliver;
+  std::optional<TunnelProtection> protection;  // nullopt: one path
   friend bool operator==(const TunnelConfig&, const TunnelConfig&) = default;
 };
 
@@ -202,6 +213,10 @@ common::Result<void> check_admin_socket(std::string_view path);
 // The transmit policy of one tunnel: what the validator checks and the engine runs (one
 // builder, so they cannot drift).
 sched::TunnelTxPolicy tunnel_tx_policy(const TunnelConfig& tunnel) noexcept;
+// The tunnel's slots on `port`: its own when its peer is reached through the port, its
+// protection path's when that peer is; nullptr when the tunnel does not use the port.
+const std::vector<uint32_t>* slots_on_port(const GatewayConfig& config, const TunnelConfig& tunnel,
+                                           const WanPortConfig& port) noexcept;
 // The port's transmit scheduler configuration: capacity and the policy of every tunnel whose
 // peer is reached through the port (port_gcl_config's tunnels, same order).
 sched::TxSchedulerConfig port_tx_config(const GatewayConfig& config, const WanPortConfig& port);

@@ -189,6 +189,12 @@ void describe_tunnel(std::string* out, const GatewayConfig& config, const Tunnel
       *out += fmt::format("      deliver: {}\n", quoted(format_endpoint(*tunnel.service_deliver)));
     }
   }
+  if (tunnel.protection) {
+    *out += "    protection:\n";
+    *out += fmt::format("      peer: {}\n", quoted(tunnel.protection->peer));
+    *out += fmt::format("      slots: {}\n",
+                        quoted(sched::format_slot_list(tunnel.protection->slots)));
+  }
   comment(out, "    ", tunnel_derived(config, tunnel));
 }
 

@@ -109,5 +109,8 @@ std::string_view late_name(sched::LateAction action) noexcept;
 
 // A readable rate that is never lossy in print: "3.976gbit" or "~3.97612gbit".
 std::string rate_text(uint64_t bps);
+// "tunnels[3]", "peers[1]": the field paths errors name.
+std::string tunnel_path(size_t i);
+std::string peer_path(size_t i);
 
 }  // namespace detwan::dataplane::gw::config_detail

@@ -84,6 +84,12 @@ common::Result<void> check_immutable(const TunnelConfig& now, const TunnelConfig
         label, field, was, wanted));
   };
   if (next.peer != now.peer) return refuse("peer", "'" + now.peer + "'", "'" + next.peer + "'");
+  const auto protection_peer = [](const TunnelConfig& t) {
+    return t.protection ? "'" + t.protection->peer + "'" : std::string("none");
+  };
+  if (protection_peer(next) != protection_peer(now)) {
+    return refuse("protection.peer", protection_peer(now), protection_peer(next));
+  }
   if (next.replay_window_bits != now.replay_window_bits) {
     return refuse("replay_window", std::to_string(now.replay_window_bits),
                   std::to_string(next.replay_window_bits));

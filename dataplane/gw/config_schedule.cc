@@ -38,6 +38,16 @@ const PeerConfig* find_peer(const GatewayConfig& config, std::string_view name) 
   return nullptr;
 }
 
+const std::vector<uint32_t>* slots_on_port(const GatewayConfig& config, const TunnelConfig& tunnel,
+                                           const WanPortConfig& port) noexcept {
+  const PeerConfig* peer = find_peer(config, tunnel.peer);
+  if (peer != nullptr && peer->wan_port == port.name) return &tunnel.slots;
+  if (!tunnel.protection) return nullptr;
+  const PeerConfig* replica = find_peer(config, tunnel.protection->peer);
+  if (replica != nullptr && replica->wan_port == port.name) return &tunnel.protection->slots;
+  return nullptr;
+}
+
 sched::GclConfig port_gcl_config(const GatewayConfig& config, const WanPortConfig& port) {
   sched::GclConfig gcl;
   gcl.cycle_ns = port.cycle_ns;
@@ -47,9 +57,9 @@ sched::GclConfig port_gcl_config(const GatewayConfig& config, const WanPortConfi
   gcl.line_rate_bps = port.line_rate_bps;
   gcl.max_frame_bytes = max_frame_bytes(port);
   for (const TunnelConfig& tunnel : config.tunnels) {
-    const PeerConfig* peer = find_peer(config, tunnel.peer);
-    if (peer == nullptr || peer->wan_port != port.name) continue;
-    gcl.tunnels.push_back(sched::GclTunnel{tunnel.id, tunnel.rate_bps, tunnel.slots});
+    const std::vector<uint32_t>* slots = slots_on_port(config, tunnel, port);
+    if (slots == nullptr) continue;
+    gcl.tunnels.push_back(sched::GclTunnel{tunnel.id, tunnel.rate_bps, *slots});
   }
   return gcl;
 }
@@ -70,17 +80,18 @@ sched::TxSchedulerConfig port_tx_config(const GatewayConfig& config, const WanPo
   sched::TxSchedulerConfig tx;
   tx.capacity_frames = port.capacity_frames;
   for (const TunnelConfig& tunnel : config.tunnels) {
-    const PeerConfig* peer = find_peer(config, tunnel.peer);
-    if (peer == nullptr || peer->wan_port != port.name) continue;
+    if (slots_on_port(config, tunnel, port) == nullptr) continue;
     tx.tunnels.push_back(tunnel_tx_policy(tunnel));
   }
   return tx;
 }
 
 namespace config_detail {
-namespace {
 
 std::string tunnel_path(size_t i) { return fmt::format("tunnels[{}]", i); }
+std::string peer_path(size_t i) { return fmt::format("peers[{}]", i); }
+
+namespace {
 
 std::string without_prefix(std::string message) {
   constexpr std::string_view kPrefix = "gate control list: ";
@@ -151,8 +162,7 @@ void validate_port_schedule(const GatewayConfig& config, size_t port_index,
   const sched::GclConfig gcl = port_gcl_config(config, port);
   std::vector<size_t> members;  // config.tunnels indices on this port
   for (size_t i = 0; i < config.tunnels.size(); ++i) {
-    const PeerConfig* peer = find_peer(config, config.tunnels[i].peer);
-    if (peer != nullptr && peer->wan_port == port.name) members.push_back(i);
+    if (slots_on_port(config, config.tunnels[i], port) != nullptr) members.push_back(i);
   }
   // The whole port's list, as the engine builds it. When it is valid, so is every tunnel's list
   // alone (a tunnel's checks depend only on its own slots and rate), and the per-tunnel lists
@@ -164,8 +174,11 @@ void validate_port_schedule(const GatewayConfig& config, size_t port_index,
   std::string ids;
   for (const size_t i : members) {
     const TunnelConfig& tunnel = config.tunnels[i];
-    const std::string path = tunnel_path(i);
-    for (const uint32_t slot : tunnel.slots) {
+    const std::vector<uint32_t>& slots = *slots_on_port(config, tunnel, port);
+    // Its slots on this port: the primary's, or those of its protection path.
+    const std::string path =
+        tunnel_path(i) + (&slots == &tunnel.slots ? std::string() : std::string(".protection"));
+    for (const uint32_t slot : slots) {
       if (slot >= port.slot_count) {
         at.fail(path + ".slots", fmt::format("slot {} out of range [0, {}) of WAN port '{}'", slot,
                                              port.slot_count, port.name));
@@ -199,11 +212,11 @@ void validate_port_schedule(const GatewayConfig& config, size_t port_index,
     // A tunnel's guaranteed rate depends only on its own slots, so checking it alone maps
     // the GateControlList's verdict to this tunnel exactly.
     if (whole) continue;
-    auto alone = sched::GateControlList::create(
-        single_tunnel(gcl, tunnel.id, tunnel.rate_bps, tunnel.slots));
+    auto alone =
+        sched::GateControlList::create(single_tunnel(gcl, tunnel.id, tunnel.rate_bps, slots));
     if (!alone) {
       const uint32_t needed = contiguous_slots_needed(gcl, tunnel.id, tunnel.rate_bps);
-      const uint32_t windows = window_count(tunnel.slots, port.slot_count);
+      const uint32_t windows = window_count(slots, port.slot_count);
       at.fail(path + ".slots",
               fmt::format("{}; on WAN port '{}' (slot {}, line rate {}) it needs at least {} "
                           "consecutive slots{}",
@@ -212,7 +225,7 @@ void validate_port_schedule(const GatewayConfig& config, size_t port_index,
                           rate_text(port.line_rate_bps), needed,
                           windows > 1 ? fmt::format(" (its {} slots form {} windows, each losing "
                                                     "the guard and up to one frame)",
-                                                    tunnel.slots.size(), windows)
+                                                    slots.size(), windows)
                                       : std::string()));
     }
   }

@@ -100,12 +100,26 @@ void parse_service(const ConfigNode& node, TunnelConfig* tunnel) {
   }
 }
 
+void parse_protection(const ConfigNode& node, TunnelConfig* tunnel) {
+  node.check_keys({"peer", "slots"});
+  TunnelProtection protection;
+  protection.peer = name_value(node.child("peer"));
+  protection.slots = parse_slots(node.child("slots"));
+  if (protection.peer == tunnel->peer) {
+    node.child("peer").fail(fmt::format(
+        "'{}' is the tunnel's own peer: protection needs the peer entry of a disjoint path",
+        protection.peer));
+  }
+  tunnel->protection = std::move(protection);
+}
+
 }  // namespace
 
 TunnelConfig parse_tunnel(const ConfigNode& node) {
   node.check_keys({"id", "peer", "owner", "rate", "slots", "burst", "over_rate", "shaper_rate",
                    "queue", "max_wait", "missed_slot", "bound", "late", "max_hold",
-                   "playout_capacity", "dscp", "replay_window", "match", "service"});
+                   "playout_capacity", "dscp", "replay_window", "match", "service",
+                   "protection"});
   TunnelConfig tunnel;
   tunnel.id = static_cast<uint32_t>(node.child("id").as_int(1, UINT32_MAX));
   tunnel.peer = name_value(node.child("peer"));
@@ -182,6 +196,9 @@ TunnelConfig parse_tunnel(const ConfigNode& node) {
   }
   if (const auto match = node.maybe_child("match")) parse_match(*match, &tunnel);
   if (const auto service = node.maybe_child("service")) parse_service(*service, &tunnel);
+  if (const auto protection = node.maybe_child("protection")) {
+    parse_protection(*protection, &tunnel);
+  }
   return tunnel;
 }
 

@@ -17,8 +17,6 @@ namespace {
 using common::format_duration_ns;
 
 std::string port_path(size_t i) { return fmt::format("wan_ports[{}]", i); }
-std::string peer_path(size_t i) { return fmt::format("peers[{}]", i); }
-std::string tunnel_path(size_t i) { return fmt::format("tunnels[{}]", i); }
 
 std::string ip_name(bool ipv6) { return ipv6 ? "IPv6" : "IPv4"; }
 
@@ -202,6 +200,27 @@ void validate_tunnels(const GatewayConfig& config, const FieldLocator& at) {
                           name_list(config.peers, [](const auto& p) { return p.name; })));
     }
     const PeerConfig& peer = *peer_it;
+    if (tunnel.protection) {
+      const PeerConfig* replica = find_peer(config, tunnel.protection->peer);
+      if (replica == nullptr) {
+        at.fail(path + ".protection.peer",
+                fmt::format("unknown peer '{}' (peers: {})", tunnel.protection->peer,
+                            name_list(config.peers, [](const auto& p) { return p.name; })));
+      }
+      if (replica->wan_port == peer.wan_port) {
+        at.fail(path + ".protection.peer",
+                fmt::format("peer '{}' is reached through WAN port '{}' like the tunnel's peer "
+                            "'{}': protection needs a disjoint path (another WAN port)",
+                            replica->name, replica->wan_port, peer.name));
+      }
+      if (tunnel.bound_ns != 0 && tunnel.bound_ns < replica->min_path_delay_ns) {
+        at.fail(path + ".bound",
+                fmt::format("bound {} is below the protection path's propagation delay {} "
+                            "(min_path_delay of peer '{}'): its copies would all be late",
+                            format_duration_ns(tunnel.bound_ns),
+                            format_duration_ns(replica->min_path_delay_ns), replica->name));
+      }
+    }
     if (tunnel.shaper_rate_bps != 0 && tunnel.shaper_rate_bps < tunnel.rate_bps) {
       at.fail(path + ".shaper_rate",
               fmt::format("shaper_rate {} is below the tunnel's rate {}: traffic the policer "

@@ -125,6 +125,16 @@ common::Result<TunnelSetup> tunnel_setup(const GatewayConfig& config,
   TunnelSetup setup;
   setup.peer = peer;
   setup.port = peers[peer].port;
+  if (tunnel.protection) {
+    for (uint32_t p = 0; p < config.peers.size(); ++p) {
+      if (config.peers[p].name == tunnel.protection->peer) setup.protect_peer = p;
+    }
+    if (setup.protect_peer == kNoIndex) {
+      return config_error(fmt::format("{}protection peer '{}' is not a peer", where,
+                                      tunnel.protection->peer));
+    }
+    setup.protect_port = peers[setup.protect_peer].port;
+  }
   sched::PlayoutConfig& playout = setup.on_time;
   playout.bound_ns = tunnel.bound_ns;
   playout.clock_offset_ns = peers[peer].playout_offset_ns;
@@ -161,6 +171,8 @@ common::Result<TunnelState> make_tunnel(TunnelSetup setup) {
       .id = id,
       .peer = setup.peer,
       .port = setup.port,
+      .protect_peer = setup.protect_peer,
+      .protect_port = setup.protect_port,
       .on_time = std::move(*on_time),
       .best_effort = std::move(*best_effort),
       .replay = std::move(*replay),
@@ -198,6 +210,8 @@ void restart_tunnel(TunnelState& drained, TunnelSetup&& setup) noexcept {
   drained.active = true;
   drained.peer = setup.peer;
   drained.port = setup.port;
+  drained.protect_peer = setup.protect_peer;
+  drained.protect_port = setup.protect_port;
   drained.replay_drops = {};
   drained.next_sequence = 0;
   drained.counters = {};
@@ -220,6 +234,11 @@ void Engine::Impl::choose_control_tunnels() noexcept {
     if (index == kNoIndex) continue;
     PeerState& peer = peers[tunnels[index].peer];
     if (peer.control_tunnel == kNoIndex) peer.control_tunnel = index;
+    // A protection path's peer exchanges control packets on the tunnel's path 1.
+    if (tunnels[index].protected_path()) {
+      PeerState& replica = peers[tunnels[index].protect_peer];
+      if (replica.control_tunnel == kNoIndex) replica.control_tunnel = index;
+    }
   }
 }
 

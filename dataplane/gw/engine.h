@@ -46,7 +46,8 @@ enum class EngineDrop : uint8_t {
   kWrongPeer,       // WAN packet for a known tunnel from an endpoint that is not its peer
   kWrongPort,       // WAN packet for a known tunnel received on another WAN port
   kControlBacklog,  // control packet not sent: the control outbox was full
-  kUnknownPath,     // WAN packet for a known tunnel with a path id it does not have (only 0 now)
+  kUnknownPath,     // WAN packet for a known tunnel with a path id it does not have (0, and 1
+                    // on a protected tunnel)
   kCount
 };
 inline constexpr int kEngineDropCount = static_cast<int>(EngineDrop::kCount);
@@ -105,6 +106,17 @@ struct TxEmit {
   std::span<const std::byte> bytes;
 };
 
+// What a submit asks of the backend besides queueing. For a 1+1 protected tunnel (PREOF) the
+// backend copies the packet into a new buffer and passes it to submit_replica_st() with these
+// values; it does so whatever the submit's status (the copy may get through where the primary
+// did not), before it frees a refused buffer. No copy possible (no buffer): replica_not_made_st.
+struct SubmitInfo {
+  uint32_t replica_tunnel = UINT32_MAX;  // tunnel index; UINT32_MAX: no copy wanted
+  uint64_t replica_sequence = 0;         // the sequence number both copies carry
+  bool replica_best_effort = false;      // the primary went as best effort (flag B)
+  [[nodiscard]] bool wants_replica() const noexcept { return replica_tunnel != UINT32_MAX; }
+};
+
 // What on_wan_datagram() learnt about an accepted data packet, for the backend's buffer.
 struct RxInfo {
   uint32_t tunnel_index = 0;
@@ -159,12 +171,22 @@ class Engine {
   // wire::encap_overhead_bytes + 18 (Ethernet header and FCS). kOk: queued (engine holds
   // handle); kDropped/kMalformed: counted (not_ip, no_route, too_big, or the scheduler's
   // reason), caller frees; kInvalidArgument: a handle with kControlHandleTag set.
+  // *info (if not nullptr) says whether the backend should make a copy for a protection path
+  // (SubmitInfo); without `info` a protected tunnel's copies are counted replicas_not_made.
   [[nodiscard]] common::Status submit_tun_st(uint64_t handle, std::span<const std::byte> ip_packet,
-                                             int64_t now_ns) noexcept;
+                                             int64_t now_ns, SubmitInfo* info = nullptr) noexcept;
   // A datagram received on tunnel_index's service port (payload_bytes of application data). A
   // removed tunnel's service port still receives: kDropped, counted no_route.
   [[nodiscard]] common::Status submit_service_st(uint32_t tunnel_index, uint64_t handle,
+                                                 uint32_t payload_bytes, int64_t now_ns,
+                                                 SubmitInfo* info = nullptr) noexcept;
+  // The copy of a packet for its tunnel's protection path (see SubmitInfo): the same payload in
+  // a buffer of its own, queued in the tunnel's slots on the protection peer's port with the
+  // primary's sequence number. Status and ownership as for submit_tun_st.
+  [[nodiscard]] common::Status submit_replica_st(const SubmitInfo& info, uint64_t handle,
                                                  uint32_t payload_bytes, int64_t now_ns) noexcept;
+  // The backend could not copy a packet for the protection path (counted on the tunnel).
+  void replica_not_made_st(const SubmitInfo& info) noexcept;
 
   // Hands every frame due at now_ns to sink(const TxEmit&), across all WAN ports in departure
   // order, at most max_frames. Returns how many. The sink must send (or free when !send) before
@@ -177,10 +199,13 @@ class Engine {
   // ---- WAN -> local ----
   // One UDP payload received on WAN port port_index from `source`. Checks, in order: wire::decode
   // with the port's max payload (kMalformed, counted per port by wire reason), tunnel id
-  // (unknown_tunnel), source == the tunnel's peer endpoint (wrong_peer; all 16 address bytes
+  // (unknown_tunnel), source == the endpoint of the peer the path id names (path 1 on a
+  // protected tunnel: its protection peer; else its peer) (wrong_peer; all 16 address bytes
   // are compared, so a backend zeroes the unused 12 of an IPv4 address), port (wrong_port),
-  // path id 0 (unknown_path) -> kDropped. Data packets: replay window (duplicate/too_old ->
-  // kDropped, counted on the port and the tunnel), then the tunnel's playout (flag B: released
+  // path id 0, or 1 when protected (unknown_path) -> kDropped. Data packets: replay window
+  // (duplicate/too_old -> kDropped, counted on the port and the tunnel; on a protected tunnel a
+  // duplicate is the other path's copy: counted eliminated on the tunnel's path, not a drop
+  // reason), then the tunnel's playout (flag B: released
   // on receipt) -> kOk (engine holds handle, *info filled) or kDropped (playout reason).
   // Control packets: processed -> kBusy ("consumed": caller frees), or kMalformed.
   // kInvalidArgument: port_index out of range or info == nullptr.

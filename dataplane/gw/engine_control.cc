@@ -37,7 +37,7 @@ void Engine::Impl::queue_control(uint32_t peer_index, const wire::ControlBody& b
     return;
   }
   const TunnelState& tunnel = tunnels[peer.control_tunnel];
-  PortState& port = ports[tunnel.port];
+  PortState& port = ports[port_to(tunnel, peer_index)];
   const auto bytes =
       static_cast<uint32_t>(wire::body_size(wire::type_of(body))) + port.frame_overhead_bytes;
   // A refusal (queue full, no slot, ...) is counted by the scheduler; the slot stays free.
@@ -60,7 +60,7 @@ bool Engine::Impl::emit_control(uint32_t slot, const sched::TxFrame& frame, int6
   const PeerConfig& peer_cfg = peer_config(peer);
   const uint32_t tunnel_index = peer.control_tunnel;
   const TunnelState& tunnel = tunnels[tunnel_index];
-  PortState& port = ports[tunnel.port];
+  PortState& port = ports[port_to(tunnel, entry.peer)];
 
   wire::ControlBody body = entry.body;
   if (auto* request = std::get_if<wire::TimeRequest>(&body)) {
@@ -76,7 +76,7 @@ bool Engine::Impl::emit_control(uint32_t slot, const sched::TxFrame& frame, int6
   }
   wire::TunnelHeader header;
   header.tunnel_id = tunnel.id;
-  header.path_id = kPrimaryPathId;
+  header.path_id = path_to(tunnel, entry.peer);
   header.sequence = peer.control_sequence;
   header.cycle_id = static_cast<uint64_t>(frame.cycle_id);
   header.tx_time_ns = now_ns;
@@ -121,15 +121,15 @@ void Engine::Impl::apply_offset(PeerState& peer) noexcept {
   peer.playout_offset_ns = offset_ns;
   const auto peer_index = static_cast<uint32_t>(&peer - peers.data());
   for (TunnelState& tunnel : tunnels) {
+    // A protected tunnel's playouts follow its primary peer (both paths end at one gateway).
     if (tunnel.peer != peer_index) continue;
     tunnel.on_time.set_clock_offset_ns(offset_ns);
     tunnel.best_effort.set_clock_offset_ns(offset_ns);
   }
 }
 
-void Engine::Impl::on_control(uint32_t tunnel_index, const wire::ControlBody& body,
+void Engine::Impl::on_control(uint32_t peer_index, const wire::ControlBody& body,
                               int64_t now_ns) noexcept {
-  const uint32_t peer_index = tunnels[tunnel_index].peer;
   PeerState& peer = peers[peer_index];
   if (const auto* request = std::get_if<wire::TimeRequest>(&body)) {
     ++peer.counters.time_requests_received;

@@ -12,9 +12,28 @@ namespace detwan::dataplane::gw {
 
 using common::Status;
 
+namespace {
+
+// A protected tunnel's packet gets its sequence number now, so that both copies carry it; the
+// scheduler hands it back with the frame (tag = sequence + 1; 0 = give one at departure).
+uint64_t fix_sequence(TunnelState& tunnel, bool best_effort, SubmitInfo* info) noexcept {
+  if (!tunnel.protected_path()) return 0;
+  const uint64_t sequence = tunnel.next_sequence++;
+  if (info == nullptr) {
+    ++tunnel.counters.replicas_not_made;
+    return sequence + 1;
+  }
+  info->replica_sequence = sequence;
+  info->replica_best_effort = best_effort;
+  return sequence + 1;
+}
+
+}  // namespace
+
 Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_packet,
-                             int64_t now_ns) noexcept {
+                             int64_t now_ns, SubmitInfo* info) noexcept {
   Impl& m = *impl_;
+  if (info != nullptr) *info = SubmitInfo{};
   if ((handle & kControlHandleTag) != 0) return Status::kInvalidArgument;
   IpInfo ip;
   if (!parse_ip(ip_packet, &ip)) {
@@ -33,17 +52,19 @@ Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_pack
     return Status::kDropped;
   }
   const auto bytes = static_cast<uint32_t>(ip_packet.size()) + port.frame_overhead_bytes;
-  if (route.kind == RouteKind::kTunnel) {
-    return port.scheduler.enqueue(tunnel.id, handle, bytes, now_ns);
-  }
+  const bool best_effort = route.kind != RouteKind::kTunnel;
+  const uint64_t tag = fix_sequence(tunnel, best_effort, info);
+  if (info != nullptr && tag != 0) info->replica_tunnel = route.tunnel_index;
+  if (!best_effort) return port.scheduler.enqueue(tunnel.id, handle, bytes, now_ns, tag);
   ++tunnel.counters.best_effort_offered_packets;
   tunnel.counters.best_effort_offered_bytes += ip_packet.size();
-  return port.scheduler.enqueue_best_effort(handle, bytes, now_ns, tunnel.id);
+  return port.scheduler.enqueue_best_effort(handle, bytes, now_ns, tunnel.id, tag);
 }
 
 Status Engine::submit_service_st(uint32_t tunnel_index, uint64_t handle, uint32_t payload_bytes,
-                                 int64_t now_ns) noexcept {
+                                 int64_t now_ns, SubmitInfo* info) noexcept {
   Impl& m = *impl_;
+  if (info != nullptr) *info = SubmitInfo{};
   if ((handle & kControlHandleTag) != 0 || tunnel_index >= m.tunnels.size()) {
     return Status::kInvalidArgument;
   }
@@ -57,8 +78,38 @@ Status Engine::submit_service_st(uint32_t tunnel_index, uint64_t handle, uint32_
     m.count(EngineDrop::kTooBig);
     return Status::kDropped;
   }
+  const uint64_t tag = fix_sequence(tunnel, false, info);
+  if (info != nullptr && tag != 0) info->replica_tunnel = tunnel_index;
   return port.scheduler.enqueue(tunnel.id, handle, payload_bytes + port.frame_overhead_bytes,
-                                now_ns);
+                                now_ns, tag);
+}
+
+Status Engine::submit_replica_st(const SubmitInfo& info, uint64_t handle, uint32_t payload_bytes,
+                                 int64_t now_ns) noexcept {
+  Impl& m = *impl_;
+  if ((handle & kControlHandleTag) != 0 || info.replica_tunnel >= m.tunnels.size()) {
+    return Status::kInvalidArgument;
+  }
+  TunnelState& tunnel = m.tunnels[info.replica_tunnel];
+  if (!tunnel.active || !tunnel.protected_path()) return Status::kInvalidArgument;
+  PortState& port = m.ports[tunnel.protect_port];
+  if (payload_bytes > port.max_payload_bytes) {
+    m.count(EngineDrop::kTooBig);
+    return Status::kDropped;
+  }
+  const uint32_t bytes = payload_bytes + port.frame_overhead_bytes;
+  const uint64_t tag = info.replica_sequence + 1;
+  if (info.replica_best_effort) {
+    return port.scheduler.enqueue_best_effort(handle, bytes, now_ns, tunnel.id, tag);
+  }
+  return port.scheduler.enqueue(tunnel.id, handle, bytes, now_ns, tag);
+}
+
+void Engine::replica_not_made_st(const SubmitInfo& info) noexcept {
+  Impl& m = *impl_;
+  if (info.replica_tunnel < m.tunnels.size()) {
+    ++m.tunnels[info.replica_tunnel].counters.replicas_not_made;
+  }
 }
 
 bool Engine::next_tx_st(int64_t now_ns, TxEmit* emit) noexcept {
@@ -109,13 +160,17 @@ bool Engine::next_tx_st(int64_t now_ns, TxEmit* emit) noexcept {
     TunnelState& tunnel = m.tunnels[index];
     const TunnelConfig& config = m.tunnel_config(tunnel);
     emit->tunnel_index = index;
-    emit->destination = &m.peer_config(m.peers[tunnel.peer]).endpoint;
+    // On a protected tunnel's protection port the frame is the copy (path 1).
+    const bool replica = tunnel.protected_path() && best == tunnel.protect_port;
+    emit->destination =
+        &m.peer_config(m.peers[replica ? tunnel.protect_peer : tunnel.peer]).endpoint;
     emit->dscp = frame.best_effort ? m.port_config(port).best_effort_dscp : config.dscp;
     wire::TunnelHeader& h = emit->header;
     h.flags = frame.best_effort ? wire::kFlagData | wire::kFlagBestEffort : wire::kFlagData;
     h.type = static_cast<uint8_t>(wire::DataType::kDatagram);  // the backend sets the real type
     h.tunnel_id = tunnel.id;
-    h.path_id = kPrimaryPathId;
+    h.path_id = replica ? kProtectionPathId : kPrimaryPathId;
+    if (replica) h.flags |= wire::kFlagReplica;
     h.payload_length = static_cast<uint16_t>(frame.bytes - port.frame_overhead_bytes);
     h.cycle_id = static_cast<uint64_t>(frame.cycle_id);
     // When the packet entered the tunnel (docs/wire-format.md, tx_time_ns): the far end releases
@@ -126,8 +181,10 @@ bool Engine::next_tx_st(int64_t now_ns, TxEmit* emit) noexcept {
       return true;
     }
     // Sequence numbers are given in departure order, to sent frames only, on-time and best
-    // effort alike: one space per tunnel, covered by the receiver's one replay window.
-    h.sequence = tunnel.next_sequence++;
+    // effort alike: one space per tunnel, covered by the receiver's one replay window. A
+    // protected tunnel's were fixed at submit (both copies carry the same one).
+    h.sequence = frame.tag != 0 ? frame.tag - 1 : tunnel.next_sequence++;
+    if (replica) ++tunnel.counters.replicas_sent;
     if (frame.best_effort) {
       ++tunnel.counters.sent_best_effort_packets;
     } else {
@@ -156,16 +213,20 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
     return Status::kDropped;
   }
   TunnelState& tunnel = m.tunnels[index];
-  PeerState& peer = m.peers[tunnel.peer];
+  const uint8_t path = packet.header.path_id;
+  // Path 1 of a protected tunnel comes from its protection peer, through that peer's port.
+  const bool replica = path == kProtectionPathId && tunnel.protected_path();
+  const uint32_t peer_index = replica ? tunnel.protect_peer : tunnel.peer;
+  PeerState& peer = m.peers[peer_index];
   if (!(source == m.peer_config(peer).endpoint)) {
     m.count(EngineDrop::kWrongPeer);
     return Status::kDropped;
   }
-  if (tunnel.port != port_index) {
+  if ((replica ? tunnel.protect_port : tunnel.port) != port_index) {
     m.count(EngineDrop::kWrongPort);
     return Status::kDropped;
   }
-  if (packet.header.path_id != kPrimaryPathId) {
+  if (path != kPrimaryPathId && !replica) {
     m.count(EngineDrop::kUnknownPath);
     return Status::kDropped;
   }
@@ -176,11 +237,18 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
       return Status::kMalformed;
     }
     m.mark_alive(peer, now_ns);
-    m.on_control(index, *body, now_ns);
+    m.on_control(peer_index, *body, now_ns);
     return Status::kBusy;  // consumed: the caller frees the buffer
   }
+  ++tunnel.counters.path_rx_packets[path];
   const wire::ReplayVerdict verdict = tunnel.replay.check_and_update(packet.header.sequence);
   if (const auto reason = wire::drop_reason(verdict)) {
+    if (tunnel.protected_path() && *reason == wire::DropReason::kDuplicate) {
+      // The other path's copy arrived first: elimination (PREOF), not a fault.
+      ++tunnel.counters.path_eliminated_packets[path];
+      m.mark_alive(peer, now_ns);
+      return Status::kDropped;
+    }
     port.rx_drops.add(*reason);
     tunnel.replay_drops.add(*reason);
     return Status::kDropped;
@@ -190,6 +258,7 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
   const bool best_effort = packet.header.is_best_effort();
   sched::Playout& playout = best_effort ? tunnel.best_effort : tunnel.on_time;
   const Status status = playout.push(handle, bytes, packet.header.tx_time_ns, now_ns);
+  ++tunnel.counters.path_first_packets[path];
   if (status != Status::kOk) return status;  // kDropped: late/too_early/buffer_full, counted
   if (best_effort) {
     ++tunnel.counters.rx_best_effort_packets;

@@ -22,8 +22,11 @@ namespace detwan::dataplane::gw {
 inline constexpr uint32_t kNoIndex = UINT32_MAX;
 inline constexpr int64_t kNeverNs = std::numeric_limits<int64_t>::min();
 inline constexpr int64_t kNoEventNs = std::numeric_limits<int64_t>::max();
-// Every tunnel has one path now (PREOF will add more): its packets carry path id 0.
+// A tunnel's packets carry path id 0 on its peer's port; with 1+1 protection (PREOF) their
+// copies carry 1 on the protection peer's port.
 inline constexpr uint8_t kPrimaryPathId = 0;
+inline constexpr uint8_t kProtectionPathId = 1;
+inline constexpr uint32_t kMaxPaths = 2;
 // Time requests a peer may have in flight; a response matching none of them is ignored.
 inline constexpr uint32_t kOutstandingExchanges = 4;
 // Control packets queued at once: this many per peer (time request, response, keepalive and
@@ -50,6 +53,14 @@ struct TunnelCounters {
   uint64_t rx_on_time_packets = 0;        // accepted by the replay window, pushed to playout
   uint64_t rx_best_effort_packets = 0;    // flag B, accepted
   uint64_t rx_bytes = 0;
+  // Per path (index = path id): data packets received that passed the header checks, those
+  // that were the first copy (delivered), and the copies eliminated as already received
+  // (protected tunnels only; on an unprotected tunnel a repeat is a replay drop, `duplicate`).
+  std::array<uint64_t, kMaxPaths> path_rx_packets{};
+  std::array<uint64_t, kMaxPaths> path_first_packets{};
+  std::array<uint64_t, kMaxPaths> path_eliminated_packets{};
+  uint64_t replicas_sent = 0;  // copies sent on the protection path
+  uint64_t replicas_not_made = 0;  // the backend could not copy the packet (no buffer)
 };
 
 // One engine tunnel index. Indices are stable: a removed tunnel stays here, inactive, until its
@@ -62,6 +73,10 @@ struct TunnelState {
   uint32_t id = 0;
   uint32_t peer = 0;
   uint32_t port = 0;
+  // 1+1 protection: the protection path's peer and port; kNoIndex when unprotected.
+  uint32_t protect_peer = kNoIndex;
+  uint32_t protect_port = kNoIndex;
+  [[nodiscard]] bool protected_path() const noexcept { return protect_peer != kNoIndex; }
   sched::Playout on_time;
   sched::Playout best_effort;  // bound 0: releases flag-B packets on receipt
   wire::ReplayWindow replay;
@@ -136,12 +151,21 @@ struct Engine::Impl {
   [[nodiscard]] const PeerConfig& peer_config(const PeerState& p) const noexcept {
     return config.peers[p.config_index];
   }
+  // The port and path id on which `tunnel` reaches peer `peer_index` (its peer: port, path 0;
+  // its protection peer: protect_port, path 1).
+  [[nodiscard]] static uint32_t port_to(const TunnelState& tunnel, uint32_t peer_index) noexcept {
+    return tunnel.peer == peer_index ? tunnel.port : tunnel.protect_port;
+  }
+  [[nodiscard]] static uint8_t path_to(const TunnelState& tunnel, uint32_t peer_index) noexcept {
+    return tunnel.peer == peer_index ? kPrimaryPathId : kProtectionPathId;
+  }
   // Control plane (engine_control.cc), all on the datapath thread.
   void queue_control(uint32_t peer, const wire::ControlBody& body, int64_t now_ns) noexcept;
   // Builds the control packet of an outbox slot the scheduler released; false if it has none.
   bool emit_control(uint32_t slot, const sched::TxFrame& frame, int64_t now_ns,
                     TxEmit* emit) noexcept;
-  void on_control(uint32_t tunnel, const wire::ControlBody& body, int64_t now_ns) noexcept;
+  // A control packet from peer `peer` on one of its control tunnel's paths.
+  void on_control(uint32_t peer, const wire::ControlBody& body, int64_t now_ns) noexcept;
   void mark_alive(PeerState& peer, int64_t now_ns) noexcept;
   void apply_offset(PeerState& peer) noexcept;
   [[nodiscard]] int64_t next_control_event_ns() const noexcept;
@@ -155,6 +179,8 @@ struct TunnelSetup {
   TunnelConfig config;
   uint32_t peer = 0;
   uint32_t port = 0;
+  uint32_t protect_peer = kNoIndex;  // kNoIndex: unprotected
+  uint32_t protect_port = kNoIndex;
   sched::PlayoutConfig on_time;
   sched::PlayoutConfig best_effort;  // bound 0
 };

@@ -113,6 +113,23 @@ std::string Engine::stats_json(int64_t now_ns) const {
         {"best_effort", parse_embedded(t.best_effort.counters_json())},
     };
     if (!t.replay.empty()) rx["replay_top"] = t.replay.top();
+    // Per path: the primary (0) and, on a protected tunnel, the protection path (1).
+    json::array paths;
+    for (uint32_t path = 0; path < (t.protected_path() ? kMaxPaths : 1); ++path) {
+      const uint32_t peer = path == kPrimaryPathId ? t.peer : t.protect_peer;
+      const uint32_t port = path == kPrimaryPathId ? t.port : t.protect_port;
+      paths.push_back(json::object{
+          {"path_id", path},
+          {"peer", m.config.peers[m.peers[peer].config_index].name},
+          {"port", m.config.wan_ports[m.ports[port].config_index].name},
+          {"peer_up", m.peers[peer].up},
+          {"rx_packets", c.path_rx_packets[path]},
+          {"first_packets", c.path_first_packets[path]},
+          {"eliminated_packets", c.path_eliminated_packets[path]},
+      });
+    }
+    tx["replicas_sent"] = c.replicas_sent;
+    tx["replicas_not_made"] = c.replicas_not_made;
     tunnels.push_back(json::object{
         {"id", t.id},
         {"index", i},
@@ -124,6 +141,8 @@ std::string Engine::stats_json(int64_t now_ns) const {
         {"bound_ns", config.bound_ns},
         {"over_rate", config.over_rate == sched::OverRateAction::kDrop ? "drop" : "best_effort"},
         {"late", config.late == sched::LateAction::kDrop ? "drop" : "deliver"},
+        {"protected", t.protected_path()},
+        {"paths", std::move(paths)},
         {"tx", std::move(tx)},
         {"rx", std::move(rx)},
     });

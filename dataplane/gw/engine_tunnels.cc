@@ -50,6 +50,12 @@ json::object tunnel_json(const TunnelConfig& t, uint64_t guaranteed_bps) {
     if (t.service_deliver) service["deliver"] = format_endpoint(*t.service_deliver);
     out["service"] = std::move(service);
   }
+  if (t.protection) {
+    json::array protection_slots;
+    for (const uint32_t slot : t.protection->slots) protection_slots.push_back(slot);
+    out["protection"] =
+        json::object{{"peer", t.protection->peer}, {"slots", std::move(protection_slots)}};
+  }
   return out;
 }
 

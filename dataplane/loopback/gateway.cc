@@ -55,6 +55,10 @@ void Gateway::set_faults(uint32_t from, uint32_t to, const LinkFaults& faults) {
   faults_[{from, to}] = faults;
 }
 
+void Gateway::set_port_faults(uint32_t from, uint32_t port, const LinkFaults& faults) {
+  port_faults_[{from, port}] = faults;
+}
+
 void Gateway::set_alive(uint32_t i, bool alive) { engines_.at(i).alive = alive; }
 
 const LinkFaults& Gateway::faults(uint32_t from, uint32_t to) const {
@@ -101,9 +105,11 @@ Status Gateway::inject_tun(uint32_t i, std::span<const std::byte> ip_packet) {
   b.payload_bytes = static_cast<uint32_t>(ip_packet.size());
   const uint8_t version = ip_packet.empty() ? 0 : std::to_integer<uint8_t>(ip_packet[0]) >> 4;
   b.type = version == 6 ? wire::DataType::kIpv6 : wire::DataType::kIpv4;
+  gw::SubmitInfo submit;
   const Status status = node.engine->submit_tun_st(
       h, std::span<const std::byte>(b.bytes.data() + wire::kHeaderSize, b.payload_bytes),
-      now_ns_ + node.offset_ns);
+      now_ns_ + node.offset_ns, &submit);
+  if (submit.wants_replica()) submit_replica(i, submit, h);
   switch (status) {
     case Status::kOk:
       ++node.counters.submit_ok;
@@ -122,6 +128,29 @@ Status Gateway::inject_tun(uint32_t i, std::span<const std::byte> ip_packet) {
   return status;
 }
 
+void Gateway::submit_replica(uint32_t i, const gw::SubmitInfo& submit, uint64_t original) {
+  Node& node = engines_.at(i);
+  uint64_t h = 0;
+  if (!allocate(&h)) {
+    ++node.counters.no_buffer;
+    node.engine->replica_not_made_st(submit);
+    return;
+  }
+  const Buffer& from = buffer(original);
+  Buffer& b = buffer(h);
+  std::copy_n(from.bytes.begin() + wire::kHeaderSize, from.payload_bytes,
+              b.bytes.begin() + wire::kHeaderSize);
+  b.payload_bytes = from.payload_bytes;
+  b.type = from.type;
+  if (node.engine->submit_replica_st(submit, h, b.payload_bytes, now_ns_ + node.offset_ns) ==
+      Status::kOk) {
+    ++node.counters.submit_ok;
+  } else {
+    ++node.counters.submit_dropped;
+    release(h);
+  }
+}
+
 Status Gateway::inject_service(uint32_t i, uint32_t tunnel_index,
                                std::span<const std::byte> payload) {
   Node& node = engines_.at(i);
@@ -136,8 +165,10 @@ Status Gateway::inject_service(uint32_t i, uint32_t tunnel_index,
   std::copy(payload.begin(), payload.end(), b.bytes.begin() + wire::kHeaderSize);
   b.payload_bytes = static_cast<uint32_t>(payload.size());
   b.type = wire::DataType::kDatagram;
-  const Status status =
-      node.engine->submit_service_st(tunnel_index, h, b.payload_bytes, now_ns_ + node.offset_ns);
+  gw::SubmitInfo submit;
+  const Status status = node.engine->submit_service_st(tunnel_index, h, b.payload_bytes,
+                                                       now_ns_ + node.offset_ns, &submit);
+  if (submit.wants_replica()) submit_replica(i, submit, h);
   if (status == Status::kOk) {
     ++node.counters.submit_ok;
   } else {
@@ -228,7 +259,8 @@ void Gateway::send_wan(uint32_t from, uint32_t port, const gw::Endpoint& destina
     release(handle);
     return;
   }
-  const LinkFaults& f = faults(from, to);
+  const auto port_faults = port_faults_.find({from, port});
+  const LinkFaults& f = port_faults != port_faults_.end() ? port_faults->second : faults(from, to);
   if (f.down || (f.loss > 0 && uniform01() < f.loss)) {
     ++wan_.lost;
     release(handle);
@@ -253,7 +285,7 @@ void Gateway::send_wan(uint32_t from, uint32_t port, const gw::Endpoint& destina
     count = 2;
   }
   const gw::Endpoint source = sender.engine->config().wan_ports[port].local;
-  Link& link = links_[{from, to}];
+  Link& link = links_[{from, to, port}];
   for (int c = 0; c < count; ++c) {
     int64_t at =
         now_ns_ + f.delay_ns +

@@ -29,6 +29,7 @@
 #include <random>
 #include <span>
 #include <utility>
+#include <tuple>
 #include <vector>
 
 #include "common/status.h"
@@ -123,6 +124,10 @@ class Gateway {
   // default. Applies to datagrams sent from now on.
   void set_faults(uint32_t from, uint32_t to, const LinkFaults& faults);
   void set_default_faults(const LinkFaults& faults) { default_faults_ = faults; }
+  // Faults of what engine `from` sends through its WAN port `port` (one WAN path, e.g. one of
+  // two disjoint paths of a protected tunnel); overrides set_faults for that port. Each
+  // (from, to, port) is its own FIFO link.
+  void set_port_faults(uint32_t from, uint32_t port, const LinkFaults& faults);
   // A dead engine is not polled and everything sent to it is lost (peer death).
   void set_alive(uint32_t i, bool alive);
   [[nodiscard]] bool alive(uint32_t i) const { return engines_.at(i).alive; }
@@ -203,6 +208,8 @@ class Gateway {
   void process(int64_t t_ns);
   void on_tx(uint32_t i, int64_t engine_ns, const gw::TxEmit& emit);
   void on_rx(uint32_t i, int64_t engine_ns, const gw::RxEmit& emit);
+  // The copy of buffer `original` a protected tunnel's protection path wants (gw::SubmitInfo).
+  void submit_replica(uint32_t i, const gw::SubmitInfo& submit, uint64_t original);
   void send_wan(uint32_t from, uint32_t port, const gw::Endpoint& destination, uint64_t handle);
   void deliver(const InFlight& datagram);
   [[nodiscard]] const LinkFaults& faults(uint32_t from, uint32_t to) const;
@@ -214,7 +221,8 @@ class Gateway {
   std::vector<uint64_t> free_;
   std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>> in_flight_;
   std::map<std::pair<uint32_t, uint32_t>, LinkFaults> faults_;
-  std::map<std::pair<uint32_t, uint32_t>, Link> links_;
+  std::map<std::pair<uint32_t, uint32_t>, LinkFaults> port_faults_;  // (from, its port)
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, Link> links_;   // (from, to, from's port)
   LinkFaults default_faults_;
   std::mt19937_64 rng_;
   int64_t now_ns_ = 0;

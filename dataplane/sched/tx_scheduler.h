@@ -138,6 +138,7 @@ struct TxFrame {
   int64_t cycle_id = 0;            // of departure_ns
   uint32_t slot = 0;               // of departure_ns
   int64_t enqueue_ns = 0;
+  uint64_t tag = 0;  // the caller's, as given to enqueue (opaque here; 0 = none)
 };
 
 class TxScheduler {
@@ -155,15 +156,17 @@ class TxScheduler {
   static common::Result<void> check(const GateControlList& gcl, const TxSchedulerConfig& config,
                                     int64_t start_ns);
 
+  // `tag` travels with the frame to dequeue (TxFrame::tag), e.g. a sequence number the caller
+  // fixed at enqueue time; the scheduler never looks at it.
   [[nodiscard]] common::Status enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
-                                       int64_t now_ns) noexcept;
+                                       int64_t now_ns, uint64_t tag = 0) noexcept;
   [[nodiscard]] common::Status enqueue_best_effort(uint64_t handle, uint32_t bytes,
                                                    int64_t now_ns) noexcept;
   // Best effort on behalf of a tunnel (e.g. traffic to its prefixes outside its UDP ports):
   // scheduled and counted exactly like enqueue_best_effort(), but the TxFrame carries tunnel_id
   // (best_effort == true) so the caller can label the frame. tunnel_id is not looked up.
   [[nodiscard]] common::Status enqueue_best_effort(uint64_t handle, uint32_t bytes, int64_t now_ns,
-                                                   uint32_t tunnel_id) noexcept;
+                                                   uint32_t tunnel_id, uint64_t tag = 0) noexcept;
   // A frame of the tunnel that bypasses its policer (the gateway's own control packets, which
   // must get through a saturated tunnel): every other step of enqueue() applies and it is
   // counted on the tunnel like any frame.
@@ -249,6 +252,7 @@ class TxScheduler {
     uint32_t bytes = 0;
     uint32_t tunnel_id = kNoTunnel;
     OwnerIndex owner = kNoOwner;
+    uint64_t tag = 0;
   };
   // An owner's policy and state, without its counters (cheap to build for a change).
   struct OwnerRules {
@@ -290,7 +294,7 @@ class TxScheduler {
   void hand_back(const Entry& entry, OwnerIndex counted_owner, TxDrop reason,
                  int64_t now_ns) noexcept;
   common::Status schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
-                          int64_t now_ns) noexcept;
+                          int64_t now_ns, uint64_t tag = 0) noexcept;
   common::Status drop(OwnerState& state, TxDrop reason) noexcept;
   // What every enqueue does first: clamp the clock (never backwards), count the offer on the
   // port and on the owner, refuse an unknown tunnel (owner kNoOwner) or a bad size. kOk, or the

@@ -32,7 +32,7 @@ Status TxScheduler::offer(OwnerIndex owner, uint32_t bytes, int64_t* now_ns) noe
 }
 
 Status TxScheduler::enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
-                            int64_t now_ns) noexcept {
+                            int64_t now_ns, uint64_t tag) noexcept {
   const OwnerIndex owner = gcl_.find_owner(tunnel_id);
   if (const Status offered = offer(owner, bytes, &now_ns); offered != Status::kOk) return offered;
   OwnerState& state = owners_[owner];
@@ -45,9 +45,9 @@ Status TxScheduler::enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
     OwnerState& best_effort = owners_.back();
     ++best_effort.counters.offered_packets;
     best_effort.counters.offered_bytes += bytes;
-    return schedule(gcl_.best_effort_owner(), tunnel_id, handle, bytes, now_ns);
+    return schedule(gcl_.best_effort_owner(), tunnel_id, handle, bytes, now_ns, tag);
   }
-  return schedule(owner, tunnel_id, handle, bytes, now_ns);
+  return schedule(owner, tunnel_id, handle, bytes, now_ns, tag);
 }
 
 Status TxScheduler::enqueue_unpoliced(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
@@ -62,14 +62,14 @@ Status TxScheduler::enqueue_best_effort(uint64_t handle, uint32_t bytes, int64_t
 }
 
 Status TxScheduler::enqueue_best_effort(uint64_t handle, uint32_t bytes, int64_t now_ns,
-                                        uint32_t tunnel_id) noexcept {
+                                        uint32_t tunnel_id, uint64_t tag) noexcept {
   const OwnerIndex owner = gcl_.best_effort_owner();
   if (const Status offered = offer(owner, bytes, &now_ns); offered != Status::kOk) return offered;
-  return schedule(owner, tunnel_id, handle, bytes, now_ns);
+  return schedule(owner, tunnel_id, handle, bytes, now_ns, tag);
 }
 
 Status TxScheduler::schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
-                             int64_t now_ns) noexcept {
+                             int64_t now_ns, uint64_t tag) noexcept {
   OwnerState& state = owners_[owner];
   if (state.held >= state.queue_frames) return drop(state, TxDrop::kQueueFull);
   LinkTime earliest = std::max(LinkTime::at(now_ns), state.next_free);
@@ -98,6 +98,7 @@ Status TxScheduler::schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t hand
   entry.bytes = bytes;
   entry.tunnel_id = tunnel_id;
   entry.owner = owner;
+  entry.tag = tag;
   if (wheel_.empty()) {
     // An idle port's wheel cursor stays where the last dequeue left it (a caller only dequeues
     // when something is due): bring it to now, or after an idle spell longer than the horizon
@@ -157,6 +158,7 @@ bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
   frame->cycle_id = position.cycle_id;
   frame->slot = position.slot;
   frame->enqueue_ns = entry.enqueue_ns;
+  frame->tag = entry.tag;
   frame->send = now_ns <= entry.deadline_ns;
   frame->drop = frame->send ? TxDrop::kCount : TxDrop::kMissedSlot;
   if (!frame->send) {

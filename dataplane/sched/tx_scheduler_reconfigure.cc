@@ -188,6 +188,7 @@ void TxScheduler::hand_back(const Entry& entry, OwnerIndex counted_owner, TxDrop
   frame.cycle_id = position.cycle_id;
   frame.slot = position.slot;
   frame.enqueue_ns = entry.enqueue_ns;
+  frame.tag = entry.tag;
   returned_.push_back(frame);  // capacity reserved by prepare_reconfigure()
   ++port_.dropped[static_cast<int>(reason)];
   if (counted_owner != kNoOwner)

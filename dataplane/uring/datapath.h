@@ -83,6 +83,9 @@ class Datapath {
   void on_completion(uint64_t data, int32_t result, int64_t now_ns) noexcept;
   void on_receive(uint32_t source_id, uint32_t buffer, int32_t result, int64_t now_ns) noexcept;
   void on_send(Op op, uint32_t object, uint32_t buffer, int32_t result) noexcept;
+  // A protected tunnel's copy of `buffer` (length payload bytes) for its protection path.
+  void submit_replica(const gw::SubmitInfo& submit, uint32_t buffer, uint32_t length,
+                      int64_t now_ns) noexcept;
   void count_receive_error(const Source& source) noexcept;
   void transmit(const gw::TxEmit& emit) noexcept;
   void transmit_control(const gw::TxEmit& emit) noexcept;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 
 #include <poll.h>
 #include <unistd.h>
@@ -177,7 +178,9 @@ void Datapath::on_receive(uint32_t source_id, uint32_t buffer, int32_t result,
         const auto version =
             length > 0 ? std::to_integer<uint8_t>(pool_.payload(buffer)[0]) >> 4 : 0;
         info.type = version == 6 ? wire::DataType::kIpv6 : wire::DataType::kIpv4;
-        status = engine_.submit_tun_st(buffer, {pool_.payload(buffer), length}, now_ns);
+        gw::SubmitInfo submit;
+        status = engine_.submit_tun_st(buffer, {pool_.payload(buffer), length}, now_ns, &submit);
+        if (submit.wants_replica()) submit_replica(submit, buffer, length, now_ns);
         break;
       }
       case SourceKind::kService: {
@@ -186,7 +189,9 @@ void Datapath::on_receive(uint32_t source_id, uint32_t buffer, int32_t result,
         // engine drops it (too_big) on its real length, and never reads past the buffer.
         info.length = std::min(length, pool_.payload_capacity_bytes());
         info.type = wire::DataType::kDatagram;
-        status = engine_.submit_service_st(source.index, buffer, length, now_ns);
+        gw::SubmitInfo submit;
+        status = engine_.submit_service_st(source.index, buffer, length, now_ns, &submit);
+        if (submit.wants_replica()) submit_replica(submit, buffer, info.length, now_ns);
         break;
       }
     }
@@ -200,6 +205,20 @@ void Datapath::on_receive(uint32_t source_id, uint32_t buffer, int32_t result,
     pool_.release(buffer);
     --source.armed;
     starved_ = true;
+  }
+}
+
+void Datapath::submit_replica(const gw::SubmitInfo& submit, uint32_t buffer, uint32_t length,
+                              int64_t now_ns) noexcept {
+  const uint32_t copy = pool_.alloc();
+  if (copy == kNoBuffer) {
+    engine_.replica_not_made_st(submit);
+    return;
+  }
+  pool_.info(copy) = pool_.info(buffer);
+  std::memcpy(pool_.payload(copy), pool_.payload(buffer), length);
+  if (engine_.submit_replica_st(submit, copy, length, now_ns) != common::Status::kOk) {
+    pool_.release(copy);  // refused (counted by the engine)
   }
 }
 

@@ -81,6 +81,9 @@ struct SiteOptions {
   uint32_t queue7_frames = 1024;
   bool ipv6_wan = false;
   bool second_port = false;  // add an idle port "wan2" (no tunnels)
+  // 1+1 protection of tunnel 7: port "wan2" (a disjoint path), a peer "<peer>-2" through it and
+  // tunnel 7's copies in slots 0-7 of wan2.
+  bool protect7 = false;
 };
 
 // Site 0 ("a", 10.1.0.0/16 behind it) or site 1 ("b", 10.2.0.0/16) of a two-site pair.
@@ -101,7 +104,7 @@ inline GatewayConfig site_config(int site, const SiteOptions& o = {}) {
   port.guard_ns = 13 * kUs;
   port.best_effort_dscp = 10;
   c.wan_ports.push_back(port);
-  if (o.second_port) {
+  if (o.second_port || o.protect7) {
     WanPortConfig second = port;
     second.name = "wan2";
     second.local.port = 4790;
@@ -129,6 +132,14 @@ inline GatewayConfig site_config(int site, const SiteOptions& o = {}) {
   t7.queue_frames = o.queue7_frames;
   t7.dscp = 46;
   t7.dst_prefixes = {v4_prefix(10, remote, 0, 0, 16), v6_prefix(remote, 16)};
+  if (o.protect7) {
+    PeerConfig replica = peer;
+    replica.name = peer.name + "-2";
+    replica.wan_port = "wan2";
+    replica.endpoint.port = 4790;  // the other site's wan2
+    c.peers.push_back(replica);
+    t7.protection = TunnelProtection{replica.name, t7.slots};
+  }
   c.tunnels.push_back(t7);
   TunnelConfig t9;
   t9.id = 9;
