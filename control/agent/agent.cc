@@ -232,6 +232,16 @@ void Agent::Impl::update_desired(int64_t now_ns) {
       spec.max_hold_ns = std::max<int64_t>(1'000'000'000, 2 * spec.bound_ns);
       spec.match_dst = e == 0 ? r.spec.dst_prefixes : r.spec.src_prefixes;
       spec.reservation = r.id;
+      // 1+1: the copies leave through this gateway's port on the second disjoint path.
+      if (r.spec.protect && r.paths.size() >= 2 && r.paths[1].ends[e].gateway == end.gateway) {
+        spec.protect_peer = r.paths[1].ends[e].peer;
+        spec.protect_slots = r.paths[1].ends[e].slots;
+        // Both copies are released at one instant: the bound of the slower path.
+        if (r.bound.on_time && r.paths[1].bound.on_time) {
+          spec.bound_ns = std::max(spec.bound_ns, r.paths[1].bound.playout_bound_ns);
+          spec.max_hold_ns = std::max<int64_t>(1'000'000'000, 2 * spec.bound_ns);
+        }
+      }
       desired[g].push_back(std::move(spec));
     }
   }

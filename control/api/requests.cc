@@ -137,8 +137,9 @@ agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
     const json::object o = parse_object(body);
     check_keys(o, {"client_request_id", "src", "dst", "src_prefixes", "dst_prefixes",
                    "min_bandwidth_bps", "max_burst_bytes", "max_latency_ns",
-                   "max_latency_variation_ns", "max_loss", "paths", "start_unix_ns", "end_unix_ns",
-                   "duration_ns", "asap", "hold_timeout_ns", "commit", "provision"});
+                   "max_latency_variation_ns", "max_loss", "paths", "protect", "start_unix_ns",
+                   "end_unix_ns", "duration_ns", "asap", "hold_timeout_ns", "commit",
+                   "provision"});
     agent::ReserveRequest r;
     r.client_request_id = text(o, "client_request_id", kMaxRequestIdBytes).value_or("");
     r.spec.src = required_site(o, "src");
@@ -155,6 +156,15 @@ agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
         integer(o, "max_latency_variation_ns", 0, 60'000'000'000).value_or(-1);
     r.spec.max_loss = fraction(o, "max_loss").value_or(1.0);
     r.spec.paths = static_cast<uint32_t>(integer(o, "paths", 1, 4).value_or(1));
+    const std::string protect = text(o, "protect", 8).value_or("none");
+    if (protect != "none" && protect != "1+1") bad("protect", "must be \"none\" or \"1+1\"");
+    r.spec.protect = protect == "1+1";
+    if (r.spec.protect && r.spec.paths < 2) {
+      if (o.if_contains("paths") != nullptr) {
+        bad("paths", "1+1 protection needs 2 disjoint paths (leave paths out, or give 2)");
+      }
+      r.spec.paths = 2;
+    }
     r.spec.asap = flag(o, "asap").value_or(false);
     const auto start = integer(o, "start_unix_ns", 1, INT64_MAX);
     const auto end = integer(o, "end_unix_ns", 1, INT64_MAX);

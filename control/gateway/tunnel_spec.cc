@@ -29,7 +29,7 @@ json::object TunnelSpec::to_request() const {
   for (const uint32_t s : slots) slot_list.push_back(s);
   json::array dst;
   for (const std::string& p : match_dst) dst.push_back(json::string(p));
-  return json::object{{"id", id},
+  json::object request{{"id", id},
                       {"peer", peer},
                       {"owner", owner},
                       {"rate", fmt::format("{}bit", rate_bps)},
@@ -41,6 +41,13 @@ json::object TunnelSpec::to_request() const {
                       {"max_hold", fmt::format("{}ns", max_hold_ns)},
                       {"dscp", dscp},
                       {"match", json::object{{"dst", std::move(dst)}}}};
+  if (!protect_peer.empty()) {
+    json::array protect_list;
+    for (const uint32_t s : protect_slots) protect_list.push_back(s);
+    request["protection"] =
+        json::object{{"peer", protect_peer}, {"slots", std::move(protect_list)}};
+  }
+  return request;
 }
 
 bool TunnelSpec::matches(const json::object& a, std::string* difference) const {
@@ -81,6 +88,22 @@ bool TunnelSpec::matches(const json::object& a, std::string* difference) const {
     }
   }
   if (actual_dst != match_dst) return differ("match.dst");
+  const json::value* protection = a.if_contains("protection");
+  if (protect_peer.empty()) return protection == nullptr ? true : differ("protection");
+  if (protection == nullptr || !protection->is_object()) return differ("protection");
+  const json::value* pp = protection->as_object().if_contains("peer");
+  if (pp == nullptr || !pp->is_string() || pp->as_string() != protect_peer) {
+    return differ("protection.peer");
+  }
+  const json::value* ps = protection->as_object().if_contains("slots");
+  if (ps == nullptr || !ps->is_array()) return differ("protection.slots");
+  std::vector<uint32_t> actual_protect;
+  for (const json::value& v : ps->as_array()) {
+    if (!v.is_int64() && !v.is_uint64()) return differ("protection.slots");
+    actual_protect.push_back(static_cast<uint32_t>(v.to_number<uint64_t>()));
+  }
+  std::sort(actual_protect.begin(), actual_protect.end());
+  if (actual_protect != protect_slots) return differ("protection.slots");
   return true;
 }
 

@@ -27,6 +27,10 @@ struct TunnelSpec {
   int64_t max_hold_ns = 1'000'000'000;
   uint32_t dscp = 46;
   std::vector<std::string> match_dst;  // prefixes, as the gateway prints them
+  // 1+1 protection: the peer (on this gateway) of the disjoint path and the tunnel's slots on
+  // its port; "" = unprotected.
+  std::string protect_peer;
+  std::vector<uint32_t> protect_slots;  // sorted
   std::string reservation;             // "r-3" (for reports; not sent)
 
   // The tunnel as an item of an `apply` request.

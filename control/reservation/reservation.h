@@ -46,6 +46,10 @@ struct Spec {
   int64_t max_latency_variation_ns = -1;  // -1 = none
   double max_loss = 1.0;                  // 1 = none
   uint32_t paths = 1;
+  // 1+1 protection (PREOF): the tunnel sends every packet on paths[0] and paths[1] (link
+  // disjoint, both booked at the full rate) and the far gateway keeps the first copy. Implies
+  // paths >= 2.
+  bool protect = false;
   // The traffic the tunnel carries: destinations at each end, within the sites' tunnel
   // prefixes (canonical "10.20.2.2/32" text). Empty in a request: every tunnel prefix of the site.
   std::vector<std::string> src_prefixes;

@@ -156,6 +156,7 @@ json::object to_json(const Reservation& r) {
                     {"max_latency_variation_ns", r.spec.max_latency_variation_ns},
                     {"max_loss", r.spec.max_loss},
                     {"paths", r.spec.paths},
+                    {"protect", r.spec.protect ? "1+1" : "none"},
                     {"src_prefixes", strings_json(r.spec.src_prefixes)},
                     {"dst_prefixes", strings_json(r.spec.dst_prefixes)},
                     {"asap", r.spec.asap},
@@ -240,6 +241,8 @@ common::Result<Reservation> from_json(const json::object& object) {
     out.spec.max_latency_variation_ns = spec.i64("max_latency_variation_ns");
     out.spec.max_loss = spec.number("max_loss");
     out.spec.paths = static_cast<uint32_t>(spec.u64("paths"));
+    // Journals written before protection existed have no "protect": none.
+    out.spec.protect = spec.o.contains("protect") && spec.str("protect") == "1+1";
     out.spec.src_prefixes = strings_from(spec, "src_prefixes");
     out.spec.dst_prefixes = strings_from(spec, "dst_prefixes");
     out.spec.asap = spec.boolean("asap");

@@ -170,7 +170,7 @@ bool Engine::next_tx_st(int64_t now_ns, TxEmit* emit) noexcept {
     h.type = static_cast<uint8_t>(wire::DataType::kDatagram);  // the backend sets the real type
     h.tunnel_id = tunnel.id;
     h.path_id = replica ? kProtectionPathId : kPrimaryPathId;
-    if (replica) h.flags |= wire::kFlagReplica;
+    if (tunnel.protected_path()) h.flags |= wire::kFlagReplica;  // both copies
     h.payload_length = static_cast<uint16_t>(frame.bytes - port.frame_overhead_bytes);
     h.cycle_id = static_cast<uint64_t>(frame.cycle_id);
     // When the packet entered the tunnel (docs/wire-format.md, tx_time_ns): the far end releases

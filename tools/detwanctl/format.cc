@@ -103,16 +103,21 @@ std::string format_reservation(const json::object& r) {
   if (str(r, "state") == "held") {
     out += fmt::format("  hold      until {}\n", format_time(i64(r, "hold_expires_unix_ns")));
   }
+  // The tunnel's path, and with 1+1 protection the disjoint path its copies take.
+  const bool protect = spec.contains("protect") && str(spec, "protect") == "1+1";
+  size_t path_index = 0;
   for (const json::value& p : arr(r, "paths")) {
     if (!p.is_object()) continue;
+    if (path_index++ > 0 && !protect) break;
     for (const json::value& e : arr(p.as_object(), "ends")) {
       if (!e.is_object() || str(e.as_object(), "gateway").empty()) continue;
       const json::object& end = e.as_object();
-      out += fmt::format("  slots     gateway {} port {} -> peer {}: {} (guaranteed {})\n",
-                         str(end, "gateway"), str(end, "port"), str(end, "peer"),
-                         slot_ranges(arr(end, "slots")), rate(i64(end, "guaranteed_bps")));
+      out += fmt::format("  {} gateway {} port {} -> peer {}: {} (guaranteed {})\n",
+                         path_index == 1 ? "slots    " : "protect  ", str(end, "gateway"),
+                         str(end, "port"), str(end, "peer"), slot_ranges(arr(end, "slots")),
+                         rate(i64(end, "guaranteed_bps")));
     }
-    break;
+    if (path_index == 2) break;
   }
   std::string gateways;
   for (const json::value& g : arr(dataplane, "gateways")) {

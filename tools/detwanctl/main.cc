@@ -4,6 +4,7 @@
 //     reserve --from A --to B --rate R [--src-prefix P]... [--dst-prefix P]... [--burst SIZE]
 //     [--max-latency D] [--max-latency-variation D]
 //             [--max-loss F] [--start TIME] (--end TIME | --duration D) [--asap] [--paths K]
+//             [--protect 1+1]
 //             [--hold D] [--commit] [--provision] [--no-wait] [--request-id ID]
 //     commit|abort|release|terminate ID      provision ID [--no-wait]
 //     modify ID [--rate R] [--end TIME | --extend D]
@@ -173,6 +174,7 @@ int run(int argc, char** argv) {
       request_id, state, extend;
   double max_loss = -1;
   uint32_t paths = 1;
+  std::string protect;
   uint32_t k = 1;
   bool asap = false, commit = false, provision = false, no_wait = false, all = false;
   std::string id;
@@ -196,6 +198,11 @@ int run(int argc, char** argv) {
   reserve->add_option("--duration", duration_text, "length, e.g. 10m");
   reserve->add_flag("--asap", asap, "start as soon as the window fits (needs --duration)");
   reserve->add_option("--paths", paths, "link-disjoint paths to reserve")->check(CLI::Range(1, 4));
+  reserve
+      ->add_option("--protect", protect,
+                   "1+1: every packet on two link-disjoint paths, the first copy delivered "
+                   "(reserves 2 paths)")
+      ->check(CLI::IsMember({"none", "1+1"}));
   reserve->add_option("--hold", hold, "hold timeout before commit, e.g. 2m");
   reserve->add_flag("--commit", commit, "commit at once");
   reserve->add_flag("--provision", provision, "commit and provision at once");
@@ -266,6 +273,7 @@ int run(int argc, char** argv) {
         body["max_latency_variation_ns"] = duration_of("--max-latency-variation", variation);
       if (max_loss >= 0) body["max_loss"] = max_loss;
       if (paths != 1) body["paths"] = paths;
+      if (!protect.empty()) body["protect"] = protect;
       if (!start.empty()) body["start_unix_ns"] = time_of("--start", start);
       if (!end.empty()) body["end_unix_ns"] = time_of("--end", end);
       if (!duration_text.empty()) body["duration_ns"] = duration_of("--duration", duration_text);

@@ -11,6 +11,33 @@ namespace {
 
 using json = boost::json::object;
 
+TEST_F(AgentFixture, ProtectedReservationProgramsTheSecondDisjointPathOnBothGateways) {
+  auto r = request("a", "b", 20'000'000);
+  r.spec.protect = true;
+  r.spec.paths = 2;
+  r.provision = true;
+  const json reserved = reserve_ok(r);
+  agent->reconcile_now();
+  ASSERT_TRUE(active(id_of(reserved)));
+  const auto& paths = reserved.at("paths").as_array();
+  ASSERT_EQ(paths.size(), 2u);
+  const auto tunnel_id = static_cast<uint32_t>(reserved.at("tunnel_id").to_number<uint64_t>());
+  for (int e = 0; e < 2; ++e) {
+    const json& end = paths[1].as_object().at("ends").as_array()[e].as_object();
+    if (end.at("gateway").as_string().empty()) continue;
+    const json on = tunnel_on(e == 0 ? "/fake/gw-a" : "/fake/gw-b", tunnel_id);
+    ASSERT_TRUE(on.contains("protection")) << boost::json::serialize(on);
+    const json& protection = on.at("protection").as_object();
+    EXPECT_EQ(protection.at("peer"), end.at("peer"));
+    EXPECT_EQ(boost::json::serialize(protection.at("slots")),
+              boost::json::serialize(end.at("slots")));
+    // The playout bound covers the slower path.
+    EXPECT_GE(on.at("bound_ns").to_number<int64_t>(),
+              paths[1].as_object().at("bound").at("playout_bound_ns").to_number<int64_t>());
+  }
+  EXPECT_EQ(reserved.at("spec").at("protect").as_string(), "1+1");
+}
+
 TEST_F(AgentFixture, ProvisionedReservationProgramsBothGatewaysAndReleaseRemovesIt) {
   auto r = request("a", "b", 50'000'000);
   r.provision = true;

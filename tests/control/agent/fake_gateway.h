@@ -117,6 +117,7 @@ class FakeGateways final : public gateway::GatewayClient {
                             {"max_hold_ns", *common::parse_duration_ns(text("max_hold"))},
                             {"dscp", t.at("dscp")},
                             {"match", t.at("match")}};
+    if (const auto* protection = t.if_contains("protection")) out["protection"] = *protection;
     return out;
   }
 

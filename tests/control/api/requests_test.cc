@@ -80,6 +80,22 @@ TEST(ParseReserve, RefusesBodiesThatAreNotAJsonObject) {
   expect_refused(parse_reserve("42"), "invalid_body", "", "must be a JSON object");
 }
 
+TEST(ParseReserve, ProtectOnePlusOneImpliesTwoPathsAndOtherValuesAreRefused) {
+  const std::string base = R"("src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000)";
+  auto r = parse_reserve("{" + base + R"(,"protect":"1+1"})");
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_TRUE(r->spec.protect);
+  EXPECT_EQ(r->spec.paths, 2u);
+  r = parse_reserve("{" + base + R"(,"protect":"none","paths":3})");
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_FALSE(r->spec.protect);
+  EXPECT_EQ(r->spec.paths, 3u);
+  expect_refused(parse_reserve("{" + base + R"(,"protect":"1:1"})"), "invalid_field", "protect",
+                 "\"none\" or \"1+1\"");
+  expect_refused(parse_reserve("{" + base + R"(,"protect":"1+1","paths":1})"), "invalid_field",
+                 "paths", "2 disjoint paths");
+}
+
 TEST(ParseReserve, UnknownFieldIsNamedWithTheAllowedOnes) {
   const auto r = parse_reserve(
       R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000,"bandwidth":5})");

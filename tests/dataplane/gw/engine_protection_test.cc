@@ -109,7 +109,7 @@ TEST(EngineProtection, APathCutMidStreamLosesNothingWhereTheUnprotectedTunnelLos
   EXPECT_TRUE(prot.receiver.at("protected").as_bool());
 }
 
-TEST(EngineProtection, BothCopiesCarryOneSequenceNumberTheCopyPathOneAndFlagR) {
+TEST(EngineProtection, BothCopiesCarryOneSequenceNumberAndFlagRTheCopyPathOne) {
   auto g = two_sites(protected_site(true), protected_site(true), 0, 0, false);
   ASSERT_NE(g, nullptr);
   two_paths(*g);
@@ -119,7 +119,7 @@ TEST(EngineProtection, BothCopiesCarryOneSequenceNumberTheCopyPathOneAndFlagR) {
     if (r.engine != 0 || r.emit.control || r.emit.header.tunnel_id != 7) return;
     const wire::TunnelHeader& h = r.emit.header;
     const bool copy = r.emit.port_index == 1;
-    if (h.path_id != (copy ? 1 : 0) || h.is_replica() != copy) ++bad_labels;
+    if (h.path_id != (copy ? 1 : 0) || !h.is_replica()) ++bad_labels;
     sequences[r.emit.port_index].push_back(h.sequence);
   });
   std::vector<Flow> flows;
