@@ -214,15 +214,17 @@ void restart_tunnel(TunnelState& drained, TunnelSetup&& setup) noexcept {
   drained.protect_port = setup.protect_port;
   drained.replay_drops = {};
   drained.next_sequence = 0;
+  drained.peer_epoch = 0;
   drained.counters = {};
 }
 
 namespace {
 
-std::string random_boot_id() {
+// A random 64-bit value, never 0: the session epoch, also shown as the boot id.
+uint64_t random_epoch() {
   std::random_device random;
   const uint64_t value = (uint64_t{random()} << 32) ^ random();
-  return fmt::format("{:016x}", value);
+  return value == 0 ? 1 : value;
 }
 
 }  // namespace
@@ -300,7 +302,8 @@ common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& conf
   }
   std::sort(impl->tunnel_ids.begin(), impl->tunnel_ids.end());
   impl->choose_control_tunnels();
-  impl->boot_id = random_boot_id();
+  impl->epoch = random_epoch();
+  impl->boot_id = fmt::format("{:016x}", impl->epoch);
   auto classifier = Classifier::create(c.tunnels);
   if (!classifier) return std::unexpected(classifier.error());
   impl->classifier = std::move(*classifier);

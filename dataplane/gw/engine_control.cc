@@ -73,6 +73,7 @@ bool Engine::Impl::emit_control(uint32_t slot, const sched::TxFrame& frame, int6
     keepalive->counter = peer.keepalive_counter + 1;
     keepalive->interval_ns = peer_cfg.keepalive_interval_ns;
     keepalive->last_rx_counter = peer.last_rx_keepalive;
+    keepalive->epoch = epoch;
   }
   wire::TunnelHeader header;
   header.tunnel_id = tunnel.id;
@@ -150,8 +151,30 @@ void Engine::Impl::on_control(uint32_t peer_index, const wire::ControlBody& body
     apply_offset(peer);
   } else if (const auto* keepalive = std::get_if<wire::Keepalive>(&body)) {
     ++peer.counters.keepalives_received;
+    on_peer_epoch(peer_index, keepalive->epoch, keepalive->counter);
     peer.last_rx_keepalive = std::max(peer.last_rx_keepalive, keepalive->counter);
     peer.peer_last_rx_counter = keepalive->last_rx_counter;
+  }
+}
+
+void Engine::Impl::on_peer_epoch(uint32_t peer_index, uint64_t epoch,
+                                 uint64_t counter) noexcept {
+  PeerState& peer = peers[peer_index];
+  if (peer.epoch == epoch) return;
+  if (peer.epoch != 0) {  // restarted: its counters and exchange ids start again too
+    ++peer.counters.restarts;
+    peer.last_rx_keepalive = counter;
+    peer.outstanding = {};
+  }
+  peer.epoch = epoch;
+  for (TunnelState& tunnel : tunnels) {
+    if (tunnel.peer != peer_index && tunnel.protect_peer != peer_index) continue;
+    if (tunnel.peer_epoch == epoch) continue;  // its other path said so already
+    if (tunnel.peer_epoch != 0) {
+      tunnel.replay.reset();
+      ++tunnel.counters.peer_restarts;
+    }
+    tunnel.peer_epoch = epoch;
   }
 }
 

@@ -59,6 +59,9 @@ struct TunnelCounters {
   std::array<uint64_t, kMaxPaths> path_rx_packets{};
   std::array<uint64_t, kMaxPaths> path_first_packets{};
   std::array<uint64_t, kMaxPaths> path_eliminated_packets{};
+  // The peer gateway restarted (a keepalive with a new session epoch): the replay window
+  // started again for its new sequence numbers.
+  uint64_t peer_restarts = 0;
   uint64_t replicas_sent = 0;  // copies sent on the protection path
   uint64_t replicas_not_made = 0;  // the backend could not copy the packet (no buffer)
 };
@@ -82,6 +85,7 @@ struct TunnelState {
   wire::ReplayWindow replay;
   wire::DropCounters replay_drops;  // duplicate, too_old
   uint64_t next_sequence = 0;       // of the next data frame it sends
+  uint64_t peer_epoch = 0;          // the far gateway's session epoch its window is for; 0: none
   TunnelCounters counters;
 };
 
@@ -95,6 +99,7 @@ struct PeerCounters {
   uint64_t keepalives_received = 0;
   uint64_t up_transitions = 0;
   uint64_t down_transitions = 0;
+  uint64_t restarts = 0;  // keepalives with a new session epoch (the peer gateway restarted)
 };
 
 struct PeerState {
@@ -112,6 +117,7 @@ struct PeerState {
   uint64_t last_rx_keepalive = 0;     // highest counter received from the peer
   uint64_t peer_last_rx_counter = 0;  // what the peer says it received from us
   uint64_t control_sequence = 0;
+  uint64_t epoch = 0;  // the peer's session epoch from its keepalives; 0: none heard yet
   ClockFilter clock;
   int64_t playout_offset_ns = 0;  // receiver - sender, applied to the tunnels' playouts
   PeerCounters counters;
@@ -131,7 +137,8 @@ struct Engine::Impl {
   // (id, index) of the active tunnels, sorted by id.
   std::vector<std::pair<uint32_t, uint32_t>> tunnel_ids;
   uint64_t generation = 0;  // +1 per successful apply_st
-  std::string boot_id;      // 16 hex digits, random per create()
+  uint64_t epoch = 0;       // this gateway's session epoch (keepalives), random per create()
+  std::string boot_id;      // the epoch as 16 hex digits
   ControlIo control;
   std::vector<PeerState> peers;  // config order
   Classifier classifier;
@@ -168,6 +175,9 @@ struct Engine::Impl {
   void on_control(uint32_t peer, const wire::ControlBody& body, int64_t now_ns) noexcept;
   void mark_alive(PeerState& peer, int64_t now_ns) noexcept;
   void apply_offset(PeerState& peer) noexcept;
+  // A keepalive from `peer` with session epoch `epoch`: a new one (the peer restarted) starts
+  // the replay windows of the peer's tunnels again (once per tunnel, whichever path says it).
+  void on_peer_epoch(uint32_t peer, uint64_t epoch, uint64_t counter) noexcept;
   [[nodiscard]] int64_t next_control_event_ns() const noexcept;
   // Each peer's control tunnel: its first active tunnel in config.tunnels order (setup).
   void choose_control_tunnels() noexcept;

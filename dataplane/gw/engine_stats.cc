@@ -5,6 +5,7 @@
 #include <string>
 
 #include <boost/json.hpp>
+#include <fmt/format.h>
 
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/engine_impl.h"
@@ -83,14 +84,17 @@ std::string Engine::stats_json(int64_t now_ns) const {
     const TunnelState& t = m.tunnels[i];
     if (!t.active) continue;  // removed: its counters went with it (the port keeps totals)
     const TunnelConfig& config = m.tunnel_config(t);
-    json::value scheduler_counters = nullptr;
-    if (const auto* all = scheduler_json[t.port].if_object()) {
-      if (const auto* by_id = all->if_contains("tunnels"); by_id && by_id->is_object()) {
-        if (const auto* c = by_id->as_object().if_contains(std::to_string(t.id))) {
-          scheduler_counters = *c;
+    // The tunnel's counters in a port's scheduler (its peer's port; with protection also the
+    // protection peer's).
+    const auto port_counters = [&](uint32_t port) -> json::value {
+      if (const auto* all = scheduler_json[port].if_object()) {
+        if (const auto* by_id = all->if_contains("tunnels"); by_id && by_id->is_object()) {
+          if (const auto* c = by_id->as_object().if_contains(std::to_string(t.id))) return *c;
         }
       }
-    }
+      return nullptr;
+    };
+    json::value scheduler_counters = port_counters(t.port);
     const TunnelCounters& c = t.counters;
     json::object tx{
         {"scheduler", scheduler_counters},
@@ -108,6 +112,7 @@ std::string Engine::stats_json(int64_t now_ns) const {
         {"replay_drops", json::object{{"duplicate", t.replay_drops[wire::DropReason::kDuplicate]},
                                       {"too_old", t.replay_drops[wire::DropReason::kTooOld]}}},
         {"replay_top", nullptr},
+        {"peer_restarts", c.peer_restarts},
         {"clock_offset_ns", t.on_time.config().clock_offset_ns},
         {"on_time", parse_embedded(t.on_time.counters_json())},
         {"best_effort", parse_embedded(t.best_effort.counters_json())},
@@ -128,6 +133,7 @@ std::string Engine::stats_json(int64_t now_ns) const {
           {"eliminated_packets", c.path_eliminated_packets[path]},
       });
     }
+    tx["protection_scheduler"] = t.protected_path() ? port_counters(t.protect_port) : nullptr;
     tx["replicas_sent"] = c.replicas_sent;
     tx["replicas_not_made"] = c.replicas_not_made;
     tunnels.push_back(json::object{
@@ -166,6 +172,9 @@ std::string Engine::stats_json(int64_t now_ns) const {
         {"last_rx_age_ns", optional_ns(heard, heard ? now_ns - p.last_rx_ns : 0)},
         {"up_transitions", c.up_transitions},
         {"down_transitions", c.down_transitions},
+        {"restarts", c.restarts},
+        {"session_epoch", p.epoch == 0 ? json::value(nullptr)
+                                       : json::value(fmt::format("{:016x}", p.epoch))},
         {"clock",
          json::object{
              {"source", config.clock_offset_ns ? "configured" : "auto"},

@@ -43,6 +43,7 @@ common::Result<std::unique_ptr<Gateway>> Gateway::create(std::vector<EngineSpec>
     }
     Node node;
     node.engine = std::move(*engine);
+    node.config = engines[i].config;
     node.offset_ns = engines[i].clock_offset_ns;
     g->engines_.push_back(std::move(node));
   }
@@ -61,6 +62,20 @@ void Gateway::set_port_faults(uint32_t from, uint32_t port, const LinkFaults& fa
 
 void Gateway::set_alive(uint32_t i, bool alive) { engines_.at(i).alive = alive; }
 
+common::Result<void> Gateway::restart(uint32_t i) {
+  Node& node = engines_.at(i);
+  auto engine = gw::Engine::create(node.config, now_ns_ + node.offset_ns);
+  if (!engine) return std::unexpected(engine.error());
+  for (uint64_t h = 0; h < buffers_.size(); ++h) {
+    if (buffers_[h].in_use && buffers_[h].holder == i) {
+      ++restart_lost_;
+      release(h);
+    }
+  }
+  node.engine = std::move(*engine);
+  return {};
+}
+
 const LinkFaults& Gateway::faults(uint32_t from, uint32_t to) const {
   const auto it = faults_.find({from, to});
   return it == faults_.end() ? default_faults_ : it->second;
@@ -76,6 +91,7 @@ bool Gateway::allocate(uint64_t* handle) {
   Buffer& b = buffers_[*handle];
   if (b.bytes.empty()) b.bytes.resize(kBufferBytes);
   b.in_use = true;
+  b.holder = UINT32_MAX;
   b.size = 0;
   b.payload_bytes = 0;
   b.type = wire::DataType::kDatagram;
@@ -113,6 +129,7 @@ Status Gateway::inject_tun(uint32_t i, std::span<const std::byte> ip_packet) {
   switch (status) {
     case Status::kOk:
       ++node.counters.submit_ok;
+      buffer(h).holder = i;
       return status;
     case Status::kDropped:
       ++node.counters.submit_dropped;
@@ -145,6 +162,7 @@ void Gateway::submit_replica(uint32_t i, const gw::SubmitInfo& submit, uint64_t 
   if (node.engine->submit_replica_st(submit, h, b.payload_bytes, now_ns_ + node.offset_ns) ==
       Status::kOk) {
     ++node.counters.submit_ok;
+    b.holder = i;
   } else {
     ++node.counters.submit_dropped;
     release(h);
@@ -171,6 +189,7 @@ Status Gateway::inject_service(uint32_t i, uint32_t tunnel_index,
   if (submit.wants_replica()) submit_replica(i, submit, h);
   if (status == Status::kOk) {
     ++node.counters.submit_ok;
+    buffer(h).holder = i;
   } else {
     ++(status == Status::kDropped ? node.counters.submit_dropped : node.counters.submit_invalid);
     release(h);
@@ -238,6 +257,7 @@ void Gateway::on_tx(uint32_t i, int64_t engine_ns, const gw::TxEmit& emit) {
 void Gateway::send_wan(uint32_t from, uint32_t port, const gw::Endpoint& destination,
                        uint64_t handle) {
   Node& sender = engines_[from];
+  buffer(handle).holder = UINT32_MAX;  // on the wire: no engine holds it
   gw::PortIo& io = sender.engine->port_io(port);
   ++io.tx_packets;
   io.tx_bytes += buffer(handle).size;
@@ -320,6 +340,7 @@ void Gateway::deliver(const InFlight& d) {
   switch (status) {
     case Status::kOk:
       ++node.counters.rx_ok;
+      b.holder = d.engine;
       b.type = info.type;
       b.payload_bytes = info.payload_bytes;
       return;  // the engine holds the buffer until poll_rx_st

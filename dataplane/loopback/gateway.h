@@ -130,6 +130,11 @@ class Gateway {
   void set_port_faults(uint32_t from, uint32_t port, const LinkFaults& faults);
   // A dead engine is not polled and everything sent to it is lost (peer death).
   void set_alive(uint32_t i, bool alive);
+  // Engine i crashes and starts again from its EngineSpec configuration at now (a new Engine:
+  // new session epoch, sequence numbers from 0, no tunnels added at run time); the buffers the
+  // old one held are freed and counted (restart_lost_buffers). Errors as create().
+  common::Result<void> restart(uint32_t i);
+  [[nodiscard]] uint64_t restart_lost_buffers() const noexcept { return restart_lost_; }
   [[nodiscard]] bool alive(uint32_t i) const { return engines_.at(i).alive; }
 
   // Local traffic, submitted at now_ns(): an IP packet read from the TUN device, or a datagram
@@ -178,9 +183,11 @@ class Gateway {
     uint32_t payload_bytes = 0;    // payload at wire::kHeaderSize (local side)
     wire::DataType type = wire::DataType::kDatagram;
     bool in_use = false;
+    uint32_t holder = UINT32_MAX;  // the engine that holds it (accepted it), else UINT32_MAX
   };
   struct Node {
     std::unique_ptr<gw::Engine> engine;
+    gw::GatewayConfig config;  // as created (restart)
     int64_t offset_ns = 0;
     bool alive = true;
     EngineCounters counters;
@@ -228,6 +235,7 @@ class Gateway {
   int64_t now_ns_ = 0;
   uint64_t next_order_ = 0;
   uint64_t bad_frees_ = 0;
+  uint64_t restart_lost_ = 0;
   bool stalled_ = false;
   bool capture_ = true;
   WanCounters wan_;

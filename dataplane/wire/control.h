@@ -5,7 +5,7 @@
 //
 //   time request  (32 bytes): exchange_id, t1, 16 reserved bytes (zero)
 //   time response (32 bytes): exchange_id, t1 (echoed), t2, t3
-//   keepalive     (24 bytes): counter, interval_ns, last_rx_counter
+//   keepalive     (32 bytes): counter, interval_ns, last_rx_counter, epoch
 //
 // The two-way time exchange is NTP's: A sends a request at t1 (A's clock); B receives it at t2
 // and answers at t3 (B's clock); A receives the answer at t4 (A's clock, not on the wire). The
@@ -26,7 +26,7 @@ namespace detwan::dataplane::wire {
 
 inline constexpr std::size_t kTimeRequestBodySize = 32;
 inline constexpr std::size_t kTimeResponseBodySize = 32;
-inline constexpr std::size_t kKeepaliveBodySize = 24;
+inline constexpr std::size_t kKeepaliveBodySize = 32;
 
 // Keepalive interval range a receiver accepts (1 us .. 1 h).
 inline constexpr int64_t kMinKeepaliveIntervalNs = 1'000;
@@ -52,6 +52,9 @@ struct Keepalive {
   uint64_t counter = 1;          // per sender and path, +1 per keepalive, starts at 1; 0 invalid
   int64_t interval_ns = 0;       // the sender's keepalive period, in [kMin.., kMax..IntervalNs]
   uint64_t last_rx_counter = 0;  // highest counter received from the peer on this path; 0: none
+  // The sender's session epoch: drawn at random (never 0) each time the gateway starts. A new
+  // value from a peer means the peer restarted: its sequence numbers start again.
+  uint64_t epoch = 1;
 
   friend constexpr bool operator==(const Keepalive&, const Keepalive&) = default;
 };
@@ -64,7 +67,7 @@ using ControlBody = std::variant<TimeRequest, TimeResponse, Keepalive>;
 [[nodiscard]] std::size_t body_size(ControlType type) noexcept;
 
 // The rules a receiver applies to a body's fields: bad_timestamp (a time < 0), bad_control
-// (t3 < t2, counter 0, interval out of range). nullopt: valid.
+// (t3 < t2, counter 0, interval out of range, epoch 0). nullopt: valid.
 [[nodiscard]] std::optional<DropReason> validate(const ControlBody& body) noexcept;
 
 // Parses the body of a packet decode() accepted. Checks, in order: the packet is a control

@@ -36,6 +36,7 @@ void write_body(const ControlBody& body, std::byte* p) noexcept {
     store_be64(p + kField0, ka->counter);
     store_time(p + kField1, ka->interval_ns);
     store_be64(p + kField2, ka->last_rx_counter);
+    store_be64(p + kField3, ka->epoch);
   }
 }
 
@@ -80,7 +81,7 @@ std::optional<DropReason> validate(const ControlBody& body) noexcept {
     if (resp->t1_ns < 0 || resp->t2_ns < 0 || resp->t3_ns < 0) return DropReason::kBadTimestamp;
     if (resp->t3_ns < resp->t2_ns) return DropReason::kBadControl;
   } else if (const auto* ka = std::get_if<Keepalive>(&body)) {
-    if (ka->counter == 0) return DropReason::kBadControl;
+    if (ka->counter == 0 || ka->epoch == 0) return DropReason::kBadControl;
     if (ka->interval_ns < kMinKeepaliveIntervalNs || ka->interval_ns > kMaxKeepaliveIntervalNs) {
       return DropReason::kBadControl;
     }
@@ -106,8 +107,8 @@ Decoded<ControlBody> decode_control(const PacketView& packet) noexcept {
       return checked(TimeResponse{load_be64(p + kField0), load_time(p + kField1),
                                   load_time(p + kField2), load_time(p + kField3)});
     case ControlType::kKeepalive:
-      return checked(
-          Keepalive{load_be64(p + kField0), load_time(p + kField1), load_be64(p + kField2)});
+      return checked(Keepalive{load_be64(p + kField0), load_time(p + kField1),
+                               load_be64(p + kField2), load_be64(p + kField3)});
   }
   return DropReason::kBadType;  // unreachable: is_known(type) above
 }

@@ -44,7 +44,7 @@ DropReason body_reason(const Bytes& bytes) {
 TEST(ControlLayout, BodySizes) {
   EXPECT_EQ(body_size(ControlType::kTimeRequest), 32u);
   EXPECT_EQ(body_size(ControlType::kTimeResponse), 32u);
-  EXPECT_EQ(body_size(ControlType::kKeepalive), 24u);
+  EXPECT_EQ(body_size(ControlType::kKeepalive), 32u);
   EXPECT_EQ(body_size(ControlType{0}), 0u);
   EXPECT_EQ(body_size(ControlType{4}), 0u);
   // No amplification: a response is never larger than its request.
@@ -78,10 +78,12 @@ TEST(ControlLayout, GoldenBodies) {
   EXPECT_EQ(get_be(resp, kHeaderSize + 16, 8), 200u);
   EXPECT_EQ(get_be(resp, kHeaderSize + 24, 8), 300u);
 
-  const Bytes ka = control_packet(Keepalive{0xAABB, 5'000'000, 0xAABA});
+  const Bytes ka = control_packet(Keepalive{0xAABB, 5'000'000, 0xAABA, 0x0102030405060708});
+  ASSERT_EQ(ka.size(), kHeaderSize + 32);
   EXPECT_EQ(get_be(ka, kHeaderSize + 0, 8), 0xAABBu);
   EXPECT_EQ(get_be(ka, kHeaderSize + 8, 8), 5'000'000u);
   EXPECT_EQ(get_be(ka, kHeaderSize + 16, 8), 0xAABAu);
+  EXPECT_EQ(get_be(ka, kHeaderSize + 24, 8), 0x0102030405060708u);
 }
 
 TEST(ControlRoundTrip, BoundaryValues) {
@@ -92,7 +94,7 @@ TEST(ControlRoundTrip, BoundaryValues) {
       TimeResponse{~uint64_t{0}, kI64Max, kI64Max, kI64Max},
       TimeResponse{1, kI64Max, 0, 0},  // t1 vs t2 unconstrained: clocks may differ arbitrarily
       Keepalive{1, kMinKeepaliveIntervalNs, 0},
-      Keepalive{~uint64_t{0}, kMaxKeepaliveIntervalNs, ~uint64_t{0}},
+      Keepalive{~uint64_t{0}, kMaxKeepaliveIntervalNs, ~uint64_t{0}, ~uint64_t{0}},
   };
   for (std::size_t i = 0; i < bodies.size(); ++i) {
     const Bytes b = control_packet(bodies[i]);
@@ -202,6 +204,9 @@ TEST(ControlDecode, OutOfRangeValues) {
   Bytes ka = control_packet(Keepalive{1, kMinKeepaliveIntervalNs, 0});
   put_be(ka, kHeaderSize + 0, 0, 8);  // counter 0
   EXPECT_EQ(body_reason(ka), DropReason::kBadControl);
+  Bytes no_epoch = control_packet(Keepalive{1, kMinKeepaliveIntervalNs, 0});
+  put_be(no_epoch, kHeaderSize + 24, 0, 8);  // epoch 0
+  EXPECT_EQ(body_reason(no_epoch), DropReason::kBadControl);
   for (uint64_t interval : {uint64_t{0}, uint64_t(kMinKeepaliveIntervalNs - 1),
                             uint64_t(kMaxKeepaliveIntervalNs + 1), ~uint64_t{0}}) {
     Bytes k = control_packet(Keepalive{1, kMinKeepaliveIntervalNs, 0});
