@@ -240,6 +240,34 @@ def test_on_time_delivery_releases_at_the_bound(gwlab):
     assert owd["min"] >= 14 * MS - 0.1 * MS and owd["p50"] <= 14 * MS + 1 * MS, owd
 
 
+def peer_restarts(site: str) -> tuple[int, int]:
+    """(restarts of the site's gateway's first peer, peer_restarts of its first tunnel)."""
+    st = json.loads(tb("gw", site, "--", "stats", "--json", check=True).stdout)
+    return st["peers"][0]["restarts"], st["tunnels"][0]["rx"]["peer_restarts"]
+
+
+@pytest.mark.netns
+def test_restarted_gateway_is_accepted_again_by_its_peer(gwlab):
+    """`tools/testbed gateway a restart`: the new gateway's sequence numbers start at 0, far
+    below what b's replay window has seen; its session epoch (keepalives) makes b start the
+    window again, so traffic through the tunnel resumes (before the epoch it never did: every
+    packet was too_old)."""
+    b = gwlab["sites"][1]
+    assert ping("a", b["tunnel_addr"], 5) >= 1
+    before = peer_restarts("b")
+    res = tb("gateway", "a", "restart")
+    assert res.returncode == 0, res.stderr
+    assert "running, pid" in res.stdout
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and ping("a", b["tunnel_addr"], 1) == 0:
+        pass
+    assert ping("a", b["tunnel_addr"], 5) >= 3
+    after = peer_restarts("b")
+    assert after == (before[0] + 1, before[1] + 1), (before, after)
+    assert tb("gateway", "a", "status").returncode == 0
+    assert tb("status").returncode == 0  # the lab's state has the new pid: healthy
+
+
 @pytest.mark.netns
 def test_killed_gateway_is_reported_and_down_stops_the_other(gwlab):
     # Last test of the module: it breaks the lab, which the fixture then removes.

@@ -434,6 +434,33 @@ def cmd_agent(args) -> int:
     return 0
 
 
+def cmd_gateway(args) -> int:
+    """gateway SITE kill|stop|start|restart|status: the site's detwan-gw (tools/lab/gateway.py
+    restart()). A restarted gateway has its configuration file's tunnels (with --agents: none,
+    until the agent re-programs it)."""
+    _require_root()
+    with state.locked():
+        st = state.read()
+        if st is None or not st.get("gw_cmd"):
+            raise LabError(f"no lab with gateways is up (run {PROG} up --dataplane uring)")
+        rec = next((s for s in st.get("sites", []) if s.get("name") == args.site), None)
+        if rec is None or not rec.get("gateway"):
+            raise LabError(f"unknown site '{args.site}' (sites: "
+                           f"{', '.join(s.get('name', '?') for s in st.get('sites', []))})")
+        gw = rec["gateway"]
+        site = topology.Site(rec["name"], rec["index"])
+        alive = bool(gw.get("pid")) and netns.is_alive(gw["pid"], gw.get("pid_start_time"))
+        if args.action == "status":
+            print(f"gateway {args.site}: pid {gw.get('pid')} {'alive' if alive else 'not running'}")
+            return 0 if alive else 3
+        gw.update(gateway.restart(st["gw_cmd"], site, gw, args.action))
+        state.write(st)
+        print(f"gateway {args.site}: " + ("killed (SIGKILL)" if args.action == "kill" else
+                                          "stopped" if args.action == "stop" else
+                                          f"running, pid {gw['pid']}"))
+    return 0
+
+
 def cmd_gw(argv: list[str]) -> int:
     head, args = _split_command(argv, "gw SITE")
     st = state.read()
@@ -489,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("agent", help="NAME kill|start|restart|status: the lab's detwan-agent")
     p.add_argument("name", help="the agent's name (status --json lists it; 'lab')")
     p.add_argument("action", choices=("kill", "start", "restart", "status"))
+    p = sub.add_parser("gateway", help="SITE kill|stop|start|restart|status: a site's detwan-gw")
+    p.add_argument("site")
+    p.add_argument("action", choices=("kill", "stop", "start", "restart", "status"))
     cross_cli.add_parser(sub)
     try:
         # exec/wanem take raw argv: everything after `--` belongs to the command.
@@ -500,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
             return {"exec": cmd_exec, "wanem": cmd_wanem, "gw": cmd_gw}[argv[0]](rest)
         args = parser.parse_args(argv)
         return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "agent": cmd_agent,
-                "cross": cross_cli.cmd_cross}[args.command](args)
+                "gateway": cmd_gateway, "cross": cross_cli.cmd_cross}[args.command](args)
     except LabError as e:
         err(str(e))
         return EXIT_TOOL_ERROR if argv and argv[0] in ("exec", "wanem", "gw") else 1

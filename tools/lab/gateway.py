@@ -26,6 +26,7 @@ import json
 import os
 import pathlib
 import shlex
+import signal
 import subprocess
 import time
 
@@ -564,3 +565,39 @@ def tunnel_counters(stats_json: dict, tunnel: int) -> dict:
         "lateness_ns": playout["lateness_ns"],
         "raw": t,
     }
+
+
+def restart(cmd: list[str], site: Site, record: dict, action: str) -> dict:
+    """`tools/testbed gateway SITE kill|stop|start|restart` on a running lab's gateway:
+    kill = SIGKILL (a crash), stop = SIGTERM, start = run it again with its configuration file
+    (tunnels added at run time are gone: an agent re-programs them), restart = SIGTERM then
+    start. Waits (bounded) for the old process to exit and the new one to answer; the old
+    io_uring instance releases its sockets a moment after exit, so a start that finds its
+    control socket still bound ("in use") is retried briefly, as a service manager would.
+    Returns the new process fields of the state record (or {} after kill/stop)."""
+    alive = bool(record.get("pid")) and is_alive(record["pid"], record.get("pid_start_time"))
+    if action in ("kill", "stop", "restart") and alive:
+        os.kill(record["pid"], signal.SIGKILL if action == "kill" else signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and is_alive(record["pid"], record["pid_start_time"]):
+            time.sleep(0.02)
+        if is_alive(record["pid"], record["pid_start_time"]):
+            raise LabError(f"detwan-gw of site {site.name} (pid {record['pid']}) did not exit "
+                           "within 10 s of SIGTERM")
+    elif action in ("kill", "stop"):
+        raise LabError(f"detwan-gw of site {site.name} is not running")
+    if action in ("kill", "stop"):
+        return {"pid": None, "pid_start_time": None}
+    if action == "start" and alive:
+        raise LabError(f"detwan-gw of site {site.name} is already running (pid {record['pid']})")
+    for attempt in range(100):
+        new = start(cmd, site, record.get("rt_priority", 0))
+        try:
+            wait_ready(cmd, site, new)
+            break
+        except LabError as e:
+            if "in use" not in str(e) or attempt == 99:
+                raise
+            time.sleep(0.05)
+    make_realtime(site, new)
+    return {k: new[k] for k in ("pid", "pid_start_time", "started_unix_ns")}
