@@ -108,6 +108,11 @@ struct ChannelStats {
   uint64_t dropped_duplicate = 0;     // already received (duplicates and replays)
   uint64_t dropped_foreign = 0;       // other connection id
   uint64_t timeouts = 0;              // retransmission timeouts fired
+  // Multipath: a path with data in flight and nothing acknowledged for 3 srtt (+ 10 ms) while
+  // another path's data is acknowledged is declared failed: its segments are resent on the
+  // others and it only carries a probe segment now and then until one is acknowledged.
+  uint64_t paths_failed = 0;
+  uint64_t paths_recovered = 0;
   int64_t srtt_ns = 0;
   int64_t rttvar_ns = 0;
   int64_t cwnd_bytes = 0;             // best effort only (0 on reserved paths)

@@ -127,6 +127,7 @@ void ConnectionImpl::advance_timers(int64_t now_ns) {
   }
   for (uint32_t p = 0; p < paths_.size(); ++p) {
     detect_losses(p, now_ns);
+    check_path_alive(p, now_ns);
     check_rto(p, now_ns);
   }
   if (now_ns >= ack_deadline_ns_) ack_now_ = true;

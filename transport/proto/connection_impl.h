@@ -74,7 +74,17 @@ struct PathState {
   int64_t last_echo_tx_ns = 0;        // newest echoed send time used for an RTT sample
   uint64_t datagrams_sent = 0;
   uint64_t data_segments_sent = 0;
+  // Liveness (multipath only; check_path_alive). last_acked_ns: when a segment sent on this
+  // path was last acknowledged. A dead path carries one probe segment per probe interval.
+  int64_t last_acked_ns = 0;
+  bool dead = false;
+  int64_t next_probe_ns = 0;
 };
+
+// A path is declared dead after this much silence beyond 3 srtt (queueing and ACK delay).
+inline constexpr int64_t kPathDeadSlackNs = 10'000'000;
+// A dead path is probed at most this often (and at least every 2 srtt).
+inline constexpr int64_t kPathProbeMinNs = 50'000'000;
 
 struct Segment {
   uint64_t message_id = 0;
@@ -172,6 +182,12 @@ class ConnectionImpl {
   void mark_lost(uint64_t seq, Segment& seg, int64_t now_ns);
   void detect_losses(uint32_t path, int64_t now_ns);
   void check_rto(uint32_t path, int64_t now_ns);
+  // Declares the path dead (its in-flight segments lost, resent on the others) when it has been
+  // silent for path_dead_after_ns while another path's data was acknowledged; on a dead path,
+  // a probe older than that is declared lost.
+  void check_path_alive(uint32_t path, int64_t now_ns);
+  [[nodiscard]] int64_t path_dead_after_ns(const PathState& p) const;
+  [[nodiscard]] bool path_usable(uint32_t path, int64_t now_ns) const;
   void complete_messages();
   [[nodiscard]] bool has_new_data() const;
   [[nodiscard]] bool window_allows_new() const;

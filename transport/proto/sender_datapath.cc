@@ -79,6 +79,11 @@ Status ConnectionImpl::on_ack(uint32_t path, const wire::Header& /*h*/, const wi
 
 void ConnectionImpl::on_segment_acked(Segment& s, int64_t now_ns) {
   PathState& p = paths_[s.path];
+  p.last_acked_ns = now_ns;
+  if (p.dead) {  // a probe (or a late original) got through: the path works again
+    p.dead = false;
+    stats_.paths_recovered++;
+  }
   // An ACK of a retransmitted segment is ambiguous: it may acknowledge the original (merely
   // queued, spuriously declared lost). Taking the retransmission's tx_index would declare
   // everything sent in between lost by count, a cascade that refills the queue with
@@ -148,6 +153,45 @@ void ConnectionImpl::check_rto(uint32_t path, int64_t now_ns) {
   }
 }
 
+int64_t ConnectionImpl::path_dead_after_ns(const PathState& p) const {
+  return 3 * p.rtt.srtt_ns() + kPathDeadSlackNs;
+}
+
+void ConnectionImpl::check_path_alive(uint32_t path, int64_t now_ns) {
+  if (paths_.size() < 2) return;
+  PathState& p = paths_[path];
+  const int64_t limit = path_dead_after_ns(p);
+  while (!p.flights.empty()) {
+    const Flight f = p.flights.front();
+    Segment* s = segment(f.seq);
+    if (stale(s, f, path)) {
+      p.flights.pop_front();
+      continue;
+    }
+    if (now_ns - s->sent_ns <= limit) return;  // the oldest is recent: nothing to say yet
+    if (!p.dead) {
+      // Silence alone is not a dead path: the peer may be slow or gone. Another path's data
+      // acknowledged after this segment left proves the peer answers.
+      bool others_answer = false;
+      for (uint32_t i = 0; i < paths_.size(); ++i) {
+        others_answer = others_answer ||
+                        (i != path && !paths_[i].dead && paths_[i].last_acked_ns > s->sent_ns);
+      }
+      if (!others_answer) return;
+      p.dead = true;
+      p.next_probe_ns = now_ns + std::max(kPathProbeMinNs, 2 * p.rtt.srtt_ns());
+      stats_.paths_failed++;
+    }
+    mark_lost(f.seq, *s, now_ns);  // resent on a live path (pick_path avoids dead ones)
+    p.flights.pop_front();
+  }
+}
+
+bool ConnectionImpl::path_usable(uint32_t path, int64_t now_ns) const {
+  const PathState& p = paths_[path];
+  return !p.dead || now_ns >= p.next_probe_ns;
+}
+
 void ConnectionImpl::complete_messages() {
   while (!out_messages_.empty() && out_messages_.front().segmented &&
          out_messages_.front().last_seq < seg_base_) {
@@ -195,7 +239,7 @@ std::optional<uint32_t> ConnectionImpl::pick_path(int64_t now_ns, std::optional<
   for (int pass = 0; pass < 2 && !best; ++pass) {
     for (uint32_t i = 0; i < paths_.size(); ++i) {
       if (pass == 0 && avoid && *avoid == i && paths_.size() > 1) continue;
-      if (!cwnd_allows(i)) continue;
+      if (!cwnd_allows(i) || !path_usable(i, now_ns)) continue;
       const int64_t r = paths_[i].pacer.release_ns(now_ns);
       if (r < best_release) {
         best_release = r;
@@ -231,6 +275,7 @@ int64_t ConnectionImpl::sender_timer_ns() const {
       const Segment* s = const_cast<ConnectionImpl*>(this)->segment(f.seq);
       if (stale(s, f, i)) continue;
       t = std::min(t, s->sent_ns + p.rtt.rto_ns());
+      if (paths_.size() > 1) t = std::min(t, s->sent_ns + path_dead_after_ns(p) + 1);
       if (p.largest_acked_tx > f.tx_index) t = std::min(t, reorder_deadline_ns(*s, p));
       break;
     }
@@ -250,6 +295,7 @@ size_t ConnectionImpl::transmit_segment(uint64_t seq, uint32_t path, int64_t now
   b.payload = m.bytes.subspan(s.offset, s.len);
   const size_t n = wire::encode_data(header(wire::Type::kData, path, now_ns), b, out);
   PathState& p = paths_[path];
+  if (p.dead) p.next_probe_ns = now_ns + std::max(kPathProbeMinNs, 2 * p.rtt.srtt_ns());
   s.sent_ns = now_ns;
   s.path = path;
   s.tx_index = ++p.tx_counter;

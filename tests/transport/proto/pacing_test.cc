@@ -207,5 +207,53 @@ TEST(Cubic, BestEffortPathShrinksOnLossAndGrowsWithout) {
   EXPECT_TRUE(net.events(1).back().message == msgs[0]);
 }
 
+// Path 1 of two equal reserved paths goes dead (both directions) 20 ms into an 8 MB message:
+// the sender declares it dead within a few RTTs (another path's data is acknowledged meanwhile),
+// resends its segments on path 0 and carries on at path 0's rate; when path 1 works again a
+// probe gets through and striping resumes.
+TEST(Multipath, ADeadPathIsDetectedResentAroundAndUsedAgainWhenItRecovers) {
+  ChannelOptions o = reserved_options();
+  PathSpec a;
+  a.rate_bps = 100'000'000;
+  o.paths = {a, a};
+  VirtualNet net(o, o, 11);
+  ASSERT_TRUE(transfer(net, random_messages({1'000'000}, 1)));  // both paths in use, RTT known
+  const auto messages = random_messages({8'000'000}, 2);
+  ASSERT_EQ(net.client().queue_message(messages[0], 7), Status::kOk);
+  net.run_until([] { return false; }, 20'000'000);
+  LinkFaults dead;
+  dead.loss = 1.0;
+  net.set_faults(0, dead, 1);
+  net.set_faults(1, dead, 1);
+  const int64_t failed_at = net.now_ns();
+  const size_t before = count_events(net.events(1), Event::Kind::kMessage);
+  const size_t completed = count_events(net.events(0), Event::Kind::kSendComplete);
+  ASSERT_TRUE(net.run_until(
+      [&] {
+        return count_events(net.events(1), Event::Kind::kMessage) == before + 1 &&
+               count_events(net.events(0), Event::Kind::kSendComplete) == completed + 1;
+      },
+      10'000'000'000));
+  const int64_t elapsed = net.now_ns() - failed_at;
+  const auto received = std::find_if(net.events(1).rbegin(), net.events(1).rend(), [](const Event& e) {
+    return e.kind == Event::Kind::kMessage;
+  });
+  EXPECT_TRUE(received->message == messages[0]);
+  EXPECT_EQ(net.client().stats().paths_failed, 1u);
+  // The rest (at most 8 MB) at one path's 100 Mbit/s takes 640 ms; detection costs a few RTTs.
+  EXPECT_LT(elapsed, int64_t{640'000'000} * 11 / 10 + 50'000'000) << elapsed;
+
+  LinkFaults healthy;
+  net.set_faults(0, healthy, 1);
+  net.set_faults(1, healthy, 1);
+  const std::vector<uint64_t> sent_before = net.client().path_segments_sent();
+  ASSERT_TRUE(transfer(net, random_messages({4'000'000}, 3)));
+  const std::vector<uint64_t> sent_after = net.client().path_segments_sent();
+  EXPECT_EQ(net.client().stats().paths_recovered, 1u);
+  const uint64_t on_path1 = sent_after[1] - sent_before[1];
+  const uint64_t on_path0 = sent_after[0] - sent_before[0];
+  EXPECT_GT(on_path1, on_path0 / 3) << on_path0 << " " << on_path1;  // striping again
+}
+
 }  // namespace
 }  // namespace detwan::transport::proto::testing
