@@ -88,6 +88,12 @@ struct ChannelOptions {
   // estimate), so that it is always >= rate x RTT.
   int64_t recv_window_bytes = 0;
   int64_t max_message_bytes = int64_t{16} << 30;
+  // Memory for messages being received: a message's buffer is allocated at its first segment,
+  // sized by the message size the peer names. A new message that would take the total beyond
+  // this waits (its segments are dropped, counted dropped_memory, and resent by the sender)
+  // unless it is the next message to deliver, which is always admitted (no deadlock); so a
+  // peer can hold at most this much plus one message of max_message_bytes.
+  int64_t max_reassembly_bytes = int64_t{4} << 30;
   // Memory the sender may hold for unacknowledged segments' metadata and FEC parity.
   int64_t send_buffer_bytes = int64_t{256} << 20;
   FecOptions fec;
@@ -107,6 +113,7 @@ struct ChannelStats {
   uint64_t dropped_malformed = 0;     // truncated / bad header / bad field
   uint64_t dropped_duplicate = 0;     // already received (duplicates and replays)
   uint64_t dropped_foreign = 0;       // other connection id
+  uint64_t dropped_memory = 0;        // first segments of messages beyond max_reassembly_bytes
   uint64_t timeouts = 0;              // retransmission timeouts fired
   // Multipath: a path with data in flight and nothing acknowledged for 3 srtt (+ 10 ms) while
   // another path's data is acknowledged is declared failed: its segments are resent on the

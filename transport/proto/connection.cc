@@ -106,6 +106,7 @@ void ConnectionImpl::release_buffers() {
   segments_.clear();
   lost_queue_.clear();
   in_messages_.clear();
+  reassembly_bytes_ = 0;
   rcv_ranges_.clear();
   parity_queue_.clear();
   fec_rx_blocks_.clear();

@@ -260,6 +260,7 @@ class ConnectionImpl {
   std::map<uint64_t, uint64_t> rcv_ranges_;  // [start, end) received above rcv_cum_
   uint64_t last_rcv_seq_ = 0;
   std::map<uint64_t, InMessage> in_messages_;
+  uint64_t reassembly_bytes_ = 0;  // sum of in_messages_' buffer sizes
   uint64_t next_deliver_id_ = 0;
   int pending_ack_segments_ = 0;
   bool ack_now_ = false;

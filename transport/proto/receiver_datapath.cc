@@ -107,14 +107,24 @@ Status ConnectionImpl::on_data(uint32_t path, const wire::Header& h, const wire:
       return Status::kMalformed;
     }
   } else {
-    // The buffer is allocated once, on the message's first segment (size from the header).
+    // The buffer is allocated once, on the message's first segment (size from the header),
+    // within the reassembly budget; the next message to deliver is always admitted.
+    if (d.message_id != next_deliver_id_ &&
+        reassembly_bytes_ + size > static_cast<uint64_t>(options_.max_reassembly_bytes)) {
+      stats_.dropped_memory++;  // not acknowledged: the sender resends it later
+      return Status::kDropped;
+    }
     it = in_messages_.emplace(d.message_id, InMessage{}).first;
     it->second.bytes.resize(size);
+    reassembly_bytes_ += size;
   }
   InMessage& m = it->second;
   if (len > 0 && !claim_range(m, d.offset, len)) {
     stats_.dropped_malformed++;  // overlaps bytes another segment already delivered
-    if (m.received_bytes == 0) in_messages_.erase(it);
+    if (m.received_bytes == 0) {
+      reassembly_bytes_ -= m.bytes.size();
+      in_messages_.erase(it);
+    }
     return Status::kMalformed;
   }
   if (len > 0) std::memcpy(m.bytes.data() + d.offset, d.payload.data(), len);
@@ -150,6 +160,7 @@ void ConnectionImpl::deliver_ready() {
     if (it->first != next_deliver_id_ || !it->second.complete) return;
     stats_.messages_received++;
     stats_.bytes_received += it->second.bytes.size();
+    reassembly_bytes_ -= it->second.bytes.size();
     Event e = make_event(Event::Kind::kMessage);
     e.message = std::move(it->second.bytes);
     events_.push_back(std::move(e));

@@ -186,6 +186,55 @@ TEST(Faults, InconsistentMessageSizeRejected) {
   EXPECT_EQ(count_events(net.events(1), Event::Kind::kMessage), 0u);
 }
 
+// A peer naming huge messages cannot make the receiver allocate beyond max_reassembly_bytes:
+// a new message's first segment beyond the budget is dropped (not allocated, not acknowledged)
+// unless it is the next message to deliver; real traffic still completes, resent.
+TEST(Faults, MessagesBeyondTheReassemblyBudgetWaitAndNothingIsAllocatedForThem) {
+  ChannelOptions server = reserved_options();
+  server.max_reassembly_bytes = 1'000'000;
+  VirtualNet net(reserved_options(), server, 3);
+  ASSERT_TRUE(net.run_until([&] { return net.has_server() && net.client().established(); },
+                            1'000'000'000));
+  std::vector<std::byte> buf(1472);
+  wire::Header h;
+  h.type = wire::Type::kData;
+  h.connection_id = net.client().connection_id();
+  const auto payload = random_bytes(100, 1);
+  wire::DataBody d;
+  d.seq = 0;
+  d.message_id = 0;  // the next to deliver: admitted even beyond the budget
+  d.message_size = 900'000;
+  d.payload = payload;
+  size_t n = wire::encode_data(h, d, buf);
+  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kOk);
+  d.seq = 1;
+  d.message_id = 5;  // a later message of 200 kB: 1.1 MB in total, beyond the budget
+  d.message_size = 200'000;
+  n = wire::encode_data(h, d, buf);
+  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kDropped);
+  d.message_size = 100'000;  // fits: 1.0 MB
+  n = wire::encode_data(h, d, buf);
+  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kOk);
+  EXPECT_EQ(net.server().stats().dropped_memory, 1u);
+  EXPECT_EQ(net.server().stats().dropped_malformed, 0u);
+}
+
+// Two paths, one 5 ms longer: a message's first segments arrive before the previous message
+// is complete, so several are in progress at once.
+TEST(Faults, RealTrafficCompletesExactlyThroughASmallReassemblyBudget) {
+  ChannelOptions client = reserved_options();
+  client.paths = {client.paths[0], client.paths[0]};
+  ChannelOptions server = client;
+  server.max_reassembly_bytes = 300'000;
+  VirtualNet net(client, server, 4);
+  LinkFaults slow;
+  slow.delay_ns = 6'000'000;
+  net.set_faults(0, slow, 1);
+  net.set_faults(1, slow, 1);
+  ASSERT_TRUE(transfer(net, random_messages({250'000, 250'000, 250'000, 1'000'000, 10}, 6)));
+  EXPECT_GT(net.server().stats().dropped_memory, 0u);
+}
+
 // Datagrams with a valid header and CRC but random bodies (what a hostile peer can send):
 // every one is handled without crashing and each rejected one is counted.
 TEST(Faults, RandomBodiesWithValidCrc) {
