@@ -1,6 +1,8 @@
 #include "control/gateway/tunnel_spec.h"
 
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -20,6 +22,18 @@ bool get_u64(const json::object& o, std::string_view key, uint64_t* out) {
     return true;
   }
   return false;
+}
+
+// A JSON array of slot numbers, sorted; nullopt if it is not one.
+std::optional<std::vector<uint32_t>> sorted_slots(const json::value* v) {
+  if (v == nullptr || !v->is_array()) return std::nullopt;
+  std::vector<uint32_t> out;
+  for (const json::value& item : v->as_array()) {
+    if (!item.is_int64() && !item.is_uint64()) return std::nullopt;
+    out.push_back(static_cast<uint32_t>(item.to_number<uint64_t>()));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace
@@ -69,15 +83,7 @@ bool TunnelSpec::matches(const json::object& a, std::string* difference) const {
     return differ("max_hold");
   }
   if (!get_u64(a, "dscp", &value) || value != dscp) return differ("dscp");
-  const json::value* s = a.if_contains("slots");
-  if (s == nullptr || !s->is_array()) return differ("slots");
-  std::vector<uint32_t> actual_slots;
-  for (const json::value& v : s->as_array()) {
-    if (!v.is_int64() && !v.is_uint64()) return differ("slots");
-    actual_slots.push_back(static_cast<uint32_t>(v.to_number<uint64_t>()));
-  }
-  std::sort(actual_slots.begin(), actual_slots.end());
-  if (actual_slots != slots) return differ("slots");
+  if (sorted_slots(a.if_contains("slots")) != slots) return differ("slots");
   const json::value* m = a.if_contains("match");
   if (m == nullptr || !m->is_object()) return differ("match");
   const json::value* dst = m->as_object().if_contains("dst");
@@ -95,15 +101,9 @@ bool TunnelSpec::matches(const json::object& a, std::string* difference) const {
   if (pp == nullptr || !pp->is_string() || pp->as_string() != protect_peer) {
     return differ("protection.peer");
   }
-  const json::value* ps = protection->as_object().if_contains("slots");
-  if (ps == nullptr || !ps->is_array()) return differ("protection.slots");
-  std::vector<uint32_t> actual_protect;
-  for (const json::value& v : ps->as_array()) {
-    if (!v.is_int64() && !v.is_uint64()) return differ("protection.slots");
-    actual_protect.push_back(static_cast<uint32_t>(v.to_number<uint64_t>()));
+  if (sorted_slots(protection->as_object().if_contains("slots")) != protect_slots) {
+    return differ("protection.slots");
   }
-  std::sort(actual_protect.begin(), actual_protect.end());
-  if (actual_protect != protect_slots) return differ("protection.slots");
   return true;
 }
 

@@ -182,6 +182,7 @@ class ConnectionImpl {
   void mark_lost(uint64_t seq, Segment& seg, int64_t now_ns);
   void detect_losses(uint32_t path, int64_t now_ns);
   void check_rto(uint32_t path, int64_t now_ns);
+  Segment* front_flight(uint32_t path, Flight* flight);
   // Declares the path dead (its in-flight segments lost, resent on the others) when it has been
   // silent for path_dead_after_ns while another path's data was acknowledged; on a dead path,
   // a probe older than that is declared lost.

@@ -21,6 +21,19 @@ bool stale(const Segment* s, const Flight& f, uint32_t path) {
 
 }  // namespace
 
+// The oldest flight of `path` still in flight (stale entries dropped on the way); nullptr if
+// none. *flight is set to it.
+Segment* ConnectionImpl::front_flight(uint32_t path, Flight* flight) {
+  PathState& p = paths_[path];
+  while (!p.flights.empty()) {
+    *flight = p.flights.front();
+    Segment* s = segment(flight->seq);
+    if (!stale(s, *flight, path)) return s;
+    p.flights.pop_front();
+  }
+  return nullptr;
+}
+
 Segment* ConnectionImpl::segment(uint64_t seq) {
   if (seq < seg_base_ || seq - seg_base_ >= segments_.size()) return nullptr;
   return &segments_[seq - seg_base_];
@@ -113,13 +126,8 @@ void ConnectionImpl::mark_lost(uint64_t seq, Segment& s, int64_t now_ns) {
 
 void ConnectionImpl::detect_losses(uint32_t path, int64_t now_ns) {
   PathState& p = paths_[path];
-  while (!p.flights.empty()) {
-    const Flight f = p.flights.front();
-    Segment* s = segment(f.seq);
-    if (stale(s, f, path)) {
-      p.flights.pop_front();
-      continue;
-    }
+  Flight f;
+  while (Segment* s = front_flight(path, &f)) {
     if (p.largest_acked_tx <= f.tx_index) break;  // nothing sent later on this path was acked
     const bool by_count = p.largest_acked_tx >= f.tx_index + 3;
     const bool lost = (by_count && now_ns >= s->fec_guard_ns) || now_ns >= reorder_deadline_ns(*s, p);
@@ -133,13 +141,8 @@ void ConnectionImpl::check_rto(uint32_t path, int64_t now_ns) {
   PathState& p = paths_[path];
   const int64_t rto = p.rtt.rto_ns();
   bool fired = false;
-  while (!p.flights.empty()) {
-    const Flight f = p.flights.front();
-    Segment* s = segment(f.seq);
-    if (stale(s, f, path)) {
-      p.flights.pop_front();
-      continue;
-    }
+  Flight f;
+  while (Segment* s = front_flight(path, &f)) {
     if (now_ns - s->sent_ns < rto) break;
     fired = true;
     mark_lost(f.seq, *s, now_ns);
@@ -161,13 +164,8 @@ void ConnectionImpl::check_path_alive(uint32_t path, int64_t now_ns) {
   if (paths_.size() < 2) return;
   PathState& p = paths_[path];
   const int64_t limit = path_dead_after_ns(p);
-  while (!p.flights.empty()) {
-    const Flight f = p.flights.front();
-    Segment* s = segment(f.seq);
-    if (stale(s, f, path)) {
-      p.flights.pop_front();
-      continue;
-    }
+  Flight f;
+  while (Segment* s = front_flight(path, &f)) {
     if (now_ns - s->sent_ns <= limit) return;  // the oldest is recent: nothing to say yet
     if (!p.dead) {
       // Silence alone is not a dead path: the peer may be slow or gone. Another path's data
