@@ -207,6 +207,37 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
     if (const sched::TxCounters* c = m.ports[t.port].scheduler.tunnel_counters(t.id)) {
       tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", labels, *c);
     }
+    if (t.protected_path()) {  // its copies, on the protection port (label port says which)
+      const Labels copy_labels{{"tunnel", std::to_string(t.id)},
+                               {"port", m.config.wan_ports[t.protect_port].name}};
+      if (const auto* c = m.ports[t.protect_port].scheduler.tunnel_counters(t.id)) {
+        tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", copy_labels, *c);
+      }
+    }
+    const TunnelCounters& tc = t.counters;
+    e.counter("detwan_gw_tunnel_tx_replicas_sent_total",
+              "Copies sent on the protection path (1+1 protection)", labels, tc.replicas_sent);
+    e.counter("detwan_gw_tunnel_tx_replicas_not_made_total",
+              "Copies the backend could not make (no buffer)", labels, tc.replicas_not_made);
+    for (uint32_t path = 0; path < (t.protected_path() ? kMaxPaths : 1); ++path) {
+      // Labelled with the path's own port.
+      const uint32_t port = path == kPrimaryPathId ? t.port : t.protect_port;
+      const Labels with_path{{"tunnel", std::to_string(t.id)},
+                             {"port", m.config.wan_ports[port].name},
+                             {"path", std::to_string(path)}};
+      e.counter("detwan_gw_tunnel_rx_path_packets_total",
+                "Data packets received on the path past the header checks", with_path,
+                tc.path_rx_packets[path]);
+      e.counter("detwan_gw_tunnel_rx_path_first_packets_total",
+                "Data packets whose first copy came on the path (delivered)", with_path,
+                tc.path_first_packets[path]);
+      e.counter("detwan_gw_tunnel_rx_path_eliminated_packets_total",
+                "Copies eliminated on the path: the other path's came first", with_path,
+                tc.path_eliminated_packets[path]);
+    }
+    e.counter("detwan_gw_tunnel_rx_peer_restarts_total",
+              "Replay window started again: the peer gateway restarted (new session epoch)",
+              labels, tc.peer_restarts);
     e.gauge("detwan_gw_tunnel_tx_next_sequence", "Sequence number of the tunnel's next data frame",
             labels, static_cast<double>(t.next_sequence));
     e.counter("detwan_gw_tunnel_tx_best_effort_offered_packets_total",
@@ -256,6 +287,9 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
     e.counter("detwan_gw_peer_keepalives_sent_total", "Keepalives sent", labels, c.keepalives_sent);
     e.counter("detwan_gw_peer_keepalives_received_total", "Keepalives received", labels,
               c.keepalives_received);
+    e.counter("detwan_gw_peer_restarts_total",
+              "Keepalives with a new session epoch: the peer gateway restarted", labels,
+              c.restarts);
   }
   const LocalIo& io = m.local;
   e.counter("detwan_gw_tun_rx_packets_total", "Packets read from the TUN device", {},

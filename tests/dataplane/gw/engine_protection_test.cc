@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <fmt/format.h>
 
 #include "tests/dataplane/gw/engine_sim_util.h"
 
@@ -53,6 +54,7 @@ uint64_t path_count(const boost::json::object& tunnel, uint32_t path, const char
 struct CutResult {
   uint64_t accepted = 0, delivered = 0, repeated = 0, off_time = 0;
   boost::json::object sender, receiver;
+  std::string receiver_metrics;  // Prometheus text
 };
 
 // 200 ms of tunnel-7 traffic a -> b at 100 Mbit/s; wan1 a -> b is cut at 100 ms.
@@ -78,6 +80,7 @@ CutResult run_with_cut(bool protect) {
   r.repeated = log.repeated();
   r.sender = tunnel7_stats(*g, 0);
   r.receiver = tunnel7_stats(*g, 1);
+  r.receiver_metrics = g->engine(1).prometheus_text(g->engine_now_ns(1));
   EXPECT_EQ(g->bad_frees(), 0u);
   return r;
 }
@@ -107,6 +110,12 @@ TEST(EngineProtection, APathCutMidStreamLosesNothingWhereTheUnprotectedTunnelLos
   EXPECT_EQ(prot.sender.at("tx").at("replicas_sent").to_number<uint64_t>(), prot.accepted);
   EXPECT_EQ(prot.sender.at("tx").at("replicas_not_made").to_number<uint64_t>(), 0u);
   EXPECT_TRUE(prot.receiver.at("protected").as_bool());
+  // The same per-path counters for Prometheus.
+  const std::string eliminated = fmt::format(
+      "detwan_gw_tunnel_rx_path_eliminated_packets_total{{tunnel=\"7\",port=\"wan2\",path=\"1\"}} "
+      "{}\n",
+      path_count(rx, 1, "eliminated_packets"));
+  EXPECT_NE(prot.receiver_metrics.find(eliminated), std::string::npos) << prot.receiver_metrics;
 }
 
 TEST(EngineProtection, BothCopiesCarryOneSequenceNumberAndFlagRTheCopyPathOne) {
