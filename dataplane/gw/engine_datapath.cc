@@ -15,16 +15,17 @@ using common::Status;
 namespace {
 
 // A protected tunnel's packet gets its sequence number now, so that both copies carry it; the
-// scheduler hands it back with the frame (tag = sequence + 1; 0 = give one at departure).
-uint64_t fix_sequence(TunnelState& tunnel, bool best_effort, SubmitInfo* info) noexcept {
+// scheduler hands it back with the frame (tag = sequence + 1; 0 = give one at departure). Fills
+// *info with what the backend needs to make the copy.
+uint64_t fix_sequence(TunnelState& tunnel, uint32_t index, bool best_effort,
+                      SubmitInfo* info) noexcept {
   if (!tunnel.protected_path()) return 0;
   const uint64_t sequence = tunnel.next_sequence++;
   if (info == nullptr) {
     ++tunnel.counters.replicas_not_made;
-    return sequence + 1;
+  } else {
+    *info = SubmitInfo{index, sequence, best_effort};
   }
-  info->replica_sequence = sequence;
-  info->replica_best_effort = best_effort;
   return sequence + 1;
 }
 
@@ -53,8 +54,7 @@ Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_pack
   }
   const auto bytes = static_cast<uint32_t>(ip_packet.size()) + port.frame_overhead_bytes;
   const bool best_effort = route.kind != RouteKind::kTunnel;
-  const uint64_t tag = fix_sequence(tunnel, best_effort, info);
-  if (info != nullptr && tag != 0) info->replica_tunnel = route.tunnel_index;
+  const uint64_t tag = fix_sequence(tunnel, route.tunnel_index, best_effort, info);
   if (!best_effort) return port.scheduler.enqueue(tunnel.id, handle, bytes, now_ns, tag);
   ++tunnel.counters.best_effort_offered_packets;
   tunnel.counters.best_effort_offered_bytes += ip_packet.size();
@@ -78,8 +78,7 @@ Status Engine::submit_service_st(uint32_t tunnel_index, uint64_t handle, uint32_
     m.count(EngineDrop::kTooBig);
     return Status::kDropped;
   }
-  const uint64_t tag = fix_sequence(tunnel, false, info);
-  if (info != nullptr && tag != 0) info->replica_tunnel = tunnel_index;
+  const uint64_t tag = fix_sequence(tunnel, tunnel_index, false, info);
   return port.scheduler.enqueue(tunnel.id, handle, payload_bytes + port.frame_overhead_bytes,
                                 now_ns, tag);
 }
