@@ -43,11 +43,14 @@ uint32_t Gateway::Impl::wan_rx_st(int64_t now_ns) noexcept {
       (void)rte_pktmbuf_adj(m, static_cast<uint16_t>(parsed.udp_payload_offset));
       (void)rte_pktmbuf_trim(m, static_cast<uint16_t>(m->data_len - parsed.udp_payload_bytes));
       gw::RxInfo info;
-      const std::span<const std::byte> payload(rte_pktmbuf_mtod(m, const std::byte*),
-                                               parsed.udp_payload_bytes);
+      const std::span<std::byte> payload(rte_pktmbuf_mtod(m, std::byte*),
+                                         parsed.udp_payload_bytes);
       const common::Status status =
           engine.on_wan_datagram_st(index, parsed.source, handle_of(m), payload, now_ns, &info);
       if (status == common::Status::kOk) {
+        // Keep header + plaintext: an authenticated packet's tag goes (opened in place).
+        (void)rte_pktmbuf_trim(
+            m, static_cast<uint16_t>(m->pkt_len - wire::kHeaderSize - info.payload_bytes));
         set_data_type(m, info.type);
         ++handled;
       } else {
@@ -67,12 +70,13 @@ void Gateway::Impl::send_data_st(const gw::TxEmit& emit) noexcept {
   }
   WanPortState& state = wan[emit.port_index];
   const bool ipv6 = state.address.local.ipv6;
-  wire::TunnelHeader header = emit.header;
-  header.type = static_cast<uint8_t>(data_type_of(m));
-  header.payload_length = static_cast<uint16_t>(m->pkt_len);
+  const uint32_t payload_bytes = m->pkt_len;
   const uint32_t outer = outer_header_bytes(ipv6);
+  // Room for the AEAD tag after the payload on an authenticated tunnel.
+  const auto trailer = static_cast<uint16_t>(emit.header.is_auth() ? aead::kTagBytes : 0);
   std::byte* frame = nullptr;
-  if (m->pkt_len <= wire::kMaxPayloadBytes && m->nb_segs == 1) {
+  if (payload_bytes + trailer <= wire::kMaxPayloadBytes && m->nb_segs == 1 &&
+      (trailer == 0 || rte_pktmbuf_append(m, trailer) != nullptr)) {
     frame = reinterpret_cast<std::byte*>(
         rte_pktmbuf_prepend(m, static_cast<uint16_t>(outer + wire::kHeaderSize)));
   }
@@ -84,9 +88,10 @@ void Gateway::Impl::send_data_st(const gw::TxEmit& emit) noexcept {
   }
   const OuterSpec spec{state.address.mac, state.next_hop_mac, &state.address.local,
                        emit.destination, emit.dscp};
-  const wire::EncodeResult encoded =
-      wire::encode(header, std::span<std::byte>(frame + outer, wire::kHeaderSize));
-  if (encoded.status != wire::EncodeStatus::kOk ||
+  const std::size_t encoded = engine.encode_frame_st(
+      emit, data_type_of(m), std::span<std::byte>(frame + outer, m->data_len - outer),
+      payload_bytes);
+  if (encoded == 0 ||
       !build_outer_headers(std::span<std::byte>(frame, m->data_len), spec,
                            state.port->tx_ip_checksum_offload(),
                            state.port->tx_udp_checksum_offload())) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "dataplane/aead/aead.h"
 #include "dataplane/sched/gate_control_list.h"
 #include "dataplane/sched/playout.h"
 #include "dataplane/sched/token_bucket.h"
@@ -102,6 +103,21 @@ struct TunnelProtection {
   friend bool operator==(const TunnelProtection&, const TunnelProtection&) = default;
 };
 
+// An authenticated, encrypted tunnel (docs/wire-format.md, "Authenticated tunnels"): every
+// packet is sealed with `tx_key`; every key held may open. Two keys exist only while a key is
+// being rotated. Secrets are never printed (describe() and tunnels_json() show fingerprints).
+struct TunnelKey {
+  uint8_t id = 0;     // 1 .. 255, names the key in configuration and stats (not on the wire)
+  aead::Key secret{};
+  friend bool operator==(const TunnelKey&, const TunnelKey&) = default;
+};
+struct TunnelAuth {
+  aead::Cipher cipher = aead::Cipher::kAes256Gcm;
+  std::vector<TunnelKey> keys;  // 1 or 2, distinct ids
+  uint8_t tx_key = 0;           // id of the key that seals what the tunnel sends
+  friend bool operator==(const TunnelAuth&, const TunnelAuth&) = default;
+};
+
 struct TunnelConfig {
   uint32_t id = 0;             // 1 .. 2^32-1, unique in the gateway, the same at both ends
   std::string peer;            // PeerConfig name
@@ -134,6 +150,7 @@ struct TunnelConfig {
   std::optional<Endpoint> service_listen;
   std::optional<Endpoint> service_deliver;
   std::optional<TunnelProtection> protection;  // nullopt: one path
+  std::optional<TunnelAuth> auth;              // nullopt: packets are not authenticated
   friend bool operator==(const TunnelConfig&, const TunnelConfig&) = default;
 };
 

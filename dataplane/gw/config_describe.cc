@@ -195,6 +195,17 @@ void describe_tunnel(std::string* out, const GatewayConfig& config, const Tunnel
     *out += fmt::format("      slots: {}\n",
                         quoted(sched::format_slot_list(tunnel.protection->slots)));
   }
+  if (tunnel.auth) {
+    // Secrets are never printed: the keys by id and fingerprint (first 8 bytes of SHA-256).
+    *out += "    auth:\n";
+    *out += fmt::format("      cipher: {}\n", aead::to_string(tunnel.auth->cipher));
+    *out += "      keys:\n";
+    for (const TunnelKey& key : tunnel.auth->keys) {
+      *out += fmt::format("        - id: {}\n          secret: \"(fingerprint {})\"\n", key.id,
+                          aead::fingerprint(key.secret));
+    }
+    *out += fmt::format("      tx_key: {}\n", tunnel.auth->tx_key);
+  }
   comment(out, "    ", tunnel_derived(config, tunnel));
 }
 

@@ -90,6 +90,14 @@ common::Result<void> check_immutable(const TunnelConfig& now, const TunnelConfig
   if (protection_peer(next) != protection_peer(now)) {
     return refuse("protection.peer", protection_peer(now), protection_peer(next));
   }
+  // Keys and cipher may change (rotation); turning authentication on or off may not: frames
+  // already queued were sized for the one or the other.
+  const auto auth_text = [](const TunnelConfig& t) {
+    return t.auth ? std::string(aead::to_string(t.auth->cipher)) : std::string("none");
+  };
+  if (next.auth.has_value() != now.auth.has_value()) {
+    return refuse("auth", auth_text(now), auth_text(next));
+  }
   if (next.replay_window_bits != now.replay_window_bits) {
     return refuse("replay_window", std::to_string(now.replay_window_bits),
                   std::to_string(next.replay_window_bits));

@@ -1,5 +1,7 @@
 // Loading one tunnel of the gateway configuration (the `tunnels:` list items).
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -113,13 +115,81 @@ void parse_protection(const ConfigNode& node, TunnelConfig* tunnel) {
   tunnel->protection = std::move(protection);
 }
 
+// A key file holds the 64 hex digits (surrounding white space ignored). It should be readable
+// by the gateway's user only; the gateway does not insist (docs/gateway.md, "auth").
+std::string read_secret_file(const ConfigNode& node) {
+  const std::string path = node.as_string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) node.fail(fmt::format("cannot read key file '{}'", path));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > 4096) node.fail(fmt::format("key file '{}' is not a key", path));
+  const auto first = text.find_first_not_of(" \t\r\n");
+  const auto last = text.find_last_not_of(" \t\r\n");
+  return first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
+}
+
+// auth: {cipher, keys: [{id, secret | secret_file}], tx_key}
+void parse_auth(const ConfigNode& node, TunnelConfig* tunnel) {
+  node.check_keys({"cipher", "keys", "tx_key"});
+  TunnelAuth auth;
+  if (const auto cipher = node.maybe_child("cipher")) {
+    const auto parsed = aead::cipher_from_string(cipher->as_string());
+    if (!parsed) {
+      cipher->fail(fmt::format("'{}' is not one of: aes-256-gcm, chacha20-poly1305",
+                               cipher->as_string()));
+    }
+    auth.cipher = *parsed;
+  }
+  const ConfigNode keys = node.child("keys");
+  if (!keys.is_sequence() || keys.items().empty() || keys.items().size() > 2) {
+    keys.fail("expected a list of one key, or two while a key is rotated");
+  }
+  for (const ConfigNode& item : keys.items()) {
+    item.check_keys({"id", "secret", "secret_file"});
+    TunnelKey key;
+    key.id = static_cast<uint8_t>(item.child("id").as_int(1, 255));
+    for (const TunnelKey& other : auth.keys) {
+      if (other.id == key.id) item.child("id").fail(fmt::format("key id {} twice", key.id));
+    }
+    const auto secret = item.maybe_child("secret");
+    const auto file = item.maybe_child("secret_file");
+    if (secret.has_value() == file.has_value()) {
+      item.fail("a key needs exactly one of 'secret' (64 hex digits) or 'secret_file'");
+    }
+    std::string hex;
+    if (secret) {
+      hex = secret->as_string();
+    } else {
+      hex = read_secret_file(*file);
+    }
+    const auto parsed = aead::key_from_hex(hex);
+    if (!parsed) {
+      (secret ? *secret : *file)
+          .fail(fmt::format("a key is 64 hex digits (32 bytes), got {} characters", hex.size()));
+    }
+    key.secret = *parsed;
+    auth.keys.push_back(key);
+  }
+  if (const auto tx = node.maybe_child("tx_key")) {
+    auth.tx_key = static_cast<uint8_t>(tx->as_int(1, 255));
+    const bool held = std::any_of(auth.keys.begin(), auth.keys.end(),
+                                  [&](const TunnelKey& k) { return k.id == auth.tx_key; });
+    if (!held) tx->fail(fmt::format("key {} is not one of the tunnel's keys", auth.tx_key));
+  } else if (auth.keys.size() == 1) {
+    auth.tx_key = auth.keys.front().id;
+  } else {
+    node.fail("two keys: say which one seals with 'tx_key'");
+  }
+  tunnel->auth = std::move(auth);
+}
+
 }  // namespace
 
 TunnelConfig parse_tunnel(const ConfigNode& node) {
   node.check_keys({"id", "peer", "owner", "rate", "slots", "burst", "over_rate", "shaper_rate",
                    "queue", "max_wait", "missed_slot", "bound", "late", "max_hold",
                    "playout_capacity", "dscp", "replay_window", "match", "service",
-                   "protection"});
+                   "protection", "auth"});
   TunnelConfig tunnel;
   tunnel.id = static_cast<uint32_t>(node.child("id").as_int(1, UINT32_MAX));
   tunnel.peer = name_value(node.child("peer"));
@@ -199,6 +269,7 @@ TunnelConfig parse_tunnel(const ConfigNode& node) {
   if (const auto protection = node.maybe_child("protection")) {
     parse_protection(*protection, &tunnel);
   }
+  if (const auto auth = node.maybe_child("auth")) parse_auth(*auth, &tunnel);
   return tunnel;
 }
 

@@ -111,15 +111,21 @@ void validate_tun(const GatewayConfig& config, const FieldLocator& at) {
     }
     return;
   }
+  // An authenticated tunnel's packets carry the AEAD tag too.
+  const bool any_auth = std::any_of(config.tunnels.begin(), config.tunnels.end(),
+                                    [](const TunnelConfig& t) { return t.auth.has_value(); });
   for (size_t i = 0; i < config.wan_ports.size(); ++i) {
     const WanPortConfig& port = config.wan_ports[i];
-    const auto overhead = static_cast<uint32_t>(wire::encap_overhead_bytes(ip_version(port.local)));
+    const auto overhead =
+        static_cast<uint32_t>(wire::encap_overhead_bytes(ip_version(port.local)) +
+                              (any_auth ? aead::kTagBytes : 0));
     if (tun.mtu_bytes + overhead > port.mtu_bytes) {
       at.fail(
           "tun.mtu",
-          fmt::format("tun.mtu {} + {} bytes of {} encapsulation = {} exceeds the mtu {} of "
+          fmt::format("tun.mtu {} + {} bytes of {} encapsulation{} = {} exceeds the mtu {} of "
                       "WAN port '{}' ({}.mtu); use tun.mtu <= {}",
-                      tun.mtu_bytes, overhead, ip_name(port.local.ipv6), tun.mtu_bytes + overhead,
+                      tun.mtu_bytes, overhead, ip_name(port.local.ipv6),
+                      any_auth ? " and AEAD tag" : "", tun.mtu_bytes + overhead,
                       port.mtu_bytes, port.name, port_path(i), port.mtu_bytes - overhead));
     }
   }
@@ -219,6 +225,29 @@ void validate_tunnels(const GatewayConfig& config, const FieldLocator& at) {
                             "(min_path_delay of peer '{}'): its copies would all be late",
                             format_duration_ns(tunnel.bound_ns),
                             format_duration_ns(replica->min_path_delay_ns), replica->name));
+      }
+    }
+    // A peer's tunnels share its control exchange (clock, keepalives, restart epochs), which
+    // runs on one of them: either all are authenticated or none, or an unauthenticated one
+    // would carry forged control packets that move the authenticated tunnels' state.
+    for (size_t j = 0; j < i; ++j) {
+      const TunnelConfig& other = config.tunnels[j];
+      const auto peers_of = [](const TunnelConfig& t) {
+        std::vector<std::string> names{t.peer};
+        if (t.protection) names.push_back(t.protection->peer);
+        return names;
+      };
+      bool shared = false;
+      for (const std::string& a : peers_of(tunnel)) {
+        for (const std::string& b : peers_of(other)) shared = shared || a == b;
+      }
+      if (shared && other.auth.has_value() != tunnel.auth.has_value()) {
+        at.fail(path + ".auth",
+                fmt::format("tunnel {} {} authenticated and tunnel {} to the same peer {}: a "
+                            "peer's tunnels are all authenticated or none (they share one "
+                            "control exchange)",
+                            tunnel.id, tunnel.auth ? "is" : "is not", other.id,
+                            other.auth ? "is" : "is not"));
       }
     }
     if (tunnel.shaper_rate_bps != 0 && tunnel.shaper_rate_bps < tunnel.rate_bps) {

@@ -149,6 +149,11 @@ common::Result<TunnelSetup> tunnel_setup(const GatewayConfig& config,
   if (auto ok = sched::Playout::validate(setup.best_effort); !ok) {
     return config_error(where + ok.error().message);
   }
+  if (tunnel.auth) {
+    auto auth = make_auth(*tunnel.auth, nullptr);
+    if (!auth) return config_error(where + auth.error().message);
+    setup.auth = std::move(*auth);
+  }
   setup.config = tunnel;
   return setup;
 }
@@ -179,6 +184,7 @@ common::Result<TunnelState> make_tunnel(TunnelSetup setup) {
       .replay_drops = {},
       .next_sequence = 0,
       .counters = {},
+      .auth = std::move(setup.auth),
   };
 }
 
@@ -216,6 +222,7 @@ void restart_tunnel(TunnelState& drained, TunnelSetup&& setup) noexcept {
   drained.next_sequence = 0;
   drained.peer_epoch = 0;
   drained.counters = {};
+  drained.auth = std::move(setup.auth);
 }
 
 namespace {
@@ -262,6 +269,14 @@ std::string_view to_string(EngineDrop reason) noexcept {
       return "control_backlog";
     case EngineDrop::kUnknownPath:
       return "unknown_path";
+    case EngineDrop::kAuthMissing:
+      return "auth_missing";
+    case EngineDrop::kAuthUnexpected:
+      return "auth_unexpected";
+    case EngineDrop::kAuthTruncated:
+      return "auth_truncated";
+    case EngineDrop::kAuthFailed:
+      return "auth_failed";
     case EngineDrop::kCount:
       break;
   }

@@ -48,6 +48,12 @@ enum class EngineDrop : uint8_t {
   kControlBacklog,  // control packet not sent: the control outbox was full
   kUnknownPath,     // WAN packet for a known tunnel with a path id it does not have (0, and 1
                     // on a protected tunnel)
+  // Authenticated tunnels (docs/wire-format.md): also counted per tunnel.
+  kAuthMissing,     // the tunnel has keys, the packet lacks flag A
+  kAuthUnexpected,  // flag A on a tunnel without keys
+  kAuthTruncated,   // flag A and a payload shorter than the tag
+  kAuthFailed,      // no key of the tunnel opens it (forged, corrupted, replayed into another
+                    // tunnel or header)
   kCount
 };
 inline constexpr int kEngineDropCount = static_cast<int>(EngineDrop::kCount);
@@ -98,9 +104,9 @@ struct TxEmit {
   uint32_t wire_bytes = 0;
   int64_t departure_ns = 0;
   int64_t tx_end_ns = 0;
-  // Data frames: the header the backend encodes in front of its payload after setting
-  // header.type from its buffer (wire::encode). Sequence, cycle id, flags, tunnel/path id,
-  // payload_length (as submitted) and tx timestamp (= now_ns) are already filled in.
+  // Data frames: the header encode_frame_st() writes in front of the payload. Sequence, cycle
+  // id, flags (A on an authenticated tunnel), session, tunnel/path id and tx timestamp are
+  // filled in; type and payload length come from the backend's buffer.
   wire::TunnelHeader header;
   // Control frames: the complete UDP payload (header + body), valid during the sink call.
   std::span<const std::byte> bytes;
@@ -122,7 +128,7 @@ struct RxInfo {
   uint32_t tunnel_index = 0;
   wire::DataType type = wire::DataType::kDatagram;
   uint32_t payload_offset = 0;  // = wire::kHeaderSize
-  uint32_t payload_bytes = 0;
+  uint32_t payload_bytes = 0;   // plaintext (an authenticated packet's tag follows it)
 };
 
 // Handed to the poll_rx sink: one packet whose release time has come.
@@ -188,6 +194,16 @@ class Engine {
   // The backend could not copy a packet for the protection path (counted on the tunnel).
   void replica_not_made_st(const SubmitInfo& info) noexcept;
 
+  // A data frame's bytes, for the sink of poll_tx_st: `frame` starts wire::kHeaderSize before
+  // the payload (payload_bytes of it) and extends as far as the buffer does; writes the header
+  // (emit.header with `type` and the payload length) and, on an authenticated tunnel
+  // (emit.header.is_auth()), seals the payload in place and appends the aead::kTagBytes tag.
+  // Returns the UDP payload size to send, or 0: no room (counted seal_failed on the tunnel) or
+  // an invalid header — the caller frees the buffer and counts a tx error.
+  [[nodiscard]] std::size_t encode_frame_st(const TxEmit& emit, wire::DataType type,
+                                            std::span<std::byte> frame,
+                                            std::size_t payload_bytes) noexcept;
+
   // Hands every frame due at now_ns to sink(const TxEmit&), across all WAN ports in departure
   // order, at most max_frames. Returns how many. The sink must send (or free when !send) before
   // returning, or copy what it needs: `bytes` and `destination` are only valid during the call.
@@ -202,7 +218,10 @@ class Engine {
   // (unknown_tunnel), source == the endpoint of the peer the path id names (path 1 on a
   // protected tunnel: its protection peer; else its peer) (wrong_peer; all 16 address bytes
   // are compared, so a backend zeroes the unused 12 of an IPv4 address), port (wrong_port),
-  // path id 0, or 1 when protected (unknown_path) -> kDropped. Data packets: replay window
+  // path id 0, or 1 when protected (unknown_path) -> kDropped. Then authentication, before any
+  // state is touched: a tunnel with keys needs flag A and a payload its keys open, which is
+  // decrypted in place (auth_missing, auth_truncated, auth_failed); flag A on a tunnel without
+  // keys is auth_unexpected -> kDropped. Data packets: replay window
   // (duplicate/too_old -> kDropped, counted on the port and the tunnel; on a protected tunnel a
   // duplicate is the other path's copy: counted eliminated on the tunnel's path, not a drop
   // reason), then the tunnel's playout (flag B: released
@@ -211,7 +230,7 @@ class Engine {
   // kInvalidArgument: port_index out of range or info == nullptr.
   [[nodiscard]] common::Status on_wan_datagram_st(uint32_t port_index, const Endpoint& source,
                                                   uint64_t handle,
-                                                  std::span<const std::byte> udp_payload,
+                                                  std::span<std::byte> udp_payload,
                                                   int64_t now_ns, RxInfo* info) noexcept;
   // Hands every packet whose release time has come to sink(const RxEmit&). The backend
   // delivers it (TUN write or service send) and frees the buffer.

@@ -72,8 +72,16 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
 
   // Modified tunnels: their new release policy, checked before anything changes.
   std::vector<std::pair<uint32_t, TunnelConfig>> modified;
+  std::vector<std::unique_ptr<TunnelAuthState>> modified_auth;  // new keys (nullptr: none)
   for (const TunnelConfig& tunnel : changes.modify) {
     const uint32_t index = m.find_tunnel(tunnel.id);
+    std::unique_ptr<TunnelAuthState> auth;
+    if (tunnel.auth) {
+      auto made = make_auth(*tunnel.auth, m.tunnels[index].auth.get());
+      if (!made) return std::unexpected(internal(fmt::format("tunnel {}", tunnel.id), made.error()));
+      auth = std::move(*made);
+    }
+    modified_auth.push_back(std::move(auth));
     sched::PlayoutConfig playout = m.tunnels[index].on_time.config();
     playout.bound_ns = tunnel.bound_ns;
     playout.late_action = tunnel.late;
@@ -124,8 +132,10 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
     }
   }
   for (const uint32_t index : removed_indices) m.tunnels[index].active = false;
-  for (auto& [index, config] : modified) {
+  for (size_t k = 0; k < modified.size(); ++k) {
+    auto& [index, config] = modified[k];
     TunnelState& tunnel = m.tunnels[index];
+    tunnel.auth = std::move(modified_auth[k]);  // auth on/off cannot change (config_runtime)
     tunnel.on_time.set_release_policy(config.bound_ns, config.late, config.max_hold_ns);
     tunnel.best_effort.set_release_policy(0, config.late, config.max_hold_ns);
     tunnel.config = std::move(config);

@@ -81,8 +81,18 @@ bool Engine::Impl::emit_control(uint32_t slot, const sched::TxFrame& frame, int6
   header.sequence = peer.control_sequence;
   header.cycle_id = static_cast<uint64_t>(frame.cycle_id);
   header.tx_time_ns = now_ns;
+  TunnelAuthState* auth = tunnels[tunnel_index].auth.get();
+  if (auth != nullptr) {
+    header.flags = wire::kFlagControl | wire::kFlagAuth;
+    header.session = auth->tx_session;
+  }
   const wire::EncodeResult encoded = wire::encode_control(header, body, control_scratch);
   if (encoded.status != wire::EncodeStatus::kOk) return false;  // only with now_ns < 0
+  std::size_t size = encoded.size;
+  if (auth != nullptr) {  // sealed like data (counted seal_failed if that ever fails)
+    size = seal_frame(*auth, control_scratch, encoded.size - wire::kHeaderSize);
+    if (size == 0) return false;
+  }
 
   ++peer.control_sequence;
   if (std::holds_alternative<wire::TimeRequest>(body)) {
@@ -93,15 +103,15 @@ bool Engine::Impl::emit_control(uint32_t slot, const sched::TxFrame& frame, int6
     ++peer.keepalive_counter;
     ++peer.counters.keepalives_sent;
   }
-  header.flags = wire::kFlagControl;
+  header.flags = auth != nullptr ? wire::kFlagControl | wire::kFlagAuth : wire::kFlagControl;
   header.type = static_cast<uint8_t>(wire::type_of(body));
-  header.payload_length = static_cast<uint16_t>(encoded.size - wire::kHeaderSize);
+  header.payload_length = static_cast<uint16_t>(size - wire::kHeaderSize);
   emit->control = true;
   emit->tunnel_index = tunnel_index;
   emit->destination = &peer_cfg.endpoint;
   emit->dscp = frame.best_effort ? port_config(port).best_effort_dscp : tunnel_config(tunnel).dscp;
   emit->header = header;
-  emit->bytes = std::span<const std::byte>(control_scratch.data(), encoded.size);
+  emit->bytes = std::span<const std::byte>(control_scratch.data(), size);
   port.scheduler.record_departure(frame, now_ns);
   return true;
 }

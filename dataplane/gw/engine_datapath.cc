@@ -48,11 +48,12 @@ Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_pack
   }
   TunnelState& tunnel = m.tunnels[route.tunnel_index];
   PortState& port = m.ports[tunnel.port];
-  if (ip_packet.size() > port.max_payload_bytes) {
+  if (ip_packet.size() + tunnel.trailer_bytes() > port.max_payload_bytes) {
     m.count(EngineDrop::kTooBig);
     return Status::kDropped;
   }
-  const auto bytes = static_cast<uint32_t>(ip_packet.size()) + port.frame_overhead_bytes;
+  const auto bytes = static_cast<uint32_t>(ip_packet.size()) + port.frame_overhead_bytes +
+                     tunnel.trailer_bytes();
   const bool best_effort = route.kind != RouteKind::kTunnel;
   const uint64_t tag = fix_sequence(tunnel, route.tunnel_index, best_effort, info);
   if (!best_effort) return port.scheduler.enqueue(tunnel.id, handle, bytes, now_ns, tag);
@@ -74,13 +75,14 @@ Status Engine::submit_service_st(uint32_t tunnel_index, uint64_t handle, uint32_
     return Status::kDropped;
   }
   PortState& port = m.ports[tunnel.port];
-  if (payload_bytes > port.max_payload_bytes) {
+  if (payload_bytes + tunnel.trailer_bytes() > port.max_payload_bytes) {
     m.count(EngineDrop::kTooBig);
     return Status::kDropped;
   }
   const uint64_t tag = fix_sequence(tunnel, tunnel_index, false, info);
-  return port.scheduler.enqueue(tunnel.id, handle, payload_bytes + port.frame_overhead_bytes,
-                                now_ns, tag);
+  return port.scheduler.enqueue(
+      tunnel.id, handle, payload_bytes + port.frame_overhead_bytes + tunnel.trailer_bytes(),
+      now_ns, tag);
 }
 
 Status Engine::submit_replica_st(const SubmitInfo& info, uint64_t handle, uint32_t payload_bytes,
@@ -92,11 +94,11 @@ Status Engine::submit_replica_st(const SubmitInfo& info, uint64_t handle, uint32
   TunnelState& tunnel = m.tunnels[info.replica_tunnel];
   if (!tunnel.active || !tunnel.protected_path()) return Status::kInvalidArgument;
   PortState& port = m.ports[tunnel.protect_port];
-  if (payload_bytes > port.max_payload_bytes) {
+  if (payload_bytes + tunnel.trailer_bytes() > port.max_payload_bytes) {
     m.count(EngineDrop::kTooBig);
     return Status::kDropped;
   }
-  const uint32_t bytes = payload_bytes + port.frame_overhead_bytes;
+  const uint32_t bytes = payload_bytes + port.frame_overhead_bytes + tunnel.trailer_bytes();
   const uint64_t tag = info.replica_sequence + 1;
   if (info.replica_best_effort) {
     return port.scheduler.enqueue_best_effort(handle, bytes, now_ns, tunnel.id, tag);
@@ -170,6 +172,10 @@ bool Engine::next_tx_st(int64_t now_ns, TxEmit* emit) noexcept {
     h.tunnel_id = tunnel.id;
     h.path_id = replica ? kProtectionPathId : kPrimaryPathId;
     if (tunnel.protected_path()) h.flags |= wire::kFlagReplica;  // both copies
+    if (tunnel.auth) {
+      h.flags |= wire::kFlagAuth;
+      h.session = tunnel.auth->tx_session;
+    }
     h.payload_length = static_cast<uint16_t>(frame.bytes - port.frame_overhead_bytes);
     h.cycle_id = static_cast<uint64_t>(frame.cycle_id);
     // When the packet entered the tunnel (docs/wire-format.md, tx_time_ns): the far end releases
@@ -194,8 +200,30 @@ bool Engine::next_tx_st(int64_t now_ns, TxEmit* emit) noexcept {
   }
 }
 
+std::size_t Engine::encode_frame_st(const TxEmit& emit, wire::DataType type,
+                                    std::span<std::byte> frame,
+                                    std::size_t payload_bytes) noexcept {
+  Impl& m = *impl_;
+  wire::TunnelHeader header = emit.header;
+  header.type = static_cast<uint8_t>(type);
+  TunnelAuthState* auth = nullptr;
+  if (header.is_auth()) {
+    if (emit.tunnel_index >= m.tunnels.size() || !m.tunnels[emit.tunnel_index].auth) return 0;
+    auth = m.tunnels[emit.tunnel_index].auth.get();
+  }
+  const std::size_t trailer = auth != nullptr ? aead::kTagBytes : 0;
+  if (payload_bytes + trailer > wire::kMaxPayloadBytes ||
+      frame.size() < wire::kHeaderSize + payload_bytes) {
+    return 0;
+  }
+  header.payload_length = static_cast<uint16_t>(payload_bytes + trailer);
+  if (wire::encode(header, frame).status != wire::EncodeStatus::kOk) return 0;
+  if (auth == nullptr) return wire::kHeaderSize + payload_bytes;
+  return seal_frame(*auth, frame, payload_bytes);  // 0 (counted) if the tag does not fit
+}
+
 Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, uint64_t handle,
-                                  std::span<const std::byte> udp_payload, int64_t now_ns,
+                                  std::span<std::byte> udp_payload, int64_t now_ns,
                                   RxInfo* info) noexcept {
   Impl& m = *impl_;
   if (port_index >= m.ports.size() || info == nullptr) return Status::kInvalidArgument;
@@ -205,7 +233,7 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
     port.rx_drops.add(decoded.error());
     return Status::kMalformed;
   }
-  const wire::PacketView& packet = *decoded;
+  wire::PacketView packet = *decoded;
   const uint32_t index = m.find_tunnel(packet.header.tunnel_id);
   if (index == kNoIndex) {
     m.count(EngineDrop::kUnknownTunnel);
@@ -228,6 +256,10 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
   if (path != kPrimaryPathId && !replica) {
     m.count(EngineDrop::kUnknownPath);
     return Status::kDropped;
+  }
+  // Authentication, before the packet touches any state (replay window, playout, clock).
+  if (tunnel.auth || packet.header.is_auth()) {
+    if (!m.open(tunnel, udp_payload, &packet)) return Status::kDropped;
   }
   if (packet.header.is_control()) {
     const auto body = wire::decode_control(packet);

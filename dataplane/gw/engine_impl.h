@@ -4,12 +4,15 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "dataplane/gw/classify.h"
 #include "dataplane/gw/clock_filter.h"
 #include "dataplane/gw/config.h"
+#include "dataplane/gw/engine_auth.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/sched/playout.h"
 #include "dataplane/sched/tx_scheduler.h"
@@ -64,6 +67,7 @@ struct TunnelCounters {
   uint64_t peer_restarts = 0;
   uint64_t replicas_sent = 0;  // copies sent on the protection path
   uint64_t replicas_not_made = 0;  // the backend could not copy the packet (no buffer)
+  uint64_t auth_unexpected_packets = 0;  // flag A on this tunnel, which has no keys
 };
 
 // One engine tunnel index. Indices are stable: a removed tunnel stays here, inactive, until its
@@ -87,6 +91,11 @@ struct TunnelState {
   uint64_t next_sequence = 0;       // of the next data frame it sends
   uint64_t peer_epoch = 0;          // the far gateway's session epoch its window is for; 0: none
   TunnelCounters counters;
+  std::unique_ptr<TunnelAuthState> auth;  // nullptr: not authenticated
+  // Bytes a packet grows by after its payload: the AEAD tag on an authenticated tunnel.
+  [[nodiscard]] uint32_t trailer_bytes() const noexcept {
+    return auth ? static_cast<uint32_t>(aead::kTagBytes) : 0;
+  }
 };
 
 struct PeerCounters {
@@ -145,7 +154,8 @@ struct Engine::Impl {
   std::vector<ControlSlot> outbox;
   std::array<uint64_t, kEngineDropCount> drops{};
   LocalIo local;
-  std::array<std::byte, wire::kHeaderSize + wire::kTimeResponseBodySize> control_scratch{};
+  std::array<std::byte, wire::kHeaderSize + wire::kTimeResponseBodySize + aead::kTagBytes>
+      control_scratch{};
 
   [[nodiscard]] uint32_t find_tunnel(uint32_t id) const noexcept;
   void count(EngineDrop reason) noexcept { ++drops[static_cast<std::size_t>(reason)]; }
@@ -173,6 +183,10 @@ struct Engine::Impl {
                     TxEmit* emit) noexcept;
   // A control packet from peer `peer` on one of its control tunnel's paths.
   void on_control(uint32_t peer, const wire::ControlBody& body, int64_t now_ns) noexcept;
+  // Authenticates a WAN packet of `tunnel` (it has keys, or the packet has flag A): opens it
+  // in place and trims packet->payload to the plaintext. False: dropped and counted (engine
+  // and tunnel). engine_auth_datapath.cc.
+  bool open(TunnelState& tunnel, std::span<std::byte> datagram, wire::PacketView* packet) noexcept;
   void mark_alive(PeerState& peer, int64_t now_ns) noexcept;
   void apply_offset(PeerState& peer) noexcept;
   // A keepalive from `peer` with session epoch `epoch`: a new one (the peer restarted) starts
@@ -193,6 +207,7 @@ struct TunnelSetup {
   uint32_t protect_port = kNoIndex;
   sched::PlayoutConfig on_time;
   sched::PlayoutConfig best_effort;  // bound 0
+  std::unique_ptr<TunnelAuthState> auth;
 };
 // Errors name the tunnel.
 common::Result<TunnelSetup> tunnel_setup(const GatewayConfig& config,

@@ -238,6 +238,22 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
     e.counter("detwan_gw_tunnel_rx_peer_restarts_total",
               "Replay window started again: the peer gateway restarted (new session epoch)",
               labels, tc.peer_restarts);
+    if (t.auth) {  // authenticated tunnel (docs/wire-format.md, "Authenticated tunnels")
+      const AuthCounters& ac = t.auth->counters;
+      e.counter("detwan_gw_tunnel_auth_sealed_packets_total",
+                "Packets sealed with the tunnel's transmit key (data and control)", labels,
+                ac.sealed_packets);
+      e.counter("detwan_gw_tunnel_auth_opened_packets_total",
+                "Packets a key of the tunnel opened (data and control)", labels,
+                ac.opened_packets);
+      for (int r = 0; r < kAuthDropCount; ++r) {
+        Labels with_reason = labels;
+        with_reason.emplace_back("reason", std::string(to_string(static_cast<AuthDrop>(r))));
+        e.counter("detwan_gw_tunnel_auth_drops_total",
+                  "Packets refused before touching any state, by reason", with_reason,
+                  ac.drops[static_cast<size_t>(r)]);
+      }
+    }
     e.gauge("detwan_gw_tunnel_tx_next_sequence", "Sequence number of the tunnel's next data frame",
             labels, static_cast<double>(t.next_sequence));
     e.counter("detwan_gw_tunnel_tx_best_effort_offered_packets_total",

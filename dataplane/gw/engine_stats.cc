@@ -136,6 +136,31 @@ std::string Engine::stats_json(int64_t now_ns) const {
     tx["protection_scheduler"] = t.protected_path() ? port_counters(t.protect_port) : nullptr;
     tx["replicas_sent"] = c.replicas_sent;
     tx["replicas_not_made"] = c.replicas_not_made;
+    json::value auth = nullptr;  // null: not authenticated
+    if (t.auth) {
+      const AuthCounters& ac = t.auth->counters;
+      json::array keys;
+      for (const AuthKeySlot& key : t.auth->keys) {
+        keys.push_back(json::object{{"id", key.id},
+                                    {"fingerprint", aead::fingerprint(key.secret)},
+                                    {"opened_packets", key.opened_packets}});
+      }
+      json::object drops;
+      for (int r = 0; r < kAuthDropCount; ++r) {
+        drops[to_string(static_cast<AuthDrop>(r))] = ac.drops[static_cast<size_t>(r)];
+      }
+      auth = json::object{{"cipher", aead::to_string(t.auth->cipher)},
+                          {"tx_key", t.auth->keys[t.auth->tx].id},
+                          {"tx_session", t.auth->tx_session},
+                          {"keys", std::move(keys)},
+                          {"sealed_packets", ac.sealed_packets},
+                          {"seal_failed", ac.seal_failed},
+                          {"opened_packets", ac.opened_packets},
+                          {"new_sessions", ac.new_sessions},
+                          {"drops", std::move(drops)}};
+    } else if (c.auth_unexpected_packets != 0) {
+      auth = json::object{{"drops", json::object{{"auth_unexpected", c.auth_unexpected_packets}}}};
+    }
     tunnels.push_back(json::object{
         {"id", t.id},
         {"index", i},
@@ -149,6 +174,7 @@ std::string Engine::stats_json(int64_t now_ns) const {
         {"late", config.late == sched::LateAction::kDrop ? "drop" : "deliver"},
         {"protected", t.protected_path()},
         {"paths", std::move(paths)},
+        {"auth", std::move(auth)},
         {"tx", std::move(tx)},
         {"rx", std::move(rx)},
     });

@@ -56,6 +56,15 @@ json::object tunnel_json(const TunnelConfig& t, uint64_t guaranteed_bps) {
     out["protection"] =
         json::object{{"peer", t.protection->peer}, {"slots", std::move(protection_slots)}};
   }
+  if (t.auth) {
+    json::array keys;
+    for (const TunnelKey& key : t.auth->keys) {
+      keys.push_back(json::object{{"id", key.id}, {"fingerprint", aead::fingerprint(key.secret)}});
+    }
+    out["auth"] = json::object{{"cipher", aead::to_string(t.auth->cipher)},
+                               {"keys", std::move(keys)},
+                               {"tx_key", t.auth->tx_key}};
+  }
   return out;
 }
 

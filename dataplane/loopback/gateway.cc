@@ -12,7 +12,8 @@ using common::Status;
 
 // Largest payload a buffer holds (a 9216-byte jumbo MTU), after the header headroom.
 constexpr std::size_t kMaxPayloadBytes = 9216;
-constexpr std::size_t kBufferBytes = wire::kHeaderSize + kMaxPayloadBytes;
+// Room for an AEAD tag after the largest payload.
+constexpr std::size_t kBufferBytes = wire::kHeaderSize + kMaxPayloadBytes + aead::kTagBytes;
 // Rounds of polling at one instant before the driver declares the engines stuck.
 constexpr int kMaxRoundsPerInstant = 100'000;
 
@@ -241,16 +242,14 @@ void Gateway::on_tx(uint32_t i, int64_t engine_ns, const gw::TxEmit& emit) {
   }
   ++node.counters.tx_data;
   Buffer& b = buffer(emit.handle);
-  wire::TunnelHeader header = emit.header;
-  header.type = static_cast<uint8_t>(b.type);
-  header.payload_length = static_cast<uint16_t>(b.payload_bytes);
-  if (wire::encode(header, std::span<std::byte>(b.bytes.data(), wire::kHeaderSize)).status !=
-      wire::EncodeStatus::kOk) {
+  const std::size_t size = node.engine->encode_frame_st(
+      emit, b.type, std::span<std::byte>(b.bytes.data(), b.bytes.size()), b.payload_bytes);
+  if (size == 0) {
     ++node.engine->port_io(emit.port_index).tx_errors;
     release(emit.handle);
     return;
   }
-  b.size = static_cast<uint32_t>(wire::kHeaderSize) + b.payload_bytes;
+  b.size = static_cast<uint32_t>(size);
   send_wan(i, emit.port_index, *emit.destination, emit.handle);
 }
 
@@ -305,6 +304,10 @@ void Gateway::send_wan(uint32_t from, uint32_t port, const gw::Endpoint& destina
     count = 2;
   }
   const gw::Endpoint source = sender.engine->config().wan_ports[port].local;
+  if (wire_observer_) {
+    wire_observer_(WireRecord{from, port, to, to_port, source,
+                              std::span<const std::byte>(b.bytes.data(), b.size)});
+  }
   Link& link = links_[{from, to, port}];
   for (int c = 0; c < count; ++c) {
     int64_t at =
@@ -335,7 +338,7 @@ void Gateway::deliver(const InFlight& d) {
   io.rx_bytes += b.size;
   gw::RxInfo info;
   const Status status = node.engine->on_wan_datagram_st(
-      d.port, d.source, d.handle, std::span<const std::byte>(b.bytes.data(), b.size),
+      d.port, d.source, d.handle, std::span<std::byte>(b.bytes.data(), b.size),
       now_ns_ + node.offset_ns, &info);
   switch (status) {
     case Status::kOk:

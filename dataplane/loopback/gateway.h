@@ -172,6 +172,16 @@ class Gateway {
   void set_tx_observer(std::function<void(const TxRecord&)> observer) {
     tx_observer_ = std::move(observer);
   }
+  // Every datagram as it goes onto the WAN (after the link's corruption and truncation, before
+  // its delay): engine `from`'s port `port` to engine `to`'s port `to_port`.
+  struct WireRecord {
+    uint32_t from = 0, port = 0, to = 0, to_port = 0;
+    gw::Endpoint source;
+    std::span<const std::byte> bytes;  // valid during the call
+  };
+  void set_wire_observer(std::function<void(const WireRecord&)> observer) {
+    wire_observer_ = std::move(observer);
+  }
   void set_delivery_observer(std::function<void(const Delivery&)> observer) {
     delivery_observer_ = std::move(observer);
   }
@@ -241,6 +251,7 @@ class Gateway {
   WanCounters wan_;
   std::function<void(const TxRecord&)> tx_observer_;
   std::function<void(const Delivery&)> delivery_observer_;
+  std::function<void(const WireRecord&)> wire_observer_;
 };
 
 }  // namespace detwan::dataplane::loopback

@@ -19,6 +19,8 @@ std::string_view to_string(PlayoutDrop reason) noexcept {
       return "too_early";
     case PlayoutDrop::kBufferFull:
       return "buffer_full";
+    case PlayoutDrop::kStale:
+      return "stale";
     case PlayoutDrop::kCount:
       break;
   }

@@ -11,7 +11,11 @@
 //  * A packet arriving after its target (arrival > target) is late: counted (late_packets,
 //    lateness_ns), then released at once (LateAction::kDeliver) or dropped (kDrop, counted).
 //  * A packet whose target is more than max_hold_ns ahead of its arrival (a garbled timestamp or
-//    a wrong offset) is dropped (too_early): a peer can never pin the buffer.
+//    a wrong offset) is dropped (too_early): a peer can never pin the buffer. One whose target
+//    is more than max_hold_ns behind its arrival is dropped whatever the late action (stale): a
+//    timestamp that far outside the clocks' bound is refused, not delivered late, and an old
+//    packet replayed after the sender restarted is useless.
+//  * The delay histograms record accepted packets only, so a refused timestamp cannot skew them.
 //  * capacity_frames packets are held at most; beyond that a packet is dropped (buffer_full).
 // Release order is by release time, then arrival order. Timestamps come from the network and are
 // treated as hostile: all arithmetic saturates, nothing asserts.
@@ -37,10 +41,12 @@ enum class PlayoutDrop : uint8_t {
   kLate = 0,    // arrived after its release time and the policy drops late packets
   kTooEarly,    // release time more than max_hold_ns after arrival
   kBufferFull,  // capacity_frames held
+  kStale,       // release time more than max_hold_ns before arrival
   kCount
 };
 inline constexpr int kPlayoutDropCount = static_cast<int>(PlayoutDrop::kCount);
-std::string_view to_string(PlayoutDrop reason) noexcept;  // "late", "too_early", "buffer_full"
+// "late", "too_early", "buffer_full", "stale"
+std::string_view to_string(PlayoutDrop reason) noexcept;
 
 struct PlayoutConfig {
   int64_t bound_ns = 0;         // 0 = release on receipt

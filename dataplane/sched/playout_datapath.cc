@@ -45,7 +45,6 @@ Status Playout::push(uint64_t handle, uint32_t bytes, int64_t tx_timestamp_ns,
   ++counters_.received_packets;
   counters_.received_bytes += bytes;
   const int64_t sender_time = saturating_add(tx_timestamp_ns, config_.clock_offset_ns);
-  counters_.wan_delay_ns.record(saturating_sub(now_ns, sender_time));
 
   PlayoutFrame frame;
   frame.handle = handle;
@@ -56,18 +55,25 @@ Status Playout::push(uint64_t handle, uint32_t bytes, int64_t tx_timestamp_ns,
     frame.target_ns = frame.release_ns = now_ns;
   } else {
     frame.target_ns = saturating_add(sender_time, config_.bound_ns);
+    if (saturating_sub(now_ns, frame.target_ns) > config_.max_hold_ns) {
+      return drop(PlayoutDrop::kStale);
+    }
+    if (saturating_sub(frame.target_ns, now_ns) > config_.max_hold_ns) {
+      return drop(PlayoutDrop::kTooEarly);
+    }
+    // A plausible timestamp: its delay is a measurement, whatever happens to the packet next.
+    counters_.wan_delay_ns.record(saturating_sub(now_ns, sender_time));
     if (frame.target_ns < now_ns) {
       ++counters_.late_packets;
       counters_.lateness_ns.record(saturating_sub(now_ns, frame.target_ns));
       if (config_.late_action == LateAction::kDrop) return drop(PlayoutDrop::kLate);
       frame.late = true;
       frame.release_ns = now_ns;
-    } else if (saturating_sub(frame.target_ns, now_ns) > config_.max_hold_ns) {
-      return drop(PlayoutDrop::kTooEarly);
     } else {
       frame.release_ns = frame.target_ns;
     }
   }
+  if (config_.bound_ns == 0) counters_.wan_delay_ns.record(saturating_sub(now_ns, sender_time));
   if (size_ == config_.capacity_frames) return drop(PlayoutDrop::kBufferFull);
   if (frame.late) ++counters_.late_delivered;
 

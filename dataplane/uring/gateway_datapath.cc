@@ -279,22 +279,22 @@ void Datapath::transmit(const gw::TxEmit& emit) noexcept {
     return;
   }
   const BufferInfo& info = pool_.info(buffer);
-  wire::TunnelHeader header = emit.header;
-  header.type = static_cast<uint8_t>(info.type);
-  header.payload_length = static_cast<uint16_t>(info.length);
   if (info.offset < kHeadroomBytes || !reaches(state_.wan[emit.port_index], *emit.destination)) {
     ++engine_.port_io(emit.port_index).tx_errors;
     pool_.release(buffer);
     return;
   }
-  std::byte* frame = pool_.data(buffer) + info.offset - kHeadroomBytes;
-  if (wire::encode(header, {frame, kHeadroomBytes}).status != wire::EncodeStatus::kOk) {
+  // Header in the headroom; on an authenticated tunnel the payload is sealed in place and the
+  // tag goes after it (the engine admitted only payloads that leave room for it).
+  const std::span<std::byte> frame =
+      pool_.whole(buffer).subspan(info.offset - kHeadroomBytes);
+  const std::size_t size = engine_.encode_frame_st(emit, info.type, frame, info.length);
+  if (size == 0) {
     ++engine_.port_io(emit.port_index).tx_errors;
     pool_.release(buffer);
     return;
   }
-  send_wan(emit.port_index, buffer, {frame, kHeadroomBytes + info.length}, *emit.destination,
-           emit.dscp);
+  send_wan(emit.port_index, buffer, frame.first(size), *emit.destination, emit.dscp);
 }
 
 void Datapath::send_wan(uint32_t port, uint32_t buffer, std::span<const std::byte> bytes,

@@ -8,7 +8,7 @@ namespace {
 
 constexpr uint8_t kClassMask = kFlagData | kFlagControl;
 
-// Flag combinations with a meaning: D with any of R/F/B, or C alone.
+// Flag combinations with a meaning: D with any of R/F/B, or C alone; A with either.
 constexpr bool flags_valid(uint8_t flags) noexcept {
   switch (flags & kClassMask) {
     case kFlagData:
@@ -25,7 +25,9 @@ constexpr bool flags_valid(uint8_t flags) noexcept {
 std::optional<DropReason> validate(const TunnelHeader& header,
                                    std::size_t max_payload_bytes) noexcept {
   if ((header.flags & kFlagReservedMask) != 0) return DropReason::kReservedSet;
+  if (!header.is_auth() && header.session != 0) return DropReason::kReservedSet;
   if (!flags_valid(header.flags)) return DropReason::kBadFlags;
+  if (header.is_auth() && header.session == 0) return DropReason::kBadFlags;
   const bool type_known =
       header.is_data() ? is_known(header.data_type()) : is_known(header.control_type());
   if (!type_known) return DropReason::kBadType;
@@ -55,8 +57,8 @@ Decoded<PacketView> decode(std::span<const std::byte> datagram,
   h.cycle_id = load_be64(p + kCycleIdOffset);
   // Values >= 2^63 become negative here (well-defined since C++20) and validate() rejects them.
   h.tx_time_ns = static_cast<int64_t>(load_be64(p + kTxTimeOffset));
+  h.session = load_be32(p + kSessionOffset);
 
-  if (load_be32(p + kReservedOffset) != 0) return DropReason::kReservedSet;
   if (auto reason = validate(h, max_payload_bytes)) return *reason;
 
   const std::size_t payload_bytes = datagram.size() - kHeaderSize;
@@ -77,7 +79,7 @@ EncodeResult encode(const TunnelHeader& header, std::span<std::byte> out) noexce
   p[kPathIdOffset] = std::byte{header.path_id};
   p[kTypeOffset] = std::byte{header.type};
   store_be16(p + kPayloadLengthOffset, header.payload_length);
-  store_be32(p + kReservedOffset, 0);
+  store_be32(p + kSessionOffset, header.session);
   store_be64(p + kSequenceOffset, header.sequence);
   store_be64(p + kCycleIdOffset, header.cycle_id);
   store_be64(p + kTxTimeOffset, static_cast<uint64_t>(header.tx_time_ns));

@@ -75,8 +75,10 @@ using ControlBody = std::variant<TimeRequest, TimeResponse, Keepalive>;
 // (control_length), reserved bytes are zero (reserved_set), then validate(body).
 [[nodiscard]] Decoded<ControlBody> decode_control(const PacketView& packet) noexcept;
 
-// Writes header + body to the front of `out`. The header's flags, type and payload_length are
-// set from the body; tunnel_id, path_id, sequence, cycle_id and tx_time_ns come from `header`.
+// Writes header + body to the front of `out`. The header's flags (C, and A if `header` has it),
+// type and payload_length (the body's size: an authenticated packet is sealed next, which adds
+// the tag) are set from the body; tunnel_id, path_id, sequence, cycle_id, tx_time_ns and
+// session come from `header`.
 // kInvalidHeader if the header or the body would be dropped by a receiver. Writes nothing
 // unless it returns kOk; size is kHeaderSize + body_size(type_of(body)).
 EncodeResult encode_control(const TunnelHeader& header, const ControlBody& body,

@@ -118,7 +118,7 @@ EncodeResult encode_control(const TunnelHeader& header, const ControlBody& body,
   const ControlType type = type_of(body);
   const std::size_t size = body_size(type);
   TunnelHeader h = header;
-  h.flags = kFlagControl;
+  h.flags = kFlagControl | (header.flags & kFlagAuth);  // A: the caller seals it next
   h.type = static_cast<uint8_t>(type);
   h.payload_length = static_cast<uint16_t>(size);
   if (validate(h) || validate(body)) return {EncodeStatus::kInvalidHeader, 0};

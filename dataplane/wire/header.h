@@ -6,10 +6,10 @@
 //  0                   1                   2                   3
 //  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
 // +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-// |         Magic (0xDE7A)        |  Version (1)  |D|C|R|F|B|Rsv|   0
+// |         Magic (0xDE7A)        |  Version (1)  |D|C|R|F|B|A|Rs|   0
 // |                           Tunnel ID                           |   4
 // |    Path ID    |     Type      |        Payload Length         |   8
-// |                       Reserved (zero)                         |  12
+// |             Session (flag A; zero without A)                  |  12
 // |                  Sequence Number (64 bits)                    |  16
 // |                      Cycle ID (64 bits)                       |  24
 // |            Transmit Timestamp (64 bits, ns, TAI)              |  32
@@ -40,19 +40,22 @@ inline constexpr std::size_t kTunnelIdOffset = 4;
 inline constexpr std::size_t kPathIdOffset = 8;
 inline constexpr std::size_t kTypeOffset = 9;
 inline constexpr std::size_t kPayloadLengthOffset = 10;
-inline constexpr std::size_t kReservedOffset = 12;
+inline constexpr std::size_t kSessionOffset = 12;
 inline constexpr std::size_t kSequenceOffset = 16;
 inline constexpr std::size_t kCycleIdOffset = 24;
 inline constexpr std::size_t kTxTimeOffset = 32;
 
-// Flags octet. Exactly one of D and C; R, F and B only with D. The low 3 bits are reserved.
+// Flags octet. Exactly one of D and C; R, F and B only with D; A with either. The low 2 bits
+// are reserved.
 inline constexpr uint8_t kFlagData = 0x80;        // D: payload is tunnel traffic
 inline constexpr uint8_t kFlagControl = 0x40;     // C: payload is a control body (control.h)
 inline constexpr uint8_t kFlagReplica = 0x20;     // R: sent on more than one path (PREOF)
 inline constexpr uint8_t kFlagFec = 0x10;         // F: payload is FEC repair data
 inline constexpr uint8_t kFlagBestEffort = 0x08;  // B: best effort, not on time: the receiver
                                                   // releases it on receipt, without playout
-inline constexpr uint8_t kFlagReservedMask = 0x07;
+inline constexpr uint8_t kFlagAuth = 0x04;  // A: payload sealed with the tunnel's AEAD key, a
+                                           // 16-byte tag after it; Session is nonzero
+inline constexpr uint8_t kFlagReservedMask = 0x03;
 
 // Type octet of a data packet: what the payload is, so the receiver knows where it goes.
 enum class DataType : uint8_t {
@@ -96,8 +99,8 @@ enum class IpVersion : uint8_t { kV4 = 4, kV6 = 6 };
   return mtu_bytes <= overhead ? 0 : std::min(mtu_bytes - overhead, kMaxPayloadBytes);
 }
 
-// The header's fields in host order. Magic, version and the reserved word are not stored: the
-// encoder writes kMagic, kVersion and zero; the decoder checks them.
+// The header's fields in host order. Magic and version are not stored: the encoder writes
+// kMagic and kVersion; the decoder checks them.
 struct TunnelHeader {
   uint8_t flags = kFlagData;
   uint8_t type = static_cast<uint8_t>(DataType::kDatagram);
@@ -107,11 +110,13 @@ struct TunnelHeader {
   uint64_t sequence = 0;        // per tunnel (data) or per tunnel+path (control); any value
   uint64_t cycle_id = 0;        // k: the packet left in [base_time + k*C, base_time + (k+1)*C)
   int64_t tx_time_ns = 0;       // TAI ns since 1970-01-01 TAI; >= 0
+  uint32_t session = 0;         // flag A: the sender's AEAD session (nonzero); else 0
 
   [[nodiscard]] constexpr bool is_data() const noexcept { return (flags & kFlagData) != 0; }
   [[nodiscard]] constexpr bool is_control() const noexcept { return (flags & kFlagControl) != 0; }
   [[nodiscard]] constexpr bool is_replica() const noexcept { return (flags & kFlagReplica) != 0; }
   [[nodiscard]] constexpr bool is_fec() const noexcept { return (flags & kFlagFec) != 0; }
+  [[nodiscard]] constexpr bool is_auth() const noexcept { return (flags & kFlagAuth) != 0; }
   [[nodiscard]] constexpr bool is_best_effort() const noexcept {
     return (flags & kFlagBestEffort) != 0;
   }
@@ -129,8 +134,9 @@ struct PacketView {
 };
 
 // The field rules a receiver applies to a header (everything decode() checks except magic,
-// version, the reserved word and the datagram's actual length), in decode's order:
-// reserved_set, bad_flags, bad_type, bad_tunnel_id, bad_timestamp, oversize. nullopt: valid.
+// version and the datagram's actual length), in decode's order: reserved_set (a reserved flag
+// bit, or a session without flag A), bad_flags (incl. flag A with session 0), bad_type,
+// bad_tunnel_id, bad_timestamp, oversize. nullopt: valid.
 [[nodiscard]] std::optional<DropReason> validate(
     const TunnelHeader& header, std::size_t max_payload_bytes = kMaxPayloadBytes) noexcept;
 

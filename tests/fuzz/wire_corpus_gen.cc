@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   add("seed-bad-magic", with(good, 1, 0x7B));
   add("seed-bad-version", with(good, kVersionOffset, 2));
   add("seed-bad-reserved-flag", with(good, kFlagsOffset, kFlagData | 0x01));
-  add("seed-bad-reserved-word", with(good, kReservedOffset + 3, 0x01));
+  add("seed-session-without-flag-a", with(good, kSessionOffset + 3, 0x01));
   add("seed-bad-flags-d-and-c", with(good, kFlagsOffset, kFlagData | kFlagControl));
   add("seed-bad-flags-control-replica", with(good, kFlagsOffset, kFlagControl | kFlagReplica));
   add("seed-bad-type", with(good, kTypeOffset, 5));

@@ -41,7 +41,7 @@ TEST(ConfigValidate, UnknownKeysAreNamed) {
   EXPECT_THAT(load_error(with_line(27, "    rat: 100mbit")),
               AllOf(StartsWith("gw.yaml:27:5: field 'tunnels[0].rat': unknown key 'rat' (allowed: "
                                "id, peer, owner, rate, slots,"),
-                    HasSubstr("service, protection)")));
+                    HasSubstr("service, protection, auth)")));
   EXPECT_THAT(load_error(with_line(1, "gateways:")),
               StartsWith("gw.yaml:1:1: field 'gateways': unknown key 'gateways'"));
 }

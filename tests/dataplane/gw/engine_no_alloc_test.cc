@@ -57,7 +57,7 @@ TEST(EngineNoAlloc, DatapathNeverAllocates) {
                            testing::ipv4_packet(to9, 5001, 600, {}),
                            testing::ipv4_packet(to9, 80, 300, {}),  // best effort
                            testing::ipv4_packet(nowhere, 80, 300, {}), Bytes(7)};
-  const Bytes garbage(50, std::byte{0x5A});
+  Bytes garbage(50, std::byte{0x5A});
   const Endpoint from_a = engines[0]->config().wan_ports[0].local;
   const Endpoint from_b = engines[1]->config().wan_ports[0].local;
   uint64_t sent = 0, received = 0, released = 0, not_ok = 0;
@@ -74,7 +74,7 @@ TEST(EngineNoAlloc, DatapathNeverAllocates) {
         RxInfo info;
         const Status s = engines[d.to]->on_wan_datagram_st(
             0, d.to == 1 ? from_a : from_b, d.buffer,
-            std::span<const std::byte>(pool[d.buffer].data(), d.size), t, &info);
+            std::span<std::byte>(pool[d.buffer].data(), d.size), t, &info);
         if (s == Status::kOk) {
           ++received;
         } else {

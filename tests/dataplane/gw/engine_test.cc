@@ -14,6 +14,7 @@
 namespace detwan::dataplane::gw {
 namespace {
 
+
 using common::Status;
 using testing::Bytes;
 using testing::ipv4_packet;
@@ -21,6 +22,12 @@ using testing::kMs;
 using testing::kUs;
 using testing::site_config;
 using testing::SiteOptions;
+
+// on_wan_datagram_st decrypts in place, so it takes mutable bytes: a copy of the test's.
+Status receive(Engine& e, uint32_t port, const Endpoint& from, uint64_t handle, Bytes bytes,
+               int64_t now_ns, RxInfo* info) {
+  return e.on_wan_datagram_st(port, from, handle, bytes, now_ns, info);
+}
 
 constexpr int64_t kStart = 1'000'000'000'000;       // a cycle boundary (cycles are 1 ms from 0)
 constexpr uint8_t kToTunnel7[4] = {10, 2, 0, 5};    // site a -> b, tunnel 7 (any port)
@@ -373,7 +380,7 @@ TEST(EngineRx, EveryReturnValueOfOnWanDatagram) {
   const Endpoint peer = e->config().peers[0].endpoint;
   const int64_t now = kStart + 1 * kMs;
   RxInfo info;
-  const auto rx = [&](const Bytes& d, uint32_t port = 0, const Endpoint* from = nullptr) {
+  const auto rx = [&](Bytes d, uint32_t port = 0, const Endpoint* from = nullptr) {
     return e->on_wan_datagram_st(port, from ? *from : peer, 77, d, now, &info);
   };
 
@@ -407,7 +414,7 @@ TEST(EngineRx, EveryReturnValueOfOnWanDatagram) {
   other_path.path_id = 1;
   EXPECT_EQ(rx(datagram(other_path, 10)), Status::kDropped);
   EXPECT_EQ(e->drops(EngineDrop::kUnknownPath), 1u);
-  EXPECT_EQ(e->on_wan_datagram_st(2, peer, 1, datagram(data_header(7, 10, kStart), 1), now, &info),
+  EXPECT_EQ(receive(*e, 2, peer, 1, datagram(data_header(7, 10, kStart), 1), now, &info),
             Status::kInvalidArgument);
 
   // A timestamp so far ahead that the target is beyond max_hold: the playout refuses it.
@@ -432,7 +439,7 @@ TEST(EngineRx, TimeRequestsAreAnsweredWithTheirReceiveAndTransmitTimes) {
   const Endpoint peer = e->config().peers[0].endpoint;
   RxInfo info;
   const int64_t t2 = kStart + 100 * kUs;  // inside tunnel 7's window
-  EXPECT_EQ(e->on_wan_datagram_st(0, peer, 1, control(wire::TimeRequest{42, 123}), t2, &info),
+  EXPECT_EQ(receive(*e, 0, peer, 1, control(wire::TimeRequest{42, 123}), t2, &info),
             Status::kBusy);
   std::vector<Bytes> sent;
   int64_t sent_at = 0;
@@ -455,7 +462,7 @@ TEST(EngineRx, TimeRequestsAreAnsweredWithTheirReceiveAndTransmitTimes) {
   EXPECT_EQ(response->t3_ns, sent_at);
   // A response to no outstanding request is ignored by the estimator.
   EXPECT_EQ(
-      e->on_wan_datagram_st(0, peer, 1, control(wire::TimeResponse{999, kStart, kStart, kStart}),
+      receive(*e, 0, peer, 1, control(wire::TimeResponse{999, kStart, kStart, kStart}),
                             kStart + 200 * kUs, &info),
       Status::kBusy);
   EXPECT_EQ(e->peer_status(0).clock_samples, 0u);
@@ -471,9 +478,9 @@ TEST(EngineRx, BestEffortFramesSkipThePlayout) {
   wire::TunnelHeader h = data_header(7, 1, kStart);
   h.flags |= wire::kFlagBestEffort;
   const int64_t arrival = kStart + 1 * kMs;  // bound 5 ms would hold an on-time packet to +5 ms
-  ASSERT_EQ(e->on_wan_datagram_st(0, peer, 5, datagram(h, 20), arrival, &info), Status::kOk);
+  ASSERT_EQ(receive(*e, 0, peer, 5, datagram(h, 20), arrival, &info), Status::kOk);
   ASSERT_EQ(
-      e->on_wan_datagram_st(0, peer, 6, datagram(data_header(7, 2, kStart), 20), arrival, &info),
+      receive(*e, 0, peer, 6, datagram(data_header(7, 2, kStart), 20), arrival, &info),
       Status::kOk);
   std::vector<RxEmit> out;
   EXPECT_EQ(e->poll_rx_st(arrival, [&](const RxEmit& x) { out.push_back(x); }), 1u);

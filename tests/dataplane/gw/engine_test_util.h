@@ -84,6 +84,8 @@ struct SiteOptions {
   // 1+1 protection of tunnel 7: port "wan2" (a disjoint path), a peer "<peer>-2" through it and
   // tunnel 7's copies in slots 0-7 of wan2.
   bool protect7 = false;
+  // Keys of both tunnels (a peer's tunnels are all authenticated or none); nullopt: none.
+  std::optional<TunnelAuth> auth;
 };
 
 // Site 0 ("a", 10.1.0.0/16 behind it) or site 1 ("b", 10.2.0.0/16) of a two-site pair.
@@ -140,6 +142,7 @@ inline GatewayConfig site_config(int site, const SiteOptions& o = {}) {
     c.peers.push_back(replica);
     t7.protection = TunnelProtection{replica.name, t7.slots};
   }
+  t7.auth = o.auth;
   c.tunnels.push_back(t7);
   TunnelConfig t9;
   t9.id = 9;
@@ -151,6 +154,7 @@ inline GatewayConfig site_config(int site, const SiteOptions& o = {}) {
   t9.dst_prefixes = {v4_prefix(10, static_cast<uint8_t>(remote + 100), 0, 0, 16)};
   t9.udp_ports = {PortRange{5000, 5999}};
   t9.service_deliver = v4_endpoint(127, 0, 0, 1, 6000);
+  t9.auth = o.auth;
   c.tunnels.push_back(t9);
   return c;
 }

@@ -24,6 +24,7 @@ constexpr int64_t kMs = 1'000'000;
 constexpr int kLate = static_cast<int>(PlayoutDrop::kLate);
 constexpr int kTooEarly = static_cast<int>(PlayoutDrop::kTooEarly);
 constexpr int kBufferFull = static_cast<int>(PlayoutDrop::kBufferFull);
+constexpr int kStale = static_cast<int>(PlayoutDrop::kStale);
 
 Playout make(const PlayoutConfig& config) {
   auto playout = Playout::create(config);
@@ -179,13 +180,22 @@ TEST(PlayoutTest, HostileTimestampsAreDroppedNotHeldOrOverflowed) {
   EXPECT_EQ(p.push(1, 100, now + 10'000 * kMs, now), Status::kDropped);  // 10 s ahead
   EXPECT_EQ(p.push(2, 100, std::numeric_limits<int64_t>::max(), now), Status::kDropped);
   EXPECT_EQ(p.counters().dropped[kTooEarly], 2u);
-  EXPECT_EQ(p.push(3, 100, std::numeric_limits<int64_t>::min(), now), Status::kOk);  // late
+  // Far in the past: refused as stale, not delivered late (whatever the late action).
+  EXPECT_EQ(p.push(3, 100, std::numeric_limits<int64_t>::min(), now), Status::kDropped);
+  EXPECT_EQ(p.counters().dropped[kStale], 1u);
+  EXPECT_EQ(p.counters().late_packets, 0u);
+  // Late by exactly max_hold: still delivered late; by 1 ns more: stale.
+  EXPECT_EQ(p.push(5, 100, now - 115 * kMs, now), Status::kOk);
   EXPECT_EQ(p.counters().late_packets, 1u);
+  EXPECT_EQ(p.push(6, 100, now - 115 * kMs - 1, now), Status::kDropped);
+  EXPECT_EQ(p.counters().dropped[kStale], 2u);
   EXPECT_EQ(p.push(4, 100, now + 85 * kMs, now), Status::kOk);  // held 100 ms: the limit
   EXPECT_EQ(p.held_frames(), 2u);
+  // Refused timestamps never reach the delay histogram.
+  EXPECT_EQ(p.counters().wan_delay_ns.count(), 2u);
   const auto frames = release(p, now);
   ASSERT_EQ(frames.size(), 1u);
-  EXPECT_EQ(frames[0].handle, 3u);
+  EXPECT_EQ(frames[0].handle, 5u);
   EXPECT_EQ(p.next_event_ns(), now + 100 * kMs);
 }
 
@@ -237,7 +247,7 @@ TEST(PlayoutTest, RecordsPlayoutErrorAndReportsJson) {
   EXPECT_EQ(p.counters().one_way_delay_ns.max(), 1 * kMs + 300);
   const std::string json = p.counters_json();
   EXPECT_THAT(json, HasSubstr("\"received_packets\":1,"));
-  EXPECT_THAT(json, HasSubstr("\"dropped\":{\"late\":0,\"too_early\":0,\"buffer_full\":0}"));
+  EXPECT_THAT(json, HasSubstr("\"dropped\":{\"late\":0,\"too_early\":0,\"buffer_full\":0,\"stale\":0}"));
   EXPECT_THAT(json, HasSubstr("\"playout_error_ns\":{\"count\":1,"));
 }
 

@@ -84,23 +84,35 @@ TEST(Decode, EveryOtherVersionIsBadVersion) {
 }
 
 TEST(Decode, ReservedBitsAreChecked) {
-  for (int bit = 0; bit < 3; ++bit) {
+  for (int bit = 0; bit < 2; ++bit) {
     Bytes b = valid_packet();
     b[kFlagsOffset] |= std::byte(static_cast<uint8_t>(1u << bit));
     EXPECT_EQ(reason_of(b), DropReason::kReservedSet) << "flag bit " << bit;
   }
+  // Without flag A the session word is reserved: any bit set is refused.
   for (std::size_t i = 0; i < 4; ++i) {
     for (int bit = 0; bit < 8; ++bit) {
       Bytes b = valid_packet();
-      b[kReservedOffset + i] = std::byte(static_cast<uint8_t>(1u << bit));
-      EXPECT_EQ(reason_of(b), DropReason::kReservedSet) << "reserved byte " << i << " bit " << bit;
+      b[kSessionOffset + i] = std::byte(static_cast<uint8_t>(1u << bit));
+      EXPECT_EQ(reason_of(b), DropReason::kReservedSet) << "session byte " << i << " bit " << bit;
     }
   }
 }
 
+TEST(Decode, FlagANeedsASession) {
+  Bytes b = valid_packet();
+  b[kFlagsOffset] |= std::byte{kFlagAuth};
+  EXPECT_EQ(reason_of(b), DropReason::kBadFlags);  // A with session 0
+  put_be(b, kSessionOffset, 0x01020304, 4);
+  const auto d = decode(b);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->header.is_auth());
+  EXPECT_EQ(d->header.session, 0x01020304u);
+}
+
 // Every value of the flags octet, with a type valid for the class the flags claim.
 TEST(Decode, ExhaustiveFlagsOctet) {
-  // D with any of R (0x20), F (0x10), B (0x08); C alone.
+  // D with any of R (0x20), F (0x10), B (0x08); C alone. (A, 0x04, needs a session: below.)
   const std::set<int> valid = {0x80, 0xA0, 0x90, 0xB0, 0x88, 0xA8, 0x98, 0xB8, 0x40};
   int accepted = 0;
   for (int f = 0; f < 256; ++f) {
@@ -111,7 +123,7 @@ TEST(Decode, ExhaustiveFlagsOctet) {
     if (valid.contains(f)) {
       EXPECT_TRUE(d.ok()) << std::hex << f;
       accepted += d.ok() ? 1 : 0;
-    } else if ((f & 0x07) != 0) {
+    } else if ((f & 0x03) != 0) {
       EXPECT_EQ(reason_of(b), DropReason::kReservedSet) << std::hex << f;
     } else {
       EXPECT_EQ(reason_of(b), DropReason::kBadFlags) << std::hex << f;
@@ -195,7 +207,7 @@ TEST(Decode, ChecksRunInTheDocumentedOrder) {
   EXPECT_EQ(reason_of(b), DropReason::kBadType);
   b[kFlagsOffset] = std::byte{0};
   EXPECT_EQ(reason_of(b), DropReason::kBadFlags);
-  put_be(b, kReservedOffset, 1, 4);
+  put_be(b, kSessionOffset, 1, 4);
   EXPECT_EQ(reason_of(b), DropReason::kReservedSet);
   b[kVersionOffset] = std::byte{2};
   EXPECT_EQ(reason_of(b), DropReason::kBadVersion);

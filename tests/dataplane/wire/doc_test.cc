@@ -96,7 +96,7 @@ TEST_F(WireDoc, HeaderFieldTableMatchesTheCode) {
       {"path_id", {kPathIdOffset, 1}},
       {"type", {kTypeOffset, 1}},
       {"payload_length", {kPayloadLengthOffset, 2}},
-      {"reserved", {kReservedOffset, 4}},
+      {"session", {kSessionOffset, 4}},
       {"sequence", {kSequenceOffset, 8}},
       {"cycle_id", {kCycleIdOffset, 8}},
       {"tx_time_ns", {kTxTimeOffset, 8}},
@@ -138,6 +138,7 @@ TEST_F(WireDoc, FlagMasks) {
       {"R (replica)", kFlagReplica},
       {"F (FEC)", kFlagFec},
       {"B (best effort)", kFlagBestEffort},
+      {"A (authenticated)", kFlagAuth},
       {"reserved", kFlagReservedMask},
   };
   ASSERT_EQ(rows.size(), code.size());

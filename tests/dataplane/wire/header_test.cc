@@ -28,7 +28,7 @@ TEST(HeaderLayout, SizesAndAlignment) {
   EXPECT_EQ(kCycleIdOffset % 8, 0u);
   EXPECT_EQ(kTxTimeOffset % 8, 0u);
   EXPECT_EQ(kTunnelIdOffset % 4, 0u);
-  EXPECT_EQ(kReservedOffset % 4, 0u);
+  EXPECT_EQ(kSessionOffset % 4, 0u);
   EXPECT_EQ(kTxTimeOffset + 8, kHeaderSize);
   EXPECT_EQ(kMaxPayloadBytes, 65467u);
 }
@@ -115,7 +115,7 @@ TEST(HeaderRoundTrip, EveryFieldAtItsBoundaries) {
     EXPECT_EQ(get_be(bytes, c.offset, c.size), c.raw);
     EXPECT_EQ(get_be(bytes, kMagicOffset, 2), kMagic);
     EXPECT_EQ(get_be(bytes, kVersionOffset, 1), kVersion);
-    EXPECT_EQ(get_be(bytes, kReservedOffset, 4), 0u);
+    EXPECT_EQ(get_be(bytes, kSessionOffset, 4), 0u);
 
     const auto decoded = decode(bytes);
     ASSERT_TRUE(decoded.ok()) << to_string(decoded.error());
@@ -190,7 +190,8 @@ TEST(HeaderFlags, BestEffortIsItsOwnBitAndOnlyValidWithData) {
   h.flags = kFlagData;
   EXPECT_FALSE(h.is_best_effort());
   EXPECT_EQ(kFlagBestEffort & kFlagReservedMask, 0);
-  EXPECT_EQ(kFlagReservedMask, 0x07);
+  EXPECT_EQ(kFlagAuth & kFlagReservedMask, 0);
+  EXPECT_EQ(kFlagReservedMask, 0x03);
 }
 
 TEST(HeaderEncode, RefusesShortBuffersAndWritesNothing) {
@@ -225,7 +226,11 @@ TEST(HeaderEncode, RefusesHeadersAReceiverWouldDrop) {
        DropReason::kBadFlags},
       {"best effort alone", [](TunnelHeader& h) { h.flags = kFlagBestEffort; },
        DropReason::kBadFlags},
-      {"reserved flag 0x04", [](TunnelHeader& h) { h.flags |= 0x04; }, DropReason::kReservedSet},
+      {"reserved flag 0x02", [](TunnelHeader& h) { h.flags |= 0x02; }, DropReason::kReservedSet},
+      {"flag A without a session", [](TunnelHeader& h) { h.flags |= kFlagAuth; },
+       DropReason::kBadFlags},
+      {"a session without flag A", [](TunnelHeader& h) { h.session = 7; },
+       DropReason::kReservedSet},
       {"data type 0", [](TunnelHeader& h) { h.type = 0; }, DropReason::kBadType},
       {"control type 4",
        [](TunnelHeader& h) {

@@ -1,0 +1,127 @@
+// Per-packet AEAD: nonce, seal and open over a tunnel packet in place. No allocation, no
+// exceptions, no logging; failures are return values the engine counts.
+#include <openssl/evp.h>
+
+#include <climits>
+
+#include "dataplane/aead/aead.h"
+#include "dataplane/aead/aead_impl.h"
+#include "dataplane/wire/byte_order.h"
+#include "dataplane/wire/header.h"
+
+namespace detwan::dataplane::aead {
+
+namespace {
+
+auto* uc(std::byte* p) noexcept { return reinterpret_cast<unsigned char*>(p); }
+auto* uc(const std::byte* p) noexcept { return reinterpret_cast<const unsigned char*>(p); }
+
+bool fits_int(std::size_t n) noexcept { return n <= static_cast<std::size_t>(INT_MAX); }
+
+}  // namespace
+
+Nonce packet_nonce(uint32_t session, bool control, uint8_t path_id, uint64_t sequence) noexcept {
+  Nonce nonce{};
+  wire::store_be32(nonce.data(), session);
+  nonce[4] = std::byte{static_cast<uint8_t>((control ? 0x80 : 0) | (path_id & 0x7f))};
+  for (int i = 0; i < 7; ++i) {
+    nonce[5 + i] = std::byte{static_cast<uint8_t>(sequence >> (8 * (6 - i)))};
+  }
+  return nonce;
+}
+
+bool AeadKey::seal(const Nonce& nonce, std::span<const std::byte> aad, std::span<std::byte> text,
+                   std::span<std::byte, kTagBytes> tag) noexcept {
+  EVP_CIPHER_CTX* ctx = contexts_->seal;
+  int n = 0;
+  if (!fits_int(aad.size()) || !fits_int(text.size())) return false;
+  if (EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, uc(nonce.data())) != 1) return false;
+  if (!aad.empty() &&
+      EVP_EncryptUpdate(ctx, nullptr, &n, uc(aad.data()), static_cast<int>(aad.size())) != 1) {
+    return false;
+  }
+  if (!text.empty() && EVP_EncryptUpdate(ctx, uc(text.data()), &n, uc(text.data()),
+                                         static_cast<int>(text.size())) != 1) {
+    return false;
+  }
+  if (EVP_EncryptFinal_ex(ctx, uc(text.data() + text.size()), &n) != 1) return false;
+  return EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, static_cast<int>(kTagBytes),
+                             uc(tag.data())) == 1;
+}
+
+bool AeadKey::open(const Nonce& nonce, std::span<const std::byte> aad, std::span<std::byte> text,
+                   std::span<const std::byte, kTagBytes> tag, bool restore) noexcept {
+  EVP_CIPHER_CTX* ctx = contexts_->open;
+  int n = 0;
+  if (!fits_int(aad.size()) || !fits_int(text.size())) return false;
+  if (EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, uc(nonce.data())) != 1) return false;
+  // OpenSSL takes the expected tag through a non-const pointer; it only reads it.
+  if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, static_cast<int>(kTagBytes),
+                          const_cast<unsigned char*>(uc(tag.data()))) != 1) {
+    return false;
+  }
+  if (!aad.empty() &&
+      EVP_DecryptUpdate(ctx, nullptr, &n, uc(aad.data()), static_cast<int>(aad.size())) != 1) {
+    return false;
+  }
+  if (!text.empty() && EVP_DecryptUpdate(ctx, uc(text.data()), &n, uc(text.data()),
+                                         static_cast<int>(text.size())) != 1) {
+    return false;
+  }
+  if (EVP_DecryptFinal_ex(ctx, uc(text.data() + text.size()), &n) == 1) return true;
+  if (restore && !text.empty()) {
+    EVP_CIPHER_CTX* again = contexts_->seal;
+    if (EVP_EncryptInit_ex(again, nullptr, nullptr, nullptr, uc(nonce.data())) == 1) {
+      (void)EVP_EncryptUpdate(again, uc(text.data()), &n, uc(text.data()),
+                              static_cast<int>(text.size()));
+    }
+  }
+  return false;
+}
+
+namespace {
+
+Nonce nonce_of_header(const std::byte* header) noexcept {
+  const auto flags = std::to_integer<uint8_t>(header[wire::kFlagsOffset]);
+  return packet_nonce(wire::load_be32(header + wire::kSessionOffset),
+                      (flags & wire::kFlagControl) != 0,
+                      std::to_integer<uint8_t>(header[wire::kPathIdOffset]),
+                      wire::load_be64(header + wire::kSequenceOffset));
+}
+
+}  // namespace
+
+std::size_t seal_packet(AeadKey& key, std::span<std::byte> frame,
+                        std::size_t plaintext_bytes) noexcept {
+  const std::size_t total = wire::kHeaderSize + plaintext_bytes + kTagBytes;
+  if (frame.size() < total || plaintext_bytes + kTagBytes > wire::kMaxPayloadBytes) return 0;
+  std::byte* header = frame.data();
+  const auto flags = std::to_integer<uint8_t>(header[wire::kFlagsOffset]);
+  if ((flags & wire::kFlagAuth) == 0 || wire::load_be32(header + wire::kSessionOffset) == 0 ||
+      wire::load_be64(header + wire::kSequenceOffset) > kMaxSequence) {
+    return 0;
+  }
+  wire::store_be16(header + wire::kPayloadLengthOffset,
+                   static_cast<uint16_t>(plaintext_bytes + kTagBytes));
+  const std::span<std::byte> text = frame.subspan(wire::kHeaderSize, plaintext_bytes);
+  const std::span<std::byte, kTagBytes> tag =
+      frame.subspan(wire::kHeaderSize + plaintext_bytes).first<kTagBytes>();
+  if (!key.seal(nonce_of_header(header), frame.first(wire::kHeaderSize), text, tag)) return 0;
+  return total;
+}
+
+std::optional<std::size_t> open_packet(AeadKey& key, std::span<std::byte> datagram,
+                                       bool restore) noexcept {
+  if (datagram.size() < wire::kHeaderSize + kTagBytes) return std::nullopt;
+  const std::size_t plaintext_bytes = datagram.size() - wire::kHeaderSize - kTagBytes;
+  const std::span<std::byte> text = datagram.subspan(wire::kHeaderSize, plaintext_bytes);
+  const std::span<const std::byte, kTagBytes> tag =
+      datagram.subspan(wire::kHeaderSize + plaintext_bytes).first<kTagBytes>();
+  if (!key.open(nonce_of_header(datagram.data()), datagram.first(wire::kHeaderSize), text, tag,
+                restore)) {
+    return std::nullopt;
+  }
+  return plaintext_bytes;
+}
+
+}  // namespace detwan::dataplane::aead
