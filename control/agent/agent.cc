@@ -166,7 +166,7 @@ Outcome<void> Agent::Impl::commit_transition(Reservation next, const std::string
     booking = std::move(*made);
   }
   const journal::Event event{
-      0, now, next.id, from, to, reason, json::serialize(reservation::to_json(next))};
+      0, now, next.id, from, to, reason, json::serialize(reservation::to_json(next, reservation::Secrets::kInclude))};
   const uint64_t key_after = std::max(next_key, next.key + 1);
   if (auto ok = journal->record(event, key_after, request); !ok) {
     ++counters.journal_failures;
@@ -232,6 +232,13 @@ void Agent::Impl::update_desired(int64_t now_ns) {
       spec.max_hold_ns = std::max<int64_t>(1'000'000'000, 2 * spec.bound_ns);
       spec.match_dst = e == 0 ? r.spec.dst_prefixes : r.spec.src_prefixes;
       spec.reservation = r.id;
+      if (r.spec.encrypt != "none") {  // the reservation's keys (tunnel_keys.h)
+        spec.cipher = r.spec.encrypt;
+        for (const reservation::TunnelKey& key : r.keys.keys) {
+          spec.keys.push_back(gateway::TunnelSpec::Key{key.id, key.secret_hex});
+        }
+        spec.tx_key = r.keys.tx_key;
+      }
       // 1+1: the copies leave through this gateway's port on the second disjoint path.
       if (r.spec.protect && r.paths.size() >= 2 && r.paths[1].ends[e].gateway == end.gateway) {
         spec.protect_peer = r.paths[1].ends[e].peer;
@@ -245,7 +252,9 @@ void Agent::Impl::update_desired(int64_t now_ns) {
       desired[g].push_back(std::move(spec));
     }
   }
-  for (uint32_t g = 0; g < desired.size(); ++g) reconciler->set_desired(g, std::move(desired[g]));
+  for (uint32_t g = 0; g < desired.size(); ++g) {
+    gateways[g].desired_version = reconciler->set_desired(g, std::move(desired[g]));
+  }
   // Which reservations are live on every gateway they need.
   for (auto& [key, r] : reservations) {
     if (r.state != State::kProvisioned || r.spec.start_ns > now_ns || now_ns >= r.spec.end_ns ||
@@ -273,6 +282,43 @@ void Agent::Impl::update_desired(int64_t now_ns) {
     }
     r.dataplane_active = all;
   }
+  advance_key_rotations(now_ns);
+}
+
+// A key rotation takes its next step once every gateway of the tunnel reports the current step
+// in place, computed from the desired set that has it (reported_version >= desired_version).
+void Agent::Impl::advance_key_rotations(int64_t now_ns) {
+  std::vector<std::string> ready;
+  for (const auto& [key, r] : reservations) {
+    if (r.keys.rotation == reservation::KeyRotation::kNone || !r.dataplane_active) continue;
+    bool all = true;
+    for (const reservation::EndPlacement& end : r.paths.front().ends) {
+      if (end.gateway.empty()) continue;
+      const uint32_t g = topology.find_gateway(end.gateway);
+      if (g == model::kNone) continue;
+      const GatewayView& v = gateways[g];
+      all = all && v.reachable && v.last_report_ns != 0 &&
+            v.reported_version >= v.desired_version && v.in_place.count(r.tunnel_id) != 0;
+    }
+    if (all) ready.push_back(r.id);
+  }
+  if (ready.empty()) return;
+  for (const std::string& id : ready) {
+    Reservation next = *find(id);
+    reservation::advance_rotation(next.keys);
+    const std::string state(reservation::to_string(next.state));
+    const std::string reason =
+        next.keys.rotation == reservation::KeyRotation::kNone
+            ? std::string("key rotation done")
+            : fmt::format("key rotation: {}", reservation::to_string(next.keys.rotation));
+    if (auto ok = commit_transition(std::move(next), state, reason, nullptr); !ok) {
+      common::logger("detwan-agent")
+          ->warn("{}: key rotation step not journaled ({}); retried at the next report", id,
+                 ok.error().message);
+      return;
+    }
+  }
+  update_desired(now_ns);  // the next step's keys to the gateways
 }
 
 void Agent::Impl::on_report(const gateway::GatewayReport& report) {

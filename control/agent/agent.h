@@ -91,6 +91,9 @@ class Agent {
   Outcome<boost::json::object> provision(const std::string& id);
   Outcome<boost::json::object> release(const std::string& id);
   Outcome<boost::json::object> terminate(const std::string& id);
+  // A new key for an encrypted reservation, replaced on both gateways without a lost packet
+  // (tunnel_keys.h); 409 if it is not encrypted or a rotation is under way.
+  Outcome<boost::json::object> rotate_key(const std::string& id);
   Outcome<boost::json::object> modify(const std::string& id, const ModifyRequest& request);
   Outcome<boost::json::object> get(const std::string& id) const;
   boost::json::array list(std::optional<reservation::State> state) const;

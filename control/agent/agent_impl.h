@@ -85,8 +85,10 @@ struct Agent::Impl {
   // and only then stores it and rebooks the ledger. from = "" for a creation.
   Outcome<void> commit_transition(reservation::Reservation next, const std::string& from,
                                   const std::string& reason, const journal::RequestRecord* request);
-  // Recomputes every gateway's desired tunnels and the dataplane flags.
+  // Recomputes every gateway's desired tunnels and the dataplane flags, and moves key
+  // rotations on (advance_key_rotations).
   void update_desired(int64_t now_ns);
+  void advance_key_rotations(int64_t now_ns);
   // Reservation JSON with its dataplane status.
   boost::json::object view(const reservation::Reservation& r) const;
   void collect_waiters(int64_t now_mono_ns, bool expire_all, Deferred* out);

@@ -225,6 +225,11 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   r.paths = reservation::placement_of(t, plan);
   r.bound = plan.bound;
   r.created_ns = now;
+  if (spec.encrypt != "none") {  // its own key, drawn here, journaled, never shown
+    auto keys = reservation::first_keys();
+    if (!keys) return std::unexpected(ApiError{500, "internal", keys.error().message, ""});
+    r.keys = std::move(*keys);
+  }
   const journal::RequestRecord record{request.client_request_id, request.fingerprint, r.id};
   if (auto ok = m.commit_transition(r, "", "reserved",
                                     request.client_request_id.empty() ? nullptr : &record);
@@ -312,6 +317,45 @@ Outcome<json::object> Agent::release(const std::string& id) {
   return change(*impl_, id, "release", "provisioned",
                 [](State s) { return s == State::kProvisioned; }, State::kReleased, "released",
                 {State::kReleased});
+}
+
+Outcome<json::object> Agent::rotate_key(const std::string& id) {
+  std::lock_guard lock(impl_->mutex);
+  Impl& m = *impl_;
+  Reservation* r = m.find(id);
+  if (r == nullptr) return std::unexpected(not_found(id));
+  if (r->spec.encrypt == "none") {
+    return std::unexpected(ApiError{409, "not_encrypted",
+                                    fmt::format("{} is not encrypted (reserve with \"encrypt\")", id),
+                                    ""});
+  }
+  if (reservation::is_final(r->state) || r->state == State::kReleased) {
+    return std::unexpected(wrong_state(*r, "rotate-key", "held, committed or provisioned"));
+  }
+  if (r->keys.rotation != reservation::KeyRotation::kNone) {
+    return std::unexpected(ApiError{
+        409, "rotation_in_progress",
+        fmt::format("{}: a key rotation is under way (step '{}')", id,
+                    reservation::to_string(r->keys.rotation)),
+        ""});
+  }
+  Reservation next = *r;
+  auto started = reservation::start_rotation(next.keys);
+  if (!started) return std::unexpected(ApiError{500, "internal", started.error().message, ""});
+  // Not on any gateway yet: the new key simply replaces the old one.
+  if (r->state != State::kProvisioned) {
+    while (next.keys.rotation != reservation::KeyRotation::kNone) {
+      reservation::advance_rotation(next.keys);
+    }
+  }
+  const std::string state(reservation::to_string(r->state));
+  if (auto ok = m.commit_transition(std::move(next), state, "key rotation started", nullptr);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
+  m.update_desired(m.realtime->now_ns());
+  m.timer_wake.notify_all();
+  return m.view(*m.find(id));
 }
 
 Outcome<json::object> Agent::terminate(const std::string& id) {

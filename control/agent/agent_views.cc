@@ -39,9 +39,12 @@ json::object Agent::Impl::view(const Reservation& r) const {
       link_mtu = link_mtu == 0 ? mtu : std::min(link_mtu, mtu);
     }
   }
-  tunnel["mtu_bytes"] =
-      link_mtu > gateway::kEncapOverheadBytes ? link_mtu - gateway::kEncapOverheadBytes : 0;
-  tunnel["frame_overhead_bytes"] = gateway::kFrameOverheadBytes;
+  // An encrypted tunnel's packets also carry the AEAD tag.
+  const uint32_t encap = gateway::kEncapOverheadBytes +
+                         (r.spec.encrypt != "none" ? gateway::kAeadTagBytes : 0);
+  tunnel["mtu_bytes"] = link_mtu > encap ? link_mtu - encap : 0;
+  tunnel["frame_overhead_bytes"] = encap + (gateway::kFrameOverheadBytes -
+                                            gateway::kEncapOverheadBytes);
   out["tunnel"] = std::move(tunnel);
   return out;
 }

@@ -137,9 +137,9 @@ agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
     const json::object o = parse_object(body);
     check_keys(o, {"client_request_id", "src", "dst", "src_prefixes", "dst_prefixes",
                    "min_bandwidth_bps", "max_burst_bytes", "max_latency_ns",
-                   "max_latency_variation_ns", "max_loss", "paths", "protect", "start_unix_ns",
-                   "end_unix_ns", "duration_ns", "asap", "hold_timeout_ns", "commit",
-                   "provision"});
+                   "max_latency_variation_ns", "max_loss", "paths", "protect", "encrypt",
+                   "start_unix_ns", "end_unix_ns", "duration_ns", "asap", "hold_timeout_ns",
+                   "commit", "provision"});
     agent::ReserveRequest r;
     r.client_request_id = text(o, "client_request_id", kMaxRequestIdBytes).value_or("");
     r.spec.src = required_site(o, "src");
@@ -164,6 +164,10 @@ agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
         bad("paths", "1+1 protection needs 2 disjoint paths (leave paths out, or give 2)");
       }
       r.spec.paths = 2;
+    }
+    r.spec.encrypt = text(o, "encrypt", 24).value_or("none");
+    if (!reservation::is_cipher_name(r.spec.encrypt)) {
+      bad("encrypt", "must be \"aes-256-gcm\", \"chacha20-poly1305\" or \"none\"");
     }
     r.spec.asap = flag(o, "asap").value_or(false);
     const auto start = integer(o, "start_unix_ns", 1, INT64_MAX);

@@ -179,6 +179,7 @@ class Router {
     if (action == "abort") return send(outcome_response(agent_.abort(id)));
     if (action == "release") return send(outcome_response(agent_.release(id)));
     if (action == "terminate") return send(outcome_response(agent_.terminate(id)));
+    if (action == "rotate-key") return send(outcome_response(agent_.rotate_key(id)));
     if (action == "provision") {
       auto provisioned = agent_.provision(id);
       if (!provisioned) return send(error_response(provisioned.error()));
@@ -190,7 +191,9 @@ class Router {
     route = "unknown";
     return send(error_response(ApiError{
         404, "not_found",
-        fmt::format("no action '{}' (commit, abort, provision, release, terminate)", action), ""}));
+        fmt::format("no action '{}' (commit, abort, provision, release, terminate, rotate-key)",
+                    action),
+        ""}));
   }
 
   agent::Agent& agent_;

@@ -92,18 +92,20 @@ void Reconciler::stop() {
   if (worker_.joinable()) worker_.join();
 }
 
-void Reconciler::set_desired(uint32_t gateway, std::vector<TunnelSpec> tunnels) {
-  if (gateway >= slots_.size()) return;
+uint64_t Reconciler::set_desired(uint32_t gateway, std::vector<TunnelSpec> tunnels) {
+  if (gateway >= slots_.size()) return 0;
   std::sort(tunnels.begin(), tunnels.end(),
             [](const TunnelSpec& a, const TunnelSpec& b) { return a.id < b.id; });
+  uint64_t version = 0;
   {
     std::lock_guard lock(mutex_);
     Slot& slot = slots_[gateway];
-    if (slot.desired == tunnels && slot.version != 0) return;
+    if (slot.desired == tunnels && slot.version != 0) return slot.version;
     slot.desired = std::move(tunnels);
-    ++slot.version;
+    version = ++slot.version;
   }
   wake_.notify_all();
+  return version;
 }
 
 void Reconciler::poke() {

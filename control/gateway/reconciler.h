@@ -85,8 +85,10 @@ class Reconciler {
 
   void start();
   void stop();
-  // Replaces the desired set of one gateway and wakes the worker.
-  void set_desired(uint32_t gateway, std::vector<TunnelSpec> tunnels);
+  // Replaces the desired set of one gateway and wakes the worker. Returns the version of the
+  // gateway's desired set (it grows only when the set changes): a report with that
+  // desired_version or a later one was computed against it.
+  uint64_t set_desired(uint32_t gateway, std::vector<TunnelSpec> tunnels);
   void poke();  // reconcile every gateway now
   // One pass over the gateways that need it (all of them with force), on the calling thread
   // (tests drive it without start()).

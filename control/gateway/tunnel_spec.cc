@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "control/reservation/tunnel_keys.h"
+
 namespace detwan::control::gateway {
 namespace json = boost::json;
 namespace {
@@ -38,6 +40,29 @@ std::optional<std::vector<uint32_t>> sorted_slots(const json::value* v) {
 
 }  // namespace
 
+bool TunnelSpec::auth_matches(const json::value* auth) const {
+  if (cipher.empty()) return auth == nullptr || auth->is_null();
+  if (auth == nullptr || !auth->is_object()) return false;
+  const json::object& o = auth->as_object();
+  const json::value* c = o.if_contains("cipher");
+  uint64_t tx = 0;
+  if (c == nullptr || !c->is_string() || c->as_string() != cipher) return false;
+  if (!get_u64(o, "tx_key", &tx) || tx != tx_key) return false;
+  const json::value* list = o.if_contains("keys");
+  if (list == nullptr || !list->is_array() || list->as_array().size() != keys.size()) return false;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const json::value& item = list->as_array()[i];
+    if (!item.is_object()) return false;
+    uint64_t id = 0;
+    const json::value* f = item.as_object().if_contains("fingerprint");
+    if (!get_u64(item.as_object(), "id", &id) || id != keys[i].id || f == nullptr ||
+        !f->is_string() || f->as_string() != reservation::key_fingerprint(keys[i].secret_hex)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 json::object TunnelSpec::to_request() const {
   json::array slot_list;
   for (const uint32_t s : slots) slot_list.push_back(s);
@@ -60,6 +85,14 @@ json::object TunnelSpec::to_request() const {
     for (const uint32_t s : protect_slots) protect_list.push_back(s);
     request["protection"] =
         json::object{{"peer", protect_peer}, {"slots", std::move(protect_list)}};
+  }
+  if (!cipher.empty()) {
+    json::array key_list;
+    for (const Key& key : keys) {
+      key_list.push_back(json::object{{"id", key.id}, {"secret", key.secret_hex}});
+    }
+    request["auth"] =
+        json::object{{"cipher", cipher}, {"keys", std::move(key_list)}, {"tx_key", tx_key}};
   }
   return request;
 }
@@ -94,6 +127,7 @@ bool TunnelSpec::matches(const json::object& a, std::string* difference) const {
     }
   }
   if (actual_dst != match_dst) return differ("match.dst");
+  if (!auth_matches(a.if_contains("auth"))) return differ("auth");
   const json::value* protection = a.if_contains("protection");
   if (protect_peer.empty()) return protection == nullptr ? true : differ("protection");
   if (protection == nullptr || !protection->is_object()) return differ("protection");

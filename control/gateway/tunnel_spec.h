@@ -15,6 +15,8 @@ namespace detwan::control::gateway {
 // tests/control/gateway (control/ does not link the dataplane).
 inline constexpr uint32_t kEncapOverheadBytes = 68;
 inline constexpr uint32_t kFrameOverheadBytes = kEncapOverheadBytes + 18;
+// An encrypted tunnel's packets carry a 16-byte AEAD tag after the payload.
+inline constexpr uint32_t kAeadTagBytes = 16;
 
 struct TunnelSpec {
   uint32_t id = 0;
@@ -31,14 +33,28 @@ struct TunnelSpec {
   // its port; "" = unprotected.
   std::string protect_peer;
   std::vector<uint32_t> protect_slots;  // sorted
+  // Authenticated, encrypted tunnel (docs/gateway.md, "auth"): cipher name ("" = none), the
+  // keys with their secrets (64 hex digits) and the id of the one that seals.
+  struct Key {
+    uint8_t id = 0;
+    std::string secret_hex;
+    friend bool operator==(const Key&, const Key&) = default;
+  };
+  std::string cipher;
+  std::vector<Key> keys;
+  uint8_t tx_key = 0;
   std::string reservation;             // "r-3" (for reports; not sent)
 
   // The tunnel as an item of an `apply` request.
   [[nodiscard]] boost::json::object to_request() const;
   // Does the gateway's description of a tunnel ({"cmd":"tunnels"} item) match this spec?
-  // If not, *difference names the first field that differs.
+  // If not, *difference names the first field that differs. Keys are compared by id and
+  // fingerprint (the gateway never shows a secret).
   [[nodiscard]] bool matches(const boost::json::object& actual, std::string* difference) const;
   friend bool operator==(const TunnelSpec&, const TunnelSpec&) = default;
+
+ private:
+  [[nodiscard]] bool auth_matches(const boost::json::value* auth) const;
 };
 
 }  // namespace detwan::control::gateway

@@ -1,5 +1,10 @@
 #include "control/journal/journal.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <fmt/format.h>
 #include <sqlite3.h>
 
@@ -59,6 +64,13 @@ common::Result<std::unique_ptr<Journal>> Journal::open(const std::string& path, 
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   std::unique_ptr<Journal> journal(new Journal(path, db));
   if (rc != SQLITE_OK) return std::unexpected(journal->error("cannot open"));
+  // It holds the tunnel keys of encrypted reservations: readable by the agent's user only
+  // (SQLite gives its -wal and -shm files the same mode).
+  if (path != ":memory:" && ::chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0) {
+    return common::make_error(common::ErrorCode::kIo,
+                              fmt::format("journal {}: cannot make it private (chmod 0600): {}",
+                                          path, std::strerror(errno)));
+  }
   sqlite3_busy_timeout(db, 5000);
   for (const char* sql :
        {"PRAGMA journal_mode=WAL;",

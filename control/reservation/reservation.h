@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "control/reservation/tunnel_keys.h"
 #include "control/admission/planner.h"
 
 namespace detwan::control::reservation {
@@ -50,6 +51,9 @@ struct Spec {
   // disjoint, both booked at the full rate) and the far gateway keeps the first copy. Implies
   // paths >= 2.
   bool protect = false;
+  // Authenticated, encrypted tunnel: "aes-256-gcm", "chacha20-poly1305" or "none". The agent
+  // draws the key (tunnel_keys.h).
+  std::string encrypt = "none";
   // The traffic the tunnel carries: destinations at each end, within the sites' tunnel
   // prefixes (canonical "10.20.2.2/32" text). Empty in a request: every tunnel prefix of the site.
   std::vector<std::string> src_prefixes;
@@ -104,6 +108,7 @@ struct Reservation {
   uint32_t tunnel_id = 0;
   uint64_t burst_bytes = 0;  // the policer depth in use
   std::vector<PathPlacement> paths;
+  TunnelKeys keys;  // encrypted reservations (spec.encrypt != "none")
   admission::Bound bound;
   int64_t created_ns = 0;
   int64_t updated_ns = 0;

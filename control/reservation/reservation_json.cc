@@ -147,7 +147,20 @@ json::object bound_to_json(const admission::Bound& b) {
           {"reverse", direction_to_json(b.reverse)}};
 }
 
-json::object to_json(const Reservation& r) {
+json::object keys_to_json(const TunnelKeys& k, Secrets secrets) {
+  json::array keys;
+  for (const TunnelKey& key : k.keys) {
+    json::object item{{"id", key.id}, {"fingerprint", key_fingerprint(key.secret_hex)}};
+    if (secrets == Secrets::kInclude) item["secret"] = key.secret_hex;
+    keys.push_back(std::move(item));
+  }
+  return json::object{{"keys", std::move(keys)},
+                      {"tx_key", k.tx_key},
+                      {"rotation", to_string(k.rotation)},
+                      {"rotations", k.rotations}};
+}
+
+json::object to_json(const Reservation& r, Secrets secrets) {
   json::object spec{{"src", r.spec.src},
                     {"dst", r.spec.dst},
                     {"min_bandwidth_bps", r.spec.min_bandwidth_bps},
@@ -157,6 +170,7 @@ json::object to_json(const Reservation& r) {
                     {"max_loss", r.spec.max_loss},
                     {"paths", r.spec.paths},
                     {"protect", r.spec.protect ? "1+1" : "none"},
+                    {"encrypt", r.spec.encrypt},
                     {"src_prefixes", strings_json(r.spec.src_prefixes)},
                     {"dst_prefixes", strings_json(r.spec.dst_prefixes)},
                     {"asap", r.spec.asap},
@@ -212,6 +226,7 @@ json::object to_json(const Reservation& r) {
       {"links", r.paths.empty() ? json::array{} : strings_json(r.paths.front().links)},
       {"paths", std::move(paths)},
       {"bound", bound_to_json(r.bound)},
+      {"tunnel_keys", keys_to_json(r.keys, secrets)},
       {"created_unix_ns", r.created_ns},
       {"updated_unix_ns", r.updated_ns},
       {"history", std::move(history)},
@@ -243,6 +258,9 @@ common::Result<Reservation> from_json(const json::object& object) {
     out.spec.paths = static_cast<uint32_t>(spec.u64("paths"));
     // Journals written before protection existed have no "protect": none.
     out.spec.protect = spec.o.contains("protect") && spec.str("protect") == "1+1";
+    // Journals written before encryption existed have no "encrypt": none.
+    out.spec.encrypt = spec.o.contains("encrypt") ? spec.str("encrypt") : "none";
+    if (!is_cipher_name(out.spec.encrypt)) spec.fail("encrypt", "is not a cipher name");
     out.spec.src_prefixes = strings_from(spec, "src_prefixes");
     out.spec.dst_prefixes = strings_from(spec, "dst_prefixes");
     out.spec.asap = spec.boolean("asap");
@@ -276,6 +294,23 @@ common::Result<Reservation> from_json(const json::object& object) {
       out.paths.push_back(std::move(placement));
     }
     out.bound = bound_from(r.object("bound"));
+    if (r.o.contains("tunnel_keys")) {
+      const Reader k = r.object("tunnel_keys");
+      for (const json::value& v : k.array("keys")) {
+        if (!v.is_object()) k.fail("keys", "has an item that is not an object");
+        const Reader kr{v.as_object(), k.where + ".keys[]"};
+        TunnelKey key;
+        key.id = static_cast<uint8_t>(kr.u64("id"));
+        key.secret_hex = kr.str("secret");  // the journal's form: the API never has it
+        if (key_fingerprint(key.secret_hex).empty()) kr.fail("secret", "is not 64 hex digits");
+        out.keys.keys.push_back(std::move(key));
+      }
+      out.keys.tx_key = static_cast<uint8_t>(k.u64("tx_key"));
+      const auto rotation = key_rotation_from_string(k.str("rotation"));
+      if (!rotation) k.fail("rotation", "is not a rotation step");
+      out.keys.rotation = *rotation;
+      out.keys.rotations = k.u64("rotations");
+    }
     out.created_ns = r.i64("created_unix_ns");
     out.updated_ns = r.i64("updated_unix_ns");
     for (const json::value& v : r.array("history")) {

@@ -8,7 +8,9 @@
 
 namespace detwan::control::reservation {
 
-boost::json::object to_json(const Reservation& reservation);
+// Tunnel keys: the API shows their ids and fingerprints; only the journal holds the secrets.
+enum class Secrets : uint8_t { kOmit, kInclude };
+boost::json::object to_json(const Reservation& reservation, Secrets secrets = Secrets::kOmit);
 boost::json::object bound_to_json(const admission::Bound& bound);
 // Errors name the missing or malformed field ("reservation r-3: field 'spec.end_unix_ns' ...").
 common::Result<Reservation> from_json(const boost::json::object& object);

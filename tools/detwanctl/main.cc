@@ -4,9 +4,9 @@
 //     reserve --from A --to B --rate R [--src-prefix P]... [--dst-prefix P]... [--burst SIZE]
 //     [--max-latency D] [--max-latency-variation D]
 //             [--max-loss F] [--start TIME] (--end TIME | --duration D) [--asap] [--paths K]
-//             [--protect 1+1]
+//             [--protect 1+1] [--encrypt aes-256-gcm|chacha20-poly1305]
 //             [--hold D] [--commit] [--provision] [--no-wait] [--request-id ID]
-//     commit|abort|release|terminate ID      provision ID [--no-wait]
+//     commit|abort|release|terminate|rotate-key ID      provision ID [--no-wait]
 //     modify ID [--rate R] [--end TIME | --extend D]
 //     show ID         list [--state S]       topology
 //     paths --from A --to B [--rate R] [--k K] [--max-latency D] [--max-latency-variation D]
@@ -175,6 +175,7 @@ int run(int argc, char** argv) {
   double max_loss = -1;
   uint32_t paths = 1;
   std::string protect;
+  std::string encrypt;
   uint32_t k = 1;
   bool asap = false, commit = false, provision = false, no_wait = false, all = false;
   std::string id;
@@ -203,6 +204,10 @@ int run(int argc, char** argv) {
                    "1+1: every packet on two link-disjoint paths, the first copy delivered "
                    "(reserves 2 paths)")
       ->check(CLI::IsMember({"none", "1+1"}));
+  reserve
+      ->add_option("--encrypt", encrypt,
+                   "authenticate and encrypt the tunnel with a key the agent draws")
+      ->check(CLI::IsMember({"none", "aes-256-gcm", "chacha20-poly1305"}));
   reserve->add_option("--hold", hold, "hold timeout before commit, e.g. 2m");
   reserve->add_flag("--commit", commit, "commit at once");
   reserve->add_flag("--provision", provision, "commit and provision at once");
@@ -210,7 +215,8 @@ int run(int argc, char** argv) {
   reserve->add_option("--request-id", request_id, "client request id (idempotent retries)");
 
   std::map<std::string, CLI::App*> transitions;
-  for (const char* verb : {"commit", "abort", "provision", "release", "terminate", "show"}) {
+  for (const char* verb :
+       {"commit", "abort", "provision", "release", "terminate", "show", "rotate-key"}) {
     CLI::App* sub = app.add_subcommand(verb, std::string(verb) + " a reservation");
     sub->add_option("id", id, "reservation id (r-N)")->required();
     if (std::string(verb) == "provision")
@@ -274,6 +280,7 @@ int run(int argc, char** argv) {
       if (max_loss >= 0) body["max_loss"] = max_loss;
       if (paths != 1) body["paths"] = paths;
       if (!protect.empty()) body["protect"] = protect;
+      if (!encrypt.empty()) body["encrypt"] = encrypt;
       if (!start.empty()) body["start_unix_ns"] = time_of("--start", start);
       if (!end.empty()) body["end_unix_ns"] = time_of("--end", end);
       if (!duration_text.empty()) body["duration_ns"] = duration_of("--duration", duration_text);

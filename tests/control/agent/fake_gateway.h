@@ -15,6 +15,7 @@
 
 #include "common/units.h"
 #include "control/gateway/reconciler.h"
+#include "control/reservation/tunnel_keys.h"
 
 namespace detwan::control::testing {
 
@@ -118,6 +119,19 @@ class FakeGateways final : public gateway::GatewayClient {
                             {"dscp", t.at("dscp")},
                             {"match", t.at("match")}};
     if (const auto* protection = t.if_contains("protection")) out["protection"] = *protection;
+    // Keys as detwan-gw shows them: by id and fingerprint, never the secret.
+    if (const auto* auth = t.if_contains("auth")) {
+      boost::json::array keys;
+      for (const auto& key : auth->at("keys").as_array()) {
+        keys.push_back(boost::json::object{
+            {"id", key.at("id")},
+            {"fingerprint",
+             reservation::key_fingerprint(std::string(key.at("secret").as_string()))}});
+      }
+      out["auth"] = boost::json::object{{"cipher", auth->at("cipher")},
+                                        {"keys", std::move(keys)},
+                                        {"tx_key", auth->at("tx_key")}};
+    }
     return out;
   }
 

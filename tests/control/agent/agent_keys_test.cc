@@ -1,0 +1,132 @@
+// Encrypted reservations: the agent draws a key per reservation, programs it into both gateways
+// (which show only its fingerprint), never shows the secret in its API, keeps it in its
+// journal across a restart, and rotates it in three steps, each taken only once both gateways
+// have the previous one in place.
+#include <sys/stat.h>
+
+#include <string>
+
+#include "control/reservation/tunnel_keys.h"
+#include "tests/control/agent/agent_test_util.h"
+
+namespace detwan::control::testing {
+namespace {
+
+using json = boost::json::object;
+
+std::string auth_of(const json& tunnel) {
+  return tunnel.contains("auth") ? boost::json::serialize(tunnel.at("auth")) : "";
+}
+
+TEST_F(AgentFixture, AnEncryptedReservationProgramsOneKeyOnBothGatewaysAndNeverShowsIt) {
+  auto r = request("a", "b", 20'000'000);
+  r.spec.encrypt = "chacha20-poly1305";
+  r.provision = true;
+  const json reserved = reserve_ok(r);
+  agent->reconcile_now();
+  const std::string id = id_of(reserved);
+  ASSERT_TRUE(active(id));
+  const auto tunnel_id = static_cast<uint32_t>(reserved.at("tunnel_id").to_number<uint64_t>());
+  const json on_a = tunnel_on("/fake/gw-a", tunnel_id);
+  const json on_b = tunnel_on("/fake/gw-b", tunnel_id);
+  ASSERT_FALSE(auth_of(on_a).empty());
+  EXPECT_EQ(auth_of(on_a), auth_of(on_b));  // one key (same fingerprint) at both ends
+  EXPECT_EQ(on_a.at("auth").at("cipher").as_string(), "chacha20-poly1305");
+  // The API: the fingerprint the gateways have, no secret anywhere.
+  const json view = *agent->get(id);
+  const auto& keys = view.at("tunnel_keys").at("keys").as_array();
+  ASSERT_EQ(keys.size(), 1u);
+  EXPECT_EQ(keys[0].at("fingerprint"), on_a.at("auth").at("keys").as_array()[0].at("fingerprint"));
+  EXPECT_FALSE(keys[0].as_object().contains("secret"));
+  EXPECT_EQ(boost::json::serialize(view).find("secret"), std::string::npos);
+  // The sender's MTU leaves room for the tag.
+  EXPECT_EQ(view.at("tunnel").at("mtu_bytes").to_number<uint64_t>(), 1500u - 68 - 16);
+  // An unencrypted reservation carries no auth.
+  auto plain = request("a", "c", 1'000'000, 600 * kSecond, 7);
+  plain.provision = true;
+  const json p = reserve_ok(plain);
+  agent->reconcile_now();
+  const auto plain_id = static_cast<uint32_t>(p.at("tunnel_id").to_number<uint64_t>());
+  EXPECT_EQ(auth_of(tunnel_on("/fake/gw-a", plain_id)), "");
+  // The journal holds the key, readable by the agent's user only.
+  struct stat st {};
+  ASSERT_EQ(::stat(journal.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(AgentFixture, ARestartedAgentKeepsTheKey) {
+  auto r = request("a", "b", 20'000'000);
+  r.spec.encrypt = "aes-256-gcm";
+  r.provision = true;
+  const json reserved = reserve_ok(r);
+  agent->reconcile_now();
+  const auto tunnel_id = static_cast<uint32_t>(reserved.at("tunnel_id").to_number<uint64_t>());
+  const std::string before = auth_of(tunnel_on("/fake/gw-b", tunnel_id));
+  agent.reset();
+  open();
+  gateways.restart("/fake/gw-b");  // lost its tunnels meanwhile: re-programmed with the same key
+  agent->reconcile_now();
+  EXPECT_TRUE(active(id_of(reserved)));
+  EXPECT_EQ(auth_of(tunnel_on("/fake/gw-b", tunnel_id)), before);
+  EXPECT_EQ(auth_of(tunnel_on("/fake/gw-a", tunnel_id)), before);
+}
+
+TEST_F(AgentFixture, RotationStepsOnlyWhenBothGatewaysHaveThePreviousStep) {
+  auto r = request("a", "b", 20'000'000);
+  r.spec.encrypt = "aes-256-gcm";
+  r.provision = true;
+  const std::string id = id_of(reserve_ok(r));
+  agent->reconcile_now();
+  const auto tunnel_id =
+      static_cast<uint32_t>(agent->get(id)->at("tunnel_id").to_number<uint64_t>());
+  const auto keys_on = [&](const std::string& socket) {
+    return tunnel_on(socket, tunnel_id).at("auth").at("keys").as_array().size();
+  };
+  const auto tx_on = [&](const std::string& socket) {
+    return tunnel_on(socket, tunnel_id).at("auth").at("tx_key").to_number<int>();
+  };
+  const auto rotation = [&] {
+    return std::string(agent->get(id)->at("tunnel_keys").at("rotation").as_string());
+  };
+  const std::string first_fingerprint(agent->get(id)->at("tunnel_keys").at("keys").as_array()[0]
+                                          .at("fingerprint")
+                                          .as_string());
+  ASSERT_TRUE(agent->rotate_key(id).has_value());
+  EXPECT_EQ(rotation(), "adding");
+  // A second request while one runs is refused.
+  const auto again = agent->rotate_key(id);
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code, "rotation_in_progress");
+  // gw-b unreachable: the first step reaches gw-a only, and the rotation waits.
+  gateways.with("/fake/gw-b", [](FakeGateways::Gateway& g) { g.reachable = false; });
+  agent->reconcile_now();
+  EXPECT_EQ(keys_on("/fake/gw-a"), 2u);
+  EXPECT_EQ(tx_on("/fake/gw-a"), 1);
+  EXPECT_EQ(keys_on("/fake/gw-b"), 1u);
+  EXPECT_EQ(rotation(), "adding");
+  gateways.with("/fake/gw-b", [](FakeGateways::Gateway& g) { g.reachable = true; });
+  agent->reconcile_now();  // both hold both keys -> switching
+  EXPECT_EQ(keys_on("/fake/gw-b"), 2u);
+  EXPECT_EQ(rotation(), "switching");
+  agent->reconcile_now();  // both seal with the new key -> dropping
+  EXPECT_EQ(tx_on("/fake/gw-a"), 2);
+  EXPECT_EQ(tx_on("/fake/gw-b"), 2);
+  EXPECT_EQ(rotation(), "dropping");
+  agent->reconcile_now();  // the old key is gone from both -> done
+  EXPECT_EQ(keys_on("/fake/gw-a"), 1u);
+  EXPECT_EQ(keys_on("/fake/gw-b"), 1u);
+  EXPECT_EQ(rotation(), "none");
+  const json view = *agent->get(id);
+  EXPECT_EQ(view.at("tunnel_keys").at("rotations").to_number<int>(), 1);
+  EXPECT_NE(view.at("tunnel_keys").at("keys").as_array()[0].at("fingerprint").as_string(),
+            first_fingerprint);
+  EXPECT_TRUE(active(id));
+  // Not encrypted: nothing to rotate.
+  auto plain = request("a", "c", 1'000'000, 600 * kSecond, 7);
+  const auto refused = agent->rotate_key(id_of(reserve_ok(plain)));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, "not_encrypted");
+}
+
+}  // namespace
+}  // namespace detwan::control::testing
