@@ -291,6 +291,13 @@ void Agent::Impl::advance_key_rotations(int64_t now_ns) {
   std::vector<std::string> ready;
   for (const auto& [key, r] : reservations) {
     if (r.keys.rotation == reservation::KeyRotation::kNone || !r.dataplane_active) continue;
+    // The old key goes only when packets sealed with it just before the switch have arrived:
+    // a grace of 1 s plus the path's latency bound.
+    const int64_t grace_ns = kKeyDropGraceNs + std::max<int64_t>(0, r.bound.max_latency_ns);
+    if (r.keys.rotation == reservation::KeyRotation::kSwitching &&
+        now_ns - r.keys.step_unix_ns < grace_ns) {
+      continue;
+    }
     bool all = true;
     for (const reservation::EndPlacement& end : r.paths.front().ends) {
       if (end.gateway.empty()) continue;
@@ -305,7 +312,7 @@ void Agent::Impl::advance_key_rotations(int64_t now_ns) {
   if (ready.empty()) return;
   for (const std::string& id : ready) {
     Reservation next = *find(id);
-    reservation::advance_rotation(next.keys);
+    reservation::advance_rotation(next.keys, now_ns);
     const std::string state(reservation::to_string(next.state));
     const std::string reason =
         next.keys.rotation == reservation::KeyRotation::kNone

@@ -25,6 +25,10 @@ struct Waiter {
   std::function<void(boost::json::object)> done;
 };
 
+// Time between both gateways sealing with a new key and the old key's removal (plus the
+// reservation's latency bound): packets sealed just before the switch still open.
+inline constexpr int64_t kKeyDropGraceNs = 1'000'000'000;
+
 struct GatewayView {
   bool reachable = false;
   std::string error;

@@ -340,12 +340,13 @@ Outcome<json::object> Agent::rotate_key(const std::string& id) {
         ""});
   }
   Reservation next = *r;
-  auto started = reservation::start_rotation(next.keys);
+  const int64_t now = m.realtime->now_ns();
+  auto started = reservation::start_rotation(next.keys, now);
   if (!started) return std::unexpected(ApiError{500, "internal", started.error().message, ""});
   // Not on any gateway yet: the new key simply replaces the old one.
   if (r->state != State::kProvisioned) {
     while (next.keys.rotation != reservation::KeyRotation::kNone) {
-      reservation::advance_rotation(next.keys);
+      reservation::advance_rotation(next.keys, now);
     }
   }
   const std::string state(reservation::to_string(r->state));
@@ -353,7 +354,7 @@ Outcome<json::object> Agent::rotate_key(const std::string& id) {
       !ok) {
     return std::unexpected(ok.error());
   }
-  m.update_desired(m.realtime->now_ns());
+  m.update_desired(now);
   m.timer_wake.notify_all();
   return m.view(*m.find(id));
 }

@@ -157,7 +157,8 @@ json::object keys_to_json(const TunnelKeys& k, Secrets secrets) {
   return json::object{{"keys", std::move(keys)},
                       {"tx_key", k.tx_key},
                       {"rotation", to_string(k.rotation)},
-                      {"rotations", k.rotations}};
+                      {"rotations", k.rotations},
+                      {"step_unix_ns", k.step_unix_ns}};
 }
 
 json::object to_json(const Reservation& r, Secrets secrets) {
@@ -310,6 +311,7 @@ common::Result<Reservation> from_json(const json::object& object) {
       if (!rotation) k.fail("rotation", "is not a rotation step");
       out.keys.rotation = *rotation;
       out.keys.rotations = k.u64("rotations");
+      out.keys.step_unix_ns = k.i64("step_unix_ns");
     }
     out.created_ns = r.i64("created_unix_ns");
     out.updated_ns = r.i64("updated_unix_ns");

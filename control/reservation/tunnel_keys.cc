@@ -88,17 +88,19 @@ common::Result<TunnelKeys> first_keys() {
   return keys;
 }
 
-common::Result<bool> start_rotation(TunnelKeys& keys) {
+common::Result<bool> start_rotation(TunnelKeys& keys, int64_t now_ns) {
   if (keys.rotation != KeyRotation::kNone || keys.keys.size() != 1) return false;
   const uint8_t id = static_cast<uint8_t>(keys.keys.front().id % 255 + 1);
   auto key = new_tunnel_key(id);
   if (!key) return std::unexpected(key.error());
   keys.keys.push_back(std::move(*key));
   keys.rotation = KeyRotation::kAdding;
+  keys.step_unix_ns = now_ns;
   return true;
 }
 
-void advance_rotation(TunnelKeys& keys) {
+void advance_rotation(TunnelKeys& keys, int64_t now_ns) {
+  keys.step_unix_ns = now_ns;
   switch (keys.rotation) {
     case KeyRotation::kNone:
       return;

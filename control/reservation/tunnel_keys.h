@@ -6,7 +6,8 @@
 //   adding:    keys {old, new}, tx old   (both ends can open either)
 //   switching: keys {old, new}, tx new   (each end seals with new; the other still opens old)
 //   dropping:  keys {new},      tx new
-// then none (stable). Secrets live in the agent's journal and the gateways only; the API shows
+// then none (stable). The old key is dropped only after a grace time in `switching` (longer than
+// the path's worst delay), so packets sealed with it just before the switch still open. Secrets live in the agent's journal and the gateways only; the API shows
 // fingerprints.
 #include <cstdint>
 #include <optional>
@@ -32,7 +33,8 @@ struct TunnelKeys {
   std::vector<TunnelKey> keys;  // empty: not encrypted
   uint8_t tx_key = 0;
   KeyRotation rotation = KeyRotation::kNone;
-  uint64_t rotations = 0;  // completed
+  uint64_t rotations = 0;     // completed
+  int64_t step_unix_ns = 0;   // when the current step began
   friend bool operator==(const TunnelKeys&, const TunnelKeys&) = default;
 };
 
@@ -48,9 +50,9 @@ common::Result<TunnelKey> new_tunnel_key(uint8_t id);
 // The first key of an encrypted reservation: keys {1}, tx 1.
 common::Result<TunnelKeys> first_keys();
 // Starts a rotation (kNone -> kAdding with a new key). False if one is under way.
-common::Result<bool> start_rotation(TunnelKeys& keys);
+common::Result<bool> start_rotation(TunnelKeys& keys, int64_t now_ns);
 // The next step once the gateways have the current one in place; the last step returns to
 // kNone and counts the rotation. No-op when stable.
-void advance_rotation(TunnelKeys& keys);
+void advance_rotation(TunnelKeys& keys, int64_t now_ns);
 
 }  // namespace detwan::control::reservation

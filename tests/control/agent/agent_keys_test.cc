@@ -108,9 +108,15 @@ TEST_F(AgentFixture, RotationStepsOnlyWhenBothGatewaysHaveThePreviousStep) {
   agent->reconcile_now();  // both hold both keys -> switching
   EXPECT_EQ(keys_on("/fake/gw-b"), 2u);
   EXPECT_EQ(rotation(), "switching");
-  agent->reconcile_now();  // both seal with the new key -> dropping
+  agent->reconcile_now();  // both seal with the new key
   EXPECT_EQ(tx_on("/fake/gw-a"), 2);
   EXPECT_EQ(tx_on("/fake/gw-b"), 2);
+  // The old key stays until packets sealed with it just before the switch have arrived.
+  agent->reconcile_now();
+  EXPECT_EQ(rotation(), "switching");
+  EXPECT_EQ(keys_on("/fake/gw-a"), 2u);
+  realtime.advance_ns(2 * kSecond);
+  agent->reconcile_now();  // -> dropping
   EXPECT_EQ(rotation(), "dropping");
   agent->reconcile_now();  // the old key is gone from both -> done
   EXPECT_EQ(keys_on("/fake/gw-a"), 1u);
