@@ -41,17 +41,19 @@ struct Options {
   // WAN devices of A and B, e.g. net_af_packet0,net_af_packet1 named by --vdev in the EAL
   // arguments; empty: a net_ring pair made here.
   std::string wan_a, wan_b;
+  std::string cipher = "none";  // or an AEAD: the tunnel is authenticated and encrypted
 };
 
 int usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: dataplane_dpdk_fwd_bench [--seconds S] [--packets N] "
-               "[--payload-bytes B] [--wan-devices A,B] [-- EAL args...]\n",
+               "[--payload-bytes B] [--wan-devices A,B] "
+               "[--cipher none|aes-256-gcm|chacha20-poly1305] [-- EAL args...]\n",
                why);
   return 2;
 }
 
-gw::GatewayConfig bench_config(bool is_a, const std::string& device) {
+gw::GatewayConfig bench_config(bool is_a, const std::string& device, const std::string& cipher) {
   gw::GatewayConfig config = pair_config(is_a, device);
   config.dpdk.mbuf_count = 4095;
   config.batch = 32;
@@ -63,6 +65,14 @@ gw::GatewayConfig bench_config(bool is_a, const std::string& device) {
   tunnel.queue_frames = 4096;
   tunnel.slots.clear();
   for (uint32_t slot = 0; slot < 100; ++slot) tunnel.slots.push_back(slot);  // endless window
+  if (cipher != "none") {
+    gw::TunnelAuth auth;
+    auth.cipher = *detwan::dataplane::aead::cipher_from_string(cipher);
+    auth.keys.push_back(
+        gw::TunnelKey{1, *detwan::dataplane::aead::key_from_hex(std::string(64, 'b'))});
+    auth.tx_key = 1;
+    tunnel.auth = auth;
+  }
   return config;
 }
 
@@ -144,9 +154,9 @@ int run_bench(const Options& options) {
     return 1;
   }
   const gw::GatewayConfig config_a =
-      bench_config(true, ring_wan ? "net_ring_benchWanA" : options.wan_a);
+      bench_config(true, ring_wan ? "net_ring_benchWanA" : options.wan_a, options.cipher);
   const gw::GatewayConfig config_b =
-      bench_config(false, ring_wan ? "net_ring_benchWanB" : options.wan_b);
+      bench_config(false, ring_wan ? "net_ring_benchWanB" : options.wan_b, options.cipher);
   const detwan::common::TscClock tsc;
   const int64_t tai_offset_ns = detwan::common::TaiClock().now_ns() - tsc.now_ns();
   const int64_t start_ns = tsc.now_ns() + tai_offset_ns;
@@ -206,13 +216,13 @@ int run_bench(const Options& options) {
     return static_cast<double>((a1.*field - a0.*field) + (b1.*field - b0.*field)) / per;
   };
   std::printf(
-      R"({"seconds":%.3f,"packets_circulating":%u,"inner_frame_bytes":%u,"delivered":%lu,)"
+      R"({"cipher":"%s","seconds":%.3f,"packets_circulating":%u,"inner_frame_bytes":%u,"delivered":%lu,)"
       R"("traversals_pps":%.0f,"gateway_forwards_pps":%.0f,"tsc_hz":%lu,)"
       R"("cycles_per_traversal":%.1f,"phase_cycles_per_traversal":{"wan_rx":%.1f,)"
       R"("local_rx":%.1f,"control":%.1f,"transmit":%.1f,"release":%.1f},)"
       R"("tx_failed":%lu,"micro_cycles":%s,"engine_a":%s,"engine_b":%s})"
       "\n",
-      elapsed_s, options.packets, dpdk::outer_header_bytes(false) + options.payload_bytes,
+      options.cipher.c_str(), elapsed_s, options.packets, dpdk::outer_header_bytes(false) + options.payload_bytes,
       static_cast<unsigned long>(delivered), static_cast<double>(delivered) / elapsed_s,
       2.0 * static_cast<double>(delivered) / elapsed_s, static_cast<unsigned long>(hz),
       static_cast<double>(t - t0) / per, phase(&dpdk::BackendCounters::cycles_wan_rx),
@@ -245,6 +255,11 @@ int main(int argc, char** argv) {
         options.packets = static_cast<uint32_t>(std::stoul(value));
       } else if (arg == "--payload-bytes") {
         options.payload_bytes = static_cast<uint32_t>(std::stoul(value));
+      } else if (arg == "--cipher") {
+        if (value != "none" && !detwan::dataplane::aead::cipher_from_string(value)) {
+          return usage("--cipher: none, aes-256-gcm or chacha20-poly1305");
+        }
+        options.cipher = value;
       } else if (arg == "--wan-devices") {
         const auto comma = value.find(',');
         if (comma == std::string::npos) return usage("--wan-devices takes A,B");

@@ -1,7 +1,9 @@
 // The engine's datapath never allocates: this binary replaces the global operator new with a
-// counting one and runs two engines back to back (submit, control timers, poll_tx, encode,
-// on_wan_datagram, poll_rx, stats excluded) over good and bad input for hundreds of cycles,
-// with every buffer and queue of the test itself allocated beforehand. And run-time changes
+// counting one, and OpenSSL's allocator (CRYPTO_set_mem_functions) with one counting into the
+// same counter, and runs two engines back to back (submit, control timers, poll_tx,
+// encode_frame_st, on_wan_datagram, poll_rx, stats excluded) over good and bad input for
+// hundreds of cycles, unauthenticated and with each AEAD cipher (seal and open included), with
+// every buffer and queue of the test itself allocated beforehand. And run-time changes
 // (apply_st, setup tier: it may allocate) reuse their large storage instead of allocating it.
 #include <algorithm>
 #include <array>
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include "dataplane/gw/engine.h"
 #include "tests/common/counting_new.h"
@@ -24,6 +28,17 @@ using testing::Bytes;
 using testing::kMs;
 using testing::kUs;
 
+// OpenSSL allocates through these from the first use on (installed before main, before any
+// OpenSSL call): every allocation counts like an operator new.
+void* openssl_malloc(size_t size, const char*, int) { return counted_malloc(size); }
+void* openssl_realloc(void* p, size_t size, const char*, int) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::realloc(p, size);
+}
+void openssl_free(void* p, const char*, int) { std::free(p); }
+const bool g_openssl_counted =
+    CRYPTO_set_mem_functions(openssl_malloc, openssl_realloc, openssl_free) == 1;
+
 constexpr int64_t kStart = 1'000'000'000'000;
 constexpr uint32_t kBuffers = 4096;
 constexpr int64_t kDelay = 1 * kMs;
@@ -35,9 +50,22 @@ struct Datagram {
   uint32_t size = 0;
 };
 
-TEST(EngineNoAlloc, DatapathNeverAllocates) {
+class EngineNoAllocCipher : public ::testing::TestWithParam<int> {};  // 0 none, 1 aes, 2 chacha
+
+TEST_P(EngineNoAllocCipher, DatapathNeverAllocates) {
+  ASSERT_TRUE(g_openssl_counted);
+  const uint64_t before_openssl = g_allocations.load();
+  EVP_CIPHER_CTX_free(EVP_CIPHER_CTX_new());
+  ASSERT_GT(g_allocations.load(), before_openssl);  // OpenSSL's allocations are counted
   testing::SiteOptions o;
   o.peer_clock_offset_ns = 0;
+  if (GetParam() != 0) {
+    TunnelAuth auth;
+    auth.cipher = GetParam() == 1 ? aead::Cipher::kAes256Gcm : aead::Cipher::kChacha20Poly1305;
+    auth.keys.push_back(TunnelKey{1, *aead::key_from_hex(std::string(64, '7'))});
+    auth.tx_key = 1;
+    o.auth = auth;
+  }
   const uint64_t at_setup = g_allocations.load();
   auto a = Engine::create(testing::site_config(0, o), kStart);
   auto b = Engine::create(testing::site_config(1, o), kStart);
@@ -45,7 +73,7 @@ TEST(EngineNoAlloc, DatapathNeverAllocates) {
   ASSERT_GT(g_allocations.load(), at_setup);  // the counter works: setup allocates
   Engine* engines[2] = {a->get(), b->get()};
 
-  std::vector<Bytes> pool(kBuffers, Bytes(wire::kHeaderSize + 1500));
+  std::vector<Bytes> pool(kBuffers, Bytes(wire::kHeaderSize + 1500 + aead::kTagBytes));
   std::vector<uint32_t> sizes(kBuffers, 0);
   std::vector<uint32_t> free_list;
   free_list.reserve(kBuffers);
@@ -116,10 +144,12 @@ TEST(EngineNoAlloc, DatapathNeverAllocates) {
               free_list.push_back(h);
               return;
             }
-            wire::TunnelHeader header = x.header;
-            header.type = static_cast<uint8_t>(wire::DataType::kIpv4);
-            (void)wire::encode(header, pool[h]);
-            size = static_cast<uint32_t>(wire::kHeaderSize) + sizes[h];
+            size = static_cast<uint32_t>(
+                e.encode_frame_st(x, wire::DataType::kIpv4, pool[h], sizes[h]));
+            if (size == 0) {
+              free_list.push_back(h);
+              return;
+            }
           }
           ++sent;
           ring[tail++ % kBuffers] = {t + kDelay, 1 - i, h, size};
@@ -143,7 +173,14 @@ TEST(EngineNoAlloc, DatapathNeverAllocates) {
   EXPECT_GT(not_ok, 1000u);
   EXPECT_GT(engines[1]->rx_drops(0)[wire::DropReason::kBadMagic], 1000u);
   EXPECT_TRUE(engines[0]->peer_status(0).up);
+  if (GetParam() != 0) {  // the traffic really was sealed and opened
+    const std::string stats = engines[1]->stats_json(kStart + 400 * kMs);
+    EXPECT_NE(stats.find("\"opened_packets\":"), std::string::npos);
+    EXPECT_EQ(engines[1]->drops(EngineDrop::kAuthFailed), 0u);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Ciphers, EngineNoAllocCipher, ::testing::Values(0, 1, 2));
 
 // What one apply_st call allocated.
 struct ApplyCost {
