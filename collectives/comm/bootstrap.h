@@ -10,8 +10,11 @@
 //                           blobs once the last has joined. Frames: u32 length + bytes.
 //   tcp://HOST:PORT         (no nonce) fixed-address mode, as MASTER_ADDR:MASTER_PORT: rank 0
 //                           starts the root on HOST:PORT itself (SO_REUSEADDR) before joining;
-//                           the others retry connecting until it is up. Joins carry an empty
-//                           nonce, so nothing tells two jobs on the same port apart.
+//                           the others retry connecting until it is up. The nonce (the secret)
+//                           is $DETWAN_BOOTSTRAP_SECRET, the same on every rank; without it the
+//                           join is refused (fixed_address_secret).
+// The root checks a join's nonce in its first bytes, in constant time, before it buffers the
+// rest of the frame, and keeps at most 1,024 connections that have not shown it.
 //   file:///DIR#NONCE       each rank writes DIR/<nonce>.<rank> atomically (temporary file, then
 //                           link; an existing file is a duplicate-rank error, never
 //                           overwritten) and polls until all nranks files exist. Each rank then

@@ -1,6 +1,7 @@
 // The shared-directory rendezvous: DIR/<nonce>.<rank> files, published atomically.
 #include "collectives/comm/bootstrap_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -182,6 +183,16 @@ Result<std::unique_ptr<Bootstrap>> join_file(const Spec& spec, int rank, int nra
     return make_error(ErrorCode::kNotFound,
                       fmt::format("bootstrap {}: directory {} does not exist", spec.name(),
                                   spec.dir));
+  }
+  // The store trusts whoever can write its directory (they could write any rank's file first):
+  // a directory anyone may write is refused.
+  struct stat st {};
+  if (::stat(spec.dir.c_str(), &st) == 0 && (st.st_mode & S_IWOTH) != 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("bootstrap {}: directory {} is writable by every user, who "
+                                  "could join as any rank; use a directory only the job's "
+                                  "users can write (e.g. mkdir -m 0700, or 0770 for a group)",
+                                  spec.name(), spec.dir));
   }
   const char* env_host = std::getenv("DETWAN_LISTEN_HOST");
   std::string host = env_host != nullptr && *env_host != '\0' ? env_host : "127.0.0.1";

@@ -13,6 +13,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -392,6 +393,61 @@ Result<Join> decode_join(std::string_view payload) {
   join.rank = static_cast<int32_t>(rank);
   join.nranks = static_cast<int32_t>(nranks);
   return join;
+}
+
+Result<std::optional<std::string>> peek_join_nonce(std::string_view payload_prefix) {
+  Reader in(payload_prefix);
+  std::string magic;
+  uint8_t version = 0;
+  uint16_t nonce_len = 0;
+  if (!in.bytes(kJoinMagic.size(), magic) || !in.u8(version) || !in.u16(nonce_len)) {
+    // Not enough bytes yet -- unless those that came already are not a join.
+    if (!std::string_view(kJoinMagic).starts_with(payload_prefix.substr(0, kJoinMagic.size()))) {
+      return malformed("join", "no magic");
+    }
+    return std::optional<std::string>();
+  }
+  if (magic != kJoinMagic) return malformed("join", "no magic");
+  if (version != kWireVersion) {
+    return malformed("join", fmt::format("version {}, expected {}", version, kWireVersion));
+  }
+  if (nonce_len > kMaxNonceChars) return malformed("join", "oversized nonce");
+  std::string nonce;
+  if (!in.bytes(nonce_len, nonce)) return std::optional<std::string>();
+  return std::optional<std::string>(std::move(nonce));
+}
+
+bool equal_secret(std::string_view a, std::string_view b) noexcept {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const auto x = static_cast<unsigned char>(i < a.size() ? a[i] : 0);
+    const auto y = static_cast<unsigned char>(i < b.size() ? b[i] : 0);
+    diff = static_cast<unsigned char>(diff | (x ^ y));
+  }
+  return diff == 0;
+}
+
+Result<std::string> fixed_address_secret(const Spec& spec) {
+  const char* env = std::getenv("DETWAN_BOOTSTRAP_SECRET");
+  const std::string hint = fmt::format(
+      "bootstrap {}: a fixed-address rendezvous needs a shared secret: set "
+      "DETWAN_BOOTSTRAP_SECRET to the same 32-64 hex digits on every rank (e.g. `openssl rand "
+      "-hex 16`), or let one process create the id (detwanGetUniqueId), whose nonce is the "
+      "secret",
+      spec.name());
+  if (env == nullptr || *env == '\0') return make_error(ErrorCode::kInvalidArgument, hint);
+  std::string secret(env);
+  for (char& c : secret) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const bool hex = std::all_of(secret.begin(), secret.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+  if (!hex || secret.size() < 32 || secret.size() > kMaxNonceChars) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("{} (DETWAN_BOOTSTRAP_SECRET has {} characters{})", hint,
+                                  secret.size(), hex ? "" : ", not all hex digits"));
+  }
+  return secret;
 }
 
 std::string encode_answer_ok(const std::vector<std::string>& blobs) {

@@ -83,6 +83,18 @@ struct Join {
 std::string encode_join(const Join& join);
 // kInvalidArgument naming what is wrong ("no magic", "truncated", "version 7").
 Result<Join> decode_join(std::string_view payload);
+// The nonce a join frame carries, from the first bytes of its payload (after the length):
+// nullopt until they have arrived, an error if they are not a join. Lets the root check the
+// secret before it buffers the rest of the frame (up to kMaxBlobBytes).
+Result<std::optional<std::string>> peek_join_nonce(std::string_view payload_prefix);
+// Bytes of a join payload up to the end of its nonce, at most (magic, version, length, nonce).
+inline constexpr size_t kJoinNoncePrefixBytes = 4 + 1 + 2 + kMaxNonceChars;
+// a == b without an early exit on the first difference (no timing oracle for the secret).
+[[nodiscard]] bool equal_secret(std::string_view a, std::string_view b) noexcept;
+// The secret of a fixed-address tcp://HOST:PORT rendezvous: $DETWAN_BOOTSTRAP_SECRET, 32 to 64
+// hex digits, the same on every rank (lower-cased). kInvalidArgument naming the variable when
+// it is missing or malformed.
+Result<std::string> fixed_address_secret(const Spec& spec);
 
 std::string encode_answer_ok(const std::vector<std::string>& blobs);
 std::string encode_answer_error(const Error& error);

@@ -21,6 +21,7 @@ namespace {
 
 // A join frame is a blob plus a few dozen bytes of header.
 constexpr uint32_t kMaxJoinFrameBytes = kMaxBlobBytes + 1024;
+constexpr long kMaxUnauthenticatedClients = 1024;
 // Error answers are small; a client that does not read them is not waited for long.
 constexpr int64_t kErrorSendNs = 1'000'000'000;
 // The answer may be large (nranks x blob): give it this much past the deadline at least.
@@ -69,12 +70,23 @@ class RootServer {
     std::string in;
     int rank = -1;        // >= 0 once joined
     bool closed = false;
+    bool authenticated = false;  // its join carried the secret (nonce): the rest may be read
   };
 
   void accept_all() {
     while (true) {
       const int fd = ::accept4(listener_.fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN, or a connection that vanished before accept
+      // Connections that have not shown the secret yet are bounded: beyond the limit a new
+      // one is closed at once (a rank retries), so strangers cannot exhaust descriptors.
+      const auto pending = std::count_if(clients_.begin(), clients_.end(), [](const auto& c) {
+        return !c->authenticated && !c->closed;
+      });
+      if (pending >= kMaxUnauthenticatedClients) {
+        ::close(fd);
+        ++refused_connections_;
+        continue;
+      }
       auto client = std::make_unique<Client>();
       client->fd.reset(fd);
       clients_.push_back(std::move(client));
@@ -100,6 +112,27 @@ class RootServer {
                               (static_cast<uint32_t>(static_cast<uint8_t>(client.in[1])) << 16) |
                               (static_cast<uint32_t>(static_cast<uint8_t>(client.in[2])) << 8) |
                               static_cast<uint32_t>(static_cast<uint8_t>(client.in[3]));
+      // The secret first: nothing beyond the join's first bytes is buffered for a stranger.
+      if (!client.authenticated) {
+        const std::string_view prefix = std::string_view(client.in).substr(4);
+        auto nonce = peek_join_nonce(prefix.substr(0, std::min(prefix.size(),
+                                                                kJoinNoncePrefixBytes)));
+        if (!nonce) {
+          reject(client,
+                 Error{nonce.error().code, fmt::format("{}: {}", name_, nonce.error().message)});
+          return;
+        }
+        if (!nonce->has_value()) continue;  // more bytes to come
+        if (!equal_secret(**nonce, nonce_)) {
+          reject(client, Error{ErrorCode::kInvalidArgument,
+                               fmt::format("{}: a join with a wrong secret (nonce): a stale or "
+                                           "foreign unique id, or another "
+                                           "DETWAN_BOOTSTRAP_SECRET",
+                                           name_)});
+          return;
+        }
+        client.authenticated = true;
+      }
       if (length > kMaxJoinFrameBytes) {
         reject(client, Error{ErrorCode::kInvalidArgument,
                              fmt::format("{}: join frame of {} bytes exceeds the limit of {}",
@@ -122,7 +155,7 @@ class RootServer {
     const auto bad = [&](std::string why) {
       reject(client, Error{ErrorCode::kInvalidArgument, fmt::format("{}: {}", name_, why)});
     };
-    if (join.nonce != nonce_) {
+    if (!equal_secret(join.nonce, nonce_)) {
       return bad(fmt::format("rank {} joined with a wrong nonce (a stale or foreign unique id?)",
                              join.rank));
     }
@@ -194,6 +227,11 @@ class RootServer {
       message += fmt::format(" ({} join{} rejected, first: {})", rejected_,
                              rejected_ == 1 ? "" : "s", first_rejection_);
     }
+    if (refused_connections_ > 0) {
+      message += fmt::format(" ({} connection{} refused: more than {} had not shown the secret)",
+                             refused_connections_, refused_connections_ == 1 ? "" : "s",
+                             kMaxUnauthenticatedClients);
+    }
     fail_all(Error{ErrorCode::kTimeout, std::move(message)});
   }
 
@@ -210,6 +248,7 @@ class RootServer {
   const int64_t timeout_ns_;
   const int64_t deadline_ns_;
   std::vector<std::unique_ptr<Client>> clients_;
+  uint64_t refused_connections_ = 0;
   std::vector<Client*> by_rank_;  // index = rank; null = not joined
   std::vector<std::string> blobs_;
   int nranks_ = -1;

@@ -80,15 +80,22 @@ class TcpBootstrap final : public Bootstrap {
 Result<std::unique_ptr<Bootstrap>> join_tcp(const Spec& spec, int rank, int nranks,
                                             int64_t timeout_ns) {
   const int64_t deadline_ns = now_ns() + timeout_ns;
-  if (!spec.nonce && rank == 0) {
-    // Fixed-address mode (MASTER_ADDR:PORT style): nobody created a root, so rank 0 hosts it.
-    auto listener = listen_tcp(spec.host, spec.port, /*reuse_address=*/true);
-    if (!listener) {
-      return make_error(listener.error().code,
-                        fmt::format("bootstrap {} (rank 0 starting the root): {}", spec.name(),
-                                    listener.error().message));
+  Spec joined = spec;
+  if (!spec.nonce) {
+    // Fixed-address mode (MASTER_ADDR:PORT style): the secret comes from the environment,
+    // the same on every rank; nobody created a root, so rank 0 hosts it.
+    auto secret = fixed_address_secret(spec);
+    if (!secret) return std::unexpected(secret.error());
+    joined.nonce = *secret;
+    if (rank == 0) {
+      auto listener = listen_tcp(spec.host, spec.port, /*reuse_address=*/true);
+      if (!listener) {
+        return make_error(listener.error().code,
+                          fmt::format("bootstrap {} (rank 0 starting the root): {}", spec.name(),
+                                      listener.error().message));
+      }
+      start_root_thread(std::move(*listener), "bootstrap " + spec.name(), *secret, timeout_ns);
     }
-    start_root_thread(std::move(*listener), "bootstrap " + spec.name(), "", timeout_ns);
   }
   const std::string where = fmt::format("bootstrap {} (rank {})", spec.name(), rank);
   auto fd = connect_tcp(spec.host, spec.port, deadline_ns, where);
@@ -101,7 +108,7 @@ Result<std::unique_ptr<Bootstrap>> join_tcp(const Spec& spec, int rank, int nran
   if (!host) {
     return make_error(host.error().code, fmt::format("{}: {}", where, host.error().message));
   }
-  return std::make_unique<TcpBootstrap>(spec, rank, nranks, std::move(*fd), std::move(*host));
+  return std::make_unique<TcpBootstrap>(joined, rank, nranks, std::move(*fd), std::move(*host));
 }
 
 }  // namespace bootstrap

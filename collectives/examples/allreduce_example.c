@@ -4,7 +4,8 @@
  * the result must equal 1 + 2 + ... + nranks. Then a broadcast and a non-blocking allreduce.
  *
  * Build:  cc allreduce_example.c $(pkg-config --cflags --libs detwan) -o allreduce_example
- * Run 4 ranks on one host (two "sites" a and b, 2 ranks each):
+ * Run 4 ranks on one host (two "sites" a and b, 2 ranks each), with one shared secret:
+ *   export DETWAN_BOOTSTRAP_SECRET=$(openssl rand -hex 16)
  *   for r in 0 1 2 3; do
  *     DETWAN_SITE=$([ $r -lt 2 ] && echo a || echo b) \
  *       ./allreduce_example tcp://127.0.0.1:29500 $r 4 &

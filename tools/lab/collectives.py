@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import pathlib
+import secrets
 import select
 import signal
 import subprocess
@@ -137,9 +138,12 @@ def _raise_interrupted(signum, _frame):
     raise Interrupted(f"signal {signum}")
 
 
-def rank_env(entry: dict, rtt_ns: int, mtu_bytes: int, riding: dict | None) -> dict:
-    """The rank's environment; riding: {"ids": "r-1,r-2", "host_urls": {site: agent URL}}."""
+def rank_env(entry: dict, rtt_ns: int, mtu_bytes: int, riding: dict | None,
+             secret: str) -> dict:
+    """The rank's environment; riding: {"ids": "r-1,r-2", "host_urls": {site: agent URL}};
+    secret: the job's bootstrap secret (the fixed-address rendezvous refuses ranks without it)."""
     env = dict(os.environ)
+    env["DETWAN_BOOTSTRAP_SECRET"] = secret
     # The path's RTT for the cost model of --deterministic (which must not measure it).
     env.setdefault("DETWAN_WAN_RTT", f"{max(rtt_ns // 1000, 1)}us")
     env["DETWAN_MTU"] = str(mtu_bytes)  # the datagrams fill the lab's MTU, no more
@@ -157,6 +161,7 @@ def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int | None, rtt
     out = b""
     error = ""
     saved = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    secret = secrets.token_hex(16)  # one per job: the ranks' bootstrap secret
     try:
         for entry in plan:
             cmd = rank_command(args, binary, plan, entry, wan_rate_bps,
@@ -166,7 +171,7 @@ def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int | None, rtt
             procs.append(subprocess.Popen(
                 cmd, stdout=subprocess.PIPE if entry["rank"] == 0 else subprocess.DEVNULL,
                 stderr=err, stdin=subprocess.DEVNULL,
-                env=rank_env(entry, rtt_ns, mtu_bytes, riding)))
+                env=rank_env(entry, rtt_ns, mtu_bytes, riding, secret)))
         first = rank_command(args, binary, plan, plan[0], wan_rate_bps, args.json)
         log(f"{len(procs)} ranks, rank 0: {' '.join(first[4:])}")
         deadline = time.monotonic() + args.timeout

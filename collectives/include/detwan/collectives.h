@@ -148,8 +148,11 @@ void detwanConfigInit(detwanConfig_t* config);
  * and exits once all have joined) and writes its address into *id. */
 detwanResult_t detwanGetUniqueId(detwanUniqueId* id);
 /* An id naming a rendezvous every rank can reach without a root process:
- *   "tcp://HOST:PORT"  rank 0 hosts the root on HOST:PORT (like MASTER_ADDR/MASTER_PORT)
- *   "file:///DIR"      ranks meet through files in a shared directory */
+ *   "tcp://HOST:PORT"  rank 0 hosts the root on HOST:PORT (like MASTER_ADDR/MASTER_PORT); every
+ *                      rank must have the same secret in DETWAN_BOOTSTRAP_SECRET (32-64 hex
+ *                      digits, e.g. `openssl rand -hex 16`): joins without it are refused
+ *   "file:///DIR"      ranks meet through files in a shared directory, which must not be
+ *                      writable by every user (whoever can write it could join as any rank) */
 detwanResult_t detwanUniqueIdFromString(const char* spec, detwanUniqueId* id);
 
 detwanResult_t detwanCommInitRank(detwanComm_t* comm, int nranks, detwanUniqueId id, int rank);

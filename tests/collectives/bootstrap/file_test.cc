@@ -1,4 +1,5 @@
 // The shared-directory rendezvous, in a fresh mkdtemp directory per test.
+#include <sys/stat.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -136,6 +137,18 @@ TEST_F(FileBootstrap, MissingDirectory) {
   ASSERT_FALSE(joined.has_value());
   EXPECT_EQ(joined.error().code, ErrorCode::kNotFound);
   EXPECT_FALSE(join_bootstrap("file://relative/dir", 0, 1, kSecondNs).has_value());
+}
+
+TEST_F(FileBootstrap, ADirectoryEveryoneMayWriteIsRefused) {
+  ASSERT_EQ(::chmod(dir_.c_str(), 01777), 0);  // like /tmp
+  auto joined = join_bootstrap(spec("ab"), 0, 1, kSecondNs);
+  ASSERT_FALSE(joined.has_value());
+  EXPECT_EQ(joined.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(joined.error().message.find("writable by every user"), std::string::npos)
+      << joined.error().message;
+  ASSERT_EQ(::chmod(dir_.c_str(), 0770), 0);  // a group's directory is fine
+  auto group = join_and_exchange(spec("ab"), 0, 1, 5 * kSecondNs);
+  ASSERT_TRUE(group.has_value()) << group.error().message;
 }
 
 }  // namespace

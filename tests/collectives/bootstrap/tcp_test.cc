@@ -47,7 +47,95 @@ TEST(TcpBootstrap, OneToEightRanksWithDifferentBlobs) {
   }
 }
 
+// The shared secret of fixed-address mode, for the tests that use it (the environment is the
+// process's: every rank thread sees it).
+constexpr const char* kSecret = "00112233445566778899aabbccddeeff";
+struct WithSecret {
+  explicit WithSecret(const char* value) {
+    if (value == nullptr) {
+      ::unsetenv("DETWAN_BOOTSTRAP_SECRET");
+    } else {
+      ::setenv("DETWAN_BOOTSTRAP_SECRET", value, 1);
+    }
+  }
+  ~WithSecret() { ::unsetenv("DETWAN_BOOTSTRAP_SECRET"); }
+};
+
+TEST(TcpBootstrap, FixedAddressNeedsASecret) {
+  for (const char* bad : {static_cast<const char*>(nullptr), "", "abcd", "not-hex-but-long-enough-"
+                                                                       "xxxxxxxxxxxxxxxx"}) {
+    WithSecret secret(bad);
+    auto joined = join_bootstrap("tcp://127.0.0.1:" + std::to_string(free_port()), 0, 2,
+                                 kSecondNs);
+    ASSERT_FALSE(joined.has_value());
+    EXPECT_EQ(joined.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(joined.error().message.find("DETWAN_BOOTSTRAP_SECRET"), std::string::npos)
+        << joined.error().message;
+  }
+}
+
+TEST(TcpBootstrap, FixedAddressWithAnotherSecretIsRejected) {
+  const int port = free_port();
+  const std::string spec = "tcp://127.0.0.1:" + std::to_string(port);
+  WithSecret secret(kSecret);
+  // Rank 0 hosts the root with kSecret; a stranger claiming rank 1 with another secret is
+  // refused, and the real rank 1 then completes the exchange.
+  auto results = on_threads<Blobs>(2, [&](int thread) -> Blobs {
+    if (thread == 0) return join_and_exchange(spec, 0, 2, 10 * kSecondNs);
+    auto fd = bootstrap::connect_tcp("127.0.0.1", port, bootstrap::now_ns() + 5 * kSecondNs,
+                                     "stranger");
+    if (!fd) return std::unexpected(fd.error());
+    const std::string join =
+        bootstrap::encode_join({"ffeeddccbbaa99887766554433221100", 1, 2, "forged"});
+    if (!bootstrap::send_all(fd->get(), bootstrap::frame(join),
+                             bootstrap::now_ns() + 5 * kSecondNs)) {
+      return make_error(ErrorCode::kIo, "send failed");
+    }
+    auto answer =
+        bootstrap::recv_frame(fd->get(), 1 << 20, bootstrap::now_ns() + 5 * kSecondNs);
+    if (!answer) return std::unexpected(answer.error());
+    auto refused = bootstrap::decode_answer(*answer);
+    if (refused) return make_error(ErrorCode::kInternal, "the stranger was accepted");
+    if (refused.error().message.find("wrong secret") == std::string::npos) {
+      return std::unexpected(refused.error());
+    }
+    return join_and_exchange(spec, 1, 2, 10 * kSecondNs);  // the real rank 1
+  });
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(results[i].has_value()) << i << ": " << results[i].error().message;
+    EXPECT_EQ(*results[i], expected_blobs(2));
+  }
+}
+
+TEST(TcpBootstrap, AStrangerIsRefusedBeforeTheRootBuffersItsFrame) {
+  auto spec = bootstrap::parse_spec(*start_bootstrap_root("127.0.0.1", 5 * kSecondNs));
+  ASSERT_TRUE(spec.has_value());
+  auto fd = bootstrap::connect_tcp(spec->host, spec->port, bootstrap::now_ns() + 5 * kSecondNs,
+                                   "test");
+  ASSERT_TRUE(fd.has_value());
+  // A join frame announcing 64 MB with a wrong secret: only its first bytes are sent. The root
+  // answers the refusal at once, without waiting for (or buffering) the rest.
+  std::string join = bootstrap::encode_join({std::string(32, 'e'), 0, 1, std::string(64, 'x')});
+  std::string head = bootstrap::frame(join).substr(0, 4 + bootstrap::kJoinNoncePrefixBytes);
+  const uint32_t announced = bootstrap::kMaxBlobBytes;
+  head[0] = static_cast<char>(announced >> 24);
+  head[1] = static_cast<char>(announced >> 16);
+  head[2] = static_cast<char>(announced >> 8);
+  head[3] = static_cast<char>(announced);
+  ASSERT_TRUE(bootstrap::send_all(fd->get(), head, bootstrap::now_ns() + 5 * kSecondNs));
+  auto answer = bootstrap::recv_frame(fd->get(), 1 << 20, bootstrap::now_ns() + 3 * kSecondNs);
+  ASSERT_TRUE(answer.has_value()) << answer.error().message;
+  auto blobs = bootstrap::decode_answer(*answer);
+  ASSERT_FALSE(blobs.has_value());
+  EXPECT_NE(blobs.error().message.find("wrong secret"), std::string::npos)
+      << blobs.error().message;
+  // The real rank still joins.
+  auto good = join_and_exchange(spec->to_string(), 0, 1, 5 * kSecondNs);
+  ASSERT_TRUE(good.has_value()) << good.error().message;
+}
+
 TEST(TcpBootstrap, FixedAddressRankZeroHostsTheRoot) {
+  WithSecret secret(kSecret);
   const int port = free_port();
   const std::string spec = "tcp://127.0.0.1:" + std::to_string(port);
   constexpr int kRanks = 4;
@@ -62,6 +150,7 @@ TEST(TcpBootstrap, FixedAddressRankZeroHostsTheRoot) {
 }
 
 TEST(TcpBootstrap, FixedAddressPortInUseIsAnError) {
+  WithSecret secret(kSecret);
   auto taken = bootstrap::listen_tcp("127.0.0.1", 0, /*reuse_address=*/false);
   ASSERT_TRUE(taken.has_value());
   auto joined = join_bootstrap("tcp://127.0.0.1:" + std::to_string(taken->port), 0, 2,
@@ -78,7 +167,7 @@ TEST(TcpBootstrap, WrongNonceIsRejected) {
   auto result = join_and_exchange(wrong, 0, 1, 5 * kSecondNs);
   ASSERT_FALSE(result.has_value());
   EXPECT_EQ(result.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_NE(result.error().message.find("wrong nonce"), std::string::npos)
+  EXPECT_NE(result.error().message.find("wrong secret"), std::string::npos)
       << result.error().message;
 }
 
