@@ -88,11 +88,13 @@ struct ChannelOptions {
   // estimate), so that it is always >= rate x RTT.
   int64_t recv_window_bytes = 0;
   int64_t max_message_bytes = int64_t{16} << 30;
-  // Memory for messages being received: a message's buffer is allocated at its first segment,
-  // sized by the message size the peer names. A new message that would take the total beyond
-  // this waits (its segments are dropped, counted dropped_memory, and resent by the sender)
-  // unless it is the next message to deliver, which is always admitted (no deadlock); so a
-  // peer can hold at most this much plus one message of max_message_bytes.
+  // Memory for messages being received and received-but-not-yet-read: a message's buffer is
+  // allocated at its first segment, sized by the message size the peer names, and counts until
+  // the application takes the message (recv). A new message that would take the total beyond
+  // this waits (its segments are dropped, counted dropped_memory, and resent by the sender:
+  // back-pressure on a receiver that does not read) unless it is the next message to deliver
+  // and nothing is unread (no deadlock); so a peer can hold at most this much plus one message
+  // of max_message_bytes.
   int64_t max_reassembly_bytes = int64_t{4} << 30;
   // Memory the sender may hold for unacknowledged segments' metadata and FEC parity.
   int64_t send_buffer_bytes = int64_t{256} << 20;

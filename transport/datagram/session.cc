@@ -164,6 +164,7 @@ void Session::recv_st(RecvCallback done) {
   if (!buffered_.empty()) {
     std::vector<std::byte> message = std::move(buffered_.front());
     buffered_.pop_front();
+    if (connection_) connection_->consumed(message.size());
     done(std::move(message));
     return;
   }
@@ -226,6 +227,7 @@ bool Session::process_events_st() {
         if (!recvs_.empty()) {
           RecvCallback done = std::move(recvs_.front());
           recvs_.pop_front();
+          connection_->consumed(event->message.size());
           done(std::move(event->message));
         } else {
           buffered_.push_back(std::move(event->message));

@@ -189,6 +189,8 @@ size_t Connection::max_datagram_bytes() const { return impl_->max_datagram_bytes
 ChannelStats Connection::stats() const { return impl_->stats(); }
 uint64_t Connection::connection_id() const { return impl_->connection_id(); }
 uint64_t Connection::dropped_beyond_window() const { return impl_->dropped_beyond_window(); }
+void Connection::consumed(uint64_t bytes) { impl_->consumed(bytes); }
+uint64_t Connection::unread_bytes() const { return impl_->unread_bytes(); }
 std::vector<uint64_t> Connection::path_segments_sent() const {
   return impl_->path_datagrams_sent();
 }

@@ -95,6 +95,10 @@ class Connection {
   // Diagnostics beyond ChannelStats: DATA dropped because it lay beyond the receive window,
   // and data segments (incl. retransmissions) sent per path (index = path).
   [[nodiscard]] uint64_t dropped_beyond_window() const;
+  // The application took a delivered message of `bytes` (kMessage event): its bytes leave the
+  // receive budget (ChannelOptions::max_reassembly_bytes counts delivered-but-unread messages).
+  void consumed(uint64_t bytes);
+  [[nodiscard]] uint64_t unread_bytes() const;
   [[nodiscard]] std::vector<uint64_t> path_segments_sent() const;
 
  private:

@@ -159,6 +159,8 @@ class ConnectionImpl {
   [[nodiscard]] size_t max_datagram_bytes() const { return max_datagram_bytes_; }
   [[nodiscard]] uint64_t connection_id() const { return connection_id_; }
   [[nodiscard]] uint64_t dropped_beyond_window() const { return dropped_window_; }
+  void consumed(uint64_t bytes) { unread_bytes_ -= std::min(bytes, unread_bytes_); }
+  [[nodiscard]] uint64_t unread_bytes() const { return unread_bytes_; }
   [[nodiscard]] std::vector<uint64_t> path_datagrams_sent() const;
 
   // connection_datapath.cc
@@ -262,6 +264,7 @@ class ConnectionImpl {
   uint64_t last_rcv_seq_ = 0;
   std::map<uint64_t, InMessage> in_messages_;
   uint64_t reassembly_bytes_ = 0;  // sum of in_messages_' buffer sizes
+  uint64_t unread_bytes_ = 0;      // delivered messages the application has not taken yet
   uint64_t next_deliver_id_ = 0;
   int pending_ack_segments_ = 0;
   bool ack_now_ = false;

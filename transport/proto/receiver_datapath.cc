@@ -108,9 +108,14 @@ Status ConnectionImpl::on_data(uint32_t path, const wire::Header& h, const wire:
     }
   } else {
     // The buffer is allocated once, on the message's first segment (size from the header),
-    // within the reassembly budget; the next message to deliver is always admitted.
-    if (d.message_id != next_deliver_id_ &&
-        reassembly_bytes_ + size > static_cast<uint64_t>(options_.max_reassembly_bytes)) {
+    // within the budget, which also counts delivered messages the application has not taken
+    // yet (back-pressure: a receiver that does not read stops the sender). The next message to
+    // deliver is admitted beyond it while nothing is unread (no deadlock between messages
+    // being reassembled).
+    const auto budget = static_cast<uint64_t>(options_.max_reassembly_bytes);
+    const bool next = d.message_id == next_deliver_id_;
+    if ((!next && reassembly_bytes_ + unread_bytes_ + size > budget) ||
+        (next && unread_bytes_ > 0 && unread_bytes_ + size > budget)) {
       stats_.dropped_memory++;  // not acknowledged: the sender resends it later
       return Status::kDropped;
     }
@@ -161,6 +166,7 @@ void ConnectionImpl::deliver_ready() {
     stats_.messages_received++;
     stats_.bytes_received += it->second.bytes.size();
     reassembly_bytes_ -= it->second.bytes.size();
+    unread_bytes_ += it->second.bytes.size();  // until consumed() says the application has it
     Event e = make_event(Event::Kind::kMessage);
     e.message = std::move(it->second.bytes);
     events_.push_back(std::move(e));

@@ -235,6 +235,45 @@ TEST(Faults, RealTrafficCompletesExactlyThroughASmallReassemblyBudget) {
   EXPECT_GT(net.server().stats().dropped_memory, 0u);
 }
 
+// A receiver that stops reading holds at most its budget of delivered-but-unread messages: the
+// sender is held back (segments beyond it dropped, counted dropped_memory, resent), and once
+// the receiver reads again everything arrives, exactly.
+TEST(Faults, AReceiverThatDoesNotReadHoldsAtMostItsBudget) {
+  ChannelOptions server = reserved_options();
+  server.max_reassembly_bytes = 1'000'000;
+  VirtualNet net(reserved_options(), server, 5);
+  ASSERT_TRUE(net.run_until([&] { return net.has_server() && net.client().established(); },
+                            1'000'000'000));
+  net.set_reading(1, false);
+  const auto messages = random_messages({200'000, 200'000, 200'000, 200'000, 200'000, 200'000,
+                                         200'000, 200'000},
+                                        7);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    ASSERT_EQ(net.client().queue_message(messages[i], i), Status::kOk);
+  }
+  uint64_t most_unread = 0;
+  (void)net.run_until(
+      [&] {
+        most_unread = std::max(most_unread, net.server().unread_bytes());
+        return false;
+      },
+      2'000'000'000);
+  // Not everything could be delivered while nobody read; never more than the budget held.
+  EXPECT_LE(most_unread, 1'000'000u);
+  EXPECT_LT(count_events(net.events(1), Event::Kind::kMessage), messages.size());
+  EXPECT_GT(net.server().stats().dropped_memory, 0u);
+  net.set_reading(1, true);
+  ASSERT_TRUE(net.run_until(
+      [&] { return count_events(net.events(1), Event::Kind::kMessage) == messages.size(); },
+      20'000'000'000));
+  size_t i = 0;
+  for (const Event& e : net.events(1)) {
+    if (e.kind != Event::Kind::kMessage) continue;
+    EXPECT_EQ(e.message, messages[i]) << i;
+    ++i;
+  }
+}
+
 // Datagrams with a valid header and CRC but random bodies (what a hostile peer can send):
 // every one is handled without crashing and each rejected one is counted.
 TEST(Faults, RandomBodiesWithValidCrc) {

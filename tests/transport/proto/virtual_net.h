@@ -215,8 +215,27 @@ class VirtualNet {
       queue_.push(InFlight{now_ns_ + delay, order_++, 1 - s, t.path, d});
       if (u(rng_) < f.duplicate) queue_.push(InFlight{now_ns_ + delay + 1000, order_++, 1 - s, t.path, d});
     }
-    while (std::optional<Event> e = c->poll_event()) events_[s].push_back(std::move(*e));
+    while (std::optional<Event> e = c->poll_event()) {
+      // The application reads what is delivered (unless a test makes side s stop reading).
+      if (e->kind == Event::Kind::kMessage) {
+        if (not_reading_[s]) {
+          held_bytes_[s] += e->message.size();
+        } else {
+          c->consumed(e->message.size());
+        }
+      }
+      events_[s].push_back(std::move(*e));
+    }
   }
+
+ public:
+  // Side s stops taking delivered messages (held as unread), or reads what it held and goes on.
+  void set_reading(int s, bool reading) {
+    not_reading_[s] = !reading;
+    if (reading && side(s) != nullptr) side(s)->consumed(std::exchange(held_bytes_[s], 0));
+  }
+
+ private:
 
   void deliver(const InFlight& f) {
     if (dead_[f.to]) return;
@@ -241,6 +260,8 @@ class VirtualNet {
   std::vector<uint64_t> datagrams_[2];
   std::vector<Event> events_[2];
   bool dead_[2] = {false, false};
+  bool not_reading_[2] = {false, false};
+  uint64_t held_bytes_[2] = {0, 0};  // delivered while not reading
   std::vector<BottleneckState> bottleneck_[2];
   uint64_t random_drops_[2] = {0, 0};
   int64_t paused_until_[2] = {INT64_MIN, INT64_MIN};
