@@ -130,6 +130,11 @@ class Gateway {
   void set_port_faults(uint32_t from, uint32_t port, const LinkFaults& faults);
   // A dead engine is not polled and everything sent to it is lost (peer death).
   void set_alive(uint32_t i, bool alive);
+  // Engine i's clock steps forward by step_ns (an operator or a time daemon setting it): its
+  // now_ns jumps, the others' do not. Forward only: an engine's time never goes backwards.
+  void step_clock(uint32_t i, int64_t step_ns) {
+    if (step_ns > 0) engines_.at(i).offset_ns += step_ns;
+  }
   // Engine i crashes and starts again from its EngineSpec configuration at now (a new Engine:
   // new session epoch, sequence numbers from 0, no tunnels added at run time); the buffers the
   // old one held are freed and counted (restart_lost_buffers). Errors as create().
