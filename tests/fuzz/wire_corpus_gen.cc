@@ -84,6 +84,13 @@ int main(int argc, char** argv) {
   add("seed-data-replica", packet(h, 16));
   h.flags = kFlagData | kFlagFec;
   add("seed-data-fec", packet(h, 32));
+  // Authenticated packets (flag A, a session; the payload ends with a 16-byte tag): the header
+  // layer decodes them like any other.
+  h.flags = kFlagData | kFlagAuth;
+  h.session = 0x5EED0001;
+  add("seed-data-authenticated", packet(h, 64 + 16));
+  h.flags = kFlagData | kFlagReplica | kFlagAuth;
+  add("seed-data-authenticated-replica", packet(h, 16));
   TunnelHeader top = base(~uint64_t{0});
   top.tunnel_id = 0xFFFFFFFF;
   top.path_id = 255;
@@ -102,6 +109,7 @@ int main(int argc, char** argv) {
   add("seed-bad-version", with(good, kVersionOffset, 2));
   add("seed-bad-reserved-flag", with(good, kFlagsOffset, kFlagData | 0x01));
   add("seed-session-without-flag-a", with(good, kSessionOffset + 3, 0x01));
+  add("seed-bad-flag-a-without-session", with(good, kFlagsOffset, kFlagData | kFlagAuth));
   add("seed-bad-flags-d-and-c", with(good, kFlagsOffset, kFlagData | kFlagControl));
   add("seed-bad-flags-control-replica", with(good, kFlagsOffset, kFlagControl | kFlagReplica));
   add("seed-bad-type", with(good, kTypeOffset, 5));
