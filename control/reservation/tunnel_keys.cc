@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
+
 namespace detwan::control::reservation {
 
 std::string_view to_string(KeyRotation rotation) noexcept {
@@ -49,26 +51,8 @@ common::Result<TunnelKey> new_tunnel_key(uint8_t id) {
 }
 
 std::string key_fingerprint(std::string_view secret_hex) {
-  if (secret_hex.size() != 64) return "";
   std::array<unsigned char, 32> bytes{};
-  for (std::size_t i = 0; i < bytes.size(); ++i) {
-    unsigned value = 0;
-    for (std::size_t j = 0; j < 2; ++j) {
-      const char c = secret_hex[2 * i + j];
-      unsigned v = 0;
-      if (c >= '0' && c <= '9') {
-        v = static_cast<unsigned>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        v = static_cast<unsigned>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        v = static_cast<unsigned>(c - 'A' + 10);
-      } else {
-        return "";
-      }
-      value = value * 16 + v;
-    }
-    bytes[i] = static_cast<unsigned char>(value);
-  }
+  if (!common::decode_hex(secret_hex, bytes.data(), bytes.size())) return "";
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "common/strings.h"
 #include "dataplane/aead/aead.h"
 #include "dataplane/aead/aead_impl.h"
 
@@ -24,21 +25,9 @@ std::optional<Cipher> cipher_from_string(std::string_view name) noexcept {
 }
 
 std::optional<Key> key_from_hex(std::string_view hex) noexcept {
-  if (hex.size() != 2 * kKeyBytes) return std::nullopt;
   Key key{};
-  for (std::size_t i = 0; i < hex.size(); ++i) {
-    const char c = hex[i];
-    int v = 0;
-    if (c >= '0' && c <= '9') {
-      v = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      v = c - 'a' + 10;
-    } else if (c >= 'A' && c <= 'F') {
-      v = c - 'A' + 10;
-    } else {
-      return std::nullopt;
-    }
-    key[i / 2] = static_cast<std::byte>((std::to_integer<int>(key[i / 2]) << 4) | v);
+  if (!common::decode_hex(hex, reinterpret_cast<unsigned char*>(key.data()), key.size())) {
+    return std::nullopt;
   }
   return key;
 }
