@@ -2,6 +2,7 @@
 // Small text helpers shared by the parsers (common/units.cc, the wanem SPEC parser).
 #include <cctype>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,55 @@ inline bool decode_hex(std::string_view hex, unsigned char* out, std::size_t out
     out[i] = static_cast<unsigned char>(high * 16 + low);
   }
   return true;
+}
+
+// `text` as valid UTF-8 for a JSON document or a log line: every byte that is not part of a
+// well-formed UTF-8 sequence (RFC 3629: no overlongs, surrogates or code points above
+// U+10FFFF) becomes the four characters \xNN. Echoing a client's bytes (a URL path, a header)
+// into an answer goes through this first.
+inline std::string printable_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = byte(i);
+    std::size_t n = 0;  // continuation bytes
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the first continuation byte
+    if (c < 0x80) {
+      n = 0;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      n = SIZE_MAX;  // never a first byte
+    }
+    // The n continuation bytes are text[i + 1 .. i + n]: all present, the first within
+    // [lo, hi], the others 10xxxxxx.
+    bool valid = n != SIZE_MAX && i + n < text.size();
+    if (valid && n > 0) {
+      valid = byte(i + 1) >= lo && byte(i + 1) <= hi;
+      for (std::size_t k = 2; valid && k <= n; ++k) valid = (byte(i + k) & 0xC0) == 0x80;
+    }
+    if (valid) {
+      out.append(text.substr(i, n + 1));
+      i += n + 1;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0x0F];
+      i += 1;
+    }
+  }
+  return out;
 }
 
 }  // namespace detwan::common

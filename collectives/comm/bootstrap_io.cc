@@ -489,6 +489,8 @@ Result<std::vector<std::string>> decode_answer(std::string_view payload) {
     const auto error_code = code <= static_cast<uint8_t>(ErrorCode::kInternal)
                                 ? static_cast<ErrorCode>(code)
                                 : ErrorCode::kInternal;
+    // The root's own words; an empty one still has to say what happened.
+    if (message.empty()) message = "the bootstrap root refused the join without a reason";
     return make_error(error_code, std::move(message));
   }
   if (status != 0) return malformed("answer", fmt::format("status {}", status));

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/strings.h"
 #include "control/agent/agent_impl.h"
 #include "control/reservation/reservation_json.h"
 
@@ -14,8 +15,9 @@ using reservation::Reservation;
 using reservation::State;
 
 boost::json::object ApiError::to_json() const {
-  json::object error{{"code", code}, {"message", message}};
-  if (!field.empty()) error["field"] = field;
+  // Messages may quote a client's bytes (a URL path): always valid UTF-8 in the answer.
+  json::object error{{"code", code}, {"message", common::printable_utf8(message)}};
+  if (!field.empty()) error["field"] = common::printable_utf8(field);
   return json::object{{"error", std::move(error)}};
 }
 

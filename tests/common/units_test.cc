@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/strings.h"
+
 namespace detwan::common {
 namespace {
 
@@ -255,6 +257,32 @@ TEST(Units, FormattersRoundTrip) {
     auto size_back = parse_size_bytes(size);
     ASSERT_TRUE(size_back.has_value()) << size << ": " << size_back.error().message;
     EXPECT_EQ(*size_back, v) << size;
+  }
+}
+
+// ---- printable_utf8 (common/strings.h) ----
+
+TEST(PrintableUtf8, KeepsValidUtf8AndEscapesEveryOtherByte) {
+  EXPECT_EQ(printable_utf8("r-1 ok"), "r-1 ok");
+  EXPECT_EQ(printable_utf8("gr\xC3\xBC\xC3\x9F \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "gr\xC3\xBC\xC3\x9F \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_EQ(printable_utf8("r\x97-1"), "r\\x97-1");               // lone continuation byte
+  EXPECT_EQ(printable_utf8("\xC3"), "\\xc3");                     // truncated sequence
+  EXPECT_EQ(printable_utf8("\xC0\xAF"), "\\xc0\\xaf");            // overlong '/'
+  EXPECT_EQ(printable_utf8("\xED\xA0\x80"), "\\xed\\xa0\\x80");   // surrogate U+D800
+  EXPECT_EQ(printable_utf8("\xF4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
+  EXPECT_EQ(printable_utf8("\xE2\x82"), "\\xe2\\x82");            // cut at the end
+  EXPECT_EQ(printable_utf8(std::string("a\0b", 3)), std::string("a\0b", 3));
+}
+
+TEST(PrintableUtf8, EveryOutputIsValidUtf8) {
+  // Random bytes: the output decodes as UTF-8 (a second pass changes nothing).
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::string bytes(static_cast<size_t>(rng() % 24), '\0');
+    for (char& c : bytes) c = static_cast<char>(rng() % 256);
+    const std::string once = printable_utf8(bytes);
+    EXPECT_EQ(printable_utf8(once), once);
   }
 }
 

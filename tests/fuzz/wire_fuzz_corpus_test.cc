@@ -30,7 +30,7 @@ struct CorpusFile {
 
 std::vector<CorpusFile> load_corpus() {
   std::vector<CorpusFile> files;
-  for (const auto& entry : fs::directory_iterator(DETWAN_WIRE_CORPUS_DIR)) {
+  for (const auto& entry : fs::directory_iterator(DETWAN_FUZZ_CORPUS_DIR)) {
     if (!entry.is_regular_file()) continue;
     std::ifstream in(entry.path(), std::ios::binary);
     files.push_back({entry.path().filename().string(),
@@ -45,7 +45,7 @@ std::span<const std::byte> as_bytes(const std::vector<uint8_t>& v) {
 
 TEST(WireFuzzCorpus, EveryFilePassesTheFuzzTarget) {
   const auto files = load_corpus();
-  ASSERT_GE(files.size(), 20u) << "corpus missing in " << DETWAN_WIRE_CORPUS_DIR;
+  ASSERT_GE(files.size(), 20u) << "corpus missing in " << DETWAN_FUZZ_CORPUS_DIR;
   for (const CorpusFile& f : files) {
     std::fprintf(stderr, "replaying %s (%zu bytes)\n", f.name.c_str(), f.bytes.size());
     EXPECT_EQ(LLVMFuzzerTestOneInput(f.bytes.data(), f.bytes.size()), 0) << f.name;
