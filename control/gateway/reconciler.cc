@@ -281,21 +281,24 @@ GatewayReport Reconciler::reconcile(uint32_t g, const std::vector<TunnelSpec>& d
       continue;  // another writer changed the gateway between our two requests: start over
     }
     // Refused as a batch: one item at a time, so one bad tunnel does not hold up the others.
+    // A request that gets no answer is not a refusal: the gateway went away mid-way, and what
+    // is left is retried on the next pass (as when the batch itself got no answer).
+    const auto went_away = [&](const common::Error& e) {
+      report.reachable = false;
+      report.error = e.message;
+      return report;
+    };
     for (const uint32_t id : remove) {
       auto one = client_.request(target.socket, apply_line({}, {}, {id}, nullptr));
-      if (one) {
-        const Answer a = parse_answer(*one);
-        if (a.error.empty()) report.applied = true;
-      }
+      if (!one) return went_away(one.error());
+      const Answer a = parse_answer(*one);
+      if (a.error.empty()) report.applied = true;
     }
     for (const auto* list : {&modify, &add}) {
       for (const TunnelSpec* s : *list) {
         auto one = client_.request(target.socket, list == &add ? apply_line({s}, {}, {}, nullptr)
                                                                : apply_line({}, {s}, {}, nullptr));
-        if (!one) {
-          report.refused[s->id] = one.error().message;
-          continue;
-        }
+        if (!one) return went_away(one.error());
         const Answer a = parse_answer(*one);
         if (a.error.empty()) {
           report.applied = true;

@@ -103,6 +103,37 @@ TEST_F(AgentFixture, AGatewayThatRefusesTheTunnelFailsTheReservationWithItsWords
   EXPECT_EQ(agent->check_ledger(), "");
 }
 
+// A batch refused because of one tunnel falls back to one request per tunnel; if the gateway
+// stops answering during that fallback, the tunnels not yet applied are retried, not failed.
+TEST_F(AgentFixture, AGatewayThatStopsAnsweringDuringTheOneByOneRetryFailsOnlyTheRefusedTunnel) {
+  auto first = request("a", "b", 40'000'000, 600 * kSecond, 1);
+  first.provision = true;
+  auto second = request("a", "b", 40'000'000, 600 * kSecond, 2);
+  second.provision = true;
+  const json refused = reserve_ok(first);
+  const json timed_out = reserve_ok(second);
+  const auto refused_tunnel = static_cast<uint32_t>(refused.at("tunnel_id").to_number<uint64_t>());
+  const auto late_tunnel = static_cast<uint32_t>(timed_out.at("tunnel_id").to_number<uint64_t>());
+  gateways.with("/fake/gw-b", [&](FakeGateways::Gateway& g) {
+    g.refuse.insert(refused_tunnel);
+    return g.time_out.insert(late_tunnel).second;
+  });
+  agent->reconcile_now();
+  EXPECT_EQ(state(id_of(refused)), "failed");
+  EXPECT_EQ(state(id_of(timed_out)), "provisioned");  // not failed: gw-b did not answer
+  EXPECT_FALSE(active(id_of(timed_out)));
+  gateways.with("/fake/gw-b", [](FakeGateways::Gateway& g) {
+    g.time_out.clear();
+    return 0;
+  });
+  agent->reconcile_now();
+  agent->reconcile_now();
+  EXPECT_TRUE(active(id_of(timed_out)));
+  EXPECT_EQ(tunnels_on("/fake/gw-b"), 1u);
+  EXPECT_EQ(tunnels_on("/fake/gw-a"), 1u);
+  EXPECT_EQ(agent->check_ledger(), "");
+}
+
 TEST_F(AgentFixture, TunnelsThatAreNotTheAgentsAreLeftAlone) {
   gateways.with("/fake/gw-a", [](FakeGateways::Gateway& g) {
     g.tunnels[12] = json{{"id", 12}, {"peer", "b"}, {"owner", ""}, {"rate_bps", 1'000'000}};

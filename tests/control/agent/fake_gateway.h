@@ -26,6 +26,7 @@ class FakeGateways final : public gateway::GatewayClient {
     uint64_t boot = 1;
     bool reachable = true;
     std::set<uint32_t> refuse;                        // tunnel ids it refuses to add
+    std::set<uint32_t> time_out;  // an apply that adds only one of these gets no answer
     std::map<uint32_t, boost::json::object> tunnels;  // as {"cmd":"tunnels"} lists them
     uint64_t applies = 0;
   };
@@ -54,6 +55,12 @@ class FakeGateways final : public gateway::GatewayClient {
         return error(g, fmt::format("generation is {}, the request expected {}", g.generation,
                                     want->to_number<uint64_t>()));
       }
+    }
+    if (request.at("add").as_array().size() == 1 && request.at("modify").as_array().empty() &&
+        g.time_out.count(static_cast<uint32_t>(
+            request.at("add").as_array()[0].as_object().at("id").to_number<uint64_t>())) != 0) {
+      return common::make_error(common::ErrorCode::kTimeout,
+                                fmt::format("no answer on {} within 2000 ms", socket));
     }
     auto next = g.tunnels;
     for (const auto& id : request.at("remove").as_array()) {
