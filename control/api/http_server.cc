@@ -103,6 +103,20 @@ struct HttpServer::Impl {
   mutable std::mutex counters_mutex;
   HttpCounters counters;
   std::atomic<bool> stopped{false};
+  // Requests handed to the handler and not yet answered: a Respond may be called from any
+  // thread at any time, even after stop(). stop() takes their sessions away while the
+  // io_context still exists (a session must never outlive it); a late answer is then dropped.
+  struct PendingAnswer {
+    std::mutex mutex;
+    std::shared_ptr<void> session;  // the Session; null once answered or stopped
+  };
+  std::mutex pending_mutex;
+  std::vector<std::weak_ptr<PendingAnswer>> pending;
+  void track(const std::shared_ptr<PendingAnswer>& p) {
+    std::lock_guard lock(pending_mutex);
+    std::erase_if(pending, [](const std::weak_ptr<PendingAnswer>& w) { return w.expired(); });
+    pending.push_back(p);
+  }
   // Last, so they are destroyed first: ~io_context destroys the sessions still pending, and a
   // session's destructor counts itself out of `connections` above.
   asio::io_context io;
@@ -204,10 +218,16 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!remote_error)
       out.client = fmt::format("{}:{}", remote.address().to_string(), remote.port());
     stream_.expires_never();  // the handler may wait (provisioning); the client waits with us
-    auto self = shared_from_this();
-    auto answered = std::make_shared<std::atomic<bool>>(false);
-    server_.handler(std::move(out), [self, answered](HttpResponse response) {
-      if (answered->exchange(true)) return;  // exactly once
+    auto pending = std::make_shared<HttpServer::Impl::PendingAnswer>();
+    pending->session = shared_from_this();
+    server_.track(pending);
+    server_.handler(std::move(out), [pending](HttpResponse response) {
+      // Exactly once, and never after the server stopped. The post happens under the mutex so
+      // stop() cannot destroy the io_context between taking the session and posting to it.
+      std::lock_guard lock(pending->mutex);
+      auto self = std::static_pointer_cast<Session>(std::move(pending->session));
+      pending->session.reset();
+      if (!self) return;
       asio::post(self->strand_, [self, response = std::move(response)]() mutable {
         self->send(std::move(response), self->keep_alive_);
       });
@@ -326,6 +346,23 @@ void HttpServer::stop() {
   impl_->io.stop();
   for (std::thread& t : impl_->threads) {
     if (t.joinable()) t.join();
+  }
+  // Requests still with the handler: their sessions go now, while the io_context exists.
+  std::vector<std::shared_ptr<Impl::PendingAnswer>> pending;
+  {
+    std::lock_guard lock(impl_->pending_mutex);
+    for (const auto& w : impl_->pending) {
+      if (auto p = w.lock()) pending.push_back(std::move(p));
+    }
+    impl_->pending.clear();
+  }
+  for (const auto& p : pending) {
+    std::shared_ptr<void> session;
+    {
+      std::lock_guard lock(p->mutex);
+      session = std::move(p->session);
+      p->session.reset();
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include "control/api/http_server.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -196,6 +197,33 @@ TEST(HttpServer, AnswerFromAnotherThreadExactlyOnce) {
     EXPECT_EQ(second.body(), R"({"n":2,"path":"/two"})");
   }
   for (std::thread& t : threads) t.join();
+}
+
+// A handler may answer at any time from any thread, even after the server stopped (the agent
+// answers a provisioning call when the gateways are done): the late answer is dropped, and
+// nothing of the server is touched after it is gone (ASan in CI).
+TEST(HttpServer, AnAnswerAfterTheServerStoppedIsDropped) {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  Respond kept;
+  Handler keep = [&](HttpRequest, Respond respond) {
+    std::lock_guard lock(mutex);
+    kept = std::move(respond);
+    arrived.notify_all();
+  };
+  {
+    auto server = HttpServer::start(loopback_options(), keep);
+    ASSERT_TRUE(server.has_value()) << server.error().message;
+    Client client((*server)->local_endpoint().port);
+    client.send(http::verb::get, "/slow");
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(arrived.wait_for(lock, std::chrono::seconds(10), [&] { return kept != nullptr; }));
+  }
+  HttpResponse late;
+  late.body = "{}";
+  kept(late);  // the server is gone: dropped
+  kept(late);
+  kept = nullptr;
 }
 
 TEST(HttpServer, ClientOutsideAllowIsClosedWithoutAnAnswer) {
