@@ -231,18 +231,31 @@ int detwan_json_bool(const char *json, const char *key, int *value) {
   return 0;
 }
 
-int detwan_json_find_request(const char *json, const char *request_id, char *id, size_t id_len,
-                             char *state, size_t state_len) {
+int detwan_json_next_request(const char *json, const char *prefix, const char **cursor,
+                             char *id, size_t id_len, char *state, size_t state_len) {
   if (json == NULL) return -1;
   char pattern[256];
-  snprintf(pattern, sizeof pattern, "\"client_request_id\":\"%s\"", request_id);
-  const char *match = strstr(json, pattern);
+  snprintf(pattern, sizeof pattern, "\"client_request_id\":\"%s", prefix);
+  const char *match = strstr(*cursor ? *cursor : json, pattern);
   if (match == NULL) return -1;
+  *cursor = match + strlen(pattern);
   /* A reservation object begins {"id":"r-N","version":V,"client_request_id":...}. */
-  const char *start = NULL;
-  for (const char *p = json; (p = strstr(p, "{\"id\":\"")) != NULL && p < match; ++p) start = p;
-  if (start == NULL || read_string(start + 6, id, id_len) != 0) return -1;
+  static const char kStart[] = "{\"id\":\"";
+  const char *start = match;
+  while (start > json && strncmp(start, kStart, sizeof kStart - 1) != 0) --start;
+  if (strncmp(start, kStart, sizeof kStart - 1) != 0 ||
+      read_string(start + sizeof kStart - 2, id, id_len) != 0) {
+    return -1;
+  }
   return detwan_json_string(match, "state", state, state_len);
+}
+
+int detwan_json_find_request(const char *json, const char *request_id, char *id, size_t id_len,
+                             char *state, size_t state_len) {
+  char exact[256];
+  snprintf(exact, sizeof exact, "%s\"", request_id);
+  const char *cursor = NULL;
+  return detwan_json_next_request(json, exact, &cursor, id, id_len, state, state_len);
 }
 
 void detwan_ctl_describe_error(const struct detwan_ctl_result *r, char *out, size_t out_len) {

@@ -42,6 +42,11 @@ int detwan_json_bool(const char *json, const char *key, int *value);
 int detwan_json_find_request(const char *list_json, const char *request_id, char *id,
                              size_t id_len, char *state, size_t state_len);
 
+/* Iterates over the reservations whose client_request_id starts with `prefix`: start with
+ * *cursor = NULL; each call fills id and state of the next one and returns 0, -1 at the end. */
+int detwan_json_next_request(const char *list_json, const char *prefix, const char **cursor,
+                             char *id, size_t id_len, char *state, size_t state_len);
+
 /* "CODE: MESSAGE" of an error answer, else detwanctl's stderr, else what happened to it. */
 void detwan_ctl_describe_error(const struct detwan_ctl_result *result, char *out,
                                size_t out_len);

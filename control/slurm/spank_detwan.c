@@ -17,6 +17,8 @@
  *   job_script (slurmd, epilog of every node, whatever ended the job: completion, failure,
  *       scancel, time limit): the job's reservations, found by request id in `detwanctl list`,
  *       are terminated. Always returns 0: a failing epilog drains the node.
+ *   local, exit (an srun that made its own allocation, so the job ends with it): the same,
+ *       through agent=, before srun returns; the epilog a moment later finds nothing left.
  * The plugin never fails a context with an error return except for a bad --detwan-rate or a bad
  * plugstack.conf line: both should stop everything loudly.
  */
@@ -42,6 +44,8 @@ struct plugin_state {
   char site[DETWAN_NAME_MAX];         /* this node's site ("" unknown) */
   const char *agent_url;              /* the agent for this node's site */
   char reservations[kIdsMax];         /* "r-3" or "r-3,r-4" */
+  int own_allocation;                 /* srun, not inside sbatch/salloc */
+  uint32_t job_id;                    /* srun: its job, once allocated */
   char refusal[2 * DETWAN_ERR_MAX];   /* non-empty: the job may not run */
 };
 
@@ -83,6 +87,7 @@ static int load_config(int ac, char **av) {
 int slurm_spank_init(spank_t sp, int ac, char **av) {
   if (load_config(ac, av) != 0) return -1;
   const spank_context_t context = spank_context();
+  state.own_allocation = context == S_CTX_LOCAL && getenv("SLURM_JOB_ID") == NULL;
   if (context == S_CTX_LOCAL || context == S_CTX_REMOTE || context == S_CTX_ALLOCATOR) {
     if (spank_option_register(sp, &rate_option) != ESPANK_SUCCESS) {
       slurm_error("detwan: cannot register --detwan-rate");
@@ -170,6 +175,8 @@ static void terminate_id(const char *id) {
     char what[DETWAN_ERR_MAX];
     detwan_ctl_describe_error(&r, what, sizeof what);
     slurm_error("detwan: terminate %s failed: %s", id, what);
+  } else if (spank_context() == S_CTX_LOCAL) {
+    slurm_verbose("detwan: terminated %s", id); /* srun -v shows it */
   } else {
     slurm_info("detwan: terminated %s", id);
   }
@@ -274,7 +281,54 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
   return -1; /* slurmstepd ends the task with status 1 before exec */
 }
 
-/* Terminates the job's reservations (whichever node's epilog comes first does it). */
+/* Terminates what is still booked of the job's reservations (request ids slurm-JOB-*). */
+static void terminate_job(uint32_t job_id, const char *where) {
+  const char *args[] = {"list", NULL};
+  struct detwan_ctl_result r;
+  if (detwan_ctl_run(&state.config, state.agent_url, args, &r) != 0) {
+    char err[DETWAN_ERR_MAX];
+    detwan_ctl_describe_error(&r, err, sizeof err);
+    slurm_error("detwan: %s of job %u: cannot list the agent's reservations (%s); they end at "
+                "their end time (duration=%s)", where, job_id, err, state.config.duration);
+    detwan_ctl_result_free(&r);
+    return;
+  }
+  char prefix[64], id[64], got_state[32];
+  snprintf(prefix, sizeof prefix, "slurm-%u-", job_id);
+  const char *cursor = NULL;
+  while (detwan_json_next_request(r.out, prefix, &cursor, id, sizeof id, got_state,
+                                  sizeof got_state) == 0) {
+    if (strcmp(got_state, "terminated") != 0 && strcmp(got_state, "failed") != 0) {
+      terminate_id(id);
+    }
+  }
+  detwan_ctl_result_free(&r);
+}
+
+/* srun that made its own allocation: the job ends with this srun, so its reservations are
+ * terminated before srun returns (the epilog, a moment later, finds them terminated). */
+int slurm_spank_local_user_init(spank_t sp, int ac, char **av) {
+  (void)ac;
+  (void)av;
+  spank_get_item(sp, S_JOB_ID, &state.job_id);
+  return 0;
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av) {
+  (void)sp;
+  (void)ac;
+  (void)av;
+  if (spank_context() != S_CTX_LOCAL || !state.config_ok || !state.rate_given ||
+      !state.own_allocation || state.job_id == 0 || state.config.agent[0] == '\0') {
+    return 0;
+  }
+  state.agent_url = state.config.agent;
+  terminate_job(state.job_id, "end of srun");
+  return 0;
+}
+
+/* Every node's epilog, however the job ended; the first one terminates, the others find the
+ * reservations terminated. Always 0: a failing epilog drains the node. */
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av) {
   char *rate = NULL;
   if (load_config(ac, av) != 0 ||
@@ -286,40 +340,14 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av) {
     const char *text = getenv("SLURM_JOB_ID");
     job_id = text ? (uint32_t)strtoul(text, NULL, 10) : 0;
   }
-  const char *nodes = getenv("SLURM_NODELIST");
   const char *me = getenv("SLURMD_NODENAME");
   const char *site = me ? detwan_site_of(&state.config, me) : NULL;
-  char err[DETWAN_ERR_MAX];
-  const int sites = nodes ? sites_of(nodes, err, sizeof err) : -1;
-  if (sites < 0 || site == NULL) {
+  if (job_id == 0 || site == NULL) {
     slurm_error("detwan: epilog of job %u: %s", job_id,
-                sites < 0 ? (nodes ? err : "no SLURM_NODELIST") : "this node has no site");
+                job_id == 0 ? "no job id" : "this node has no site (plugstack.conf sites=)");
     return 0;
   }
-  if (sites < 2) return 0;
   state.agent_url = detwan_agent_for(&state.config, site);
-  const char *args[] = {"list", NULL};
-  struct detwan_ctl_result r;
-  if (detwan_ctl_run(&state.config, state.agent_url, args, &r) != 0) {
-    detwan_ctl_describe_error(&r, err, sizeof err);
-    slurm_error("detwan: epilog of job %u: cannot list the agent's reservations (%s); they end "
-                "at their end time (duration=%s)", job_id, err, state.config.duration);
-    detwan_ctl_result_free(&r);
-    return 0;
-  }
-  for (int i = 0; i < sites; ++i) {
-    for (int j = i + 1; j < sites; ++j) {
-      char request_id[200], id[64], got_state[32];
-      detwan_request_id(request_id, sizeof request_id, job_id, job_sites[i], job_sites[j]);
-      if (detwan_json_find_request(r.out, request_id, id, sizeof id, got_state,
-                                   sizeof got_state) != 0) {
-        continue; /* refused, or never reserved (cancelled before it started) */
-      }
-      if (strcmp(got_state, "terminated") != 0 && strcmp(got_state, "failed") != 0) {
-        terminate_id(id);
-      }
-    }
-  }
-  detwan_ctl_result_free(&r);
+  terminate_job(job_id, "epilog");
   return 0;
 }

@@ -34,6 +34,23 @@ TEST(SlurmCtlJson, FindsAReservationByRequestId) {
             -1);
 }
 
+TEST(SlurmCtlJson, IteratesOverAJobsReservations) {
+  const char* cursor = nullptr;
+  char id[32], state[32];
+  std::string seen;
+  while (detwan_json_next_request(kList, "slurm-", &cursor, id, sizeof id, state, sizeof state) ==
+         0) {
+    seen += std::string(id) + "=" + state + " ";
+  }
+  EXPECT_EQ(seen, "r-1=terminated r-2=provisioned ");
+  cursor = nullptr;
+  ASSERT_EQ(detwan_json_next_request(kList, "slurm-8-", &cursor, id, sizeof id, state,
+                                     sizeof state), 0);
+  EXPECT_STREQ(id, "r-2");
+  EXPECT_EQ(detwan_json_next_request(kList, "slurm-8-", &cursor, id, sizeof id, state,
+                                     sizeof state), -1);
+}
+
 TEST(SlurmCtlJson, StringsBoolsAndEscapes) {
   const char* answer =
       R"({"error":{"code":"no_capacity","message":"link 'ab1' a->b has \"20mbit\" free\n","field":"x"}})";
