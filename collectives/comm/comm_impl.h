@@ -36,8 +36,8 @@ struct Request::State {
 // Intra-site link assumed by the cost model (not measured): 20 us per message (shm/tcp
 // software cost + wake-up), 10 Gbit/s per channel (a memory copy through a ring or loopback
 // TCP, conservatively).
-inline constexpr int64_t kIntraAlphaNs = 20'000;
-inline constexpr int64_t kIntraRateBps = 10'000'000'000;
+inline constexpr int64_t kIntraAlphaNs = kDefaultIntraLink.alpha_ns;
+inline constexpr int64_t kIntraRateBps = kDefaultIntraLink.rate_bps;
 // Inter-site rate assumed when the tunnel is best effort (wan_rate_bps = 0): 1 Gbit/s.
 inline constexpr int64_t kBestEffortWanRateBps = 1'000'000'000;
 // finalize()'s barrier waits at most this long for the other ranks.

@@ -24,6 +24,10 @@ struct LinkModel {
   int64_t rate_bps = 0;     // bits per second available to one channel; 0 = unknown (10 Gbit/s)
 };
 
+// What the communicator assumes between two ranks of one site (shm or tcp on one host) unless
+// configured otherwise; the agent's placement planner uses the same figure.
+inline constexpr LinkModel kDefaultIntraLink{20'000, 10'000'000'000};
+
 struct NetworkModel {
   LinkModel intra;                        // between two ranks of one site
   // inter[i][j]: site i -> site j, per channel (rate already divided among the local ranks).

@@ -94,6 +94,23 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
   for (const journal::RequestRecord& request : loaded->requests) {
     impl->requests.emplace(request.client_request_id, request);
   }
+  for (const std::string& body : loaded->pools) {
+    boost::system::error_code ec;
+    const json::value value = json::parse(body, ec);
+    auto pool = ec ? common::Result<compute::Pool>(std::unexpected(common::Error{
+                         common::ErrorCode::kIo, "not JSON"}))
+                   : compute::pool_from_json(value);
+    if (!pool) {
+      return common::make_error(common::ErrorCode::kIo,
+                                fmt::format("journal {}: a pool row is unreadable: {}",
+                                            impl->topology.agent.journal, pool.error().message));
+    }
+    if (impl->topology.find_site(pool->site) == model::kNone) {
+      log->warn("pool {}: site '{}' is no longer in the topology; kept, never placed on",
+                pool->name, pool->site);
+    }
+    impl->pools.emplace(pool->name, std::move(*pool));
+  }
   if (std::string problem = impl->ledger->check(); !problem.empty()) {
     return common::make_error(
         common::ErrorCode::kConfig,

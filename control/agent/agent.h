@@ -13,14 +13,18 @@
 // reconciler thread, or on the caller's thread if the answer is immediate.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/json.hpp>
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "control/compute/placement.h"
+#include "control/compute/pool.h"
 #include "control/gateway/reconciler.h"
 #include "control/model/topology.h"
 #include "control/reservation/reservation.h"
@@ -69,6 +73,20 @@ struct PathsRequest {
   bool require_capacity = true;
 };
 
+// A job to place (POST /v1/plan): where to run it, with which WAN reservations.
+struct PlanRequest {
+  compute::Job job;
+  // One step's compute on one rank: the same for every pool kind, per kind, or (neither) each
+  // pool's measured reference step scaled by gradient_bytes / its reference gradient.
+  int64_t step_compute_ns = 0;
+  std::map<std::string, int64_t> step_compute_ns_by_kind;
+  std::vector<std::string> sites;  // only these sites (empty: any)
+  int64_t start_ns = 0;            // 0: now
+  int64_t duration_ns = 3'600'000'000'000;
+  bool reserve = false;            // hold the reservations the plan needs
+  std::string client_request_id;   // with reserve: "<id>-<n>" for the n-th reservation
+};
+
 struct AgentOptions {
   const common::Clock* realtime = nullptr;   // Unix ns for schedules (default: CLOCK_REALTIME)
   const common::Clock* monotonic = nullptr;  // timeouts (default: CLOCK_MONOTONIC)
@@ -97,6 +115,16 @@ class Agent {
   Outcome<boost::json::object> modify(const std::string& id, const ModifyRequest& request);
   Outcome<boost::json::object> get(const std::string& id) const;
   boost::json::array list(std::optional<reservation::State> state) const;
+
+  // Compute pools (control/compute/pool.h): register (create or replace), read, remove.
+  Outcome<boost::json::object> register_pool(compute::Pool pool);
+  Outcome<boost::json::object> pool(const std::string& name) const;
+  boost::json::array pools() const;
+  Outcome<boost::json::object> remove_pool(const std::string& name);
+  // Co-scheduling (control/compute/placement.h): sites, ranks per site, the reservations and
+  // the predicted step time, or 422 with the cause. With request.reserve, the reservations are
+  // held (commit them, or they expire after the hold timeout).
+  Outcome<boost::json::object> plan(const PlanRequest& request);
 
   // Planning: candidate paths and their bounds, nothing booked.
   Outcome<boost::json::object> paths(const PathsRequest& request) const;

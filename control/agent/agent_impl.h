@@ -70,6 +70,7 @@ struct Agent::Impl {
   std::unique_ptr<calendar::Ledger> ledger;
   std::map<uint64_t, reservation::Reservation> reservations;  // by key
   std::map<std::string, journal::RequestRecord> requests;     // by client_request_id
+  std::map<std::string, compute::Pool> pools;                 // by name
   uint64_t next_key = 1;
   uint32_t next_tunnel_id = 0;
   std::set<uint32_t> tunnel_ids_in_use;  // of reservations that are not terminated or failed

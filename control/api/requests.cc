@@ -236,4 +236,76 @@ agent::Outcome<agent::PathsRequest> parse_paths(const std::string& body) {
   }
 }
 
+agent::Outcome<compute::Pool> parse_pool(const std::string& body) {
+  try {
+    const json::object o = parse_object(body);
+    check_keys(o, {"name", "site", "kind", "ranks", "windows", "reference"});
+    auto pool = compute::pool_from_json(o);
+    if (!pool) {
+      // "field 'ranks': ..." -> the field's name for the error object.
+      const std::string& m = pool.error().message;
+      const size_t open = m.find('\'');
+      const size_t close = open == std::string::npos ? open : m.find('\'', open + 1);
+      return std::unexpected(ApiError{
+          400, "invalid_field", m,
+          close == std::string::npos ? "" : m.substr(open + 1, close - open - 1)});
+    }
+    return std::move(*pool);
+  } catch (const BadField& e) {
+    return std::unexpected(e.error);
+  }
+}
+
+agent::Outcome<agent::PlanRequest> parse_plan(const std::string& body) {
+  try {
+    const json::object o = parse_object(body);
+    check_keys(o, {"gradient_bytes", "ranks", "step_compute_ns", "step_compute_ns_by_kind",
+                   "target_step_ns", "min_efficiency", "max_sites", "sites", "start_unix_ns",
+                   "duration_ns", "reserve", "client_request_id", "placement"});
+    agent::PlanRequest r;
+    const auto gradient = integer(o, "gradient_bytes", 1, int64_t{1} << 50);
+    if (!gradient) bad("gradient_bytes", "is required (bytes allreduced per step)");
+    r.job.gradient_bytes = static_cast<uint64_t>(*gradient);
+    const auto ranks = integer(o, "ranks", 1, compute::kMaxRanks);
+    if (!ranks) bad("ranks", "is required (the data-parallel degree)");
+    r.job.ranks = static_cast<uint32_t>(*ranks);
+    constexpr int64_t kHour = 3'600'000'000'000;
+    r.step_compute_ns = integer(o, "step_compute_ns", 1, kHour).value_or(0);
+    if (const json::value* by_kind = o.if_contains("step_compute_ns_by_kind");
+        by_kind != nullptr && !by_kind->is_null()) {
+      if (!by_kind->is_object() || by_kind->as_object().size() > 64) {
+        bad("step_compute_ns_by_kind", "must be an object {kind: ns} of at most 64 kinds");
+      }
+      for (const auto& item : by_kind->as_object()) {
+        const auto ns = integer(by_kind->as_object(), item.key(), 1, kHour);
+        r.step_compute_ns_by_kind[std::string(item.key())] = *ns;
+      }
+    }
+    r.job.target_step_ns = integer(o, "target_step_ns", 1, kHour).value_or(0);
+    r.job.min_efficiency = fraction(o, "min_efficiency").value_or(0);
+    if (r.job.min_efficiency >= 1) bad("min_efficiency", "must be below 1");
+    r.job.max_sites = static_cast<uint32_t>(integer(o, "max_sites", 1, 2).value_or(2));
+    r.sites = string_list(o, "sites");
+    if (const json::value* fixed = o.if_contains("placement"); fixed != nullptr && !fixed->is_null()) {
+      if (!fixed->is_array() || fixed->as_array().empty() || fixed->as_array().size() > 2) {
+        bad("placement", "must be an array of 1 or 2 {\"site\", \"ranks\"} objects");
+      }
+      for (const json::value& item : fixed->as_array()) {
+        if (!item.is_object()) bad("placement", "items must be {\"site\", \"ranks\"} objects");
+        const std::string site = required_site(item.as_object(), "site");
+        const auto n = integer(item.as_object(), "ranks", 1, compute::kMaxRanks);
+        if (!n) bad("placement", "every item needs \"ranks\"");
+        r.job.fixed.emplace_back(site, static_cast<uint32_t>(*n));
+      }
+    }
+    r.start_ns = integer(o, "start_unix_ns", 1, INT64_MAX).value_or(0);
+    r.duration_ns = integer(o, "duration_ns", 1'000'000, kMaxDurationNs).value_or(r.duration_ns);
+    r.reserve = flag(o, "reserve").value_or(false);
+    r.client_request_id = text(o, "client_request_id", kMaxRequestIdBytes - 8).value_or("");
+    return r;
+  } catch (const BadField& e) {
+    return std::unexpected(e.error);
+  }
+}
+
 }  // namespace detwan::control::api

@@ -11,5 +11,7 @@ namespace detwan::control::api {
 agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body);
 agent::Outcome<agent::ModifyRequest> parse_modify(const std::string& body);
 agent::Outcome<agent::PathsRequest> parse_paths(const std::string& body);
+agent::Outcome<compute::Pool> parse_pool(const std::string& body);
+agent::Outcome<agent::PlanRequest> parse_plan(const std::string& body);
 
 }  // namespace detwan::control::api

@@ -125,6 +125,30 @@ class Router {
       if (!parsed) return send(error_response(parsed.error()));
       return send(outcome_response(agent_.paths(*parsed)));
     }
+    if (path == "/v1/plan") {
+      route = "/v1/plan";
+      if (method != "POST") return send(method_not_allowed("POST"));
+      const auto parsed = parse_plan(request.body);
+      if (!parsed) return send(error_response(parsed.error()));
+      return send(outcome_response(agent_.plan(*parsed), parsed->reserve ? 201 : 200));
+    }
+    if (path == "/v1/pools") {
+      route = "/v1/pools";
+      if (method == "GET") {
+        return send(json_response(200, json::object{{"pools", agent_.pools()}}));
+      }
+      if (method != "POST") return send(method_not_allowed("GET, POST"));
+      auto parsed = parse_pool(request.body);
+      if (!parsed) return send(error_response(parsed.error()));
+      return send(outcome_response(agent_.register_pool(std::move(*parsed)), 201));
+    }
+    if (path.rfind("/v1/pools/", 0) == 0) {
+      route = "/v1/pools/{name}";
+      const std::string name = path.substr(std::string("/v1/pools/").size());
+      if (method == "GET") return send(outcome_response(agent_.pool(name)));
+      if (method == "DELETE") return send(outcome_response(agent_.remove_pool(name)));
+      return send(method_not_allowed("GET, DELETE"));
+    }
     const std::string base = "/v1/reservations";
     if (path == base) {
       route = base;

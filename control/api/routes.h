@@ -11,7 +11,10 @@
 //   GET    /v1/reservations/{id}
 //   PATCH  /v1/reservations/{id}            modify (min_bandwidth_bps, end_unix_ns)
 //   DELETE /v1/reservations/{id}            terminate
-//   POST   /v1/reservations/{id}/{commit|abort|provision|release|terminate}
+//   POST   /v1/reservations/{id}/{commit|abort|provision|release|terminate|rotate-key}
+//   GET    /v1/pools                        compute pools; POST registers (or replaces) one
+//   GET    /v1/pools/{name}                 one pool; DELETE removes it
+//   POST   /v1/plan                         placement + reservations + predicted step time
 // A provisioning call answers once the dataplane is active (every gateway has the tunnel) or
 // after the agent's provision_wait; "?wait=false" answers at once.
 #include "control/agent/agent.h"

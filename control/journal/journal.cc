@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS requests (
   fingerprint TEXT NOT NULL,
   reservation_id TEXT NOT NULL,
   at_unix_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, body TEXT NOT NULL);
 )sql";
 
 std::string column_text(sqlite3_stmt* statement, int column) {
@@ -161,6 +162,12 @@ common::Result<Loaded> Journal::load() {
     loaded.requests.push_back({column_text(s, 0), column_text(s, 1), column_text(s, 2)});
   }
   sqlite3_finalize(s);
+  if (sqlite3_prepare_v2(db_, "SELECT body FROM pools ORDER BY name", -1, &s, nullptr) !=
+      SQLITE_OK) {
+    return std::unexpected(error("read pools"));
+  }
+  while (sqlite3_step(s) == SQLITE_ROW) loaded.pools.push_back(column_text(s, 0));
+  sqlite3_finalize(s);
   if (sqlite3_prepare_v2(db_, "SELECT count(*) FROM events", -1, &s, nullptr) == SQLITE_OK &&
       sqlite3_step(s) == SQLITE_ROW) {
     loaded.events = sqlite3_column_int64(s, 0);
@@ -229,6 +236,22 @@ common::Result<void> Journal::for_each_event(const std::function<void(const Even
             column_text(s, 3), column_text(s, 4), column_text(s, 5), column_text(s, 6)});
   }
   sqlite3_finalize(s);
+  return {};
+}
+
+common::Result<void> Journal::put_pool(const std::string& name, const std::string* body) {
+  sqlite3_stmt* s = nullptr;
+  const char* sql = body != nullptr ? "INSERT OR REPLACE INTO pools (name, body) VALUES (?1, ?2)"
+                                    : "DELETE FROM pools WHERE name = ?1";
+  if (sqlite3_prepare_v2(db_, sql, -1, &s, nullptr) != SQLITE_OK) {
+    return std::unexpected(error("prepare pool write"));
+  }
+  bind_text(s, 1, name);
+  if (body != nullptr) bind_text(s, 2, *body);
+  const int rc = sqlite3_step(s);
+  sqlite3_finalize(s);
+  if (rc != SQLITE_DONE) return std::unexpected(error("write pool " + name));
+  ++commits_;
   return {};
 }
 

@@ -8,6 +8,7 @@
 //                                      one row per transition, with the reservation after it
 //   requests(client_request_id, fingerprint, reservation_id, at_unix_ns)
 //                                      idempotency: a repeated request finds its reservation
+//   pools(name, body)                  registered compute pools (control/compute/pool.h)
 // record() writes one transition (event + current body + optional request row + next key) in
 // one transaction: after it returns, a kill -9 of the agent loses nothing it reported. With
 // sync "normal" (the default) a power loss may lose the last transactions; "full" fsyncs each.
@@ -48,6 +49,7 @@ struct Loaded {
   uint64_t next_key = 1;
   std::vector<std::string> reservations;  // JSON bodies
   std::vector<RequestRecord> requests;
+  std::vector<std::string> pools;  // JSON bodies
   int64_t events = 0;
 };
 
@@ -63,6 +65,8 @@ class Journal {
   // One transition, atomically. `request` (may be null) is stored for idempotency.
   [[nodiscard]] common::Result<void> record(const Event& event, uint64_t next_key,
                                             const RequestRecord* request);
+  // Registers (body) or removes (nullptr) a compute pool; one statement, committed on return.
+  [[nodiscard]] common::Result<void> put_pool(const std::string& name, const std::string* body);
   // Every event in order (journal check, tests).
   [[nodiscard]] common::Result<void> for_each_event(const std::function<void(const Event&)>& f);
   [[nodiscard]] const std::string& path() const noexcept { return path_; }

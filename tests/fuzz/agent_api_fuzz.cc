@@ -67,6 +67,9 @@ const char* const kRoutes[] = {
     "/v1/topology",
     "/healthz",
     "/metrics",
+    "/v1/pools",
+    "/v1/pools/a-cpu",
+    "/v1/plan",
 };
 
 constexpr const char* kTopology = R"(domain: fuzz

@@ -222,6 +222,18 @@ void agent_api_seeds() {
                  nul + request(1, 0, 1, R"({"src":"a","dst":"b","min_bandwidth_bps":150000000,"duration_ns":1000000000000})") +
                  nul + request(0, 14, 1, "") + nul + request(0, 15, 1, "") + nul + request(0, 11, 1, ""));
   write_seed("agent_api", "custom-path", request(0, 255, 0, "/v1/reservations/r-1?wait=true\n"));
+  // Routes 16-18: pools and plans (co-scheduling).
+  write_seed("agent_api", "pools-plan",
+             request(1, 16, 0, R"({"name":"a-cpu","site":"a","kind":"cpu","ranks":2})") + nul +
+                 request(1, 16, 0,
+                         R"({"name":"b-cpu","site":"b","kind":"cpu","ranks":2,"reference":)"
+                         R"({"step_ns":1000000000,"steps":5,"gradient_bytes":1000000}})") +
+                 nul + request(0, 17, 0, "") + nul +
+                 request(1, 18, 0,
+                         R"({"gradient_bytes":4000000,"ranks":4,"step_compute_ns":2000000000,)"
+                         R"("target_step_ns":2500000000,"reserve":true})") +
+                 nul + request(1, 18, 0, R"({"gradient_bytes":1000000,"ranks":3,"placement":[{"site":"a","ranks":2},{"site":"b","ranks":1}]})") +
+                 nul + request(3, 17, 1, "") + nul + request(0, 16, 0, ""));
 }
 
 // ---- config: gateway YAML, tunnel items, topology YAML ----

@@ -81,16 +81,17 @@ def test_openapi_document_is_openapi_3_and_lists_every_route():
     assert doc["openapi"].startswith("3.")
     assert set(doc["paths"]) == {"/healthz", "/metrics", "/openapi.yaml", "/v1/topology",
                                  "/v1/paths", "/v1/reservations", "/v1/reservations/{id}",
-                                 "/v1/reservations/{id}/{action}"}
+                                 "/v1/reservations/{id}/{action}", "/v1/pools",
+                                 "/v1/pools/{name}", "/v1/plan"}
     # Every route the agent serves (control/api/routes.h) is there, with its methods.
     assert set(doc["paths"]["/v1/reservations/{id}"]) >= {"get", "patch", "delete"}
     assert doc["paths"]["/v1/reservations/{id}/{action}"]["parameters"][1]["schema"]["enum"] == [
         "commit", "abort", "provision", "release", "terminate", "rotate-key"]
     # The request fields the parser accepts (control/api/requests.cc) are the documented ones.
-    fields = set(doc["components"]["schemas"]["ReserveRequest"]["properties"])
     source = (labutil.REPO / "control" / "api" / "requests.cc").read_text()
-    for f in fields:
-        assert f'"{f}"' in source, f
+    for schema in ("ReserveRequest", "PlanRequest", "PoolRequest"):
+        for f in doc["components"]["schemas"][schema]["properties"]:
+            assert f'"{f}"' in source, (schema, f)
 
 
 # ------------------------------------------------------------------------ generation (no root)
@@ -180,6 +181,25 @@ def test_answers_match_the_openapi_document(agentlab):
     status, error = http(url + "/v1/reservations/r-424242")
     assert status == 404
     validate(doc, "Error", error)
+    # Compute pools and a plan (co-scheduling).
+    for site in ("a", "b"):
+        status, pool = http(url + "/v1/pools", "POST",
+                            f'{{"name":"{site}-cpu","site":"{site}","kind":"cpu","ranks":2}}')
+        assert status == 201, pool
+        validate(doc, "Pool", pool)
+    status, pools = http(url + "/v1/pools")
+    assert {p["name"] for p in pools["pools"]} >= {"a-cpu", "b-cpu"}
+    status, plan = http(url + "/v1/plan", "POST",
+                        '{"gradient_bytes":4000000,"ranks":4,"step_compute_ns":1000000000,'
+                        '"sites":["a","b"]}')
+    assert status == 200, plan
+    validate(doc, "Plan", plan)
+    assert sum(p["ranks"] for p in plan["placement"]) == 4
+    status, error = http(url + "/v1/plan", "POST", '{"gradient_bytes":1,"ranks":4000}')
+    assert status == 422 and error["error"]["code"] == "not_enough_compute"
+    validate(doc, "Error", error)
+    for site in ("a", "b"):
+        assert http(url + f"/v1/pools/{site}-cpu", "DELETE")[0] == 200
     status, _ = http(url + f"/v1/reservations/{r['id']}", "DELETE")
     assert status == 200
     with urllib.request.urlopen(url + "/openapi.yaml", timeout=10) as served:

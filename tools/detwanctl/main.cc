@@ -11,6 +11,7 @@
 //     show ID         list [--state S]       topology
 //     paths --from A --to B [--rate R] [--k K] [--max-latency D] [--max-latency-variation D]
 //           [--start TIME] [--duration D] [--all]
+//     pool register|list|show|remove ...   plan ...        (compute.h)
 // Units as everywhere in detwan: 10ms, 100mbit, 64kb. TIME: now, +10m (from now), @UNIX_SECONDS,
 // or 2026-12-01T14:00:00Z. --agent defaults to $DETWAN_AGENT, then http://127.0.0.1:7800;
 // --token to $DETWAN_AGENT_TOKEN.
@@ -30,6 +31,7 @@
 
 #include "common/units.h"
 #include "control/client/http_client.h"
+#include "tools/detwanctl/compute.h"
 #include "tools/detwanctl/format.h"
 
 namespace detwan::tools::ctl {
@@ -245,6 +247,8 @@ int run(int argc, char** argv) {
   path_cmd->add_flag("--all", all, "ignore capacity (the topology's paths)");
   CLI::App* topology =
       app.add_subcommand("topology", "sites, gateways and links with the rate reserved now");
+  ComputeArgs compute;
+  add_compute_commands(app, compute);
 
   // --agent, --token, --json and --timeout may also follow the verb
   // (`detwanctl reserve ... --json`).
@@ -344,6 +348,16 @@ int run(int argc, char** argv) {
     if (*topology) {
       return call(c, "GET", "/v1/topology", "",
                   [](const json::value& v) { return format_topology(v.as_object()); });
+    }
+    std::optional<ComputeCall> compute_request;
+    try {
+      compute_request = compute_call(compute, time_of);
+    } catch (const std::invalid_argument& e) {
+      throw Usage{e.what()};
+    }
+    if (compute_request) {
+      return call(c, compute_request->method, compute_request->path, compute_request->body,
+                  compute_request->print);
     }
   } catch (const Usage& usage) {
     std::fprintf(stderr, "detwanctl: %s (see --help)\n", usage.message.c_str());

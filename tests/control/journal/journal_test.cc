@@ -84,7 +84,7 @@ TEST_F(JournalTest, OpenCreatesTheSchemaInWalMode) {
   EXPECT_EQ(
       query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
             "ORDER BY name"),
-      (std::vector<std::string>{"events", "meta", "requests", "reservations"}));
+      (std::vector<std::string>{"events", "meta", "pools", "requests", "reservations"}));
   EXPECT_EQ(query("SELECT key, value FROM meta ORDER BY key"),
             (std::vector<std::string>{"domain|lab", "next_key|1", "schema_version|1"}));
   EXPECT_EQ(query("PRAGMA journal_mode"), (std::vector<std::string>{"wal"}));
@@ -246,6 +246,20 @@ TEST_F(JournalTest, AnUnusablePathIsAnErrorNamingIt) {
   const auto directory = Journal::open(dir_, false, "lab");
   ASSERT_FALSE(directory.has_value());
   EXPECT_NE(directory.error().message.find(dir_), std::string::npos) << directory.error().message;
+}
+
+TEST_F(JournalTest, PoolsAreStoredReplacedAndRemoved) {
+  auto j = open();
+  ASSERT_NE(j, nullptr);
+  const std::string one = R"({"name":"a-cpu","ranks":2})";
+  const std::string two = R"({"name":"a-cpu","ranks":4})";
+  ASSERT_TRUE(j->put_pool("a-cpu", &one).has_value());
+  ASSERT_TRUE(j->put_pool("a-cpu", &two).has_value());  // replaced
+  ASSERT_TRUE(j->put_pool("b-cpu", &one).has_value());
+  ASSERT_TRUE(j->put_pool("b-cpu", nullptr).has_value());  // removed
+  auto loaded = j->load();
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->pools, std::vector<std::string>{two});
 }
 
 }  // namespace

@@ -1,0 +1,118 @@
+#pragma once
+// The placement planner: where a data-parallel training job should run and what WAN it needs
+// (docs/control.md, "Co-scheduling"). Compute and network decided together.
+//
+// A job synchronises its gradients once per step: step time = the slowest rank's compute time
+// + the allreduce of the gradient over the placement, predicted by the collective library's own
+// cost model (collectives/topology/cost_model.h: the same alpha-beta model that picks the
+// algorithm at run time; inside a site 20 us and 10 Gbit/s per channel, between sites the
+// reservation's latency bound and its payload rate shared by the site's ranks). Efficiency =
+// compute / step time.
+//
+// Candidates: every site that can host all ranks alone, and every pair of sites with every split
+// of the ranks between them (ranks go to a site's fastest pools first). A two-site candidate
+// needs a WAN reservation between the pair: the smallest whole Mbit/s that meets the target
+// step time (binary search under the most the domain can admit in the window), or without a
+// target the one that reaches kDefaultEfficiency (else the most it can admit). Choice: with a
+// target, the candidate meeting it with the fewest sites, then the least reserved rate, then the
+// shortest step; without one, the shortest step, then fewer sites, then less rate.
+//
+// Pure: the WAN is asked through a callback (the agent answers from its admission planner and
+// ledger), so it books nothing and is tested on its own.
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace detwan::control::compute {
+
+inline constexpr double kDefaultEfficiency = 0.9;
+inline constexpr uint32_t kMaxRanks = 4096;
+
+// Compute a pool offers this job in its window.
+struct PoolOffer {
+  std::string pool;
+  std::string site;
+  std::string kind;
+  uint32_t ranks = 0;            // ranks it can host in the window
+  int64_t step_compute_ns = 0;   // one step's compute on one rank of this pool, for this job
+};
+
+// What the domain can admit between two sites in the window.
+struct WanOffer {
+  uint64_t max_rate_bps = 0;     // 0: nothing (`refusal` says why)
+  int64_t latency_ns = 0;        // the reservation's latency bound at that rate
+  double payload_fraction = 0.94;  // UDP payload share of the reserved rate (tunnel framing)
+  std::string refusal;
+};
+using WanLookup = std::function<WanOffer(const std::string& from, const std::string& to)>;
+
+struct Job {
+  uint64_t gradient_bytes = 0;   // allreduced per step
+  uint32_t ranks = 0;            // data-parallel degree
+  int64_t target_step_ns = 0;    // 0: none
+  double min_efficiency = 0;     // 0: none; else target = compute / min_efficiency
+  uint32_t max_sites = 2;        // 1 or 2
+  uint64_t rate_step_bps = 1'000'000;  // reservations in whole multiples of this
+  // Only this placement (site -> ranks, summing to `ranks`): "what would this one give?" (the
+  // planner still chooses the pools and the rate). Empty: the planner chooses.
+  std::vector<std::pair<std::string, uint32_t>> fixed;
+};
+
+struct SitePlacement {
+  std::string site;
+  uint32_t ranks = 0;
+  struct Share {
+    std::string pool;
+    std::string kind;
+    uint32_t ranks = 0;
+    int64_t step_compute_ns = 0;
+  };
+  std::vector<Share> pools;
+};
+
+struct WanNeed {
+  std::string from;
+  std::string to;
+  uint64_t rate_bps = 0;
+  int64_t latency_ns = 0;
+};
+
+struct Placement {
+  std::vector<SitePlacement> sites;
+  std::vector<WanNeed> reservations;
+  int64_t compute_ns = 0;        // slowest rank
+  int64_t allreduce_ns = 0;
+  int64_t step_ns = 0;
+  double efficiency = 0;
+  std::string algorithm;         // the collective library's choice for this placement
+  uint32_t candidates = 0;       // placements considered
+};
+
+// Stable causes, also the API's error codes.
+inline constexpr const char* kNotEnoughCompute = "not_enough_compute";
+inline constexpr const char* kNotEnoughWan = "not_enough_wan";
+inline constexpr const char* kBoundTooTight = "bound_too_tight";
+inline constexpr const char* kInvalidJob = "invalid_job";
+
+struct Refusal {
+  std::string cause;
+  std::string message;
+};
+
+using Decision = std::variant<Placement, Refusal>;
+
+Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLookup& wan);
+
+// The collective model's prediction for one placement (tests, the API's "what if"):
+// ranks_per_site[i] ranks at site i (1 or 2 sites), one inter-site rate and latency.
+struct Prediction {
+  int64_t allreduce_ns = 0;
+  std::string algorithm;
+};
+Prediction predict_allreduce(uint64_t gradient_bytes, const std::vector<uint32_t>& ranks_per_site,
+                             uint64_t payload_rate_bps, int64_t latency_ns);
+
+}  // namespace detwan::control::compute

@@ -1,0 +1,199 @@
+// The placement planner (control/compute/placement.h): where a job goes, the smallest WAN rate
+// that meets its target, and every refusal cause, against the collective cost model's own
+// predictions.
+#include "control/compute/placement.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace detwan::control::compute {
+namespace {
+
+using testing::HasSubstr;
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kS = 1'000'000'000;
+
+PoolOffer pool(std::string name, std::string site, uint32_t ranks, int64_t step_ns,
+               std::string kind = "cpu") {
+  return PoolOffer{std::move(name), std::move(site), std::move(kind), ranks, step_ns};
+}
+
+Job make_job(uint64_t gradient_bytes, uint32_t ranks) {
+  Job job;
+  job.gradient_bytes = gradient_bytes;
+  job.ranks = ranks;
+  return job;
+}
+
+// A WAN that admits up to `max_bps` between any two sites at 10 ms.
+WanLookup wan_up_to(uint64_t max_bps, int* calls = nullptr) {
+  return [=](const std::string&, const std::string&) {
+    if (calls != nullptr) ++*calls;
+    WanOffer o;
+    o.max_rate_bps = max_bps;
+    o.latency_ns = 10 * kMs;
+    o.payload_fraction = 0.9;
+    if (max_bps == 0) o.refusal = "link ab1 has 0 bit/s free";
+    return o;
+  };
+}
+
+// By value: the Decision is a temporary of the caller's expression.
+Placement placed(const Decision& d) {
+  if (const auto* r = std::get_if<Refusal>(&d)) ADD_FAILURE() << r->cause << ": " << r->message;
+  const auto* p = std::get_if<Placement>(&d);
+  return p != nullptr ? *p : Placement{};
+}
+
+Refusal refused(const Decision& d) {
+  const auto* r = std::get_if<Refusal>(&d);
+  EXPECT_NE(r, nullptr) << "placed";
+  return r != nullptr ? *r : Refusal{"", ""};
+}
+
+TEST(Placement, ASiteThatHoldsEveryRankNeedsNoWan) {
+  int calls = 0;
+  Job job = make_job(400'000'000, 4);
+  const Placement& p = placed(place(job, {pool("a1", "a", 4, 2 * kS), pool("b1", "b", 4, 2 * kS)},
+                                    wan_up_to(100'000'000, &calls)));
+  ASSERT_EQ(p.sites.size(), 1u);
+  EXPECT_EQ(p.sites[0].ranks, 4u);
+  EXPECT_TRUE(p.reservations.empty());
+  EXPECT_EQ(p.compute_ns, 2 * kS);
+  // Inside a site: the intra model (10 Gbit/s), well under a second for 400 MB.
+  EXPECT_EQ(p.allreduce_ns, predict_allreduce(400'000'000, {4}, 0, 0).allreduce_ns);
+  EXPECT_GT(p.allreduce_ns, 0);
+  EXPECT_EQ(p.step_ns, p.compute_ns + p.allreduce_ns);
+  EXPECT_NEAR(p.efficiency, 2.0 * kS / static_cast<double>(p.step_ns), 1e-9);
+}
+
+TEST(Placement, SplitsOverTwoSitesWithTheSmallestRateThatMeetsTheTarget) {
+  Job job = make_job(40'000'000, 4);
+  job.target_step_ns = 3 * kS;
+  const Placement& p = placed(
+      place(job, {pool("a1", "a", 2, 2 * kS), pool("b1", "b", 2, 2 * kS)}, wan_up_to(900'000'000)));
+  ASSERT_EQ(p.sites.size(), 2u);
+  ASSERT_EQ(p.reservations.size(), 1u);
+  const uint64_t rate = p.reservations[0].rate_bps;
+  EXPECT_EQ(rate % 1'000'000, 0u);
+  EXPECT_LE(p.step_ns, job.target_step_ns);
+  // One Mbit/s less would miss the target: the rate is the smallest that meets it.
+  const int64_t slower =
+      predict_allreduce(40'000'000, {2, 2}, static_cast<uint64_t>((rate - 1'000'000) * 0.9),
+                        10 * kMs)
+          .allreduce_ns;
+  EXPECT_GT(2 * kS + slower, job.target_step_ns);
+  EXPECT_EQ(p.allreduce_ns,
+            predict_allreduce(40'000'000, {2, 2}, static_cast<uint64_t>(rate * 0.9), 10 * kMs)
+                .allreduce_ns);
+  EXPECT_FALSE(p.algorithm.empty());
+}
+
+TEST(Placement, UnevenCapacityGivesAnUnevenSplit) {
+  Job job = make_job(10'000'000, 4);
+  const Placement& p = placed(
+      place(job, {pool("a1", "a", 3, kS), pool("b1", "b", 1, kS)}, wan_up_to(500'000'000)));
+  ASSERT_EQ(p.sites.size(), 2u);
+  EXPECT_EQ(p.sites[0].site, "a");
+  EXPECT_EQ(p.sites[0].ranks, 3u);
+  EXPECT_EQ(p.sites[1].ranks, 1u);
+}
+
+TEST(Placement, FastestPoolsFirstAndTheSlowestRankSetsTheComputeTime) {
+  Job job = make_job(1'000'000, 3);
+  const Placement& p = placed(place(
+      job, {pool("slow", "a", 4, 3 * kS), pool("fast", "a", 2, kS, "gpu")}, wan_up_to(0)));
+  ASSERT_EQ(p.sites.size(), 1u);
+  ASSERT_EQ(p.sites[0].pools.size(), 2u);
+  EXPECT_EQ(p.sites[0].pools[0].pool, "fast");
+  EXPECT_EQ(p.sites[0].pools[0].ranks, 2u);
+  EXPECT_EQ(p.sites[0].pools[1].ranks, 1u);
+  EXPECT_EQ(p.compute_ns, 3 * kS);
+}
+
+TEST(Placement, WithATargetFewerSitesWinEvenWhenTwoWouldBeFaster) {
+  // Site a: 4 slow ranks that meet the target alone; a+b: faster compute but needs the WAN.
+  Job job = make_job(1'000'000, 4);
+  job.target_step_ns = 5 * kS;
+  const Placement& p = placed(place(
+      job, {pool("a1", "a", 4, 4 * kS), pool("b1", "b", 2, kS)}, wan_up_to(1'000'000'000)));
+  EXPECT_EQ(p.sites.size(), 1u);
+  EXPECT_TRUE(p.reservations.empty());
+}
+
+TEST(Placement, WithoutATargetTheShortestStepWins) {
+  Job job = make_job(1'000'000, 4);
+  const Placement& p = placed(place(
+      job, {pool("a1", "a", 4, 4 * kS), pool("a2", "a", 0, kS), pool("b1", "b", 2, kS),
+            pool("c1", "c", 2, kS)},
+      wan_up_to(1'000'000'000)));
+  // b + c (2 + 2 fast ranks) beats a alone (slow) and any split with a.
+  ASSERT_EQ(p.sites.size(), 2u);
+  EXPECT_EQ(p.sites[0].site, "b");
+  EXPECT_EQ(p.sites[1].site, "c");
+  EXPECT_EQ(p.compute_ns, kS);
+}
+
+TEST(Placement, RefusesWhatThePoolsCannotHost) {
+  const Refusal& r = refused(
+      place(make_job(1'000, 9), {pool("a1", "a", 4, kS), pool("b1", "b", 4, kS)}, wan_up_to(1'000'000)));
+  EXPECT_EQ(r.cause, kNotEnoughCompute);
+  EXPECT_THAT(r.message, HasSubstr("needs 9 ranks"));
+  EXPECT_THAT(r.message, HasSubstr("offer 8"));
+}
+
+TEST(Placement, RefusesWhenTheSitesThatCouldShareHaveNoWan) {
+  const Refusal& r = refused(
+      place(make_job(1'000, 6), {pool("a1", "a", 4, kS), pool("b1", "b", 4, kS)}, wan_up_to(0)));
+  EXPECT_EQ(r.cause, kNotEnoughWan);
+  EXPECT_THAT(r.message, HasSubstr("link ab1 has 0 bit/s free"));
+  EXPECT_THAT(r.message, HasSubstr("largest: a with 4"));
+}
+
+TEST(Placement, RefusesATargetNoPlacementMeetsAndNamesTheBest) {
+  Job job = make_job(400'000'000, 4);
+  job.target_step_ns = 2 * kS + 100 * kMs;  // 400 MB over 50 Mbit/s takes far longer
+  const Refusal& r = refused(
+      place(job, {pool("a1", "a", 2, 2 * kS), pool("b1", "b", 2, 2 * kS)}, wan_up_to(50'000'000)));
+  EXPECT_EQ(r.cause, kBoundTooTight);
+  EXPECT_THAT(r.message, HasSubstr("above the target 2.1 s"));
+  EXPECT_THAT(r.message, HasSubstr("a: 2, b: 2 at 50mbit"));
+}
+
+TEST(Placement, MinEfficiencyIsATargetRelativeToCompute) {
+  Job job = make_job(40'000'000, 4);
+  job.min_efficiency = 0.8;
+  const Placement& p = placed(
+      place(job, {pool("a1", "a", 2, 2 * kS), pool("b1", "b", 2, 2 * kS)}, wan_up_to(900'000'000)));
+  EXPECT_GE(p.efficiency, 0.8);
+  ASSERT_EQ(p.reservations.size(), 1u);
+  job.min_efficiency = 0.9999;
+  EXPECT_EQ(refused(place(job, {pool("a1", "a", 2, 2 * kS), pool("b1", "b", 2, 2 * kS)},
+                          wan_up_to(900'000'000)))
+                .cause,
+            kBoundTooTight);
+}
+
+TEST(Placement, AFixedPlacementIsTheOnlyCandidate) {
+  Job job = make_job(10'000'000, 3);
+  job.fixed = {{"b", 1}, {"a", 2}};
+  const Placement p = placed(
+      place(job, {pool("a1", "a", 4, kS), pool("b1", "b", 4, kS)}, wan_up_to(500'000'000)));
+  ASSERT_EQ(p.sites.size(), 2u);
+  EXPECT_EQ(p.sites[0].ranks, 2u);  // a would host all 3 alone; the fixed split is what counts
+  EXPECT_EQ(p.sites[1].ranks, 1u);
+  EXPECT_EQ(p.candidates, 1u);
+  job.fixed = {{"a", 2}};  // does not sum to 3
+  EXPECT_EQ(refused(place(job, {pool("a1", "a", 4, kS)}, wan_up_to(0))).cause, kInvalidJob);
+}
+
+TEST(Placement, RefusesMalformedJobs) {
+  EXPECT_EQ(refused(place(make_job(1, 0), {}, wan_up_to(0))).cause, kInvalidJob);
+  Job three = make_job(1, 2);
+  three.max_sites = 3;
+  EXPECT_EQ(refused(place(three, {}, wan_up_to(0))).cause, kInvalidJob);
+}
+
+}  // namespace
+}  // namespace detwan::control::compute
