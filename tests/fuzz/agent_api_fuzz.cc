@@ -28,6 +28,7 @@
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "tests/fuzz/fuzz_check.h"
 #include "common/clock.h"
 #include "control/agent/agent.h"
 #include "control/api/requests.h"
@@ -35,14 +36,6 @@
 #include "control/model/topology.h"
 #include "tests/control/agent/fake_gateway.h"
 
-#define AGENT_FUZZ_CHECK(cond)                                                          \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      std::fprintf(stderr, "agent_api_fuzz: invariant failed: %s (%s:%d)\n", #cond,    \
-                   __FILE__, __LINE__);                                                 \
-      std::abort();                                                                     \
-    }                                                                                   \
-  } while (0)
 
 namespace detwan::control {
 namespace {
@@ -105,7 +98,7 @@ const std::string& temp_dir() {
                                            ? std::filesystem::path("/dev/shm")
                                            : std::filesystem::temp_directory_path();
     auto* pattern = new std::string((base / "detwan-agent-fuzz-XXXXXX").string());
-    AGENT_FUZZ_CHECK(mkdtemp(pattern->data()) != nullptr);
+    FUZZ_CHECK(mkdtemp(pattern->data()) != nullptr);
     // The agent's info logs (one per journal opened) are noise here.
     if (std::getenv("DETWAN_FUZZ_VERBOSE") == nullptr) spdlog::set_level(spdlog::level::off);
     std::atexit([] {
@@ -119,11 +112,11 @@ const std::string& temp_dir() {
 
 void check_decoders(const std::string& body) {
   auto reserve = api::parse_reserve(body);
-  if (!reserve) AGENT_FUZZ_CHECK(reserve.error().status == 400 && !reserve.error().message.empty());
+  if (!reserve) FUZZ_CHECK(reserve.error().status == 400 && !reserve.error().message.empty());
   auto modify = api::parse_modify(body);
-  if (!modify) AGENT_FUZZ_CHECK(modify.error().status == 400 && !modify.error().message.empty());
+  if (!modify) FUZZ_CHECK(modify.error().status == 400 && !modify.error().message.empty());
   auto paths = api::parse_paths(body);
-  if (!paths) AGENT_FUZZ_CHECK(paths.error().status == 400 && !paths.error().message.empty());
+  if (!paths) FUZZ_CHECK(paths.error().status == 400 && !paths.error().message.empty());
 }
 
 }  // namespace
@@ -139,7 +132,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string yaml = kTopology;
   yaml.replace(yaml.find("{journal}"), 9, journal);
   auto topology = model::load_topology_string(yaml);
-  AGENT_FUZZ_CHECK(topology.has_value());
+  FUZZ_CHECK(topology.has_value());
   detwan::common::VirtualClock realtime{1'800'000'000'000'000'000};
   detwan::common::VirtualClock monotonic{1'000 * kSecond};
   testing::FakeGateways gateways;
@@ -149,7 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.gateway_client = &gateways;
   options.start_threads = false;
   auto opened = agent::Agent::open(std::move(*topology), options);
-  AGENT_FUZZ_CHECK(opened.has_value());
+  FUZZ_CHECK(opened.has_value());
   std::unique_ptr<agent::Agent> agent = std::move(*opened);
   const api::Handler handler = api::make_handler(*agent, "openapi: 3.0.3\n");
   static const std::set<int> documented = {200, 201, 400, 404, 405, 409, 422};
@@ -194,7 +187,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       answer = std::move(r);
       ++answers;
     });
-    AGENT_FUZZ_CHECK(answers == 1);
+    FUZZ_CHECK(answers == 1);
     if (verbose) {
       std::fprintf(stderr, "agent_api_fuzz: %s %s -> %d\n", request.method.c_str(),
                    request.target.c_str(), answer.status);
@@ -202,15 +195,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (documented.count(answer.status) == 0) {
       std::fprintf(stderr, "agent_api_fuzz: %s %s -> %d %s\n", request.method.c_str(),
                    request.target.c_str(), answer.status, answer.body.c_str());
-      AGENT_FUZZ_CHECK(documented.count(answer.status) == 1);
+      FUZZ_CHECK(documented.count(answer.status) == 1);
     }
     if (answer.content_type == "application/json") {
       boost::system::error_code ec;
       const boost::json::value v = boost::json::parse(answer.body, ec);
-      AGENT_FUZZ_CHECK(!ec);
+      FUZZ_CHECK(!ec);
       if (answer.status >= 400) {
         // Refusals carry an error object with a message naming the problem.
-        AGENT_FUZZ_CHECK(v.is_object());
+        FUZZ_CHECK(v.is_object());
       }
     }
     if ((flags & 1) != 0) {
@@ -219,7 +212,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       agent->tick();
       agent->reconcile_now();
     }
-    AGENT_FUZZ_CHECK(agent->check_ledger().empty());
+    FUZZ_CHECK(agent->check_ledger().empty());
   }
   return 0;
 }

@@ -17,16 +17,9 @@
 #include <string>
 #include <string_view>
 
+#include "tests/fuzz/fuzz_check.h"
 #include "collectives/comm/bootstrap_io.h"
 
-#define BOOTSTRAP_FUZZ_CHECK(cond)                                                          \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      std::fprintf(stderr, "bootstrap_fuzz: invariant failed: %s (%s:%d)\n", #cond, __FILE__, \
-                   __LINE__);                                                               \
-      std::abort();                                                                         \
-    }                                                                                       \
-  } while (0)
 
 namespace detwan::collectives::bootstrap {
 namespace {
@@ -36,49 +29,49 @@ void check_join(std::string_view payload) {
   // The root peeks at every prefix as bytes arrive: it must never disagree with the full decode.
   for (size_t n = 0; n <= std::min(payload.size(), kJoinNoncePrefixBytes); ++n) {
     const auto peek = peek_join_nonce(payload.substr(0, n));
-    if (join && peek && peek->has_value()) BOOTSTRAP_FUZZ_CHECK(**peek == join->nonce);
-    if (join) BOOTSTRAP_FUZZ_CHECK(peek.has_value());  // a valid join's prefix is never refused
+    if (join && peek && peek->has_value()) FUZZ_CHECK(**peek == join->nonce);
+    if (join) FUZZ_CHECK(peek.has_value());  // a valid join's prefix is never refused
   }
   if (!join) {
-    BOOTSTRAP_FUZZ_CHECK(!join.error().message.empty());
+    FUZZ_CHECK(!join.error().message.empty());
     return;
   }
-  BOOTSTRAP_FUZZ_CHECK(join->nonce.size() <= kMaxNonceChars);
-  BOOTSTRAP_FUZZ_CHECK(join->blob.size() <= kMaxBlobBytes);
+  FUZZ_CHECK(join->nonce.size() <= kMaxNonceChars);
+  FUZZ_CHECK(join->blob.size() <= kMaxBlobBytes);
   const auto full = peek_join_nonce(payload.substr(0, std::min(payload.size(), kJoinNoncePrefixBytes)));
-  BOOTSTRAP_FUZZ_CHECK(full && full->has_value() && **full == join->nonce);
+  FUZZ_CHECK(full && full->has_value() && **full == join->nonce);
   const std::string again = encode_join(*join);
   const auto join2 = decode_join(again);
-  BOOTSTRAP_FUZZ_CHECK(join2.has_value());
-  BOOTSTRAP_FUZZ_CHECK(join2->nonce == join->nonce && join2->rank == join->rank &&
+  FUZZ_CHECK(join2.has_value());
+  FUZZ_CHECK(join2->nonce == join->nonce && join2->rank == join->rank &&
                        join2->nranks == join->nranks && join2->blob == join->blob);
-  BOOTSTRAP_FUZZ_CHECK(encode_join(*join2) == again);
+  FUZZ_CHECK(encode_join(*join2) == again);
 }
 
 void check_answer(std::string_view payload) {
   const auto answer = decode_answer(payload);
   if (!answer) {
-    BOOTSTRAP_FUZZ_CHECK(!answer.error().message.empty());
+    FUZZ_CHECK(!answer.error().message.empty());
     return;
   }
   size_t total = 0;
   for (const std::string& blob : *answer) total += blob.size();
-  BOOTSTRAP_FUZZ_CHECK(total <= payload.size());
+  FUZZ_CHECK(total <= payload.size());
   const std::string again = encode_answer_ok(*answer);
   const auto answer2 = decode_answer(again);
-  BOOTSTRAP_FUZZ_CHECK(answer2.has_value() && *answer2 == *answer);
+  FUZZ_CHECK(answer2.has_value() && *answer2 == *answer);
 }
 
 void check_spec(std::string_view text) {
   const auto spec = parse_spec(text);
   if (!spec) {
-    BOOTSTRAP_FUZZ_CHECK(!spec.error().message.empty());
+    FUZZ_CHECK(!spec.error().message.empty());
     return;
   }
-  if (spec->kind == Spec::Kind::kTcp) BOOTSTRAP_FUZZ_CHECK(spec->port >= 1 && spec->port <= 65535);
+  if (spec->kind == Spec::Kind::kTcp) FUZZ_CHECK(spec->port >= 1 && spec->port <= 65535);
   const auto spec2 = parse_spec(spec->to_string());
-  BOOTSTRAP_FUZZ_CHECK(spec2.has_value());
-  BOOTSTRAP_FUZZ_CHECK(spec2->kind == spec->kind && spec2->host == spec->host &&
+  FUZZ_CHECK(spec2.has_value());
+  FUZZ_CHECK(spec2->kind == spec->kind && spec2->host == spec->host &&
                        spec2->port == spec->port && spec2->dir == spec->dir &&
                        spec2->nonce == spec->nonce);
 }

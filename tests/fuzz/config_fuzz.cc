@@ -17,17 +17,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "tests/fuzz/fuzz_check.h"
 #include "control/model/topology.h"
 #include "dataplane/gw/config.h"
 
-#define CONFIG_FUZZ_CHECK(cond)                                                          \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "config_fuzz: invariant failed: %s (%s:%d)\n", #cond, __FILE__, \
-                   __LINE__);                                                            \
-      std::abort();                                                                      \
-    }                                                                                    \
-  } while (0)
 
 namespace detwan {
 namespace {
@@ -42,7 +35,7 @@ void check_gateway(const std::string& yaml) {
   auto config = dataplane::gw::load_gateway_config_string(yaml, "fuzz.yaml");
   report("gateway", config ? "" : config.error().message);
   if (!config) {
-    CONFIG_FUZZ_CHECK(config.error().message.find("fuzz.yaml") != std::string::npos);
+    FUZZ_CHECK(config.error().message.find("fuzz.yaml") != std::string::npos);
     return;
   }
   for (const auto& tunnel : config->tunnels) {
@@ -53,17 +46,17 @@ void check_gateway(const std::string& yaml) {
   if (!again) {
     std::fprintf(stderr, "config_fuzz: describe() is refused: %s\n%s\n",
                  again.error().message.c_str(), text.c_str());
-    CONFIG_FUZZ_CHECK(again.has_value());
+    FUZZ_CHECK(again.has_value());
   }
   again->source = config->source;
-  CONFIG_FUZZ_CHECK(*again == *config);
+  FUZZ_CHECK(*again == *config);
 }
 
 void check_tunnel_item(const std::string& json) {
   auto tunnel = dataplane::gw::parse_tunnel_item(json, "add[0]");
   report("tunnel item", tunnel ? "" : tunnel.error().message);
   if (!tunnel) {
-    CONFIG_FUZZ_CHECK(tunnel.error().message.rfind("add[0]", 0) == 0);
+    FUZZ_CHECK(tunnel.error().message.rfind("add[0]", 0) == 0);
     return;
   }
 }
@@ -72,13 +65,13 @@ void check_topology(const std::string& yaml) {
   auto topology = control::model::load_topology_string(yaml, "topology.yaml");
   report("topology", topology ? "" : topology.error().message);
   if (!topology) {
-    CONFIG_FUZZ_CHECK(!topology.error().message.empty());
+    FUZZ_CHECK(!topology.error().message.empty());
     return;
   }
   // Every cross reference was resolved: the indices cover the items.
-  CONFIG_FUZZ_CHECK(topology->site_index.size() == topology->sites.size());
-  CONFIG_FUZZ_CHECK(topology->link_index.size() == topology->links.size());
-  CONFIG_FUZZ_CHECK(topology->gateway_index.size() == topology->gateways.size());
+  FUZZ_CHECK(topology->site_index.size() == topology->sites.size());
+  FUZZ_CHECK(topology->link_index.size() == topology->links.size());
+  FUZZ_CHECK(topology->gateway_index.size() == topology->gateways.size());
 }
 
 }  // namespace

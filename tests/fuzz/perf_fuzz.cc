@@ -21,19 +21,12 @@
 
 #include <boost/json.hpp>
 
+#include "tests/fuzz/fuzz_check.h"
 #include "tools/perf/control.h"
 #include "tools/perf/perf_wire.h"
 #include "tools/perf/spec_json.h"
 #include "tools/perf/stamp_wire.h"
 
-#define PERF_FUZZ_CHECK(cond)                                                                \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      std::fprintf(stderr, "perf_fuzz: invariant failed: %s (%s:%d)\n", #cond, __FILE__, \
-                   __LINE__);                                                                \
-      std::abort();                                                                          \
-    }                                                                                        \
-  } while (0)
 
 namespace detwan::perf {
 namespace {
@@ -41,12 +34,12 @@ namespace {
 void check_perf_packet(const uint8_t* data, size_t size) {
   Packet p;
   if (decode(data, size, &p) != DecodeResult::kOk) return;
-  PERF_FUZZ_CHECK(size >= kHeaderBytes);
+  FUZZ_CHECK(size >= kHeaderBytes);
   std::vector<uint8_t> out(size);
-  PERF_FUZZ_CHECK(encode(p, out.data(), out.size(), size) == size);
+  FUZZ_CHECK(encode(p, out.data(), out.size(), size) == size);
   Packet q;
-  PERF_FUZZ_CHECK(decode(out.data(), out.size(), &q) == DecodeResult::kOk);
-  PERF_FUZZ_CHECK(q.kind == p.kind && q.session == p.session && q.seq == p.seq &&
+  FUZZ_CHECK(decode(out.data(), out.size(), &q) == DecodeResult::kOk);
+  FUZZ_CHECK(q.kind == p.kind && q.session == p.session && q.seq == p.seq &&
                   q.t_a == p.t_a && q.t_b == p.t_b && q.t_c == p.t_c);
 }
 
@@ -54,21 +47,21 @@ void check_stamp(const uint8_t* data, size_t size) {
   stamp::SenderPacket s;
   if (stamp::decode_sender(data, size, &s) == stamp::DecodeStatus::kOk && size >= stamp::kBaseBytes) {
     std::vector<uint8_t> out(size);
-    PERF_FUZZ_CHECK(stamp::encode_sender(s, out.data(), out.size(), size) == size);
+    FUZZ_CHECK(stamp::encode_sender(s, out.data(), out.size(), size) == size);
     stamp::SenderPacket t;
-    PERF_FUZZ_CHECK(stamp::decode_sender(out.data(), out.size(), &t) == stamp::DecodeStatus::kOk);
-    PERF_FUZZ_CHECK(t.seq == s.seq && t.timestamp == s.timestamp &&
+    FUZZ_CHECK(stamp::decode_sender(out.data(), out.size(), &t) == stamp::DecodeStatus::kOk);
+    FUZZ_CHECK(t.seq == s.seq && t.timestamp == s.timestamp &&
                     t.error_estimate == s.error_estimate && t.ssid == s.ssid);
   }
   stamp::ReflectorPacket r;
   if (stamp::decode_reflector(data, size, &r) == stamp::DecodeStatus::kOk &&
       size >= stamp::kBaseBytes) {
     std::vector<uint8_t> out(stamp::kBaseBytes);
-    PERF_FUZZ_CHECK(stamp::encode_reflector_base(r, out.data(), out.size()) == stamp::kBaseBytes);
+    FUZZ_CHECK(stamp::encode_reflector_base(r, out.data(), out.size()) == stamp::kBaseBytes);
     stamp::ReflectorPacket t;
-    PERF_FUZZ_CHECK(stamp::decode_reflector(out.data(), out.size(), &t) ==
+    FUZZ_CHECK(stamp::decode_reflector(out.data(), out.size(), &t) ==
                     stamp::DecodeStatus::kOk);
-    PERF_FUZZ_CHECK(t.seq == r.seq && t.receive_timestamp == r.receive_timestamp &&
+    FUZZ_CHECK(t.seq == r.seq && t.receive_timestamp == r.receive_timestamp &&
                     t.sender_seq == r.sender_seq && t.sender_timestamp == r.sender_timestamp &&
                     t.sender_ttl == r.sender_ttl);
   }
@@ -80,7 +73,7 @@ void check_stamp(const uint8_t* data, size_t size) {
     stamp::TlvView tlv;
     const stamp::TlvStatus st = stamp::read_tlv(data, size, offset, &tlv);
     if (st != stamp::TlvStatus::kOk) break;
-    PERF_FUZZ_CHECK(tlv.value_offset > offset && tlv.value_offset + tlv.length <= size);
+    FUZZ_CHECK(tlv.value_offset > offset && tlv.value_offset + tlv.length <= size);
     offset = tlv.value_offset + tlv.length;
   }
   stamp::CosValue cos;
@@ -92,9 +85,9 @@ void check_stamp(const uint8_t* data, size_t size) {
   std::vector<uint8_t> reply(data, data + size);
   reply.resize(size + kGuard, 0xA5);
   const stamp::TlvReflectResult result = stamp::reflect_tlvs(reply.data(), size, size & 0xFF);
-  PERF_FUZZ_CHECK(result.requested_dscp >= -1 && result.requested_dscp < 64);
-  PERF_FUZZ_CHECK(std::memcmp(reply.data(), data, stamp::kBaseBytes) == 0);
-  for (size_t i = size; i < size + kGuard; ++i) PERF_FUZZ_CHECK(reply[i] == 0xA5);
+  FUZZ_CHECK(result.requested_dscp >= -1 && result.requested_dscp < 64);
+  FUZZ_CHECK(std::memcmp(reply.data(), data, stamp::kBaseBytes) == 0);
+  for (size_t i = size; i < size + kGuard; ++i) FUZZ_CHECK(reply[i] == 0xA5);
 }
 
 void check_control(std::string_view text) {
@@ -110,15 +103,15 @@ void check_control(std::string_view text) {
   }
   auto spec = spec_from_json(*spec_json);
   if (!spec) {
-    PERF_FUZZ_CHECK(!spec.error().message.empty());
+    FUZZ_CHECK(!spec.error().message.empty());
     return;
   }
   if (!validate_spec(*spec)) return;
-  PERF_FUZZ_CHECK(max_packets_for(*spec) > 0);
+  FUZZ_CHECK(max_packets_for(*spec) > 0);
   // What the client would send for this spec is accepted again and means the same.
   auto again = spec_from_json(boost::json::value(spec_to_json(*spec)));
-  PERF_FUZZ_CHECK(again.has_value());
-  PERF_FUZZ_CHECK(boost::json::serialize(spec_to_json(*again)) ==
+  FUZZ_CHECK(again.has_value());
+  FUZZ_CHECK(boost::json::serialize(spec_to_json(*again)) ==
                   boost::json::serialize(spec_to_json(*spec)));
 }
 

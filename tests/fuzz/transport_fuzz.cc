@@ -24,18 +24,11 @@
 #include <span>
 #include <vector>
 
+#include "tests/fuzz/fuzz_check.h"
 #include "common/byte_order.h"
 #include "transport/proto/connection.h"
 #include "transport/proto/wire.h"
 
-#define TRANSPORT_FUZZ_CHECK(cond)                                                          \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      std::fprintf(stderr, "transport_fuzz: invariant failed: %s (%s:%d)\n", #cond, __FILE__, \
-                   __LINE__);                                                               \
-      std::abort();                                                                         \
-    }                                                                                       \
-  } while (0)
 
 namespace detwan::transport::proto {
 namespace {
@@ -53,7 +46,7 @@ constexpr int64_t kMaxReassemblyBytes = 128 * 1024;
 void check_decoders(Bytes datagram) {
   wire::Header h;
   if (!ok(wire::decode_header(datagram, h))) return;
-  TRANSPORT_FUZZ_CHECK(datagram.size() >= wire::kHeaderBytes);
+  FUZZ_CHECK(datagram.size() >= wire::kHeaderBytes);
   const Bytes body = datagram.subspan(wire::kHeaderBytes);
   std::vector<std::byte> out(datagram.size() + 64);
   wire::Header h2;
@@ -63,50 +56,50 @@ void check_decoders(Bytes datagram) {
       wire::HelloBody b;
       if (!ok(wire::decode_hello(body, b))) return;
       const size_t n = wire::encode_hello(h, b, out);
-      TRANSPORT_FUZZ_CHECK(n > 0);
+      FUZZ_CHECK(n > 0);
       wire::HelloBody b2;
-      TRANSPORT_FUZZ_CHECK(ok(wire::decode_header(Bytes(out.data(), n), h2)));
-      TRANSPORT_FUZZ_CHECK(wire::crc_ok(Bytes(out.data(), n)));
-      TRANSPORT_FUZZ_CHECK(ok(wire::decode_hello(Bytes(out.data(), n).subspan(wire::kHeaderBytes), b2)));
-      TRANSPORT_FUZZ_CHECK(b2.recv_window_bytes == b.recv_window_bytes && b2.version == b.version);
+      FUZZ_CHECK(ok(wire::decode_header(Bytes(out.data(), n), h2)));
+      FUZZ_CHECK(wire::crc_ok(Bytes(out.data(), n)));
+      FUZZ_CHECK(ok(wire::decode_hello(Bytes(out.data(), n).subspan(wire::kHeaderBytes), b2)));
+      FUZZ_CHECK(b2.recv_window_bytes == b.recv_window_bytes && b2.version == b.version);
       break;
     }
     case wire::Type::kData: {
       wire::DataBody b;
       if (!ok(wire::decode_data(body, b))) return;
-      TRANSPORT_FUZZ_CHECK(b.payload.data() >= body.data() &&
+      FUZZ_CHECK(b.payload.data() >= body.data() &&
                            b.payload.data() + b.payload.size() <= body.data() + body.size());
       const size_t n = wire::encode_data(h, b, out);
-      TRANSPORT_FUZZ_CHECK(n > 0);
+      FUZZ_CHECK(n > 0);
       wire::DataBody b2;
-      TRANSPORT_FUZZ_CHECK(ok(wire::decode_data(Bytes(out.data(), n).subspan(wire::kHeaderBytes), b2)));
-      TRANSPORT_FUZZ_CHECK(b2.seq == b.seq && b2.message_id == b.message_id &&
+      FUZZ_CHECK(ok(wire::decode_data(Bytes(out.data(), n).subspan(wire::kHeaderBytes), b2)));
+      FUZZ_CHECK(b2.seq == b.seq && b2.message_id == b.message_id &&
                            b2.message_size == b.message_size && b2.offset == b.offset &&
                            b2.payload.size() == b.payload.size());
-      TRANSPORT_FUZZ_CHECK(b.payload.empty() ||
+      FUZZ_CHECK(b.payload.empty() ||
                            std::memcmp(b2.payload.data(), b.payload.data(), b.payload.size()) == 0);
       // The FEC symbol of this segment parses back to the same fields.
       std::vector<std::byte> symbol(wire::kDataFixedBytes + b.payload.size());
       const size_t s = wire::encode_data_symbol(b, symbol);
-      TRANSPORT_FUZZ_CHECK(s == symbol.size());
+      FUZZ_CHECK(s == symbol.size());
       wire::DataBody b3;
-      TRANSPORT_FUZZ_CHECK(ok(wire::decode_data_symbol(symbol, b3)));
-      TRANSPORT_FUZZ_CHECK(b3.message_id == b.message_id && b3.offset == b.offset &&
+      FUZZ_CHECK(ok(wire::decode_data_symbol(symbol, b3)));
+      FUZZ_CHECK(b3.message_id == b.message_id && b3.offset == b.offset &&
                            b3.payload.size() == b.payload.size());
       break;
     }
     case wire::Type::kAck: {
       wire::AckBody b;
       if (!ok(wire::decode_ack(body, b))) return;
-      TRANSPORT_FUZZ_CHECK(b.range_count <= wire::kMaxSackRanges);
+      FUZZ_CHECK(b.range_count <= wire::kMaxSackRanges);
       const size_t n = wire::encode_ack(h, b, out);
-      TRANSPORT_FUZZ_CHECK(n > 0);
+      FUZZ_CHECK(n > 0);
       wire::AckBody b2;
-      TRANSPORT_FUZZ_CHECK(ok(wire::decode_ack(Bytes(out.data(), n).subspan(wire::kHeaderBytes), b2)));
-      TRANSPORT_FUZZ_CHECK(b2.cumulative == b.cumulative && b2.range_count == b.range_count &&
+      FUZZ_CHECK(ok(wire::decode_ack(Bytes(out.data(), n).subspan(wire::kHeaderBytes), b2)));
+      FUZZ_CHECK(b2.cumulative == b.cumulative && b2.range_count == b.range_count &&
                            b2.window_bytes == b.window_bytes);
       for (uint8_t i = 0; i < b.range_count; ++i) {
-        TRANSPORT_FUZZ_CHECK(b2.ranges[i].start == b.ranges[i].start &&
+        FUZZ_CHECK(b2.ranges[i].start == b.ranges[i].start &&
                              b2.ranges[i].end == b.ranges[i].end);
       }
       break;
@@ -115,10 +108,10 @@ void check_decoders(Bytes datagram) {
       wire::FecBody b;
       if (!ok(wire::decode_fec(body, b))) return;
       const size_t n = wire::encode_fec(h, b, out);
-      TRANSPORT_FUZZ_CHECK(n > 0);
+      FUZZ_CHECK(n > 0);
       wire::FecBody b2;
-      TRANSPORT_FUZZ_CHECK(ok(wire::decode_fec(Bytes(out.data(), n).subspan(wire::kHeaderBytes), b2)));
-      TRANSPORT_FUZZ_CHECK(b2.first_seq == b.first_seq && b2.k == b.k && b2.m == b.m &&
+      FUZZ_CHECK(ok(wire::decode_fec(Bytes(out.data(), n).subspan(wire::kHeaderBytes), b2)));
+      FUZZ_CHECK(b2.first_seq == b.first_seq && b2.k == b.k && b2.m == b.m &&
                            b2.index == b.index && b2.symbol.size() == b.symbol.size());
       break;
     }
@@ -126,7 +119,7 @@ void check_decoders(Bytes datagram) {
       wire::CloseBody b;
       if (!ok(wire::decode_close(body, b))) return;
       const size_t n = wire::encode_close(h, b, out);
-      TRANSPORT_FUZZ_CHECK(n > 0);
+      FUZZ_CHECK(n > 0);
       break;
     }
     case wire::Type::kKeepalive:
@@ -144,22 +137,22 @@ void drain(Connection& c, int64_t now_ns, std::vector<std::byte>& buf) {
   for (int i = 0; i < 64; ++i) {
     const Transmit t = c.poll_transmit(now_ns, buf);
     if (t.size_bytes == 0) break;
-    TRANSPORT_FUZZ_CHECK(t.size_bytes <= c.max_datagram_bytes());
-    TRANSPORT_FUZZ_CHECK(t.path < 2);
+    FUZZ_CHECK(t.size_bytes <= c.max_datagram_bytes());
+    FUZZ_CHECK(t.path < 2);
     const Bytes d(buf.data(), t.size_bytes);
     wire::Header h;
-    TRANSPORT_FUZZ_CHECK(ok(wire::decode_header(d, h)));
-    TRANSPORT_FUZZ_CHECK(wire::crc_ok(d));
-    TRANSPORT_FUZZ_CHECK(h.connection_id == kConnectionId);
+    FUZZ_CHECK(ok(wire::decode_header(d, h)));
+    FUZZ_CHECK(wire::crc_ok(d));
+    FUZZ_CHECK(h.connection_id == kConnectionId);
   }
   while (auto e = c.poll_event()) {
     if (e->kind == Event::Kind::kMessage) {
-      TRANSPORT_FUZZ_CHECK(static_cast<int64_t>(e->message.size()) <= kMaxMessageBytes);
+      FUZZ_CHECK(static_cast<int64_t>(e->message.size()) <= kMaxMessageBytes);
       // Every second message is read at once; the others stay unread (the budget holds them).
       if ((e->message.size() & 1) == 0) c.consumed(e->message.size());
     }
   }
-  TRANSPORT_FUZZ_CHECK(static_cast<int64_t>(c.unread_bytes()) <=
+  FUZZ_CHECK(static_cast<int64_t>(c.unread_bytes()) <=
                        kMaxReassemblyBytes + kMaxMessageBytes);
 }
 
@@ -209,9 +202,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto status = c.on_datagram((control >> 2) & 0x01, datagram, now_ns);
     const detwan::transport::ChannelStats after = c.stats();
     if (!was_failed) {
-      TRANSPORT_FUZZ_CHECK(after.datagrams_received >= before.datagrams_received);
+      FUZZ_CHECK(after.datagrams_received >= before.datagrams_received);
       // A refused datagram is counted as a drop (or found the connection failed/closed).
-      if (!ok(status) && !c.failed()) TRANSPORT_FUZZ_CHECK(drops(after) >= drops(before));
+      if (!ok(status) && !c.failed()) FUZZ_CHECK(drops(after) >= drops(before));
     }
     drain(c, now_ns, out);
     // Timers too: jump to the next wake-up when it is near.

@@ -19,18 +19,11 @@
 #include <span>
 #include <variant>
 
+#include "tests/fuzz/fuzz_check.h"
 #include "dataplane/wire/control.h"
 #include "dataplane/wire/header.h"
 #include "dataplane/wire/replay_window.h"
 
-#define WIRE_FUZZ_CHECK(cond)                                                            \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "wire_fuzz: invariant failed: %s (%s:%d)\n", #cond, __FILE__, \
-                   __LINE__);                                                            \
-      std::abort();                                                                      \
-    }                                                                                    \
-  } while (0)
 
 namespace detwan::dataplane::wire {
 namespace {
@@ -53,26 +46,26 @@ void check_control(const PacketView& packet, Bytes datagram) {
   const auto body = decode_control(packet);
   if (!body) {
     const DropReason r = body.error();
-    WIRE_FUZZ_CHECK(r == DropReason::kBadFlags || r == DropReason::kControlLength ||
+    FUZZ_CHECK(r == DropReason::kBadFlags || r == DropReason::kControlLength ||
                     r == DropReason::kReservedSet || r == DropReason::kBadTimestamp ||
                     r == DropReason::kBadControl);
-    WIRE_FUZZ_CHECK((r == DropReason::kBadFlags) == packet.header.is_data());
+    FUZZ_CHECK((r == DropReason::kBadFlags) == packet.header.is_data());
     return;
   }
-  WIRE_FUZZ_CHECK(packet.header.is_control());
-  WIRE_FUZZ_CHECK(type_of(*body) == packet.header.control_type());
-  WIRE_FUZZ_CHECK(!validate(*body).has_value());
+  FUZZ_CHECK(packet.header.is_control());
+  FUZZ_CHECK(type_of(*body) == packet.header.control_type());
+  FUZZ_CHECK(!validate(*body).has_value());
   // Canonical encoding: re-encoding the parsed packet gives back the very same bytes.
   std::byte out[kHeaderSize + 64];
   const EncodeResult r = encode_control(packet.header, *body, out);
-  WIRE_FUZZ_CHECK(r.status == EncodeStatus::kOk);
-  WIRE_FUZZ_CHECK(same_bytes(Bytes(out, r.size), datagram));
+  FUZZ_CHECK(r.status == EncodeStatus::kOk);
+  FUZZ_CHECK(same_bytes(Bytes(out, r.size), datagram));
 
   if (const auto* resp = std::get_if<TimeResponse>(&*body)) {
     // Any t4 must be safe; an accepted sample has a sane round trip.
     for (int64_t t4 : {resp->t1_ns, resp->t3_ns, static_cast<int64_t>(packet.header.sequence >> 1),
                        int64_t{-1}}) {
-      if (const auto s = clock_sample(*resp, t4)) WIRE_FUZZ_CHECK(s->rtt_ns >= 0);
+      if (const auto s = clock_sample(*resp, t4)) FUZZ_CHECK(s->rtt_ns >= 0);
     }
   }
 }
@@ -80,22 +73,22 @@ void check_control(const PacketView& packet, Bytes datagram) {
 std::optional<PacketView> check_packet(Bytes datagram, std::size_t max_payload) {
   const auto d = decode(datagram, max_payload);
   if (!d) {
-    WIRE_FUZZ_CHECK(is_header_reason(d.error()));
-    WIRE_FUZZ_CHECK((d.error() == DropReason::kTooShort) == (datagram.size() < kHeaderSize));
+    FUZZ_CHECK(is_header_reason(d.error()));
+    FUZZ_CHECK((d.error() == DropReason::kTooShort) == (datagram.size() < kHeaderSize));
     return std::nullopt;
   }
   const PacketView& p = *d;
-  WIRE_FUZZ_CHECK(datagram.size() >= kHeaderSize);
-  WIRE_FUZZ_CHECK(p.payload.data() == datagram.data() + kHeaderSize);
-  WIRE_FUZZ_CHECK(p.payload.size() == p.header.payload_length);
-  WIRE_FUZZ_CHECK(p.payload.size() == datagram.size() - kHeaderSize);
-  WIRE_FUZZ_CHECK(p.payload.size() <= max_payload && p.payload.size() <= kMaxPayloadBytes);
-  WIRE_FUZZ_CHECK(!validate(p.header, max_payload).has_value());
-  WIRE_FUZZ_CHECK(p.header.is_data() != p.header.is_control());
+  FUZZ_CHECK(datagram.size() >= kHeaderSize);
+  FUZZ_CHECK(p.payload.data() == datagram.data() + kHeaderSize);
+  FUZZ_CHECK(p.payload.size() == p.header.payload_length);
+  FUZZ_CHECK(p.payload.size() == datagram.size() - kHeaderSize);
+  FUZZ_CHECK(p.payload.size() <= max_payload && p.payload.size() <= kMaxPayloadBytes);
+  FUZZ_CHECK(!validate(p.header, max_payload).has_value());
+  FUZZ_CHECK(p.header.is_data() != p.header.is_control());
   std::byte out[kHeaderSize];
   const EncodeResult r = encode(p.header, out);
-  WIRE_FUZZ_CHECK(r.status == EncodeStatus::kOk && r.size == kHeaderSize);
-  WIRE_FUZZ_CHECK(same_bytes(Bytes(out, kHeaderSize), datagram.first(kHeaderSize)));
+  FUZZ_CHECK(r.status == EncodeStatus::kOk && r.size == kHeaderSize);
+  FUZZ_CHECK(same_bytes(Bytes(out, kHeaderSize), datagram.first(kHeaderSize)));
   if (p.header.is_control()) check_control(p, datagram);
   return p;
 }
@@ -124,7 +117,7 @@ class ReplayModel {
 
 void run_stream(Bytes input, uint64_t window_bits) {
   auto window = ReplayWindow::create(window_bits);
-  WIRE_FUZZ_CHECK(window.has_value());
+  FUZZ_CHECK(window.has_value());
   ReplayModel model(window_bits);
   while (!input.empty()) {
     std::size_t len = input.size();
@@ -140,9 +133,9 @@ void run_stream(Bytes input, uint64_t window_bits) {
     if (!packet || !packet->header.is_data()) continue;
     const uint64_t seq = packet->header.sequence;
     const ReplayVerdict expected = model.step(seq);
-    WIRE_FUZZ_CHECK(window->check(seq) == expected);
-    WIRE_FUZZ_CHECK(window->check_and_update(seq) == expected);
-    WIRE_FUZZ_CHECK(
+    FUZZ_CHECK(window->check(seq) == expected);
+    FUZZ_CHECK(window->check_and_update(seq) == expected);
+    FUZZ_CHECK(
         window->check(seq) ==
         (expected == ReplayVerdict::kTooOld ? ReplayVerdict::kTooOld : ReplayVerdict::kDuplicate));
   }
@@ -160,8 +153,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const auto full = check_packet(input, kMaxPayloadBytes);
   const std::size_t small_limit = size == 0 ? 0 : std::size_t{data[0]} * 4;
   const auto limited = check_packet(input, small_limit);
-  if (limited) WIRE_FUZZ_CHECK(full && limited->header == full->header);
-  if (full && !limited) WIRE_FUZZ_CHECK(full->payload.size() > small_limit);
+  if (limited) FUZZ_CHECK(full && limited->header == full->header);
+  if (full && !limited) FUZZ_CHECK(full->payload.size() > small_limit);
 
   // 2. A stream of packets through a replay window of 64..512 bits.
   const uint64_t bits = uint64_t{64} << (size == 0 ? 0 : (data[size - 1] & 3));
