@@ -8,10 +8,6 @@
 namespace detwan::control::admission {
 namespace {
 
-int64_t frame_ns(const model::Link& link) {
-  return common::ceil_serialisation_ns(uint64_t{link.mtu_bytes + 18} * 8, link.capacity_bps);
-}
-
 int64_t round_up_us(int64_t ns) { return (ns + 999) / 1000 * 1000; }
 
 }  // namespace
@@ -31,12 +27,12 @@ DirectionBound direction_bound(const model::Topology& t, const std::vector<uint3
   const model::Link& first = t.links[links.front()];
   const int64_t burst_ns =
       guaranteed_bps == 0 ? 0 : common::ceil_serialisation_ns(burst_bytes * 8, guaranteed_bps);
-  d.egress_ns = service_latency_ns + burst_ns + frame_ns(first);
+  d.egress_ns = service_latency_ns + burst_ns + max_frame_ns(first);
   for (size_t i = 0; i < links.size(); ++i) {
     const model::Link& link = t.links[links[i]];
     d.links_ns += link.max_delay_ns();
     d.min_ns += link.min_delay_ns();
-    if (i > 0) d.transit_ns += frame_ns(link);
+    if (i > 0) d.transit_ns += max_frame_ns(link);
   }
   if (from_gateway != model::kNone) d.processing_ns += t.gateways[from_gateway].processing_delay_ns;
   if (to_gateway != model::kNone) {
@@ -75,6 +71,10 @@ Bound combine(const model::Topology& t, const std::vector<uint32_t>& links,
     b.min_latency_ns = min_ns;
   }
   return b;
+}
+
+int64_t max_frame_ns(const model::Link& link) {
+  return common::ceil_serialisation_ns(uint64_t{link.mtu_bytes + 18} * 8, link.capacity_bps);
 }
 
 }  // namespace detwan::control::admission

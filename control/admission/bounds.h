@@ -61,5 +61,7 @@ Bound combine(const model::Topology& topology, const std::vector<uint32_t>& link
 // Default policer depth of a tunnel (as detwan-gw's "auto"): one cycle at the rate, at least
 // 8 max-size frames.
 uint64_t auto_burst_bytes(const model::Link& first_link, uint64_t rate_bps);
+// Serialisation time of one maximum frame (MTU + Ethernet header and FCS) at the link's rate.
+int64_t max_frame_ns(const model::Link& link);
 
 }  // namespace detwan::control::admission

@@ -29,10 +29,6 @@ std::string when(int64_t unix_ns) {
   return text;
 }
 
-int64_t frame_ns(const model::Link& link) {
-  return common::ceil_serialisation_ns(uint64_t{link.mtu_bytes + 18} * 8, link.capacity_bps);
-}
-
 struct Context {
   const Topology& t;
   const calendar::Ledger& ledger;
@@ -83,7 +79,7 @@ bool slots_free(const Context& c, uint32_t link) {
 
 int64_t link_weight(const Context& c, uint32_t link) {
   const model::Link& l = c.t.links[link];
-  return l.max_delay_ns() + frame_ns(l);
+  return l.max_delay_ns() + max_frame_ns(l);
 }
 
 PathEnd end_of(const Context& c, const std::vector<uint32_t>& links, bool at_source) {

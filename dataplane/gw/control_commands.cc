@@ -24,11 +24,6 @@ constexpr std::string_view kReadCommands = "stats, prometheus, config, tunnels";
 constexpr std::string_view kCommands =
     "stats, prometheus, config, tunnels, apply, add_tunnel, modify_tunnel or remove_tunnel";
 
-std::string error_json(std::string_view message) {
-  json::object object;
-  object["error"] = message;
-  return json::serialize(object);
-}
 
 // A refused write: the message and the generation in force (nothing changed).
 std::string refusal_json(std::string_view message, const Engine& engine) {
@@ -207,22 +202,22 @@ std::string answer(Engine& engine, std::string_view request, int64_t now_ns,
   json::error_code parse_error;
   const json::value parsed = json::parse(request, parse_error);
   if (parse_error) {
-    return error_json("request is not JSON (" + parse_error.message() +
+    return control_error_json("request is not JSON (" + parse_error.message() +
                       "); send one line like {\"cmd\":\"stats\"}");
   }
   if (!parsed.is_object())
-    return error_json("request must be a JSON object like {\"cmd\":\"stats\"}");
+    return control_error_json("request must be a JSON object like {\"cmd\":\"stats\"}");
   const json::object& object = parsed.as_object();
   const json::value* command = object.if_contains("cmd");
   if (command == nullptr)
-    return error_json(fmt::format("request has no \"cmd\" (use {})", kCommands));
+    return control_error_json(fmt::format("request has no \"cmd\" (use {})", kCommands));
   if (!command->is_string())
-    return error_json(fmt::format("\"cmd\" must be a string ({})", kCommands));
+    return control_error_json(fmt::format("\"cmd\" must be a string ({})", kCommands));
   const std::string_view name = command->as_string();
   if (is_write(name)) {
     if (!channel.admin) {
       ++engine.control_io().refused_writes;
-      return error_json(fmt::format(
+      return control_error_json(fmt::format(
           "'{}' changes the gateway: send it to the admin socket{} (gateway.admin_socket), not {}",
           name, channel.admin_socket.empty() ? "" : " " + channel.admin_socket,
           channel.name.empty() ? std::string(kDefaultControlSocket) : channel.name));
@@ -230,11 +225,11 @@ std::string answer(Engine& engine, std::string_view request, int64_t now_ns,
     return apply(engine, object, name, now_ns);
   }
   if (name != "stats" && name != "prometheus" && name != "config" && name != "tunnels") {
-    return error_json(fmt::format("unknown cmd \"{}\" (use {})", name, kCommands));
+    return control_error_json(fmt::format("unknown cmd \"{}\" (use {})", name, kCommands));
   }
   for (const auto& field : object) {
     if (field.key() != "cmd") {
-      return error_json(fmt::format("unknown field \"{}\" (only \"cmd\" for {})",
+      return control_error_json(fmt::format("unknown field \"{}\" (only \"cmd\" for {})",
                                     std::string_view(field.key()), kReadCommands));
     }
   }
@@ -252,8 +247,14 @@ std::string answer_control_request(Engine& engine, std::string_view request, int
   try {
     return answer(engine, request, now_ns, channel);
   } catch (const std::exception& e) {  // bad_alloc and the like: the gateway goes on
-    return error_json(fmt::format("internal error: {}", e.what()));
+    return control_error_json(fmt::format("internal error: {}", e.what()));
   }
+}
+
+std::string control_error_json(std::string_view message) {
+  json::object object;
+  object["error"] = message;
+  return json::serialize(object);
 }
 
 }  // namespace detwan::dataplane::gw

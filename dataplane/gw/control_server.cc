@@ -53,11 +53,6 @@ const sockaddr* as_sockaddr(const UnixAddress& address) {
   return reinterpret_cast<const sockaddr*>(&address.address);
 }
 
-std::string error_json(std::string_view message) {
-  boost::json::object object;
-  object["error"] = message;
-  return boost::json::serialize(object);
-}
 
 std::string uid_list(std::vector<uint32_t> uids) {
   std::sort(uids.begin(), uids.end());
@@ -207,7 +202,7 @@ void ControlServer::accept_pending(int64_t now_ns) {
         ++refused_peers_;
         connection.answering = true;
         connection.refused = true;
-        connection.output = error_json(refusal) + "\n";
+        connection.output = control_error_json(refusal) + "\n";
       }
     }
     connections_.push_back(std::move(connection));
@@ -244,12 +239,12 @@ bool ControlServer::serve(Connection& connection, int64_t now_ns, const Responde
       if (!connection.input.empty() && connection.input.back() == '\r') connection.input.pop_back();
       answer = respond(connection.input);
     } else if (connection.input.size() > limit) {
-      answer = error_json("request longer than " + std::to_string(limit) + " bytes");
+      answer = control_error_json("request longer than " + std::to_string(limit) + " bytes");
     } else if (eof) {
       if (connection.input.empty()) return false;  // connected and left without asking
       answer = respond(connection.input);          // last line without '\n'
     } else if (now_ns >= connection.deadline_ns) {
-      answer = error_json("no complete request line within " +
+      answer = control_error_json("no complete request line within " +
                           std::to_string(kRequestTimeoutNs / 1'000'000) + " ms");
     } else {
       return true;  // wait for more

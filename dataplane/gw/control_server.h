@@ -60,6 +60,8 @@ struct ControlChannel {
 // (writes: {"error":"...","generation":N}).
 std::string answer_control_request(Engine& engine, std::string_view request, int64_t now_ns,
                                    const ControlChannel& channel = {});
+// {"error": message} as one JSON line (without '\n'): every refusal of the control channel.
+std::string control_error_json(std::string_view message);
 
 struct ControlServerOptions {
   bool admin = false;  // an admin socket (see above); its name must be a filesystem path

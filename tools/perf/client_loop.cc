@@ -16,13 +16,10 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr size_t kReceiveBatch = 64;
-constexpr int kMaxBatchesPerWake = 64;
 constexpr int64_t kSyncSpacingNs = 100'000'000;    // 10 exchanges per second during the test
 constexpr int64_t kPingTimeoutNs = kNsPerSec;      // ping-pong: a reply later than this is lost
 constexpr int64_t kReverseFinGraceNs = kNsPerSec;  // after the test: wait for the reverse fin
 constexpr int64_t kClockEveryNs = kNsPerSec;       // clock updates when there are no intervals
-constexpr size_t kMaxPacketRecords = 10'000'000;
 constexpr size_t kSyncRing = 64;
 
 // Ping-pong runs as fast as the round trip allows: track up to one ping per microsecond.

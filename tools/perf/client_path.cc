@@ -17,7 +17,6 @@ using common::make_error;
 
 namespace {
 
-constexpr int kReceiveBufferBytes = 8 << 20;
 constexpr int64_t kHelloSpacingNs = 100'000'000;
 constexpr int64_t kSyncReplyWaitNs = 200'000'000;  // per initial exchange
 

@@ -20,12 +20,8 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr int kReceiveBufferBytes = 8 << 20;
-constexpr size_t kReceiveBatch = 64;
-constexpr int kMaxBatchesPerWake = 64;  // bounded drain: timers keep running under a flood
 constexpr int64_t kDefaultLingerNs = 500'000'000;
 constexpr int64_t kMaxLingerNs = 10 * kNsPerSec;
-constexpr size_t kMaxPacketRecords = 10'000'000;
 constexpr size_t kRecordsPerLine = 10'000;  // ~40 bytes each: lines stay far below 1 MiB
 
 class ServerSession {

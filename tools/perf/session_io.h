@@ -17,6 +17,13 @@
 namespace detwan::perf {
 
 inline constexpr int64_t kNsPerSec = 1'000'000'000;
+// Receive side of a test (client and server alike): datagrams per recvmmsg, batches drained per
+// wake-up (bounded: timers keep running under a flood), per-packet records kept at most
+// (--raw), and the socket's receive buffer.
+inline constexpr size_t kReceiveBatch = 64;
+inline constexpr int kMaxBatchesPerWake = 64;
+inline constexpr size_t kMaxPacketRecords = 10'000'000;
+inline constexpr int kReceiveBufferBytes = 8 << 20;
 
 [[nodiscard]] int64_t realtime_ns() noexcept;
 [[nodiscard]] int64_t monotonic_ns() noexcept;

@@ -26,12 +26,6 @@ namespace {
   throw common::Failure(common::Error{code, what + ": " + std::strerror(errno)});
 }
 
-int64_t realtime_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
 void set_int_option(int fd, int level, int name, int value, const char* what) {
   if (::setsockopt(fd, level, name, &value, sizeof(value)) != 0) {
     fail(common::ErrorCode::kIo, std::string("setsockopt(") + what + ")");
@@ -155,7 +149,7 @@ void StampReflector::run(int extra_stop_fd) {
           std::memcpy(&tos, CMSG_DATA(c), sizeof(int));
         }
       }
-      if (rx_ns == 0) rx_ns = realtime_ns();
+      if (rx_ns == 0) rx_ns = realtime_now_ns();
       on_datagram(static_cast<size_t>(n), from, msg.msg_namelen, rx_ns, ttl, tos);
     }
   }
@@ -265,7 +259,7 @@ void StampReflector::on_datagram(size_t size, const sockaddr_storage& from, sock
     const int tclass = requested_dscp << 2;
     std::memcpy(CMSG_DATA(c), &tclass, sizeof(int));
   }
-  reply.timestamp = stamp::encode_timestamp(options_.timestamp, realtime_ns(), clock_.tai_offset_s);
+  reply.timestamp = stamp::encode_timestamp(options_.timestamp, realtime_now_ns(), clock_.tai_offset_s);
   (void)stamp::encode_reflector_base(reply, out, tx_buf_.size());
   if (::sendmsg(fd_.get(), &msg, 0) < 0) {
     ++counters_.send_errors;

@@ -23,12 +23,6 @@ namespace {
 
 constexpr int64_t kNsPerS = 1'000'000'000;
 
-int64_t realtime_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * kNsPerS + ts.tv_nsec;
-}
-
 common::Result<common::UniqueFd> connect_socket(const StampSenderOptions& o, int* family) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
@@ -84,18 +78,18 @@ struct Pacer {
     const common::MonotonicClock mono;
     std::vector<uint8_t> buf(size_bytes);
     stamp::LocalClockState clock = stamp::read_local_clock(options->timestamp);
-    int64_t clock_read_ns = realtime_ns();
+    int64_t clock_read_ns = realtime_now_ns();
     for (uint64_t i = 0; i < options->count; ++i) {
       const int64_t deadline_ns = start_ns + static_cast<int64_t>(i) * options->interval_ns;
       const timespec ts{static_cast<time_t>(deadline_ns / kNsPerS),
                         static_cast<long>(deadline_ns % kNsPerS)};
       while (::clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
       }
-      int64_t t1_ns = realtime_ns();
+      int64_t t1_ns = realtime_now_ns();
       if (t1_ns - clock_read_ns > kNsPerS) {  // adjtimex() once a second is plenty
         clock = stamp::read_local_clock(options->timestamp);
         clock_read_ns = t1_ns;
-        t1_ns = realtime_ns();
+        t1_ns = realtime_now_ns();
       }
       stamp::SenderPacket p;
       p.seq = static_cast<uint32_t>(i);
@@ -213,7 +207,7 @@ common::Result<StampSenderResult> run_stamp_session(const StampSenderOptions& op
     pacer.size_bytes = std::max(pacer.size_bytes,
                                 stamp::kBaseBytes + stamp::kTlvHeaderBytes + stamp::kCosValueBytes);
   }
-  pacer.start_ns = realtime_ns() + 1'000'000;
+  pacer.start_ns = realtime_now_ns() + 1'000'000;
   std::thread pacing([&pacer] { pacer.run(); });
 
   const common::MonotonicClock mono;
@@ -248,7 +242,7 @@ common::Result<StampSenderResult> run_stamp_session(const StampSenderOptions& op
         std::memcpy(&tos, CMSG_DATA(c), sizeof(int));
       }
     }
-    if (t4_ns == 0) t4_ns = realtime_ns();
+    if (t4_ns == 0) t4_ns = realtime_now_ns();
     collector.on_reply(buf.data(), static_cast<size_t>(n), t4_ns, tos);
   }
   pacing.join();

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <time.h>
+
 #include <netinet/in.h>
 
 #include <boost/json.hpp>
@@ -20,6 +22,13 @@
 #include "tools/perf/stamp_wire.h"
 
 namespace detwan::perf {
+
+// CLOCK_REALTIME now, in ns (STAMP timestamps are wall-clock times).
+inline int64_t realtime_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
 
 struct StampSessionCount {
   std::string peer;  // "ADDR:PORT" ("[v6]:PORT")

@@ -19,7 +19,6 @@
 namespace detwan::probe {
 namespace {
 
-constexpr int64_t kNsPerSec = 1'000'000'000;
 constexpr int kReceiveBufferBytes = 8 << 20;
 constexpr int64_t kMaxLingerNs = 5 * kNsPerSec;
 

@@ -9,7 +9,6 @@
 namespace detwan::probe {
 namespace {
 
-constexpr int64_t kNsPerSec = 1'000'000'000;
 // Burst lengths from this one up are reported together as "64+".
 constexpr uint64_t kBurstLengthCap = 64;
 

@@ -17,7 +17,6 @@
 namespace detwan::probe {
 namespace {
 
-constexpr int64_t kNsPerSec = 1'000'000'000;
 constexpr int kFinCopies = 5;
 constexpr int64_t kFinSpacingNs = 2'000'000;
 constexpr int64_t kStartDelayNs = 1'000'000;

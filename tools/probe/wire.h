@@ -19,6 +19,8 @@
 
 namespace detwan::probe {
 
+inline constexpr int64_t kNsPerSec = 1'000'000'000;
+
 inline constexpr uint32_t kMagic = 0x44575042;
 inline constexpr uint8_t kVersion = 1;
 inline constexpr size_t kDataHeaderBytes = 32;

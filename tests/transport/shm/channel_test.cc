@@ -13,11 +13,11 @@ namespace detwan::transport::shm {
 namespace {
 
 using testing::await;
+using testing::kSetupTimeoutNs;
 using testing::random_bytes;
 using testing::recv_future;
 using testing::send_future;
 
-constexpr int64_t kSetupTimeoutNs = 10'000'000'000;
 
 struct Pair {
   std::unique_ptr<Endpoint> server_endpoint;

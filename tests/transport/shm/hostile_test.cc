@@ -18,11 +18,11 @@ namespace detwan::transport::shm {
 namespace {
 
 using testing::await;
+using testing::kSetupTimeoutNs;
 using testing::random_bytes;
 using testing::recv_future;
 using testing::send_future;
 
-constexpr int64_t kSetupTimeoutNs = 10'000'000'000;
 
 struct RawPeer {
   std::unique_ptr<Endpoint> server_endpoint;

@@ -10,11 +10,11 @@ namespace detwan::transport::shm {
 namespace {
 
 using testing::await;
+using testing::kSetupTimeoutNs;
 using testing::random_bytes;
 using testing::recv_future;
 using testing::send_future;
 
-constexpr int64_t kSetupTimeoutNs = 10'000'000'000;
 
 // Runs in the forked child: echoes one message, then sends a last one and exits without
 // closing (process death). Exit status says which step failed.

@@ -18,6 +18,7 @@
 namespace detwan::transport::shm::testing {
 
 inline constexpr auto kHangGuard = std::chrono::seconds(30);
+inline constexpr int64_t kSetupTimeoutNs = 10'000'000'000;  // connect/accept in a test
 
 inline std::future<Result<void>> send_future(Channel& channel, std::span<const std::byte> message) {
   auto promise = std::make_shared<std::promise<Result<void>>>();
