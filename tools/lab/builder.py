@@ -12,7 +12,7 @@ import pathlib
 import time
 from typing import Callable
 
-from lab import agent, cross, gateway, netns, state, topology, wanem
+from lab import agent, cross, gateway, netns, slurm, state, topology, wanem
 from lab.netns import LabError, ip, run, sysctl
 from lab.topology import Site, Topology, WanPath, mac_for
 
@@ -44,6 +44,9 @@ class LabConfig:
     agent_port: int = 0
     mgmt_net: str = ""  # the agent's management network "10.X" (agent.free_mgmt_net)
     agent_topology: str = ""
+    # --slurm: slurmctld, a slurmd per site and munged; jobs reserve through the agent
+    # (tools/lab/slurm.py, docs/slurm.md).
+    slurm: bool = False
 
     def user_spec_for(self, path: WanPath) -> str:
         return self.path_specs.get(path.index, self.wan_spec)
@@ -82,6 +85,8 @@ class Lab:
     emulators: dict[str, dict] = dataclasses.field(default_factory=dict)  # path key -> record
     gateways: dict[str, dict] = dataclasses.field(default_factory=dict)   # site name -> record
     agents: dict[str, dict] = dataclasses.field(default_factory=dict)     # agent name -> record
+    slurm_daemons: dict[str, dict] = dataclasses.field(default_factory=dict)  # name -> record
+    slurm_conf_link: bool = False  # /etc/slurm/slurm.conf is our symlink
     phase: str = "creating"
     step: str = ""  # the step of `up` in progress (for status and post-mortems)
     created_unix_ns: int = dataclasses.field(default_factory=time.time_ns)
@@ -106,10 +111,11 @@ class Lab:
                         "tunnel_slots": cfg.gateway.slots if cfg.dataplane else None,
                         "gw_rt_priority": cfg.gateway.effective_rt_priority()
                         if cfg.dataplane else None,
-                        "agents": cfg.agents},
+                        "agents": cfg.agents, "slurm": cfg.slurm},
             "gw_cmd": cfg.gw_cmd,
             "agent_cmd": cfg.agent_cmd,
             "agents": agent_records(self),
+            "slurm": slurm.record(self),
             "namespaces": self.topo.namespaces,
             "sites": [site_record(s, self) for s in self.topo.sites],
             "tunnels": tunnel_records(self),
@@ -394,6 +400,7 @@ STEPS: list[tuple[str, Step]] = [
     ("start_emulators", start_emulators),
     ("start_gateways", start_gateways),
     ("start_agents", start_agents),
+    ("start_slurm", slurm.start),
     ("check_reachability", check_reachability),
 ]
 
@@ -450,6 +457,7 @@ def down(log: Callable[[str], None]) -> bool:
         records = list(st.get("paths", []))
         records += [s.get("gateway") for s in st.get("sites", []) if isinstance(s, dict)]
         records += list(st.get("agents", []))
+        records += list(((st.get("slurm") or {}).get("daemons") or {}).values())
         for p in records:
             if isinstance(p, dict) and isinstance(p.get("pid"), int) and \
                     isinstance(p.get("pid_start_time"), int):
@@ -474,6 +482,7 @@ def down(log: Callable[[str], None]) -> bool:
         log(f"down: deleting leftover link {dev} in the root namespace")
         ip("link", "del", "dev", dev, check=False)
     state.remove_runtime_files()
+    slurm.remove_files()
     gateway.remove_dpdk_runtime_dirs()
     left = netns.list_namespaces()
     if left:

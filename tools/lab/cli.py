@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from lab import agent, builder, cross_cli, gateway, netns, state, topology, wanem
+from lab import agent, builder, cross_cli, gateway, netns, slurm, state, topology, wanem
 from lab.netns import LabError
 
 PROG = "tools/testbed"
@@ -118,6 +118,10 @@ def add_up_parser(sub) -> None:
                    "through it (detwanctl)")
     g.add_argument("--agent-cmd", help="agent command instead of the built detwan-agent "
                    "(also $DETWAN_AGENT_CMD); for development only")
+    g.add_argument("--slurm", action="store_true",
+                   help="with --agents: run Slurm (slurmctld, a slurmd per site, munged) whose "
+                   "jobs reserve their WAN path through the agent (srun --detwan-rate=50mbit; "
+                   "docs/slurm.md)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
 
 
@@ -139,7 +143,8 @@ def cmd_up(args) -> int:
                                         ("--gw-rt-priority", args.gw_rt_priority),
                                         ("--gw-cmd", args.gw_cmd),
                                         ("--agents", args.agents or None),
-                                        ("--agent-cmd", args.agent_cmd)) if value is not None]
+                                        ("--agent-cmd", args.agent_cmd),
+                                        ("--slurm", args.slurm or None)) if value is not None]
     if args.agents:
         static = [name for name, value in (("--tunnel-rate", args.tunnel_rate),
                                             ("--bound", args.bound),
@@ -150,6 +155,10 @@ def cmd_up(args) -> int:
             err(f"{', '.join(static)} shape the static tunnels; with --agents every tunnel is "
                 "reserved through the agent (detwanctl reserve --rate ...)")
             return 2
+    if args.slurm and not args.agents:
+        err("--slurm needs --agents (Slurm jobs reserve their WAN path through the agent): "
+            "up --dataplane uring --agents --slurm")
+        return 2
     if not MIN_MTU_BYTES <= args.mtu <= MAX_MTU_BYTES:
         err(f"--mtu {args.mtu}: must be in [{MIN_MTU_BYTES}, {MAX_MTU_BYTES}]")
         return 2
@@ -179,6 +188,12 @@ def cmd_up(args) -> int:
         status = _prepare_gateways(args, config, topo, build)
         if status:
             return status
+    if args.slurm:
+        problem = slurm.check_prerequisites(build)
+        if problem:
+            err(f"--slurm: {problem}")
+            return 1
+        config.slurm = True
     _require_root()
     log = (lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
     with state.locked():
@@ -287,6 +302,9 @@ def live_status() -> dict | None:
         pid = a.get("pid")
         a["alive"] = bool(pid) and netns.is_alive(pid, a.get("pid_start_time"))
         healthy = healthy and a["alive"]
+    for d in ((st.get("slurm") or {}).get("daemons") or {}).values():
+        d["alive"] = bool(d.get("pid")) and netns.is_alive(d["pid"], d.get("pid_start_time"))
+        healthy = healthy and d["alive"]
     st["missing_namespaces"] = missing
     st["healthy"] = healthy
     return st
@@ -312,6 +330,15 @@ def _print_status(st: dict, out) -> None:
         health = "" if alive is None else ("  alive" if alive else "  DEAD")
         print(f"agent {a['name']}: {a['url']}  pid {a.get('pid')}{health}  topology "
               f"{a['topology']}  journal {a['journal']}  log {a['log']}", file=out)
+    sl = st.get("slurm")
+    if sl:
+        link = "  (/etc/slurm/slurm.conf links to it)" if sl.get("etc_slurm_conf_link") else ""
+        print(f"slurm: SLURM_CONF={sl['conf']}{link}  partition {sl['partition']}  nodes "
+              + ", ".join(f"{n} (site {s})" for s, n in sl.get("nodes", {}).items()), file=out)
+        for name, d in sl.get("daemons", {}).items():
+            alive = d.get("alive")
+            health = "" if alive is None else ("  alive" if alive else "  DEAD")
+            print(f"      {name} pid {d.get('pid')}{health}  log {d.get('log')}", file=out)
     if st.get("tunnels"):
         print("tunnels:", file=out)
         for t in st["tunnels"]:
