@@ -113,12 +113,13 @@ int detwan_config_parse(struct detwan_config *c, int argc, char **argv, char *er
   memset(c, 0, sizeof *c);
   strcpy(c->duration, "24h");
   c->timeout_s = 30;
+  c->conflict_wait_s = 10;
   for (int i = 0; i < argc; ++i) {
     const char *arg = argv[i];
     const char *eq = strchr(arg, '=');
     if (eq == NULL) {
       return fail(err, err_len, "argument '%s': expected KEY=VALUE (detwanctl=, sites=, agent=, "
-                  "agents=, duration=, timeout=, token_file=)", arg);
+                  "agents=, duration=, timeout=, conflict_wait=, token_file=)", arg);
     }
     const size_t key_len = (size_t)(eq - arg);
     const char *value = eq + 1;
@@ -148,6 +149,13 @@ int detwan_config_parse(struct detwan_config *c, int argc, char **argv, char *er
         return fail(err, err_len, "timeout=%s: seconds in [1, 600]", value);
       }
       c->timeout_s = (int)s;
+    } else if (KEY_IS("conflict_wait")) {
+      char *end = NULL;
+      const long s = strtol(value, &end, 10);
+      if (end == value || *end != '\0' || s < 0 || s > 600) {
+        return fail(err, err_len, "conflict_wait=%s: seconds in [0, 600]", value);
+      }
+      c->conflict_wait_s = (int)s;
     } else if (KEY_IS("token_file")) {
       if (value[0] != '/' ||
           copy(c->token_file, sizeof c->token_file, value, strlen(value)) != 0) {
@@ -155,7 +163,7 @@ int detwan_config_parse(struct detwan_config *c, int argc, char **argv, char *er
       }
     } else {
       return fail(err, err_len, "unknown argument '%.*s' (known: detwanctl, sites, agent, "
-                  "agents, duration, timeout, token_file)", (int)key_len, arg);
+                  "agents, duration, timeout, conflict_wait, token_file)", (int)key_len, arg);
     }
 #undef KEY_IS
   }

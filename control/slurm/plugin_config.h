@@ -3,7 +3,7 @@
  *
  *   required spank_detwan.so detwanctl=PATH sites=NODE:SITE[,NODE:SITE...]
  *            [agent=URL] [agents=SITE=URL[,SITE=URL...]] [duration=24h] [timeout=30]
- *            [token_file=PATH]
+ *            [conflict_wait=10] [token_file=PATH]
  *
  * Pure functions on caller-owned memory: no Slurm calls, no allocation, no global state, so the
  * unit tests (tests/control/slurm_plugin_config_test.cc) run them without Slurm. Every failure
@@ -48,6 +48,7 @@ struct detwan_config {
   char duration[32];                /* the reservation's length, detwanctl --duration */
   char token_file[DETWAN_PATH_MAX]; /* optional: first line = bearer token */
   int timeout_s;                    /* per detwanctl call */
+  int conflict_wait_s;              /* how long a prefix_conflict is retried */
 };
 
 /* Parses the plugstack.conf arguments; unknown arguments are errors. */

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "control/slurm/ctl_exec.h"
 #include "control/slurm/plugin_config.h"
@@ -135,12 +136,13 @@ static int sites_of(const char *hostlist, char *err, size_t err_len) {
                           err_len);
 }
 
-/* Reserves and provisions a <-> b for the job; fills id or the reason. 0 when active. */
-static int reserve_pair(uint32_t job_id, const char *a, const char *b, char *id, size_t id_len,
-                        char *reason, size_t reason_len) {
-  char rate[40], request_id[200];
+/* One reserve call for a <-> b; fills id or the reason (and the agent's error code). 0 when
+ * the reservation is provisioned and its tunnel active. */
+static int reserve_once(const char *a, const char *b, const char *request_id, char *id,
+                        size_t id_len, char *reason, size_t reason_len, char *code,
+                        size_t code_len) {
+  char rate[40];
   snprintf(rate, sizeof rate, "%llubit", (unsigned long long)state.rate_bps);
-  detwan_request_id(request_id, sizeof request_id, job_id, a, b);
   const char *args[] = {"reserve", "--from", a, "--to", b, "--rate", rate,
                         "--duration", state.config.duration, "--provision",
                         "--request-id", request_id, NULL};
@@ -149,6 +151,7 @@ static int reserve_pair(uint32_t job_id, const char *a, const char *b, char *id,
   char got_state[32] = "";
   int active = 0;
   int rc = -1;
+  code[0] = '\0';
   if (status == 0 && detwan_json_string(r.out, "id", id, id_len) == 0 &&
       detwan_json_string(r.out, "state", got_state, sizeof got_state) == 0) {
     const char *dataplane = strstr(r.out, "\"dataplane\":");
@@ -163,9 +166,33 @@ static int reserve_pair(uint32_t job_id, const char *a, const char *b, char *id,
     char what[DETWAN_ERR_MAX];
     detwan_ctl_describe_error(&r, what, sizeof what);
     snprintf(reason, reason_len, "%s", what);
+    if (r.out != NULL && detwan_json_string(r.out, "code", code, code_len) != 0) code[0] = '\0';
   }
   detwan_ctl_result_free(&r);
   return rc;
+}
+
+/* Reserves and provisions a <-> b for the job. A prefix_conflict is retried for up to
+ * conflict_wait= seconds: it is what a previous job between the same sites leaves while its
+ * epilog has not yet terminated its reservation (a moment after the job ended). */
+static int reserve_pair(uint32_t job_id, const char *a, const char *b, char *id, size_t id_len,
+                        char *reason, size_t reason_len) {
+  char request_id[200], code[64];
+  detwan_request_id(request_id, sizeof request_id, job_id, a, b);
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    if (reserve_once(a, b, request_id, id, id_len, reason, reason_len, code, sizeof code) == 0) {
+      return 0;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (strcmp(code, "prefix_conflict") != 0 ||
+        now.tv_sec - start.tv_sec >= state.config.conflict_wait_s) {
+      return -1;
+    }
+    const struct timespec pause = {0, 250 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
 }
 
 static void terminate_id(const char *id) {

@@ -27,7 +27,8 @@ Parsed parse(std::vector<std::string> args) {
 
 const std::vector<std::string> kGood = {
     "detwanctl=/usr/bin/detwanctl", "sites=site-a:a,site-b:b,site-c:b",
-    "agents=a=http://10.99.1.1:7800,b=http://10.99.2.1:7800", "duration=2h", "timeout=20"};
+    "agents=a=http://10.99.1.1:7800,b=http://10.99.2.1:7800", "duration=2h", "timeout=20",
+    "conflict_wait=3"};
 
 TEST(SlurmPluginConfig, ParsesEveryArgument) {
   const Parsed p = parse(kGood);
@@ -39,6 +40,7 @@ TEST(SlurmPluginConfig, ParsesEveryArgument) {
   EXPECT_STREQ(detwan_agent_for(&p.config, "b"), "http://10.99.2.1:7800");
   EXPECT_STREQ(p.config.duration, "2h");
   EXPECT_EQ(p.config.timeout_s, 20);
+  EXPECT_EQ(p.config.conflict_wait_s, 3);
 }
 
 TEST(SlurmPluginConfig, DefaultsAndOneAgentForAll) {
@@ -46,6 +48,7 @@ TEST(SlurmPluginConfig, DefaultsAndOneAgentForAll) {
   ASSERT_EQ(p.rc, 0) << p.err;
   EXPECT_STREQ(p.config.duration, "24h");
   EXPECT_EQ(p.config.timeout_s, 30);
+  EXPECT_EQ(p.config.conflict_wait_s, 10);
   EXPECT_STREQ(detwan_agent_for(&p.config, "a"), "http://h:1");
 }
 
@@ -65,6 +68,7 @@ TEST(SlurmPluginConfig, ErrorsNameTheArgument) {
       {{"detwanctl=/x", "sites=n1:a", "agents=a=ftp://h"}, "must start with http://"},
       {{"detwanctl=/x", "sites=n1:a", "agent=http://h:1", "duration=10x"}, "duration=10x"},
       {{"detwanctl=/x", "sites=n1:a", "agent=http://h:1", "timeout=0"}, "timeout=0"},
+      {{"detwanctl=/x", "sites=n1:a", "agent=http://h:1", "conflict_wait=-1"}, "conflict_wait=-1"},
       {{"detwanctl=/x", "sites=n1:a", "agent=http://h:1", "rate=1"}, "unknown argument 'rate'"},
       {{"detwanctl=/x", "sites=n1:a", "agent=http://h:1", "oops"}, "expected KEY=VALUE"},
   };
