@@ -279,6 +279,23 @@ def test_refused_job_is_told_why_and_holds_nothing(slurmlab):
     assert "--detwan-rate=fast: expected a rate such as 50mbit" in res.stderr
 
 
+@pytest.mark.netns
+def test_job_waits_briefly_for_a_conflicting_reservation(slurmlab, tmp_path):
+    # A reservation between a and b that is not the job's (as a previous job's is until its
+    # epilog ends it): the job's request meets prefix_conflict and is retried until it is gone.
+    other = ctl("reserve", "--from", "a", "--to", "b", "--rate", "10mbit", "--duration", "10m",
+                "--provision")
+    job_id, out = sbatch(tmp_path, "echo RES=$DETWAN_RESERVATION", "--detwan-rate=10mbit", "-N2")
+    wait_for(lambda: job_state(job_id) == "RUNNING", f"job {job_id} to start")
+    time.sleep(1)  # the job's step daemon is retrying now
+    assert for_job(job_id) == []
+    ctl("terminate", other["id"])
+    assert wait_job_end(job_id) == "COMPLETED", out.read_text()
+    r = wait_released(job_id)
+    assert f"RES={r['id']}" in out.read_text()
+    assert nothing_booked()
+
+
 def link_reserved_bps() -> int:
     """The most reserved now in either direction of link ab1."""
     link = next(l for l in ctl("topology")["links"] if l["name"] == "ab1")
