@@ -11,6 +11,7 @@
 
 #include "control/api/http_server.h"
 #include "control/api/routes.h"
+#include "control/client/http_client.h"
 #include "tests/control/agent/agent_test_util.h"
 
 namespace detwan::control::testing {
@@ -171,7 +172,15 @@ TEST_F(AgentClientFixture, TheWatchNamesAReleasedReservation) {
     cv.notify_all();
   });
   EXPECT_FALSE(watch.check_now().has_value());
-  ASSERT_TRUE(agent->release(id).has_value());
+  // Released through the API: the agent is single-threaded (its server's thread calls it), and
+  // the watch's thread is asking that server meanwhile — calling agent->release from here
+  // would race with it (ThreadSanitizer saw it).
+  const auto url = client::parse_url(address.url);
+  ASSERT_TRUE(url.has_value());
+  const auto released =
+      client::http_call(*url, "POST", "/v1/reservations/" + id + "/release", "", "", 10'000);
+  ASSERT_TRUE(released.has_value()) << released.error().message;
+  ASSERT_EQ(released->status, 200) << released->body;
   const auto message = watch.check_now();
   ASSERT_TRUE(message.has_value());
   EXPECT_NE(message->find(id), std::string::npos);
