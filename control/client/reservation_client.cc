@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/json_number.h"
 #include "common/units.h"
 #include "control/client/http_client.h"
 
@@ -34,8 +35,7 @@ class Fields {
   common::Result<int64_t> integer(std::string_view key, bool optional = false) const {
     const json::value* v = object_->if_contains(key);
     if (v == nullptr) return optional ? common::Result<int64_t>(0) : bad(key, "missing");
-    if (v->is_int64()) return v->as_int64();
-    if (v->is_uint64() && v->as_uint64() <= INT64_MAX) return static_cast<int64_t>(v->as_uint64());
+    if (const auto n = common::json_int64(*v)) return *n;
     return bad(key, "not an integer");
   }
   common::Result<std::vector<std::string>> strings(std::string_view key) const {

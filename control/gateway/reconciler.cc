@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_number.h"
 #include "common/unix_request.h"
 
 namespace detwan::control::gateway {
@@ -34,9 +35,7 @@ Answer parse_answer(const std::string& text) {
 uint64_t u64_of(const json::object& o, std::string_view key) {
   const json::value* v = o.if_contains(key);
   if (v == nullptr) return 0;
-  if (v->is_uint64()) return v->as_uint64();
-  if (v->is_int64() && v->as_int64() >= 0) return static_cast<uint64_t>(v->as_int64());
-  return 0;
+  return common::json_uint64(*v).value_or(0);
 }
 
 std::string apply_line(const std::vector<const TunnelSpec*>& add,

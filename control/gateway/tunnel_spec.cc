@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_number.h"
 #include "control/reservation/tunnel_keys.h"
 
 namespace detwan::control::gateway {
@@ -15,15 +16,9 @@ namespace {
 bool get_u64(const json::object& o, std::string_view key, uint64_t* out) {
   const json::value* v = o.if_contains(key);
   if (v == nullptr) return false;
-  if (v->is_uint64()) {
-    *out = v->as_uint64();
-    return true;
-  }
-  if (v->is_int64() && v->as_int64() >= 0) {
-    *out = static_cast<uint64_t>(v->as_int64());
-    return true;
-  }
-  return false;
+  const std::optional<uint64_t> n = common::json_uint64(*v);
+  if (n) *out = *n;
+  return n.has_value();
 }
 
 // A JSON array of slot numbers, sorted; nullopt if it is not one.
@@ -31,8 +26,9 @@ std::optional<std::vector<uint32_t>> sorted_slots(const json::value* v) {
   if (v == nullptr || !v->is_array()) return std::nullopt;
   std::vector<uint32_t> out;
   for (const json::value& item : v->as_array()) {
-    if (!item.is_int64() && !item.is_uint64()) return std::nullopt;
-    out.push_back(static_cast<uint32_t>(item.to_number<uint64_t>()));
+    const auto slot = common::json_uint64_in(item, 0, UINT32_MAX);
+    if (!slot) return std::nullopt;
+    out.push_back(static_cast<uint32_t>(*slot));
   }
   std::sort(out.begin(), out.end());
   return out;

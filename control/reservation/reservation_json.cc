@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/json_number.h"
+
 namespace detwan::control::reservation {
 namespace json = boost::json;
 namespace {
@@ -45,15 +47,11 @@ struct Reader {
     return *v;
   }
   int64_t i64(std::string_view key) const {
-    const json::value& v = at(key);
-    if (v.is_int64()) return v.as_int64();
-    if (v.is_uint64() && v.as_uint64() <= INT64_MAX) return static_cast<int64_t>(v.as_uint64());
+    if (const auto n = common::json_int64(at(key))) return *n;
     fail(key, "is not an integer");
   }
   uint64_t u64(std::string_view key) const {
-    const json::value& v = at(key);
-    if (v.is_uint64()) return v.as_uint64();
-    if (v.is_int64() && v.as_int64() >= 0) return static_cast<uint64_t>(v.as_int64());
+    if (const auto n = common::json_uint64(at(key))) return *n;
     fail(key, "is not a non-negative integer");
   }
   double number(std::string_view key) const {
@@ -124,11 +122,9 @@ std::vector<uint32_t> slots_from(const Reader& r) {
   std::vector<uint32_t> out;
   for (const json::value& v : r.array("slots")) {
     // Parsed text holds int64; to_json() stores the uint32_t slots as uint64.
-    const bool ok = (v.is_int64() && v.as_int64() >= 0 && v.as_int64() <= 65535) ||
-                    (v.is_uint64() && v.as_uint64() <= 65535);
-    if (!ok) r.fail("slots", "has a bad slot");
-    out.push_back(v.is_int64() ? static_cast<uint32_t>(v.as_int64())
-                               : static_cast<uint32_t>(v.as_uint64()));
+    const auto slot = common::json_uint64_in(v, 0, 65535);
+    if (!slot) r.fail("slots", "has a bad slot");
+    out.push_back(static_cast<uint32_t>(*slot));
   }
   return out;
 }

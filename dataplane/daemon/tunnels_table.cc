@@ -9,6 +9,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/json_number.h"
 #include "common/units.h"
 #include "dataplane/sched/gate_control_list.h"
 
@@ -31,9 +32,7 @@ std::string text(const json::value& object, std::string_view key) {
 std::optional<uint64_t> unsigned_number(const json::value& object, std::string_view key) {
   const json::value* value = field(object, key);
   if (value == nullptr) return std::nullopt;
-  if (value->is_uint64()) return value->as_uint64();
-  if (value->is_int64() && value->as_int64() >= 0) return static_cast<uint64_t>(value->as_int64());
-  return std::nullopt;
+  return common::json_uint64(*value);
 }
 
 std::string rate(const json::value& object, std::string_view key) {

@@ -11,6 +11,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/json_number.h"
 #include "dataplane/gw/config.h"
 #include "dataplane/gw/control_server.h"
 #include "dataplane/gw/engine.h"
@@ -56,15 +57,9 @@ std::string unknown_key(const json::object& object, std::initializer_list<std::s
 
 // A tunnel id: an integer in [1, 2^32-1].
 bool tunnel_id_of(const json::value& value, uint32_t* id) {
-  if (value.is_int64() && value.as_int64() >= 1 && value.as_int64() <= UINT32_MAX) {
-    *id = static_cast<uint32_t>(value.as_int64());
-    return true;
-  }
-  if (value.is_uint64() && value.as_uint64() >= 1 && value.as_uint64() <= UINT32_MAX) {
-    *id = static_cast<uint32_t>(value.as_uint64());
-    return true;
-  }
-  return false;
+  const std::optional<uint64_t> n = common::json_uint64_in(value, 1, UINT32_MAX);
+  if (n) *id = static_cast<uint32_t>(*n);
+  return n.has_value();
 }
 
 // One add/modify item: "add[0] (tunnel 1001)" once its id can be read.
@@ -170,10 +165,8 @@ std::string apply(Engine& engine, const json::object& request, std::string_view 
     if (!expected->is_int64() && !expected->is_uint64()) {
       return refused("\"if_generation\" must be the integer generation read from tunnels");
     }
-    const bool negative = expected->is_int64() && expected->as_int64() < 0;
-    const uint64_t wanted =
-        expected->is_uint64() ? expected->as_uint64() : static_cast<uint64_t>(expected->as_int64());
-    if (negative || wanted != engine.generation()) {
+    const std::optional<uint64_t> wanted = common::json_uint64(*expected);  // none: negative
+    if (!wanted || *wanted != engine.generation()) {
       return refused(
           fmt::format("if_generation {} does not match the gateway's generation {}: "
                       "it changed since it was read (read tunnels again)",

@@ -1,8 +1,9 @@
 #include "tools/perf/spec_json.h"
 
-#include <limits>
 #include <type_traits>
 #include <utility>
+
+#include "common/json_number.h"
 
 namespace detwan::perf {
 namespace json = boost::json;
@@ -12,10 +13,7 @@ using common::make_error;
 common::Result<int64_t> get_int(const json::object& o, const char* key) {
   const json::value* v = o.if_contains(key);
   if (v == nullptr) return make_error(ErrorCode::kInvalidArgument, std::string(key) + ": missing");
-  if (v->is_int64()) return v->get_int64();
-  if (v->is_uint64() && v->get_uint64() <= uint64_t{std::numeric_limits<int64_t>::max()}) {
-    return static_cast<int64_t>(v->get_uint64());
-  }
+  if (const auto n = common::json_int64(*v)) return *n;
   return make_error(ErrorCode::kInvalidArgument, std::string(key) + ": expected an integer");
 }
 
@@ -33,8 +31,7 @@ namespace {
 common::Result<uint64_t> get_u64(const json::object& o, const char* key) {
   const json::value* v = o.if_contains(key);
   if (v == nullptr) return make_error(ErrorCode::kInvalidArgument, std::string(key) + ": missing");
-  if (v->is_uint64()) return v->get_uint64();
-  if (v->is_int64() && v->get_int64() >= 0) return static_cast<uint64_t>(v->get_int64());
+  if (const auto n = common::json_uint64(*v)) return *n;
   return make_error(ErrorCode::kInvalidArgument,
                     std::string(key) + ": expected a non-negative integer");
 }
