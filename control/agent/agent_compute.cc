@@ -178,7 +178,13 @@ Outcome<json::object> Agent::plan(const PlanRequest& request) {
                          p.kind));
         continue;
       }
-      offers.push_back({name, p.site, p.kind, ranks, std::max<int64_t>(1, step_ns)});
+      const double backward_fraction =
+          p.reference && p.reference->backward_ns > 0
+              ? static_cast<double>(p.reference->backward_ns) /
+                    static_cast<double>(p.reference->step_ns)
+              : 0.0;
+      offers.push_back(
+          {name, p.site, p.kind, ranks, std::max<int64_t>(1, step_ns), backward_fraction});
     }
 
     const compute::WanLookup wan = [&](const std::string& a, const std::string& b) {
@@ -224,9 +230,15 @@ Outcome<json::object> Agent::plan(const PlanRequest& request) {
          json::object{{"step_ns", p.step_ns},
                       {"compute_ns", p.compute_ns},
                       {"allreduce_ns", p.allreduce_ns},
+                      {"exposed_allreduce_ns", p.exposed_ns},
+                      {"buckets", p.buckets},
+                      {"backward_fraction", p.backward_fraction},
                       {"algorithm", p.algorithm}}},
         {"job", json::object{{"gradient_bytes", request.job.gradient_bytes},
                              {"ranks", request.job.ranks},
+                             {"bucket_bytes", request.job.bucket_bytes},
+                             {"first_bucket_bytes", request.job.first_bucket_bytes},
+                             {"backward_fraction", request.job.backward_fraction},
                              {"target_step_ns", request.job.target_step_ns},
                              {"min_efficiency", request.job.min_efficiency}}},
         {"start_unix_ns", start_ns},

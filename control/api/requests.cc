@@ -8,6 +8,8 @@
 
 #include <boost/json.hpp>
 
+#include "common/json_number.h"
+
 namespace detwan::control::api {
 namespace json = boost::json;
 using agent::ApiError;
@@ -54,14 +56,9 @@ std::optional<int64_t> integer(const json::object& o, std::string_view key, int6
                                int64_t max) {
   const json::value* v = o.if_contains(key);
   if (v == nullptr || v->is_null()) return std::nullopt;
-  int64_t value = 0;
-  if (v->is_int64()) {
-    value = v->as_int64();
-  } else if (v->is_uint64() && v->as_uint64() <= static_cast<uint64_t>(INT64_MAX)) {
-    value = static_cast<int64_t>(v->as_uint64());
-  } else {
-    bad(key, "must be an integer");
-  }
+  const std::optional<int64_t> n = common::json_int64(*v);
+  if (!n) bad(key, "must be an integer");
+  const int64_t value = *n;
   if (value < min || value > max)
     bad(key, fmt::format("{} is out of range [{}, {}]", value, min, max));
   return value;
@@ -261,7 +258,8 @@ agent::Outcome<agent::PlanRequest> parse_plan(const std::string& body) {
     const json::object o = parse_object(body);
     check_keys(o, {"gradient_bytes", "ranks", "step_compute_ns", "step_compute_ns_by_kind",
                    "target_step_ns", "min_efficiency", "max_sites", "sites", "start_unix_ns",
-                   "duration_ns", "reserve", "client_request_id", "placement"});
+                   "duration_ns", "reserve", "client_request_id", "placement", "bucket_bytes",
+                   "first_bucket_bytes", "backward_fraction"});
     agent::PlanRequest r;
     const auto gradient = integer(o, "gradient_bytes", 1, int64_t{1} << 50);
     if (!gradient) bad("gradient_bytes", "is required (bytes allreduced per step)");
@@ -285,6 +283,14 @@ agent::Outcome<agent::PlanRequest> parse_plan(const std::string& body) {
     r.job.min_efficiency = fraction(o, "min_efficiency").value_or(0);
     if (r.job.min_efficiency >= 1) bad("min_efficiency", "must be below 1");
     r.job.max_sites = static_cast<uint32_t>(integer(o, "max_sites", 1, 2).value_or(2));
+    r.job.bucket_bytes =
+        static_cast<uint64_t>(integer(o, "bucket_bytes", 0, int64_t{1} << 50).value_or(0));
+    if (r.job.bucket_bytes != 0 && r.job.bucket_bytes < 1024) {
+      bad("bucket_bytes", "must be 0 (no overlap) or at least 1024");
+    }
+    r.job.first_bucket_bytes =
+        static_cast<uint64_t>(integer(o, "first_bucket_bytes", 1024, int64_t{1} << 50).value_or(0));
+    r.job.backward_fraction = fraction(o, "backward_fraction").value_or(0);
     r.sites = string_list(o, "sites");
     if (const json::value* fixed = o.if_contains("placement"); fixed != nullptr && !fixed->is_null()) {
       if (!fixed->is_array() || fixed->as_array().empty() || fixed->as_array().size() > 2) {

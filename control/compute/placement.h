@@ -3,11 +3,17 @@
 // (docs/control.md, "Co-scheduling"). Compute and network decided together.
 //
 // A job synchronises its gradients once per step: step time = the slowest rank's compute time
-// + the allreduce of the gradient over the placement, predicted by the collective library's own
-// cost model (collectives/topology/cost_model.h: the same alpha-beta model that picks the
-// algorithm at run time; inside a site 20 us and 10 Gbit/s per channel, between sites the
-// reservation's latency bound and its payload rate shared by the site's ranks). Efficiency =
-// compute / step time.
+// + the part of the gradient's allreduce that is not hidden behind it. Each allreduce is
+// predicted by the collective library's own cost model (collectives/topology/cost_model.h: the
+// same alpha-beta model that picks the algorithm at run time; inside a site 20 us and 10 Gbit/s
+// per channel, between sites the reservation's latency bound and its payload rate shared by the
+// site's ranks). Without overlap (bucket_bytes 0) the whole allreduce follows the compute: an
+// upper bound. With overlap (PyTorch DDP, Horovod: the gradient is allreduced in buckets while
+// the backward pass still produces it) the model is a pipeline: the backward pass - the last
+// `backward_fraction` of the step's compute - produces the gradient evenly, a bucket is ready
+// when its last byte is (the first may be smaller: DDP's is 1 MiB), the buckets' allreduces run one after another in order, and the step
+// ends when compute and the last bucket's allreduce have (predict_step). Efficiency = compute /
+// step time.
 //
 // Candidates: every site that can host all ranks alone, and every pair of sites with every split
 // of the ranks between them (ranks go to a site's fastest pools first). A two-site candidate
@@ -38,6 +44,7 @@ struct PoolOffer {
   std::string kind;
   uint32_t ranks = 0;            // ranks it can host in the window
   int64_t step_compute_ns = 0;   // one step's compute on one rank of this pool, for this job
+  double backward_fraction = 0;  // measured share of it in the backward pass; 0: unknown
 };
 
 // What the domain can admit between two sites in the window.
@@ -56,6 +63,14 @@ struct Job {
   double min_efficiency = 0;     // 0: none; else target = compute / min_efficiency
   uint32_t max_sites = 2;        // 1 or 2
   uint64_t rate_step_bps = 1'000'000;  // reservations in whole multiples of this
+  // Overlap: the framework allreduces the gradient in buckets of this size while the backward
+  // pass runs (PyTorch DDP: bucket_cap_mb, 25 MiB by default); 0: one allreduce after compute.
+  uint64_t bucket_bytes = 0;
+  // Share of a step's compute spent in the backward pass; 0: the slowest pool's measured share
+  // (none measured: no overlap).
+  double backward_fraction = 0;
+  // The first bucket's size when it differs (DDP: 1 MiB, first_bucket_bytes); 0: bucket_bytes.
+  uint64_t first_bucket_bytes = 0;
   // Only this placement (site -> ranks, summing to `ranks`): "what would this one give?" (the
   // planner still chooses the pools and the rate). Empty: the planner chooses.
   std::vector<std::pair<std::string, uint32_t>> fixed;
@@ -69,6 +84,7 @@ struct SitePlacement {
     std::string kind;
     uint32_t ranks = 0;
     int64_t step_compute_ns = 0;
+    double backward_fraction = 0;
   };
   std::vector<Share> pools;
 };
@@ -84,8 +100,11 @@ struct Placement {
   std::vector<SitePlacement> sites;
   std::vector<WanNeed> reservations;
   int64_t compute_ns = 0;        // slowest rank
-  int64_t allreduce_ns = 0;
+  int64_t allreduce_ns = 0;      // the gradient's allreduce (all its buckets, one after another)
+  int64_t exposed_ns = 0;        // the part of it not hidden behind compute: step - compute
   int64_t step_ns = 0;
+  uint32_t buckets = 1;
+  double backward_fraction = 0;  // used for the overlap (0: none)
   double efficiency = 0;
   std::string algorithm;         // the collective library's choice for this placement
   uint32_t candidates = 0;       // placements considered
@@ -114,5 +133,22 @@ struct Prediction {
 };
 Prediction predict_allreduce(uint64_t gradient_bytes, const std::vector<uint32_t>& ranks_per_site,
                              uint64_t payload_rate_bps, int64_t latency_ns);
+
+// One step of a placement: compute, then (or overlapped with its backward pass) the allreduce.
+struct StepPrediction {
+  int64_t step_ns = 0;
+  int64_t allreduce_ns = 0;
+  int64_t exposed_ns = 0;
+  uint32_t buckets = 1;
+  std::string algorithm;
+};
+struct Overlap {
+  uint64_t bucket_bytes = 0;        // 0: none
+  double backward_fraction = 0;     // 0: none
+  uint64_t first_bucket_bytes = 0;  // 0: bucket_bytes (DDP: 1 MiB, ready early)
+};
+StepPrediction predict_step(uint64_t gradient_bytes, int64_t compute_ns, const Overlap& overlap,
+                            const std::vector<uint32_t>& ranks_per_site, uint64_t payload_rate_bps,
+                            int64_t latency_ns);
 
 }  // namespace detwan::control::compute

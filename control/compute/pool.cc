@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_number.h"
 #include "control/compute/placement.h"
 
 namespace detwan::control::compute {
@@ -27,18 +28,11 @@ common::Result<int64_t> integer(const json::object& o, std::string_view field, i
                                 int64_t max, std::string_view label) {
   const json::value* v = o.if_contains(field);
   if (v == nullptr) return std::unexpected(field_error(label, "missing"));
-  int64_t out = 0;
-  if (v->is_int64()) {
-    out = v->as_int64();
-  } else if (v->is_uint64() && v->as_uint64() <= static_cast<uint64_t>(INT64_MAX)) {
-    out = static_cast<int64_t>(v->as_uint64());
-  } else {
+  const std::optional<int64_t> out = common::json_int64_in(*v, min, max);
+  if (!out) {
     return std::unexpected(field_error(label, fmt::format("must be an integer {}..{}", min, max)));
   }
-  if (out < min || out > max) {
-    return std::unexpected(field_error(label, fmt::format("must be an integer {}..{}", min, max)));
-  }
-  return out;
+  return *out;
 }
 
 }  // namespace
@@ -66,6 +60,7 @@ json::object to_json(const Pool& pool) {
                                     {"gradient_bytes", r.gradient_bytes},
                                     {"model", r.model},
                                     {"measured_unix_ns", r.measured_unix_ns}};
+    if (r.backward_ns > 0) out["reference"].as_object()["backward_ns"] = r.backward_ns;
   } else {
     out["reference"] = nullptr;
   }
@@ -133,6 +128,11 @@ common::Result<Pool> pool_from_json(const json::value& value) {
         return std::unexpected(field_error("reference.model", "must be a string of <= 128"));
       }
       ref.model = std::string(m->as_string());
+    }
+    if (ro->contains("backward_ns")) {
+      auto bwd = integer(*ro, "backward_ns", 0, ref.step_ns, "reference.backward_ns");
+      if (!bwd) return std::unexpected(bwd.error());
+      ref.backward_ns = *bwd;
     }
     if (ro->contains("measured_unix_ns")) {
       auto at = integer(*ro, "measured_unix_ns", 0, INT64_MAX, "reference.measured_unix_ns");

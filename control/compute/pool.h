@@ -11,7 +11,9 @@
 //   windows      when it is available ([start, end) Unix ns; none = always)
 //   reference    a measured reference step: the PyTorch model of docs/pytorch.md run for a few
 //                steps on one rank of the pool (detwanctl pool register --measure):
-//                {step_ns, steps, gradient_bytes, model, measured_unix_ns}
+//                {step_ns, steps, gradient_bytes, model, measured_unix_ns, backward_ns}
+//                (backward_ns: the backward pass's part of step_ns, optional; the planner's
+//                overlap of allreduce and backward uses its share)
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -34,6 +36,7 @@ struct Reference {
   uint64_t gradient_bytes = 0;   // the reference model's gradient
   std::string model;             // what ran ("mlp-4x1024", ...)
   int64_t measured_unix_ns = 0;
+  int64_t backward_ns = 0;       // of step_ns, in the backward pass; 0: not measured
 };
 
 struct Pool {

@@ -44,12 +44,14 @@ std::string format_pool(const json::object& p) {
 }
 
 std::string format_plan(const json::object& plan) {
+  const json::object& predicted = plan.at("predicted").as_object();
   std::string out = fmt::format(
-      "predicted step {} (compute {}, allreduce {}, {}), efficiency {:.3f}\n",
-      seconds(plan.at("predicted").at("step_ns")), seconds(plan.at("predicted").at("compute_ns")),
-      seconds(plan.at("predicted").at("allreduce_ns")),
-      std::string(plan.at("predicted").at("algorithm").as_string()),
-      plan.at("predicted_efficiency").as_double());
+      "predicted step {} (compute {}, allreduce {} of which {} not hidden by compute, {} in {} "
+      "bucket(s)), efficiency {:.3f}\n",
+      seconds(predicted.at("step_ns")), seconds(predicted.at("compute_ns")),
+      seconds(predicted.at("allreduce_ns")), seconds(predicted.at("exposed_allreduce_ns")),
+      std::string(predicted.at("algorithm").as_string()),
+      predicted.at("buckets").to_number<int64_t>(), plan.at("predicted_efficiency").as_double());
   for (const json::value& s : plan.at("placement").as_array()) {
     out += fmt::format("  site {}: {} ranks (", std::string(s.at("site").as_string()),
                        s.at("ranks").to_number<int64_t>());
@@ -125,6 +127,15 @@ void add_compute_commands(CLI::App& app, ComputeArgs& a) {
   a.plan->add_option("--target-step", a.target_step, "step time to meet, e.g. 2.5s");
   a.plan->add_option("--min-efficiency", a.min_efficiency, "compute / step time to meet");
   a.plan->add_option("--max-sites", a.max_sites, "1 or 2")->check(CLI::Range(1, 2));
+  a.plan->add_option("--bucket-bytes", a.bucket,
+                     "the job allreduces its gradient in buckets of this size while the "
+                     "backward pass runs (DDP: 25m); default: one allreduce after compute");
+  a.plan->add_option("--first-bucket-bytes", a.first_bucket,
+                     "the first bucket's size when it differs (DDP: 1m)");
+  a.plan->add_option("--backward-fraction", a.backward_fraction,
+                     "share of the step's compute in the backward pass (default: the pools' "
+                     "measured share)")
+      ->check(CLI::Range(0.0, 1.0));
   a.plan->add_option("--site", a.sites, "only these sites");
   a.plan->add_option("--start", a.start, "window start (default now)");
   a.plan->add_option("--duration", a.duration, "window length (default 1h)");
@@ -174,6 +185,17 @@ std::optional<ComputeCall> compute_call(
     if (!by_kind.empty()) body["step_compute_ns_by_kind"] = std::move(by_kind);
     if (!a.target_step.empty()) body["target_step_ns"] = duration_of("--target-step", a.target_step);
     if (a.min_efficiency > 0) body["min_efficiency"] = a.min_efficiency;
+    if (!a.bucket.empty()) {
+      auto bucket = common::parse_size_bytes(a.bucket);
+      if (!bucket) usage("--bucket-bytes: " + bucket.error().message);
+      body["bucket_bytes"] = *bucket;
+    }
+    if (!a.first_bucket.empty()) {
+      auto first = common::parse_size_bytes(a.first_bucket);
+      if (!first) usage("--first-bucket-bytes: " + first.error().message);
+      body["first_bucket_bytes"] = *first;
+    }
+    if (a.backward_fraction > 0) body["backward_fraction"] = a.backward_fraction;
     if (!a.sites.empty()) {
       json::array sites;
       for (const std::string& s : a.sites) sites.push_back(json::string(s));

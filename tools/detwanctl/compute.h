@@ -7,6 +7,8 @@
 //   plan --gradient-bytes SIZE --ranks R [--step-compute D | --step-compute-kind K=D ...]
 //        [--target-step D] [--min-efficiency F] [--max-sites 1|2] [--site S]...
 //        [--start TIME] [--duration D] [--place SITE=RANKS]... [--reserve [--request-id ID]]
+//        [--bucket-bytes SIZE [--first-bucket-bytes SIZE] [--backward-fraction F]]
+//                                          overlap of allreduce and backward pass
 #include <functional>
 #include <optional>
 #include <string>
@@ -27,9 +29,11 @@ struct ComputeArgs {
   std::string name, site, kind, measure;
   uint32_t ranks = 0;
   std::vector<std::string> windows;
-  std::string gradient, step_compute, target_step, start, duration, request_id;
+  std::string gradient, step_compute, target_step, start, duration, request_id, bucket,
+      first_bucket;
   std::vector<std::string> step_compute_kind, sites, placement;
   double min_efficiency = 0;
+  double backward_fraction = 0;
   uint32_t max_sites = 2;
   bool reserve = false;
 };

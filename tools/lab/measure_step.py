@@ -6,7 +6,10 @@ step after warm-up. Prints one JSON line, what `detwanctl pool register --measur
 pool's reference:
 
   {"step_ns": N, "steps": S, "gradient_bytes": G, "model": "char-transformer-4x128",
-   "measured_unix_ns": T}
+   "measured_unix_ns": T, "backward_ns": B}
+
+backward_ns: the median backward pass, the part of a step during which a data-parallel
+framework allreduces gradient buckets (the planner's overlap, docs/control.md).
 
 The same model options as train_worker (--layers --dim --heads --ctx --batch) so that a training
 run's compute per step can be predicted from it; --threads as the ranks run (train_worker uses
@@ -47,7 +50,7 @@ def main(argv=None) -> int:
     model = CharTransformer(args.layers, args.dim, args.heads, args.ctx)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     params = sum(q.numel() for q in model.parameters())
-    times = []
+    times, backward = [], []
     for step in range(args.warmup + args.steps):
         g = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
         starts = torch.randint(0, data.numel() - args.ctx - 1, (args.batch,), generator=g)
@@ -56,14 +59,18 @@ def main(argv=None) -> int:
         t0 = time.perf_counter_ns()
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
+        t1 = time.perf_counter_ns()
         loss.backward()
+        t2 = time.perf_counter_ns()
         opt.step()
         if step >= args.warmup:
             times.append(time.perf_counter_ns() - t0)
+            backward.append(t2 - t1)
     print(json.dumps({"step_ns": int(statistics.median(times)), "steps": args.steps,
                       "gradient_bytes": params * 4,
                       "model": f"char-transformer-{args.layers}x{args.dim}",
-                      "measured_unix_ns": time.time_ns()}))
+                      "measured_unix_ns": time.time_ns(),
+                      "backward_ns": int(statistics.median(backward))}))
     return 0
 
 

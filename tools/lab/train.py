@@ -116,6 +116,8 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
             str(args.layers), "--dim", str(args.dim), "--bucket-mb", str(args.bucket_mb),
             "--seed", str(args.seed), "--timeout-s", str(int(args.timeout_per_run)),
             "--compute-nice", str(args.compute_nice)]
+    if getattr(args, "trace_buckets", False):
+        argv.append("--trace-buckets")
     gloo_addr = []
     if impl == "gloo" and cross:
         for r, p in enumerate(placement):

@@ -22,7 +22,7 @@ TEST(Pool, RoundTripsThroughJson) {
   p.kind = "cpu";
   p.ranks = 8;
   p.windows = {{100, 200}, {300, 400}};
-  p.reference = Reference{2'500'000'000, 5, 4'000'000, "mlp-4x1024", 42};
+  p.reference = Reference{2'500'000'000, 5, 4'000'000, "mlp-4x1024", 42, 1'400'000'000};
   p.registered_unix_ns = 7;
   auto again = pool_from_json(to_json(p));
   ASSERT_TRUE(again.has_value()) << again.error().message;
@@ -50,6 +50,9 @@ TEST(Pool, EveryBadFieldIsNamed) {
               HasSubstr("field 'windows[0]'"));
   EXPECT_THAT(error_of(R"({"name":"x","site":"a","kind":"cpu","ranks":1,"reference":{"step_ns":0,"steps":1,"gradient_bytes":1}})"),
               HasSubstr("field 'reference.step_ns'"));
+  // The backward pass is part of the step: never longer than it.
+  EXPECT_THAT(error_of(R"({"name":"x","site":"a","kind":"cpu","ranks":1,"reference":{"step_ns":10,"steps":1,"gradient_bytes":1,"backward_ns":11}})"),
+              HasSubstr("field 'reference.backward_ns'"));
   EXPECT_THAT(error_of(R"({"name":"x","site":"a","kind":"cpu","ranks":1,"colour":1})"),
               HasSubstr("field 'colour': unknown field"));
 }
