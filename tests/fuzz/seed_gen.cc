@@ -227,12 +227,17 @@ void agent_api_seeds() {
              request(1, 16, 0, R"({"name":"a-cpu","site":"a","kind":"cpu","ranks":2})") + nul +
                  request(1, 16, 0,
                          R"({"name":"b-cpu","site":"b","kind":"cpu","ranks":2,"reference":)"
-                         R"({"step_ns":1000000000,"steps":5,"gradient_bytes":1000000}})") +
+                         R"({"step_ns":1000000000,"steps":5,"gradient_bytes":1000000,)"
+                         R"("backward_ns":600000000}})") +
                  nul + request(0, 17, 0, "") + nul +
                  request(1, 18, 0,
                          R"({"gradient_bytes":4000000,"ranks":4,"step_compute_ns":2000000000,)"
                          R"("target_step_ns":2500000000,"reserve":true})") +
                  nul + request(1, 18, 0, R"({"gradient_bytes":1000000,"ranks":3,"placement":[{"site":"a","ranks":2},{"site":"b","ranks":1}]})") +
+                 nul +
+                 request(1, 18, 0,
+                         R"({"gradient_bytes":40000000,"ranks":4,"bucket_bytes":2000000,)"
+                         R"("first_bucket_bytes":1048576,"min_efficiency":0.8})") +
                  nul + request(3, 17, 1, "") + nul + request(0, 16, 0, ""));
 }
 
