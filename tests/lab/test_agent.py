@@ -184,7 +184,9 @@ def test_answers_match_the_openapi_document(agentlab):
     # Compute pools and a plan (co-scheduling).
     for site in ("a", "b"):
         status, pool = http(url + "/v1/pools", "POST",
-                            f'{{"name":"{site}-cpu","site":"{site}","kind":"cpu","ranks":2}}')
+                            f'{{"name":"{site}-cpu","site":"{site}","kind":"cpu","ranks":2,'
+                            '"reference":{"step_ns":1000000000,"steps":5,'
+                            '"gradient_bytes":4000000,"backward_ns":600000000}}')
         assert status == 201, pool
         validate(doc, "Pool", pool)
     status, pools = http(url + "/v1/pools")
@@ -195,6 +197,17 @@ def test_answers_match_the_openapi_document(agentlab):
     assert status == 200, plan
     validate(doc, "Plan", plan)
     assert sum(p["ranks"] for p in plan["placement"]) == 4
+    # With DDP-style buckets the pools' measured backward share hides part of the allreduce.
+    status, overlapped = http(url + "/v1/plan", "POST",
+                              '{"gradient_bytes":4000000,"ranks":4,"step_compute_ns":1000000000,'
+                              '"sites":["a","b"],"placement":[{"site":"a","ranks":2},'
+                              '{"site":"b","ranks":2}],"bucket_bytes":262144,'
+                              '"first_bucket_bytes":1048576}')
+    assert status == 200, overlapped
+    validate(doc, "Plan", overlapped)
+    predicted = overlapped["predicted"]
+    assert predicted["buckets"] == 13 and predicted["backward_fraction"] == 0.6
+    assert predicted["exposed_allreduce_ns"] < predicted["allreduce_ns"]
     status, error = http(url + "/v1/plan", "POST", '{"gradient_bytes":1,"ranks":4000}')
     assert status == 422 and error["error"]["code"] == "not_enough_compute"
     validate(doc, "Error", error)
