@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -105,6 +106,37 @@ TEST(FrameTest, InternetChecksumKnownVector) {
   EXPECT_EQ(internet_checksum(std::as_bytes(std::span(header))), 0xb861);
   const uint8_t odd[3] = {0x01, 0x02, 0x03};  // 0x0102 + 0x0300 = 0x0402 -> ~ = 0xfbfd
   EXPECT_EQ(internet_checksum(std::as_bytes(std::span(odd))), 0xfbfd);
+}
+
+// The checksum word by word, the RFC 1071 way: the reference for the fast sum.
+uint16_t reference_checksum(const std::byte* p, std::size_t n) {
+  uint32_t sum = 0;
+  for (std::size_t i = 0; i < n; i += 2) {
+    const uint32_t hi = std::to_integer<uint32_t>(p[i]);
+    const uint32_t lo = i + 1 < n ? std::to_integer<uint32_t>(p[i + 1]) : 0;
+    sum += (hi << 8) | lo;
+    sum = (sum & 0xFFFF) + (sum >> 16);
+  }
+  return static_cast<uint16_t>(~sum & 0xFFFF);
+}
+
+TEST(FrameTest, InternetChecksumEveryLengthAndAlignment) {
+  std::vector<std::byte> data(1600 + 8);
+  uint64_t x = 0x9E3779B97F4A7C15ULL;
+  for (auto& b : data) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = std::byte{static_cast<uint8_t>(x)};
+  }
+  const std::vector<std::byte> ones(1600 + 8, std::byte{0xFF});  // every add carries
+  for (const std::vector<std::byte>* bytes : {&std::as_const(data), &ones}) {
+    for (std::size_t offset : {0u, 1u, 2u, 5u}) {  // the sum loads unaligned words
+      for (std::size_t n = 0; n <= 1600; n += (n < 80 ? 1 : 37)) {
+        const std::byte* p = bytes->data() + offset;
+        ASSERT_EQ(internet_checksum(std::span<const std::byte>(p, n)), reference_checksum(p, n))
+            << n << " bytes at offset " << offset;
+      }
+    }
+  }
 }
 
 TEST(FrameTest, OffloadLeavesPseudoHeaderSum) {
