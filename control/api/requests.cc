@@ -282,7 +282,8 @@ agent::Outcome<agent::PlanRequest> parse_plan(const std::string& body) {
     r.job.target_step_ns = integer(o, "target_step_ns", 1, kHour).value_or(0);
     r.job.min_efficiency = fraction(o, "min_efficiency").value_or(0);
     if (r.job.min_efficiency >= 1) bad("min_efficiency", "must be below 1");
-    r.job.max_sites = static_cast<uint32_t>(integer(o, "max_sites", 1, 2).value_or(2));
+    r.job.max_sites = static_cast<uint32_t>(
+        integer(o, "max_sites", 1, compute::kMaxSites).value_or(compute::kMaxSites));
     r.job.bucket_bytes =
         static_cast<uint64_t>(integer(o, "bucket_bytes", 0, int64_t{1} << 50).value_or(0));
     if (r.job.bucket_bytes != 0 && r.job.bucket_bytes < 1024) {
@@ -293,8 +294,10 @@ agent::Outcome<agent::PlanRequest> parse_plan(const std::string& body) {
     r.job.backward_fraction = fraction(o, "backward_fraction").value_or(0);
     r.sites = string_list(o, "sites");
     if (const json::value* fixed = o.if_contains("placement"); fixed != nullptr && !fixed->is_null()) {
-      if (!fixed->is_array() || fixed->as_array().empty() || fixed->as_array().size() > 2) {
-        bad("placement", "must be an array of 1 or 2 {\"site\", \"ranks\"} objects");
+      if (!fixed->is_array() || fixed->as_array().empty() ||
+          fixed->as_array().size() > compute::kMaxSites) {
+        bad("placement", fmt::format("must be an array of 1 to {} {{\"site\", \"ranks\"}} objects",
+                                     compute::kMaxSites));
       }
       for (const json::value& item : fixed->as_array()) {
         if (!item.is_object()) bad("placement", "items must be {\"site\", \"ranks\"} objects");

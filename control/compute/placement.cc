@@ -8,8 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "collectives/topology/cost_model.h"
-#include "collectives/topology/topology.h"
 #include "common/units.h"
 
 namespace detwan::control::compute {
@@ -54,15 +52,6 @@ std::string describe(const Placement& p) {
   return s;
 }
 
-// Whether a candidate {site: ranks} is the job's fixed placement (always, when none is fixed).
-bool allowed(const Job& job, std::vector<std::pair<std::string, uint32_t>> candidate) {
-  if (job.fixed.empty()) return true;
-  auto fixed = job.fixed;
-  std::sort(fixed.begin(), fixed.end());
-  std::sort(candidate.begin(), candidate.end());
-  return fixed == candidate;
-}
-
 // The overlap a placement gets: the job's backward share, else the slowest pool's measured one.
 Overlap overlap_of(const Job& job, const Placement& p) {
   Overlap o{job.bucket_bytes, job.backward_fraction, job.first_bucket_bytes};
@@ -89,105 +78,140 @@ void apply(const StepPrediction& s, Placement* p) {
 
 std::string seconds(int64_t ns) { return fmt::format("{:.3g} s", static_cast<double>(ns) / 1e9); }
 
-}  // namespace
+// The candidates of one search, and what the WAN refused on the way.
+struct Search {
+  const Job& job;
+  const WanLookup& wan;
+  std::vector<Candidate> candidates;
+  std::string wan_refusals;
+  uint32_t considered = 0;
+};
 
-Prediction predict_allreduce(uint64_t gradient_bytes, const std::vector<uint32_t>& ranks_per_site,
-                             uint64_t payload_rate_bps, int64_t latency_ns) {
-  std::vector<std::string> site_of_rank;
-  for (size_t i = 0; i < ranks_per_site.size(); ++i) {
-    site_of_rank.insert(site_of_rank.end(), ranks_per_site[i], "s" + std::to_string(i));
+// The target a placement with this compute must meet (0: none; explicit = the job gave one).
+int64_t target_for(const Job& job, int64_t compute_ns, bool* explicit_target) {
+  int64_t target = job.target_step_ns;
+  if (target == 0 && job.min_efficiency > 0) {
+    target = std::llround(static_cast<double>(compute_ns) / job.min_efficiency);
   }
-  if (site_of_rank.size() <= 1 || gradient_bytes == 0) return {0, "none"};
-  auto topology = collectives::Topology::build(site_of_rank);
-  if (!topology) return {std::numeric_limits<int64_t>::max(), "none"};
-  collectives::NetworkModel model;
-  model.intra = collectives::kDefaultIntraLink;
-  const int sites = topology->num_sites();
-  model.inter.assign(sites, std::vector<collectives::LinkModel>(sites, model.intra));
-  for (int s = 0; s < sites; ++s) {
-    const auto local = static_cast<int64_t>(topology->ranks_of_site(s).size());
-    for (int t = 0; t < sites; ++t) {
-      if (s == t) continue;
-      // As the communicator does: each local rank drives its share of the tunnel.
-      model.inter[s][t] = collectives::LinkModel{
-          std::max<int64_t>(1, latency_ns),
-          std::max<int64_t>(1, static_cast<int64_t>(payload_rate_bps) / local)};
+  *explicit_target = target != 0;
+  if (target == 0) target = std::llround(static_cast<double>(compute_ns) / kDefaultEfficiency);
+  return target;
+}
+
+// One candidate: `ranks[i]` ranks on `sites[i]`. Between sites, one reservation per pair at a
+// common rate: the smallest whole multiple of rate_step that meets the target (time falls with
+// rate), under the least the domain admits over the pairs; the model takes the pairs' largest
+// latency bound (a collective waits for its slowest hop).
+void evaluate(Search& search, const std::vector<const SiteCapacity*>& sites,
+              const std::vector<uint32_t>& ranks) {
+  const Job& job = search.job;
+  ++search.considered;
+  Candidate c;
+  Placement& p = c.placement;
+  for (size_t i = 0; i < sites.size(); ++i) p.sites.push_back(assign(*sites[i], ranks[i], &p.compute_ns));
+  const Overlap overlap = overlap_of(job, p);
+  if (sites.size() == 1) {
+    apply(predict_step(job.gradient_bytes, p.compute_ns, overlap, ranks, 0, 0), &p);
+    search.candidates.push_back(std::move(c));
+    return;
+  }
+  WanOffer worst{UINT64_MAX, 0, 1.0, ""};
+  for (size_t i = 0; i < sites.size(); ++i) {
+    for (size_t j = i + 1; j < sites.size(); ++j) {
+      const WanOffer offer = search.wan(sites[i]->site, sites[j]->site);
+      if (offer.max_rate_bps == 0) {
+        search.wan_refusals += fmt::format("{}{}-{}: {}", search.wan_refusals.empty() ? "" : "; ",
+                                           sites[i]->site, sites[j]->site, offer.refusal);
+        return;
+      }
+      worst.max_rate_bps = std::min(worst.max_rate_bps, offer.max_rate_bps);
+      worst.latency_ns = std::max(worst.latency_ns, offer.latency_ns);
+      worst.payload_fraction = std::min(worst.payload_fraction, offer.payload_fraction);
     }
   }
-  const collectives::Plan plan =
-      collectives::choose_plan(collectives::Collective::kAllReduce,
-                               static_cast<int64_t>(gradient_bytes), *topology, model, {});
-  return {std::isfinite(plan.predicted_ns) ? std::llround(plan.predicted_ns)
-                                           : std::numeric_limits<int64_t>::max(),
-          std::string(collectives::to_string(plan.algorithm))};
+  const auto at = [&](uint64_t rate) {
+    return predict_step(
+        job.gradient_bytes, p.compute_ns, overlap, ranks,
+        static_cast<uint64_t>(static_cast<double>(rate) * worst.payload_fraction), worst.latency_ns);
+  };
+  bool explicit_target = false;
+  const int64_t target = target_for(job, p.compute_ns, &explicit_target);
+  uint64_t rate = worst.max_rate_bps;
+  StepPrediction best = at(rate);
+  if (best.step_ns <= target) {
+    const uint64_t step = std::max<uint64_t>(1, job.rate_step_bps);
+    uint64_t lo = 1;
+    uint64_t hi = std::max<uint64_t>(1, worst.max_rate_bps / step);
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (at(mid * step).step_ns <= target) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (lo * step <= worst.max_rate_bps) {
+      rate = lo * step;
+      best = at(rate);
+    }
+  } else {
+    c.meets_target = !explicit_target;  // without a target: the most it can admit
+  }
+  apply(best, &p);
+  for (size_t i = 0; i < sites.size(); ++i) {
+    for (size_t j = i + 1; j < sites.size(); ++j) {
+      p.reservations.push_back({sites[i]->site, sites[j]->site, rate, worst.latency_ns});
+    }
+  }
+  c.total_rate_bps = rate * p.reservations.size();
+  search.candidates.push_back(std::move(c));
 }
 
-StepPrediction predict_step(uint64_t gradient_bytes, int64_t compute_ns, const Overlap& overlap,
-                            const std::vector<uint32_t>& ranks_per_site, uint64_t payload_rate_bps,
-                            int64_t latency_ns) {
-  constexpr int64_t kNever = std::numeric_limits<int64_t>::max() / 4;
-  const auto clamp = [&](int64_t ns) { return std::min(ns, kNever); };
-  StepPrediction out;
-  const double fraction = std::clamp(overlap.backward_fraction, 0.0, 1.0);
-  const uint64_t bucket = overlap.bucket_bytes;
-  const uint64_t first =
-      std::min(overlap.first_bucket_bytes != 0 ? overlap.first_bucket_bytes : bucket,
-               gradient_bytes);
-  if (bucket == 0 || first >= gradient_bytes || fraction <= 0) {
-    // One allreduce when the compute has ended (also: a single bucket, ready at the end).
-    const Prediction whole = predict_allreduce(gradient_bytes, ranks_per_site, payload_rate_bps,
-                                               latency_ns);
-    out.allreduce_ns = clamp(whole.allreduce_ns);
-    out.exposed_ns = out.allreduce_ns;
-    out.step_ns = compute_ns + out.exposed_ns;
-    out.algorithm = whole.algorithm;
-    return out;
+// Ranks spread as evenly as the sites' capacities allow (water filling, largest capacity first
+// for the remainder); empty if they cannot hold them.
+std::vector<uint32_t> balanced(const std::vector<const SiteCapacity*>& sites, uint32_t ranks) {
+  std::vector<uint32_t> out(sites.size(), 0);
+  uint32_t left = ranks;
+  while (left > 0) {
+    uint32_t open = 0;
+    for (size_t i = 0; i < sites.size(); ++i) open += out[i] < sites[i]->ranks ? 1 : 0;
+    if (open == 0) return {};
+    const uint32_t share = std::max<uint32_t>(1, left / open);
+    for (size_t i = 0; i < sites.size() && left > 0; ++i) {
+      const uint32_t take = std::min({share, sites[i]->ranks - out[i], left});
+      out[i] += take;
+      left -= take;
+    }
   }
-  // Buckets: the first (`first` bytes), M full ones, then the rest (1..bucket bytes). A bucket
-  // is ready when the backward pass has produced its last byte - at F + B * bytes_so_far / G
-  // (F = forward part, B = backward part of the compute) - the last one when the compute ends.
-  // Allreduces run in order, one at a time: finish_j = max(finish_{j-1}, ready_j) + c_j.
-  // Unrolled over the M full buckets (equal durations c, ready every d from r0 = the first's
-  // ready time): finish_M = max(finish_0 + M c, max_j (r0 + j d + (M - j + 1) c)), the inner max
-  // at j = 1 when c >= d (the network is the bottleneck), else at j = M.
-  const uint64_t rest = gradient_bytes - first;          // >= 1
-  const uint64_t m_full = (rest - 1) / bucket;            // full buckets after the first
-  const uint64_t last_bytes = rest - m_full * bucket;     // 1..bucket
-  const auto time_of = [&](uint64_t bytes) {
-    return static_cast<double>(
-        clamp(predict_allreduce(bytes, ranks_per_site, payload_rate_bps, latency_ns).allreduce_ns));
-  };
-  const Prediction full = predict_allreduce(bucket, ranks_per_site, payload_rate_bps, latency_ns);
-  const double c = static_cast<double>(clamp(full.allreduce_ns));
-  const double c_first = first == bucket ? c : time_of(first);
-  const double c_last = last_bytes == bucket ? c : time_of(last_bytes);
-  const double compute = static_cast<double>(compute_ns);
-  const double backward = fraction * compute;
-  const double forward = compute - backward;
-  const double g = static_cast<double>(gradient_bytes);
-  const double r0 = forward + backward * static_cast<double>(first) / g;
-  const double d = backward * static_cast<double>(bucket) / g;
-  const double m = static_cast<double>(m_full);
-  double finish = r0 + c_first;
-  if (m_full > 0) {
-    finish = std::max(finish + m * c, c >= d ? r0 + d + m * c : r0 + m * d + c);
-  }
-  finish = std::max(finish, compute) + c_last;
-  out.buckets = static_cast<uint32_t>(std::min<uint64_t>(m_full + 2, UINT32_MAX));
-  out.allreduce_ns =
-      clamp(std::llround(std::min(c_first + m * c + c_last, static_cast<double>(kNever))));
-  out.step_ns = clamp(std::llround(std::min(finish, static_cast<double>(kNever))));
-  out.exposed_ns = out.step_ns - compute_ns;
-  out.algorithm = full.algorithm;
   return out;
 }
+
+// Every subset of `k` of the sites (by name order), until `visit` returns false.
+template <typename Visit>
+void subsets(const std::vector<const SiteCapacity*>& all, size_t k, Visit&& visit) {
+  std::vector<size_t> index(k);
+  for (size_t i = 0; i < k; ++i) index[i] = i;
+  while (true) {
+    std::vector<const SiteCapacity*> pick;
+    for (size_t i : index) pick.push_back(all[i]);
+    if (!visit(pick)) return;
+    size_t i = k;
+    while (i > 0 && index[i - 1] == all.size() - k + i - 1) --i;
+    if (i == 0) return;
+    ++index[i - 1];
+    for (size_t j = i; j < k; ++j) index[j] = index[j - 1] + 1;
+  }
+}
+
+}  // namespace
 
 Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLookup& wan) {
   if (job.ranks == 0 || job.ranks > kMaxRanks) {
     return Refusal{kInvalidJob, fmt::format("ranks must be 1..{}, got {}", kMaxRanks, job.ranks)};
   }
-  if (job.max_sites < 1 || job.max_sites > 2) {
-    return Refusal{kInvalidJob, fmt::format("max_sites must be 1 or 2, got {}", job.max_sites)};
+  if (job.max_sites < 1 || job.max_sites > kMaxSites) {
+    return Refusal{kInvalidJob,
+                   fmt::format("max_sites must be 1..{}, got {}", kMaxSites, job.max_sites)};
   }
   if (job.min_efficiency < 0 || job.min_efficiency >= 1) {
     return Refusal{kInvalidJob, "min_efficiency must be in [0, 1)"};
@@ -195,8 +219,13 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
   if (!job.fixed.empty()) {
     uint32_t sum = 0;
     for (const auto& [site, n] : job.fixed) sum += n;
-    if (sum != job.ranks || job.fixed.size() > job.max_sites ||
-        (job.fixed.size() == 2 && job.fixed[0].first == job.fixed[1].first)) {
+    bool repeated = false;
+    for (size_t i = 0; i < job.fixed.size(); ++i) {
+      for (size_t j = i + 1; j < job.fixed.size(); ++j) {
+        repeated = repeated || job.fixed[i].first == job.fixed[j].first;
+      }
+    }
+    if (sum != job.ranks || job.fixed.size() > job.max_sites || repeated) {
       return Refusal{kInvalidJob,
                      fmt::format("placement must name at most {} different sites whose ranks "
                                  "sum to {}",
@@ -215,10 +244,12 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
     s.ranks += p.ranks;
     total += p.ranks;
   }
+  std::vector<const SiteCapacity*> sites;
   for (auto& [name, s] : by_site) {
     std::stable_sort(s.pools.begin(), s.pools.end(), [](const PoolOffer* a, const PoolOffer* b) {
       return a->step_compute_ns < b->step_compute_ns;
     });
+    sites.push_back(&s);
   }
   if (total < job.ranks) {
     std::string offered;
@@ -230,90 +261,58 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
                                job.ranks, total, offered.empty() ? "no pool" : offered)};
   }
 
-  std::vector<Candidate> candidates;
-  uint32_t considered = 0;
-  // Single sites.
-  for (const auto& [name, s] : by_site) {
-    if (s.ranks < job.ranks || !allowed(job, {{name, job.ranks}})) continue;
-    ++considered;
-    Candidate c;
-    Placement& p = c.placement;
-    p.sites.push_back(assign(s, job.ranks, &p.compute_ns));
-    apply(predict_step(job.gradient_bytes, p.compute_ns, overlap_of(job, p), {job.ranks}, 0, 0),
-          &p);
-    candidates.push_back(std::move(c));
-  }
-
-  // Pairs of sites: every split, the smallest rate that meets the target (or the default
-  // efficiency), under what the domain admits.
-  std::string wan_refusals;
-  if (job.max_sites >= 2 && job.ranks >= 2) {
-    for (auto a = by_site.begin(); a != by_site.end(); ++a) {
-      for (auto b = std::next(a); b != by_site.end(); ++b) {
-        const SiteCapacity& sa = a->second;
-        const SiteCapacity& sb = b->second;
-        if (sa.ranks + sb.ranks < job.ranks) continue;
-        const WanOffer offer = wan(sa.site, sb.site);
-        if (offer.max_rate_bps == 0) {
-          wan_refusals += fmt::format("{}{}-{}: {}", wan_refusals.empty() ? "" : "; ", sa.site,
-                                      sb.site, offer.refusal);
-          continue;
-        }
-        for (uint32_t ra = 1; ra < job.ranks; ++ra) {
-          const uint32_t rb = job.ranks - ra;
-          if (ra > sa.ranks || rb > sb.ranks) continue;
-          if (!allowed(job, {{sa.site, ra}, {sb.site, rb}})) continue;
-          ++considered;
-          Candidate c;
-          Placement& p = c.placement;
-          p.sites.push_back(assign(sa, ra, &p.compute_ns));
-          p.sites.push_back(assign(sb, rb, &p.compute_ns));
-          const Overlap overlap = overlap_of(job, p);
-          const auto at = [&](uint64_t rate) {
-            return predict_step(job.gradient_bytes, p.compute_ns, overlap, {ra, rb},
-                                static_cast<uint64_t>(static_cast<double>(rate) *
-                                                      offer.payload_fraction),
-                                offer.latency_ns);
-          };
-          int64_t target = job.target_step_ns;
-          if (target == 0 && job.min_efficiency > 0) {
-            target = std::llround(static_cast<double>(p.compute_ns) / job.min_efficiency);
-          }
-          const bool explicit_target = target != 0;
-          if (!explicit_target) {
-            target = std::llround(static_cast<double>(p.compute_ns) / kDefaultEfficiency);
-          }
-          uint64_t rate = offer.max_rate_bps;
-          StepPrediction best = at(rate);
-          if (best.step_ns <= target) {
-            // The smallest multiple of rate_step that still meets it (time falls with rate).
-            const uint64_t step = std::max<uint64_t>(1, job.rate_step_bps);
-            uint64_t lo = 1;
-            uint64_t hi = std::max<uint64_t>(1, offer.max_rate_bps / step);
-            while (lo < hi) {
-              const uint64_t mid = lo + (hi - lo) / 2;
-              if (at(mid * step).step_ns <= target) {
-                hi = mid;
-              } else {
-                lo = mid + 1;
-              }
+  Search search{job, wan, {}, "", 0};
+  if (!job.fixed.empty()) {
+    // Only the job's placement (its sites in name order, as everywhere else).
+    auto fixed = job.fixed;
+    std::sort(fixed.begin(), fixed.end());
+    std::vector<const SiteCapacity*> chosen;
+    std::vector<uint32_t> ranks;
+    for (const auto& [site, n] : fixed) {
+      const auto it = by_site.find(site);
+      if (it == by_site.end() || it->second.ranks < n) {
+        return Refusal{kNotEnoughCompute,
+                       fmt::format("the placement puts {} ranks on {}, whose pools offer {} in "
+                                   "the window",
+                                   n, site, it == by_site.end() ? 0 : it->second.ranks)};
+      }
+      chosen.push_back(&it->second);
+      ranks.push_back(n);
+    }
+    evaluate(search, chosen, ranks);
+  } else {
+    // Single sites; pairs of sites with every split of the ranks.
+    for (const SiteCapacity* s : sites) {
+      if (s->ranks >= job.ranks) evaluate(search, {s}, {job.ranks});
+    }
+    if (job.max_sites >= 2 && job.ranks >= 2) {
+      for (size_t a = 0; a < sites.size(); ++a) {
+        for (size_t b = a + 1; b < sites.size(); ++b) {
+          if (sites[a]->ranks + sites[b]->ranks < job.ranks) continue;
+          for (uint32_t ra = 1; ra < job.ranks; ++ra) {
+            const uint32_t rb = job.ranks - ra;
+            if (ra <= sites[a]->ranks && rb <= sites[b]->ranks) {
+              evaluate(search, {sites[a], sites[b]}, {ra, rb});
             }
-            if (lo * step <= offer.max_rate_bps) {
-              rate = lo * step;
-              best = at(rate);
-            }
-          } else {
-            c.meets_target = !explicit_target;  // without a target: the most it can admit
           }
-          apply(best, &p);
-          p.reservations.push_back({sa.site, sb.site, rate, offer.latency_ns});
-          c.total_rate_bps = rate;
-          candidates.push_back(std::move(c));
         }
       }
     }
+    // Three or more sites only when fewer cannot host the job (every extra site adds WAN hops
+    // to each step): the fewest sites that can, every such set, the ranks spread evenly.
+    for (size_t k = 3; search.candidates.empty() && k <= std::min<size_t>(job.max_sites, sites.size()) &&
+                       k <= job.ranks;
+         ++k) {
+      uint32_t budget = kMaxSiteSets;
+      subsets(sites, k, [&](const std::vector<const SiteCapacity*>& pick) {
+        const std::vector<uint32_t> ranks = balanced(pick, job.ranks);
+        if (!ranks.empty()) evaluate(search, pick, ranks);
+        return --budget > 0;
+      });
+    }
   }
-
+  std::vector<Candidate>& candidates = search.candidates;
+  const std::string& wan_refusals = search.wan_refusals;
   int64_t target = job.target_step_ns;
   for (Candidate& c : candidates) {
     Placement& p = c.placement;
@@ -340,7 +339,10 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
                    fmt::format("no site hosts {} ranks alone (largest: {} with {}){}", job.ranks,
                                where, largest,
                                wan_refusals.empty()
-                                   ? (job.max_sites < 2 ? " and max_sites is 1" : "")
+                                   ? (job.max_sites < 2 ? " and max_sites is 1"
+                                                        : fmt::format(" and no {} sites can share "
+                                                                      "them",
+                                                                      job.max_sites))
                                    : fmt::format(" and the WAN admits nothing between the "
                                                  "sites that could share them: {}",
                                                  wan_refusals))};
@@ -373,7 +375,7 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
                                wan_refusals.empty() ? "" : "; WAN: " + wan_refusals)};
   }
   Placement out = chosen.placement;
-  out.candidates = considered;
+  out.candidates = search.considered;
   return out;
 }
 

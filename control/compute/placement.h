@@ -16,11 +16,14 @@
 // step time.
 //
 // Candidates: every site that can host all ranks alone, and every pair of sites with every split
-// of the ranks between them (ranks go to a site's fastest pools first). A two-site candidate
-// needs a WAN reservation between the pair: the smallest whole Mbit/s that meets the target
-// step time (binary search under the most the domain can admit in the window), or without a
-// target the one that reaches kDefaultEfficiency (else the most it can admit). Choice: with a
-// target, the candidate meeting it with the fewest sites, then the least reserved rate, then the
+// of the ranks between them (ranks go to a site's fastest pools first); only when none of those
+// can host the job, every set of 3 (then 4, up to max_sites) sites with the ranks spread evenly
+// over their capacity. A multi-site candidate needs a WAN reservation between every pair of its
+// sites (the communicator joins every pair), at one rate: the smallest whole Mbit/s that meets
+// the target step time (binary search under the least the domain can admit over the pairs in
+// the window; the model takes the pairs' largest latency bound), or without a target the one
+// that reaches kDefaultEfficiency (else the most it can admit). Choice: with a target, the
+// candidate meeting it with the fewest sites, then the least reserved rate in total, then the
 // shortest step; without one, the shortest step, then fewer sites, then less rate.
 //
 // Pure: the WAN is asked through a callback (the agent answers from its admission planner and
@@ -36,6 +39,8 @@ namespace detwan::control::compute {
 
 inline constexpr double kDefaultEfficiency = 0.9;
 inline constexpr uint32_t kMaxRanks = 4096;
+inline constexpr uint32_t kMaxSites = 4;        // sites one job may span
+inline constexpr uint32_t kMaxSiteSets = 2000;  // 3+ site sets evaluated per size, at most
 
 // Compute a pool offers this job in its window.
 struct PoolOffer {
@@ -61,7 +66,7 @@ struct Job {
   uint32_t ranks = 0;            // data-parallel degree
   int64_t target_step_ns = 0;    // 0: none
   double min_efficiency = 0;     // 0: none; else target = compute / min_efficiency
-  uint32_t max_sites = 2;        // 1 or 2
+  uint32_t max_sites = kMaxSites;  // 1..kMaxSites
   uint64_t rate_step_bps = 1'000'000;  // reservations in whole multiples of this
   // Overlap: the framework allreduces the gradient in buckets of this size while the backward
   // pass runs (PyTorch DDP: bucket_cap_mb, 25 MiB by default); 0: one allreduce after compute.

@@ -126,7 +126,9 @@ void add_compute_commands(CLI::App& app, ComputeArgs& a) {
   a.plan->add_option("--step-compute-kind", a.step_compute_kind, "per pool kind, KIND=DURATION");
   a.plan->add_option("--target-step", a.target_step, "step time to meet, e.g. 2.5s");
   a.plan->add_option("--min-efficiency", a.min_efficiency, "compute / step time to meet");
-  a.plan->add_option("--max-sites", a.max_sites, "1 or 2")->check(CLI::Range(1, 2));
+  a.plan->add_option("--max-sites", a.max_sites,
+                     "sites the job may span, 1..4 (3 or more only when fewer cannot host it)")
+      ->check(CLI::Range(1, 4));
   a.plan->add_option("--bucket-bytes", a.bucket,
                      "the job allreduces its gradient in buckets of this size while the "
                      "backward pass runs (DDP: 25m); default: one allreduce after compute");
@@ -139,7 +141,7 @@ void add_compute_commands(CLI::App& app, ComputeArgs& a) {
   a.plan->add_option("--site", a.sites, "only these sites");
   a.plan->add_option("--start", a.start, "window start (default now)");
   a.plan->add_option("--duration", a.duration, "window length (default 1h)");
-  a.plan->add_option("--place", a.placement, "predict this placement only, SITE=RANKS (1 or 2)");
+  a.plan->add_option("--place", a.placement, "predict this placement only, SITE=RANKS (1 to 4 of them)");
   a.plan->add_flag("--reserve", a.reserve, "hold the reservations the plan needs");
   a.plan->add_option("--request-id", a.request_id, "client request id (with --reserve)");
 }
@@ -174,7 +176,8 @@ std::optional<ComputeCall> compute_call(
   if (*a.plan) {
     auto bytes = common::parse_size_bytes(a.gradient);
     if (!bytes) usage("--gradient-bytes: " + bytes.error().message);
-    json::object body{{"gradient_bytes", *bytes}, {"ranks", a.ranks}, {"max_sites", a.max_sites}};
+    json::object body{{"gradient_bytes", *bytes}, {"ranks", a.ranks}};
+    if (a.max_sites != 0) body["max_sites"] = a.max_sites;
     if (!a.step_compute.empty()) body["step_compute_ns"] = duration_of("--step-compute", a.step_compute);
     json::object by_kind;
     for (const std::string& kv : a.step_compute_kind) {

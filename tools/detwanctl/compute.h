@@ -5,7 +5,7 @@
 //                                          measure_step.py: the PyTorch model of docs/pytorch.md)
 //   pool list | pool show NAME | pool remove NAME
 //   plan --gradient-bytes SIZE --ranks R [--step-compute D | --step-compute-kind K=D ...]
-//        [--target-step D] [--min-efficiency F] [--max-sites 1|2] [--site S]...
+//        [--target-step D] [--min-efficiency F] [--max-sites 1..4] [--site S]...
 //        [--start TIME] [--duration D] [--place SITE=RANKS]... [--reserve [--request-id ID]]
 //        [--bucket-bytes SIZE [--first-bucket-bytes SIZE] [--backward-fraction F]]
 //                                          overlap of allreduce and backward pass
@@ -34,7 +34,7 @@ struct ComputeArgs {
   std::vector<std::string> step_compute_kind, sites, placement;
   double min_efficiency = 0;
   double backward_fraction = 0;
-  uint32_t max_sites = 2;
+  uint32_t max_sites = 0;  // 0: the agent's default (every site count up to its limit)
   bool reserve = false;
 };
 

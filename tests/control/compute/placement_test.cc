@@ -190,9 +190,80 @@ TEST(Placement, AFixedPlacementIsTheOnlyCandidate) {
 
 TEST(Placement, RefusesMalformedJobs) {
   EXPECT_EQ(refused(place(make_job(1, 0), {}, wan_up_to(0))).cause, kInvalidJob);
-  Job three = make_job(1, 2);
-  three.max_sites = 3;
-  EXPECT_EQ(refused(place(three, {}, wan_up_to(0))).cause, kInvalidJob);
+  Job five = make_job(1, 2);
+  five.max_sites = kMaxSites + 1;
+  EXPECT_EQ(refused(place(five, {}, wan_up_to(0))).cause, kInvalidJob);
+  Job twice = make_job(1, 2);
+  twice.fixed = {{"a", 1}, {"a", 1}};
+  EXPECT_EQ(refused(place(twice, {pool("a1", "a", 4, kS)}, wan_up_to(0))).cause, kInvalidJob);
+}
+
+TEST(Placement, ThreeSitesOnlyWhenNoTwoCanHostTheJob) {
+  const std::vector<PoolOffer> pools = {pool("a1", "a", 2, 10 * kS), pool("b1", "b", 2, 10 * kS),
+                                        pool("c1", "c", 2, 10 * kS)};
+  // Four ranks fit on two sites: three are never tried.
+  const Placement two = placed(place(make_job(10'000'000, 4), pools, wan_up_to(500'000'000)));
+  EXPECT_EQ(two.sites.size(), 2u);
+  EXPECT_EQ(two.reservations.size(), 1u);
+  // Five do not: all three sites, the ranks spread evenly, a reservation for every pair at one
+  // rate, the prediction the model's for that spread.
+  const Placement three = placed(place(make_job(10'000'000, 5), pools, wan_up_to(500'000'000)));
+  ASSERT_EQ(three.sites.size(), 3u);
+  EXPECT_EQ(three.sites[0].ranks + three.sites[1].ranks + three.sites[2].ranks, 5u);
+  for (const SitePlacement& site : three.sites) EXPECT_GE(site.ranks, 1u);
+  ASSERT_EQ(three.reservations.size(), 3u);
+  EXPECT_EQ(three.reservations[0].from, "a");
+  EXPECT_EQ(three.reservations[0].to, "b");
+  EXPECT_EQ(three.reservations[2].from, "b");
+  EXPECT_EQ(three.reservations[2].to, "c");
+  const uint64_t rate = three.reservations[0].rate_bps;
+  for (const WanNeed& w : three.reservations) EXPECT_EQ(w.rate_bps, rate);
+  EXPECT_EQ(three.allreduce_ns,
+            predict_allreduce(10'000'000,
+                              {three.sites[0].ranks, three.sites[1].ranks, three.sites[2].ranks},
+                              static_cast<uint64_t>(rate * 0.9), 10 * kMs)
+                .allreduce_ns);
+  EXPECT_GE(three.efficiency, kDefaultEfficiency);
+  EXPECT_LT(rate, 500'000'000u);  // the smallest rate that reaches it, not the most admitted
+  // Limited to two sites, the job does not fit: the refusal says so.
+  Job at_most_two = make_job(10'000'000, 5);
+  at_most_two.max_sites = 2;
+  const Refusal r = refused(place(at_most_two, pools, wan_up_to(500'000'000)));
+  EXPECT_EQ(r.cause, kNotEnoughWan);
+  EXPECT_THAT(r.message, HasSubstr("no 2 sites can share them"));
+}
+
+TEST(Placement, AMultiSitePlacementNeedsEveryPairOfItsSites) {
+  const std::vector<PoolOffer> pools = {pool("a1", "a", 2, kS), pool("b1", "b", 2, kS),
+                                        pool("c1", "c", 2, kS)};
+  // b-c has no WAN: the only set of three sites is refused, naming that pair.
+  const WanLookup no_bc = [](const std::string& from, const std::string& to) {
+    WanOffer o;
+    o.latency_ns = 10 * kMs;
+    o.payload_fraction = 0.9;
+    if (from == "b" && to == "c") {
+      o.refusal = "link bc1 is down";
+    } else {
+      o.max_rate_bps = 500'000'000;
+    }
+    return o;
+  };
+  const Refusal r = refused(place(make_job(10'000'000, 5), pools, no_bc));
+  EXPECT_EQ(r.cause, kNotEnoughWan);
+  EXPECT_THAT(r.message, HasSubstr("b-c: link bc1 is down"));
+  // A fixed three-site placement is evaluated as given.
+  Job fixed = make_job(10'000'000, 4);
+  fixed.fixed = {{"c", 2}, {"a", 1}, {"b", 1}};
+  const Placement p = placed(place(fixed, pools, wan_up_to(500'000'000)));
+  ASSERT_EQ(p.sites.size(), 3u);
+  EXPECT_EQ(p.sites[0].site, "a");
+  EXPECT_EQ(p.sites[2].ranks, 2u);
+  EXPECT_EQ(p.reservations.size(), 3u);
+  EXPECT_EQ(p.candidates, 1u);
+  // More ranks on a site than its pools offer: refused for compute, naming the site.
+  fixed.fixed = {{"a", 3}, {"b", 1}};
+  EXPECT_THAT(refused(place(fixed, pools, wan_up_to(500'000'000))).message,
+              HasSubstr("3 ranks on a"));
 }
 
 }  // namespace
