@@ -415,6 +415,53 @@ def test_allreduce_through_a_protected_reservation_survives_a_path_going_down(ag
 
 
 @pytest.mark.netns
+def test_a_plan_over_three_sites_is_reserved_and_carries_the_jobs_allreduce(agentlab):
+    """Co-scheduling through the whole stack: pools of 2 ranks in a, b and c; a 6-rank job fits
+    on no fewer than three sites, so `detwanctl plan --reserve` holds a reservation for every
+    pair at one rate; provisioned, they carry an allreduce of 2 ranks per site (results exact,
+    path: tunnel); terminated, the links' bookings return to zero."""
+    url = agentlab["agents"][0]["url"]
+    for site in ("a", "b", "c"):
+        ctl("pool", "register", "--name", f"{site}-plan", "--site", site, "--kind", "cpu",
+            "--ranks", "2", check=True)
+    held: list[str] = []
+    try:
+        res = ctl("plan", "--gradient-bytes", "4m", "--ranks", "6", "--step-compute", "1s",
+                  "--reserve", "--request-id", "lab-three-sites", "--json", check=True)
+        plan = json.loads(res.stdout)
+        assert sorted((p["site"], p["ranks"]) for p in plan["placement"]) == [
+            ("a", 2), ("b", 2), ("c", 2)]
+        pairs = sorted((r["from"], r["to"]) for r in plan["reservations"])
+        assert pairs == [("a", "b"), ("a", "c"), ("b", "c")]
+        assert len({r["rate_bps"] for r in plan["reservations"]}) == 1
+        held = [r["id"] for r in plan["reserved"]]
+        assert len(held) == 3 and all(r["state"] == "held" for r in plan["reserved"])
+        for rid in held:
+            ctl("commit", rid, check=True)
+            assert json.loads(ctl("provision", rid, "--json", check=True).stdout)[
+                "dataplane"]["active"]
+        env = dict(os.environ, DETWAN_BUILD_DIR=str(labutil.build_dir()))
+        run = subprocess.run(
+            [str(labutil.build_dir() / "tools/bench/detwan-bench"), "allreduce", "--lab",
+             "--no-setup", "--sites", "3", "--ranks-per-site", "2", "--json", "--reservation",
+             ",".join(held), "-b", "256K", "-e", "256K", "-n", "5", "-w", "1", "-c", "1"],
+            capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
+        assert run.returncode == 0, run.stderr[-4000:]
+        doc = json.loads(run.stdout)
+        assert doc["lab"]["path"] == "tunnel"
+        assert doc["rows"] and all(row["wrong"] == 0 for row in doc["rows"]), doc["rows"]
+    finally:
+        for rid in held:
+            ctl("terminate", rid)
+        for site in ("a", "b", "c"):
+            ctl("pool", "remove", f"{site}-plan")
+    status, topo = http(url + "/v1/topology")
+    assert status == 200
+    booked = [d["reserved_bps_now"] for link in topo["links"] for d in link["directions"]]
+    assert booked and all(b == 0 for b in booked), topo["links"]
+
+
+@pytest.mark.netns
 def test_modify_reprograms_the_tunnel_and_refuses_what_does_not_fit(agentlab):
     r = json.loads(ctl("reserve", "--from", "a", "--to", "c", "--rate", "20mbit", "--duration",
                        "10m", "--max-latency", "30ms", "--provision", "--json", check=True).stdout)
