@@ -66,3 +66,15 @@ def wanem_ready():
     # Belt and braces: nothing may survive the session.
     if labutil.namespaces():
         labutil.tb("down", "-q")
+
+
+@pytest.fixture(scope="module")
+def agentlab(wanem_ready):
+    """One 3-site lab with two disjoint WAN paths per pair, the uring gateways and the control
+    agent, for a module's tests (test_agent*.py); always torn down."""
+    from agent_lab import WAN
+    with labutil.lab("--sites", "3", "--paths", "2", "--dataplane", "uring", "--agents",
+                     "--wan", WAN) as st:
+        os.environ["DETWAN_AGENT"] = st["agents"][0]["url"]
+        yield st
+        os.environ.pop("DETWAN_AGENT", None)
