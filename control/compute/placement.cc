@@ -52,7 +52,8 @@ std::string describe(const Placement& p) {
   return s;
 }
 
-// The overlap a placement gets: the job's backward share, else the slowest pool's measured one.
+// The overlap a placement gets: the job's backward share, else the slowest pool's measured one,
+// else (the job overlaps, nothing says how much) the rule of thumb.
 Overlap overlap_of(const Job& job, const Placement& p) {
   Overlap o{job.bucket_bytes, job.backward_fraction, job.first_bucket_bytes};
   if (o.backward_fraction <= 0) {
@@ -66,6 +67,7 @@ Overlap overlap_of(const Job& job, const Placement& p) {
       }
     }
   }
+  if (o.backward_fraction <= 0 && o.bucket_bytes > 0) o.backward_fraction = kDefaultBackwardFraction;
   return o;
 }
 

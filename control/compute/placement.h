@@ -38,6 +38,9 @@
 namespace detwan::control::compute {
 
 inline constexpr double kDefaultEfficiency = 0.9;
+// A job that overlaps (bucket_bytes) without a backward share, on pools that measured none: a
+// backward pass costs about twice the forward.
+inline constexpr double kDefaultBackwardFraction = 2.0 / 3.0;
 inline constexpr uint32_t kMaxRanks = 4096;
 inline constexpr uint32_t kMaxSites = 4;        // sites one job may span
 inline constexpr uint32_t kMaxSiteSets = 2000;  // 3+ site sets evaluated per size, at most
@@ -72,7 +75,7 @@ struct Job {
   // pass runs (PyTorch DDP: bucket_cap_mb, 25 MiB by default); 0: one allreduce after compute.
   uint64_t bucket_bytes = 0;
   // Share of a step's compute spent in the backward pass; 0: the slowest pool's measured share
-  // (none measured: no overlap).
+  // (none measured: kDefaultBackwardFraction).
   double backward_fraction = 0;
   // The first bucket's size when it differs (DDP: 1 MiB, first_bucket_bytes); 0: bucket_bytes.
   uint64_t first_bucket_bytes = 0;

@@ -136,7 +136,7 @@ void add_compute_commands(CLI::App& app, ComputeArgs& a) {
                      "the first bucket's size when it differs (DDP: 1m)");
   a.plan->add_option("--backward-fraction", a.backward_fraction,
                      "share of the step's compute in the backward pass (default: the pools' "
-                     "measured share)")
+                     "measured share, else 2/3)")
       ->check(CLI::Range(0.0, 1.0));
   a.plan->add_option("--site", a.sites, "only these sites");
   a.plan->add_option("--start", a.start, "window start (default now)");

@@ -154,9 +154,15 @@ TEST(StepModel, ThePlannerReservesLessWhenTheJobOverlaps) {
   job.bucket_bytes = 25 << 20;
   const uint64_t with_pools = rate_of(job, 0.6);  // the pools' measured backward share
   EXPECT_LT(with_pools, without);
-  EXPECT_EQ(rate_of(job, 0), without);  // nothing measured, nothing given: no overlap
-  job.backward_fraction = 0.6;          // the job's own share
+  job.backward_fraction = 0.6;  // the job's own share
   EXPECT_EQ(rate_of(job, 0), with_pools);
+  // Nothing measured, nothing given: the rule of thumb (a backward pass is 2/3 of the step).
+  Job rule = job;
+  rule.backward_fraction = 0;
+  Job two_thirds = job;
+  two_thirds.backward_fraction = kDefaultBackwardFraction;
+  EXPECT_EQ(rate_of(rule, 0), rate_of(two_thirds, 0));
+  EXPECT_LT(rate_of(rule, 0), without);
 
   const Decision d = place(job, {offer("a", 0), offer("b", 0)}, wan(10'000'000'000));
   const Placement& p = std::get<Placement>(d);
