@@ -99,6 +99,25 @@ def test_status_lists_the_agent_and_the_gateways_start_empty(agentlab):
 
 
 @pytest.mark.netns
+def test_labs_starting_together_get_different_management_networks():
+    """The management network is claimed under a lock until its addresses exist: a second lab
+    choosing meanwhile gets another; a claim whose process died is ignored."""
+    first = agent.free_mgmt_net()
+    try:
+        second = agent.free_mgmt_net()  # `first` is claimed by this (live) process
+        agent.release_mgmt_claim(second)
+        assert second != first
+    finally:
+        agent.release_mgmt_claim(first)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (agent.MGMT_CLAIMS / first).write_text(str(gone.pid), encoding="utf-8")
+    again = agent.free_mgmt_net()
+    agent.release_mgmt_claim(again)
+    assert again == first
+
+
+@pytest.mark.netns
 def test_answers_match_the_openapi_document(agentlab):
     doc = openapi()
     url = agentlab["agents"][0]["url"]

@@ -16,6 +16,7 @@ without root in tests/lab/test_agent.py), then the process handling used by buil
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pathlib
@@ -55,16 +56,46 @@ READY_TIMEOUT_S = 30.0
 MGMT_NETS = [f"10.{x}" for x in [99, *range(64, 99), *range(100, 128)]]
 
 
+# Labs started at the same moment (several prefixes) must not pick the same management network:
+# the choice is made under a lock and claimed (a file naming the claiming process) until the
+# addresses exist; a claim whose process died is ignored.
+MGMT_CLAIMS = pathlib.Path("/run/detwan-testbed-mgmt")
+
+
 def free_mgmt_net() -> str:
-    """The first of MGMT_NETS without an address in the root namespace."""
-    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
-                         timeout=10).stdout
-    used = {".".join(f.split("/")[0].split(".")[:2]) for line in out.splitlines()
-            for f in line.split()[3:4]}
-    for net in MGMT_NETS:
-        if net not in used:
-            return net
+    """The first of MGMT_NETS without an address in the root namespace nor a live claim;
+    claimed for this process until release_mgmt_claim()."""
+    MGMT_CLAIMS.mkdir(parents=True, exist_ok=True)
+    with open(MGMT_CLAIMS / ".lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
+                             timeout=10).stdout
+        used = {".".join(f.split("/")[0].split(".")[:2]) for line in out.splitlines()
+                for f in line.split()[3:4]}
+        for claim in MGMT_CLAIMS.glob("10.*"):
+            try:
+                pid = int(claim.read_text(encoding="utf-8").strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid > 0 and is_alive(pid):
+                used.add(claim.name)
+            else:
+                claim.unlink(missing_ok=True)
+        for net in MGMT_NETS:
+            if net not in used:
+                (MGMT_CLAIMS / net).write_text(str(os.getpid()), encoding="utf-8")
+                return net
     raise LabError("no free 10.X/16 for the agent's management network")
+
+
+def release_mgmt_claim(net: str) -> None:
+    """Once the management addresses exist (they mark the network used), or the lab is gone."""
+    claim = MGMT_CLAIMS / net
+    try:
+        if claim.read_text(encoding="utf-8").strip() == str(os.getpid()):
+            claim.unlink()
+    except OSError:
+        pass
 
 
 def mgmt_root_addr(net: str, site) -> str:
@@ -94,6 +125,7 @@ def create_management(topo: Topology, net: str) -> None:
         ip("link", "set", root_if, "up")
         ip("addr", "add", f"{mgmt_host_addr(net, s)}/30", "dev", host_if, ns=s.host_ns)
         ip("link", "set", host_if, "up", ns=s.host_ns)
+    release_mgmt_claim(net)
 
 
 def topology_file() -> pathlib.Path:
