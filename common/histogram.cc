@@ -48,14 +48,6 @@ LogLinearHistogram::LogLinearHistogram(int sub_bucket_bits) : sub_bucket_bits_(s
   negative_.assign(bucket_count(sub_bucket_bits_), 0);
 }
 
-// index = shift * S + (m >> shift), where shift = max(0, bit_width(m) - 1 - b); the mantissa
-// m >> shift lies in [S, 2S) once shift > 0, so every bucket index is used exactly once.
-size_t LogLinearHistogram::index_of(uint64_t magnitude) const noexcept {
-  const int width = std::bit_width(magnitude);
-  const int shift = std::max(0, width - 1 - sub_bucket_bits_);
-  return (static_cast<size_t>(shift) << sub_bucket_bits_) + static_cast<size_t>(magnitude >> shift);
-}
-
 uint64_t LogLinearHistogram::lowest_of(size_t index) const noexcept {
   const size_t sub_count = size_t{1} << sub_bucket_bits_;
   if (index < 2 * sub_count) return index;
@@ -69,27 +61,6 @@ uint64_t LogLinearHistogram::highest_of(size_t index) const noexcept {
   if (index < 2 * sub_count) return index;
   const size_t shift = (index >> sub_bucket_bits_) - 1;
   return lowest_of(index) + ((uint64_t{1} << shift) - 1);  // top bucket ends at 2^64 - 1
-}
-
-void LogLinearHistogram::record_n(int64_t value, uint64_t count) noexcept {
-  if (count == 0) return;
-  if (value < 0) {
-    negative_[index_of(magnitude_of(value))] += count;
-  } else {
-    positive_[index_of(magnitude_of(value))] += count;
-  }
-  if (empty_) {
-    min_ = value;
-    max_ = value;
-    empty_ = false;
-  } else {
-    min_ = std::min(min_, value);
-    max_ = std::max(max_, value);
-  }
-  count_ += count;
-  // Modular arithmetic in unsigned 128 bits: no UB even for absurd count * value products.
-  sum_ = static_cast<i128>(static_cast<u128>(sum_) +
-                           static_cast<u128>(static_cast<i128>(value)) * count);
 }
 
 bool LogLinearHistogram::merge(const LogLinearHistogram& other) noexcept {

@@ -8,6 +8,8 @@
 //
 // Threading: not synchronised. One writer; copy or merge into a reader's histogram to publish.
 // record() never allocates or throws and is safe on a datapath.
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,7 +23,26 @@ class LogLinearHistogram {
   explicit LogLinearHistogram(int sub_bucket_bits = 7);
 
   void record(int64_t value) noexcept { record_n(value, 1); }
-  void record_n(int64_t value, uint64_t count) noexcept;
+  // Inline: the dataplane records several delays per packet (docs/benchmarks.md, issue 17).
+  void record_n(int64_t value, uint64_t count) noexcept {
+    if (count == 0) return;
+    // Well defined for INT64_MIN: unsigned negation is modular.
+    const uint64_t magnitude =
+        value < 0 ? 0 - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
+    (value < 0 ? negative_ : positive_)[index_of(magnitude)] += count;
+    if (empty_) {
+      min_ = value;
+      max_ = value;
+      empty_ = false;
+    } else {
+      min_ = std::min(min_, value);
+      max_ = std::max(max_, value);
+    }
+    count_ += count;
+    // Modular arithmetic in unsigned 128 bits: no UB even for absurd count * value products.
+    sum_ = static_cast<Int128>(static_cast<UInt128>(sum_) +
+                               static_cast<UInt128>(static_cast<Int128>(value)) * count);
+  }
 
   // Adds `other` into this one. Both must have the same sub_bucket_bits; returns false (and
   // changes nothing) otherwise.
@@ -51,7 +72,14 @@ class LogLinearHistogram {
   [[nodiscard]] std::string summary_json() const;
 
  private:
-  [[nodiscard]] size_t index_of(uint64_t magnitude) const noexcept;
+  // index = shift * S + (m >> shift), where shift = max(0, bit_width(m) - 1 - b); the mantissa
+  // m >> shift lies in [S, 2S) once shift > 0, so every bucket index is used exactly once.
+  [[nodiscard]] size_t index_of(uint64_t magnitude) const noexcept {
+    const int width = std::bit_width(magnitude);
+    const int shift = std::max(0, width - 1 - sub_bucket_bits_);
+    return (static_cast<size_t>(shift) << sub_bucket_bits_) +
+           static_cast<size_t>(magnitude >> shift);
+  }
   [[nodiscard]] uint64_t lowest_of(size_t index) const noexcept;
   [[nodiscard]] uint64_t highest_of(size_t index) const noexcept;
 
@@ -61,7 +89,10 @@ class LogLinearHistogram {
   uint64_t count_ = 0;
   int64_t min_ = 0;
   int64_t max_ = 0;
-  __extension__ __int128 sum_ = 0;  // exact running sum (__extension__: no -Wpedantic error)
+  // __extension__: no -Wpedantic error for the 128-bit types.
+  __extension__ typedef __int128 Int128;
+  __extension__ typedef unsigned __int128 UInt128;
+  Int128 sum_ = 0;  // exact running sum
   bool empty_ = true;
 };
 
