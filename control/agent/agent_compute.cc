@@ -215,10 +215,30 @@ Outcome<json::object> Agent::plan(const PlanRequest& request) {
     }
     json::array reservations;
     for (const compute::WanNeed& w : p.reservations) {
+      // The path and bound the admission planner gives at the planned rate (the offer was at
+      // the most the pair admits; a smaller rate may take a shorter path).
+      admission::Request q;
+      q.src_site = t.find_site(w.from);
+      q.dst_site = t.find_site(w.to);
+      q.start_ns = start_ns;
+      q.end_ns = end_ns;
+      q.rate_bps = w.rate_bps;
+      json::array path;
+      json::array links;
+      int64_t bound_ns = w.latency_ns;
+      const admission::Decision decided = admission::plan(t, *m.ledger, q);
+      if (const auto* at = std::get_if<admission::Plan>(&decided);
+          at != nullptr && !at->paths.empty()) {
+        for (const uint32_t n : at->paths.front().nodes) path.push_back(json::string(t.nodes[n].name));
+        for (const uint32_t l : at->paths.front().links) links.push_back(json::string(t.links[l].name));
+        bound_ns = at->bound.max_latency_ns;
+      }
       reservations.push_back(json::object{{"from", w.from},
                                           {"to", w.to},
                                           {"rate_bps", w.rate_bps},
-                                          {"max_latency_ns", w.latency_ns}});
+                                          {"max_latency_ns", bound_ns},
+                                          {"path", std::move(path)},
+                                          {"links", std::move(links)}});
     }
     needs = p.reservations;
     out = json::object{

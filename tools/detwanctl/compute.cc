@@ -64,10 +64,16 @@ std::string format_plan(const json::object& plan) {
     out += ")\n";
   }
   for (const json::value& r : plan.at("reservations").as_array()) {
-    out += fmt::format("  reservation {} <-> {} at {}, latency bound {}\n",
+    std::string via;
+    if (const json::value* path = r.as_object().if_contains("path")) {
+      for (const json::value& node : path->as_array()) {
+        via += (via.empty() ? "" : "-") + std::string(node.as_string());
+      }
+    }
+    out += fmt::format("  reservation {} <-> {} at {}, latency bound {}{}\n",
                        std::string(r.at("from").as_string()), std::string(r.at("to").as_string()),
                        common::format_rate_bps(r.at("rate_bps").to_number<uint64_t>()),
-                       seconds(r.at("max_latency_ns")));
+                       seconds(r.at("max_latency_ns")), via.empty() ? "" : ", path " + via);
   }
   if (const json::value* held = plan.if_contains("reserved")) {
     for (const json::value& r : held->as_array()) {

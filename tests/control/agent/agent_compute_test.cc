@@ -77,6 +77,10 @@ TEST_F(ComputeFixture, APlanOverTwoSitesNamesItsReservationAndPlanReserveHoldsIt
   const int64_t rate = need.at("rate_bps").to_number<int64_t>();
   EXPECT_GT(rate, 0);
   EXPECT_LE(rate, 180'000'000);  // ab1: 200 Mbit/s, 90 % reservable
+  // The path and bound the admission planner gives at that rate.
+  EXPECT_EQ(boost::json::serialize(need.at("path")), R"(["a","b"])");
+  EXPECT_EQ(boost::json::serialize(need.at("links")), R"(["ab1"])");
+  EXPECT_GT(need.at("max_latency_ns").to_number<int64_t>(), 0);
   EXPECT_LE(plan.at("predicted_step_s").as_double(), 2.5);
   EXPECT_GT(plan.at("predicted_efficiency").as_double(), 0.8);
   EXPECT_EQ(agent->list(std::nullopt).size(), 0u);  // a plan books nothing
