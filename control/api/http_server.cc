@@ -117,6 +117,9 @@ struct HttpServer::Impl {
     std::erase_if(pending, [](const std::weak_ptr<PendingAnswer>& w) { return w.expired(); });
     pending.push_back(p);
   }
+  // The address it listens on, port resolved: read once before the threads start (the acceptor
+  // belongs to them afterwards; reading it from another thread races with the accept).
+  common::HostPort bound;
   // Last, so they are destroyed first: ~io_context destroys the sessions still pending, and a
   // session's destructor counts itself out of `connections` above.
   asio::io_context io;
@@ -330,6 +333,8 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
     return common::make_error(common::ErrorCode::kIo,
                               fmt::format("cannot listen on {}: {}", text, ec.message()));
   }
+  impl->bound = options.listen;
+  if (const auto local = impl->acceptor.local_endpoint(ec); !ec) impl->bound.port = local.port();
   impl->accept();
   for (uint32_t i = 0; i < std::max(1u, options.threads); ++i) {
     impl->threads.emplace_back([raw = impl.get()] { raw->io.run(); });
@@ -366,13 +371,7 @@ void HttpServer::stop() {
   }
 }
 
-common::HostPort HttpServer::local_endpoint() const {
-  beast::error_code ec;
-  const auto endpoint = impl_->acceptor.local_endpoint(ec);
-  common::HostPort out = impl_->options.listen;
-  if (!ec) out.port = endpoint.port();
-  return out;
-}
+common::HostPort HttpServer::local_endpoint() const { return impl_->bound; }
 
 HttpCounters HttpServer::counters() const {
   std::lock_guard lock(impl_->counters_mutex);
