@@ -21,15 +21,23 @@ ApiError no_pool(const std::string& name) {
   return ApiError{404, "not_found", fmt::format("no pool '{}'", name), "name"};
 }
 
-// The most the domain admits between two sites in [start, end) on one path (whole Mbit/s), its
-// latency bound and the payload share of the rate, from the admission planner.
-compute::WanOffer wan_offer(const model::Topology& t, const calendar::Ledger& ledger,
-                            uint32_t a, uint32_t b, int64_t start_ns, int64_t end_ns) {
+// What the admission planner is asked for a pair of sites in the job's window.
+admission::Request pair_request(uint32_t a, uint32_t b, int64_t start_ns, int64_t end_ns,
+                                uint64_t rate_bps) {
   admission::Request q;
   q.src_site = a;
   q.dst_site = b;
   q.start_ns = start_ns;
   q.end_ns = end_ns;
+  q.rate_bps = rate_bps;
+  return q;
+}
+
+// The most the domain admits between two sites in [start, end) on one path (whole Mbit/s), its
+// latency bound and the payload share of the rate, from the admission planner.
+compute::WanOffer wan_offer(const model::Topology& t, const calendar::Ledger& ledger,
+                            uint32_t a, uint32_t b, int64_t start_ns, int64_t end_ns) {
+  admission::Request q = pair_request(a, b, start_ns, end_ns, 0);
   uint64_t hi = 0;
   for (const model::Link& l : t.links) hi = std::max(hi, l.reservable_bps());
   constexpr uint64_t kStep = 1'000'000;
@@ -217,28 +225,22 @@ Outcome<json::object> Agent::plan(const PlanRequest& request) {
     for (const compute::WanNeed& w : p.reservations) {
       // The path and bound the admission planner gives at the planned rate (the offer was at
       // the most the pair admits; a smaller rate may take a shorter path).
-      admission::Request q;
-      q.src_site = t.find_site(w.from);
-      q.dst_site = t.find_site(w.to);
-      q.start_ns = start_ns;
-      q.end_ns = end_ns;
-      q.rate_bps = w.rate_bps;
-      json::array path;
-      json::array links;
+      const admission::Decision decided = admission::plan(
+          t, *m.ledger,
+          pair_request(t.find_site(w.from), t.find_site(w.to), start_ns, end_ns, w.rate_bps));
+      reservation::PathPlacement path;  // node and link names, as a reservation shows them
       int64_t bound_ns = w.latency_ns;
-      const admission::Decision decided = admission::plan(t, *m.ledger, q);
       if (const auto* at = std::get_if<admission::Plan>(&decided);
           at != nullptr && !at->paths.empty()) {
-        for (const uint32_t n : at->paths.front().nodes) path.push_back(json::string(t.nodes[n].name));
-        for (const uint32_t l : at->paths.front().links) links.push_back(json::string(t.links[l].name));
+        path = reservation::placement_of(t, *at).front();
         bound_ns = at->bound.max_latency_ns;
       }
       reservations.push_back(json::object{{"from", w.from},
                                           {"to", w.to},
                                           {"rate_bps", w.rate_bps},
                                           {"max_latency_ns", bound_ns},
-                                          {"path", std::move(path)},
-                                          {"links", std::move(links)}});
+                                          {"path", json::value_from(path.nodes)},
+                                          {"links", json::value_from(path.links)}});
     }
     needs = p.reservations;
     out = json::object{

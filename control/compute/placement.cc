@@ -71,11 +71,17 @@ Overlap overlap_of(const Job& job, const Placement& p) {
   return o;
 }
 
-void apply(const StepPrediction& s, Placement* p) {
+// A prediction into the placement: the step, its parts and the efficiency.
+void apply(const StepPrediction& s, const Overlap& overlap, Placement* p) {
   p->allreduce_ns = s.allreduce_ns;
   p->exposed_ns = s.exposed_ns;
+  p->step_ns = s.step_ns;
   p->buckets = s.buckets;
   p->algorithm = s.algorithm;
+  p->backward_fraction = s.exposed_ns < s.allreduce_ns ? overlap.backward_fraction : 0;
+  p->efficiency = p->step_ns > 0
+                      ? static_cast<double>(p->compute_ns) / static_cast<double>(p->step_ns)
+                      : 1.0;
 }
 
 std::string seconds(int64_t ns) { return fmt::format("{:.3g} s", static_cast<double>(ns) / 1e9); }
@@ -112,8 +118,11 @@ void evaluate(Search& search, const std::vector<const SiteCapacity*>& sites,
   Placement& p = c.placement;
   for (size_t i = 0; i < sites.size(); ++i) p.sites.push_back(assign(*sites[i], ranks[i], &p.compute_ns));
   const Overlap overlap = overlap_of(job, p);
+  bool explicit_target = false;
+  const int64_t target = target_for(job, p.compute_ns, &explicit_target);
   if (sites.size() == 1) {
-    apply(predict_step(job.gradient_bytes, p.compute_ns, overlap, ranks, 0, 0), &p);
+    apply(predict_step(job.gradient_bytes, p.compute_ns, overlap, ranks, 0, 0), overlap, &p);
+    c.meets_target = !explicit_target || p.step_ns <= target;
     search.candidates.push_back(std::move(c));
     return;
   }
@@ -136,8 +145,6 @@ void evaluate(Search& search, const std::vector<const SiteCapacity*>& sites,
         job.gradient_bytes, p.compute_ns, overlap, ranks,
         static_cast<uint64_t>(static_cast<double>(rate) * worst.payload_fraction), worst.latency_ns);
   };
-  bool explicit_target = false;
-  const int64_t target = target_for(job, p.compute_ns, &explicit_target);
   uint64_t rate = worst.max_rate_bps;
   StepPrediction best = at(rate);
   if (best.step_ns <= target) {
@@ -156,10 +163,9 @@ void evaluate(Search& search, const std::vector<const SiteCapacity*>& sites,
       rate = lo * step;
       best = at(rate);
     }
-  } else {
-    c.meets_target = !explicit_target;  // without a target: the most it can admit
-  }
-  apply(best, &p);
+  }  // else: the most it can admit (without a target, that is the answer)
+  apply(best, overlap, &p);
+  c.meets_target = !explicit_target || p.step_ns <= target;
   for (size_t i = 0; i < sites.size(); ++i) {
     for (size_t j = i + 1; j < sites.size(); ++j) {
       p.reservations.push_back({sites[i]->site, sites[j]->site, rate, worst.latency_ns});
@@ -313,21 +319,8 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
       });
     }
   }
-  std::vector<Candidate>& candidates = search.candidates;
+  const std::vector<Candidate>& candidates = search.candidates;
   const std::string& wan_refusals = search.wan_refusals;
-  int64_t target = job.target_step_ns;
-  for (Candidate& c : candidates) {
-    Placement& p = c.placement;
-    p.step_ns = p.compute_ns + p.exposed_ns;
-    p.backward_fraction = p.exposed_ns < p.allreduce_ns ? overlap_of(job, p).backward_fraction : 0;
-    p.efficiency = p.step_ns > 0 ? static_cast<double>(p.compute_ns) / static_cast<double>(p.step_ns)
-                                 : 1.0;
-    int64_t t = target;
-    if (t == 0 && job.min_efficiency > 0) {
-      t = std::llround(static_cast<double>(p.compute_ns) / job.min_efficiency);
-    }
-    if (t != 0 && p.step_ns > t) c.meets_target = false;
-  }
   if (candidates.empty()) {
     uint32_t largest = 0;
     std::string where;
@@ -349,7 +342,7 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
                                                  "sites that could share them: {}",
                                                  wan_refusals))};
   }
-  const bool with_target = target != 0 || job.min_efficiency > 0;
+  const bool with_target = job.target_step_ns != 0 || job.min_efficiency > 0;
   const auto better = [&](const Candidate& x, const Candidate& y) {
     const Placement& a = x.placement;
     const Placement& b = y.placement;
@@ -366,9 +359,8 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
   const Candidate& chosen = *std::min_element(candidates.begin(), candidates.end(), better);
   if (!chosen.meets_target) {
     const Placement& p = chosen.placement;
-    const int64_t t = target != 0 ? target
-                                  : std::llround(static_cast<double>(p.compute_ns) /
-                                                 job.min_efficiency);
+    bool explicit_target = false;  // true: only an explicit target can be missed
+    const int64_t t = target_for(job, p.compute_ns, &explicit_target);
     return Refusal{kBoundTooTight,
                    fmt::format("the best placement ({}) predicts {} per step (compute {}, "
                                "allreduce {}, {} not hidden by compute), above the target {}{}",
