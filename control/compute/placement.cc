@@ -67,7 +67,8 @@ Overlap overlap_of(const Job& job, const Placement& p) {
       }
     }
   }
-  if (o.backward_fraction <= 0 && o.bucket_bytes > 0) o.backward_fraction = kDefaultBackwardFraction;
+  if (o.backward_fraction <= 0 && o.bucket_bytes > 0)
+    o.backward_fraction = kDefaultBackwardFraction;
   return o;
 }
 
@@ -79,9 +80,8 @@ void apply(const StepPrediction& s, const Overlap& overlap, Placement* p) {
   p->buckets = s.buckets;
   p->algorithm = s.algorithm;
   p->backward_fraction = s.exposed_ns < s.allreduce_ns ? overlap.backward_fraction : 0;
-  p->efficiency = p->step_ns > 0
-                      ? static_cast<double>(p->compute_ns) / static_cast<double>(p->step_ns)
-                      : 1.0;
+  p->efficiency =
+      p->step_ns > 0 ? static_cast<double>(p->compute_ns) / static_cast<double>(p->step_ns) : 1.0;
 }
 
 std::string seconds(int64_t ns) { return fmt::format("{:.3g} s", static_cast<double>(ns) / 1e9); }
@@ -116,7 +116,8 @@ void evaluate(Search& search, const std::vector<const SiteCapacity*>& sites,
   ++search.considered;
   Candidate c;
   Placement& p = c.placement;
-  for (size_t i = 0; i < sites.size(); ++i) p.sites.push_back(assign(*sites[i], ranks[i], &p.compute_ns));
+  for (size_t i = 0; i < sites.size(); ++i)
+    p.sites.push_back(assign(*sites[i], ranks[i], &p.compute_ns));
   const Overlap overlap = overlap_of(job, p);
   bool explicit_target = false;
   const int64_t target = target_for(job, p.compute_ns, &explicit_target);
@@ -141,9 +142,9 @@ void evaluate(Search& search, const std::vector<const SiteCapacity*>& sites,
     }
   }
   const auto at = [&](uint64_t rate) {
-    return predict_step(
-        job.gradient_bytes, p.compute_ns, overlap, ranks,
-        static_cast<uint64_t>(static_cast<double>(rate) * worst.payload_fraction), worst.latency_ns);
+    return predict_step(job.gradient_bytes, p.compute_ns, overlap, ranks,
+                        static_cast<uint64_t>(static_cast<double>(rate) * worst.payload_fraction),
+                        worst.latency_ns);
   };
   uint64_t rate = worst.max_rate_bps;
   StepPrediction best = at(rate);
@@ -308,8 +309,8 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
     }
     // Three or more sites only when fewer cannot host the job (every extra site adds WAN hops
     // to each step): the fewest sites that can, every such set, the ranks spread evenly.
-    for (size_t k = 3; search.candidates.empty() && k <= std::min<size_t>(job.max_sites, sites.size()) &&
-                       k <= job.ranks;
+    for (size_t k = 3; search.candidates.empty() &&
+                       k <= std::min<size_t>(job.max_sites, sites.size()) && k <= job.ranks;
          ++k) {
       uint32_t budget = kMaxSiteSets;
       subsets(sites, k, [&](const std::vector<const SiteCapacity*>& pick) {

@@ -11,9 +11,9 @@
 // upper bound. With overlap (PyTorch DDP, Horovod: the gradient is allreduced in buckets while
 // the backward pass still produces it) the model is a pipeline: the backward pass - the last
 // `backward_fraction` of the step's compute - produces the gradient evenly, a bucket is ready
-// when its last byte is (the first may be smaller: DDP's is 1 MiB), the buckets' allreduces run one after another in order, and the step
-// ends when compute and the last bucket's allreduce have (predict_step). Efficiency = compute /
-// step time.
+// when its last byte is (the first may be smaller: DDP's is 1 MiB), the buckets' allreduces run one
+// after another in order, and the step ends when compute and the last bucket's allreduce have
+// (predict_step). Efficiency = compute / step time.
 //
 // Candidates: every site that can host all ranks alone, and every pair of sites with every split
 // of the ranks between them (ranks go to a site's fastest pools first); only when none of those
@@ -69,7 +69,7 @@ struct Job {
   uint32_t ranks = 0;            // data-parallel degree
   int64_t target_step_ns = 0;    // 0: none
   double min_efficiency = 0;     // 0: none; else target = compute / min_efficiency
-  uint32_t max_sites = kMaxSites;  // 1..kMaxSites
+  uint32_t max_sites = kMaxSites;      // 1..kMaxSites
   uint64_t rate_step_bps = 1'000'000;  // reservations in whole multiples of this
   // Overlap: the framework allreduces the gradient in buckets of this size while the backward
   // pass runs (PyTorch DDP: bucket_cap_mb, 25 MiB by default); 0: one allreduce after compute.

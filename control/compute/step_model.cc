@@ -50,13 +50,12 @@ StepPrediction predict_step(uint64_t gradient_bytes, int64_t compute_ns, const O
   StepPrediction out;
   const double fraction = std::clamp(overlap.backward_fraction, 0.0, 1.0);
   const uint64_t bucket = overlap.bucket_bytes;
-  const uint64_t first =
-      std::min(overlap.first_bucket_bytes != 0 ? overlap.first_bucket_bytes : bucket,
-               gradient_bytes);
+  const uint64_t first = std::min(
+      overlap.first_bucket_bytes != 0 ? overlap.first_bucket_bytes : bucket, gradient_bytes);
   if (bucket == 0 || first >= gradient_bytes || fraction <= 0) {
     // One allreduce when the compute has ended (also: a single bucket, ready at the end).
-    const Prediction whole = predict_allreduce(gradient_bytes, ranks_per_site, payload_rate_bps,
-                                               latency_ns);
+    const Prediction whole =
+        predict_allreduce(gradient_bytes, ranks_per_site, payload_rate_bps, latency_ns);
     out.allreduce_ns = clamp(whole.allreduce_ns);
     out.exposed_ns = out.allreduce_ns;
     out.step_ns = compute_ns + out.exposed_ns;
@@ -70,9 +69,9 @@ StepPrediction predict_step(uint64_t gradient_bytes, int64_t compute_ns, const O
   // Unrolled over the M full buckets (equal durations c, ready every d from r0 = the first's
   // ready time): finish_M = max(finish_0 + M c, max_j (r0 + j d + (M - j + 1) c)), the inner max
   // at j = 1 when c >= d (the network is the bottleneck), else at j = M.
-  const uint64_t rest = gradient_bytes - first;          // >= 1
-  const uint64_t m_full = (rest - 1) / bucket;            // full buckets after the first
-  const uint64_t last_bytes = rest - m_full * bucket;     // 1..bucket
+  const uint64_t rest = gradient_bytes - first;        // >= 1
+  const uint64_t m_full = (rest - 1) / bucket;         // full buckets after the first
+  const uint64_t last_bytes = rest - m_full * bucket;  // 1..bucket
   const auto time_of = [&](uint64_t bytes) {
     return static_cast<double>(
         clamp(predict_allreduce(bytes, ranks_per_site, payload_rate_bps, latency_ns).allreduce_ns));
