@@ -28,7 +28,9 @@ std::string_view to_string(PlayoutDrop reason) noexcept {
 }
 
 Playout::Playout(const PlayoutConfig& config)
-    : config_(config), heap_(std::make_unique<Entry[]>(config.capacity_frames)) {}
+    : config_(config),
+      ring_(std::make_unique<Entry[]>(config.capacity_frames)),
+      heap_(std::make_unique<Entry[]>(config.capacity_frames)) {}
 
 common::Result<Playout> Playout::create(const PlayoutConfig& config) {
   if (auto valid = validate(config); !valid) return std::unexpected(valid.error());
@@ -51,6 +53,7 @@ bool Playout::restart(const PlayoutConfig& config) noexcept {
     h->reset();
   }
   next_sequence_ = 0;
+  ring_head_ = 0;
   last_now_ns_ = std::numeric_limits<int64_t>::min();
   return true;
 }

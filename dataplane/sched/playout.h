@@ -140,11 +140,39 @@ class Playout {
   common::Status drop(PlayoutDrop reason) noexcept;
   bool pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept;  // playout_datapath.cc
   [[nodiscard]] bool before(uint32_t a, uint32_t b) const noexcept;
+  void heap_push(const Entry& entry) noexcept;
+  void heap_pop() noexcept;
+  // The ring's slot `i` entries after its head.
+  [[nodiscard]] uint32_t ring_index(uint32_t i) const noexcept {
+    const uint32_t at = ring_head_ + i;
+    return at >= config_.capacity_frames ? at - config_.capacity_frames : at;
+  }
+  // The next packet to release: the earlier (release_ns, then arrival) of the ring's head and
+  // the heap's top; nullptr when nothing is held.
+  [[nodiscard]] const Entry* first_entry() const noexcept {
+    const Entry* ring = ring_size_ != 0 ? &ring_[ring_head_] : nullptr;
+    if (heap_size_ == 0) return ring;
+    const Entry* heap = &heap_[0];
+    if (ring == nullptr) return heap;
+    const bool ring_first = ring->frame.release_ns != heap->frame.release_ns
+                                ? ring->frame.release_ns < heap->frame.release_ns
+                                : ring->sequence < heap->sequence;
+    return ring_first ? ring : heap;
+  }
 
   PlayoutConfig config_;
   PlayoutCounters counters_;
-  std::unique_ptr<Entry[]> heap_;  // binary min-heap on (release_ns, sequence)
-  uint32_t size_ = 0;
+  // Packets held, in two sorted sources merged at release: a FIFO ring of the packets that
+  // arrived in release order (each released no earlier than the one before it: nearly every
+  // packet, since the sender's timestamps grow and the bound is fixed) at O(1), and a binary
+  // min-heap on (release_ns, sequence) for the others (reordered by the WAN, or a smaller
+  // bound after a change). Each has room for capacity_frames.
+  std::unique_ptr<Entry[]> ring_;
+  std::unique_ptr<Entry[]> heap_;
+  uint32_t ring_head_ = 0;  // index of the oldest entry
+  uint32_t ring_size_ = 0;
+  uint32_t heap_size_ = 0;
+  uint32_t size_ = 0;  // ring_size_ + heap_size_
   uint64_t next_sequence_ = 0;
   int64_t last_now_ns_ = std::numeric_limits<int64_t>::min();
 };

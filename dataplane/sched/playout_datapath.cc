@@ -1,4 +1,5 @@
-// Per-packet work of on-time playout: a fixed-capacity binary heap on release time.
+// Per-packet work of on-time playout: a FIFO ring for packets in release order and a
+// fixed-capacity binary heap on release time for the others (playout.h).
 // No allocation, no exceptions, no logging; timestamps from the peer saturate, never overflow.
 #include <algorithm>
 #include <cstdint>
@@ -77,41 +78,64 @@ Status Playout::push(uint64_t handle, uint32_t bytes, int64_t tx_timestamp_ns,
   if (size_ == config_.capacity_frames) return drop(PlayoutDrop::kBufferFull);
   if (frame.late) ++counters_.late_delivered;
 
-  uint32_t i = size_++;
-  heap_[i] = Entry{frame, sender_time, next_sequence_++};
+  const Entry entry{frame, sender_time, next_sequence_++};
+  ++size_;
+  if (ring_size_ == 0 || ring_[ring_index(ring_size_ - 1)].frame.release_ns <= frame.release_ns) {
+    ring_[ring_index(ring_size_)] = entry;  // the common case: no later packet is held
+    ++ring_size_;
+  } else {
+    heap_push(entry);
+  }
+  return Status::kOk;
+}
+
+void Playout::heap_push(const Entry& entry) noexcept {
+  uint32_t i = heap_size_++;
+  heap_[i] = entry;
   while (i > 0) {
     const uint32_t parent = (i - 1) / 2;
     if (!before(i, parent)) break;
     std::swap(heap_[i], heap_[parent]);
     i = parent;
   }
-  return Status::kOk;
+}
+
+void Playout::heap_pop() noexcept {
+  heap_[0] = heap_[--heap_size_];
+  uint32_t i = 0;
+  for (;;) {
+    const uint32_t left = 2 * i + 1;
+    if (left >= heap_size_) break;
+    uint32_t child = left;
+    if (left + 1 < heap_size_ && before(left + 1, left)) child = left + 1;
+    if (!before(child, i)) break;
+    std::swap(heap_[i], heap_[child]);
+    i = child;
+  }
 }
 
 bool Playout::pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept {
   now_ns = std::max(now_ns, last_now_ns_);
   last_now_ns_ = now_ns;
-  if (size_ == 0 || heap_[0].frame.release_ns > now_ns) return false;
-  *frame = heap_[0].frame;
-  frame->sender_time_ns = heap_[0].sender_time_ns;
+  const Entry* first = first_entry();
+  if (first == nullptr || first->frame.release_ns > now_ns) return false;
+  *frame = first->frame;
+  frame->sender_time_ns = first->sender_time_ns;
   ++counters_.released_packets;
   counters_.released_bytes += frame->bytes;
-  heap_[0] = heap_[--size_];
-  uint32_t i = 0;
-  for (;;) {
-    const uint32_t left = 2 * i + 1;
-    if (left >= size_) break;
-    uint32_t child = left;
-    if (left + 1 < size_ && before(left + 1, left)) child = left + 1;
-    if (!before(child, i)) break;
-    std::swap(heap_[i], heap_[child]);
-    i = child;
+  --size_;
+  if (first == &heap_[0]) {
+    heap_pop();
+  } else {
+    ring_head_ = ring_index(1);
+    --ring_size_;
   }
   return true;
 }
 
 int64_t Playout::next_event_ns() const noexcept {
-  return size_ == 0 ? std::numeric_limits<int64_t>::max() : heap_[0].frame.release_ns;
+  const Entry* first = first_entry();
+  return first == nullptr ? std::numeric_limits<int64_t>::max() : first->frame.release_ns;
 }
 
 void Playout::record_release(const PlayoutFrame& frame, int64_t actual_ns) noexcept {

@@ -233,6 +233,72 @@ TEST(PlayoutTest, EqualTargetsLeaveInArrivalOrderAndOffsetChangesApplyToNewPacke
   EXPECT_EQ(at, (std::vector<int64_t>{1 * kMs, 1'500 * kUs, 2 * kMs, 2 * kMs}));
 }
 
+// Packets in release order go to the ring, the others to the heap (playout.h): whatever the
+// mix, packets leave in (release time, arrival) order, across many wraps of a small ring, with
+// the buffer filling up now and then.
+TEST(PlayoutTest, InOrderAndReorderedPacketsLeaveInReleaseThenArrivalOrder) {
+  PlayoutConfig config;
+  config.bound_ns = 1 * kMs;
+  config.max_hold_ns = 1'000 * kMs;
+  config.capacity_frames = 13;
+  Playout p = make(config);
+  Random rng(99);
+  struct Held {
+    int64_t release_ns;
+    uint64_t arrival;
+    uint64_t handle;
+  };
+  std::vector<Held> reference;  // what the playout holds, in arrival order
+  int64_t now = 0;
+  int64_t tx = 0;
+  uint64_t arrival = 0;
+  uint64_t released = 0;
+  uint64_t full = 0;
+  for (uint64_t handle = 1; handle <= 20'000; ++handle) {
+    now += static_cast<int64_t>(rng.between(0, 40 * kUs));
+    // Mostly growing timestamps, some equal, some from the past (reordered by the WAN).
+    const uint64_t kind = rng.between(0, 9);
+    if (kind < 6) tx = now - static_cast<int64_t>(rng.between(0, 30 * kUs));  // WAN delay
+    const int64_t packet_tx = kind == 9 ? tx - static_cast<int64_t>(rng.between(1, 200 * kUs)) : tx;
+    const int64_t release_ns = std::max(packet_tx + config.bound_ns, now);
+    const Status status = p.push(handle, 100, packet_tx, now);
+    if (reference.size() == config.capacity_frames) {
+      EXPECT_EQ(status, Status::kDropped);
+      ++full;
+    } else {
+      ASSERT_EQ(status, Status::kOk);
+      reference.push_back(Held{release_ns, arrival++, handle});
+    }
+    ASSERT_EQ(p.held_frames(), reference.size());
+    if (rng.between(0, 2) != 0) continue;
+    const int64_t at = now + static_cast<int64_t>(rng.between(0, 300 * kUs));
+    now = at;
+    std::stable_sort(reference.begin(), reference.end(), [](const Held& a, const Held& b) {
+      return a.release_ns != b.release_ns ? a.release_ns < b.release_ns : a.arrival < b.arrival;
+    });
+    std::vector<uint64_t> expected;
+    std::size_t due = 0;
+    while (due < reference.size() && reference[due].release_ns <= at) {
+      expected.push_back(reference[due++].handle);
+    }
+    reference.erase(reference.begin(), reference.begin() + static_cast<std::ptrdiff_t>(due));
+    std::vector<uint64_t> got;
+    for (const PlayoutFrame& f : release(p, at)) got.push_back(f.handle);
+    ASSERT_EQ(got, expected) << "after packet " << handle;
+    released += got.size();
+    const int64_t next = reference.empty() ? std::numeric_limits<int64_t>::max()
+                                           : std::min_element(reference.begin(), reference.end(),
+                                                              [](const Held& a, const Held& b) {
+                                                                return a.release_ns < b.release_ns;
+                                                              })
+                                                 ->release_ns;
+    ASSERT_EQ(p.next_event_ns(), next);
+  }
+  EXPECT_GT(released, 10'000u);
+  EXPECT_GT(full, 0u);
+  EXPECT_EQ(p.counters().dropped[kBufferFull], full);
+}
+
 TEST(PlayoutTest, RecordsPlayoutErrorAndReportsJson) {
   PlayoutConfig config;
   config.bound_ns = 1 * kMs;
