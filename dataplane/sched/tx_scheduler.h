@@ -301,11 +301,22 @@ class TxScheduler {
   // status to return (the reason counted).
   common::Status offer(OwnerIndex owner, uint32_t bytes, int64_t* now_ns) noexcept;
   bool pop_due(int64_t now_ns, TxFrame* frame) noexcept;  // tx_scheduler_datapath.cc
+  // gcl_.position_at(t_ns) without its divisions when t_ns lies in the slot of the last call
+  // (consecutive departures mostly do).
+  SlotPosition slot_position(int64_t t_ns) noexcept;
   // A frame that missed its window: into the owner's next window if the policy allows and it
   // fits (true), else counted as dropped (false).
   bool reschedule_missed(Entry& entry, int64_t now_ns) noexcept;
 
   GateControlList gcl_;
+  // The slot slot_position() found last: [start_ns, end_ns), empty after a change of list.
+  struct SlotCache {
+    int64_t start_ns = 0;
+    int64_t end_ns = 0;
+    int64_t cycle_id = 0;
+    uint32_t slot = 0;
+  };
+  SlotCache slot_cache_;
   Wheel wheel_;
   Wheel spare_;                     // same geometry as wheel_, empty: what the next change fills
   std::vector<OwnerState> owners_;  // gcl owner order: tunnels, then best effort (back())

@@ -147,7 +147,7 @@ bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
     if (now_ns <= entry.deadline_ns || !reschedule_missed(entry, now_ns)) break;
   }
   OwnerState& state = owners_[entry.owner];
-  const SlotPosition position = gcl_.position_at(departure_ns);
+  const SlotPosition position = slot_position(departure_ns);
   frame->handle = entry.handle;
   frame->bytes = entry.bytes;
   frame->tunnel_id = entry.tunnel_id;
@@ -170,6 +170,19 @@ bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
     counters->sent_bytes += entry.bytes;
   }
   return true;
+}
+
+SlotPosition TxScheduler::slot_position(int64_t t_ns) noexcept {
+  SlotCache& c = slot_cache_;
+  if (t_ns >= c.start_ns && t_ns < c.end_ns) {
+    return SlotPosition{c.cycle_id, c.slot, t_ns - c.start_ns};
+  }
+  const SlotPosition position = gcl_.position_at(t_ns);
+  c.start_ns = t_ns - position.offset_in_slot_ns;
+  c.end_ns = c.start_ns + gcl_.slot_ns();
+  c.cycle_id = position.cycle_id;
+  c.slot = position.slot;
+  return position;
 }
 
 bool TxScheduler::reschedule_missed(Entry& entry, int64_t now_ns) noexcept {
