@@ -99,6 +99,9 @@ class Playout {
   template <typename Sink>
   uint32_t release_due(int64_t now_ns, Sink&& sink,
                        uint32_t max_frames = std::numeric_limits<uint32_t>::max()) noexcept;
+  // The next packet due at now_ns into *frame (false: none): release_due() one at a time, for a
+  // caller that reads the frame's fields directly (playout_datapath.cc).
+  bool pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept;
   // Release time of the next packet; INT64_MAX when empty.
   [[nodiscard]] int64_t next_event_ns() const noexcept;
   // The caller reports when it actually released a packet: playout error = actual - target and
@@ -132,15 +135,13 @@ class Playout {
 
  private:
   struct Entry {
-    PlayoutFrame frame;
-    int64_t sender_time_ns = 0;  // tx timestamp + offset, in the receiver's clock
-    uint64_t sequence = 0;       // arrival order, for ties
+    PlayoutFrame frame;     // sender_time_ns: tx timestamp + offset, in the receiver's clock
+    uint64_t sequence = 0;  // arrival order, for ties
   };
   explicit Playout(const PlayoutConfig& config);
   common::Status drop(PlayoutDrop reason) noexcept;
-  bool pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept;  // playout_datapath.cc
   [[nodiscard]] bool before(uint32_t a, uint32_t b) const noexcept;
-  void heap_push(const Entry& entry) noexcept;
+  void heap_sift_up(uint32_t i) noexcept;  // the entry just written at heap_[i]
   void heap_pop() noexcept;
   // The ring's slot `i` entries after its head.
   [[nodiscard]] uint32_t ring_index(uint32_t i) const noexcept {

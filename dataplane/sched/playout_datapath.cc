@@ -47,51 +47,56 @@ Status Playout::push(uint64_t handle, uint32_t bytes, int64_t tx_timestamp_ns,
   counters_.received_bytes += bytes;
   const int64_t sender_time = saturating_add(tx_timestamp_ns, config_.clock_offset_ns);
 
-  PlayoutFrame frame;
-  frame.handle = handle;
-  frame.bytes = bytes;
-  frame.tx_timestamp_ns = tx_timestamp_ns;
-  frame.arrival_ns = now_ns;
-  if (config_.bound_ns == 0) {
-    frame.target_ns = frame.release_ns = now_ns;
-  } else {
-    frame.target_ns = saturating_add(sender_time, config_.bound_ns);
-    if (saturating_sub(now_ns, frame.target_ns) > config_.max_hold_ns) {
+  int64_t target_ns = now_ns;
+  int64_t release_ns = now_ns;
+  bool late = false;
+  if (config_.bound_ns != 0) {
+    target_ns = saturating_add(sender_time, config_.bound_ns);
+    if (saturating_sub(now_ns, target_ns) > config_.max_hold_ns) {
       return drop(PlayoutDrop::kStale);
     }
-    if (saturating_sub(frame.target_ns, now_ns) > config_.max_hold_ns) {
+    if (saturating_sub(target_ns, now_ns) > config_.max_hold_ns) {
       return drop(PlayoutDrop::kTooEarly);
     }
     // A plausible timestamp: its delay is a measurement, whatever happens to the packet next.
     counters_.wan_delay_ns.record(saturating_sub(now_ns, sender_time));
-    if (frame.target_ns < now_ns) {
+    if (target_ns < now_ns) {
       ++counters_.late_packets;
-      counters_.lateness_ns.record(saturating_sub(now_ns, frame.target_ns));
+      counters_.lateness_ns.record(saturating_sub(now_ns, target_ns));
       if (config_.late_action == LateAction::kDrop) return drop(PlayoutDrop::kLate);
-      frame.late = true;
-      frame.release_ns = now_ns;
+      late = true;
     } else {
-      frame.release_ns = frame.target_ns;
+      release_ns = target_ns;
     }
   }
   if (config_.bound_ns == 0) counters_.wan_delay_ns.record(saturating_sub(now_ns, sender_time));
   if (size_ == config_.capacity_frames) return drop(PlayoutDrop::kBufferFull);
-  if (frame.late) ++counters_.late_delivered;
+  if (late) ++counters_.late_delivered;
 
-  const Entry entry{frame, sender_time, next_sequence_++};
+  // Written field by field where it is kept (no struct built on the stack and copied: a copy
+  // right after narrow stores stalls on store forwarding).
   ++size_;
-  if (ring_size_ == 0 || ring_[ring_index(ring_size_ - 1)].frame.release_ns <= frame.release_ns) {
-    ring_[ring_index(ring_size_)] = entry;  // the common case: no later packet is held
-    ++ring_size_;
+  const bool in_order =
+      ring_size_ == 0 || ring_[ring_index(ring_size_ - 1)].frame.release_ns <= release_ns;
+  Entry& entry = in_order ? ring_[ring_index(ring_size_)] : heap_[heap_size_];
+  entry.frame.handle = handle;
+  entry.frame.bytes = bytes;
+  entry.frame.late = late;
+  entry.frame.tx_timestamp_ns = tx_timestamp_ns;
+  entry.frame.arrival_ns = now_ns;
+  entry.frame.target_ns = target_ns;
+  entry.frame.release_ns = release_ns;
+  entry.frame.sender_time_ns = sender_time;
+  entry.sequence = next_sequence_++;
+  if (in_order) {
+    ++ring_size_;  // the common case: no later packet is held
   } else {
-    heap_push(entry);
+    heap_sift_up(heap_size_++);
   }
   return Status::kOk;
 }
 
-void Playout::heap_push(const Entry& entry) noexcept {
-  uint32_t i = heap_size_++;
-  heap_[i] = entry;
+void Playout::heap_sift_up(uint32_t i) noexcept {
   while (i > 0) {
     const uint32_t parent = (i - 1) / 2;
     if (!before(i, parent)) break;
@@ -120,7 +125,6 @@ bool Playout::pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept {
   const Entry* first = first_entry();
   if (first == nullptr || first->frame.release_ns > now_ns) return false;
   *frame = first->frame;
-  frame->sender_time_ns = first->sender_time_ns;
   ++counters_.released_packets;
   counters_.released_bytes += frame->bytes;
   --size_;

@@ -178,6 +178,9 @@ class TxScheduler {
   template <typename Sink>
   uint32_t dequeue_due(int64_t now_ns, Sink&& sink,
                        uint32_t max_frames = std::numeric_limits<uint32_t>::max()) noexcept;
+  // The next frame due at now_ns into *frame (false: none): dequeue_due() one at a time, for a
+  // caller that reads the frame's fields directly (tx_scheduler_datapath.cc).
+  bool pop_due(int64_t now_ns, TxFrame* frame) noexcept;
   // Departure time of the next frame (INT64_MAX when nothing is queued); frames reconfigure()
   // hands back are due at once.
   [[nodiscard]] int64_t next_event_ns() const noexcept {
@@ -300,7 +303,6 @@ class TxScheduler {
   // port and on the owner, refuse an unknown tunnel (owner kNoOwner) or a bad size. kOk, or the
   // status to return (the reason counted).
   common::Status offer(OwnerIndex owner, uint32_t bytes, int64_t* now_ns) noexcept;
-  bool pop_due(int64_t now_ns, TxFrame* frame) noexcept;  // tx_scheduler_datapath.cc
   // gcl_.position_at(t_ns) without its divisions when t_ns lies in the slot of the last call
   // (consecutive departures mostly do).
   SlotPosition slot_position(int64_t t_ns) noexcept;
