@@ -309,6 +309,9 @@ class Engine {
   // Datapath steps used by the templates (engine_datapath.cc).
   bool next_tx_st(int64_t now_ns, TxEmit* emit) noexcept;
   bool next_rx_st(int64_t now_ns, RxEmit* emit) noexcept;
+  // A poll_rx_st that used its whole budget: the next one starts at the next playout, so that
+  // one tunnel's backlog cannot hold the others back.
+  void rx_budget_spent_st() noexcept;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -331,6 +334,7 @@ uint32_t Engine::poll_rx_st(int64_t now_ns, Sink&& sink, uint32_t max_frames) no
     sink(static_cast<const RxEmit&>(emit));
     ++count;
   }
+  if (count == max_frames) rx_budget_spent_st();
   return count;
 }
 

@@ -306,22 +306,25 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
 
 bool Engine::next_rx_st(int64_t now_ns, RxEmit* emit) noexcept {
   Impl& m = *impl_;
+  const auto playouts = static_cast<uint32_t>(m.tunnels.size() * 2);
+  if (playouts == 0) return false;
+  if (m.rx_cursor >= playouts) m.rx_cursor = 0;  // tunnels are never removed from the vector
+  sched::PlayoutFrame frame;
   sched::Playout* best = nullptr;
   uint32_t best_tunnel = kNoIndex;
-  int64_t best_ns = kNoEventNs;
-  for (uint32_t i = 0; i < m.tunnels.size(); ++i) {
-    for (sched::Playout* playout : {&m.tunnels[i].on_time, &m.tunnels[i].best_effort}) {
-      const int64_t t = playout->next_event_ns();
-      if (t <= now_ns && t < best_ns) {
-        best = playout;
-        best_tunnel = i;
-        best_ns = t;
-      }
+  // The current playout first, then each other one once around.
+  for (uint32_t step = 0; step < playouts; ++step) {
+    const uint32_t at = m.rx_cursor;
+    TunnelState& tunnel = m.tunnels[at / 2];
+    sched::Playout& playout = (at & 1) == 0 ? tunnel.on_time : tunnel.best_effort;
+    if (playout.pop_due(now_ns, &frame)) {
+      best = &playout;
+      best_tunnel = at / 2;
+      break;
     }
+    m.rx_cursor = at + 1 == playouts ? 0 : at + 1;
   }
   if (best == nullptr) return false;
-  sched::PlayoutFrame frame;
-  if (!best->pop_due(now_ns, &frame)) return false;
   best->record_release(frame, now_ns);
   const TunnelState& tunnel = m.tunnels[best_tunnel];
   const TunnelConfig& config = m.tunnel_config(tunnel);
@@ -334,6 +337,12 @@ bool Engine::next_rx_st(int64_t now_ns, RxEmit* emit) noexcept {
   emit->target_ns = frame.target_ns;
   emit->service_deliver = config.service_deliver ? &*config.service_deliver : nullptr;
   return true;
+}
+
+void Engine::rx_budget_spent_st() noexcept {
+  Impl& m = *impl_;
+  const auto playouts = static_cast<uint32_t>(m.tunnels.size() * 2);
+  m.rx_cursor = m.rx_cursor + 1 >= playouts ? 0 : m.rx_cursor + 1;
 }
 
 int64_t Engine::next_event_ns() const noexcept {

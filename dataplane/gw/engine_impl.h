@@ -143,6 +143,10 @@ struct Engine::Impl {
   int64_t start_ns = 0;
   std::vector<PortState> ports;
   std::vector<TunnelState> tunnels;  // by engine tunnel index (file order at create)
+  // next_rx_st's place: the playout it releases from (tunnel index * 2, + 1 for best effort).
+  // It drains one playout before it looks at the next, so a release costs O(1) and a poll
+  // O(tunnels) once, not per packet; a poll that stops at its budget resumes there.
+  uint32_t rx_cursor = 0;
   // (id, index) of the active tunnels, sorted by id.
   std::vector<std::pair<uint32_t, uint32_t>> tunnel_ids;
   uint64_t generation = 0;  // +1 per successful apply_st

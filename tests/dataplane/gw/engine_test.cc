@@ -469,6 +469,50 @@ TEST(EngineRx, TimeRequestsAreAnsweredWithTheirReceiveAndTransmitTimes) {
   EXPECT_NE(e->stats_json(kStart + 200 * kUs).find("\"responses_ignored\":1"), std::string::npos);
 }
 
+// Releases take one playout at a time (O(1) per packet); a poll that spends its budget hands
+// the next one to the next playout, so a backlog on one tunnel holds no other back.
+TEST(EngineRx, ABudgetedPollMovesOnSoNoTunnelWaitsBehindAnotherBacklog) {
+  SiteOptions o;
+  o.peer_clock_offset_ns = 0;
+  auto e = make(0, o);
+  const Endpoint peer = e->config().peers[0].endpoint;
+  RxInfo info;
+  const int64_t arrival = kStart + 1 * kMs;
+  // Tunnel 7 (bound 5 ms): 12 packets due at +5 ms; tunnel 9 (bound 0): 2 packets at once.
+  for (uint64_t i = 0; i < 12; ++i) {
+    ASSERT_EQ(
+        receive(*e, 0, peer, 100 + i, datagram(data_header(7, i, kStart), 20), arrival, &info),
+        Status::kOk);
+  }
+  const int64_t due = kStart + 5 * kMs;
+  for (uint64_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(receive(*e, 0, peer, 200 + i, datagram(data_header(9, i, kStart), 20), due, &info),
+              Status::kOk);
+  }
+  std::vector<std::vector<uint64_t>> polls;
+  while (true) {
+    std::vector<uint64_t> got;
+    (void)e->poll_rx_st(
+        due, [&](const RxEmit& x) { got.push_back(x.handle); }, 3);
+    if (got.empty()) break;
+    polls.push_back(got);
+    ASSERT_LE(polls.size(), 10u);
+  }
+  std::vector<uint64_t> all;
+  for (const auto& poll : polls) all.insert(all.end(), poll.begin(), poll.end());
+  std::vector<uint64_t> tunnel7;
+  std::vector<uint64_t> tunnel9;
+  for (const uint64_t h : all) (h >= 200 ? tunnel9 : tunnel7).push_back(h);
+  EXPECT_EQ(all.size(), 14u);  // each packet exactly once
+  EXPECT_EQ(tunnel7,
+            (std::vector<uint64_t>{100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111}));
+  EXPECT_EQ(tunnel9, (std::vector<uint64_t>{200, 201}));
+  // Tunnel 9's packets left within the first two polls of 3, not after tunnel 7's 12.
+  const auto first9 = std::find(all.begin(), all.end(), 200u) - all.begin();
+  EXPECT_LT(first9, 6);
+  EXPECT_EQ(e->playout(0).held_frames() + e->playout(1).held_frames(), 0u);
+}
+
 TEST(EngineRx, BestEffortFramesSkipThePlayout) {
   SiteOptions o;
   o.peer_clock_offset_ns = 0;
