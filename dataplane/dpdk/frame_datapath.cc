@@ -86,6 +86,14 @@ template <std::size_t N>
   return sum;
 }
 
+// A 16-bit field's contribution to a native-order sum: the value a native load of its
+// big-endian bytes gives. Lets a header being built be summed from the values written, without
+// reading back bytes just stored (a wide load of narrow stores stalls on store forwarding).
+constexpr uint64_t native_be16(uint16_t value) noexcept {
+  if constexpr (std::endian::native == std::endian::little) return std::byteswap(value);
+  return value;
+}
+
 uint16_t fold(uint64_t sum) noexcept {
   while ((sum >> 16) != 0) sum = (sum & 0xFFFF) + (sum >> 16);
   return static_cast<uint16_t>(sum);
@@ -94,15 +102,15 @@ uint16_t fold(uint64_t sum) noexcept {
 // Pseudo-header sum (RFC 768 / RFC 8200 §8.1) for a UDP datagram of udp_bytes.
 uint64_t pseudo_header_sum(bool ipv6, const std::byte* source, const std::byte* destination,
                            uint32_t udp_bytes) noexcept {
-  std::array<std::byte, 8> tail{};
+  // The tail (IPv4: zero, protocol, UDP length; IPv6: 32-bit length, zeros, next header) summed
+  // from its values.
   if (ipv6) {
-    store_be32(tail.data(), udp_bytes);
-    tail[7] = std::byte{kIpProtoUdp};
-    return sum_fixed<16>(source) + sum_fixed<16>(destination) + sum_fixed<8>(tail.data());
+    return sum_fixed<16>(source) + sum_fixed<16>(destination) +
+           native_be16(static_cast<uint16_t>(udp_bytes >> 16)) +
+           native_be16(static_cast<uint16_t>(udp_bytes)) + native_be16(kIpProtoUdp);
   }
-  tail[1] = std::byte{kIpProtoUdp};
-  store_be16(tail.data() + 2, static_cast<uint16_t>(udp_bytes));
-  return sum_fixed<4>(source) + sum_fixed<4>(destination) + sum_fixed<4>(tail.data());
+  return sum_fixed<4>(source) + sum_fixed<4>(destination) + native_be16(kIpProtoUdp) +
+         native_be16(static_cast<uint16_t>(udp_bytes));
 }
 
 // True when the UDP checksum over pseudo header + datagram verifies.
@@ -226,8 +234,9 @@ bool build_outer_headers(std::span<std::byte> frame, const OuterSpec& spec,
   std::byte* ip = p + kEtherHeaderBytes;
   std::byte* udp = ip + ip_header_bytes;
   const uint8_t traffic_class = static_cast<uint8_t>((spec.dscp & 0x3F) << 2);  // ECN 0
-  const std::byte* ip_source = nullptr;
-  const std::byte* ip_destination = nullptr;
+  // The addresses are summed from the spec, not from the frame just written.
+  const auto* ip_source = reinterpret_cast<const std::byte*>(spec.source->address);
+  const auto* ip_destination = reinterpret_cast<const std::byte*>(spec.destination->address);
   if (ipv6) {
     store_be32(ip, (6u << 28) | (static_cast<uint32_t>(traffic_class) << 20));  // flow label 0
     store_be16(ip + 4, static_cast<uint16_t>(udp_bytes));
@@ -235,8 +244,6 @@ bool build_outer_headers(std::span<std::byte> frame, const OuterSpec& spec,
     ip[7] = std::byte{kDefaultTtl};
     std::memcpy(ip + 8, spec.source->address, 16);
     std::memcpy(ip + 24, spec.destination->address, 16);
-    ip_source = ip + 8;
-    ip_destination = ip + 24;
   } else {
     ip[0] = std::byte{0x45};
     ip[1] = std::byte{traffic_class};
@@ -248,11 +255,14 @@ bool build_outer_headers(std::span<std::byte> frame, const OuterSpec& spec,
     store_be16(ip + 10, 0);
     std::memcpy(ip + 12, spec.source->address, 4);
     std::memcpy(ip + 16, spec.destination->address, 4);
-    if (!ip_checksum_offloaded) {
-      store_native16(ip + 10, static_cast<uint16_t>(~fold(sum_fixed<kIpv4HeaderBytes>(ip))));
+    if (!ip_checksum_offloaded) {  // the header's words as written above, checksum 0
+      const uint64_t sum =
+          native_be16(static_cast<uint16_t>(0x4500u | traffic_class)) +
+          native_be16(static_cast<uint16_t>(kIpv4HeaderBytes + udp_bytes)) +
+          native_be16(kIpv4DontFragment) + native_be16((uint16_t{kDefaultTtl} << 8) | kIpProtoUdp) +
+          sum_fixed<4>(ip_source) + sum_fixed<4>(ip_destination);
+      store_native16(ip + 10, static_cast<uint16_t>(~fold(sum)));
     }
-    ip_source = ip + 12;
-    ip_destination = ip + 16;
   }
   store_be16(udp, spec.source->port);
   store_be16(udp + 2, spec.destination->port);
