@@ -228,12 +228,13 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
   Impl& m = *impl_;
   if (port_index >= m.ports.size() || info == nullptr) return Status::kInvalidArgument;
   PortState& port = m.ports[port_index];
-  const auto decoded = wire::decode(udp_payload, port.max_payload_bytes);
+  auto decoded = wire::decode(udp_payload, port.max_payload_bytes);
   if (!decoded) {
     port.rx_drops.add(decoded.error());
     return Status::kMalformed;
   }
-  wire::PacketView packet = *decoded;
+  // Used in place: a copy right after decode's narrow stores would stall on store forwarding.
+  wire::PacketView& packet = *decoded;
   const uint32_t index = m.find_tunnel(packet.header.tunnel_id);
   if (index == kNoIndex) {
     m.count(EngineDrop::kUnknownTunnel);

@@ -46,7 +46,10 @@ Decoded<PacketView> decode(std::span<const std::byte> datagram,
   if (load_be16(p + kMagicOffset) != kMagic) return DropReason::kBadMagic;
   if (std::to_integer<uint8_t>(p[kVersionOffset]) != kVersion) return DropReason::kBadVersion;
 
-  PacketView view;
+  // Filled in place in the result (returned without a copy): the caller reads the header right
+  // away, and a wide copy of these narrow stores would stall on store forwarding.
+  Decoded<PacketView> out{PacketView{}};
+  PacketView& view = *out;
   TunnelHeader& h = view.header;
   h.flags = std::to_integer<uint8_t>(p[kFlagsOffset]);
   h.tunnel_id = load_be32(p + kTunnelIdOffset);
@@ -65,7 +68,7 @@ Decoded<PacketView> decode(std::span<const std::byte> datagram,
   if (payload_bytes > std::min(max_payload_bytes, kMaxPayloadBytes)) return DropReason::kOversize;
   if (payload_bytes != h.payload_length) return DropReason::kLengthMismatch;
   view.payload = datagram.subspan(kHeaderSize);
-  return view;
+  return out;
 }
 
 EncodeResult encode(const TunnelHeader& header, std::span<std::byte> out) noexcept {

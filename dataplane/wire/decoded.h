@@ -25,7 +25,9 @@ class [[nodiscard]] Decoded {
   // The parsed value. Only meaningful when ok(); on an error it is a value-initialized T
   // (reading it is a caller bug, never undefined behaviour).
   [[nodiscard]] constexpr const T& value() const noexcept { return value_; }
+  [[nodiscard]] constexpr T& value() noexcept { return value_; }
   constexpr const T& operator*() const noexcept { return value_; }
+  constexpr T& operator*() noexcept { return value_; }
   constexpr const T* operator->() const noexcept { return &value_; }
 
  private:
