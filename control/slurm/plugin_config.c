@@ -108,6 +108,15 @@ static int valid_duration(const char *text) {
          strcmp(unit, "d") == 0;
 }
 
+/* Whole seconds in [min_s, 600] into *out; 0 on success. */
+static int parse_seconds(const char* value, long min_s, int* out) {
+  char* end = NULL;
+  const long s = strtol(value, &end, 10);
+  if (end == value || *end != '\0' || s < min_s || s > 600) return -1;
+  *out = (int)s;
+  return 0;
+}
+
 int detwan_config_parse(struct detwan_config *c, int argc, char **argv, char *err,
                         size_t err_len) {
   memset(c, 0, sizeof *c);
@@ -143,19 +152,13 @@ int detwan_config_parse(struct detwan_config *c, int argc, char **argv, char *er
                     value);
       }
     } else if (KEY_IS("timeout")) {
-      char *end = NULL;
-      const long s = strtol(value, &end, 10);
-      if (end == value || *end != '\0' || s < 1 || s > 600) {
+      if (parse_seconds(value, 1, &c->timeout_s) != 0) {
         return fail(err, err_len, "timeout=%s: seconds in [1, 600]", value);
       }
-      c->timeout_s = (int)s;
     } else if (KEY_IS("conflict_wait")) {
-      char *end = NULL;
-      const long s = strtol(value, &end, 10);
-      if (end == value || *end != '\0' || s < 0 || s > 600) {
+      if (parse_seconds(value, 0, &c->conflict_wait_s) != 0) {
         return fail(err, err_len, "conflict_wait=%s: seconds in [0, 600]", value);
       }
-      c->conflict_wait_s = (int)s;
     } else if (KEY_IS("token_file")) {
       if (value[0] != '/' ||
           copy(c->token_file, sizeof c->token_file, value, strlen(value)) != 0) {
