@@ -1,0 +1,144 @@
+"""tools/bench/transport-vs-tcp --veth: the transport against kernel TCP on a plain veth pair.
+
+Two network namespaces joined by one veth pair, default offloads, no emulator, best effort:
+the path every datacenter-rate figure of issue 18 is measured on. One detwan transfer
+(`detwan-bench transport send/recv`, every byte checked) and one iperf3 TCP transfer of the same
+size, one after the other. CPU: detwan's own accounting (getrusage of sender and receiver,
+pattern filling and checking excluded); iperf3's cpu_utilization_percent of both ends times
+the transfer's duration. Both count the process's user and system time (the kernel's protocol
+work in the process's context); neither counts softirq work run elsewhere."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from lab import measure
+
+NS_A_SUFFIX, NS_B_SUFFIX = "a", "b"
+ADDR_A, ADDR_B = "10.40.0.1", "10.40.0.2"
+DETWAN_PORT, IPERF_PORT = 5400, 5411
+
+
+def _run(cmd: list[str]) -> None:
+    subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+
+
+def _in(ns: str, argv: list[str]) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+class VethPair:
+    """Namespaces <tag>-a and <tag>-b joined by a veth pair; removed on exit, also on errors."""
+
+    def __init__(self, tag: str):
+        self.a, self.b = f"{tag}-{NS_A_SUFFIX}", f"{tag}-{NS_B_SUFFIX}"
+
+    def __enter__(self) -> "VethPair":
+        try:
+            for ns in (self.a, self.b):
+                _run(["ip", "netns", "add", ns])
+                _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            _run(["ip", "link", "add", "va", "netns", self.a, "type", "veth", "peer", "name", "vb",
+                  "netns", self.b])
+            _run(["ip", "-n", self.a, "addr", "add", f"{ADDR_A}/24", "dev", "va"])
+            _run(["ip", "-n", self.b, "addr", "add", f"{ADDR_B}/24", "dev", "vb"])
+            _run(["ip", "-n", self.a, "link", "set", "va", "up"])
+            _run(["ip", "-n", self.b, "link", "set", "vb", "up"])
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for ns in (self.a, self.b):
+            subprocess.run(["ip", "netns", "del", ns], stdin=subprocess.DEVNULL,
+                           capture_output=True)
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _json(out: str, err: str, what: str) -> dict:
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        return {"error": f"{what} printed no JSON: {err.strip()[-800:]}"}
+
+
+def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float) -> dict:
+    recv = subprocess.Popen(_in(pair.b, [binary, "transport", "recv", "--listen",
+                                         f"{ADDR_B}:{DETWAN_PORT}", "--json", "--timeout",
+                                         f"{timeout_s:.0f}"]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    send = None
+    try:
+        measure.wait_for_line(recv, "listening", 15)
+        send = subprocess.Popen(_in(pair.a, [binary, "transport", "send",
+                                             f"{ADDR_B}:{DETWAN_PORT}", "--size", size, "--json",
+                                             "--timeout", f"{timeout_s:.0f}"]),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL)
+        s_out, s_err = send.communicate(timeout=timeout_s + 60)
+        r_out, r_err = recv.communicate(timeout=60)
+    finally:
+        _stop(send)
+        _stop(recv)
+    sent, received = _json(s_out, s_err, "send"), _json(r_out, r_err, "recv")
+    if sent.get("error") or received.get("error"):
+        return {"error": sent.get("error") or received.get("error")}
+    nbytes = received.get("bytes_received") or sent.get("bytes_sent") or 0
+    cpu_s = (sent.get("cpu_s") or 0) + (received.get("cpu_s") or 0)
+    return {"goodput_bps": sent.get("goodput_bps"), "bytes": nbytes,
+            "cpu_s": cpu_s, "cpu_s_sender": sent.get("cpu_s"),
+            "cpu_s_receiver": received.get("cpu_s"),
+            "cpu_s_per_gb": cpu_s / (nbytes / 1e9) if nbytes else None,
+            "wrong_bytes": received.get("wrong_bytes"), "error": None}
+
+
+def run_tcp(pair: VethPair, nbytes: int, timeout_s: float) -> dict:
+    server = subprocess.Popen(_in(pair.b, ["iperf3", "-s", "-1", "-B", ADDR_B, "-p",
+                                           str(IPERF_PORT)]),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL)
+    try:
+        measure._wait_listening(pair.b, IPERF_PORT)
+        res = subprocess.run(_in(pair.a, ["iperf3", "-c", ADDR_B, "-p", str(IPERF_PORT), "-n",
+                                          str(nbytes), "-J"]),
+                             capture_output=True, text=True, timeout=timeout_s,
+                             stdin=subprocess.DEVNULL)
+    finally:
+        _stop(server)
+    report = _json(res.stdout, res.stderr, "iperf3")
+    if report.get("error"):
+        return {"error": report["error"]}
+    end = report["end"]
+    received = end["sum_received"]
+    cpu = end.get("cpu_utilization_percent", {})
+    seconds = received["seconds"]
+    cpu_s = (cpu.get("host_total", 0) + cpu.get("remote_total", 0)) / 100 * seconds
+    return {"goodput_bps": received["bits_per_second"], "bytes": received["bytes"],
+            "cpu_s": cpu_s, "cpu_s_per_gb": cpu_s / (received["bytes"] / 1e9),
+            "cc": end.get("sender_tcp_congestion"), "retransmits": end["sum_sent"].get(
+                "retransmits"), "error": None}
+
+
+def run(binary: str, size: str, size_bytes: int, timeout_s: float = 900) -> dict:
+    with VethPair(f"dtvt{os.getpid()}") as pair:
+        detwan = run_detwan(pair, binary, size, timeout_s)
+        tcp = run_tcp(pair, size_bytes, timeout_s)
+    out = {"path": "veth pair, default offloads, best effort", "size": size, "detwan": detwan,
+           "tcp": tcp}
+    if not detwan.get("error") and not tcp.get("error") and detwan.get("cpu_s_per_gb"):
+        # Bytes per CPU-second, detwan over TCP (target >= 0.5), and goodput over TCP's.
+        out["bytes_per_cpu_s_over_tcp"] = tcp["cpu_s_per_gb"] / detwan["cpu_s_per_gb"]
+        out["goodput_over_tcp"] = detwan["goodput_bps"] / tcp["goodput_bps"]
+    return out
