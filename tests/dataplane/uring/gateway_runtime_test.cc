@@ -47,10 +47,11 @@ void host_send(const char* ip, const std::string& text) {
 }
 
 // The data frames the peer receives until one carries `marker` (control packets skipped); empty
-// if none comes within the bound.
+// if none comes within 5 s (keepalives arrive every 20 ms, so the bound is one of time).
 std::vector<wire::TunnelHeader> frames_until(const TestSocket& peer, const std::string& marker) {
   std::vector<wire::TunnelHeader> headers;
-  for (int i = 0; i < 1000; ++i) {
+  const int64_t give_up_ns = tai_now_ns() + 5'000'000'000;
+  while (tai_now_ns() < give_up_ns) {
     auto datagram = peer.receive();
     if (!datagram) return {};
     const auto decoded = wire::decode(*datagram);
@@ -59,6 +60,29 @@ std::vector<wire::TunnelHeader> frames_until(const TestSocket& peer, const std::
     const std::string payload(reinterpret_cast<const char*>(decoded->payload.data()),
                               decoded->payload.size());
     if (payload.find(marker) != std::string::npos) return headers;
+  }
+  return {};
+}
+
+// Data frames of the tunnel listed at `index` that missed their window.
+int64_t missed_slots(const Site& site, const char* index) {
+  return counter(site.stats(), {"tunnels", index, "tx", "missed_slot_packets"});
+}
+
+// Sends `text` from the host to `ip` until the peer receives its frame; returns the data frames
+// received up to it (empty: it never came). Tunnel 7 owns half of each cycle: a departure the
+// gateway's loop reaches after its window (a loaded machine: the sanitizer builds run these
+// tests in parallel) is dropped and counted as missed_slot, by design, and takes no sequence
+// number. So the host sends again, at most 5 times, and only after such a drop of this tunnel's
+// data (`tunnel_index`: its place in the stats' tunnel list).
+std::vector<wire::TunnelHeader> forwarded(const Site& site, const TestSocket& peer,
+                                          const char* tunnel_index, const char* ip,
+                                          const std::string& text) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const int64_t missed_before = missed_slots(site, tunnel_index);
+    host_send(ip, text);
+    auto frames = frames_until(peer, text);
+    if (!frames.empty() || missed_slots(site, tunnel_index) == missed_before) return frames;
   }
   return {};
 }
@@ -144,9 +168,8 @@ TEST(UringGatewayRuntime, TunnelAddedAndRemovedOverTheAdminSocket) {
 
     // Before: 10.20.3.0/24 has no tunnel.
     host_send("10.20.3.5", "early");
-    host_send("10.20.2.5", "seven-1");
-    auto frames = frames_until(peer, "seven-1");
-    ASSERT_FALSE(frames.empty());
+    auto frames = forwarded(a, peer, "0", "10.20.2.5", "seven-1");
+    ASSERT_FALSE(frames.empty()) << boost::json::serialize(a.stats());
     for (const auto& h : frames) EXPECT_EQ(h.tunnel_id, 7u);
     const auto before = a.stats_when([](const auto& s) {
       return counter(s, {"drops", "no_route"}) >= 1;
@@ -161,14 +184,12 @@ TEST(UringGatewayRuntime, TunnelAddedAndRemovedOverTheAdminSocket) {
               R"({"ok":true,"generation":1,"added":[8],"modified":[],"removed":[]})");
 
     // After: both tunnels carry traffic out; the peer's tunnel-8 frames come in.
-    host_send("10.20.3.5", "eight-1");
-    frames = frames_until(peer, "eight-1");
-    ASSERT_FALSE(frames.empty());
+    frames = forwarded(a, peer, "1", "10.20.3.5", "eight-1");
+    ASSERT_FALSE(frames.empty()) << boost::json::serialize(a.stats());
     EXPECT_EQ(frames.back().tunnel_id, 8u);
     EXPECT_EQ(frames.back().sequence, 0u);
-    host_send("10.20.2.5", "seven-2");
-    frames = frames_until(peer, "seven-2");
-    ASSERT_FALSE(frames.empty());
+    frames = forwarded(a, peer, "0", "10.20.2.5", "seven-2");
+    ASSERT_FALSE(frames.empty()) << boost::json::serialize(a.stats());
     EXPECT_EQ(frames.back().tunnel_id, 7u);
     EXPECT_EQ(frames.back().sequence, 1u);  // 7's sequence numbers go on
     const Bytes pong = frame_from_peer(8, "pong-8");
@@ -183,9 +204,8 @@ TEST(UringGatewayRuntime, TunnelAddedAndRemovedOverTheAdminSocket) {
     EXPECT_EQ(removed.at("generation").to_number<uint64_t>(), 2u);
     const int64_t no_route = counter(a.stats(), {"drops", "no_route"});
     host_send("10.20.3.5", "eight-2");
-    host_send("10.20.2.5", "seven-3");
-    frames = frames_until(peer, "seven-3");
-    ASSERT_FALSE(frames.empty());
+    frames = forwarded(a, peer, "0", "10.20.2.5", "seven-3");
+    ASSERT_FALSE(frames.empty()) << boost::json::serialize(a.stats());
     for (const auto& h : frames) EXPECT_EQ(h.tunnel_id, 7u);
     const Bytes late = frame_from_peer(8, "pong-late");
     ASSERT_TRUE(peer.send_to(a.wan(), late.data(), late.size()));
