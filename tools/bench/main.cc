@@ -87,7 +87,8 @@ int run_cli(int argc, char** argv) {
   send_cmd->add_option("--fec-m", send.fec_parity_segments, "max parity segments per block")
       ->capture_default_str();
   send_cmd->add_option("--mtu", send.mtu_bytes, "IP MTU of the path")->capture_default_str();
-  send_cmd->add_option("--backend", send.backend, "transport backend")->capture_default_str();
+  send_cmd->add_option("--backend", send.backend, "transport backend[:backend_config]")
+      ->capture_default_str();
   double send_timeout_s = 900;
   send_cmd->add_option("--timeout", send_timeout_s, "seconds for the whole transfer")
       ->capture_default_str();
@@ -100,7 +101,8 @@ int run_cli(int argc, char** argv) {
   recv_cmd->add_option("--listen", recv.listen, "HOST:PORT to listen on")->capture_default_str();
   recv_cmd->add_option("--rate", recv_rate_text, "reserved rate of the ACK direction");
   recv_cmd->add_option("--mtu", recv.mtu_bytes, "IP MTU of the path")->capture_default_str();
-  recv_cmd->add_option("--backend", recv.backend, "transport backend")->capture_default_str();
+  recv_cmd->add_option("--backend", recv.backend, "transport backend[:backend_config]")
+      ->capture_default_str();
   recv_cmd->add_option("--accept-timeout", accept_timeout_s, "seconds to wait for the sender")
       ->capture_default_str();
   recv_cmd->add_option("--timeout", recv_timeout_s, "seconds for the whole transfer")

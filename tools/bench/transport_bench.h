@@ -8,6 +8,7 @@
 // on stdout; progress and "listening ADDRESS" go to stderr.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace detwan::bench {
@@ -17,6 +18,14 @@ namespace detwan::bench {
 // the receiver answers the last data message with an 8-byte "DWBDONE1" so the sender knows every
 // acknowledgement reached it before it closes.
 inline constexpr size_t kPlanBytes = 32;
+
+// "--backend NAME[:CONFIG]": the backend's name, and CONFIG as its EndpointOptions.backend_config
+// (e.g. "udp:gso=0,gro=0", "udp:busy_poll_us=50").
+inline std::pair<std::string, std::string> split_backend(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos) return {spec, ""};
+  return {spec.substr(0, colon), spec.substr(colon + 1)};
+}
 
 struct SendOptions {
   std::string backend = "udp";

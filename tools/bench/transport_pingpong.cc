@@ -95,10 +95,9 @@ Samples detwan_pingpong(const PingPongOptions& o, std::string& describe) {
   Echo echo;      // outlive the channels and endpoints, whose callbacks use them
   Pinger pinger;
   std::unique_ptr<transport::Channel> server_channel;
-  const size_t colon = o.backend.find(':');
-  const std::string backend = o.backend.substr(0, colon);
   transport::EndpointOptions endpoint_options;
-  if (colon != std::string::npos) endpoint_options.backend_config = o.backend.substr(colon + 1);
+  const auto [backend, config] = split_backend(o.backend);
+  endpoint_options.backend_config = config;
   auto server_ep = transport::make_endpoint(backend, endpoint_options);
   if (!server_ep) return {{}, 0, 0, server_ep.error().describe()};
   auto addr = (*server_ep)->listen("127.0.0.1:0");

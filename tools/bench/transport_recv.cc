@@ -39,7 +39,9 @@ int run_recv(const RecvOptions& o) {
   transport::EndpointOptions eopts;
   eopts.accept_options.rate_bps = o.rate_bps;
   eopts.accept_options.mtu_bytes = o.mtu_bytes;
-  auto endpoint = transport::make_endpoint(o.backend, eopts);
+  const auto [backend, config] = split_backend(o.backend);
+  eopts.backend_config = config;
+  auto endpoint = transport::make_endpoint(backend, eopts);
   if (!endpoint) return fail(endpoint.error().describe());
   auto bound = (*endpoint)->listen(o.listen);
   if (!bound) return fail(bound.error().describe());

@@ -108,7 +108,10 @@ int run_send(const SendOptions& o) {
   std::vector<std::vector<std::byte>> buffers(inflight);
   std::vector<std::byte> plan(kPlanBytes);
 
-  auto endpoint = transport::make_endpoint(o.backend);
+  transport::EndpointOptions eopts;
+  const auto [backend, config] = split_backend(o.backend);
+  eopts.backend_config = config;
+  auto endpoint = transport::make_endpoint(backend, eopts);
   if (!endpoint) return fail(endpoint.error().describe());
   auto channel = (*endpoint)->connect(o.remotes.front(), copts, o.connect_timeout_ns);
   if (!channel) return fail(channel.error().describe());

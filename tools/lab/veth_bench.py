@@ -3,7 +3,7 @@
 Two network namespaces joined by one veth pair, default offloads, no emulator, best effort:
 the path every datacenter-rate figure of issue 18 is measured on. One detwan transfer
 (`detwan-bench transport send/recv`, every byte checked) and one iperf3 TCP transfer of the same
-size, one after the other. CPU: detwan's own accounting (getrusage of sender and receiver,
+size, one after the other, then iperf3 UDP of the same size at detwan's goodput. CPU: detwan's own accounting (getrusage of sender and receiver,
 pattern filling and checking excluded); iperf3's cpu_utilization_percent of both ends times
 the transfer's duration. Both count the process's user and system time (the kernel's protocol
 work in the process's context); neither counts softirq work run elsewhere."""
@@ -73,10 +73,11 @@ def _json(out: str, err: str, what: str) -> dict:
         return {"error": f"{what} printed no JSON: {err.strip()[-800:]}"}
 
 
-def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float) -> dict:
+def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float,
+               backend: str = "udp") -> dict:
     recv = subprocess.Popen(_in(pair.b, [binary, "transport", "recv", "--listen",
                                          f"{ADDR_B}:{DETWAN_PORT}", "--json", "--timeout",
-                                         f"{timeout_s:.0f}"]),
+                                         f"{timeout_s:.0f}", "--backend", backend]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
     send = None
@@ -84,7 +85,8 @@ def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float) -> dict
         measure.wait_for_line(recv, "listening", 15)
         send = subprocess.Popen(_in(pair.a, [binary, "transport", "send",
                                              f"{ADDR_B}:{DETWAN_PORT}", "--size", size, "--json",
-                                             "--timeout", f"{timeout_s:.0f}"]),
+                                             "--timeout", f"{timeout_s:.0f}", "--backend",
+                                             backend]),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 stdin=subprocess.DEVNULL)
         s_out, s_err = send.communicate(timeout=timeout_s + 60)
@@ -131,12 +133,47 @@ def run_tcp(pair: VethPair, nbytes: int, timeout_s: float) -> dict:
                 "retransmits"), "error": None}
 
 
-def run(binary: str, size: str, size_bytes: int, timeout_s: float = 900) -> dict:
+def run_udp(pair: VethPair, nbytes: int, rate_bps: float, timeout_s: float) -> dict:
+    """iperf3 UDP of nbytes at rate_bps (detwan's goodput), 1,472-byte datagrams (MTU 1500)."""
+    server = subprocess.Popen(_in(pair.b, ["iperf3", "-s", "-1", "-B", ADDR_B, "-p",
+                                           str(IPERF_PORT)]),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL)
+    try:
+        measure._wait_listening(pair.b, IPERF_PORT)
+        res = subprocess.run(_in(pair.a, ["iperf3", "-c", ADDR_B, "-p", str(IPERF_PORT), "-u",
+                                          "-b", str(int(rate_bps)), "-l", "1472", "-n",
+                                          str(nbytes), "-J"]),
+                             capture_output=True, text=True, timeout=timeout_s,
+                             stdin=subprocess.DEVNULL)
+    finally:
+        _stop(server)
+    report = _json(res.stdout, res.stderr, "iperf3 -u")
+    if report.get("error"):
+        return {"error": report["error"]}
+    end = report["end"]
+    total = end["sum"]
+    cpu = end.get("cpu_utilization_percent", {})
+    seconds = total["seconds"]
+    lost = (total.get("lost_percent") or 0) / 100
+    received = total["bytes"] * (1 - lost)
+    cpu_s = (cpu.get("host_total", 0) + cpu.get("remote_total", 0)) / 100 * seconds
+    return {"goodput_bps": total["bits_per_second"] * (1 - lost), "bytes": received,
+            "cpu_s": cpu_s, "cpu_s_per_gb": cpu_s / (received / 1e9) if received else None,
+            "lost_percent": total.get("lost_percent"), "error": None}
+
+
+def run(binary: str, size: str, size_bytes: int, timeout_s: float = 900,
+        backend: str = "udp") -> dict:
     with VethPair(f"dtvt{os.getpid()}") as pair:
-        detwan = run_detwan(pair, binary, size, timeout_s)
+        detwan = run_detwan(pair, binary, size, timeout_s, backend)
         tcp = run_tcp(pair, size_bytes, timeout_s)
-    out = {"path": "veth pair, default offloads, best effort", "size": size, "detwan": detwan,
-           "tcp": tcp}
+        udp = ({"error": "no detwan rate to match"} if detwan.get("error") else
+               run_udp(pair, size_bytes, detwan["goodput_bps"], timeout_s))
+    out = {"path": "veth pair, default offloads, best effort", "size": size,
+           "backend": backend, "detwan": detwan, "tcp": tcp, "udp": udp}
+    if not udp.get("error") and udp.get("cpu_s_per_gb") and detwan.get("cpu_s_per_gb"):
+        out["bytes_per_cpu_s_over_udp"] = udp["cpu_s_per_gb"] / detwan["cpu_s_per_gb"]
     if not detwan.get("error") and not tcp.get("error") and detwan.get("cpu_s_per_gb"):
         # Bytes per CPU-second, detwan over TCP (target >= 0.5), and goodput over TCP's.
         out["bytes_per_cpu_s_over_tcp"] = tcp["cpu_s_per_gb"] / detwan["cpu_s_per_gb"]

@@ -69,6 +69,7 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
       p.cubic.emplace(static_cast<int64_t>(max_datagram_bytes_));
       p.pacer = Pacer(1, spec.frame_overhead_bytes, kPacerBurstDatagrams,
                       static_cast<int32_t>(max_datagram_bytes_));
+      p.pacer.set_quantum_datagrams(kBestEffortQuantumDatagrams);
     }
     paths_.push_back(std::move(p));
   }

@@ -37,6 +37,12 @@ inline constexpr int64_t kDelayedAckNs = 1'000'000;
 inline constexpr int kAckEverySegments = 2;
 inline constexpr int kReservedAckEverySegments = 16;
 inline constexpr int32_t kPacerBurstDatagrams = 4;
+// A best-effort path's pacer lets one wake-up send up to this many datagrams (at most 1 ms at
+// the pacing rate) back to back, then waits until they have drained (Pacer's send quantum): the
+// udp link sends such a run as one GSO sendmsg (at most 64 datagrams), the receiver's kernel
+// hands it over as one GRO buffer, and the progress thread wakes once per run, not per
+// datagram. Reserved paths keep exact pacing (their shaper's bucket is the limit).
+inline constexpr int32_t kBestEffortQuantumDatagrams = 64;
 // A reserved path's pacer may catch up this much sending time after its thread ran late (a
 // descheduled progress thread would otherwise lose that share of the reservation for good);
 // the reservation's shaper or queue absorbs a burst this small. At least kPacerBurstDatagrams,

@@ -32,32 +32,55 @@ namespace {
 
 constexpr int64_t kMaxBusyPollUs = 1'000'000;
 
-// backend_config: "" or "busy_poll_us=N" (0 <= N <= 1 s): see UdpLink::set_busy_poll_ns.
-Result<int64_t> parse_busy_poll_ns(const std::string& config) {
-  if (config.empty()) return int64_t{0};
-  auto invalid = [&](std::string_view why) {
-    return common::make_error(ErrorCode::kInvalidArgument,
-                              fmt::format("udp backend_config: '{}': {} (the udp backend takes "
-                                          "only busy_poll_us=N, 0 <= N <= {})",
-                                          config, why, kMaxBusyPollUs));
+struct LinkSettings {
+  int64_t busy_poll_ns = 0;
+  LinkOptions options;
+};
+
+// backend_config: "" or comma-separated settings: "busy_poll_us=N" (0 <= N <= 1 s, see
+// UdpLink::set_busy_poll_ns), "gso=0|1", "gro=0|1" (both on by default where the kernel has
+// them; off is for comparisons).
+Result<LinkSettings> parse_backend_config(const std::string& config) {
+  LinkSettings settings;
+  auto invalid = [&](std::string_view item, std::string_view why) {
+    return common::make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("udp backend_config '{}': '{}': {} (the udp backend takes busy_poll_us=N "
+                    "with 0 <= N <= {}, gso=0|1 and gro=0|1, separated by commas)",
+                    config, item, why, kMaxBusyPollUs));
   };
-  constexpr std::string_view kKey = "busy_poll_us=";
-  if (!config.starts_with(kKey)) return invalid("unknown setting");
-  const std::string_view value = std::string_view(config).substr(kKey.size());
-  int64_t us = 0;
-  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), us);
-  if (value.empty() || error != std::errc{} || end != value.data() + value.size()) {
-    return invalid("busy_poll_us is not an integer");
+  std::string_view rest(config);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t equals = item.find('=');
+    if (equals == std::string_view::npos) return invalid(item, "not key=value");
+    const std::string_view key = item.substr(0, equals);
+    const std::string_view value = item.substr(equals + 1);
+    int64_t number = 0;
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+    if (value.empty() || error != std::errc{} || end != value.data() + value.size()) {
+      return invalid(item, "the value is not an integer");
+    }
+    if (key == "busy_poll_us") {
+      if (number < 0 || number > kMaxBusyPollUs) return invalid(item, "busy_poll_us out of range");
+      settings.busy_poll_ns = number * 1'000;
+    } else if (key == "gso" || key == "gro") {
+      if (number != 0 && number != 1) return invalid(item, "must be 0 or 1");
+      (key == "gso" ? settings.options.gso : settings.options.gro) = number == 1;
+    } else {
+      return invalid(item, "unknown setting");
+    }
   }
-  if (us < 0 || us > kMaxBusyPollUs) return invalid("busy_poll_us out of range");
-  return us * 1'000;
+  return settings;
 }
 
 }  // namespace
 
 Result<std::unique_ptr<Endpoint>> make_endpoint(const EndpointOptions& options) {
-  auto busy_poll_ns = parse_busy_poll_ns(options.backend_config);
-  if (!busy_poll_ns) return std::unexpected(busy_poll_ns.error());
+  auto settings = parse_backend_config(options.backend_config);
+  if (!settings) return std::unexpected(settings.error());
   auto checked = datagram::normalize_options(options.accept_options, "0.0.0.0:0");
   if (!checked) return std::unexpected(checked.error());
   if (static_cast<size_t>(checked->mtu_bytes) >
@@ -67,9 +90,9 @@ Result<std::unique_ptr<Endpoint>> make_endpoint(const EndpointOptions& options) 
                                           checked->mtu_bytes,
                                           UdpLink::kMaxDatagramBytes + datagram::kIpUdpHeaderBytes));
   }
-  auto link = UdpLink::create();
+  auto link = UdpLink::create(settings->options);
   if (!link) return std::unexpected(link.error());
-  (*link)->set_busy_poll_ns(*busy_poll_ns);
+  (*link)->set_busy_poll_ns(settings->busy_poll_ns);
   return std::make_unique<datagram::DatagramEndpoint<UdpLink>>(std::move(*link), "udp",
                                                                options.accept_options);
 }

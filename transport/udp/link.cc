@@ -2,22 +2,22 @@
 // receive buffers, and the orderly drain on destruction.
 #include "transport/udp/link.h"
 
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <netinet/udp.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
-#include <fmt/format.h>
-
 #include "common/clock.h"
 
 namespace detwan::transport::udp {
 
-common::Result<std::unique_ptr<UdpLink>> UdpLink::create() {
-  std::unique_ptr<UdpLink> link(new UdpLink());
+common::Result<std::unique_ptr<UdpLink>> UdpLink::create(LinkOptions options) {
+  std::unique_ptr<UdpLink> link(new UdpLink(options));
   int status = io_uring_queue_init(
       kRingEntries, &link->ring_,
       IORING_SETUP_R_DISABLED | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
@@ -37,8 +37,11 @@ common::Result<std::unique_ptr<UdpLink>> UdpLink::create() {
                               fmt::format("udp: eventfd: {}", std::strerror(errno)));
   }
   link->tx_memory_ = std::make_unique<std::byte[]>(size_t{kSendBuffers} * kMaxDatagramBytes);
-  link->tx_slots_.resize(kSendBuffers);
-  link->tx_socket_.resize(kSendBuffers);
+  // One batch per buffer at worst, plus one: a refused GSO batch is dissolved into single
+  // sends while it still holds its slot.
+  link->tx_batches_.resize(kSendBuffers + 1);
+  link->tx_batch_free_.reserve(kSendBuffers + 1);
+  for (uint32_t i = kSendBuffers + 1; i > 0; --i) link->tx_batch_free_.push_back(i - 1);
   link->tx_free_.reserve(kSendBuffers);
   for (uint32_t i = kSendBuffers; i > 0; --i) link->tx_free_.push_back(i - 1);
   link->received_.reserve(size_t{kRingEntries} * 2);
@@ -91,6 +94,16 @@ common::Result<SocketId> UdpLink::add_socket(const UdpAddress& local, std::strin
   auto socket = std::make_unique<Socket>();
   socket->fd = std::move(bound->fd);
   socket->local = bound->local;
+  // GSO: setting a zero default segment size succeeds where the kernel has UDP_SEGMENT (4.18);
+  // whether a route's device can segment shows only on the first batch (see resend_one_by_one).
+  const int zero = 0;
+  socket->gso =
+      options_.gso && ::setsockopt(socket->fd.get(), SOL_UDP, UDP_SEGMENT, &zero, sizeof zero) == 0;
+  const int one = 1;
+  socket->gro =
+      options_.gro && ::setsockopt(socket->fd.get(), SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+  socket->buffer_count = socket->gro ? kGroBuffersPerSocket : kRecvBuffersPerSocket;
+  socket->buffer_bytes = socket->gro ? kGroBufferBytes : kRecvBufferBytes;
   if (free_groups_.empty() && next_group_ == UINT16_MAX) {
     return common::make_error(common::ErrorCode::kUnavailable, "udp: too many open sockets");
   }
@@ -101,7 +114,7 @@ common::Result<SocketId> UdpLink::add_socket(const UdpAddress& local, std::strin
     free_groups_.pop_back();
   }
   // The buffer ring must be page aligned: mmap it.
-  socket->buffer_ring_bytes = size_t{kRecvBuffersPerSocket} * sizeof(io_uring_buf);
+  socket->buffer_ring_bytes = size_t{socket->buffer_count} * sizeof(io_uring_buf);
   void* ring_memory = ::mmap(nullptr, socket->buffer_ring_bytes, PROT_READ | PROT_WRITE,
                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (ring_memory == MAP_FAILED) {
@@ -112,7 +125,7 @@ common::Result<SocketId> UdpLink::add_socket(const UdpAddress& local, std::strin
   socket->buffer_ring = static_cast<io_uring_buf_ring*>(ring_memory);
   io_uring_buf_reg registration{};
   registration.ring_addr = reinterpret_cast<uint64_t>(ring_memory);
-  registration.ring_entries = kRecvBuffersPerSocket;
+  registration.ring_entries = socket->buffer_count;
   registration.bgid = socket->group;
   const int status = io_uring_register_buf_ring(&ring_, &registration, 0);
   if (status != 0) {
@@ -123,16 +136,21 @@ common::Result<SocketId> UdpLink::add_socket(const UdpAddress& local, std::strin
                     std::strerror(-status)));
   }
   socket->registered = true;
-  socket->memory = std::make_unique<std::byte[]>(size_t{kRecvBuffersPerSocket} * kRecvBufferBytes);
+  // Not zeroed: the kernel writes what it hands back; pages are touched as buffers are used.
+  socket->memory =
+      std::make_unique_for_overwrite<std::byte[]>(socket->buffer_count * socket->buffer_bytes);
   io_uring_buf_ring_init(socket->buffer_ring);
-  const int mask = io_uring_buf_ring_mask(kRecvBuffersPerSocket);
-  for (uint32_t i = 0; i < kRecvBuffersPerSocket; ++i) {
-    io_uring_buf_ring_add(socket->buffer_ring, socket->memory.get() + size_t{i} * kRecvBufferBytes,
-                          kRecvBufferBytes, static_cast<uint16_t>(i), mask, static_cast<int>(i));
+  const int mask = io_uring_buf_ring_mask(socket->buffer_count);
+  for (uint32_t i = 0; i < socket->buffer_count; ++i) {
+    io_uring_buf_ring_add(socket->buffer_ring, socket->memory.get() + i * socket->buffer_bytes,
+                          socket->buffer_bytes, static_cast<uint16_t>(i), mask,
+                          static_cast<int>(i));
   }
-  io_uring_buf_ring_advance(socket->buffer_ring, static_cast<int>(kRecvBuffersPerSocket));
-  // The template tells the kernel how much room the source address gets in each buffer.
+  io_uring_buf_ring_advance(socket->buffer_ring, static_cast<int>(socket->buffer_count));
+  // The template tells the kernel how much room the source address and the control messages
+  // (the UDP_GRO segment size) get in each buffer.
   socket->receive_template.msg_namelen = sizeof(sockaddr_storage);
+  socket->receive_template.msg_controllen = socket->gro ? kControlBytes : 0;
   const auto id = static_cast<SocketId>(sockets_.size());
   sockets_.push_back(std::move(socket));
   arm_recv(id);
@@ -181,6 +199,8 @@ common::Result<std::pair<SocketId, UdpAddress>> UdpLink::open_path(
 void UdpLink::close_socket(SocketId id) {
   ensure_started();
   if (id >= sockets_.size() || !sockets_[id] || sockets_[id]->closing) return;
+  // What send() gathered for this socket goes out first, as it did before the close.
+  if (open_batch_ != kNoBatch && tx_batches_[open_batch_].socket == id) close_batch();
   Socket& socket = *sockets_[id];
   socket.closing = true;
   if (socket.inflight == 0) {

@@ -5,8 +5,17 @@
 //    driver has consumed its datagram. (One recvmsg per buffer instead would wake every waiting
 //    request per datagram, and io_uring punts the losers to io-wq worker threads: a thundering
 //    herd that costs ~100 us per hop on a loaded machine.)
-//  - sends take a buffer from a fixed pool, are prepared as sendmsg SQEs and submitted in one
+//  - sends take a buffer from a fixed pool and are prepared as sendmsg SQEs, submitted in one
 //    batch by flush() or, in the same system call as its wait, by receive();
+//  - UDP GSO: consecutive sends from one socket to one destination with one size (the last may
+//    be shorter) share ONE sendmsg with a UDP_SEGMENT control message, up to kMaxGsoSegments
+//    datagrams and kMaxGsoBytes; the kernel (or the NIC) cuts them into datagrams. A batch the
+//    route refuses as a whole (-EIO: no checksum offload on older kernels; -EMSGSIZE/-EINVAL:
+//    a segment over the route's MTU, which alone would be fragmented) turns GSO off for that
+//    socket and is sent again datagram by datagram, so nothing is lost;
+//  - UDP GRO: the kernel may hand one buffer holding several datagrams of one flow plus their
+//    size (a UDP_GRO control message); receive() calls fn once per datagram. GRO sockets get
+//    buffers of kGroBufferBytes (a coalesced buffer is at most 64 KiB);
 //  - posted API calls wake the loop through an eventfd whose read is always armed in the ring,
 //    so receive() is one io_uring_submit_and_wait_timeout() bounded by the driver's next timer;
 //  - optional busy polling (set_busy_poll_ns, backend_config "busy_poll_us=N"): before it
@@ -47,6 +56,17 @@ struct LinkCounters {
   uint64_t dropped_no_sqe = 0;    // submission queue full even after a submit
   uint64_t dropped_closed = 0;    // send on a closed socket
   uint64_t busy_polls_found = 0;  // waits a busy poll ended without sleeping
+  uint64_t gso_sends = 0;         // sendmsg calls that carried more than one datagram
+  uint64_t gso_datagrams = 0;     // datagrams sent in them
+  uint64_t gso_refused = 0;       // GSO sends the route refused (GSO then off for the socket)
+  uint64_t gro_buffers = 0;       // received buffers that held more than one datagram
+  uint64_t gro_datagrams = 0;     // datagrams in them
+};
+
+// What the link asks of the kernel (backend_config "gso=0", "gro=0" turn them off).
+struct LinkOptions {
+  bool gso = true;
+  bool gro = true;
 };
 
 class UdpLink {
@@ -55,10 +75,13 @@ class UdpLink {
   // Jumbo frames (9000 - 28) fit; ChannelOptions.mtu_bytes is limited to this + 28.
   static constexpr size_t kMaxDatagramBytes = 9216;
   static constexpr uint32_t kRecvBuffersPerSocket = 128;  // power of two (buffer ring)
+  static constexpr uint32_t kGroBuffersPerSocket = 64;    // of kGroBufferBytes each
   static constexpr uint32_t kSendBuffers = 512;
   static constexpr unsigned kRingEntries = 1024;
+  static constexpr uint32_t kMaxGsoSegments = 64;  // the kernel's UDP_MAX_SEGMENTS
+  static constexpr uint32_t kMaxGsoBytes = 65000;  // under IPv4's 65,507-byte UDP payload limit
 
-  static common::Result<std::unique_ptr<UdpLink>> create();
+  static common::Result<std::unique_ptr<UdpLink>> create(LinkOptions options = {});
   ~UdpLink();
   UdpLink(const UdpLink&) = delete;
   UdpLink& operator=(const UdpLink&) = delete;
@@ -82,7 +105,7 @@ class UdpLink {
     reap(deadline_ns);
     for (const Received& received : received_) {
       fn(received.socket, received.source, received.payload);
-      recycle(received.socket, received.buffer);
+      if (received.last_of_buffer) recycle(received.socket, received.buffer);
     }
     received_.clear();
     rearm_receives();
@@ -96,13 +119,30 @@ class UdpLink {
   void shutdown();
 
   [[nodiscard]] const LinkCounters& counters() const { return counters_; }
+  // Whether sends of `socket` may still be batched with UDP_SEGMENT, and whether it has UDP_GRO.
+  [[nodiscard]] bool socket_gso(SocketId socket) const {
+    return socket < sockets_.size() && sockets_[socket] && sockets_[socket]->gso;
+  }
+  [[nodiscard]] bool socket_gro(SocketId socket) const {
+    return socket < sockets_.size() && sockets_[socket] && sockets_[socket]->gro;
+  }
 
  private:
-  struct Slot {
+  // One sendmsg being filled or in flight: one datagram, or up to kMaxGsoSegments of
+  // segment_bytes each (the last may be shorter) that the kernel segments (UDP_SEGMENT).
+  struct TxBatch {
     msghdr message{};
-    iovec vector{};
     sockaddr_storage address{};
+    socklen_t address_length = 0;
+    SocketId socket = 0;
+    uint32_t count = 0;
+    uint32_t segment_bytes = 0;
+    uint32_t total_bytes = 0;
+    alignas(cmsghdr) std::byte control[CMSG_SPACE(sizeof(uint16_t))]{};
+    iovec vectors[kMaxGsoSegments]{};
+    uint32_t buffers[kMaxGsoSegments]{};
   };
+  static constexpr uint32_t kNoBatch = UINT32_MAX;
   // A socket and its provided-buffer ring. Buffer layout (io_uring multishot recvmsg):
   // [io_uring_recvmsg_out][source address: sizeof(sockaddr_storage)][payload].
   struct Socket {
@@ -117,6 +157,10 @@ class UdpLink {
     size_t buffer_ring_bytes = 0;         // mmap'ed
     std::unique_ptr<std::byte[]> memory;  // kRecvBuffersPerSocket x kRecvBufferBytes
     msghdr receive_template{};
+    uint32_t buffer_count = 0;  // in the ring (power of two)
+    size_t buffer_bytes = 0;    // each
+    bool gso = false;           // sends may be batched with UDP_SEGMENT
+    bool gro = false;           // UDP_GRO is on: a buffer may hold several datagrams
     uint32_t inflight = 0;  // the multishot receive (while armed) and sends the kernel holds
     bool receive_armed = false;
     bool registered = false;
@@ -125,13 +169,18 @@ class UdpLink {
   struct Received {
     SocketId socket;
     uint16_t buffer;
+    bool last_of_buffer;  // the buffer goes back to the ring after this datagram
     UdpAddress source;
     std::span<const std::byte> payload;
   };
+  // [io_uring_recvmsg_out][source address][control: the UDP_GRO size][payload]
+  static constexpr size_t kControlBytes = CMSG_SPACE(sizeof(int));
   static constexpr size_t kRecvBufferBytes =
-      sizeof(io_uring_recvmsg_out) + sizeof(sockaddr_storage) + kMaxDatagramBytes;
+      sizeof(io_uring_recvmsg_out) + sizeof(sockaddr_storage) + kControlBytes + kMaxDatagramBytes;
+  static constexpr size_t kGroBufferBytes =
+      sizeof(io_uring_recvmsg_out) + sizeof(sockaddr_storage) + kControlBytes + 65536;
 
-  UdpLink() = default;
+  explicit UdpLink(LinkOptions options) : options_(options) {}
   common::Result<SocketId> add_socket(const UdpAddress& local, std::string_view what);
   void ensure_started();
   io_uring_sqe* get_sqe();
@@ -140,6 +189,13 @@ class UdpLink {
   void recycle(SocketId socket, uint16_t buffer);
   void on_receive(SocketId socket, const io_uring_cqe& cqe);
   void release_socket(SocketId socket);  // unregisters the buffer ring, frees, closes the fd
+  // Whether a datagram of size_bytes from `socket` to `destination` may join the open batch.
+  bool joins_batch(SocketId socket, const UdpAddress& destination, size_t size_bytes) const;
+  // Prepares the open batch's sendmsg (nothing open: nothing to do).
+  void close_batch();
+  void free_batch(uint32_t index);
+  // A GSO send the route refused: GSO off for the socket, each datagram sent on its own.
+  void resend_one_by_one(uint32_t index);
   void arm_wake();
   void reap(int64_t deadline_ns);
   void complete(const io_uring_cqe& cqe);
@@ -151,12 +207,14 @@ class UdpLink {
   uint64_t wake_value_ = 0;
   std::vector<std::unique_ptr<Socket>> sockets_;  // by SocketId; null once closed and drained
   std::unique_ptr<std::byte[]> tx_memory_;        // kSendBuffers x kMaxDatagramBytes
-  std::vector<Slot> tx_slots_;
+  std::vector<TxBatch> tx_batches_;               // kSendBuffers + 1 (see create())
+  std::vector<uint32_t> tx_batch_free_;
+  uint32_t open_batch_ = kNoBatch;  // filled by send(), prepared by close_batch()
   std::vector<uint32_t> tx_free_;
-  std::vector<SocketId> tx_socket_;               // socket of the send in flight per buffer
   std::vector<Received> received_;
   std::vector<uint16_t> free_groups_;
   uint16_t next_group_ = 1;
+  LinkOptions options_;
   int64_t busy_poll_ns_ = 0;
   uint32_t inflight_ = 0;  // every operation in flight, wake read included
   bool shutting_down_ = false;

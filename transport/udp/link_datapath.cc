@@ -1,13 +1,14 @@
 // Per-packet path of the udp backend's io_uring link: send preparation, batch submission, the
 // bounded wait and completion handling. No allocation, no exceptions, no logging; every drop is
 // counted.
-#include <liburing.h>
-#include <netinet/in.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+
+#include <liburing.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
 
 #include "common/clock.h"
 #include "transport/udp/link.h"
@@ -65,8 +66,9 @@ void UdpLink::rearm_receives() {
 
 void UdpLink::recycle(SocketId id, uint16_t buffer) {
   Socket& socket = *sockets_[id];
-  io_uring_buf_ring_add(socket.buffer_ring, socket.memory.get() + size_t{buffer} * kRecvBufferBytes,
-                        kRecvBufferBytes, buffer, io_uring_buf_ring_mask(kRecvBuffersPerSocket), 0);
+  io_uring_buf_ring_add(socket.buffer_ring, socket.memory.get() + buffer * socket.buffer_bytes,
+                        socket.buffer_bytes, buffer, io_uring_buf_ring_mask(socket.buffer_count),
+                        0);
   io_uring_buf_ring_advance(socket.buffer_ring, 1);
 }
 
@@ -89,27 +91,58 @@ void UdpLink::on_receive(SocketId id, const io_uring_cqe& cqe) {
     return;
   }
   const auto buffer = static_cast<uint16_t>(cqe.flags >> IORING_CQE_BUFFER_SHIFT);
-  std::byte* base = socket.memory.get() + size_t{buffer} * kRecvBufferBytes;
+  std::byte* base = socket.memory.get() + buffer * socket.buffer_bytes;
   io_uring_recvmsg_out* out = io_uring_recvmsg_validate(base, cqe.res, &socket.receive_template);
   if (socket.closing || out == nullptr || cqe.res < 0) {
     if (out == nullptr && cqe.res >= 0) ++counters_.recv_errors;
     if (!socket.closing) recycle(id, buffer);
     return;
   }
-  if ((out->flags & MSG_TRUNC) != 0) {
+  const std::span<const std::byte> payload(
+      static_cast<const std::byte*>(io_uring_recvmsg_payload(out, &socket.receive_template)),
+      io_uring_recvmsg_payload_length(out, cqe.res, &socket.receive_template));
+  // GRO: the size of the datagrams coalesced in this buffer (0: one datagram).
+  size_t segment_bytes = 0;
+  if (socket.gro) {
+    for (cmsghdr* c = io_uring_recvmsg_cmsg_firsthdr(out, &socket.receive_template); c != nullptr;
+         c = io_uring_recvmsg_cmsg_nexthdr(out, &socket.receive_template, c)) {
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+        int size = 0;
+        std::memcpy(&size, CMSG_DATA(c), sizeof size);
+        segment_bytes = size > 0 ? static_cast<size_t>(size) : 0;
+      }
+    }
+  }
+  // Truncated, a lone datagram over the link's limit, or a coalesced buffer whose size was lost
+  // (control message cut short): dropped and counted, never delivered cut.
+  if ((out->flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
+      (segment_bytes == 0 && payload.size() > kMaxDatagramBytes) ||
+      segment_bytes > kMaxDatagramBytes) {
     ++counters_.dropped_truncated;
     recycle(id, buffer);
     return;
   }
-  Received received{id, buffer, {}, {}};
+  Received received{id, buffer, false, {}, {}};
   const size_t name_bytes = std::min<size_t>(out->namelen, sizeof(sockaddr_storage));
   std::memcpy(&received.source.storage, io_uring_recvmsg_name(out), name_bytes);
   received.source.length = static_cast<socklen_t>(name_bytes);
-  received.payload = std::span<const std::byte>(
-      static_cast<const std::byte*>(io_uring_recvmsg_payload(out, &socket.receive_template)),
-      io_uring_recvmsg_payload_length(out, cqe.res, &socket.receive_template));
-  ++counters_.received;
-  received_.push_back(received);  // its buffer is recycled after delivery
+  if (segment_bytes == 0 || segment_bytes >= payload.size()) {
+    received.payload = payload;
+    received.last_of_buffer = true;
+    ++counters_.received;
+    received_.push_back(received);  // its buffer is recycled after delivery
+    return;
+  }
+  uint64_t datagrams = 0;
+  for (size_t offset = 0; offset < payload.size(); offset += segment_bytes) {
+    received.payload = payload.subspan(offset, std::min(segment_bytes, payload.size() - offset));
+    received.last_of_buffer = offset + segment_bytes >= payload.size();
+    received_.push_back(received);
+    ++datagrams;
+  }
+  counters_.received += datagrams;
+  ++counters_.gro_buffers;
+  counters_.gro_datagrams += datagrams;
 }
 
 void UdpLink::arm_wake() {
@@ -126,6 +159,19 @@ std::span<std::byte> UdpLink::tx_buffer() {
   return {tx_memory_.get() + size_t{tx_free_.back()} * kMaxDatagramBytes, kMaxDatagramBytes};
 }
 
+bool UdpLink::joins_batch(SocketId id, const UdpAddress& destination, size_t size_bytes) const {
+  if (open_batch_ == kNoBatch) return false;
+  const TxBatch& batch = tx_batches_[open_batch_];
+  if (batch.socket != id || size_bytes > batch.segment_bytes ||
+      batch.address_length != destination.length) {
+    return false;
+  }
+  UdpAddress open;
+  open.storage = batch.address;
+  open.length = batch.address_length;
+  return same_address(open, destination);
+}
+
 common::Status UdpLink::send(SocketId id, const UdpAddress& destination, size_t size_bytes) {
   ensure_started();
   if (tx_free_.empty()) return common::Status::kBusy;
@@ -134,34 +180,104 @@ common::Status UdpLink::send(SocketId id, const UdpAddress& destination, size_t 
     return common::Status::kDropped;
   }
   if (size_bytes > kMaxDatagramBytes) return common::Status::kInvalidArgument;
+  if (!joins_batch(id, destination, size_bytes)) {
+    close_batch();
+    open_batch_ = tx_batch_free_.back();  // never empty: a batch holds at least one buffer
+    tx_batch_free_.pop_back();
+    TxBatch& batch = tx_batches_[open_batch_];
+    batch.address = destination.storage;
+    batch.address_length = destination.length;
+    batch.socket = id;
+    batch.count = 0;
+    batch.segment_bytes = static_cast<uint32_t>(size_bytes);
+    batch.total_bytes = 0;
+  }
+  TxBatch& batch = tx_batches_[open_batch_];
+  const uint32_t buffer = tx_free_.back();
+  tx_free_.pop_back();
+  batch.vectors[batch.count] =
+      iovec{tx_memory_.get() + size_t{buffer} * kMaxDatagramBytes, size_bytes};
+  batch.buffers[batch.count] = buffer;
+  ++batch.count;
+  batch.total_bytes += static_cast<uint32_t>(size_bytes);
+  ++counters_.sent;
+  // Full, ended by a shorter datagram, or no GSO on this socket: prepare it now.
+  if (!sockets_[id]->gso || batch.count == kMaxGsoSegments || size_bytes < batch.segment_bytes ||
+      batch.total_bytes + batch.segment_bytes > kMaxGsoBytes) {
+    close_batch();
+  }
+  return common::Status::kOk;
+}
+
+void UdpLink::free_batch(uint32_t index) {
+  TxBatch& batch = tx_batches_[index];
+  for (uint32_t i = 0; i < batch.count; ++i) tx_free_.push_back(batch.buffers[i]);
+  batch.count = 0;
+  tx_batch_free_.push_back(index);
+}
+
+void UdpLink::close_batch() {
+  if (open_batch_ == kNoBatch) return;
+  const uint32_t index = open_batch_;
+  open_batch_ = kNoBatch;
+  TxBatch& batch = tx_batches_[index];
   io_uring_sqe* sqe = get_sqe();
   if (sqe == nullptr) {
-    ++counters_.dropped_no_sqe;
-    return common::Status::kBusy;
+    counters_.dropped_no_sqe += batch.count;
+    free_batch(index);
+    return;
   }
-  Socket& socket = *sockets_[id];
-  const uint32_t index = tx_free_.back();
-  tx_free_.pop_back();
-  Slot& slot = tx_slots_[index];
-  slot.address = destination.storage;
-  slot.vector.iov_base = tx_memory_.get() + size_t{index} * kMaxDatagramBytes;
-  slot.vector.iov_len = size_bytes;
-  slot.message = msghdr{};
-  slot.message.msg_name = &slot.address;
-  slot.message.msg_namelen = destination.length;
-  slot.message.msg_iov = &slot.vector;
-  slot.message.msg_iovlen = 1;
-  io_uring_prep_sendmsg(sqe, socket.fd.get(), &slot.message, 0);
-  io_uring_sqe_set_data64(sqe, user_data(Kind::kSend, id, index));
-  tx_socket_[index] = id;
-  ++socket.inflight;
+  batch.message = msghdr{};
+  batch.message.msg_name = &batch.address;
+  batch.message.msg_namelen = batch.address_length;
+  batch.message.msg_iov = batch.vectors;
+  batch.message.msg_iovlen = batch.count;
+  if (batch.count > 1) {
+    batch.message.msg_control = batch.control;
+    batch.message.msg_controllen = sizeof batch.control;
+    cmsghdr* c = CMSG_FIRSTHDR(&batch.message);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    const auto segment = static_cast<uint16_t>(batch.segment_bytes);
+    std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
+    ++counters_.gso_sends;
+    counters_.gso_datagrams += batch.count;
+  }
+  io_uring_prep_sendmsg(sqe, sockets_[batch.socket]->fd.get(), &batch.message, 0);
+  io_uring_sqe_set_data64(sqe, user_data(Kind::kSend, batch.socket, index));
+  ++sockets_[batch.socket]->inflight;
   ++inflight_;
-  ++counters_.sent;
-  return common::Status::kOk;
+}
+
+void UdpLink::resend_one_by_one(uint32_t index) {
+  TxBatch& batch = tx_batches_[index];
+  Socket& socket = *sockets_[batch.socket];
+  socket.gso = false;
+  ++counters_.gso_refused;
+  close_batch();  // the batch being filled (if any) keeps its order ahead of these
+  for (uint32_t i = 0; i < batch.count; ++i) {
+    const uint32_t single = tx_batch_free_.back();  // the failed batch still holds its own
+    tx_batch_free_.pop_back();
+    TxBatch& one = tx_batches_[single];
+    one.address = batch.address;
+    one.address_length = batch.address_length;
+    one.socket = batch.socket;
+    one.count = 1;
+    one.segment_bytes = static_cast<uint32_t>(batch.vectors[i].iov_len);
+    one.total_bytes = one.segment_bytes;
+    one.vectors[0] = batch.vectors[i];
+    one.buffers[0] = batch.buffers[i];
+    open_batch_ = single;
+    close_batch();
+  }
+  batch.count = 0;  // its buffers now belong to the single sends
+  tx_batch_free_.push_back(index);
 }
 
 void UdpLink::flush() {
   ensure_started();
+  close_batch();
   if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
 }
 
@@ -183,12 +299,22 @@ void UdpLink::complete(const io_uring_cqe& cqe) {
       wake_armed_ = false;
       if (!shutting_down_) arm_wake();
       return;
-    case Kind::kSend:
+    case Kind::kSend: {
       --inflight_;
-      tx_free_.push_back(index);
-      if (cqe.res < 0) ++counters_.send_errors;
-      put_socket(tx_socket_[index]);
+      const TxBatch& batch = tx_batches_[index];
+      const SocketId socket = batch.socket;
+      // Refusals of the batch as a whole (no segmentation on the route's device, a segment
+      // over the route's MTU, ...): each datagram alone may still go.
+      if (batch.count > 1 && (cqe.res == -EIO || cqe.res == -EINVAL || cqe.res == -EMSGSIZE) &&
+          !sockets_[socket]->closing) {
+        resend_one_by_one(index);  // the route cannot segment: nothing is lost
+      } else {
+        if (cqe.res < 0) counters_.send_errors += batch.count;
+        free_batch(index);
+      }
+      put_socket(socket);
       return;
+    }
     case Kind::kRecv:
       on_receive(id, cqe);
       return;
@@ -197,6 +323,7 @@ void UdpLink::complete(const io_uring_cqe& cqe) {
 
 void UdpLink::reap(int64_t deadline_ns) {
   ensure_started();
+  close_batch();
   if (!wake_armed_ && !shutting_down_) arm_wake();
   // receive() flushes (DatagramLink): the waits below submit in the same system call; with
   // completions already waiting there is no wait, so submit here.

@@ -125,7 +125,8 @@ TEST_F(UdpChannel, StrictConfigAndMtuLimit) {
   ASSERT_FALSE(endpoint);
   EXPECT_EQ(endpoint.error().code, ErrorCode::kInvalidArgument);
   for (const char* bad : {"busy_poll_us=", "busy_poll_us=-1", "busy_poll_us=10us",
-                          "busy_poll_us=2000000", "busy_poll_us=5,loss=0.1"}) {
+                          "busy_poll_us=2000000", "busy_poll_us=5,loss=0.1", "gso=2",
+                          "gro=on", "gso", "gso=1,,gro=1"}) {
     options.backend_config = bad;
     auto rejected = udp::make_endpoint(options);
     ASSERT_FALSE(rejected) << bad;
@@ -133,6 +134,8 @@ TEST_F(UdpChannel, StrictConfigAndMtuLimit) {
     EXPECT_NE(rejected.error().message.find(bad), std::string::npos) << bad;
   }
   options.backend_config = "busy_poll_us=0";
+  EXPECT_TRUE(udp::make_endpoint(options));
+  options.backend_config = "gso=0,gro=0,busy_poll_us=10";
   EXPECT_TRUE(udp::make_endpoint(options));
   auto plain = udp::make_endpoint({});
   ASSERT_TRUE(plain);
