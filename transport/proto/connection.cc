@@ -63,13 +63,18 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
         burst = static_cast<int32_t>(
             std::clamp<int64_t>(spec.max_burst_bytes / wire_bytes, 1, burst));
       }
-      p.pacer = Pacer(spec.rate_bps, spec.frame_overhead_bytes, burst,
+      // A send quantum taken out of the catch-up burst, so the most that can leave at once
+      // stays `burst`; none where the path's shaper bounds the burst (max_burst_bytes).
+      const int32_t quantum =
+          spec.max_burst_bytes > 0 ? 0 : reserved_quantum_datagrams(spec.rate_bps, wire_bytes, burst);
+      p.pacer = Pacer(spec.rate_bps, spec.frame_overhead_bytes, burst - quantum,
                       static_cast<int32_t>(max_datagram_bytes_));
+      p.pacer.set_quantum_datagrams(quantum);
     } else {
       p.cubic.emplace(static_cast<int64_t>(max_datagram_bytes_));
       p.pacer = Pacer(1, spec.frame_overhead_bytes, kPacerBurstDatagrams,
                       static_cast<int32_t>(max_datagram_bytes_));
-      p.pacer.set_quantum_datagrams(kBestEffortQuantumDatagrams);
+      p.pacer.set_quantum_datagrams(kQuantumDatagrams);
     }
     paths_.push_back(std::move(p));
   }

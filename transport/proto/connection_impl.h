@@ -37,12 +37,13 @@ inline constexpr int64_t kDelayedAckNs = 1'000'000;
 inline constexpr int kAckEverySegments = 2;
 inline constexpr int kReservedAckEverySegments = 16;
 inline constexpr int32_t kPacerBurstDatagrams = 4;
-// A best-effort path's pacer lets one wake-up send up to this many datagrams (at most 1 ms at
-// the pacing rate) back to back, then waits until they have drained (Pacer's send quantum): the
-// udp link sends such a run as one GSO sendmsg (at most 64 datagrams), the receiver's kernel
-// hands it over as one GRO buffer, and the progress thread wakes once per run, not per
-// datagram. Reserved paths keep exact pacing (their shaper's bucket is the limit).
-inline constexpr int32_t kBestEffortQuantumDatagrams = 64;
+// A path's pacer lets one wake-up send up to this many datagrams (at most 1 ms at the pacing
+// rate) back to back, then waits until they have drained (Pacer's send quantum): the udp link
+// sends such a run as one GSO sendmsg (at most 64 datagrams), the receiver's kernel hands it
+// over as one GRO buffer, and the progress thread wakes once per run, not per datagram. On a
+// reserved path the quantum is at most half the catch-up burst and taken out of it
+// (reserved_quantum_datagrams), so what may leave at once is still that burst.
+inline constexpr int32_t kQuantumDatagrams = 64;
 // A reserved path's pacer may catch up this much sending time after its thread ran late (a
 // descheduled progress thread would otherwise lose that share of the reservation for good);
 // the reservation's shaper or queue absorbs a burst this small. At least kPacerBurstDatagrams,
@@ -54,6 +55,14 @@ inline constexpr int32_t kPacerMaxBurstDatagrams = 128;
   const int64_t datagrams = rate_bps * kPacerCatchUpNs / (wire_bytes * 8 * 1'000'000'000);
   return static_cast<int32_t>(
       std::clamp<int64_t>(datagrams, kPacerBurstDatagrams, kPacerMaxBurstDatagrams));
+}
+
+// The send quantum of a reserved path (see kQuantumDatagrams): the datagrams 1 ms at the rate
+// carries (at least 1: none), at most kQuantumDatagrams and half of `burst`.
+[[nodiscard]] inline int32_t reserved_quantum_datagrams(int64_t rate_bps, int64_t wire_bytes,
+                                                        int32_t burst) {
+  const int64_t in_1ms = rate_bps / 1000 / (wire_bytes * 8) + 1;
+  return static_cast<int32_t>(std::min<int64_t>({in_1ms, kQuantumDatagrams, burst / 2}));
 }
 
 inline Event make_event(Event::Kind kind, uint64_t token = 0) {
