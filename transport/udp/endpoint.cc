@@ -32,21 +32,26 @@ namespace {
 
 constexpr int64_t kMaxBusyPollUs = 1'000'000;
 
+// "busy_poll_us=auto": adaptive busy polling of at most this long per wait.
+constexpr int64_t kAutoBusyPollNs = 50'000;
+
 struct LinkSettings {
   int64_t busy_poll_ns = 0;
+  bool adaptive_busy_poll = false;
   LinkOptions options;
 };
 
 // backend_config: "" or comma-separated settings: "busy_poll_us=N" (0 <= N <= 1 s, see
-// UdpLink::set_busy_poll_ns), "gso=0|1", "gro=0|1" (both on by default where the kernel has
-// them; off is for comparisons).
+// UdpLink::set_busy_poll_ns) or "busy_poll_us=auto" (adaptive, at most 50 us per wait),
+// "gso=0|1", "gro=0|1" (both on by default where the kernel has them; off is for comparisons).
 Result<LinkSettings> parse_backend_config(const std::string& config) {
   LinkSettings settings;
   auto invalid = [&](std::string_view item, std::string_view why) {
     return common::make_error(
         ErrorCode::kInvalidArgument,
         fmt::format("udp backend_config '{}': '{}': {} (the udp backend takes busy_poll_us=N "
-                    "with 0 <= N <= {}, gso=0|1 and gro=0|1, separated by commas)",
+                    "with 0 <= N <= {} or busy_poll_us=auto, gso=0|1 and gro=0|1, separated by "
+                    "commas)",
                     config, item, why, kMaxBusyPollUs));
   };
   std::string_view rest(config);
@@ -58,6 +63,10 @@ Result<LinkSettings> parse_backend_config(const std::string& config) {
     if (equals == std::string_view::npos) return invalid(item, "not key=value");
     const std::string_view key = item.substr(0, equals);
     const std::string_view value = item.substr(equals + 1);
+    if (key == "busy_poll_us" && value == "auto") {
+      settings.adaptive_busy_poll = true;
+      continue;
+    }
     int64_t number = 0;
     const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
     if (value.empty() || error != std::errc{} || end != value.data() + value.size()) {
@@ -93,6 +102,7 @@ Result<std::unique_ptr<Endpoint>> make_endpoint(const EndpointOptions& options) 
   auto link = UdpLink::create(settings->options);
   if (!link) return std::unexpected(link.error());
   (*link)->set_busy_poll_ns(settings->busy_poll_ns);
+  if (settings->adaptive_busy_poll) (*link)->set_adaptive_busy_poll(kAutoBusyPollNs);
   return std::make_unique<datagram::DatagramEndpoint<UdpLink>>(std::move(*link), "udp",
                                                                options.accept_options);
 }

@@ -2,11 +2,13 @@
 // receive buffers, and the orderly drain on destruction.
 #include "transport/udp/link.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
 #include <netinet/udp.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -216,6 +218,13 @@ void UdpLink::close_socket(SocketId id) {
 std::string UdpLink::local_name(SocketId id) const {
   if (id >= sockets_.size() || !sockets_[id]) return "?";
   return format_address(sockets_[id]->local);
+}
+
+void UdpLink::set_adaptive_busy_poll(int64_t max_ns) {
+  adaptive_.emplace(max_ns);
+  // Without /proc it only judges its own spins (preemption), never the host's load.
+  loadavg_fd_.reset(::open("/proc/loadavg", O_RDONLY | O_CLOEXEC));
+  online_cpus_ = std::max<int64_t>(1, ::sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 void UdpLink::wake() {

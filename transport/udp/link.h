@@ -21,7 +21,9 @@
 //  - optional busy polling (set_busy_poll_ns, backend_config "busy_poll_us=N"): before it
 //    sleeps, receive() keeps asking the kernel for completions for up to N ns (one non-blocking
 //    io_uring_enter each, which also runs the deferred completion work), trading a spinning
-//    core for the scheduler's sleep/wakeup latency on each hop;
+//    core for the scheduler's sleep/wakeup latency on each hop; "busy_poll_us=auto"
+//    (set_adaptive_busy_poll) spins only while it pays and steps aside on a contended core
+//    (busy_poll.h);
 //  - the ring is SINGLE_ISSUER + DEFER_TASKRUN (completion work runs only when the progress
 //    thread waits: no interrupting task work), created disabled and enabled by the first thread
 //    that uses it, so the endpoint's progress thread becomes its only submitter.
@@ -32,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -40,6 +43,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "transport/datagram/link.h"
+#include "transport/udp/busy_poll.h"
 #include "transport/udp/socket.h"
 
 namespace detwan::transport::udp {
@@ -56,6 +60,7 @@ struct LinkCounters {
   uint64_t dropped_no_sqe = 0;    // submission queue full even after a submit
   uint64_t dropped_closed = 0;    // send on a closed socket
   uint64_t busy_polls_found = 0;  // waits a busy poll ended without sleeping
+  uint64_t busy_polls_stepped_aside = 0;  // adaptive: spins preempted, spinning paused after
   uint64_t gso_sends = 0;         // sendmsg calls that carried more than one datagram
   uint64_t gso_datagrams = 0;     // datagrams sent in them
   uint64_t gso_refused = 0;       // GSO sends the route refused (GSO then off for the socket)
@@ -114,6 +119,8 @@ class UdpLink {
   // Spin up to `busy_poll_ns` (0 = never) for completions before each sleep. Setup tier: call
   // before the progress thread starts using the link.
   void set_busy_poll_ns(int64_t busy_poll_ns) { busy_poll_ns_ = busy_poll_ns; }
+  // Adaptive busy polling of at most `max_ns` per wait (AdaptiveBusyPoll). Setup tier.
+  void set_adaptive_busy_poll(int64_t max_ns);
   // Cancels and drains every operation in flight (bounded); called on the progress thread, the
   // ring's single issuer. The destructor does it too if nobody did.
   void shutdown();
@@ -197,6 +204,8 @@ class UdpLink {
   // A GSO send the route refused: GSO off for the socket, each datagram sent on its own.
   void resend_one_by_one(uint32_t index);
   void arm_wake();
+  // Adaptive busy poll: tells it how many threads are runnable now (/proc/loadavg).
+  void sample_load(int64_t now_ns);
   void reap(int64_t deadline_ns);
   void complete(const io_uring_cqe& cqe);
   void put_socket(SocketId socket);  // one operation on it finished
@@ -216,6 +225,10 @@ class UdpLink {
   uint16_t next_group_ = 1;
   LinkOptions options_;
   int64_t busy_poll_ns_ = 0;
+  std::optional<AdaptiveBusyPoll> adaptive_;
+  common::UniqueFd loadavg_fd_;  // /proc/loadavg, sampled by the adaptive busy poll
+  int64_t online_cpus_ = 1;
+  int64_t next_load_sample_ns_ = 0;
   uint32_t inflight_ = 0;  // every operation in flight, wake read included
   bool shutting_down_ = false;
   bool wake_armed_ = false;

@@ -5,6 +5,9 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <cstdlib>
+
+#include <unistd.h>
 
 #include <liburing.h>
 #include <netinet/in.h>
@@ -24,6 +27,13 @@ uint64_t user_data(Kind kind, SocketId socket, uint32_t index) {
 Kind kind_of(uint64_t data) { return static_cast<Kind>(data >> 56); }
 SocketId socket_of(uint64_t data) { return static_cast<SocketId>((data >> 32) & 0xFFFFFFu); }
 uint32_t index_of(uint64_t data) { return static_cast<uint32_t>(data); }
+
+// CPU time this thread has had (what a spin got of the wall-clock time it took).
+int64_t thread_cpu_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1'000'000'000 + t.tv_nsec;
+}
 
 }  // namespace
 
@@ -321,6 +331,24 @@ void UdpLink::complete(const io_uring_cqe& cqe) {
   }
 }
 
+void UdpLink::sample_load(int64_t now_ns) {
+  next_load_sample_ns_ = now_ns + AdaptiveBusyPoll::kSampleIntervalNs;
+  // "0.50 0.40 0.30 3/250 12345": the fourth field's numerator is the threads runnable now.
+  char text[128];
+  const ssize_t got = ::pread(loadavg_fd_.get(), text, sizeof text - 1, 0);
+  if (got <= 0) return;
+  text[got] = '\0';
+  const char* field = text;
+  for (int spaces = 0; spaces < 3 && field != nullptr; ++spaces) {
+    field = std::strchr(field, ' ');
+    if (field != nullptr) ++field;
+  }
+  if (field == nullptr) return;
+  const uint64_t stepped_aside = adaptive_->stepped_aside();
+  adaptive_->on_runnable(std::strtol(field, nullptr, 10), online_cpus_);
+  counters_.busy_polls_stepped_aside += adaptive_->stepped_aside() - stepped_aside;
+}
+
 void UdpLink::reap(int64_t deadline_ns) {
   ensure_started();
   close_batch();
@@ -330,17 +358,29 @@ void UdpLink::reap(int64_t deadline_ns) {
   if (io_uring_cq_ready(&ring_) > 0 && io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
   if (io_uring_cq_ready(&ring_) == 0) {
     int64_t now_ns = common::MonotonicClock().now_ns();
-    if (busy_poll_ns_ > 0 && deadline_ns > now_ns) {
+    if (adaptive_ && now_ns >= next_load_sample_ns_) sample_load(now_ns);
+    const int64_t budget_ns = adaptive_ ? adaptive_->next_budget_ns() : busy_poll_ns_;
+    if (budget_ns > 0 && deadline_ns > now_ns) {
       // Busy poll: with DEFER_TASKRUN a completion only shows in the CQ once this thread enters
       // the kernel, so each round is a non-blocking enter (it also submits queued sends).
-      const int64_t spin_end_ns = std::min(deadline_ns, now_ns + busy_poll_ns_);
+      const int64_t spin_start_ns = now_ns;
+      const int64_t cpu_start_ns = adaptive_ ? thread_cpu_ns() : 0;
+      const int64_t spin_end_ns = std::min(deadline_ns, now_ns + budget_ns);
+      bool found = false;
       while (now_ns < spin_end_ns) {
         io_uring_submit_and_get_events(&ring_);
         if (io_uring_cq_ready(&ring_) > 0) {
           ++counters_.busy_polls_found;
+          found = true;
           break;
         }
         now_ns = common::MonotonicClock().now_ns();
+      }
+      if (adaptive_) {
+        const uint64_t stepped_aside = adaptive_->stepped_aside();
+        adaptive_->on_spin(found, common::MonotonicClock().now_ns() - spin_start_ns,
+                           thread_cpu_ns() - cpu_start_ns);
+        counters_.busy_polls_stepped_aside += adaptive_->stepped_aside() - stepped_aside;
       }
     }
   }

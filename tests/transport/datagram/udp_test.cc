@@ -126,7 +126,7 @@ TEST_F(UdpChannel, StrictConfigAndMtuLimit) {
   EXPECT_EQ(endpoint.error().code, ErrorCode::kInvalidArgument);
   for (const char* bad : {"busy_poll_us=", "busy_poll_us=-1", "busy_poll_us=10us",
                           "busy_poll_us=2000000", "busy_poll_us=5,loss=0.1", "gso=2",
-                          "gro=on", "gso", "gso=1,,gro=1"}) {
+                          "gro=on", "gso", "gso=1,,gro=1", "busy_poll_us=Auto"}) {
     options.backend_config = bad;
     auto rejected = udp::make_endpoint(options);
     ASSERT_FALSE(rejected) << bad;
@@ -149,19 +149,23 @@ TEST_F(UdpChannel, StrictConfigAndMtuLimit) {
 
 // Busy polling (backend_config "busy_poll_us=N") changes only how the progress thread waits:
 // messages of every size still arrive byte-exact both ways, and the spin does find completions.
+// The same with adaptive busy polling ("busy_poll_us=auto") and without GSO and GRO.
 TEST_F(UdpChannel, BusyPollingEndpointsDeliverByteExact) {
-  EndpointOptions server = server_options();
-  server.backend_config = "busy_poll_us=200";
-  EndpointOptions client;
-  client.backend_config = "busy_poll_us=200";
-  auto pair = connect_pair(udp::make_endpoint, "127.0.0.1:0", server, client, fast_options());
-  ASSERT_TRUE(pair.client && pair.server);
-  for (size_t size : {size_t{0}, size_t{64}, size_t{9000}, size_t{1} << 20}) {
-    const auto message = random_bytes(size, size + 11);
-    expect_transfer(*pair.client, *pair.server, message);
-    expect_transfer(*pair.server, *pair.client, message);
+  for (const char* config : {"busy_poll_us=200", "busy_poll_us=auto,gso=0,gro=0"}) {
+    SCOPED_TRACE(config);
+    EndpointOptions server = server_options();
+    server.backend_config = config;
+    EndpointOptions client;
+    client.backend_config = config;
+    auto pair = connect_pair(udp::make_endpoint, "127.0.0.1:0", server, client, fast_options());
+    ASSERT_TRUE(pair.client && pair.server);
+    for (size_t size : {size_t{0}, size_t{64}, size_t{9000}, size_t{1} << 20}) {
+      const auto message = random_bytes(size, size + 11);
+      expect_transfer(*pair.client, *pair.server, message);
+      expect_transfer(*pair.server, *pair.client, message);
+    }
+    EXPECT_GE(pair.client->stats().messages_received, 4u);
   }
-  EXPECT_GE(pair.client->stats().messages_received, 4u);
 }
 
 // Prints (never asserts: shared noisy machine) the median round trip of 64-byte messages through
