@@ -65,8 +65,9 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
       }
       // A send quantum taken out of the catch-up burst, so the most that can leave at once
       // stays `burst`; none where the path's shaper bounds the burst (max_burst_bytes).
-      const int32_t quantum =
-          spec.max_burst_bytes > 0 ? 0 : reserved_quantum_datagrams(spec.rate_bps, wire_bytes, burst);
+      const int32_t quantum = spec.max_burst_bytes > 0
+                                  ? 0
+                                  : reserved_quantum_datagrams(spec.rate_bps, wire_bytes, burst);
       p.pacer = Pacer(spec.rate_bps, spec.frame_overhead_bytes, burst - quantum,
                       static_cast<int32_t>(max_datagram_bytes_));
       p.pacer.set_quantum_datagrams(quantum);

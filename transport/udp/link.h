@@ -28,9 +28,6 @@
 //    thread waits: no interrupting task work), created disabled and enabled by the first thread
 //    that uses it, so the endpoint's progress thread becomes its only submitter.
 // Setup in link.cc, the per-packet path in link_datapath.cc.
-#include <liburing.h>
-#include <netinet/in.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,6 +36,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <liburing.h>
+#include <netinet/in.h>
 
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -53,19 +53,19 @@ using datagram::SocketId;
 struct LinkCounters {
   uint64_t sent = 0;
   uint64_t received = 0;
-  uint64_t send_errors = 0;       // sendmsg failed (EMSGSIZE, ENETUNREACH, ...)
+  uint64_t send_errors = 0;        // sendmsg failed (EMSGSIZE, ENETUNREACH, ...)
   uint64_t recv_errors = 0;
-  uint64_t dropped_truncated = 0; // datagram larger than kMaxDatagramBytes
-  uint64_t recv_rearmed = 0;      // multishot receive ended (buffer ring empty) and was re-armed
-  uint64_t dropped_no_sqe = 0;    // submission queue full even after a submit
-  uint64_t dropped_closed = 0;    // send on a closed socket
-  uint64_t busy_polls_found = 0;  // waits a busy poll ended without sleeping
-  uint64_t busy_polls_stepped_aside = 0;  // adaptive: spins preempted, spinning paused after
-  uint64_t gso_sends = 0;         // sendmsg calls that carried more than one datagram
-  uint64_t gso_datagrams = 0;     // datagrams sent in them
-  uint64_t gso_refused = 0;       // GSO sends the route refused (GSO then off for the socket)
-  uint64_t gro_buffers = 0;       // received buffers that held more than one datagram
-  uint64_t gro_datagrams = 0;     // datagrams in them
+  uint64_t dropped_truncated = 0;  // datagram larger than kMaxDatagramBytes
+  uint64_t recv_rearmed = 0;       // multishot receive ended (buffer ring empty) and was re-armed
+  uint64_t dropped_no_sqe = 0;     // submission queue full even after a submit
+  uint64_t dropped_closed = 0;     // send on a closed socket
+  uint64_t busy_polls_found = 0;   // waits a busy poll ended without sleeping
+  uint64_t busy_polls_stepped_aside = 0;  // adaptive: spinning paused (load, preempted spin)
+  uint64_t gso_sends = 0;                 // sendmsg calls that carried more than one datagram
+  uint64_t gso_datagrams = 0;             // datagrams sent in them
+  uint64_t gso_refused = 0;               // GSO sends refused by the route (GSO then off)
+  uint64_t gro_buffers = 0;               // received buffers holding more than one datagram
+  uint64_t gro_datagrams = 0;             // datagrams in them
 };
 
 // What the link asks of the kernel (backend_config "gso=0", "gro=0" turn them off).

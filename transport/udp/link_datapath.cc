@@ -3,15 +3,14 @@
 // counted.
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <cstdlib>
-
-#include <unistd.h>
 
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "transport/udp/link.h"

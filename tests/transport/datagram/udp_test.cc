@@ -124,9 +124,9 @@ TEST_F(UdpChannel, StrictConfigAndMtuLimit) {
   auto endpoint = udp::make_endpoint(options);
   ASSERT_FALSE(endpoint);
   EXPECT_EQ(endpoint.error().code, ErrorCode::kInvalidArgument);
-  for (const char* bad : {"busy_poll_us=", "busy_poll_us=-1", "busy_poll_us=10us",
-                          "busy_poll_us=2000000", "busy_poll_us=5,loss=0.1", "gso=2",
-                          "gro=on", "gso", "gso=1,,gro=1", "busy_poll_us=Auto"}) {
+  for (const char* bad :
+       {"busy_poll_us=", "busy_poll_us=-1", "busy_poll_us=10us", "busy_poll_us=2000000",
+        "busy_poll_us=5,loss=0.1", "gso=2", "gro=on", "gso", "gso=1,,gro=1", "busy_poll_us=Auto"}) {
     options.backend_config = bad;
     auto rejected = udp::make_endpoint(options);
     ASSERT_FALSE(rejected) << bad;
