@@ -110,27 +110,35 @@ def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float,
             "wrong_bytes": received.get("wrong_bytes"), "error": None}
 
 
-def run_tcp(pair: VethPair, nbytes: int, timeout_s: float) -> dict:
+def _iperf3(pair: VethPair, client_args: list[str], timeout_s: float, what: str) -> dict:
+    """One iperf3 run from a to an iperf3 server in b; its JSON report (or {"error"})."""
     server = subprocess.Popen(_in(pair.b, ["iperf3", "-s", "-1", "-B", ADDR_B, "-p",
                                            str(IPERF_PORT)]),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               stdin=subprocess.DEVNULL)
     try:
         measure._wait_listening(pair.b, IPERF_PORT)
-        res = subprocess.run(_in(pair.a, ["iperf3", "-c", ADDR_B, "-p", str(IPERF_PORT), "-n",
-                                          str(nbytes), "-J"]),
+        res = subprocess.run(_in(pair.a, ["iperf3", "-c", ADDR_B, "-p", str(IPERF_PORT),
+                                          *client_args, "-J"]),
                              capture_output=True, text=True, timeout=timeout_s,
                              stdin=subprocess.DEVNULL)
     finally:
         _stop(server)
-    report = _json(res.stdout, res.stderr, "iperf3")
+    return _json(res.stdout, res.stderr, what)
+
+
+def _cpu_s(end: dict, seconds: float) -> float:
+    cpu = end.get("cpu_utilization_percent", {})
+    return (cpu.get("host_total", 0) + cpu.get("remote_total", 0)) / 100 * seconds
+
+
+def run_tcp(pair: VethPair, nbytes: int, timeout_s: float) -> dict:
+    report = _iperf3(pair, ["-n", str(nbytes)], timeout_s, "iperf3")
     if report.get("error"):
         return {"error": report["error"]}
     end = report["end"]
     received = end["sum_received"]
-    cpu = end.get("cpu_utilization_percent", {})
-    seconds = received["seconds"]
-    cpu_s = (cpu.get("host_total", 0) + cpu.get("remote_total", 0)) / 100 * seconds
+    cpu_s = _cpu_s(end, received["seconds"])
     return {"goodput_bps": received["bits_per_second"], "bytes": received["bytes"],
             "cpu_s": cpu_s, "cpu_s_per_gb": cpu_s / (received["bytes"] / 1e9),
             "cc": end.get("sender_tcp_congestion"), "retransmits": end["sum_sent"].get(
@@ -139,29 +147,14 @@ def run_tcp(pair: VethPair, nbytes: int, timeout_s: float) -> dict:
 
 def run_udp(pair: VethPair, nbytes: int, rate_bps: float, timeout_s: float) -> dict:
     """iperf3 UDP of nbytes at rate_bps (detwan's goodput), 1,472-byte datagrams (MTU 1500)."""
-    server = subprocess.Popen(_in(pair.b, ["iperf3", "-s", "-1", "-B", ADDR_B, "-p",
-                                           str(IPERF_PORT)]),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              stdin=subprocess.DEVNULL)
-    try:
-        measure._wait_listening(pair.b, IPERF_PORT)
-        res = subprocess.run(_in(pair.a, ["iperf3", "-c", ADDR_B, "-p", str(IPERF_PORT), "-u",
-                                          "-b", str(int(rate_bps)), "-l", "1472", "-n",
-                                          str(nbytes), "-J"]),
-                             capture_output=True, text=True, timeout=timeout_s,
-                             stdin=subprocess.DEVNULL)
-    finally:
-        _stop(server)
-    report = _json(res.stdout, res.stderr, "iperf3 -u")
+    report = _iperf3(pair, ["-u", "-b", str(int(rate_bps)), "-l", "1472", "-n", str(nbytes)],
+                     timeout_s, "iperf3 -u")
     if report.get("error"):
         return {"error": report["error"]}
-    end = report["end"]
-    total = end["sum"]
-    cpu = end.get("cpu_utilization_percent", {})
-    seconds = total["seconds"]
+    total = report["end"]["sum"]
     lost = (total.get("lost_percent") or 0) / 100
     received = total["bytes"] * (1 - lost)
-    cpu_s = (cpu.get("host_total", 0) + cpu.get("remote_total", 0)) / 100 * seconds
+    cpu_s = _cpu_s(report["end"], total["seconds"])
     return {"goodput_bps": total["bits_per_second"] * (1 - lost), "bytes": received,
             "cpu_s": cpu_s, "cpu_s_per_gb": cpu_s / (received / 1e9) if received else None,
             "lost_percent": total.get("lost_percent"), "error": None}

@@ -21,41 +21,13 @@
 
 #include "common/unique_fd.h"
 #include "dataplane/gw/config.h"
+#include "tests/common/private_netns.h"
 
 namespace detwan::dataplane::uring::testing {
 
 inline constexpr int64_t kMs = 1'000'000;
 
-// Runs `body` on a thread in a fresh network namespace (unshare(CLONE_NEWNET) applies to the
-// calling thread only; threads it starts inherit it) with its loopback up. Returns why it could
-// not, for GTEST_SKIP: creating a namespace needs CAP_NET_ADMIN (CI runs as root).
-inline std::optional<std::string> in_private_netns(const std::function<void()>& body) {
-  std::optional<std::string> failure;
-  std::thread thread([&] {
-    if (::unshare(CLONE_NEWNET) != 0) {
-      failure = std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno) +
-                " (this test needs CAP_NET_ADMIN; CI runs it as root)";
-      return;
-    }
-    common::UniqueFd control(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    ifreq request{};
-    std::strcpy(request.ifr_name, "lo");
-    if (::ioctl(control.get(), SIOCGIFFLAGS, &request) == 0) {
-      request.ifr_flags = static_cast<short>(request.ifr_flags | IFF_UP);
-      ::ioctl(control.get(), SIOCSIFFLAGS, &request);
-    }
-    body();
-  });
-  thread.join();
-  return failure;
-}
-
-// Variadic: a lambda's commas are not macro argument separators.
-#define DETWAN_RUN_IN_NETNS(...)                                                           \
-  do {                                                                                     \
-    if (auto skipped = ::detwan::dataplane::uring::testing::in_private_netns(__VA_ARGS__)) \
-      GTEST_SKIP() << *skipped;                                                            \
-  } while (0)
+using ::detwan::test_support::in_private_netns;  // and DETWAN_RUN_IN_NETNS (private_netns.h)
 
 // "@detwan-test-<pid>-<tag>-<n>": abstract, so nothing is left on disk, and unique per process.
 inline std::string unique_socket_name(const std::string& tag) {

@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/unique_fd.h"
+#include "tests/common/private_netns.h"
 #include "transport/udp/link.h"
 #include "transport/udp/socket.h"
 
@@ -268,29 +269,13 @@ TEST_F(UdpLinkTest, GsoBatchesEndAtEveryChangeOfDestinationOrSize) {
   EXPECT_EQ(client_->counters().gso_datagrams, 2u + 2u + 7u + 3u);
 }
 
-// Runs `body` on a thread in a fresh network namespace with its loopback up; why it could not
-// (for GTEST_SKIP): a namespace needs CAP_NET_ADMIN (CI runs as root).
-std::optional<std::string> in_private_netns(const std::function<void()>& body) {
-  std::optional<std::string> failure;
-  std::thread thread([&] {
-    if (::unshare(CLONE_NEWNET) != 0) {
-      failure = std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno) +
-                " (this test needs CAP_NET_ADMIN; CI runs it as root)";
-      return;
-    }
-    body();
-  });
-  thread.join();
-  return failure;
-}
-
 // A segment larger than the route's MTU cannot be sent with GSO (the kernel refuses the batch:
 // EMSGSIZE, EINVAL before 6.x), while the same datagram alone is fragmented and delivered: a
 // transport configured for jumbo frames on a 1,500-byte path. The link turns GSO off for that
 // socket and sends the refused batch again datagram by datagram. Every datagram arrives, in order,
 // and later sends are single. On a private loopback whose MTU is lowered to 1,500.
 TEST(UdpLinkGsoFallback, RouteThatCannotSegmentGetsEveryDatagramOneByOne) {
-  auto skipped = in_private_netns([] {
+  DETWAN_RUN_IN_NETNS([] {
     common::UniqueFd control(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     ifreq request{};
     std::strcpy(request.ifr_name, "lo");
@@ -336,7 +321,6 @@ TEST(UdpLinkGsoFallback, RouteThatCannotSegmentGetsEveryDatagramOneByOne) {
     EXPECT_EQ(counters.send_errors, 0u);
     EXPECT_FALSE((*client)->socket_gso(socket));
   });
-  if (skipped) GTEST_SKIP() << *skipped;
 }
 
 }  // namespace
