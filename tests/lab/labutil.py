@@ -115,4 +115,11 @@ def wanem_class_counters(pair: str, cls: str, direction: str | None = None,
     `pair`, direction `direction` (default: the pair's own order, e.g. "ab")."""
     res = tb("wanem", pair, str(path), "--", "stats", "--json", check=True)
     return json.loads(res.stdout)[direction or pair][cls]
+def wanem_port_drops(pair: str, path: int = 1) -> int:
+    """Frames the emulator of `pair` lost outside its engine, both directions (kernel socket
+    buffer full before it read them, no pool buffer, failed or refused sends, ...)."""
+    res = tb("wanem", pair, str(path), "--", "stats", "--json", check=True)
+    return sum(json.loads(res.stdout)["port"]["drops"].values())
+
+
 wait_for_line = measure.wait_for_line

@@ -195,10 +195,12 @@ def test_iperf3_udp_through_the_tunnel(gwlab):
     b = gwlab["sites"][1]
     a_before, b_before = tunnel("a"), tunnel("b")
     wan_before = labutil.wanem_class_counters("ab", "reserved")
+    port_drops_before = labutil.wanem_port_drops("ab")
     res = labutil.iperf3_udp("a", b, addr_key="tunnel_addr", rate="20M", seconds=3,
                              length=1200)
     a_after, b_after = tunnel("a"), tunnel("b")
     wan_after = labutil.wanem_class_counters("ab", "reserved")
+    port_drops = labutil.wanem_port_drops("ab") - port_drops_before
     sent, lost = res["packets"], res["lost_packets"]
     received = sent - lost
     assert sent > 5000 and received > 0, res
@@ -211,10 +213,15 @@ def test_iperf3_udp_through_the_tunnel(gwlab):
     # Nothing is lost silently: every datagram iperf3 missed was dropped by the WAN or counted
     # by a gateway (the sender's slot scheduler: policed, missed_slot, ...; the receiver's
     # playout), give or take the few in flight when iperf3 stopped counting. The counted side
-    # also holds the odd control packet (keepalives share the tunnel's slots).
+    # also holds the odd control packet (keepalives share the tunnel's slots). Besides its
+    # configured loss, a WAN on a loaded machine may drop for other reasons its engine counts or
+    # before its engine (`rx_kernel`: its socket buffer filled); those counters cover both
+    # directions and all classes, so they only widen the upper bound.
     counted = (wan_lost + sender_drops(a_after) - sender_drops(a_before)
                + b_after["rx_dropped"] - b_before["rx_dropped"])
-    assert lost <= counted + 5, (res, wan_lost, counted)
+    wan_other = (sum(wan_after["dropped"].values()) - sum(wan_before["dropped"].values())
+                 - wan_lost + port_drops)
+    assert lost <= counted + wan_other + 5, (res, wan_lost, wan_other, counted)
     assert lost >= counted - 20, (res, wan_lost, counted)
     # Every datagram iperf3 received was released by b's gateway; besides them only the few
     # packets of iperf3's TCP control connection crossed the tunnel.
