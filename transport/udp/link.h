@@ -139,8 +139,7 @@ class UdpLink {
   // segment_bytes each (the last may be shorter) that the kernel segments (UDP_SEGMENT).
   struct TxBatch {
     msghdr message{};
-    sockaddr_storage address{};
-    socklen_t address_length = 0;
+    UdpAddress destination;
     SocketId socket = 0;
     uint32_t count = 0;
     uint32_t segment_bytes = 0;

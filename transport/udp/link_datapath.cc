@@ -171,14 +171,8 @@ std::span<std::byte> UdpLink::tx_buffer() {
 bool UdpLink::joins_batch(SocketId id, const UdpAddress& destination, size_t size_bytes) const {
   if (open_batch_ == kNoBatch) return false;
   const TxBatch& batch = tx_batches_[open_batch_];
-  if (batch.socket != id || size_bytes > batch.segment_bytes ||
-      batch.address_length != destination.length) {
-    return false;
-  }
-  UdpAddress open;
-  open.storage = batch.address;
-  open.length = batch.address_length;
-  return same_address(open, destination);
+  return batch.socket == id && size_bytes <= batch.segment_bytes &&
+         same_address(batch.destination, destination);
 }
 
 common::Status UdpLink::send(SocketId id, const UdpAddress& destination, size_t size_bytes) {
@@ -194,8 +188,7 @@ common::Status UdpLink::send(SocketId id, const UdpAddress& destination, size_t 
     open_batch_ = tx_batch_free_.back();  // never empty: a batch holds at least one buffer
     tx_batch_free_.pop_back();
     TxBatch& batch = tx_batches_[open_batch_];
-    batch.address = destination.storage;
-    batch.address_length = destination.length;
+    batch.destination = destination;
     batch.socket = id;
     batch.count = 0;
     batch.segment_bytes = static_cast<uint32_t>(size_bytes);
@@ -237,8 +230,8 @@ void UdpLink::close_batch() {
     return;
   }
   batch.message = msghdr{};
-  batch.message.msg_name = &batch.address;
-  batch.message.msg_namelen = batch.address_length;
+  batch.message.msg_name = &batch.destination.storage;
+  batch.message.msg_namelen = batch.destination.length;
   batch.message.msg_iov = batch.vectors;
   batch.message.msg_iovlen = batch.count;
   if (batch.count > 1) {
@@ -269,8 +262,7 @@ void UdpLink::resend_one_by_one(uint32_t index) {
     const uint32_t single = tx_batch_free_.back();  // the failed batch still holds its own
     tx_batch_free_.pop_back();
     TxBatch& one = tx_batches_[single];
-    one.address = batch.address;
-    one.address_length = batch.address_length;
+    one.destination = batch.destination;
     one.socket = batch.socket;
     one.count = 1;
     one.segment_bytes = static_cast<uint32_t>(batch.vectors[i].iov_len);
