@@ -46,8 +46,8 @@ constexpr int64_t kMaxReassemblyBytes = 128 * 1024;
 void check_decoders(Bytes datagram) {
   wire::Header h;
   if (!ok(wire::decode_header(datagram, h))) return;
-  FUZZ_CHECK(datagram.size() >= wire::kHeaderBytes);
-  const Bytes body = datagram.subspan(wire::kHeaderBytes);
+  FUZZ_CHECK(datagram.size() >= wire::header_bytes(h));
+  const Bytes body = datagram.subspan(wire::header_bytes(h));
   std::vector<std::byte> out(datagram.size() + 64);
   wire::Header h2;
   switch (h.type) {
@@ -61,7 +61,8 @@ void check_decoders(Bytes datagram) {
       FUZZ_CHECK(ok(wire::decode_header(Bytes(out.data(), n), h2)));
       FUZZ_CHECK(wire::crc_ok(Bytes(out.data(), n)));
       FUZZ_CHECK(ok(wire::decode_hello(Bytes(out.data(), n).subspan(wire::kHeaderBytes), b2)));
-      FUZZ_CHECK(b2.recv_window_bytes == b.recv_window_bytes && b2.version == b.version);
+      FUZZ_CHECK(b2.recv_window_bytes == b.recv_window_bytes && b2.version == b.version &&
+                 b2.segment_bytes == b.segment_bytes);
       break;
     }
     case wire::Type::kData: {
@@ -69,23 +70,28 @@ void check_decoders(Bytes datagram) {
       if (!ok(wire::decode_data(body, b))) return;
       FUZZ_CHECK(b.payload.data() >= body.data() &&
                            b.payload.data() + b.payload.size() <= body.data() + body.size());
+      FUZZ_CHECK(h.short_form && b.index <= b.last_index &&
+                 b.last_index <= wire::kMaxSegmentIndex && b.seq <= 0xFFFF'FFFFu);
+      h.tx_time_ns = int64_t{h.tx_time_us} * 1000;
       const size_t n = wire::encode_data(h, b, out);
-      FUZZ_CHECK(n > 0);
+      FUZZ_CHECK(n == datagram.size());
+      FUZZ_CHECK(ok(wire::decode_header(Bytes(out.data(), n), h2)));
+      FUZZ_CHECK(h2.short_form && h2.connection_id == h.connection_id && h2.path_id == h.path_id &&
+                 h2.tx_time_us == h.tx_time_us);
       wire::DataBody b2;
-      FUZZ_CHECK(ok(wire::decode_data(Bytes(out.data(), n).subspan(wire::kHeaderBytes), b2)));
-      FUZZ_CHECK(b2.seq == b.seq && b2.message_id == b.message_id &&
-                           b2.message_size == b.message_size && b2.offset == b.offset &&
-                           b2.payload.size() == b.payload.size());
+      FUZZ_CHECK(ok(wire::decode_data(Bytes(out.data(), n).subspan(wire::kShortHeaderBytes), b2)));
+      FUZZ_CHECK(b2.seq == b.seq && b2.index == b.index && b2.last_index == b.last_index &&
+                 b2.payload.size() == b.payload.size());
       FUZZ_CHECK(b.payload.empty() ||
                            std::memcmp(b2.payload.data(), b.payload.data(), b.payload.size()) == 0);
       // The FEC symbol of this segment parses back to the same fields.
-      std::vector<std::byte> symbol(wire::kDataFixedBytes + b.payload.size());
+      std::vector<std::byte> symbol(wire::kDataSymbolFixedBytes + b.payload.size());
       const size_t s = wire::encode_data_symbol(b, symbol);
       FUZZ_CHECK(s == symbol.size());
       wire::DataBody b3;
       FUZZ_CHECK(ok(wire::decode_data_symbol(symbol, b3)));
-      FUZZ_CHECK(b3.message_id == b.message_id && b3.offset == b.offset &&
-                           b3.payload.size() == b.payload.size());
+      FUZZ_CHECK(b3.index == b.index && b3.last_index == b.last_index &&
+                 b3.payload.size() == b.payload.size());
       break;
     }
     case wire::Type::kAck: {
@@ -143,7 +149,7 @@ void drain(Connection& c, int64_t now_ns, std::vector<std::byte>& buf) {
     wire::Header h;
     FUZZ_CHECK(ok(wire::decode_header(d, h)));
     FUZZ_CHECK(wire::crc_ok(d));
-    FUZZ_CHECK(h.connection_id == kConnectionId);
+    FUZZ_CHECK(h.connection_id == (h.short_form ? kConnectionId & 0xFFFF'FFFFu : kConnectionId));
   }
   while (auto e = c.poll_event()) {
     if (e->kind == Event::Kind::kMessage) {
@@ -186,13 +192,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     datagram.assign(input.begin() + static_cast<std::ptrdiff_t>(pos + 3),
                     input.begin() + static_cast<std::ptrdiff_t>(pos + 3 + len));
     pos += 3 + len;
-    if ((control & 0x02) != 0 && datagram.size() >= 14) {
-      detwan::common::store_be64(reinterpret_cast<uint8_t*>(datagram.data()) + 6, kConnectionId);
+    // Control bits 0x02 / 0x01 make the connection id / the CRC right, in either form.
+    auto* raw = reinterpret_cast<uint8_t*>(datagram.data());
+    const bool short_form = wire::is_data(datagram);
+    if ((control & 0x02) != 0 && short_form) {
+      detwan::common::store_be32(raw + 1, static_cast<uint32_t>(kConnectionId));
+    } else if ((control & 0x02) != 0 && datagram.size() >= 14) {
+      detwan::common::store_be64(raw + 6, kConnectionId);
     }
-    if ((control & 0x01) != 0 && datagram.size() >= wire::kHeaderBytes) {
-      detwan::common::store_be32(reinterpret_cast<uint8_t*>(datagram.data()) + wire::kCrcOffset, 0);
-      detwan::common::store_be32(reinterpret_cast<uint8_t*>(datagram.data()) + wire::kCrcOffset,
-                                 wire::crc32c(datagram));
+    const size_t crc_at = short_form ? wire::kShortCrcOffset : wire::kCrcOffset;
+    if ((control & 0x01) != 0 && datagram.size() >= crc_at + 4) {
+      detwan::common::store_be32(raw + crc_at, 0);
+      detwan::common::store_be32(raw + crc_at, wire::crc32c(datagram));
     }
     check_decoders(datagram);
     now_ns += int64_t{(control >> 4) & 0x0F} * 1'000'000;

@@ -36,10 +36,8 @@ namespace json = boost::json;
 using common::Result;
 
 // For when it cannot be measured (backend not usable): the DATA datagram's layout as the
-// protocol declares it (common header + sequence number + the FEC-protected fixed fields).
-constexpr int kAssumedHeaderBytes = static_cast<int>(
-    transport::proto::wire::kHeaderBytes + transport::proto::wire::kDataSeqBytes +
-    transport::proto::wire::kDataFixedBytes);
+// protocol declares it (DATA's short header).
+constexpr int kAssumedHeaderBytes = static_cast<int>(transport::proto::wire::kDataHeaderBytes);
 constexpr int kIpUdpBytes = 28;          // IPv4 20 + UDP 8
 constexpr int kEthernetBytes = 14;       // what detwan-wanem's rate limiter adds per frame
 constexpr size_t kProbeMessageBytes = 256 * 1024;

@@ -212,6 +212,12 @@ class DatagramEndpoint final : public DatagramEndpointBase {
       ++counters_.dropped_accept_backlog;
       return;
     }
+    // DATA names a connection by the low 32 bits of its id: a second live connection with the
+    // same low bits (odds 2^-32 per pair of random ids) is refused; its client times out.
+    if (server_by_short_id_.count(static_cast<uint32_t>(connection_id)) != 0) {
+      ++counters_.dropped_id_collision;
+      return;
+    }
     auto options = normalize_options(accept_options_, link_->format(source));
     if (!options || !check_mtu(*options)) {
       ++counters_.dropped_accept_backlog;  // accept_options invalid: nobody can be accepted
@@ -230,6 +236,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     conns_.emplace(key, Conn{Session(config, now_ns, shared), std::move(paths), true, false, 0,
                              connection_id});
     server_by_id_[connection_id] = key;
+    server_by_short_id_[static_cast<uint32_t>(connection_id)] = key;
     ++counters_.connections_accepted;
     accepted_.push(std::make_unique<ChannelHandle>(queue_, std::move(shared)));
   }
@@ -352,6 +359,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
       auto it = server_by_id_.find(conn.connection_id);
       if (it != server_by_id_.end() && conns_.count(it->second) &&
           &conns_.at(it->second) == &conn) {
+        server_by_short_id_.erase(static_cast<uint32_t>(conn.connection_id));
         server_by_id_.erase(it);
       }
     } else {
@@ -387,22 +395,33 @@ class DatagramEndpoint final : public DatagramEndpointBase {
 
   void on_listen_datagram_st(SocketId socket, const Address& source,
                              std::span<const std::byte> bytes, int64_t now_ns) {
-    const std::optional<uint64_t> id = proto::peek_connection_id(bytes);
+    const std::optional<proto::PeekedId> id = proto::peek_connection_id(bytes);
     if (!id) {
       ++counters_.dropped_not_transport;
       return;
     }
-    auto found = server_by_id_.find(*id);
-    if (found == server_by_id_.end()) {
-      if (!proto::is_hello(bytes)) {
+    uint64_t key = 0;
+    if (id->short_form) {  // DATA: the low 32 bits of the id
+      auto found = server_by_short_id_.find(static_cast<uint32_t>(id->id));
+      if (found == server_by_short_id_.end()) {
         ++counters_.dropped_unknown_connection;
         return;
       }
-      create_server_st(*id, socket, source, now_ns);
-      found = server_by_id_.find(*id);
-      if (found == server_by_id_.end()) return;
+      key = found->second;
+    } else {
+      auto found = server_by_id_.find(id->id);
+      if (found == server_by_id_.end()) {
+        if (!proto::is_hello(bytes)) {
+          ++counters_.dropped_unknown_connection;
+          return;
+        }
+        create_server_st(id->id, socket, source, now_ns);
+        found = server_by_id_.find(id->id);
+        if (found == server_by_id_.end()) return;
+      }
+      key = found->second;
     }
-    Conn& conn = conns_.at(found->second);
+    Conn& conn = conns_.at(key);
     proto::Connection* connection = conn.session.connection();
     if (connection == nullptr) return;
     (void)connection->on_datagram(learn_path_st(conn, socket, source), bytes, now_ns);
@@ -470,6 +489,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   std::unordered_map<uint64_t, Conn> conns_;               // by channel key
   std::unordered_map<SocketId, uint64_t> socket_owner_;    // client socket -> channel key
   std::unordered_map<uint64_t, uint64_t> server_by_id_;    // connection id -> channel key
+  std::unordered_map<uint32_t, uint64_t> server_by_short_id_;  // its low 32 bits -> key
   DriverCounters counters_;
 
   mutable std::mutex counters_mutex_;

@@ -39,6 +39,7 @@ struct DriverCounters {
   uint64_t dropped_not_transport = 0;      // not a detwan transport datagram (listen socket)
   uint64_t dropped_unknown_connection = 0; // unknown connection id and not a HELLO
   uint64_t dropped_accept_backlog = 0;     // HELLO while too many channels wait for accept()
+  uint64_t dropped_id_collision = 0;       // HELLO whose id's low 32 bits a live channel has
   uint64_t connections_accepted = 0;
 };
 

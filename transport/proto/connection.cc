@@ -37,10 +37,19 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
   // A datagram must hold the largest header + body; clamp silly MTUs instead of failing here.
   options_.mtu_bytes = std::clamp(options_.mtu_bytes, 256, 65535);
   max_datagram_bytes_ = static_cast<size_t>(options_.mtu_bytes) - 28;
-  const size_t fixed = wire::kHeaderBytes + wire::kDataFixedBytes +
-                       (options_.fec.enabled ? wire::kFecFixedBytes : wire::kDataSeqBytes);
+  // A DATA datagram is its 24-byte header + the payload; with FEC, a parity datagram (common
+  // header, FEC fields, a symbol holding a full segment) must fit too.
+  const size_t fixed = options_.fec.enabled
+                           ? wire::kHeaderBytes + wire::kFecFixedBytes + wire::kDataSymbolFixedBytes
+                           : wire::kDataHeaderBytes;
   payload_bytes_ = max_datagram_bytes_ - fixed;
-  recv_window_bytes_ = auto_window_bytes(options_);
+  // A message has at most 2^28 segments (the DATA header's index fields): at least 48 GB.
+  options_.max_message_bytes =
+      std::min<int64_t>(options_.max_message_bytes, static_cast<int64_t>(payload_bytes_) *
+                                                        (int64_t{wire::kMaxSegmentIndex} + 1));
+  // The receiver expands a DATA seq's low 32 bits against its cumulative ACK point: its window
+  // stays far below 2^31 segments.
+  recv_window_bytes_ = std::min(auto_window_bytes(options_), kMaxWindowSegments * kWindowUnitBytes);
   peer_window_bytes_ = static_cast<uint64_t>(recv_window_bytes_);
   options_.fec.data_segments = std::clamp(options_.fec.data_segments, 1, fec::kMaxDataSymbols);
   options_.fec.parity_segments =
@@ -202,10 +211,10 @@ std::vector<uint64_t> Connection::path_segments_sent() const {
   return impl_->path_datagrams_sent();
 }
 
-std::optional<uint64_t> peek_connection_id(std::span<const std::byte> datagram) {
+std::optional<PeekedId> peek_connection_id(std::span<const std::byte> datagram) {
   wire::Header h;
   if (wire::decode_header(datagram, h) != Status::kOk) return std::nullopt;
-  return h.connection_id;
+  return PeekedId{h.connection_id, h.short_form};
 }
 
 bool is_hello(std::span<const std::byte> datagram) {

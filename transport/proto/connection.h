@@ -106,8 +106,13 @@ class Connection {
 };
 
 // Connection id of a datagram without validating it further (for a server demultiplexing one
-// socket); std::nullopt if it is not a detwan transport datagram.
-std::optional<uint64_t> peek_connection_id(std::span<const std::byte> datagram);
+// socket); std::nullopt if it is not a detwan transport datagram. DATA carries only the id's
+// low 32 bits (short_form): look those up among the connections' low 32 bits.
+struct PeekedId {
+  uint64_t id = 0;
+  bool short_form = false;
+};
+std::optional<PeekedId> peek_connection_id(std::span<const std::byte> datagram);
 // True if the datagram is a HELLO (a client opening a new connection).
 bool is_hello(std::span<const std::byte> datagram);
 

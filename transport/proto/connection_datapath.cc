@@ -38,7 +38,7 @@ Status ConnectionImpl::on_datagram(uint32_t path, std::span<const std::byte> d, 
     stats_.dropped_malformed++;
     return Status::kMalformed;
   }
-  const std::span<const std::byte> body = d.subspan(wire::kHeaderBytes);
+  const std::span<const std::byte> body = d.subspan(wire::header_bytes(h));
   // Structure first (a truncated datagram is malformed), then the checksum (corrupt).
   wire::HelloBody hello;
   wire::DataBody data;
@@ -63,7 +63,8 @@ Status ConnectionImpl::on_datagram(uint32_t path, std::span<const std::byte> d, 
     stats_.dropped_corrupt++;
     return Status::kDropped;
   }
-  if (h.connection_id != connection_id_) {
+  // DATA names the connection by its id's low 32 bits, every other type by the whole id.
+  if (h.connection_id != (h.short_form ? connection_id_ & 0xFFFF'FFFFu : connection_id_)) {
     stats_.dropped_foreign++;
     return Status::kDropped;
   }
@@ -80,6 +81,7 @@ Status ConnectionImpl::on_datagram(uint32_t path, std::span<const std::byte> d, 
         return Status::kMalformed;
       }
       peer_window_bytes_ = hello.recv_window_bytes;
+      peer_segment_bytes_ = hello.segment_bytes;
       hello_ack_pending_ = true;
       ack_path_ = path;
       return Status::kOk;
@@ -89,12 +91,26 @@ Status ConnectionImpl::on_datagram(uint32_t path, std::span<const std::byte> d, 
         return Status::kMalformed;
       }
       peer_window_bytes_ = hello.recv_window_bytes;
+      peer_segment_bytes_ = hello.segment_bytes;
       on_established();
       return Status::kOk;
-    case wire::Type::kData:
-      // Data from the server proves it saw our HELLO even if its HELLO_ACK was lost.
+    case wire::Type::kData: {
+      // Segments can be placed only once the peer's HELLO / HELLO_ACK told their size: before
+      // that (a client whose HELLO_ACK was lost) they are dropped unacknowledged and resent,
+      // and the client keeps repeating its HELLO.
+      if (peer_segment_bytes_ == 0) {
+        dropped_window_++;
+        return Status::kDropped;
+      }
       on_established();
+      const std::optional<uint64_t> seq = expand_seq(data.seq);
+      if (!seq) {
+        stats_.dropped_malformed++;
+        return Status::kMalformed;
+      }
+      data.seq = *seq;
       return on_data(path, h, data, now_ns, false);
+    }
     case wire::Type::kAck:
       on_established();
       return on_ack(path, h, ack, now_ns);
@@ -163,6 +179,7 @@ Transmit ConnectionImpl::poll_transmit(int64_t now_ns, std::span<std::byte> out)
                                * std::min(hello_attempts_, 8);
     wire::HelloBody b;
     b.recv_window_bytes = static_cast<uint64_t>(recv_window_bytes_);
+    b.segment_bytes = static_cast<uint16_t>(payload_bytes_);
     t.size_bytes = wire::encode_hello(header(wire::Type::kHello, path, now_ns), b, out);
     t.path = path;
     charge_control(path, t.size_bytes, now_ns);
@@ -172,6 +189,7 @@ Transmit ConnectionImpl::poll_transmit(int64_t now_ns, std::span<std::byte> out)
     hello_ack_pending_ = false;
     wire::HelloBody b;
     b.recv_window_bytes = static_cast<uint64_t>(recv_window_bytes_);
+    b.segment_bytes = static_cast<uint16_t>(payload_bytes_);
     t.path = ack_path_;
     t.size_bytes = wire::encode_hello(header(wire::Type::kHelloAck, t.path, now_ns), b, out);
     charge_control(t.path, t.size_bytes, now_ns);

@@ -28,6 +28,7 @@ namespace detwan::transport::proto {
 // whose segments carry more than this many payload bytes divides by its own payload size
 // instead, so it never exceeds what the receiver accepts (docs/transport.md "Wire format").
 inline constexpr int64_t kWindowUnitBytes = 1024;
+inline constexpr int64_t kMaxWindowSegments = int64_t{1} << 30;
 inline constexpr int64_t kDelayedAckNs = 1'000'000;
 // In-order data is acknowledged every kAckEverySegments segments (or after kDelayedAckNs). A
 // path with a reserved rate is paced, not ACK-clocked, and its ACKs share the reverse
@@ -121,16 +122,20 @@ struct OutMessage {
   uint64_t token = 0;
   uint64_t id = 0;
   uint64_t next_offset = 0;
+  uint64_t first_seq = 0;  // seq of its first segment (its segments' seqs are consecutive)
   uint64_t last_seq = 0;
+  uint32_t last_index = 0;  // segments - 1
   bool segmented = false;
 };
 
+// A message being reassembled, keyed by the seq of its first segment. Segment `index` holds
+// bytes [index * peer segment size, + its length); each seq arrives once (duplicates are
+// dropped by seq), so received_segments == last_index + 1 means every byte is present.
 struct InMessage {
-  std::vector<std::byte> bytes;
-  // Byte ranges received [offset, end), merged when adjacent (in-order arrival keeps one
-  // node). Overlaps are rejected, so received_bytes == size means every byte is present.
-  std::map<uint64_t, uint64_t> ranges;
-  uint64_t received_bytes = 0;
+  std::vector<std::byte> bytes;  // sized for last_index + 1 full segments until the last arrives
+  uint32_t last_index = 0;
+  uint32_t received_segments = 0;
+  bool size_known = false;  // the last segment arrived: bytes.size() is the message's
   bool complete = false;
 };
 
@@ -220,6 +225,8 @@ class ConnectionImpl {
   void update_pacing(uint32_t path);
 
   // receiver_datapath.cc
+  // The 64-bit seq nearest the cumulative ACK point with these low 32 bits (nullopt: below 0).
+  [[nodiscard]] std::optional<uint64_t> expand_seq(uint64_t wire_seq) const;
   Status on_data(uint32_t path, const wire::Header& h, const wire::DataBody& d, int64_t now_ns,
                  bool recovered);
   [[nodiscard]] bool seq_received(uint64_t seq) const;
@@ -233,7 +240,7 @@ class ConnectionImpl {
   void fec_close_block(int64_t now_ns);
   size_t fec_send_parity(int64_t now_ns, std::span<std::byte> out, uint32_t* path);
   void fec_alloc_rx();
-  void fec_store_rx_symbol(uint64_t seq, std::span<const std::byte> symbol);
+  void fec_store_rx_symbol(uint64_t seq, const wire::DataBody& body);
   Status on_fec(uint32_t path, const wire::Header& h, const wire::FecBody& f, int64_t now_ns);
   void fec_try_recover(FecRxBlock& block, uint32_t path, const wire::Header& h, int64_t now_ns);
   [[nodiscard]] size_t fec_symbol_capacity() const;
@@ -243,7 +250,7 @@ class ConnectionImpl {
   uint64_t connection_id_;
   ChannelOptions options_;
   size_t max_datagram_bytes_;
-  size_t payload_bytes_;             // message bytes per DATA segment
+  size_t payload_bytes_;  // message bytes per DATA segment (all but a message's last)
   int64_t recv_window_bytes_;
 
   // Connection state.
@@ -258,6 +265,7 @@ class ConnectionImpl {
   int64_t last_peer_rx_ns_;
   int64_t last_tx_ns_;
   uint64_t peer_window_bytes_;
+  uint32_t peer_segment_bytes_ = 0;  // the peer's payload_bytes_ (its HELLO / HELLO_ACK); 0 unknown
   std::deque<Event> events_;
   std::vector<PathState> paths_;
   uint32_t keepalive_path_ = 0;
@@ -280,12 +288,12 @@ class ConnectionImpl {
   std::map<uint64_t, InMessage> in_messages_;
   uint64_t reassembly_bytes_ = 0;  // sum of in_messages_' buffer sizes
   uint64_t unread_bytes_ = 0;      // delivered messages the application has not taken yet
-  uint64_t next_deliver_id_ = 0;
+  uint64_t next_deliver_seq_ = 0;  // first seq of the next message to deliver
   int pending_ack_segments_ = 0;
   bool ack_now_ = false;
   int64_t ack_deadline_ns_ = INT64_MAX;
   uint32_t ack_path_ = 0;
-  int64_t ack_echo_tx_ns_ = 0;
+  uint32_t ack_echo_tx_us_ = 0;
   int64_t ack_echo_rx_ns_ = 0;
 
   // FEC.

@@ -24,7 +24,7 @@ constexpr size_t kMaxRxBlocks = 16;
 }  // namespace
 
 size_t ConnectionImpl::fec_symbol_capacity() const {
-  return wire::kDataFixedBytes + payload_bytes_;
+  return wire::kDataSymbolFixedBytes + payload_bytes_;
 }
 
 void ConnectionImpl::fec_on_new_segment(uint64_t seq, const wire::DataBody& body,
@@ -112,13 +112,13 @@ void ConnectionImpl::fec_alloc_rx() {
   fec_rx_ring_len_.assign(kRxRingSlots, 0);
 }
 
-void ConnectionImpl::fec_store_rx_symbol(uint64_t seq, std::span<const std::byte> symbol) {
+void ConnectionImpl::fec_store_rx_symbol(uint64_t seq, const wire::DataBody& body) {
   const size_t slot = seq % kRxRingSlots;
   const size_t cap = max_datagram_bytes_;
-  if (symbol.size() > cap) return;
-  std::memcpy(fec_rx_ring_.data() + slot * cap, symbol.data(), symbol.size());
+  const size_t n = wire::encode_data_symbol(body, std::span(fec_rx_ring_.data() + slot * cap, cap));
+  if (n == 0) return;  // larger than any symbol this side expects: no recovery from it
   fec_rx_ring_seq_[slot] = seq + 1;
-  fec_rx_ring_len_[slot] = static_cast<uint32_t>(symbol.size());
+  fec_rx_ring_len_[slot] = static_cast<uint32_t>(n);
 }
 
 Status ConnectionImpl::on_fec(uint32_t path, const wire::Header& h, const wire::FecBody& f,

@@ -46,36 +46,14 @@ void ConnectionImpl::mark_received(uint64_t seq) {
   rcv_ranges_.emplace(start, end);
 }
 
-namespace {
-
-// Records [offset, offset + len) as received unless it overlaps a range already held.
-bool claim_range(InMessage& m, uint64_t offset, uint64_t len) {
-  const uint64_t end = offset + len;
-  auto next = m.ranges.lower_bound(offset);
-  if (next != m.ranges.end() && next->first < end) return false;
-  if (next != m.ranges.begin()) {
-    auto prev = std::prev(next);
-    if (prev->second > offset) return false;
-    if (prev->second == offset) {
-      prev->second = end;
-      if (next != m.ranges.end() && next->first == end) {
-        prev->second = next->second;
-        m.ranges.erase(next);
-      }
-      return true;
-    }
+std::optional<uint64_t> ConnectionImpl::expand_seq(uint64_t wire_seq) const {
+  const auto delta =
+      static_cast<int32_t>(static_cast<uint32_t>(wire_seq) - static_cast<uint32_t>(rcv_cum_));
+  if (delta < 0 && static_cast<uint64_t>(-static_cast<int64_t>(delta)) > rcv_cum_) {
+    return std::nullopt;
   }
-  if (next != m.ranges.end() && next->first == end) {
-    const uint64_t next_end = next->second;
-    m.ranges.erase(next);
-    m.ranges.emplace(offset, next_end);
-    return true;
-  }
-  m.ranges.emplace(offset, end);
-  return true;
+  return rcv_cum_ + static_cast<uint64_t>(static_cast<int64_t>(delta));
 }
-
-}  // namespace
 
 Status ConnectionImpl::on_data(uint32_t path, const wire::Header& h, const wire::DataBody& d,
                                int64_t now_ns, bool recovered) {
@@ -84,7 +62,7 @@ Status ConnectionImpl::on_data(uint32_t path, const wire::Header& h, const wire:
     // The sender may have missed our ACK: answer at once.
     ack_now_ = true;
     ack_path_ = path;
-    ack_echo_tx_ns_ = h.tx_time_ns;
+    ack_echo_tx_us_ = h.tx_time_us;
     ack_echo_rx_ns_ = now_ns;
     return Status::kDropped;
   }
@@ -92,62 +70,85 @@ Status ConnectionImpl::on_data(uint32_t path, const wire::Header& h, const wire:
     dropped_window_++;
     return Status::kDropped;
   }
-  const uint64_t size = d.message_size;
+  // The segment's message starts at seq - index and ends at seq - index + last_index; every
+  // segment but the last carries exactly the peer's segment size.
+  const uint64_t unit = peer_segment_bytes_;
   const uint64_t len = d.payload.size();
-  if (size > static_cast<uint64_t>(options_.max_message_bytes) || d.offset > size ||
-      len > size - d.offset || (size > 0 && len == 0) || d.message_id < next_deliver_id_) {
+  const bool last = d.index == d.last_index;
+  const uint64_t max_size = static_cast<uint64_t>(options_.max_message_bytes);
+  const uint64_t min_size = uint64_t{d.last_index} * unit + (d.last_index > 0 ? 1 : 0);
+  if (d.index > d.seq || (!last && len != unit) ||
+      (last && (len > unit || (len == 0 && d.last_index > 0))) || min_size > max_size ||
+      (last && uint64_t{d.last_index} * unit + len > max_size)) {
     stats_.dropped_malformed++;
     return Status::kMalformed;
   }
-  auto it = in_messages_.find(d.message_id);
+  const uint64_t first = d.seq - d.index;
+  const uint64_t end = first + d.last_index;  // the message's last seq
+  if (first < next_deliver_seq_) {
+    stats_.dropped_malformed++;  // claims a message already delivered
+    return Status::kMalformed;
+  }
+  auto it = in_messages_.find(first);
   if (it != in_messages_.end()) {
-    InMessage& m = it->second;
-    if (m.bytes.size() != size || m.complete || m.received_bytes + len > size) {
+    if (it->second.last_index != d.last_index || it->second.complete) {
       stats_.dropped_malformed++;
       return Status::kMalformed;
     }
   } else {
-    // The buffer is allocated once, on the message's first segment (size from the header),
-    // within the budget, which also counts delivered messages the application has not taken
-    // yet (back-pressure: a receiver that does not read stops the sender). The next message to
-    // deliver is admitted beyond it while nothing is unread (no deadlock between messages
-    // being reassembled).
+    // A new message must not overlap one being reassembled (each seq belongs to one message).
+    auto next = in_messages_.lower_bound(first);
+    const bool overlaps_next = next != in_messages_.end() && next->first <= end;
+    const bool overlaps_prev = next != in_messages_.begin() &&
+                               std::prev(next)->first + std::prev(next)->second.last_index >= first;
+    if (overlaps_next || overlaps_prev) {
+      stats_.dropped_malformed++;
+      return Status::kMalformed;
+    }
+    // The buffer is allocated once, on the message's first segment to arrive, for
+    // last_index + 1 full segments (exact if that segment is the last), within the budget,
+    // which also counts delivered messages the application has not taken yet (back-pressure:
+    // a receiver that does not read stops the sender). The next message to deliver is admitted
+    // beyond it while nothing is unread (no deadlock between messages being reassembled).
+    const uint64_t size = last ? uint64_t{d.last_index} * unit + len
+                               : std::min(max_size, (uint64_t{d.last_index} + 1) * unit);
     const auto budget = static_cast<uint64_t>(options_.max_reassembly_bytes);
-    const bool next = d.message_id == next_deliver_id_;
-    if ((!next && reassembly_bytes_ + unread_bytes_ + size > budget) ||
-        (next && unread_bytes_ > 0 && unread_bytes_ + size > budget)) {
+    const bool next_to_deliver = first == next_deliver_seq_;
+    if ((!next_to_deliver && reassembly_bytes_ + unread_bytes_ + size > budget) ||
+        (next_to_deliver && unread_bytes_ > 0 && unread_bytes_ + size > budget)) {
       stats_.dropped_memory++;  // not acknowledged: the sender resends it later
       return Status::kDropped;
     }
-    it = in_messages_.emplace(d.message_id, InMessage{}).first;
+    it = in_messages_.emplace(first, InMessage{}).first;
     it->second.bytes.resize(size);
+    it->second.last_index = d.last_index;
+    it->second.size_known = last;
     reassembly_bytes_ += size;
   }
   InMessage& m = it->second;
-  if (len > 0 && !claim_range(m, d.offset, len)) {
-    stats_.dropped_malformed++;  // overlaps bytes another segment already delivered
-    if (m.received_bytes == 0) {
-      reassembly_bytes_ -= m.bytes.size();
-      in_messages_.erase(it);
-    }
+  const uint64_t offset = uint64_t{d.index} * unit;
+  if (offset + len > m.bytes.size()) {
+    stats_.dropped_malformed++;  // beyond the size its last segment gave (or max_message_bytes)
     return Status::kMalformed;
   }
-  if (len > 0) std::memcpy(m.bytes.data() + d.offset, d.payload.data(), len);
-  m.received_bytes += len;
-  if (m.received_bytes == size) m.complete = true;
+  if (last && !m.size_known) {
+    const uint64_t size = offset + len;
+    reassembly_bytes_ -= m.bytes.size() - size;
+    m.bytes.resize(size);  // shrinks: no reallocation, the bytes already placed stay
+    m.size_known = true;
+  }
+  if (len > 0) std::memcpy(m.bytes.data() + offset, d.payload.data(), len);
+  m.received_segments++;
+  if (m.received_segments == m.last_index + 1) m.complete = true;
 
   const bool in_order = d.seq == rcv_cum_ && rcv_ranges_.empty();
   mark_received(d.seq);
-  if (!fec_rx_ring_.empty() && !recovered) {
-    fec_store_rx_symbol(d.seq, std::span<const std::byte>(
-                                   d.payload.data() - wire::kDataFixedBytes,
-                                   wire::kDataFixedBytes + len));
-  }
+  if (!fec_rx_ring_.empty() && !recovered) fec_store_rx_symbol(d.seq, d);
   deliver_ready();
 
   pending_ack_segments_++;
   ack_path_ = path;
-  ack_echo_tx_ns_ = h.tx_time_ns;
+  ack_echo_tx_us_ = h.tx_time_us;
   ack_echo_rx_ns_ = now_ns;
   const bool reserved = path < paths_.size() && paths_[path].spec.rate_bps > 0;
   const int ack_every = reserved ? kReservedAckEverySegments : kAckEverySegments;
@@ -162,7 +163,7 @@ Status ConnectionImpl::on_data(uint32_t path, const wire::Header& h, const wire:
 void ConnectionImpl::deliver_ready() {
   while (!in_messages_.empty()) {
     auto it = in_messages_.begin();
-    if (it->first != next_deliver_id_ || !it->second.complete) return;
+    if (it->first != next_deliver_seq_ || !it->second.complete) return;
     stats_.messages_received++;
     stats_.bytes_received += it->second.bytes.size();
     reassembly_bytes_ -= it->second.bytes.size();
@@ -170,15 +171,15 @@ void ConnectionImpl::deliver_ready() {
     Event e = make_event(Event::Kind::kMessage);
     e.message = std::move(it->second.bytes);
     events_.push_back(std::move(e));
+    next_deliver_seq_ = it->first + it->second.last_index + 1;
     in_messages_.erase(it);
-    next_deliver_id_++;
   }
 }
 
 size_t ConnectionImpl::build_ack(int64_t now_ns, std::span<std::byte> out) {
   wire::AckBody a;
   a.cumulative = rcv_cum_;
-  a.echo_tx_time_ns = ack_echo_tx_ns_;
+  a.echo_tx_time_us = ack_echo_tx_us_;
   a.ack_delay_ns = std::max<int64_t>(now_ns - ack_echo_rx_ns_, 0);
   a.window_bytes = static_cast<uint64_t>(recv_window_bytes_);
   // Most recent block first (RFC 2018), then the others from the highest down.

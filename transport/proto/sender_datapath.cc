@@ -59,13 +59,18 @@ Status ConnectionImpl::on_ack(uint32_t path, const wire::Header& /*h*/, const wi
   }
   peer_window_bytes_ = ack.window_bytes;
 
-  // RTT from the echoed send time: unambiguous even for retransmitted segments.
+  // RTT from the echoed send time: unambiguous even for retransmitted segments. The echo is
+  // the send time in microseconds modulo 2^32 (71 minutes): the latest time not after now with
+  // those low bits (1 us below the exact send time at most).
   PathState& p = paths_[path];
-  if (ack.echo_tx_time_ns > p.last_echo_tx_ns && ack.echo_tx_time_ns <= now_ns) {
-    int64_t rtt = now_ns - ack.echo_tx_time_ns;
+  const int64_t now_us = now_ns / 1000;
+  const int64_t echo_ns =
+      (now_us - static_cast<int64_t>(static_cast<uint32_t>(now_us) - ack.echo_tx_time_us)) * 1000;
+  if (echo_ns > p.last_echo_tx_ns && echo_ns >= 0) {
+    int64_t rtt = now_ns - echo_ns;
     if (rtt > ack.ack_delay_ns) rtt -= ack.ack_delay_ns;
     p.rtt.on_sample(rtt);
-    p.last_echo_tx_ns = ack.echo_tx_time_ns;
+    p.last_echo_tx_ns = echo_ns;
   }
 
   while (seg_base_ < ack.cumulative) {
@@ -287,9 +292,8 @@ size_t ConnectionImpl::transmit_segment(uint64_t seq, uint32_t path, int64_t now
   const OutMessage& m = out_messages_[s.message_id - out_messages_.front().id];
   wire::DataBody b;
   b.seq = seq;
-  b.message_id = m.id;
-  b.message_size = m.bytes.size();
-  b.offset = s.offset;
+  b.index = static_cast<uint32_t>(seq - m.first_seq);
+  b.last_index = m.last_index;
   b.payload = m.bytes.subspan(s.offset, s.len);
   const size_t n = wire::encode_data(header(wire::Type::kData, path, now_ns), b, out);
   PathState& p = paths_[path];
@@ -337,6 +341,11 @@ size_t ConnectionImpl::send_data(int64_t now_ns, std::span<std::byte> out, uint3
   OutMessage& m = out_messages_[segmenting_index_];
   const uint64_t len = std::min<uint64_t>(payload_bytes_, m.bytes.size() - m.next_offset);
   const uint64_t seq = seg_base_ + segments_.size();
+  if (m.next_offset == 0) {
+    m.first_seq = seq;
+    m.last_index =
+        m.bytes.empty() ? 0 : static_cast<uint32_t>((m.bytes.size() - 1) / payload_bytes_);
+  }
   Segment s;
   s.message_id = m.id;
   s.offset = m.next_offset;

@@ -8,11 +8,12 @@
 namespace detwan::transport::proto::wire {
 
 using common::load_be16;
+using common::load_be32;
 using common::load_be64;
+using common::Status;
 using common::store_be16;
 using common::store_be32;
 using common::store_be64;
-using common::Status;
 
 uint32_t crc32c(std::span<const std::byte> bytes) {
   // ISA-L takes a non-const pointer but does not write through it.
@@ -33,9 +34,27 @@ void put_header(const Header& h, std::byte* p) {
   store_be32(p + kCrcOffset, 0);
 }
 
-size_t seal(std::span<std::byte> out, size_t size) {
-  store_be32(out.data() + kCrcOffset, crc32c(out.first(size)));
+size_t seal(std::span<std::byte> out, size_t size, size_t crc_offset = kCrcOffset) {
+  store_be32(out.data() + crc_offset, crc32c(out.first(size)));
   return size;
+}
+
+bool is_short_form(std::span<const std::byte> d) {
+  return !d.empty() && (std::to_integer<uint8_t>(d[0]) & kDataMarkerMask) == kDataMarker;
+}
+
+// index (28 bits) and last_index (28 bits) in 7 bytes, big-endian.
+void put_indices(std::byte* p, uint32_t index, uint32_t last_index) {
+  const uint64_t v = (uint64_t{index} << 28) | last_index;
+  for (int i = 0; i < 7; ++i) p[i] = static_cast<std::byte>(v >> (8 * (6 - i)));
+}
+
+bool get_indices(const std::byte* p, uint32_t* index, uint32_t* last_index) {
+  uint64_t v = 0;
+  for (int i = 0; i < 7; ++i) v = (v << 8) | std::to_integer<uint64_t>(p[i]);
+  *index = static_cast<uint32_t>(v >> 28);
+  *last_index = static_cast<uint32_t>(v & kMaxSegmentIndex);
+  return *index <= *last_index;
 }
 
 }  // namespace
@@ -47,28 +66,40 @@ size_t encode_hello(const Header& h, const HelloBody& b, std::span<std::byte> ou
   std::byte* p = out.data() + kHeaderBytes;
   store_be64(p, b.recv_window_bytes);
   p[8] = std::byte{b.version};
+  store_be16(p + 9, b.segment_bytes);
   return seal(out, size);
 }
 
 size_t encode_data_symbol(const DataBody& b, std::span<std::byte> out) {
-  const size_t size = kDataFixedBytes + b.payload.size();
-  if (out.size() < size || b.payload.size() > 0xFFFF) return 0;
+  const size_t size = kDataSymbolFixedBytes + b.payload.size();
+  if (out.size() < size || b.payload.size() > 0xFFFF || b.index > b.last_index ||
+      b.last_index > kMaxSegmentIndex) {
+    return 0;
+  }
   std::byte* p = out.data();
-  store_be64(p, b.message_id);
-  store_be64(p + 8, b.message_size);
-  store_be64(p + 16, b.offset);
-  store_be16(p + 24, static_cast<uint16_t>(b.payload.size()));
-  if (!b.payload.empty()) std::memcpy(p + kDataFixedBytes, b.payload.data(), b.payload.size());
+  put_indices(p, b.index, b.last_index);
+  store_be16(p + 7, static_cast<uint16_t>(b.payload.size()));
+  if (!b.payload.empty()) {
+    std::memcpy(p + kDataSymbolFixedBytes, b.payload.data(), b.payload.size());
+  }
   return size;
 }
 
 size_t encode_data(const Header& h, const DataBody& b, std::span<std::byte> out) {
-  const size_t size = kHeaderBytes + kDataSeqBytes + kDataFixedBytes + b.payload.size();
-  if (out.size() < size) return 0;
-  put_header(h, out.data());
-  store_be64(out.data() + kHeaderBytes, b.seq);
-  if (encode_data_symbol(b, out.subspan(kHeaderBytes + kDataSeqBytes)) == 0) return 0;
-  return seal(out, size);
+  const size_t size = kDataHeaderBytes + b.payload.size();
+  if (out.size() < size || h.path_id >= kMaxShortPaths || b.index > b.last_index ||
+      b.last_index > kMaxSegmentIndex) {
+    return 0;
+  }
+  std::byte* p = out.data();
+  p[0] = static_cast<std::byte>(kDataMarker | h.path_id);
+  store_be32(p + 1, static_cast<uint32_t>(h.connection_id));
+  store_be32(p + 5, static_cast<uint32_t>(static_cast<uint64_t>(h.tx_time_ns) / 1000));
+  store_be32(p + kShortCrcOffset, 0);
+  store_be32(p + kShortHeaderBytes, static_cast<uint32_t>(b.seq));
+  put_indices(p + kShortHeaderBytes + 4, b.index, b.last_index);
+  if (!b.payload.empty()) std::memcpy(p + kDataHeaderBytes, b.payload.data(), b.payload.size());
+  return seal(out, size, kShortCrcOffset);
 }
 
 size_t encode_ack(const Header& h, const AckBody& b, std::span<std::byte> out) {
@@ -78,10 +109,10 @@ size_t encode_ack(const Header& h, const AckBody& b, std::span<std::byte> out) {
   put_header(h, out.data());
   std::byte* p = out.data() + kHeaderBytes;
   store_be64(p, b.cumulative);
-  store_be64(p + 8, static_cast<uint64_t>(b.echo_tx_time_ns));
-  store_be64(p + 16, static_cast<uint64_t>(b.ack_delay_ns));
-  store_be64(p + 24, b.window_bytes);
-  p[32] = static_cast<std::byte>(count);
+  store_be32(p + 8, b.echo_tx_time_us);
+  store_be64(p + 12, static_cast<uint64_t>(b.ack_delay_ns));
+  store_be64(p + 20, b.window_bytes);
+  p[28] = static_cast<std::byte>(count);
   p += kAckFixedBytes;
   for (size_t i = 0; i < count; ++i, p += 16) {
     store_be64(p, b.ranges[i].start);
@@ -119,6 +150,18 @@ size_t encode_close(const Header& h, const CloseBody& b, std::span<std::byte> ou
 }
 
 Status decode_header(std::span<const std::byte> d, Header& h) {
+  if (is_short_form(d)) {
+    if (d.size() < kShortHeaderBytes) return Status::kMalformed;
+    h.type = Type::kData;
+    h.version = kVersion;
+    h.short_form = true;
+    h.path_id = std::to_integer<uint8_t>(d[0]) & (kMaxShortPaths - 1);
+    h.flags = 0;
+    h.connection_id = load_be32(d.data() + 1);
+    h.tx_time_us = load_be32(d.data() + 5);
+    h.tx_time_ns = 0;
+    return Status::kOk;
+  }
   if (d.size() < kHeaderBytes) return Status::kMalformed;
   if (load_be16(d.data()) != kMagic) return Status::kMalformed;
   h.version = std::to_integer<uint8_t>(d[2]);
@@ -128,24 +171,28 @@ Status decode_header(std::span<const std::byte> d, Header& h) {
     return Status::kMalformed;
   }
   h.type = static_cast<Type>(type);
+  // DATA exists only in the short form.
+  if (h.type == Type::kData) return Status::kMalformed;
+  h.short_form = false;
   h.path_id = std::to_integer<uint8_t>(d[4]);
   h.flags = std::to_integer<uint8_t>(d[5]);
   h.connection_id = load_be64(d.data() + 6);
   h.tx_time_ns = static_cast<int64_t>(load_be64(d.data() + 14));
+  h.tx_time_us = static_cast<uint32_t>(static_cast<uint64_t>(h.tx_time_ns) / 1000);
   return Status::kOk;
 }
 
 bool crc_ok(std::span<const std::byte> d) {
-  if (d.size() < kHeaderBytes) return false;
-  const uint32_t stored = common::load_be32(d.data() + kCrcOffset);
+  const size_t at = is_short_form(d) ? kShortCrcOffset : kCrcOffset;
+  if (d.size() < at + 4) return false;
+  const uint32_t stored = load_be32(d.data() + at);
   // CRC over the datagram with the crc field taken as zero, without copying it.
   static constexpr std::byte kZero[4] = {};
   uint32_t crc = crc32_iscsi(reinterpret_cast<unsigned char*>(const_cast<std::byte*>(d.data())),
-                             static_cast<int>(kCrcOffset), 0xFFFFFFFFu);
+                             static_cast<int>(at), 0xFFFFFFFFu);
   crc = crc32_iscsi(reinterpret_cast<unsigned char*>(const_cast<std::byte*>(kZero)), 4, crc);
-  crc = crc32_iscsi(
-      reinterpret_cast<unsigned char*>(const_cast<std::byte*>(d.data() + kCrcOffset + 4)),
-      static_cast<int>(d.size() - kCrcOffset - 4), crc);
+  crc = crc32_iscsi(reinterpret_cast<unsigned char*>(const_cast<std::byte*>(d.data() + at + 4)),
+                    static_cast<int>(d.size() - at - 4), crc);
   return crc == stored;
 }
 
@@ -153,39 +200,40 @@ Status decode_hello(std::span<const std::byte> body, HelloBody& b) {
   if (body.size() != kHelloBodyBytes) return Status::kMalformed;
   b.recv_window_bytes = load_be64(body.data());
   b.version = std::to_integer<uint8_t>(body[8]);
+  b.segment_bytes = load_be16(body.data() + 9);
+  if (b.segment_bytes == 0) return Status::kMalformed;
   return Status::kOk;
 }
 
 Status decode_data_symbol(std::span<const std::byte> s, DataBody& b) {
-  if (s.size() < kDataFixedBytes) return Status::kMalformed;
-  const size_t len = load_be16(s.data() + 24);
-  if (s.size() < kDataFixedBytes + len) return Status::kMalformed;
-  b.message_id = load_be64(s.data());
-  b.message_size = load_be64(s.data() + 8);
-  b.offset = load_be64(s.data() + 16);
-  b.payload = s.subspan(kDataFixedBytes, len);
+  if (s.size() < kDataSymbolFixedBytes) return Status::kMalformed;
+  const size_t len = load_be16(s.data() + 7);
+  if (s.size() < kDataSymbolFixedBytes + len) return Status::kMalformed;
+  if (!get_indices(s.data(), &b.index, &b.last_index)) return Status::kMalformed;
+  b.payload = s.subspan(kDataSymbolFixedBytes, len);
   return Status::kOk;
 }
 
 Status decode_data(std::span<const std::byte> body, DataBody& b) {
-  if (body.size() < kDataSeqBytes + kDataFixedBytes) return Status::kMalformed;
-  const size_t len = load_be16(body.data() + kDataSeqBytes + 24);
-  if (body.size() != kDataSeqBytes + kDataFixedBytes + len) return Status::kMalformed;
-  b.seq = load_be64(body.data());
-  return decode_data_symbol(body.subspan(kDataSeqBytes), b);
+  constexpr size_t kFixed = kDataHeaderBytes - kShortHeaderBytes;
+  if (body.size() < kFixed || body.size() - kFixed > 0xFFFF) return Status::kMalformed;
+  b.seq = load_be32(body.data());
+  if (!get_indices(body.data() + 4, &b.index, &b.last_index)) return Status::kMalformed;
+  b.payload = body.subspan(kFixed);
+  return Status::kOk;
 }
 
 Status decode_ack(std::span<const std::byte> body, AckBody& b) {
   if (body.size() < kAckFixedBytes) return Status::kMalformed;
   const std::byte* p = body.data();
-  const size_t count = std::to_integer<size_t>(p[32]);
+  const size_t count = std::to_integer<size_t>(p[28]);
   if (count > kMaxSackRanges || body.size() != kAckFixedBytes + 16 * count) {
     return Status::kMalformed;
   }
   b.cumulative = load_be64(p);
-  b.echo_tx_time_ns = static_cast<int64_t>(load_be64(p + 8));
-  b.ack_delay_ns = static_cast<int64_t>(load_be64(p + 16));
-  b.window_bytes = load_be64(p + 24);
+  b.echo_tx_time_us = load_be32(p + 8);
+  b.ack_delay_ns = static_cast<int64_t>(load_be64(p + 12));
+  b.window_bytes = load_be64(p + 20);
   if (b.ack_delay_ns < 0) return Status::kMalformed;
   b.range_count = static_cast<uint8_t>(count);
   p += kAckFixedBytes;
@@ -201,7 +249,7 @@ Status decode_fec(std::span<const std::byte> body, FecBody& b) {
   if (body.size() < kFecFixedBytes) return Status::kMalformed;
   const std::byte* p = body.data();
   const size_t len = load_be16(p + 11);
-  if (body.size() != kFecFixedBytes + len || len < kDataFixedBytes) return Status::kMalformed;
+  if (body.size() != kFecFixedBytes + len || len < kDataSymbolFixedBytes) return Status::kMalformed;
   b.first_seq = load_be64(p);
   b.k = std::to_integer<uint8_t>(p[8]);
   b.m = std::to_integer<uint8_t>(p[9]);

@@ -17,10 +17,10 @@ namespace {
 constexpr int64_t kRate = 200'000'000;
 constexpr int64_t kOneWayNs = 20'000'000;
 constexpr int64_t kBdpBytes = kRate / 8 * 2 * kOneWayNs / 1'000'000'000;  // 1 MB
-constexpr double kPayloadShare = 1412.0 / 1514.0;  // payload per wire frame (docs "Payload limit")
+constexpr double kPayloadShare = 1448.0 / 1514.0;  // payload per wire frame (docs "Payload limit")
 
 struct Result {
-  double goodput_share = 0;   // receiver goodput / (rate x 1412/1514)
+  double goodput_share = 0;  // receiver goodput / (rate x 1448/1514)
   uint64_t retransmitted = 0;
   uint64_t timeouts = 0;
   uint64_t data_drops = 0;    // client datagrams lost on the way (random + queue)
@@ -28,7 +28,7 @@ struct Result {
   int max_same_instant = 0;   // most DATA datagrams the client emitted at one virtual instant
 };
 
-bool is_data(const std::vector<std::byte>& d) { return d.size() > 3 && d[3] == std::byte{3}; }
+bool is_data(const std::vector<std::byte>& d) { return wire::is_data(d); }
 
 struct Scenario {
   uint64_t seed = 1;

@@ -37,7 +37,7 @@ TEST(Connection, HelloRetransmittedWhenLost) {
 
 TEST(Connection, MessagesOfEverySize) {
   VirtualNet net(reserved_options(), reserved_options());
-  const auto msgs = random_messages({0, 1, 1411, 1412, 1413, 12345, 0, 7, 3 << 20, 1}, 11);
+  const auto msgs = random_messages({0, 1, 1447, 1448, 1449, 12345, 0, 7, 3 << 20, 1}, 11);
   ASSERT_TRUE(transfer(net, msgs));
   const ChannelStats rx = net.server().stats();
   const ChannelStats tx = net.client().stats();

@@ -12,12 +12,10 @@
 namespace detwan::transport::proto::testing {
 namespace {
 
-bool is_data(const std::vector<std::byte>& d) {
-  return d.size() > wire::kHeaderBytes && d[3] == std::byte{uint8_t(wire::Type::kData)};
-}
+bool is_data(const std::vector<std::byte>& d) { return wire::is_data(d); }
 
 std::vector<std::vector<std::byte>> workload(uint64_t seed) {
-  return random_messages({0, 1, 777, 1412, 300'000, 2 << 20, 5, 64'000, 1 << 20}, seed);
+  return random_messages({0, 1, 777, 1448, 300'000, 2 << 20, 5, 64'000, 1 << 20}, seed);
 }
 
 class LossTest : public ::testing::TestWithParam<double> {};
@@ -83,7 +81,9 @@ TEST(Faults, HeaderFlipsAreMalformedOrCorrupt) {
   EXPECT_EQ(s.dropped_corrupt + s.dropped_malformed, flipped);
 }
 
-TEST(Faults, TruncatedDatagramsDroppedAsMalformed) {
+// A truncated control datagram is malformed (its lengths disagree); a truncated DATA, whose
+// payload is the datagram's remainder, fails its CRC. Either way it is counted, never used.
+TEST(Faults, TruncatedDatagramsDroppedAsMalformedOrCorrupt) {
   VirtualNet net(reserved_options(), reserved_options(), 3);
   uint64_t truncated = 0;
   uint64_t n = 0;
@@ -95,7 +95,9 @@ TEST(Faults, TruncatedDatagramsDroppedAsMalformed) {
     return true;
   };
   ASSERT_TRUE(transfer(net, workload(5)));
-  EXPECT_EQ(net.server().stats().dropped_malformed, truncated);
+  const ChannelStats s = net.server().stats();
+  EXPECT_EQ(s.dropped_malformed + s.dropped_corrupt, truncated);
+  EXPECT_GT(s.dropped_malformed, 0u);  // those cut inside a header
 }
 
 TEST(Faults, ReplayedSegmentsCountedAsDuplicates) {
@@ -127,8 +129,6 @@ TEST(Faults, ForeignConnectionIdDropped) {
   const auto payload = random_bytes(100, 1);
   wire::DataBody d;
   d.seq = 1'000'000;
-  d.message_id = 1'000;
-  d.message_size = 100;
   d.payload = payload;
   const size_t n = wire::encode_data(h, d, buf);
   EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kDropped);
@@ -144,16 +144,19 @@ TEST(Faults, DataBeyondWindowDropped) {
   h.connection_id = net.client().connection_id();
   const auto payload = random_bytes(100, 1);
   wire::DataBody d;
-  d.seq = uint64_t{1} << 40;
-  d.message_id = 1'000'000;
-  d.message_size = 100;
+  d.seq = uint64_t{1} << 29;  // the receiver expands it 2^29 segments ahead of what it has
   d.payload = payload;
   const size_t n = wire::encode_data(h, d, buf);
   EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kDropped);
   EXPECT_EQ(net.server().dropped_beyond_window(), 1u);
 }
 
-TEST(Faults, InconsistentMessageSizeRejected) {
+// Payload bytes of the client's full segments (what its HELLO told the server).
+size_t client_unit(VirtualNet& net) {
+  return net.client().max_datagram_bytes() - wire::kDataHeaderBytes;
+}
+
+TEST(Faults, InconsistentSegmentsRejected) {
   VirtualNet net(reserved_options(), reserved_options(), 3);
   ASSERT_TRUE(net.run_until([&] { return net.has_server() && net.client().established(); },
                             1'000'000'000));
@@ -161,29 +164,37 @@ TEST(Faults, InconsistentMessageSizeRejected) {
   wire::Header h;
   h.type = wire::Type::kData;
   h.connection_id = net.client().connection_id();
-  const auto payload = random_bytes(100, 1);
-  wire::DataBody d;
-  d.seq = 0;
-  d.message_id = 0;
-  d.message_size = 1000;
-  d.payload = payload;
-  size_t n = wire::encode_data(h, d, buf);
-  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kOk);
-  d.seq = 1;
-  d.message_size = 2000;  // disagrees with the first segment
-  n = wire::encode_data(h, d, buf);
-  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kMalformed);
-  d.seq = 2;
-  d.message_size = 1000;
-  d.offset = 950;  // runs past the end
-  n = wire::encode_data(h, d, buf);
-  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kMalformed);
-  d.seq = 3;
-  d.offset = 50;  // overlaps bytes [50, 100) already held from seq 0
-  n = wire::encode_data(h, d, buf);
-  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kMalformed);
-  EXPECT_EQ(net.server().stats().dropped_malformed, 3u);
+  const size_t unit = client_unit(net);
+  const auto full = random_bytes(unit + 1, 1);
+  auto send = [&](uint64_t seq, uint32_t index, uint32_t last, size_t len) {
+    wire::DataBody d;
+    d.seq = seq;
+    d.index = index;
+    d.last_index = last;
+    d.payload = std::span(full).first(len);
+    const size_t n = wire::encode_data(h, d, buf);
+    return net.inject(1, 0, std::span(buf).first(n));
+  };
+  EXPECT_EQ(send(0, 0, 2, unit), Status::kOk);             // message [0, 2], segment 0
+  EXPECT_EQ(send(1, 1, 3, unit), Status::kMalformed);      // disagrees on the last index
+  EXPECT_EQ(send(1, 0, 3, unit), Status::kMalformed);      // a message overlapping [0, 2]
+  EXPECT_EQ(send(1, 1, 2, 100), Status::kMalformed);       // not the last, yet not full
+  EXPECT_EQ(send(2, 2, 2, unit + 1), Status::kMalformed);  // the last, longer than a segment
+  EXPECT_EQ(send(2, 5, 7, unit), Status::kMalformed);      // would start before seq 0
+  EXPECT_EQ(send(4, 1, 1, 0), Status::kMalformed);         // an empty last segment of 2
+  EXPECT_EQ(net.server().stats().dropped_malformed, 6u);
   EXPECT_EQ(count_events(net.events(1), Event::Kind::kMessage), 0u);
+  // The message still completes from consistent segments, in any order.
+  EXPECT_EQ(send(2, 2, 2, 10), Status::kOk);
+  EXPECT_EQ(send(1, 1, 2, unit), Status::kOk);
+  net.run_until([&] { return count_events(net.events(1), Event::Kind::kMessage) > 0; },
+                100'000'000);
+  ASSERT_EQ(count_events(net.events(1), Event::Kind::kMessage), 1u);
+  for (const Event& e : net.events(1)) {
+    if (e.kind == Event::Kind::kMessage) {
+      EXPECT_EQ(e.message.size(), 2 * unit + 10);
+    }
+  }
 }
 
 // A peer naming huge messages cannot make the receiver allocate beyond max_reassembly_bytes:
@@ -199,22 +210,25 @@ TEST(Faults, MessagesBeyondTheReassemblyBudgetWaitAndNothingIsAllocatedForThem) 
   wire::Header h;
   h.type = wire::Type::kData;
   h.connection_id = net.client().connection_id();
-  const auto payload = random_bytes(100, 1);
-  wire::DataBody d;
-  d.seq = 0;
-  d.message_id = 0;  // the next to deliver: admitted even beyond the budget
-  d.message_size = 900'000;
-  d.payload = payload;
-  size_t n = wire::encode_data(h, d, buf);
-  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kOk);
-  d.seq = 1;
-  d.message_id = 5;  // a later message of 200 kB: 1.1 MB in total, beyond the budget
-  d.message_size = 200'000;
-  n = wire::encode_data(h, d, buf);
-  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kDropped);
-  d.message_size = 100'000;  // fits: 1.0 MB
-  n = wire::encode_data(h, d, buf);
-  EXPECT_EQ(net.inject(1, 0, std::span(buf).first(n)), Status::kOk);
+  const size_t unit = client_unit(net);
+  const auto payload = random_bytes(unit, 1);
+  auto send = [&](uint64_t seq, uint32_t last) {
+    wire::DataBody d;
+    d.seq = seq;
+    d.last_index = last;
+    d.payload = payload;
+    const size_t n = wire::encode_data(h, d, buf);
+    return net.inject(1, 0, std::span(buf).first(n));
+  };
+  // The next to deliver, about 900 kB: admitted even beyond the budget.
+  const auto first_last = static_cast<uint32_t>(900'000 / unit);
+  EXPECT_EQ(send(0, first_last), Status::kOk);
+  const uint64_t held = (first_last + 1) * unit;
+  // A later message of about 200 kB: beyond the budget, dropped.
+  const uint64_t later = first_last + 1 + 10;
+  EXPECT_EQ(send(later, static_cast<uint32_t>(200'000 / unit)), Status::kDropped);
+  // One that fits what is left.
+  EXPECT_EQ(send(later, static_cast<uint32_t>((1'000'000 - held) / unit - 1)), Status::kOk);
   EXPECT_EQ(net.server().stats().dropped_memory, 1u);
   EXPECT_EQ(net.server().stats().dropped_malformed, 0u);
 }
@@ -291,15 +305,29 @@ TEST(Faults, RandomBodiesWithValidCrc) {
       h.type = static_cast<wire::Type>(1 + rng() % 7);
       if (h.type == wire::Type::kHello || h.type == wire::Type::kClose) h.type = wire::Type::kAck;
       h.connection_id = net.client().connection_id();
-      if (wire::encode_empty(h, d) == 0) continue;
-      if (h.type == wire::Type::kKeepalive) d.resize(wire::kHeaderBytes);
-      if (h.type == wire::Type::kData && d.size() >= 60) {
-        // Keep the length field consistent sometimes, so the body reaches reassembly.
-        common::store_be16(d.data() + 58, static_cast<uint16_t>(d.size() - 60));
-        common::store_be64(d.data() + 26, net.side(1 - side)->stats().segments_sent + rng() % 64);
+      size_t crc_at = wire::kCrcOffset;
+      if (h.type == wire::Type::kData) {
+        // The short form: a plausible seq and indices sometimes, so the body reaches
+        // reassembly; random payload lengths.
+        wire::DataBody b;
+        b.seq = net.side(1 - side)->stats().segments_sent + rng() % 64;
+        b.last_index = static_cast<uint32_t>(rng() % 4);
+        b.index = static_cast<uint32_t>(rng() % (b.last_index + 1));
+        const std::vector<std::byte> payload(d.begin() + wire::kDataHeaderBytes, d.end());
+        b.payload = payload;
+        if (rng() % 2 == 0) {
+          if (wire::encode_data(h, b, d) == 0) continue;
+        } else {
+          d[0] = static_cast<std::byte>(wire::kDataMarker);
+          common::store_be32(d.data() + 1, static_cast<uint32_t>(h.connection_id));
+        }
+        crc_at = wire::kShortCrcOffset;
+      } else {
+        if (wire::encode_empty(h, d) == 0) continue;
+        if (h.type == wire::Type::kKeepalive) d.resize(wire::kHeaderBytes);
       }
-      common::store_be32(d.data() + wire::kCrcOffset, 0);
-      common::store_be32(d.data() + wire::kCrcOffset, wire::crc32c(d));
+      common::store_be32(d.data() + crc_at, 0);
+      common::store_be32(d.data() + crc_at, wire::crc32c(d));
       if (net.inject(side, 0, d) != Status::kOk) ++rejected;
     }
     const ChannelStats after = net.side(side)->stats();

@@ -17,7 +17,8 @@ ChannelOptions fec_options(int k, int m, bool adaptive) {
 }
 
 bool is_type(const std::vector<std::byte>& d, wire::Type t) {
-  return d.size() > wire::kHeaderBytes && d[3] == std::byte{uint8_t(t)};
+  if (t == wire::Type::kData) return wire::is_data(d);
+  return !wire::is_data(d) && d.size() > wire::kHeaderBytes && d[3] == std::byte{uint8_t(t)};
 }
 
 // Drops the data segments whose send index (0-based, first transmissions) is in `drop`.
@@ -38,7 +39,7 @@ TEST(Fec, SingleLossRecoveredWithoutRetransmission) {
   net.set_faults(0, f);
   net.set_faults(1, f);
   net.tamper = DropSegments{{3}};
-  ASSERT_TRUE(transfer(net, random_messages({20 * 1407}, 1)));
+  ASSERT_TRUE(transfer(net, random_messages({20 * 1424}, 1)));
   EXPECT_GE(net.server().stats().fec_recovered, 1u);
   EXPECT_EQ(net.client().stats().segments_retransmitted, 0u);
   EXPECT_GT(net.client().stats().fec_parity_sent, 0u);
@@ -53,7 +54,7 @@ TEST(Fec, TwoLossesInOneBlockAndTailBlock) {
   net.set_faults(1, f);
   // 14 segments: block 0 = 0..7 loses 1 and 6; the tail block 8..13 (k = 6) loses 9.
   net.tamper = DropSegments{{1, 6, 9}};
-  ASSERT_TRUE(transfer(net, random_messages({5000, 10 * 1407}, 3)));
+  ASSERT_TRUE(transfer(net, random_messages({5000, 10 * 1424}, 3)));
   EXPECT_EQ(net.server().stats().fec_recovered, 3u);
   EXPECT_EQ(net.client().stats().segments_retransmitted, 0u);
 }
@@ -61,7 +62,7 @@ TEST(Fec, TwoLossesInOneBlockAndTailBlock) {
 TEST(Fec, TooManyLossesFallBackToRetransmission) {
   VirtualNet net(fec_options(8, 1, false), fec_options(8, 1, false), 1);
   net.tamper = DropSegments{{0, 1, 2}};
-  ASSERT_TRUE(transfer(net, random_messages({16 * 1407}, 4)));
+  ASSERT_TRUE(transfer(net, random_messages({16 * 1424}, 4)));
   EXPECT_GT(net.client().stats().segments_retransmitted, 0u);
 }
 

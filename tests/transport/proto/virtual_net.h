@@ -241,9 +241,9 @@ class VirtualNet {
     if (dead_[f.to]) return;
     if (f.to == 1 && !server_) {
       if (!is_hello(f.bytes)) return;
-      const std::optional<uint64_t> id = peek_connection_id(f.bytes);
+      const std::optional<PeekedId> id = peek_connection_id(f.bytes);
       if (!id) return;
-      server_.emplace(ConnectionConfig{Role::kServer, *id, server_options_}, now_ns_);
+      server_.emplace(ConnectionConfig{Role::kServer, id->id, server_options_}, now_ns_);
     }
     (void)side(f.to)->on_datagram(f.path, f.bytes, now_ns_);
   }

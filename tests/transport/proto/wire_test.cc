@@ -27,7 +27,7 @@ Header make_header(Type t) {
 Status parse(std::span<const std::byte> d) {
   Header h;
   if (decode_header(d, h) != Status::kOk) return Status::kMalformed;
-  const auto body = d.subspan(kHeaderBytes);
+  const auto body = d.subspan(header_bytes(h));
   Status s = Status::kOk;
   HelloBody hb;
   DataBody db;
@@ -55,18 +55,17 @@ std::vector<std::vector<std::byte>> all_datagrams() {
     EXPECT_GT(n, 0u);
     out.emplace_back(buf.begin(), buf.begin() + static_cast<ptrdiff_t>(n));
   };
-  push(encode_hello(make_header(Type::kHello), HelloBody{4 << 20, kVersion}, buf));
-  push(encode_hello(make_header(Type::kHelloAck), HelloBody{1 << 20, kVersion}, buf));
+  push(encode_hello(make_header(Type::kHello), HelloBody{4 << 20, kVersion, 1448}, buf));
+  push(encode_hello(make_header(Type::kHelloAck), HelloBody{1 << 20, kVersion, 1400}, buf));
   DataBody d;
-  d.seq = 42;
-  d.message_id = 7;
-  d.message_size = 5000;
-  d.offset = 1000;
+  d.seq = 0x1'2345'6789;  // the wire keeps the low 32 bits
+  d.index = 3;
+  d.last_index = 0x0FFF'FFFF;
   d.payload = payload;
   push(encode_data(make_header(Type::kData), d, buf));
   AckBody a;
   a.cumulative = 100;
-  a.echo_tx_time_ns = 99;
+  a.echo_tx_time_us = 0xFEDC'BA98;
   a.ack_delay_ns = 1000;
   a.window_bytes = 1 << 22;
   a.range_count = 3;
@@ -94,24 +93,34 @@ TEST(Wire, RoundTripEveryType) {
     EXPECT_EQ(parse(d), Status::kOk);
     Header h;
     ASSERT_EQ(decode_header(d, h), Status::kOk);
-    EXPECT_EQ(h.connection_id, 0x0102030405060708ULL);
-    EXPECT_EQ(h.tx_time_ns, 123'456'789'012);
+    // DATA (short form) carries the id's low 32 bits; every type the time in microseconds.
+    const bool data = h.type == Type::kData;
+    EXPECT_EQ(h.short_form, data);
+    EXPECT_EQ(h.connection_id, data ? 0x05060708ULL : 0x0102030405060708ULL);
+    EXPECT_EQ(h.tx_time_us, 123'456'789u);
+    if (!data) {
+      EXPECT_EQ(h.tx_time_ns, 123'456'789'012);
+    }
     EXPECT_EQ(h.path_id, 3);
-    EXPECT_EQ(peek_connection_id(d), 0x0102030405060708ULL);
+    ASSERT_TRUE(peek_connection_id(d).has_value());
+    EXPECT_EQ(peek_connection_id(d)->id, h.connection_id);
+    EXPECT_EQ(peek_connection_id(d)->short_form, data);
     EXPECT_EQ(is_hello(d), h.type == Type::kHello);
   }
+  // DATA: 24 header bytes, then the payload.
+  EXPECT_EQ(all[2].size(), kDataHeaderBytes + payload.size());
+  EXPECT_EQ(kDataHeaderBytes, 24u);
   DataBody d;
-  ASSERT_EQ(decode_data(std::span(all[2]).subspan(kHeaderBytes), d), Status::kOk);
-  EXPECT_EQ(d.seq, 42u);
-  EXPECT_EQ(d.message_id, 7u);
-  EXPECT_EQ(d.message_size, 5000u);
-  EXPECT_EQ(d.offset, 1000u);
+  ASSERT_EQ(decode_data(std::span(all[2]).subspan(kShortHeaderBytes), d), Status::kOk);
+  EXPECT_EQ(d.seq, 0x2345'6789u);
+  EXPECT_EQ(d.index, 3u);
+  EXPECT_EQ(d.last_index, 0x0FFF'FFFFu);
   ASSERT_EQ(d.payload.size(), payload.size());
   EXPECT_TRUE(std::equal(d.payload.begin(), d.payload.end(), payload.begin()));
   AckBody a;
   ASSERT_EQ(decode_ack(std::span(all[3]).subspan(kHeaderBytes), a), Status::kOk);
   EXPECT_EQ(a.cumulative, 100u);
-  EXPECT_EQ(a.echo_tx_time_ns, 99);
+  EXPECT_EQ(a.echo_tx_time_us, 0xFEDC'BA98u);
   EXPECT_EQ(a.ack_delay_ns, 1000);
   EXPECT_EQ(a.window_bytes, uint64_t{1} << 22);
   ASSERT_EQ(a.range_count, 3);
@@ -127,6 +136,7 @@ TEST(Wire, RoundTripEveryType) {
   HelloBody hb;
   ASSERT_EQ(decode_hello(std::span(all[0]).subspan(kHeaderBytes), hb), Status::kOk);
   EXPECT_EQ(hb.recv_window_bytes, uint64_t{4} << 20);
+  EXPECT_EQ(hb.segment_bytes, 1448);
   CloseBody cb;
   ASSERT_EQ(decode_close(std::span(all[6]).subspan(kHeaderBytes), cb), Status::kOk);
   EXPECT_EQ(cb.reason, 5);
@@ -162,7 +172,7 @@ TEST(Wire, HostileFieldsRejected) {
   // SACK count larger than the datagram.
   AckBody b;
   const size_t m = encode_ack(make_header(Type::kAck), b, buf);
-  buf[kHeaderBytes + 32] = std::byte{5};
+  buf[kHeaderBytes + 28] = std::byte{5};
   EXPECT_EQ(decode_ack(std::span(buf).subspan(kHeaderBytes, m - kHeaderBytes), b),
             Status::kMalformed);
   // FEC with index >= m and k == 0.
@@ -182,20 +192,44 @@ TEST(Wire, HostileFieldsRejected) {
   d = all_datagrams()[0];
   d[2] = std::byte{9};
   EXPECT_FALSE(is_hello(d));
+  // DATA exists only in the short form: a long-form DATA is malformed.
+  d = all_datagrams()[0];
+  d[3] = static_cast<std::byte>(Type::kData);
+  Header h;
+  EXPECT_EQ(decode_header(d, h), Status::kMalformed);
+  // A segment index beyond its message's last index; a HELLO announcing 0-byte segments.
+  std::vector<std::byte> body(11);
+  body[4 + 6] = std::byte{1};  // last_index 1, index 0: valid
+  DataBody db;
+  EXPECT_EQ(decode_data(body, db), Status::kOk);
+  body[4 + 3] = std::byte{0x20};  // index 2 > last_index 1
+  EXPECT_EQ(decode_data(body, db), Status::kMalformed);
+  HelloBody hb{1 << 20, kVersion, 0};
+  const size_t hn = encode_hello(make_header(Type::kHello), hb, buf);
+  EXPECT_EQ(decode_hello(std::span(buf).subspan(kHeaderBytes, hn - kHeaderBytes), hb),
+            Status::kMalformed);
+  // The encoder refuses what the short form cannot say.
+  DataBody big;
+  big.last_index = kMaxSegmentIndex + 1;
+  EXPECT_EQ(encode_data(make_header(Type::kData), big, buf), 0u);
+  Header far = make_header(Type::kData);
+  far.path_id = kMaxShortPaths;
+  EXPECT_EQ(encode_data(far, DataBody{}, buf), 0u);
 }
 
 TEST(Wire, DataSymbolRoundTripWithPadding) {
   const auto payload = testing::random_bytes(300, 3);
   DataBody d;
-  d.message_id = 1;
-  d.message_size = 300;
-  d.offset = 0;
+  d.index = 5;
+  d.last_index = 9;
   d.payload = payload;
   std::vector<std::byte> sym(1000, std::byte{0});
   const size_t n = encode_data_symbol(d, sym);
-  EXPECT_EQ(n, kDataFixedBytes + 300);
+  EXPECT_EQ(n, kDataSymbolFixedBytes + 300);
   DataBody back;
   ASSERT_EQ(decode_data_symbol(sym, back), Status::kOk);  // padded symbol parses
+  EXPECT_EQ(back.index, 5u);
+  EXPECT_EQ(back.last_index, 9u);
   EXPECT_EQ(back.payload.size(), 300u);
   EXPECT_TRUE(std::equal(back.payload.begin(), back.payload.end(), payload.begin()));
 }
