@@ -128,6 +128,7 @@ struct ChannelStats {
   double loss_estimate = 0.0;         // fraction of data segments lost, smoothed
   int32_t fec_parity_current = 0;     // m chosen by the adaptive policy
   uint64_t recv_buffers_reused = 0;   // received messages placed in a recycle()d buffer
+  uint64_t acks_piggybacked = 0;      // ACKs that rode on a DATA instead of a datagram of their own
 };
 
 using SendCallback = std::function<void(Result<void>)>;

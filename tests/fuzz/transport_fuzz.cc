@@ -67,19 +67,27 @@ void check_decoders(Bytes datagram) {
     }
     case wire::Type::kData: {
       wire::DataBody b;
-      if (!ok(wire::decode_data(body, b))) return;
+      wire::AckBody ack;
+      const bool with_ack = (h.flags & wire::kFlagAck) != 0;
+      if (!ok(wire::decode_data(body, b, with_ack ? &ack : nullptr))) return;
       FUZZ_CHECK(b.payload.data() >= body.data() &&
                            b.payload.data() + b.payload.size() <= body.data() + body.size());
       FUZZ_CHECK(h.short_form && b.index <= b.last_index &&
                  b.last_index <= wire::kMaxSegmentIndex && b.seq <= 0xFFFF'FFFFu);
       h.tx_time_ns = int64_t{h.tx_time_us} * 1000;
-      const size_t n = wire::encode_data(h, b, out);
+      const size_t n = wire::encode_data(h, b, out, with_ack ? &ack : nullptr);
       FUZZ_CHECK(n == datagram.size());
       FUZZ_CHECK(ok(wire::decode_header(Bytes(out.data(), n), h2)));
       FUZZ_CHECK(h2.short_form && h2.connection_id == h.connection_id && h2.path_id == h.path_id &&
                  h2.tx_time_us == h.tx_time_us);
       wire::DataBody b2;
-      FUZZ_CHECK(ok(wire::decode_data(Bytes(out.data(), n).subspan(wire::kShortHeaderBytes), b2)));
+      wire::AckBody ack2;
+      FUZZ_CHECK(ok(wire::decode_data(Bytes(out.data(), n).subspan(wire::kShortHeaderBytes), b2,
+                                      with_ack ? &ack2 : nullptr)));
+      FUZZ_CHECK(h2.flags == h.flags);
+      FUZZ_CHECK(!with_ack ||
+                 (ack2.cumulative == ack.cumulative && ack2.range_count == ack.range_count &&
+                  ack2.echo_tx_time_us == ack.echo_tx_time_us));
       FUZZ_CHECK(b2.seq == b.seq && b2.index == b.index && b2.last_index == b.last_index &&
                  b2.payload.size() == b.payload.size());
       FUZZ_CHECK(b.payload.empty() ||

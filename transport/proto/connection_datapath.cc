@@ -49,7 +49,9 @@ Status ConnectionImpl::on_datagram(uint32_t path, std::span<const std::byte> d, 
   switch (h.type) {
     case wire::Type::kHello:
     case wire::Type::kHelloAck: parsed = wire::decode_hello(body, hello); break;
-    case wire::Type::kData: parsed = wire::decode_data(body, data); break;
+    case wire::Type::kData:
+      parsed = wire::decode_data(body, data, (h.flags & wire::kFlagAck) != 0 ? &ack : nullptr);
+      break;
     case wire::Type::kAck: parsed = wire::decode_ack(body, ack); break;
     case wire::Type::kFec: parsed = wire::decode_fec(body, fec_body); break;
     case wire::Type::kKeepalive: parsed = body.empty() ? Status::kOk : Status::kMalformed; break;
@@ -95,6 +97,10 @@ Status ConnectionImpl::on_datagram(uint32_t path, std::span<const std::byte> d, 
       on_established();
       return Status::kOk;
     case wire::Type::kData: {
+      if ((h.flags & wire::kFlagAck) != 0) {  // an ACK riding on the peer's DATA comes first
+        on_established();
+        if (Status s = on_ack(path, h, ack, now_ns); s != Status::kOk) return s;
+      }
       // Segments can be placed only once the peer's HELLO / HELLO_ACK told their size: before
       // that (a client whose HELLO_ACK was lost) they are dropped unacknowledged and resent,
       // and the client keeps repeating its HELLO.
@@ -196,6 +202,18 @@ Transmit ConnectionImpl::poll_transmit(int64_t now_ns, std::span<std::byte> out)
     return t;
   }
   if (ack_now_) {
+    // Once per ACK owed: a DATA that may leave now on the ACK's path carries it (a reply
+    // acknowledges the request). If none may, or the ACK does not fit beside a full segment,
+    // the ACK goes alone, at the latest after that one DATA.
+    if (!ack_ride_tried_) {
+      ack_ride_tried_ = true;
+      uint32_t path = 0;
+      if (size_t n = send_data(now_ns, out, &path); n > 0) {
+        t.size_bytes = n;
+        t.path = path;
+        return t;
+      }
+    }
     t.path = ack_path_;
     t.size_bytes = build_ack(now_ns, out);
     charge_control(t.path, t.size_bytes, now_ns);

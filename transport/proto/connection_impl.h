@@ -232,7 +232,10 @@ class ConnectionImpl {
   [[nodiscard]] bool seq_received(uint64_t seq) const;
   void mark_received(uint64_t seq);
   void deliver_ready();
-  size_t build_ack(int64_t now_ns, std::span<std::byte> out);
+  size_t build_ack(int64_t now_ns, std::span<std::byte> out);  // an ACK datagram
+  void fill_ack(int64_t now_ns, wire::AckBody& a) const;       // what an ACK says now
+  void ack_sent();                                             // no ACK owed any more
+  [[nodiscard]] bool ack_owed() const { return ack_now_ || ack_deadline_ns_ != INT64_MAX; }
   [[nodiscard]] uint64_t recv_window_segments() const;
 
   // fec_datapath.cc
@@ -291,6 +294,7 @@ class ConnectionImpl {
   uint64_t next_deliver_seq_ = 0;  // first seq of the next message to deliver
   int pending_ack_segments_ = 0;
   bool ack_now_ = false;
+  bool ack_ride_tried_ = false;  // a DATA was offered the ACK owed now (poll_transmit)
   int64_t ack_deadline_ns_ = INT64_MAX;
   uint32_t ack_path_ = 0;
   uint32_t ack_echo_tx_us_ = 0;

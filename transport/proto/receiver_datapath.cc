@@ -178,6 +178,19 @@ void ConnectionImpl::deliver_ready() {
 
 size_t ConnectionImpl::build_ack(int64_t now_ns, std::span<std::byte> out) {
   wire::AckBody a;
+  fill_ack(now_ns, a);
+  ack_sent();
+  return wire::encode_ack(header(wire::Type::kAck, ack_path_, now_ns), a, out);
+}
+
+void ConnectionImpl::ack_sent() {
+  pending_ack_segments_ = 0;
+  ack_now_ = false;
+  ack_ride_tried_ = false;
+  ack_deadline_ns_ = INT64_MAX;
+}
+
+void ConnectionImpl::fill_ack(int64_t now_ns, wire::AckBody& a) const {
   a.cumulative = rcv_cum_;
   a.echo_tx_time_us = ack_echo_tx_us_;
   a.ack_delay_ns = std::max<int64_t>(now_ns - ack_echo_rx_ns_, 0);
@@ -199,10 +212,6 @@ size_t ConnectionImpl::build_ack(int64_t now_ns, std::span<std::byte> out) {
       a.ranges[a.range_count++] = wire::SackRange{r->first, r->second};
     }
   }
-  pending_ack_segments_ = 0;
-  ack_now_ = false;
-  ack_deadline_ns_ = INT64_MAX;
-  return wire::encode_ack(header(wire::Type::kAck, ack_path_, now_ns), a, out);
 }
 
 }  // namespace detwan::transport::proto

@@ -295,7 +295,20 @@ size_t ConnectionImpl::transmit_segment(uint64_t seq, uint32_t path, int64_t now
   b.index = static_cast<uint32_t>(seq - m.first_seq);
   b.last_index = m.last_index;
   b.payload = m.bytes.subspan(s.offset, s.len);
-  const size_t n = wire::encode_data(header(wire::Type::kData, path, now_ns), b, out);
+  // An ACK owed on this path rides along if it fits beside the payload (piggy-backed).
+  wire::AckBody ack;
+  const wire::AckBody* ride = nullptr;
+  if (ack_owed() && ack_path_ == path) {
+    fill_ack(now_ns, ack);
+    if (wire::kDataHeaderBytes + wire::ack_body_bytes(ack) + s.len <= max_datagram_bytes_) {
+      ride = &ack;
+    }
+  }
+  const size_t n = wire::encode_data(header(wire::Type::kData, path, now_ns), b, out, ride);
+  if (ride != nullptr) {
+    ack_sent();
+    stats_.acks_piggybacked++;
+  }
   PathState& p = paths_[path];
   if (p.dead) p.next_probe_ns = now_ns + std::max(kPathProbeMinNs, 2 * p.rtt.srtt_ns());
   s.sent_ns = now_ns;

@@ -7,8 +7,9 @@
 //   tx_time_ns u64 | crc32c u32 (CRC32C of the whole datagram with this field zero)
 //
 // Short form (DATA only), no more header bytes than TCP with timestamps leaves for payload:
-//   0xA0|path_id u8 | connection_id low 32 bits u32 | tx_time_us mod 2^32 u32 | crc32c u32 |
-//   seq mod 2^32 u32 | index u28 + last_index u28 (7 bytes) | payload (the rest)
+//   0xA0|A|path_id u8 | connection_id low 32 bits u32 | tx_time_us mod 2^32 u32 | crc32c u32 |
+//   seq mod 2^32 u32 | index u28 + last_index u28 (7 bytes) | [ACK body] | payload (the rest)
+// A (0x10): an ACK body (as in an ACK datagram) rides between the header and the payload.
 // A message's segments have consecutive seqs and, but for the last, the sender's segment
 // size (announced in HELLO): the segment's message is the one whose first seq is seq - index,
 // its offset index * segment size, its length the datagram's remainder. The receiver expands
@@ -28,10 +29,13 @@ inline constexpr uint16_t kMagic = 0xD7A9;
 inline constexpr uint8_t kVersion = 2;
 inline constexpr size_t kHeaderBytes = 26;
 inline constexpr size_t kCrcOffset = 22;
-// DATA's short form: first byte kDataMarker | path_id (path ids below kMaxShortPaths).
+// DATA's short form: first byte kDataMarker | kDataAckBit? | path_id (below kMaxShortPaths).
 inline constexpr uint8_t kDataMarker = 0xA0;
 inline constexpr uint8_t kDataMarkerMask = 0xE0;
-inline constexpr uint32_t kMaxShortPaths = 32;
+inline constexpr uint8_t kDataAckBit = 0x10;
+inline constexpr uint32_t kMaxShortPaths = 16;
+// Header::flags of a decoded DATA: an ACK rides along (decode_data's `ack`).
+inline constexpr uint8_t kFlagAck = 0x01;
 inline constexpr size_t kShortHeaderBytes = 13;  // marker, connection id, tx time, crc
 inline constexpr size_t kShortCrcOffset = 9;
 inline constexpr size_t kDataHeaderBytes = kShortHeaderBytes + 4 + 7;  // + seq, index, last
@@ -119,8 +123,13 @@ inline constexpr size_t kCloseBodyBytes = 2;
 // Encoders: write header + body, then the CRC. Return bytes written, 0 if `out` is too small.
 [[nodiscard]] size_t encode_hello(const Header& h, const HelloBody& b, std::span<std::byte> out);
 // DATA (short form): h.path_id < kMaxShortPaths, the low 32 bits of h.connection_id, b.index
-// <= b.last_index <= kMaxSegmentIndex; 0 otherwise.
-[[nodiscard]] size_t encode_data(const Header& h, const DataBody& b, std::span<std::byte> out);
+// <= b.last_index <= kMaxSegmentIndex; 0 otherwise. With `ack`, that ACK rides along.
+[[nodiscard]] size_t encode_data(const Header& h, const DataBody& b, std::span<std::byte> out,
+                                 const AckBody* ack = nullptr);
+// Bytes an ACK body takes (in an ACK datagram or riding on a DATA).
+[[nodiscard]] inline size_t ack_body_bytes(const AckBody& b) {
+  return kAckFixedBytes + 16 * (b.range_count > kMaxSackRanges ? kMaxSackRanges : b.range_count);
+}
 [[nodiscard]] size_t encode_ack(const Header& h, const AckBody& b, std::span<std::byte> out);
 [[nodiscard]] size_t encode_fec(const Header& h, const FecBody& b, std::span<std::byte> out);
 [[nodiscard]] size_t encode_empty(const Header& h, std::span<std::byte> out);  // KEEPALIVE
@@ -145,7 +154,9 @@ inline constexpr size_t kCloseBodyBytes = 2;
 // Body decoders: `body` is the datagram after the header (header_bytes). Views point into the
 // datagram. decode_data takes the short form's body (seq, index, last_index, payload).
 [[nodiscard]] common::Status decode_hello(std::span<const std::byte> body, HelloBody& b);
-[[nodiscard]] common::Status decode_data(std::span<const std::byte> body, DataBody& b);
+// With h.flags & kFlagAck, pass `ack`: the ACK riding on the DATA is decoded into it.
+[[nodiscard]] common::Status decode_data(std::span<const std::byte> body, DataBody& b,
+                                         AckBody* ack = nullptr);
 [[nodiscard]] common::Status decode_ack(std::span<const std::byte> body, AckBody& b);
 [[nodiscard]] common::Status decode_fec(std::span<const std::byte> body, FecBody& b);
 [[nodiscard]] common::Status decode_close(std::span<const std::byte> body, CloseBody& b);

@@ -57,6 +57,20 @@ bool get_indices(const std::byte* p, uint32_t* index, uint32_t* last_index) {
   return *index <= *last_index;
 }
 
+void put_ack(const AckBody& b, std::byte* p) {
+  const size_t count = b.range_count > kMaxSackRanges ? kMaxSackRanges : b.range_count;
+  store_be64(p, b.cumulative);
+  store_be32(p + 8, b.echo_tx_time_us);
+  store_be64(p + 12, static_cast<uint64_t>(b.ack_delay_ns));
+  store_be64(p + 20, b.window_bytes);
+  p[28] = static_cast<std::byte>(count);
+  p += kAckFixedBytes;
+  for (size_t i = 0; i < count; ++i, p += 16) {
+    store_be64(p, b.ranges[i].start);
+    store_be64(p + 8, b.ranges[i].end);
+  }
+}
+
 }  // namespace
 
 size_t encode_hello(const Header& h, const HelloBody& b, std::span<std::byte> out) {
@@ -85,39 +99,33 @@ size_t encode_data_symbol(const DataBody& b, std::span<std::byte> out) {
   return size;
 }
 
-size_t encode_data(const Header& h, const DataBody& b, std::span<std::byte> out) {
-  const size_t size = kDataHeaderBytes + b.payload.size();
+size_t encode_data(const Header& h, const DataBody& b, std::span<std::byte> out,
+                   const AckBody* ack) {
+  const size_t ack_bytes = ack != nullptr ? ack_body_bytes(*ack) : 0;
+  const size_t size = kDataHeaderBytes + ack_bytes + b.payload.size();
   if (out.size() < size || h.path_id >= kMaxShortPaths || b.index > b.last_index ||
       b.last_index > kMaxSegmentIndex) {
     return 0;
   }
   std::byte* p = out.data();
-  p[0] = static_cast<std::byte>(kDataMarker | h.path_id);
+  p[0] = static_cast<std::byte>(kDataMarker | (ack != nullptr ? kDataAckBit : 0) | h.path_id);
   store_be32(p + 1, static_cast<uint32_t>(h.connection_id));
   store_be32(p + 5, static_cast<uint32_t>(static_cast<uint64_t>(h.tx_time_ns) / 1000));
   store_be32(p + kShortCrcOffset, 0);
   store_be32(p + kShortHeaderBytes, static_cast<uint32_t>(b.seq));
   put_indices(p + kShortHeaderBytes + 4, b.index, b.last_index);
-  if (!b.payload.empty()) std::memcpy(p + kDataHeaderBytes, b.payload.data(), b.payload.size());
+  if (ack != nullptr) put_ack(*ack, p + kDataHeaderBytes);
+  if (!b.payload.empty()) {
+    std::memcpy(p + kDataHeaderBytes + ack_bytes, b.payload.data(), b.payload.size());
+  }
   return seal(out, size, kShortCrcOffset);
 }
 
 size_t encode_ack(const Header& h, const AckBody& b, std::span<std::byte> out) {
-  const size_t count = b.range_count > kMaxSackRanges ? kMaxSackRanges : b.range_count;
-  const size_t size = kHeaderBytes + kAckFixedBytes + 16 * count;
+  const size_t size = kHeaderBytes + ack_body_bytes(b);
   if (out.size() < size) return 0;
   put_header(h, out.data());
-  std::byte* p = out.data() + kHeaderBytes;
-  store_be64(p, b.cumulative);
-  store_be32(p + 8, b.echo_tx_time_us);
-  store_be64(p + 12, static_cast<uint64_t>(b.ack_delay_ns));
-  store_be64(p + 20, b.window_bytes);
-  p[28] = static_cast<std::byte>(count);
-  p += kAckFixedBytes;
-  for (size_t i = 0; i < count; ++i, p += 16) {
-    store_be64(p, b.ranges[i].start);
-    store_be64(p + 8, b.ranges[i].end);
-  }
+  put_ack(b, out.data() + kHeaderBytes);
   return seal(out, size);
 }
 
@@ -156,7 +164,7 @@ Status decode_header(std::span<const std::byte> d, Header& h) {
     h.version = kVersion;
     h.short_form = true;
     h.path_id = std::to_integer<uint8_t>(d[0]) & (kMaxShortPaths - 1);
-    h.flags = 0;
+    h.flags = (std::to_integer<uint8_t>(d[0]) & kDataAckBit) != 0 ? kFlagAck : 0;
     h.connection_id = load_be32(d.data() + 1);
     h.tx_time_us = load_be32(d.data() + 5);
     h.tx_time_ns = 0;
@@ -214,12 +222,22 @@ Status decode_data_symbol(std::span<const std::byte> s, DataBody& b) {
   return Status::kOk;
 }
 
-Status decode_data(std::span<const std::byte> body, DataBody& b) {
+Status decode_data(std::span<const std::byte> body, DataBody& b, AckBody* ack) {
   constexpr size_t kFixed = kDataHeaderBytes - kShortHeaderBytes;
-  if (body.size() < kFixed || body.size() - kFixed > 0xFFFF) return Status::kMalformed;
+  if (body.size() < kFixed) return Status::kMalformed;
   b.seq = load_be32(body.data());
   if (!get_indices(body.data() + 4, &b.index, &b.last_index)) return Status::kMalformed;
-  b.payload = body.subspan(kFixed);
+  size_t at = kFixed;
+  if (ack != nullptr) {
+    if (body.size() < at + kAckFixedBytes) return Status::kMalformed;
+    const size_t count = std::to_integer<size_t>(body[at + 28]);
+    const size_t ack_bytes = kAckFixedBytes + 16 * count;
+    if (count > kMaxSackRanges || body.size() < at + ack_bytes) return Status::kMalformed;
+    if (decode_ack(body.subspan(at, ack_bytes), *ack) != Status::kOk) return Status::kMalformed;
+    at += ack_bytes;
+  }
+  if (body.size() - at > 0xFFFF) return Status::kMalformed;
+  b.payload = body.subspan(at);
   return Status::kOk;
 }
 

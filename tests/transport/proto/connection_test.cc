@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/transport/proto/test_util.h"
+#include "transport/proto/wire.h"
 
 namespace detwan::transport::proto::testing {
 namespace {
@@ -81,6 +82,66 @@ TEST(Connection, BothDirections) {
       EXPECT_TRUE(e.message == up);
     }
   }
+}
+
+// Request/response: each reply carries the ACK of its request and each request the ACK of
+// the previous reply, so a ping-pong sends (almost) no ACK datagrams of its own.
+TEST(Connection, RepliesCarryTheirRequestsAck) {
+  VirtualNet net(reserved_options(), reserved_options());
+  LinkFaults delay;
+  delay.delay_ns = 5'000'000;
+  net.set_faults(0, delay);
+  net.set_faults(1, delay);
+  uint64_t ack_datagrams = 0;
+  net.observe = [&](int /*side*/, uint32_t /*path*/, const std::vector<std::byte>& d) {
+    if (!wire::is_data(d) && d.size() > 3 && d[3] == std::byte{uint8_t(wire::Type::kAck)}) {
+      ++ack_datagrams;
+    }
+  };
+  ASSERT_TRUE(net.run_until([&] { return net.client().established(); }, 1'000'000'000));
+  constexpr int kRounds = 200;
+  std::vector<std::vector<std::byte>> requests;
+  std::vector<std::vector<std::byte>> replies;
+  for (int i = 0; i < kRounds; ++i) {
+    requests.push_back(random_bytes(64, 2 * i + 1));
+    replies.push_back(random_bytes(64, 2 * i + 2));
+  }
+  ASSERT_EQ(net.client().queue_message(requests[0], 0), Status::kOk);
+  size_t served = 0;
+  size_t answered = 0;
+  ASSERT_TRUE(net.run_until(
+      [&] {
+        // The server answers each request at once; the client sends the next on each reply.
+        const auto& at_server = net.events(1);
+        const auto& at_client = net.events(0);
+        for (size_t n = count_events(at_server, Event::Kind::kMessage); served < n; ++served) {
+          EXPECT_EQ(net.server().queue_message(replies[served], served), Status::kOk);
+        }
+        for (size_t n = count_events(at_client, Event::Kind::kMessage); answered < n;) {
+          if (++answered < kRounds) {
+            EXPECT_EQ(net.client().queue_message(requests[answered], answered), Status::kOk);
+          }
+        }
+        return answered == kRounds;
+      },
+      60'000'000'000));
+  size_t i = 0;
+  for (const Event& e : net.events(1)) {
+    if (e.kind == Event::Kind::kMessage) {
+      EXPECT_TRUE(e.message == requests[i++]);
+    }
+  }
+  i = 0;
+  for (const Event& e : net.events(0)) {
+    if (e.kind == Event::Kind::kMessage) {
+      EXPECT_TRUE(e.message == replies[i++]);
+    }
+  }
+  // 400 messages; without piggy-backing each would be answered by an ACK datagram.
+  EXPECT_LE(ack_datagrams, 4u);
+  EXPECT_GE(net.client().stats().acks_piggybacked + net.server().stats().acks_piggybacked,
+            uint64_t{2 * kRounds - 4});
+  EXPECT_EQ(net.client().stats().segments_retransmitted, 0u);
 }
 
 TEST(Connection, PeerDeathFailsWithTimeoutWithinPeerTimeout) {

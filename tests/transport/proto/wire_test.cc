@@ -37,7 +37,9 @@ Status parse(std::span<const std::byte> d) {
   switch (h.type) {
     case Type::kHello:
     case Type::kHelloAck: s = decode_hello(body, hb); break;
-    case Type::kData: s = decode_data(body, db); break;
+    case Type::kData:
+      s = decode_data(body, db, (h.flags & kFlagAck) != 0 ? &ab : nullptr);
+      break;
     case Type::kAck: s = decode_ack(body, ab); break;
     case Type::kFec: s = decode_fec(body, fb); break;
     case Type::kKeepalive: s = body.empty() ? Status::kOk : Status::kMalformed; break;
@@ -82,13 +84,15 @@ std::vector<std::vector<std::byte>> all_datagrams() {
   push(encode_fec(make_header(Type::kFec), f, buf));
   push(encode_empty(make_header(Type::kKeepalive), buf));
   push(encode_close(make_header(Type::kClose), CloseBody{5}, buf));
+  d.payload = std::span(payload).first(64);
+  push(encode_data(make_header(Type::kData), d, buf, &a));  // a reply carrying its ACK
   return out;
 }
 
 TEST(Wire, RoundTripEveryType) {
   const auto payload = testing::random_bytes(1000, 7);
   const auto all = all_datagrams();
-  ASSERT_EQ(all.size(), 7u);
+  ASSERT_EQ(all.size(), 8u);
   for (const auto& d : all) {
     EXPECT_EQ(parse(d), Status::kOk);
     Header h;
@@ -140,6 +144,20 @@ TEST(Wire, RoundTripEveryType) {
   CloseBody cb;
   ASSERT_EQ(decode_close(std::span(all[6]).subspan(kHeaderBytes), cb), Status::kOk);
   EXPECT_EQ(cb.reason, 5);
+  // DATA with an ACK riding along: header, the ACK body, then the payload.
+  Header h;
+  ASSERT_EQ(decode_header(all[7], h), Status::kOk);
+  EXPECT_EQ(h.flags, kFlagAck);
+  EXPECT_EQ(all[7].size(), kDataHeaderBytes + kAckFixedBytes + 3 * 16 + 64);
+  AckBody ridden;
+  DataBody with_ack;
+  ASSERT_EQ(decode_data(std::span(all[7]).subspan(kShortHeaderBytes), with_ack, &ridden),
+            Status::kOk);
+  EXPECT_EQ(ridden.cumulative, 100u);
+  EXPECT_EQ(ridden.range_count, 3);
+  EXPECT_EQ(ridden.ranges[2].start, 101u);
+  ASSERT_EQ(with_ack.payload.size(), 64u);
+  EXPECT_TRUE(std::equal(with_ack.payload.begin(), with_ack.payload.end(), payload.begin()));
 }
 
 TEST(Wire, EveryTruncationRejected) {
