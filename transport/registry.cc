@@ -17,11 +17,12 @@ struct BackendEntry {
   std::string_view name;
   BackendInfo (*info)();
   Result<std::unique_ptr<Endpoint>> (*make)(const EndpointOptions&);
+  bool inline_progress = false;  // EndpointOptions::inline_progress supported
 };
 
 constexpr std::array kBackends{
-    BackendEntry{"udp", udp::backend_info, udp::make_endpoint},
-    BackendEntry{"loopback", loopback::backend_info, loopback::make_endpoint},
+    BackendEntry{"udp", udp::backend_info, udp::make_endpoint, true},
+    BackendEntry{"loopback", loopback::backend_info, loopback::make_endpoint, true},
     BackendEntry{"tcp", tcp::backend_info, tcp::make_endpoint},
     BackendEntry{"shm", shm::backend_info, shm::make_endpoint},
     BackendEntry{"verbs", verbs::backend_info, verbs::make_endpoint},
@@ -70,6 +71,13 @@ Result<std::unique_ptr<Endpoint>> make_endpoint(std::string_view backend,
     return common::make_error(ErrorCode::kUnavailable,
                               fmt::format("transport backend '{}' is unavailable: {}", backend,
                                           info.reason));
+  }
+  if (options.inline_progress && !entry->inline_progress) {
+    return common::make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("transport backend '{}' has no inline progress (EndpointOptions::"
+                    "inline_progress: udp and loopback only)",
+                    backend));
   }
   return entry->make(options);
 }

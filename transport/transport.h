@@ -19,6 +19,13 @@
 // callbacks run on the progress thread: they must not block; they may call send_async /
 // recv_async again.
 //
+// Inline progress (EndpointOptions::inline_progress; udp and loopback): the endpoint has no
+// thread of its own. One thread owns it (the first to call listen, accept, connect or progress)
+// and runs its event loop by calling `Endpoint::progress()`; completion callbacks run inside
+// that call. A request/response exchange then costs no cross-thread wake-up: the thread that
+// sends is the one that waits on the socket for the reply (eRPC's and UCX's model). Channel
+// calls may still come from other threads (they wake the owner's progress() like a datagram).
+//
 // Ownership: `send_async` does NOT copy the message (zero copy where the backend allows): the
 // bytes must stay valid and unmodified until the completion callback has run. Received messages
 // are handed over as an owned buffer.
@@ -179,6 +186,20 @@ class Endpoint {
                                                    const ChannelOptions& options,
                                                    int64_t timeout_ns) = 0;
   [[nodiscard]] virtual std::string backend_name() const = 0;
+
+  // Inline progress only (EndpointOptions::inline_progress): runs the endpoint's event loop on
+  // the calling thread (posted calls, sends, timers, received datagrams) until at least one
+  // completion callback ran or `timeout_ns` passed; 0 = one pass that does not wait. Returns
+  // how many callbacks ran. kInvalidArgument on an endpoint with its own progress thread or
+  // from a thread other than the owner; kUnavailable once the endpoint is shutting down.
+  virtual Result<size_t> progress(int64_t timeout_ns) {
+    (void)timeout_ns;
+    return common::make_error(ErrorCode::kInvalidArgument,
+                              backend_name() +
+                                  ": progress() needs an endpoint made with "
+                                  "inline_progress (this one runs its own progress "
+                                  "thread)");
+  }
 };
 
 struct EndpointOptions {
@@ -186,6 +207,9 @@ struct EndpointOptions {
   ChannelOptions accept_options;
   // Backend-specific free-form settings, e.g. loopback fault injection ("loss=0.01,delay=1ms").
   std::string backend_config;
+  // No progress thread: the owning thread drives the endpoint with Endpoint::progress() (see
+  // "Inline progress" above). udp and loopback; the other backends refuse it (kInvalidArgument).
+  bool inline_progress = false;
 };
 
 }  // namespace detwan::transport

@@ -4,7 +4,8 @@
 //                [--local-paths L1,L2] [--fec] [--message-size 4m] [--inflight N]
 //                [--backend udp] [--json]
 //   detwan-bench transport recv --listen 0.0.0.0:PORT [--backend udp] [--json]
-//   detwan-bench transport pingpong [--raw-udp] [--size 64] [--count N] [--json]
+//   detwan-bench transport pingpong [--raw-udp] [--size 64] [--count N]
+//                                   [--progress callback|wait|inline] [--json]
 //   detwan-bench transport info [--mtu 1500] [--json]
 //   detwan-bench transport --lab --rate 200mbit --rtt 40ms --loss 1% --size 1g [--json] ...
 //       (runs tools/lab/transport.py: a lab path, a detwan transfer and iperf3 cubic/bbr on it;
@@ -118,6 +119,14 @@ int run_cli(int argc, char** argv) {
   pp_cmd->add_option("--size", pp_size_text, "message bytes")->capture_default_str();
   pp_cmd->add_option("--count", pingpong.count, "measured round trips")->capture_default_str();
   pp_cmd->add_option("--warmup", pingpong.warmup, "unmeasured round trips first")
+      ->capture_default_str();
+  pp_cmd
+      ->add_option("--progress", pingpong.progress,
+                   "who runs the loop: callback (the next ping leaves from the reply's "
+                   "callback on the progress thread), wait (this thread waits for each "
+                   "reply), inline (no progress threads: each end's own thread runs "
+                   "Endpoint::progress)")
+      ->check(CLI::IsMember({"callback", "wait", "inline"}))
       ->capture_default_str();
   pp_cmd->add_flag("--json", pingpong.json, "print one JSON object");
 

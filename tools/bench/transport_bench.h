@@ -61,6 +61,10 @@ struct PingPongOptions {
   uint64_t size_bytes = 64;
   int count = 10'000;
   int warmup = 100;
+  // callback: the next ping leaves from the reply's callback (progress thread); wait: the
+  // calling thread waits for each reply (two thread hand-overs per round trip); inline: no
+  // progress thread at either end (EndpointOptions::inline_progress).
+  std::string progress = "callback";
   bool json = false;
 };
 

@@ -3,28 +3,32 @@
 // thread) or plain blocking UDP sockets (--raw-udp), so the two are measured by the same code
 // in the same run. `--backend NAME:CONFIG` passes CONFIG as the endpoints' backend_config,
 // e.g. `--backend udp:busy_poll_us=50` (both endpoints spin up to 50 us before sleeping).
+// `--progress` says who runs the loop: `callback` (default) sends the next ping from the reply's
+// callback on the client's progress thread; `wait` has the calling thread wait for each reply,
+// as a blocking client does (two thread hand-overs per round trip); `inline` gives neither end
+// a progress thread: the client's thread and the echo's thread each run their endpoint's loop
+// (Endpoint::progress), as the plain UDP baseline's two threads each block on their socket.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <chrono>
-#include <future>
-#include <span>
-#include <string>
-#include <cstring>
-#include <cstdio>
-#include <memory>
-#include <thread>
-#include <vector>
-
-#include <fmt/format.h>
-
 #include "tools/bench/transport_bench.h"
 #include "tools/bench/transport_report.h"
-#include "transport/registry.h"
 #include "transport/registry.h"
 
 namespace detwan::bench {
@@ -89,6 +93,24 @@ struct Samples {
   std::string error;
 };
 
+// warmup + count round trips driven by the calling thread: `round_trip()` sends one ping and
+// returns "" once its reply is back, or what went wrong. RTTs after the warm-up.
+template <typename RoundTrip>
+void timed_round_trips(const PingPongOptions& o, Samples& out, RoundTrip&& round_trip) {
+  out.rtt_ns.reserve(static_cast<size_t>(o.count));
+  int64_t start_ns = monotonic_ns();
+  for (int i = 0; i < o.warmup + o.count; ++i) {
+    const int64_t t0 = monotonic_ns();
+    if (i == o.warmup) start_ns = t0;
+    if (std::string error = round_trip(); !error.empty()) {
+      out.error = fmt::format("echo {}: {}", i, error);
+      return;
+    }
+    if (i >= o.warmup) out.rtt_ns.push_back(monotonic_ns() - t0);
+  }
+  out.wall_ns = monotonic_ns() - start_ns;
+}
+
 Samples detwan_pingpong(const PingPongOptions& o, std::string& describe) {
   Samples out;
   const std::vector<std::byte> message(o.size_bytes, std::byte{0x5a});
@@ -122,6 +144,25 @@ Samples detwan_pingpong(const PingPongOptions& o, std::string& describe) {
   // to this thread and posting the next ping from here would add two thread wakeups (a futex
   // and the endpoint's eventfd) per round trip that plain UDP does not pay; the measurement is
   // the transport's round trip, not that hand-over.
+  if (o.progress == "wait") {
+    // A blocking client: this thread posts each ping and sleeps until the reply's callback (on
+    // the progress thread) fulfils the future.
+    transport::Channel& channel = **client;
+    timed_round_trips(o, out, [&]() -> std::string {
+      auto reply = channel.recv();
+      channel.send_async(std::span<const std::byte>(message), [](Result<void>) {});
+      if (reply.wait_for(std::chrono::nanoseconds(kReplyTimeoutNs)) != std::future_status::ready) {
+        return "no reply within 5 s";
+      }
+      auto got = reply.get();
+      return got ? std::string() : got.error().describe();
+    });
+    (*client)->close();
+    server_channel->close();
+    client->reset();
+    server_channel.reset();
+    return out;
+  }
   pinger.channel = client->get();
   pinger.message = std::span<const std::byte>(message);
   pinger.warmup = o.warmup;
@@ -144,6 +185,75 @@ Samples detwan_pingpong(const PingPongOptions& o, std::string& describe) {
   client->reset();
   server_channel.reset();
   return out;
+}
+
+// Neither end has a progress thread: the echo's endpoint is owned and driven by its own thread
+// (listen, accept, then Endpoint::progress, echoing from the receive callback), the client's by
+// this thread, which waits for each reply inside Endpoint::progress.
+Samples inline_pingpong(const PingPongOptions& o, std::string& describe) {
+  Samples out;
+  const std::vector<std::byte> message(o.size_bytes, std::byte{0x5a});
+  transport::EndpointOptions endpoint_options;
+  const auto [backend, config] = split_backend(o.backend);
+  endpoint_options.backend_config = config;
+  endpoint_options.inline_progress = true;
+  std::promise<Result<std::string>> listening;
+  auto listen_address = listening.get_future();
+  std::atomic<bool> stop{false};
+  std::string echo_error;
+  std::thread echo_thread([&] {
+    Echo echo;  // outlives the endpoint, whose shutdown runs its pending receive's callback
+    auto endpoint = transport::make_endpoint(backend, endpoint_options);
+    if (!endpoint) return listening.set_value(std::unexpected(endpoint.error()));
+    auto address = (*endpoint)->listen("127.0.0.1:0");
+    listening.set_value(address);
+    if (!address) return;
+    auto accepted = (*endpoint)->accept(10'000'000'000);
+    if (!accepted) {
+      echo_error = accepted.error().describe();
+      return;
+    }
+    echo.channel = accepted->get();
+    echo.arm();
+    while (!stop.load(std::memory_order_acquire)) {
+      if (auto ran = (*endpoint)->progress(100'000'000); !ran) {
+        echo_error = ran.error().describe();
+        break;
+      }
+    }
+    accepted->reset();
+  });
+  auto finish = [&](std::string error) {
+    stop.store(true, std::memory_order_release);
+    echo_thread.join();
+    if (out.error.empty()) out.error = std::move(error);
+    if (out.error.empty()) out.error = echo_error;
+    return std::move(out);
+  };
+  Result<std::string> address = listen_address.get();
+  if (!address) return finish(address.error().describe());
+  auto endpoint = transport::make_endpoint(backend, endpoint_options);
+  if (!endpoint) return finish(endpoint.error().describe());
+  auto client = (*endpoint)->connect(*address, transport::ChannelOptions{}, 10'000'000'000);
+  if (!client) return finish(client.error().describe());
+  describe = (*client)->describe() + " (inline progress)";
+  transport::Channel& channel = **client;
+  transport::Endpoint& client_endpoint = **endpoint;
+  timed_round_trips(o, out, [&]() -> std::string {
+    std::optional<Result<std::vector<std::byte>>> reply;
+    channel.recv_async([&reply](Result<std::vector<std::byte>> r) { reply = std::move(r); });
+    channel.send_async(std::span<const std::byte>(message), [](Result<void>) {});
+    const int64_t give_up_ns = monotonic_ns() + kReplyTimeoutNs;
+    while (!reply) {
+      const int64_t left_ns = give_up_ns - monotonic_ns();
+      if (left_ns <= 0) return "no reply within 5 s";
+      if (auto ran = client_endpoint.progress(left_ns); !ran) return ran.error().describe();
+    }
+    return *reply ? std::string() : reply->error().describe();
+  });
+  client->reset();
+  endpoint->reset();
+  return finish("");
 }
 
 Samples raw_udp_pingpong(const PingPongOptions& o) {
@@ -215,20 +325,23 @@ int run_pingpong(const PingPongOptions& o) {
   }
   const double cpu0 = process_cpu_s();
   std::string channel;
-  Samples s = o.raw_udp ? raw_udp_pingpong(o) : detwan_pingpong(o, channel);
+  Samples s = o.raw_udp                ? raw_udp_pingpong(o)
+              : o.progress == "inline" ? inline_pingpong(o, channel)
+                                       : detwan_pingpong(o, channel);
   const double cpu_s = process_cpu_s() - cpu0;
   const size_t done = s.rtt_ns.size();
-  json::object doc{{"mode", o.raw_udp ? "raw_udp" : "detwan"},
-                   {"backend", o.raw_udp ? "udp-socket" : o.backend},
-                   {"channel", channel},
-                   {"size_bytes", o.size_bytes},
-                   {"count", done},
-                   {"lost", s.lost},
-                   {"rtt_ns", summarize_ns(s.rtt_ns)},
-                   {"wall_per_rt_ns", done ? static_cast<double>(s.wall_ns) /
-                                                 static_cast<double>(done) : 0.0},
-                   {"cpu_s", cpu_s},
-                   {"error", s.error.empty() ? json::value(nullptr) : json::value(s.error)}};
+  json::object doc{
+      {"mode", o.raw_udp ? "raw_udp" : "detwan"},
+      {"backend", o.raw_udp ? "udp-socket" : o.backend},
+      {"channel", channel},
+      {"progress", o.raw_udp ? "" : o.progress},
+      {"size_bytes", o.size_bytes},
+      {"count", done},
+      {"lost", s.lost},
+      {"rtt_ns", summarize_ns(s.rtt_ns)},
+      {"wall_per_rt_ns", done ? static_cast<double>(s.wall_ns) / static_cast<double>(done) : 0.0},
+      {"cpu_s", cpu_s},
+      {"error", s.error.empty() ? json::value(nullptr) : json::value(s.error)}};
   if (o.json) {
     print_json(doc);
   } else {

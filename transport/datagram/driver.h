@@ -16,6 +16,15 @@
 //
 // Endpoint destruction closes every channel (CLOSE is sent once, best effort), fails pending
 // operations with kUnavailable, and joins the progress thread.
+//
+// Inline progress (EndpointOptions::inline_progress): no thread. The first thread that calls
+// listen, accept, connect or progress owns the endpoint (and its link: the udp ring accepts
+// submissions from one thread); those calls run the event loop on it (pass_st: a round, a wait
+// bounded by the caller's timeout, a round) and fail with kInvalidArgument on any other thread.
+// Posts from the owner need no wake-up; posts from other threads wake its wait. The endpoint
+// should be destroyed on the owner's thread, which then runs the shutdown.
+//
+// The event loop itself is in driver_datapath.h.
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -56,21 +65,38 @@ class DatagramEndpoint final : public DatagramEndpointBase {
  public:
   using Address = typename Link::Address;
 
-  DatagramEndpoint(std::unique_ptr<Link> link, std::string backend, ChannelOptions accept_options)
+  DatagramEndpoint(std::unique_ptr<Link> link, std::string backend, ChannelOptions accept_options,
+                   bool inline_progress = false)
       : link_(std::move(link)),
         backend_(std::move(backend)),
         accept_options_(std::move(accept_options)),
         queue_(std::make_shared<PostQueue>([link = link_.get()] { link->wake(); })),
+        inline_(inline_progress),
         random_(std::random_device{}()) {
+    if (inline_) return;
     thread_ = std::thread([this] { run(); });
     queue_->set_progress_thread(thread_.get_id());
   }
 
   ~DatagramEndpoint() override {
     stop_.store(true, std::memory_order_release);
-    link_->wake();
-    thread_.join();
+    if (inline_) {
+      shutdown_st();
+    } else {
+      link_->wake();
+      thread_.join();
+    }
     accepted_.stop();
+  }
+
+  Result<size_t> progress(int64_t timeout_ns) override {
+    if (!inline_) return Endpoint::progress(timeout_ns);
+    if (auto owner = claim_owner(); !owner) return std::unexpected(owner.error());
+    const int64_t end_ns = deadline_after(timeout_ns);
+    while (true) {
+      const size_t callbacks = pass_st(end_ns);
+      if (callbacks > 0 || clock_.now_ns() >= end_ns) return callbacks;
+    }
   }
 
   Result<std::string> listen(const std::string& address) override {
@@ -93,7 +119,16 @@ class DatagramEndpoint final : public DatagramEndpointBase {
       return common::make_error(ErrorCode::kInvalidArgument,
                                 backend_ + ": accept() before a successful listen()");
     }
-    return accepted_.pop(timeout_ns);
+    if (!inline_) return accepted_.pop(timeout_ns);
+    if (auto owner = claim_owner(); !owner) return std::unexpected(owner.error());
+    const int64_t end_ns = deadline_after(timeout_ns);
+    while (accepted_.size() == 0 && clock_.now_ns() < end_ns) (void)pass_st(end_ns);
+    if (accepted_.size() == 0) {
+      return common::make_error(
+          ErrorCode::kTimeout,
+          fmt::format("accept: no peer connected within {} ms", timeout_ns / 1'000'000));
+    }
+    return accepted_.pop(0);
   }
 
   Result<std::unique_ptr<Channel>> connect(const std::string& address,
@@ -115,7 +150,14 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     });
     if (!opened) return std::unexpected(opened.error());
     auto channel = std::make_unique<ChannelHandle>(queue_, shared);
-    if (future.wait_for(wait_duration(timeout_ns)) != std::future_status::ready) {
+    if (inline_) {
+      const int64_t end_ns = deadline_after(timeout_ns);
+      while (future.wait_for(std::chrono::seconds(0)) != std::future_status::ready &&
+             clock_.now_ns() < end_ns) {
+        (void)pass_st(end_ns);
+      }
+    }
+    if (future.wait_for(wait_duration(inline_ ? 0 : timeout_ns)) != std::future_status::ready) {
       return common::make_error(ErrorCode::kTimeout,
                                 fmt::format("{}: connect to {}: no answer within {} ms", backend_,
                                             address, timeout_ns / 1'000'000));
@@ -159,9 +201,47 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     uint64_t connection_id = 0;
   };
 
-  // Runs `task` on the progress thread and waits for its result (setup tier: may block).
+  // Inline progress: the calling thread owns the endpoint from its first call on; any other
+  // thread gets kInvalidArgument.
+  Result<void> claim_owner() {
+    const std::thread::id self = std::this_thread::get_id();
+    std::thread::id owner{};
+    if (owner_.compare_exchange_strong(owner, self, std::memory_order_acq_rel)) {
+      queue_->set_progress_thread(self);  // its own posts need no wake-up
+      common::set_min_timer_slack();      // timers as precise as the progress thread's
+      return {};
+    }
+    if (owner == self) {
+      if (!in_pass_) return {};
+      return common::make_error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: listen, accept, connect and progress may not be called from a "
+                      "completion callback of an inline endpoint (the loop is running)",
+                      backend_));
+    }
+    return common::make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{}: this endpoint runs inline progress on the thread that first used it; "
+                    "listen, accept, connect and progress must be called from that thread",
+                    backend_));
+  }
+
+  int64_t deadline_after(int64_t timeout_ns) const {
+    const int64_t now_ns = clock_.now_ns();
+    return timeout_ns >= INT64_MAX - now_ns ? INT64_MAX : now_ns + std::max<int64_t>(timeout_ns, 0);
+  }
+
+  // Runs `task` on the progress thread and waits for its result (setup tier: may block). Inline:
+  // runs it here, on the owner's thread.
   template <typename T>
   Result<T> run_task(std::function<Result<T>()> task) {
+    if (inline_) {
+      if (auto owner = claim_owner(); !owner) return std::unexpected(owner.error());
+      if (stopped_) {
+        return common::make_error(ErrorCode::kUnavailable, backend_ + ": endpoint stopped");
+      }
+      return task();
+    }
     std::promise<Result<T>> promise;
     auto future = promise.get_future();
     Op op;
@@ -241,207 +321,23 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     accepted_.push(std::make_unique<ChannelHandle>(queue_, std::move(shared)));
   }
 
-  // ---- the progress thread ----
+  // ---- the event loop (driver_datapath.h) ----
 
-  void run() {
-    common::set_min_timer_slack();
-    std::vector<Op> ops;
-    while (!stop_.load(std::memory_order_acquire)) {
-      queue_->drain(ops);
-      int64_t now_ns = clock_.now_ns();
-      for (Op& op : ops) apply_st(op, now_ns);
-      ops.clear();
-      now_ns = clock_.now_ns();
-      int64_t deadline_ns = INT64_MAX;
-      for (auto it = conns_.begin(); it != conns_.end();) {
-        deadline_ns = std::min(deadline_ns, service_st(it->second, now_ns));
-        if (finished_st(it->second, now_ns)) {
-          it = erase_st(it);
-        } else {
-          ++it;
-        }
-      }
-      publish_counters_st();
-      // Calls posted by this loop's callbacks (a reply chained from a receive callback): apply
-      // them at once instead of first polling the link, which would cost a syscall per hop of a
-      // ping-pong. Bounded, so a chain of callbacks cannot starve received datagrams.
-      if (!queue_->empty() && ++chained_rounds_ <= kMaxChainedRounds) continue;
-      chained_rounds_ = 0;
-      if (!queue_->empty()) {
-        deadline_ns = 0;  // they did not write the wakeup
-      } else if (deadline_ns > now_ns) {
-        // Timers (pacing, delayed ACK, RTO) may run up to kMinTimerSleepNs late: a reserved
-        // path's pacer catches up (proto::kPacerCatchUpNs), so one wake-up sends a few
-        // datagrams instead of one. Received datagrams and posted calls still wake at once.
-        deadline_ns = std::max(deadline_ns, now_ns + kMinTimerSleepNs);
-      }
-      // receive() first hands this round's sends to the network (DatagramLink), in the same
-      // system call as the wait where the link allows it.
-      link_->receive(deadline_ns, [this](SocketId socket, const Address& source,
-                                         std::span<const std::byte> bytes) {
-        on_datagram_st(socket, source, bytes, clock_.now_ns());
-      });
-    }
-    shutdown_st();
-  }
-
-  void apply_st(Op& op, int64_t now_ns) {
-    if (op.kind == Op::Kind::kTask) {
-      op.task();
-      return;
-    }
-    auto it = conns_.find(op.channel_key);
-    if (it == conns_.end()) {
-      fail_op(op, Error{ErrorCode::kUnavailable, backend_ + ": channel already closed"});
-      return;
-    }
-    Session& session = it->second.session;
-    switch (op.kind) {
-      case Op::Kind::kSend: session.send_st(op.message, std::move(op.send_done)); break;
-      case Op::Kind::kRecv: session.recv_st(std::move(op.recv_done)); break;
-      case Op::Kind::kClose: close_conn_st(it->second, now_ns); break;
-      case Op::Kind::kRelease:
-        session.set_released();
-        close_conn_st(it->second, now_ns);
-        break;
-      case Op::Kind::kTask: break;
-    }
-  }
-
-  void close_conn_st(Conn& conn, int64_t now_ns) {
-    if (conn.session.connection() == nullptr || conn.session.closing()) return;
-    conn.session.close_st(now_ns);
-    // The CLOSE goes out with the next transmit batch; give pacing a moment, not forever.
-    conn.linger_deadline_ns = now_ns + kCloseLingerNs;
-  }
-
-  // Transmits what the connection has, runs its callbacks; returns its next wakeup.
-  int64_t service_st(Conn& conn, int64_t now_ns) {
-    proto::Connection* connection = conn.session.connection();
-    if (connection == nullptr) return INT64_MAX;
-    const size_t max_bytes = connection->max_datagram_bytes();
-    while (true) {
-      std::span<std::byte> buffer = link_->tx_buffer();
-      if (buffer.size() < max_bytes) break;  // busy: the link wakes us when buffers return
-      const proto::Transmit transmit = connection->poll_transmit(now_ns, buffer);
-      if (transmit.size_bytes == 0) break;
-      const Path& path = route_st(conn, transmit.path);
-      (void)link_->send(path.socket, path.remote, transmit.size_bytes);  // the link counts drops
-      if (conn.session.closing()) conn.close_sent = true;
-    }
-    const bool events = conn.session.process_events_st();
-    conn.session.publish_stats_st(now_ns, events);
-    connection = conn.session.connection();
-    if (connection == nullptr) return INT64_MAX;
-    if (conn.session.closing()) return conn.linger_deadline_ns;
-    return connection->next_wakeup_ns();
-  }
-
-  // The path a transmit goes out on; a server path not learned yet falls back to path 0.
-  const Path& route_st(const Conn& conn, uint32_t path) const {
-    if (path < conn.paths.size() && conn.paths[path].known) return conn.paths[path];
-    return conn.paths[0];
-  }
-
-  bool finished_st(Conn& conn, int64_t now_ns) {
-    if (conn.session.connection() != nullptr && conn.session.closing() &&
-        (conn.close_sent || now_ns >= conn.linger_deadline_ns)) {
-      conn.session.fail_st(*conn.session.error());  // CLOSE is out: free the protocol state
-    }
-    if (conn.session.connection() == nullptr && !conn.paths.empty()) release_sockets_st(conn);
-    return conn.session.connection() == nullptr && conn.session.released();
-  }
-
-  // Frees what the connection held in the link (client sockets, server demux entry); the
-  // Session stays until the user's handle is gone, to answer later calls with the error.
-  void release_sockets_st(Conn& conn) {
-    if (conn.server) {
-      auto it = server_by_id_.find(conn.connection_id);
-      if (it != server_by_id_.end() && conns_.count(it->second) &&
-          &conns_.at(it->second) == &conn) {
-        server_by_short_id_.erase(static_cast<uint32_t>(conn.connection_id));
-        server_by_id_.erase(it);
-      }
-    } else {
-      for (const Path& path : conn.paths) {
-        socket_owner_.erase(path.socket);
-        link_->close_socket(path.socket);
-      }
-    }
-    conn.paths.clear();
-  }
-
-  typename std::unordered_map<uint64_t, Conn>::iterator erase_st(
-      typename std::unordered_map<uint64_t, Conn>::iterator it) {
-    return conns_.erase(it);
-  }
-
+  void run();                             // the progress thread
+  int64_t round_st();                     // posted calls, transmits, callbacks; next wakeup
+  size_t pass_st(int64_t wait_until_ns);  // inline: one round, a bounded wait, one round
+  void receive_st(int64_t deadline_ns);
+  void apply_st(Op& op, int64_t now_ns);
+  void close_conn_st(Conn& conn, int64_t now_ns);
+  int64_t service_st(Conn& conn, int64_t now_ns);
+  const Path& route_st(const Conn& conn, uint32_t path) const;
+  bool finished_st(Conn& conn, int64_t now_ns);
+  void release_sockets_st(Conn& conn);
   void on_datagram_st(SocketId socket, const Address& source, std::span<const std::byte> bytes,
-                      int64_t now_ns) {
-    ++counters_.datagrams_received;
-    if (listen_socket_ && socket == *listen_socket_) {
-      on_listen_datagram_st(socket, source, bytes, now_ns);
-      return;
-    }
-    auto owner = socket_owner_.find(socket);
-    if (owner == socket_owner_.end()) return;  // socket closing; its datagrams are stale
-    Conn& conn = conns_.at(owner->second);
-    proto::Connection* connection = conn.session.connection();
-    if (connection == nullptr) return;
-    uint32_t path = 0;
-    while (path < conn.paths.size() && conn.paths[path].socket != socket) ++path;
-    (void)connection->on_datagram(path, bytes, now_ns);  // bad input is counted by the protocol
-  }
-
+                      int64_t now_ns);
   void on_listen_datagram_st(SocketId socket, const Address& source,
-                             std::span<const std::byte> bytes, int64_t now_ns) {
-    const std::optional<proto::PeekedId> id = proto::peek_connection_id(bytes);
-    if (!id) {
-      ++counters_.dropped_not_transport;
-      return;
-    }
-    uint64_t key = 0;
-    if (id->short_form) {  // DATA: the low 32 bits of the id
-      auto found = server_by_short_id_.find(static_cast<uint32_t>(id->id));
-      if (found == server_by_short_id_.end()) {
-        ++counters_.dropped_unknown_connection;
-        return;
-      }
-      key = found->second;
-    } else {
-      auto found = server_by_id_.find(id->id);
-      if (found == server_by_id_.end()) {
-        if (!proto::is_hello(bytes)) {
-          ++counters_.dropped_unknown_connection;
-          return;
-        }
-        create_server_st(id->id, socket, source, now_ns);
-        found = server_by_id_.find(id->id);
-        if (found == server_by_id_.end()) return;
-      }
-      key = found->second;
-    }
-    Conn& conn = conns_.at(key);
-    proto::Connection* connection = conn.session.connection();
-    if (connection == nullptr) return;
-    (void)connection->on_datagram(learn_path_st(conn, socket, source), bytes, now_ns);
-  }
-
-  // Path index of a datagram from `source`: sources are numbered in order of appearance up to
-  // the channel's path count; further sources share the last path.
-  uint32_t learn_path_st(Conn& conn, SocketId socket, const Address& source) {
-    uint32_t index = 0;
-    for (; index < conn.paths.size() && conn.paths[index].known; ++index) {
-      if (conn.paths[index].socket == socket && Link::same(conn.paths[index].remote, source)) {
-        return index;
-      }
-    }
-    if (index < conn.paths.size()) {
-      conn.paths[index] = Path{socket, source, true};
-      return index;
-    }
-    return static_cast<uint32_t>(conn.paths.size() - 1);
-  }
+                             std::span<const std::byte> bytes, int64_t now_ns);
+  uint32_t learn_path_st(Conn& conn, SocketId socket, const Address& source);
 
   void publish_counters_st() {
     std::lock_guard lock(counters_mutex_);
@@ -475,12 +371,17 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   common::MonotonicClock clock_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> listening_{false};
+  const bool inline_;
+  std::atomic<std::thread::id> owner_{};  // inline progress: the thread that drives the loop
   std::thread thread_;
 
   // Progress thread only.
   static constexpr int kMaxChainedRounds = 8;
   static constexpr int64_t kMinTimerSleepNs = 100'000;
   int chained_rounds_ = 0;  // loop rounds in a row that skipped the link for posted calls
+  size_t callbacks_run_ = 0;  // completion callbacks run since pass_st() began
+  bool in_pass_ = false;      // inline: pass_st() is running (a callback may not re-enter)
+  std::vector<Op> ops_;       // posted calls being applied (capacity reused)
   bool stopped_ = false;
   std::mt19937_64 random_;
   uint64_t next_key_ = 1;
@@ -497,3 +398,5 @@ class DatagramEndpoint final : public DatagramEndpointBase {
 };
 
 }  // namespace detwan::transport::datagram
+
+#include "transport/datagram/driver_datapath.h"  // IWYU pragma: export

@@ -139,6 +139,7 @@ Session::Session(const proto::ConnectionConfig& config, int64_t now_ns,
 
 void Session::send_st(std::span<const std::byte> message, SendCallback done) {
   if (error_) {
+    ++callbacks_run_;
     done(std::unexpected(*error_));
     return;
   }
@@ -148,6 +149,7 @@ void Session::send_st(std::span<const std::byte> message, SendCallback done) {
     sends_.emplace(token, std::move(done));
     return;
   }
+  ++callbacks_run_;
   if (status == common::Status::kInvalidArgument) {
     done(common::make_error(
         ErrorCode::kInvalidArgument,
@@ -165,10 +167,12 @@ void Session::recv_st(RecvCallback done) {
     std::vector<std::byte> message = std::move(buffered_.front());
     buffered_.pop_front();
     if (connection_) connection_->consumed(message.size());
+    ++callbacks_run_;
     done(std::move(message));
     return;
   }
   if (error_) {
+    ++callbacks_run_;
     done(std::unexpected(*error_));
     return;
   }
@@ -186,6 +190,7 @@ void Session::close_st(int64_t now_ns) {
   buffered_.clear();
   auto sends = std::exchange(sends_, {});
   auto recvs = std::exchange(recvs_, {});
+  callbacks_run_ += sends.size() + recvs.size() + (on_established ? 1 : 0);
   for (auto& [token, done] : sends) done(std::unexpected(error));
   for (auto& done : recvs) done(std::unexpected(error));
   if (on_established) std::exchange(on_established, nullptr)(std::unexpected(error));
@@ -197,6 +202,7 @@ void Session::fail_st(const Error& error) {
   if (!error_) error_ = error;
   auto sends = std::exchange(sends_, {});
   auto recvs = std::exchange(recvs_, {});
+  callbacks_run_ += sends.size() + recvs.size() + (on_established ? 1 : 0);
   for (auto& [token, done] : sends) done(std::unexpected(*error_));
   for (auto& done : recvs) done(std::unexpected(*error_));
   if (on_established) std::exchange(on_established, nullptr)(std::unexpected(*error_));
@@ -212,13 +218,17 @@ bool Session::process_events_st() {
     any = true;
     switch (event->kind) {
       case proto::Event::Kind::kEstablished:
-        if (on_established) std::exchange(on_established, nullptr)({});
+        if (on_established) {
+          ++callbacks_run_;
+          std::exchange(on_established, nullptr)({});
+        }
         break;
       case proto::Event::Kind::kSendComplete: {
         auto it = sends_.find(event->token);
         if (it == sends_.end()) break;  // completed by close_st already
         SendCallback done = std::move(it->second);
         sends_.erase(it);
+        ++callbacks_run_;
         done({});
         break;
       }
@@ -228,6 +238,7 @@ bool Session::process_events_st() {
           RecvCallback done = std::move(recvs_.front());
           recvs_.pop_front();
           connection_->consumed(event->message.size());
+          ++callbacks_run_;
           done(std::move(event->message));
         } else {
           buffered_.push_back(std::move(event->message));

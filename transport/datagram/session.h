@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "transport/proto/connection.h"
@@ -155,6 +156,8 @@ class Session {
   [[nodiscard]] bool released() const { return released_; }
   void set_released() { released_ = true; }
   [[nodiscard]] const std::optional<Error>& error() const { return error_; }
+  // Completion callbacks run since the last call (inline progress returns once one ran).
+  size_t take_callbacks_run() { return std::exchange(callbacks_run_, 0); }
 
  private:
   std::optional<proto::Connection> connection_;
@@ -167,6 +170,7 @@ class Session {
   bool closing_ = false;
   bool released_ = false;
   int64_t last_publish_ns_ = 0;
+  size_t callbacks_run_ = 0;
 };
 
 }  // namespace detwan::transport::datagram

@@ -103,8 +103,8 @@ Result<std::unique_ptr<Endpoint>> make_endpoint(const EndpointOptions& options) 
   if (!link) return std::unexpected(link.error());
   (*link)->set_busy_poll_ns(settings->busy_poll_ns);
   if (settings->adaptive_busy_poll) (*link)->set_adaptive_busy_poll(kAutoBusyPollNs);
-  return std::make_unique<datagram::DatagramEndpoint<UdpLink>>(std::move(*link), "udp",
-                                                               options.accept_options);
+  return std::make_unique<datagram::DatagramEndpoint<UdpLink>>(
+      std::move(*link), "udp", options.accept_options, options.inline_progress);
 }
 
 }  // namespace detwan::transport::udp
