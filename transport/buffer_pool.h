@@ -36,12 +36,7 @@ class BufferPool {
   std::vector<std::byte> take(size_t length_bytes) {
     if (length_bytes >= kMinRecycledBytes) {
       std::lock_guard lock(mutex_);
-      size_t best = kNone;
-      for (size_t i = 0; i < kept_.size(); ++i) {
-        const size_t cap = kept_[i].capacity();
-        if (cap < length_bytes || cap / kMaxWasteFactor > length_bytes) continue;
-        if (best == kNone || cap < kept_[best].capacity()) best = i;
-      }
+      const size_t best = find_locked(length_bytes);
       if (best != kNone) {
         std::vector<std::byte> out = std::move(kept_[best]);
         kept_[best] = std::move(kept_.back());
@@ -55,6 +50,28 @@ class BufferPool {
     std::vector<std::byte> fresh;
     fresh.reserve(length_bytes);
     return fresh;
+  }
+
+  // A vector of exactly length_bytes whose bytes the caller overwrites in full before reading
+  // any (a datagram channel's reassembly buffer). A kept buffer is shrunk or grown to it:
+  // shrinking initialises nothing and growing only the bytes beyond its previous size, where a
+  // fresh vector of that size is zero-filled in full (a memset, on top of the page faults).
+  // Throws like std::vector::resize.
+  std::vector<std::byte> take_sized(size_t length_bytes) {
+    std::vector<std::byte> out;
+    if (length_bytes >= kMinRecycledBytes) {
+      std::lock_guard lock(mutex_);
+      const size_t best = find_locked(length_bytes);
+      if (best != kNone) {
+        out = std::move(kept_[best]);
+        kept_[best] = std::move(kept_.back());
+        kept_.pop_back();
+        kept_bytes_ -= out.capacity();
+        ++reused_;
+      }
+    }
+    out.resize(length_bytes);
+    return out;
   }
 
   // Keeps `buffer` for a later take() if there is room; else frees it.
@@ -78,6 +95,18 @@ class BufferPool {
 
  private:
   static constexpr size_t kNone = SIZE_MAX;
+
+  // The smallest kept buffer with capacity >= length_bytes and not kMaxWasteFactor larger.
+  [[nodiscard]] size_t find_locked(size_t length_bytes) const {
+    size_t best = kNone;
+    for (size_t i = 0; i < kept_.size(); ++i) {
+      const size_t cap = kept_[i].capacity();
+      if (cap < length_bytes || cap / kMaxWasteFactor > length_bytes) continue;
+      if (best == kNone || cap < kept_[best].capacity()) best = i;
+    }
+    return best;
+  }
+
   mutable std::mutex mutex_;
   std::vector<std::vector<std::byte>> kept_;
   size_t kept_bytes_ = 0;

@@ -154,7 +154,10 @@ TEST_F(SessionTest, PingPongGivesRttAndBothOneWayDelays) {
   start_server();
   ClientOptions o = client();
   o.spec.mode = Mode::kPingPong;
-  o.spec.duration_ns = 300 * kMs;
+  // Long enough that a client whose path thread starts late on a loaded machine (the
+  // ThreadSanitizer build next to a compile: 300 ms once ended before the first ping, as the
+  // schedule says it must) still pings.
+  o.spec.duration_ns = 1000 * kMs;
   auto report = run_test(o);
   ASSERT_TRUE(report) << report.error().message;
   const PathReport& path = report->paths[0];

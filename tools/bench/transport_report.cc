@@ -49,7 +49,9 @@ json::object stats_to_json(const transport::ChannelStats& s) {
                       {"rttvar_ns", s.rttvar_ns},
                       {"cwnd_bytes", s.cwnd_bytes},
                       {"loss_estimate", s.loss_estimate},
-                      {"fec_parity_current", s.fec_parity_current}};
+                      {"fec_parity_current", s.fec_parity_current},
+                      {"recv_buffers_reused", s.recv_buffers_reused},
+                      {"acks_piggybacked", s.acks_piggybacked}};
 }
 
 json::object summarize_ns(std::vector<int64_t> v) {

@@ -279,6 +279,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     config.role = proto::Role::kClient;
     config.connection_id = random_() | 1;  // never 0
     config.options = options;
+    config.rx_pool = &shared->rx_pool;
     auto [it, inserted] = conns_.emplace(
         key, Conn{Session(config, clock_.now_ns(), shared), std::move(paths), false, false, 0,
                   config.connection_id});
@@ -311,6 +312,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     config.role = proto::Role::kServer;
     config.connection_id = connection_id;
     config.options = *options;
+    config.rx_pool = &shared->rx_pool;
     std::vector<Path> paths(options->paths.size());
     paths[0] = Path{socket, source, true};
     conns_.emplace(key, Conn{Session(config, now_ns, shared), std::move(paths), true, false, 0,

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "transport/buffer_pool.h"
 #include "transport/proto/connection.h"
 #include "transport/transport.h"
 
@@ -92,6 +93,9 @@ struct ChannelShared {
   std::string description;
   mutable std::mutex mutex;
   ChannelStats stats;  // snapshot published by the progress thread
+  // Buffers the application handed back (Channel::recycle), for the next received messages:
+  // their pages are mapped already and they are not zero-filled again (BufferPool::take_sized).
+  BufferPool rx_pool;
 };
 
 // The Channel a user holds. Every call posts to the progress thread; destroying it closes the
@@ -104,6 +108,7 @@ class ChannelHandle final : public Channel {
   ~ChannelHandle() override;
   void send_async(std::span<const std::byte> message, SendCallback done) override;
   void recv_async(RecvCallback done) override;
+  void recycle(std::vector<std::byte> buffer) override { shared_->rx_pool.put(std::move(buffer)); }
   [[nodiscard]] ChannelStats stats() const override;
   void close() override;
   [[nodiscard]] std::string describe() const override { return shared_->description; }

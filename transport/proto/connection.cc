@@ -26,6 +26,7 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
     : role_(config.role),
       connection_id_(config.connection_id),
       options_(config.options),
+      rx_pool_(config.rx_pool),
       created_ns_(now_ns),
       last_peer_rx_ns_(now_ns),
       last_tx_ns_(now_ns) {
@@ -175,6 +176,7 @@ ChannelStats ConnectionImpl::stats() const {
   }
   s.loss_estimate = loss_estimator_.loss_rate();
   s.fec_parity_current = fec_m_current_;
+  if (rx_pool_ != nullptr) s.recv_buffers_reused = rx_pool_->reused();
   return s;
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "transport/buffer_pool.h"
 #include "transport/transport.h"
 
 namespace detwan::transport::proto {
@@ -34,6 +35,9 @@ struct ConnectionConfig {
   Role role = Role::kClient;
   uint64_t connection_id = 0;     // chosen by the client (random); the server adopts it
   ChannelOptions options;         // options.paths.size() >= 1 (driver fills it)
+  // Where received messages' buffers come from (Channel::recycle hands them back); nullptr =
+  // a fresh vector each. Must outlive the connection.
+  BufferPool* rx_pool = nullptr;
 };
 
 struct Event {

@@ -252,6 +252,7 @@ class ConnectionImpl {
   Role role_;
   uint64_t connection_id_;
   ChannelOptions options_;
+  BufferPool* rx_pool_ = nullptr;  // ConnectionConfig::rx_pool
   size_t max_datagram_bytes_;
   size_t payload_bytes_;  // message bytes per DATA segment (all but a message's last)
   int64_t recv_window_bytes_;

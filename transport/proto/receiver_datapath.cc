@@ -120,7 +120,11 @@ Status ConnectionImpl::on_data(uint32_t path, const wire::Header& h, const wire:
       return Status::kDropped;
     }
     it = in_messages_.emplace(first, InMessage{}).first;
-    it->second.bytes.resize(size);
+    if (rx_pool_ != nullptr) {
+      it->second.bytes = rx_pool_->take_sized(size);  // a recycled buffer: no zero fill
+    } else {
+      it->second.bytes.resize(size);
+    }
     it->second.last_index = d.last_index;
     it->second.size_known = last;
     reassembly_bytes_ += size;

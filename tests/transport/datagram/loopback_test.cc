@@ -165,6 +165,48 @@ TEST(LoopbackChannel, TwoPathsDeliverByteExact) {
   expect_transfer(*pair.server, *pair.client, random_bytes(12345, 8));
 }
 
+// A received buffer handed back with recycle() holds a later message that fits it: the same
+// memory, every byte the new message's (segments arrive out of order and duplicated into a
+// buffer still holding the previous message's bytes, which are not zero-filled first), counted
+// in recv_buffers_reused; a larger message gets a buffer of its own.
+TEST(LoopbackChannel, RecycledBufferHoldsTheNextMessageByteExact) {
+  const std::string faults = "loss=0.02,reorder=0.1,duplicate=0.02";
+  auto pair = connect_pair(loopback::make_endpoint, "",
+                           endpoint_options(faults + ",seed=5", fast_options()),
+                           endpoint_options(faults + ",seed=6", {}), fast_options());
+  ASSERT_TRUE(pair.client && pair.server);
+  const auto first = random_bytes(size_t{3} << 20, 21);
+  auto received = testing::recv(*pair.server);
+  auto sent_first = testing::send(*pair.client, first);
+  ASSERT_TRUE(get(sent_first));
+  auto got = get(received);
+  ASSERT_TRUE(got) << got.error().message;
+  ASSERT_TRUE(*got == first);
+  const std::byte* memory = got->data();
+  pair.server->recycle(std::move(*got));
+
+  const auto second = random_bytes((size_t{2} << 20) + 12'345, 22);
+  received = testing::recv(*pair.server);
+  auto sent_second = testing::send(*pair.client, second);
+  ASSERT_TRUE(get(sent_second));
+  got = get(received);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_EQ(got->data(), memory);
+  ASSERT_EQ(got->size(), second.size());
+  EXPECT_TRUE(*got == second) << "the recycled buffer holds the wrong bytes";
+  EXPECT_EQ(pair.server->stats().recv_buffers_reused, 1u);
+  pair.server->recycle(std::move(*got));
+
+  const auto third = random_bytes(size_t{5} << 20, 23);  // larger than the kept buffer
+  received = testing::recv(*pair.server);
+  auto sent_third = testing::send(*pair.client, third);
+  ASSERT_TRUE(get(sent_third));
+  got = get(received);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_TRUE(*got == third);
+  EXPECT_EQ(pair.server->stats().recv_buffers_reused, 1u);
+}
+
 TEST(LoopbackBackend, ConnectErrorsNameTheProblem) {
   auto endpoint = loopback::make_endpoint({});
   ASSERT_TRUE(endpoint);
