@@ -108,6 +108,8 @@ int run_cli(int argc, char** argv) {
       ->capture_default_str();
   recv_cmd->add_option("--timeout", recv_timeout_s, "seconds for the whole transfer")
       ->capture_default_str();
+  recv_cmd->add_flag("--no-recycle{false}", recv.recycle,
+                     "drop each message instead of handing its buffer back (comparisons)");
   recv_cmd->add_flag("--json", recv.json, "print one JSON object");
 
   bench::PingPongOptions pingpong;

@@ -52,6 +52,7 @@ struct RecvOptions {
   int mtu_bytes = 1500;
   int64_t accept_timeout_ns = 60'000'000'000;
   int64_t timeout_ns = 900'000'000'000;
+  bool recycle = true;  // hand each checked message back (Channel::recycle), as applications do
   bool json = false;
 };
 

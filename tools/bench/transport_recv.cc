@@ -110,7 +110,7 @@ int run_recv(const RecvOptions& o) {
     latency_ns.push_back(last_ns - check.send_time_ns);
     // Done with it: the channel may place a later message in its (mapped) pages, as the
     // collective library does with every message it has reduced.
-    ch.recycle(std::move(*message));
+    if (o.recycle) ch.recycle(std::move(*message));
   }
   bool peer_closed = false;
   bool done_failed = false;

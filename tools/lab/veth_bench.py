@@ -74,10 +74,11 @@ def _json(out: str, err: str, what: str) -> dict:
 
 
 def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float,
-               backend: str = "udp") -> dict:
+               backend: str = "udp", recycle: bool = True) -> dict:
     recv = subprocess.Popen(_in(pair.b, [binary, "transport", "recv", "--listen",
                                          f"{ADDR_B}:{DETWAN_PORT}", "--json", "--timeout",
-                                         f"{timeout_s:.0f}", "--backend", backend]),
+                                         f"{timeout_s:.0f}", "--backend", backend,
+                                         *([] if recycle else ["--no-recycle"])]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
     send = None
@@ -161,9 +162,9 @@ def run_udp(pair: VethPair, nbytes: int, rate_bps: float, timeout_s: float) -> d
 
 
 def run(binary: str, size: str, size_bytes: int, timeout_s: float = 900,
-        backend: str = "udp") -> dict:
+        backend: str = "udp", recycle: bool = True) -> dict:
     with VethPair(f"dtvt{os.getpid()}") as pair:
-        detwan = run_detwan(pair, binary, size, timeout_s, backend)
+        detwan = run_detwan(pair, binary, size, timeout_s, backend, recycle)
         tcp = run_tcp(pair, size_bytes, timeout_s)
         udp = ({"error": "no detwan rate to match"} if detwan.get("error") else
                run_udp(pair, size_bytes, detwan["goodput_bps"], timeout_s))
