@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -135,6 +136,16 @@ class InlineProgressTest : public ::testing::TestWithParam<InlineCase> {
     const BackendInfo info = backend_info(GetParam().backend);
     if (!info.usable) GTEST_SKIP() << GetParam().backend << ": " << info.reason;
   }
+  // An inline client endpoint and a channel to `server` (channel nullptr after a failure).
+  std::pair<std::unique_ptr<Endpoint>, std::unique_ptr<Channel>> connect_to(
+      const EchoServer& server) {
+    auto endpoint = make_client();
+    if (endpoint == nullptr) return {};
+    auto channel = endpoint->connect(server.address(), ChannelOptions{}, kGuardNs);
+    EXPECT_TRUE(channel) << channel.error().message;
+    if (!channel) return {};
+    return {std::move(endpoint), std::move(*channel)};
+  }
   std::unique_ptr<Endpoint> make_client() {
     EndpointOptions options;
     options.inline_progress = true;
@@ -148,21 +159,19 @@ class InlineProgressTest : public ::testing::TestWithParam<InlineCase> {
 TEST_P(InlineProgressTest, RoundTripsRunEveryCallbackOnTheOwnersThread) {
   constexpr int kRounds = 200;
   EchoServer server(GetParam(), kRounds);
-  auto endpoint = make_client();
-  ASSERT_NE(endpoint, nullptr);
-  auto channel = endpoint->connect(server.address(), ChannelOptions{}, kGuardNs);
-  ASSERT_TRUE(channel) << channel.error().message;
+  auto [endpoint, channel] = connect_to(server);
+  ASSERT_NE(channel, nullptr);
   const std::thread::id self = std::this_thread::get_id();
   int foreign = 0;
   for (int round = 0; round < kRounds; ++round) {
     const std::vector<std::byte> request = pattern(64 + round, round);
     std::optional<Result<std::vector<std::byte>>> reply;
     std::optional<Result<void>> sent;
-    (*channel)->recv_async([&](Result<std::vector<std::byte>> got) {
+    channel->recv_async([&](Result<std::vector<std::byte>> got) {
       foreign += std::this_thread::get_id() != self;
       reply = std::move(got);
     });
-    (*channel)->send_async(request, [&](Result<void> result) {
+    channel->send_async(request, [&](Result<void> result) {
       foreign += std::this_thread::get_id() != self;
       sent = std::move(result);
     });
@@ -174,39 +183,35 @@ TEST_P(InlineProgressTest, RoundTripsRunEveryCallbackOnTheOwnersThread) {
   EXPECT_EQ(foreign, 0) << "callbacks ran on a thread other than the owner";
   EXPECT_EQ(server.echoed(), kRounds);
   EXPECT_TRUE(server.all_callbacks_on_owner());
-  const ChannelStats stats = (*channel)->stats();
+  const ChannelStats stats = channel->stats();
   EXPECT_EQ(stats.messages_sent, static_cast<uint64_t>(kRounds));
   EXPECT_EQ(stats.messages_received, static_cast<uint64_t>(kRounds));
 }
 
 TEST_P(InlineProgressTest, BulkMessageCompletesByteExactOnTheOwnersTimers) {
   EchoServer server(GetParam(), 1);
-  auto endpoint = make_client();
-  ASSERT_NE(endpoint, nullptr);
-  auto channel = endpoint->connect(server.address(), ChannelOptions{}, kGuardNs);
-  ASSERT_TRUE(channel) << channel.error().message;
+  auto [endpoint, channel] = connect_to(server);
+  ASSERT_NE(channel, nullptr);
   const std::vector<std::byte> message = pattern(2 << 20, 7);
   std::optional<Result<std::vector<std::byte>>> reply;
-  (*channel)->recv_async([&](Result<std::vector<std::byte>> got) { reply = std::move(got); });
-  (*channel)->send_async(message, [](Result<void>) {});
+  channel->recv_async([&](Result<std::vector<std::byte>> got) { reply = std::move(got); });
+  channel->send_async(message, [](Result<void>) {});
   ASSERT_TRUE(progress_until(*endpoint, [&] { return reply.has_value(); }));
   ASSERT_TRUE(*reply) << reply->error().message;
   EXPECT_TRUE(**reply == message) << "2 MiB echo differs";
   if (GetParam().config.find("loss") != std::string::npos) {
     // Only the owner's progress() calls ran the retransmission timers and the pacer.
-    EXPECT_GT((*channel)->stats().segments_retransmitted, 0u);
+    EXPECT_GT(channel->stats().segments_retransmitted, 0u);
   }
 }
 
 TEST_P(InlineProgressTest, APostFromAnotherThreadWakesTheOwnersWait) {
   EchoServer server(GetParam(), 1);
-  auto endpoint = make_client();
-  ASSERT_NE(endpoint, nullptr);
-  auto channel = endpoint->connect(server.address(), ChannelOptions{}, kGuardNs);
-  ASSERT_TRUE(channel) << channel.error().message;
+  auto [endpoint, channel] = connect_to(server);
+  ASSERT_NE(channel, nullptr);
   const std::vector<std::byte> request = pattern(100, 1);
   std::atomic<bool> replied{false};
-  (*channel)->recv_async([&](Result<std::vector<std::byte>> got) {
+  channel->recv_async([&](Result<std::vector<std::byte>> got) {
     EXPECT_TRUE(got && *got == request);
     replied = true;
   });
@@ -214,7 +219,7 @@ TEST_P(InlineProgressTest, APostFromAnotherThreadWakesTheOwnersWait) {
   // another thread, whose post must interrupt the wait (or the exchange takes the guard).
   std::thread poster([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    (*channel)->send_async(request, [](Result<void>) {});
+    channel->send_async(request, [](Result<void>) {});
   });
   ASSERT_TRUE(progress_until(*endpoint, [&] { return replied.load(); }));
   poster.join();
@@ -242,21 +247,19 @@ TEST_P(InlineProgressTest, OnlyTheOwnerMayDriveTheEndpoint) {
 
 TEST_P(InlineProgressTest, ACallbackMayNotReenterTheLoop) {
   EchoServer server(GetParam(), 1);
-  auto endpoint = make_client();
-  ASSERT_NE(endpoint, nullptr);
-  auto channel = endpoint->connect(server.address(), ChannelOptions{}, kGuardNs);
-  ASSERT_TRUE(channel) << channel.error().message;
+  auto [endpoint, channel] = connect_to(server);
+  ASSERT_NE(channel, nullptr);
   std::optional<Result<size_t>> nested;
   std::optional<Result<std::unique_ptr<Channel>>> nested_connect;
   bool replied = false;
-  (*channel)->recv_async([&](Result<std::vector<std::byte>> got) {
+  channel->recv_async([&](Result<std::vector<std::byte>> got) {
     EXPECT_TRUE(got);
     nested = endpoint->progress(0);
     nested_connect = endpoint->connect(server.address(), ChannelOptions{}, 1'000'000);
     replied = true;
   });
   const std::vector<std::byte> request = pattern(10, 2);
-  (*channel)->send_async(request, [](Result<void>) {});
+  channel->send_async(request, [](Result<void>) {});
   ASSERT_TRUE(progress_until(*endpoint, [&] { return replied; }));
   ASSERT_FALSE(*nested);
   EXPECT_EQ(nested->error().code, ErrorCode::kInvalidArgument);
@@ -265,8 +268,8 @@ TEST_P(InlineProgressTest, ACallbackMayNotReenterTheLoop) {
   EXPECT_EQ(nested_connect->error().code, ErrorCode::kInvalidArgument);
   // The loop is intact afterwards: another round trip completes.
   std::optional<Result<std::vector<std::byte>>> again;
-  (*channel)->recv_async([&](Result<std::vector<std::byte>> got) { again = std::move(got); });
-  (*channel)->send_async(request, [](Result<void>) {});
+  channel->recv_async([&](Result<std::vector<std::byte>> got) { again = std::move(got); });
+  channel->send_async(request, [](Result<void>) {});
   ASSERT_TRUE(progress_until(*endpoint, [&] { return again.has_value(); }));
   ASSERT_TRUE(*again) << again->error().message;
   EXPECT_TRUE(**again == request);
@@ -274,12 +277,10 @@ TEST_P(InlineProgressTest, ACallbackMayNotReenterTheLoop) {
 
 TEST_P(InlineProgressTest, ClosingTheEndpointFailsPendingOperations) {
   EchoServer server(GetParam(), 0);
-  auto endpoint = make_client();
-  ASSERT_NE(endpoint, nullptr);
-  auto channel = endpoint->connect(server.address(), ChannelOptions{}, kGuardNs);
-  ASSERT_TRUE(channel) << channel.error().message;
+  auto [endpoint, channel] = connect_to(server);
+  ASSERT_NE(channel, nullptr);
   std::optional<Result<std::vector<std::byte>>> pending;
-  (*channel)->recv_async([&](Result<std::vector<std::byte>> got) { pending = std::move(got); });
+  channel->recv_async([&](Result<std::vector<std::byte>> got) { pending = std::move(got); });
   ASSERT_TRUE(endpoint->progress(0));  // the receive is posted on the connection now
   endpoint.reset();                    // shuts down on this (the owner's) thread
   ASSERT_TRUE(pending.has_value());

@@ -99,15 +99,15 @@ TEST(BufferPool, TakeSizedReusesAKeptBufferWithoutZeroFilling) {
   auto smaller = pool.take_sized(2 * kMiB);
   EXPECT_EQ(smaller.data(), memory);
   ASSERT_EQ(smaller.size(), 2 * kMiB);
-  EXPECT_EQ(smaller[0], std::byte{0xab});             // not cleared
+  EXPECT_EQ(smaller[0], std::byte{0xab});  // not cleared
   EXPECT_EQ(smaller[2 * kMiB - 1], std::byte{0xab});
   EXPECT_EQ(pool.reused(), 1u);
-  pool.put(std::move(smaller));                          // size 2 MiB, capacity 3 MiB
+  pool.put(std::move(smaller));  // size 2 MiB, capacity 3 MiB
   auto larger = pool.take_sized(3 * kMiB);
   EXPECT_EQ(larger.data(), memory);
   ASSERT_EQ(larger.size(), 3 * kMiB);
   EXPECT_EQ(larger[2 * kMiB - 1], std::byte{0xab});
-  EXPECT_EQ(larger[2 * kMiB], std::byte{0});             // beyond the old size: initialised
+  EXPECT_EQ(larger[2 * kMiB], std::byte{0});  // beyond the old size: initialised
   EXPECT_EQ(pool.reused(), 2u);
 }
 
@@ -116,7 +116,7 @@ TEST(BufferPool, TakeSizedAllocatesWhenNothingFits) {
   pool.put(std::vector<std::byte>(kMiB));
   auto big = pool.take_sized(8 * kMiB);  // more than any kept buffer
   EXPECT_EQ(big.size(), 8 * kMiB);
-  auto tiny = pool.take_sized(100);      // below kMinRecycledBytes: never from the pool
+  auto tiny = pool.take_sized(100);  // below kMinRecycledBytes: never from the pool
   EXPECT_EQ(tiny.size(), 100u);
   EXPECT_EQ(pool.reused(), 0u);
   EXPECT_EQ(pool.kept_bytes(), kMiB);
