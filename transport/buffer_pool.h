@@ -34,22 +34,10 @@ class BufferPool {
   // An empty vector with capacity >= length_bytes. Throws std::bad_alloc / std::length_error
   // like std::vector::reserve (setup tier of the caller).
   std::vector<std::byte> take(size_t length_bytes) {
-    if (length_bytes >= kMinRecycledBytes) {
-      std::lock_guard lock(mutex_);
-      const size_t best = find_locked(length_bytes);
-      if (best != kNone) {
-        std::vector<std::byte> out = std::move(kept_[best]);
-        kept_[best] = std::move(kept_.back());
-        kept_.pop_back();
-        kept_bytes_ -= out.capacity();
-        ++reused_;
-        out.clear();
-        return out;
-      }
-    }
-    std::vector<std::byte> fresh;
-    fresh.reserve(length_bytes);
-    return fresh;
+    std::vector<std::byte> out = take_kept(length_bytes);
+    out.clear();
+    out.reserve(length_bytes);  // a kept buffer has the capacity already
+    return out;
   }
 
   // A vector of exactly length_bytes whose bytes the caller overwrites in full before reading
@@ -58,18 +46,7 @@ class BufferPool {
   // fresh vector of that size is zero-filled in full (a memset, on top of the page faults).
   // Throws like std::vector::resize.
   std::vector<std::byte> take_sized(size_t length_bytes) {
-    std::vector<std::byte> out;
-    if (length_bytes >= kMinRecycledBytes) {
-      std::lock_guard lock(mutex_);
-      const size_t best = find_locked(length_bytes);
-      if (best != kNone) {
-        out = std::move(kept_[best]);
-        kept_[best] = std::move(kept_.back());
-        kept_.pop_back();
-        kept_bytes_ -= out.capacity();
-        ++reused_;
-      }
-    }
+    std::vector<std::byte> out = take_kept(length_bytes);
     out.resize(length_bytes);
     return out;
   }
@@ -96,15 +73,25 @@ class BufferPool {
  private:
   static constexpr size_t kNone = SIZE_MAX;
 
-  // The smallest kept buffer with capacity >= length_bytes and not kMaxWasteFactor larger.
-  [[nodiscard]] size_t find_locked(size_t length_bytes) const {
+  // The smallest kept buffer with capacity >= length_bytes and not kMaxWasteFactor larger,
+  // taken out of the pool and counted as reused (contents and size as handed back); else an
+  // empty vector.
+  std::vector<std::byte> take_kept(size_t length_bytes) {
+    if (length_bytes < kMinRecycledBytes) return {};
+    std::lock_guard lock(mutex_);
     size_t best = kNone;
     for (size_t i = 0; i < kept_.size(); ++i) {
       const size_t cap = kept_[i].capacity();
       if (cap < length_bytes || cap / kMaxWasteFactor > length_bytes) continue;
       if (best == kNone || cap < kept_[best].capacity()) best = i;
     }
-    return best;
+    if (best == kNone) return {};
+    std::vector<std::byte> out = std::move(kept_[best]);
+    kept_[best] = std::move(kept_.back());
+    kept_.pop_back();
+    kept_bytes_ -= out.capacity();
+    ++reused_;
+    return out;
   }
 
   mutable std::mutex mutex_;

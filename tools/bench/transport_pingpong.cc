@@ -157,29 +157,24 @@ Samples detwan_pingpong(const PingPongOptions& o, std::string& describe) {
       auto got = reply.get();
       return got ? std::string() : got.error().describe();
     });
-    (*client)->close();
-    server_channel->close();
-    client->reset();
-    server_channel.reset();
-    return out;
+  } else {
+    pinger.channel = client->get();
+    pinger.message = std::span<const std::byte>(message);
+    pinger.warmup = o.warmup;
+    pinger.total = o.warmup + o.count;
+    pinger.rtt_ns = &out.rtt_ns;
+    out.rtt_ns.reserve(static_cast<size_t>(o.count));
+    auto finished = pinger.done.get_future();
+    pinger.ping();
+    const int64_t guard_ns = kReplyTimeoutNs + int64_t{o.warmup + o.count} * 1'000'000;
+    if (finished.wait_for(std::chrono::nanoseconds(guard_ns)) != std::future_status::ready) {
+      out.error = fmt::format("ping-pong did not finish within {} ms", guard_ns / 1'000'000);
+      (*client)->close();  // fails the pending receive, which completes `finished`
+    }
+    const std::string error = finished.get();
+    if (out.error.empty()) out.error = error;
+    out.wall_ns = monotonic_ns() - pinger.start_ns;
   }
-  pinger.channel = client->get();
-  pinger.message = std::span<const std::byte>(message);
-  pinger.warmup = o.warmup;
-  pinger.total = o.warmup + o.count;
-  pinger.rtt_ns = &out.rtt_ns;
-  out.rtt_ns.reserve(static_cast<size_t>(o.count));
-  auto finished = pinger.done.get_future();
-  pinger.ping();
-  const int64_t guard_ns = kReplyTimeoutNs + int64_t{o.warmup + o.count} * 1'000'000;
-  if (finished.wait_for(std::chrono::nanoseconds(guard_ns)) != std::future_status::ready) {
-    out.error = fmt::format("ping-pong did not finish within {} ms", guard_ns / 1'000'000);
-    (*client)->close();  // fails the pending receive, which completes `finished`
-  }
-  const std::string error = finished.get();
-  if (out.error.empty()) out.error = error;
-  const int64_t start_ns = pinger.start_ns;
-  out.wall_ns = monotonic_ns() - start_ns;
   (*client)->close();
   server_channel->close();
   client->reset();
