@@ -26,7 +26,8 @@ std::unexpected<common::Error> config_error(std::string message) {
   return make_error(ErrorCode::kConfig, std::move(message));
 }
 
-common::Result<PortState> make_port(const GatewayConfig& config, uint32_t index, int64_t start_ns) {
+common::Result<PortState> make_port(const GatewayConfig& config, uint32_t index, int64_t start_ns,
+                                    const ShardSpec& shard) {
   const WanPortConfig& port = config.wan_ports[index];
   const std::string where = fmt::format("port '{}': ", port.name);
   const wire::IpVersion ip = port.local.ipv6 ? wire::IpVersion::kV6 : wire::IpVersion::kV4;
@@ -35,7 +36,8 @@ common::Result<PortState> make_port(const GatewayConfig& config, uint32_t index,
     return config_error(fmt::format("{}mtu {} cannot hold the {}-byte encapsulation", where,
                                     port.mtu_bytes, wire::encap_overhead_bytes(ip)));
   }
-  const sched::GclConfig gcl_config = port_gcl_config(config, port);
+  sched::GclConfig gcl_config = port_gcl_config(config, port);
+  restrict_best_effort(gcl_config, shard);
   auto gcl = sched::GateControlList::create(gcl_config);
   if (!gcl) return config_error(where + gcl.error().message);
   auto scheduler =
@@ -293,14 +295,19 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
 common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& config,
-                                                       int64_t start_ns) {
+                                                       int64_t start_ns, ShardSpec shard) {
   if (auto ok = check_names(config); !ok) return std::unexpected(ok.error());
+  if (shard.count == 0 || shard.index >= shard.count) {
+    return config_error(fmt::format("shard {} of {}: the index must be below the count (>= 1)",
+                                    shard.index, shard.count));
+  }
   auto impl = std::make_unique<Impl>();
+  impl->shard = shard;
   impl->config = config;
   impl->start_ns = start_ns;
   const GatewayConfig& c = impl->config;
   for (uint32_t i = 0; i < c.wan_ports.size(); ++i) {
-    auto port = make_port(c, i, start_ns);
+    auto port = make_port(c, i, start_ns, shard);
     if (!port) return std::unexpected(port.error());
     impl->ports.push_back(std::move(*port));
   }
@@ -317,7 +324,7 @@ common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& conf
   }
   std::sort(impl->tunnel_ids.begin(), impl->tunnel_ids.end());
   impl->choose_control_tunnels();
-  impl->epoch = random_epoch();
+  impl->epoch = shard.epoch != 0 ? shard.epoch : random_epoch();
   impl->boot_id = fmt::format("{:016x}", impl->epoch);
   auto classifier = Classifier::create(c.tunnels);
   if (!classifier) return std::unexpected(classifier.error());
@@ -328,6 +335,7 @@ common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& conf
 }
 
 const GatewayConfig& Engine::config() const noexcept { return impl_->config; }
+const ShardSpec& Engine::shard() const noexcept { return impl_->shard; }
 uint32_t Engine::port_count() const noexcept { return static_cast<uint32_t>(impl_->ports.size()); }
 uint32_t Engine::tunnel_count() const noexcept {
   return static_cast<uint32_t>(impl_->tunnels.size());

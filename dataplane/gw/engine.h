@@ -28,6 +28,7 @@
 
 #include "common/status.h"
 #include "dataplane/gw/config.h"
+#include "dataplane/gw/shard.h"
 #include "dataplane/sched/playout.h"
 #include "dataplane/sched/tx_scheduler.h"
 #include "dataplane/wire/control.h"
@@ -163,8 +164,11 @@ class Engine {
   // Setup: builds one GateControlList + TxScheduler per WAN port, a Playout and a replay window
   // per tunnel, the classifier. Errors (kConfig) name the tunnel/port. start_ns anchors the
   // schedulers (TAI ns).
+  // `shard`: this engine is one shard of a gateway spread over cores (shard.h): the same
+  // configuration, best effort in its part of the unreserved slots only, control exchanges
+  // only with the peers it leads. The default is the whole gateway on one core.
   static common::Result<std::unique_ptr<Engine>> create(const GatewayConfig& config,
-                                                        int64_t start_ns);
+                                                        int64_t start_ns, ShardSpec shard = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -237,8 +241,28 @@ class Engine {
   template <typename Sink>
   uint32_t poll_rx_st(int64_t now_ns, Sink&& sink, uint32_t max_frames = UINT32_MAX) noexcept;
 
+  // ---- shards (shard.h) ----
+  [[nodiscard]] const ShardSpec& shard() const noexcept;
+  // The tunnel index an IPv4/IPv6 packet from the local side is classified into (best effort on
+  // behalf of a tunnel included), kNoTunnel if it is not IP or matches no tunnel. Read-only: a
+  // dispatcher uses it to hand the packet to the owning shard, which submits it.
+  [[nodiscard]] uint32_t route_st(std::span<const std::byte> ip_packet) const noexcept;
+  // The tunnel id a WAN datagram names (the header's tunnel id field, read without checking
+  // anything else), 0 if the datagram is too short to have one. For dispatch only: the owner
+  // checks everything.
+  [[nodiscard]] static uint32_t peek_tunnel_id(std::span<const std::byte> udp_payload) noexcept;
+  // True if this shard runs the peer's control exchange (it owns the peer's control tunnel),
+  // always with one shard.
+  [[nodiscard]] bool leads_peer(uint32_t peer_index) const noexcept;
+  // The lead's view of a peer, to publish to the other shards; and taking it over there:
+  // liveness, the clock offset of the tunnels' playouts, the peer's epoch (a new one resets the
+  // replay windows, as a keepalive would). No effect on the lead itself or out of range.
+  [[nodiscard]] PeerSync peer_sync_st(uint32_t peer_index) const noexcept;
+  void adopt_peer_st(uint32_t peer_index, const PeerSync& sync) noexcept;
+
   // ---- timers ----
-  // Queues due control packets (time requests, keepalives) and updates peer liveness.
+  // Queues due control packets (time requests, keepalives) and updates peer liveness. A shard
+  // queues them only for the peers it leads.
   void poll_control_st(int64_t now_ns) noexcept;
   // Earliest instant anything is due (tx departure, playout release, control timer).
   [[nodiscard]] int64_t next_event_ns() const noexcept;

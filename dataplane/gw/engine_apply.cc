@@ -99,7 +99,9 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
   for (const PortState& port : m.ports) {
     const WanPortConfig& port_config = next->wan_ports[port.config_index];
     const std::string where = fmt::format("port '{}'", port_config.name);
-    auto gcl = sched::GateControlList::create(port_gcl_config(*next, port_config));
+    sched::GclConfig gcl_config = port_gcl_config(*next, port_config);
+    restrict_best_effort(gcl_config, m.shard);
+    auto gcl = sched::GateControlList::create(std::move(gcl_config));
     if (!gcl) return std::unexpected(internal(where, gcl.error()));
     auto schedule = port.scheduler.prepare_reconfigure(std::move(*gcl),
                                                        port_tx_config(*next, port_config), now_ns);

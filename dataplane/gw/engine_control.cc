@@ -127,7 +127,10 @@ void Engine::Impl::mark_alive(PeerState& peer, int64_t now_ns) noexcept {
 void Engine::Impl::apply_offset(PeerState& peer) noexcept {
   if (peer_config(peer).clock_offset_ns.has_value() || !peer.clock.has_estimate()) return;
   // clock_sample's offset is peer - local; the playout wants receiver (local) - sender (peer).
-  const int64_t offset_ns = -peer.clock.best().offset_ns;
+  set_playout_offset(peer, -peer.clock.best().offset_ns);
+}
+
+void Engine::Impl::set_playout_offset(PeerState& peer, int64_t offset_ns) noexcept {
   if (offset_ns == peer.playout_offset_ns) return;
   peer.playout_offset_ns = offset_ns;
   const auto peer_index = static_cast<uint32_t>(&peer - peers.data());
@@ -188,12 +191,18 @@ void Engine::Impl::on_peer_epoch(uint32_t peer_index, uint64_t epoch,
   }
 }
 
+bool Engine::Impl::leads(const PeerState& peer) const noexcept {
+  return shard.count <= 1 || (peer.control_tunnel != kNoIndex &&
+                              shard_of_tunnel(tunnels[peer.control_tunnel].id, shard.count) ==
+                                  shard.index);
+}
+
 int64_t Engine::Impl::next_control_event_ns() const noexcept {
   int64_t t = kNoEventNs;
   for (const PeerState& peer : peers) {
     // A peer whose last tunnel was removed still goes down when it falls silent.
     if (peer.up) t = std::min(t, saturating_add(peer.last_rx_ns, peer_config(peer).dead_after_ns));
-    if (peer.control_tunnel == kNoIndex) continue;
+    if (peer.control_tunnel == kNoIndex || !leads(peer)) continue;
     t = std::min({t, peer.next_time_request_ns, peer.next_keepalive_ns});
   }
   return t;
@@ -209,6 +218,7 @@ void Engine::poll_control_st(int64_t now_ns) noexcept {
       ++peer.counters.down_transitions;
     }
     if (peer.control_tunnel == kNoIndex) continue;  // no tunnel: nothing to exchange on
+    if (!m.leads(peer)) continue;                   // another shard exchanges with it
     if (now_ns >= peer.next_time_request_ns) {
       m.queue_control(i, wire::TimeRequest{peer.next_exchange_id++, 0}, now_ns);
       peer.next_time_request_ns =
@@ -221,6 +231,36 @@ void Engine::poll_control_st(int64_t now_ns) noexcept {
           advance(peer.next_keepalive_ns, config.keepalive_interval_ns, now_ns);
     }
   }
+}
+
+bool Engine::leads_peer(uint32_t peer_index) const noexcept {
+  return peer_index < impl_->peers.size() && impl_->leads(impl_->peers[peer_index]);
+}
+
+PeerSync Engine::peer_sync_st(uint32_t peer_index) const noexcept {
+  const Impl& m = *impl_;
+  if (peer_index >= m.peers.size()) return {};
+  const PeerState& peer = m.peers[peer_index];
+  return PeerSync{
+      .up = peer.up,
+      .last_rx_ns = peer.last_rx_ns,
+      .has_offset = m.peer_config(peer).clock_offset_ns.has_value() || peer.clock.has_estimate(),
+      .playout_offset_ns = peer.playout_offset_ns,
+      .epoch = peer.epoch,
+      .last_rx_keepalive = peer.last_rx_keepalive,
+  };
+}
+
+void Engine::adopt_peer_st(uint32_t peer_index, const PeerSync& sync) noexcept {
+  Impl& m = *impl_;
+  if (peer_index >= m.peers.size() || m.leads(m.peers[peer_index])) return;
+  PeerState& peer = m.peers[peer_index];
+  // Liveness: what the lead heard, or what this shard heard itself (its tunnels' packets).
+  if (sync.up && sync.last_rx_ns > peer.last_rx_ns) m.mark_alive(peer, sync.last_rx_ns);
+  if (sync.has_offset && !m.peer_config(peer).clock_offset_ns.has_value()) {
+    m.set_playout_offset(peer, sync.playout_offset_ns);
+  }
+  if (sync.epoch != 0) m.on_peer_epoch(peer_index, sync.epoch, sync.last_rx_keepalive);
 }
 
 }  // namespace detwan::dataplane::gw

@@ -7,6 +7,7 @@
 #include "dataplane/gw/classify.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/engine_impl.h"
+#include "dataplane/wire/byte_order.h"
 
 namespace detwan::dataplane::gw {
 
@@ -60,6 +61,18 @@ Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_pack
   ++tunnel.counters.best_effort_offered_packets;
   tunnel.counters.best_effort_offered_bytes += ip_packet.size();
   return port.scheduler.enqueue_best_effort(handle, bytes, now_ns, tunnel.id, tag);
+}
+
+uint32_t Engine::route_st(std::span<const std::byte> ip_packet) const noexcept {
+  IpInfo ip;
+  if (!parse_ip(ip_packet, &ip)) return kNoTunnel;
+  const Route route = impl_->classifier.classify(ip);
+  return route.kind == RouteKind::kNoRoute ? kNoTunnel : route.tunnel_index;
+}
+
+uint32_t Engine::peek_tunnel_id(std::span<const std::byte> udp_payload) noexcept {
+  if (udp_payload.size() < wire::kTunnelIdOffset + 4) return 0;
+  return wire::load_be32(udp_payload.data() + wire::kTunnelIdOffset);
 }
 
 Status Engine::submit_service_st(uint32_t tunnel_index, uint64_t handle, uint32_t payload_bytes,

@@ -14,6 +14,7 @@
 #include "dataplane/gw/config.h"
 #include "dataplane/gw/engine_auth.h"
 #include "dataplane/gw/engine.h"
+#include "dataplane/gw/shard.h"
 #include "dataplane/sched/playout.h"
 #include "dataplane/sched/tx_scheduler.h"
 #include "dataplane/wire/control.h"
@@ -151,6 +152,7 @@ struct Engine::Impl {
   std::vector<std::pair<uint32_t, uint32_t>> tunnel_ids;
   uint64_t generation = 0;  // +1 per successful apply_st
   uint64_t epoch = 0;       // this gateway's session epoch (keepalives), random per create()
+  ShardSpec shard;          // which shard of the gateway this engine is (shard.h)
   std::string boot_id;      // the epoch as 16 hex digits
   ControlIo control;
   std::vector<PeerState> peers;  // config order
@@ -193,6 +195,9 @@ struct Engine::Impl {
   bool open(TunnelState& tunnel, std::span<std::byte> datagram, wire::PacketView* packet) noexcept;
   void mark_alive(PeerState& peer, int64_t now_ns) noexcept;
   void apply_offset(PeerState& peer) noexcept;
+  void set_playout_offset(PeerState& peer, int64_t offset_ns) noexcept;
+  // This shard runs the peer's control exchange (it owns the peer's control tunnel).
+  [[nodiscard]] bool leads(const PeerState& peer) const noexcept;
   // A keepalive from `peer` with session epoch `epoch`: a new one (the peer restarted) starts
   // the replay windows of the peer's tunnels again (once per tunnel, whichever path says it).
   void on_peer_epoch(uint32_t peer, uint64_t epoch, uint64_t counter) noexcept;

@@ -35,8 +35,9 @@ common::Result<std::unique_ptr<Gateway>> Gateway::create(std::vector<EngineSpec>
   g->free_.reserve(options.buffer_count);
   for (uint32_t i = options.buffer_count; i-- > 0;) g->free_.push_back(i);
   for (uint32_t i = 0; i < engines.size(); ++i) {
-    auto engine =
-        gw::Engine::create(engines[i].config, options.start_ns + engines[i].clock_offset_ns);
+    const gw::ShardSpec shard = i < options.shards.size() ? options.shards[i] : gw::ShardSpec{};
+    auto engine = gw::Engine::create(engines[i].config,
+                                     options.start_ns + engines[i].clock_offset_ns, shard);
     if (!engine) {
       return common::make_error(engine.error().code, "engine " + std::to_string(i) + " ('" +
                                                          engines[i].config.name +
@@ -45,6 +46,7 @@ common::Result<std::unique_ptr<Gateway>> Gateway::create(std::vector<EngineSpec>
     Node node;
     node.engine = std::move(*engine);
     node.config = engines[i].config;
+    node.shard = shard;
     node.offset_ns = engines[i].clock_offset_ns;
     g->engines_.push_back(std::move(node));
   }
@@ -65,7 +67,7 @@ void Gateway::set_alive(uint32_t i, bool alive) { engines_.at(i).alive = alive; 
 
 common::Result<void> Gateway::restart(uint32_t i) {
   Node& node = engines_.at(i);
-  auto engine = gw::Engine::create(node.config, now_ns_ + node.offset_ns);
+  auto engine = gw::Engine::create(node.config, now_ns_ + node.offset_ns, node.shard);
   if (!engine) return std::unexpected(engine.error());
   for (uint64_t h = 0; h < buffers_.size(); ++h) {
     if (buffers_[h].in_use && buffers_[h].holder == i) {
@@ -108,7 +110,42 @@ void Gateway::release(uint64_t handle) {
   free_.push_back(handle);
 }
 
+uint32_t Gateway::owner_shard(uint32_t i, uint32_t tunnel_id) const {
+  const Node& node = engines_.at(i);
+  if (node.shard.count <= 1) return i;
+  const uint32_t wanted = gw::shard_of_tunnel(tunnel_id, node.shard.count);
+  for (uint32_t j = 0; j < engines_.size(); ++j) {
+    const Node& other = engines_[j];
+    if (other.config.name == node.config.name && other.shard.count == node.shard.count &&
+        other.shard.index == wanted) {
+      return j;
+    }
+  }
+  return i;
+}
+
+void Gateway::sync_shards() {
+  for (uint32_t j = 0; j < engines_.size(); ++j) {
+    Node& follower = engines_[j];
+    if (follower.shard.count <= 1 || !follower.alive) continue;
+    for (uint32_t p = 0; p < follower.engine->peer_count(); ++p) {
+      if (follower.engine->leads_peer(p)) continue;
+      for (uint32_t k = 0; k < engines_.size(); ++k) {
+        const Node& lead = engines_[k];
+        if (k == j || lead.config.name != follower.config.name || !lead.engine->leads_peer(p)) {
+          continue;
+        }
+        follower.engine->adopt_peer_st(p, lead.engine->peer_sync_st(p));
+      }
+    }
+  }
+}
+
 Status Gateway::inject_tun(uint32_t i, std::span<const std::byte> ip_packet) {
+  if (engines_.at(i).shard.count > 1) {
+    const uint32_t index = engines_[i].engine->route_st(ip_packet);
+    if (index != gw::Engine::kNoTunnel) i = owner_shard(i, engines_[i].engine->tunnel_id(index));
+  }
   Node& node = engines_.at(i);
   ++node.engine->local_io().tun_rx_packets;
   uint64_t h = 0;
@@ -172,6 +209,7 @@ void Gateway::submit_replica(uint32_t i, const gw::SubmitInfo& submit, uint64_t 
 
 Status Gateway::inject_service(uint32_t i, uint32_t tunnel_index,
                                std::span<const std::byte> payload) {
+  i = owner_shard(i, engines_.at(i).engine->tunnel_id(tunnel_index));
   Node& node = engines_.at(i);
   ++node.engine->local_io().service_rx_packets;
   uint64_t h = 0;
@@ -263,7 +301,11 @@ void Gateway::send_wan(uint32_t from, uint32_t port, const gw::Endpoint& destina
   ++wan_.sent;
   uint32_t to = UINT32_MAX;
   uint32_t to_port = 0;
+  const uint32_t tunnel_id = gw::Engine::peek_tunnel_id(
+      std::span<const std::byte>(buffer(handle).bytes.data(), buffer(handle).size));
   for (uint32_t j = 0; j < engines_.size() && to == UINT32_MAX; ++j) {
+    const gw::ShardSpec& shard = engines_[j].shard;
+    if (shard.count > 1 && gw::shard_of_tunnel(tunnel_id, shard.count) != shard.index) continue;
     const auto& ports = engines_[j].engine->config().wan_ports;
     for (uint32_t q = 0; q < ports.size(); ++q) {
       if (ports[q].local == destination) {
@@ -436,6 +478,7 @@ bool Gateway::step() {
   if (t == std::numeric_limits<int64_t>::max()) return false;
   now_ns_ = t;
   process(t);
+  sync_shards();
   return !stalled_;
 }
 

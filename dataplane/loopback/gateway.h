@@ -61,6 +61,13 @@ struct Options {
   uint32_t buffer_count = 1u << 16;
   int64_t start_ns = 1'000'000'000'000;  // true time at creation (engines: + their offset)
   bool capture_deliveries = true;        // keep every Delivery in deliveries(engine)
+  // Shard of each engine, by engine index (missing: the whole gateway in one engine). A gateway
+  // spread over cores (gw/shard.h) is one EngineSpec per shard, with the same config (and
+  // name) and clock offset and shard indices 0 .. count-1; the loopback then does what the
+  // backend's dispatch does: a local packet goes to the shard that owns its tunnel, a WAN
+  // datagram to the shard that owns the tunnel id it carries, and after every instant the
+  // followers adopt the lead shard's view of each peer (Engine::peer_sync_st / adopt_peer_st).
+  std::vector<gw::ShardSpec> shards;
 };
 
 // One frame an engine emitted (observer only: `emit.bytes` is valid during the call).
@@ -203,6 +210,7 @@ class Gateway {
   struct Node {
     std::unique_ptr<gw::Engine> engine;
     gw::GatewayConfig config;  // as created (restart)
+    gw::ShardSpec shard;
     int64_t offset_ns = 0;
     bool alive = true;
     EngineCounters counters;
@@ -234,6 +242,9 @@ class Gateway {
   void submit_replica(uint32_t i, const gw::SubmitInfo& submit, uint64_t original);
   void send_wan(uint32_t from, uint32_t port, const gw::Endpoint& destination, uint64_t handle);
   void deliver(const InFlight& datagram);
+  // The shard of engine i's gateway that owns tunnel_id (i itself when not sharded).
+  [[nodiscard]] uint32_t owner_shard(uint32_t i, uint32_t tunnel_id) const;
+  void sync_shards();
   [[nodiscard]] const LinkFaults& faults(uint32_t from, uint32_t to) const;
   double uniform01();
   uint64_t below(uint64_t n);  // uniform in [0, n)
