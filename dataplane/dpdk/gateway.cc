@@ -9,6 +9,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <rte_ring.h>
 
 #include "common/logging.h"
 #include "dataplane/dpdk/eal.h"
@@ -19,14 +20,18 @@ namespace {
 
 constexpr uint32_t kPoolCacheSize = 256;
 constexpr uint32_t kVlanRoomBytes = 4;  // room for one tag in received frames
+constexpr unsigned kDispatchRingSize = 4096;  // per shard and direction (a power of two)
 
 std::string pool_name() {
   static std::atomic<uint32_t> next{0};  // one pool per gateway; names must be unique
   return fmt::format("dtw_gw_{}", next.fetch_add(1));
 }
 
-common::Result<WanPortState> open_wan_port(Gateway::Impl& impl, uint32_t index) {
-  const gw::WanPortConfig& config = impl.config.wan_ports[index];
+common::Result<std::unique_ptr<EthPort>> open_wan_port(const gw::GatewayConfig& gateway,
+                                                       const GatewayOptions& gateway_options,
+                                                       rte_mempool* pool, uint32_t index,
+                                                       uint16_t queues) {
+  const gw::WanPortConfig& config = gateway.wan_ports[index];
   const std::string label = fmt::format("wan_ports[{}] ({})", index, config.name);
   if (!config.dpdk) {
     return common::make_error(common::ErrorCode::kConfig,
@@ -35,9 +40,8 @@ common::Result<WanPortState> open_wan_port(Gateway::Impl& impl, uint32_t index) 
                                           label));
   }
   const gw::DpdkPortConfig& dpdk = *config.dpdk;
-  WanPortState state;
-  state.device = dpdk.device;
-  if (!parse_mac(dpdk.next_hop_mac, &state.next_hop_mac)) {
+  MacAddress next_hop;
+  if (!parse_mac(dpdk.next_hop_mac, &next_hop)) {
     return common::make_error(
         common::ErrorCode::kConfig,
         fmt::format("{}: field 'dpdk.next_hop_mac': '{}' is not a MAC address like "
@@ -51,35 +55,29 @@ common::Result<WanPortState> open_wan_port(Gateway::Impl& impl, uint32_t index) 
   options.rx_queue_size = dpdk.rx_queue_size;
   options.tx_queue_size = dpdk.tx_queue_size;
   options.mtu_bytes = config.mtu_bytes;
-  options.want_checksum_offload = impl.options.checksum_offload;
-  auto port = EthPort::open(options, impl.pool);
-  if (!port) return std::unexpected(port.error());
-  state.port = std::move(*port);
+  options.want_checksum_offload = gateway_options.checksum_offload;
+  options.queues = queues;
+  return EthPort::open(options, pool);
+}
+
+// A shard's view of WAN port `index` (the device is shared; the counters are its engine's).
+WanPortState wan_state(Gateway::Impl& impl, uint32_t index) {
+  const gw::WanPortConfig& config = impl.config.wan_ports[index];
+  WanPortState state;
+  state.port = impl.shared->wan_ports[index].get();
+  state.device = config.dpdk->device;
+  (void)parse_mac(config.dpdk->next_hop_mac, &state.next_hop_mac);
   state.address.mac = state.port->mac();
   state.address.local = config.local;
   state.io = &impl.engine.port_io(index);
   return state;
 }
 
-}  // namespace
-
-Gateway::Impl::~Impl() {
-  wan.clear();  // ports first: they may hold buffered mbufs of the pool
-  local.port.reset();
-  if (local.spare != nullptr) rte_pktmbuf_free(local.spare);
-  local.spare = nullptr;
-  if (pool != nullptr) rte_mempool_free(pool);
-}
-
-Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Gateway::~Gateway() = default;
-
-common::Result<std::unique_ptr<Gateway>> Gateway::open(gw::Engine& engine,
-                                                       const gw::GatewayConfig& config,
-                                                       const GatewayOptions& options) {
-  auto impl = std::make_unique<Impl>(engine, config);
-  impl->options = options;
-  impl->batch = std::clamp<uint32_t>(config.batch, 1, EthPort::kMaxBurst);
+// The pool, the devices, the host side and the dispatch rings of a gateway of `engines.size()`
+// shards; `first` is shard 0's Impl (the host side is opened through it).
+common::Result<void> open_shared(SharedState& shared, Gateway::Impl& first,
+                                 const gw::GatewayConfig& config, const GatewayOptions& options,
+                                 uint32_t shard_count) {
   uint32_t largest_frame = config.tun.mtu_bytes + kEtherHeaderBytes;
   for (const gw::WanPortConfig& port : config.wan_ports) {
     largest_frame = std::max(largest_frame, port.mtu_bytes + kEtherHeaderBytes + kVlanRoomBytes);
@@ -93,37 +91,126 @@ common::Result<std::unique_ptr<Gateway>> Gateway::open(gw::Engine& engine,
                               fmt::format("an MTU of {} bytes needs mbufs above 64 KiB",
                                           largest_frame));
   }
-  impl->pool = rte_pktmbuf_pool_create(pool_name().c_str(), config.dpdk.mbuf_count,
-                                       std::min(kPoolCacheSize, config.dpdk.mbuf_count / 2), 0,
-                                       static_cast<uint16_t>(data_room),
-                                       static_cast<int>(rte_socket_id()));
-  if (impl->pool == nullptr) {
+  const std::string name = pool_name();
+  shared.pool = rte_pktmbuf_pool_create(name.c_str(), config.dpdk.mbuf_count,
+                                        std::min(kPoolCacheSize, config.dpdk.mbuf_count / 2), 0,
+                                        static_cast<uint16_t>(data_room),
+                                        static_cast<int>(rte_socket_id()));
+  if (shared.pool == nullptr) {
     return std::unexpected(rte_error(
         common::ErrorCode::kIo,
         fmt::format("mbuf pool of {} buffers of {} bytes (field 'dpdk.mbufs'; without "
                     "hugepages give the EAL more memory with -m)",
                     config.dpdk.mbuf_count, data_room)));
   }
-  if (config.wan_ports.size() != engine.port_count()) {
-    return common::make_error(common::ErrorCode::kInternal,
-                              fmt::format("engine has {} WAN ports, configuration {}",
-                                          engine.port_count(), config.wan_ports.size()));
-  }
+  first.pool = shared.pool;
+  shared.shard_count = shard_count;
   for (uint32_t i = 0; i < config.wan_ports.size(); ++i) {
-    auto state = open_wan_port(*impl, i);
-    if (!state) return std::unexpected(state.error());
-    for (const WanPortState& other : impl->wan) {
-      if (other.port->port_id() == state->port->port_id()) {
+    auto port = open_wan_port(config, options, shared.pool, i,
+                              static_cast<uint16_t>(shard_count));
+    if (!port) return std::unexpected(port.error());
+    for (const auto& other : shared.wan_ports) {
+      if (other->port_id() == (*port)->port_id()) {
         return common::make_error(common::ErrorCode::kConfig,
                                   fmt::format("{} and {} both use DPDK device '{}'",
-                                              other.port->label(), state->port->label(),
-                                              state->device));
+                                              other->label(), (*port)->label(),
+                                              config.wan_ports[i].dpdk->device));
       }
     }
-    impl->wan.push_back(std::move(*state));
+    shared.wan_ports.push_back(std::move(*port));
   }
-  if (auto local = open_local_side(*impl); !local) return std::unexpected(local.error());
-  return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
+  if (shard_count > 1) {
+    for (uint32_t k = 0; k < shard_count; ++k) {
+      for (auto* rings : {&shared.wan_in, &shared.local_in}) {
+        const std::string ring_name =
+            fmt::format("{}_{}{}", name, rings == &shared.wan_in ? "w" : "l", k);
+        rte_ring* ring = rte_ring_create(ring_name.c_str(), kDispatchRingSize,
+                                         static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
+        if (ring == nullptr) {
+          return std::unexpected(
+              rte_error(common::ErrorCode::kIo, fmt::format("dispatch ring of shard {}", k)));
+        }
+        rings->push_back(ring);
+      }
+    }
+  }
+  return open_local_side(first, static_cast<uint16_t>(shard_count));
+}
+
+}  // namespace
+
+SharedState::~SharedState() {
+  wan_ports.clear();  // devices first: they may hold buffered mbufs of the pool
+  local.port.reset();
+  for (auto* rings : {&wan_in, &local_in}) {
+    for (rte_ring* ring : *rings) {
+      void* m = nullptr;
+      while (rte_ring_dequeue(ring, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
+      rte_ring_free(ring);
+    }
+  }
+  if (pool != nullptr) rte_mempool_free(pool);
+}
+
+Gateway::Impl::~Impl() {
+  if (spare != nullptr) rte_pktmbuf_free(spare);
+  spare = nullptr;
+}
+
+Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Gateway::~Gateway() = default;
+
+common::Result<std::vector<std::unique_ptr<Gateway>>> Gateway::open_shards(
+    const std::vector<gw::Engine*>& engines, const gw::GatewayConfig& config,
+    const GatewayOptions& options) {
+  const auto count = static_cast<uint32_t>(engines.size());
+  if (count == 0 || count > RTE_MAX_LCORE) {
+    return common::make_error(common::ErrorCode::kInvalidArgument,
+                              fmt::format("{} shards: need 1 .. {}", count, RTE_MAX_LCORE));
+  }
+  for (uint32_t k = 0; k < count; ++k) {
+    const gw::ShardSpec& spec = engines[k]->shard();
+    if (spec.index != k || spec.count != count) {
+      return common::make_error(
+          common::ErrorCode::kInvalidArgument,
+          fmt::format("engine {} was created as shard {} of {}, not {} of {}", k, spec.index,
+                      spec.count, k, count));
+    }
+    if (engines[k]->port_count() != config.wan_ports.size()) {
+      return common::make_error(common::ErrorCode::kInternal,
+                                fmt::format("engine has {} WAN ports, configuration {}",
+                                            engines[k]->port_count(), config.wan_ports.size()));
+    }
+  }
+  auto shared = std::make_shared<SharedState>();
+  std::vector<std::unique_ptr<Gateway>> shards;
+  for (uint32_t k = 0; k < count; ++k) {
+    auto impl = std::make_unique<Impl>(*engines[k], config, shared);
+    impl->options = options;
+    impl->shard = k;
+    impl->batch = std::clamp<uint32_t>(config.batch, 1, EthPort::kMaxBurst);
+    if (k == 0) {
+      if (auto ok = open_shared(*shared, *impl, config, options, count); !ok) {
+        return std::unexpected(ok.error());
+      }
+    }
+    impl->pool = shared->pool;
+    for (uint32_t i = 0; i < config.wan_ports.size(); ++i) impl->wan.push_back(wan_state(*impl, i));
+    shards.push_back(std::unique_ptr<Gateway>(new Gateway(std::move(impl))));
+  }
+  return shards;
+}
+
+common::Result<std::unique_ptr<Gateway>> Gateway::open(gw::Engine& engine,
+                                                       const gw::GatewayConfig& config,
+                                                       const GatewayOptions& options) {
+  if (engine.shard().count != 1) {
+    return common::make_error(common::ErrorCode::kInvalidArgument,
+                              "an engine created as one shard of several: use open_shards");
+  }
+  auto shards = open_shards({&engine}, config, options);
+  if (!shards) return std::unexpected(shards.error());
+  return std::move(shards->front());
 }
 
 BackendCounters Gateway::counters() const noexcept { return impl_->counters; }
@@ -142,7 +229,7 @@ uint16_t Gateway::service_port(uint32_t tunnel_index) const noexcept {
 namespace {
 
 std::string eth_json(const EthPort& port, bool with_frame_drops) {
-  const EthCounters& c = port.counters();
+  const EthCounters c = port.total_counters();
   std::string text = fmt::format(
       R"("port_id":{},"rx_packets":{},"rx_bytes":{},"tx_packets":{},"tx_bytes":{},)"
       R"("tx_failed":{},"encap_failed":{})",
@@ -176,10 +263,11 @@ std::string Gateway::counters_json() const {
   const BackendCounters& c = impl.counters;
   text += fmt::format(
       R"("wan_frame_drops":{},"encap_failed":{},"tx_failed":{},"no_buffer":{},)"
-      R"("local_dropped":{},"loop_iterations":{},"tsc_hz":{},"cycles":{{"wan_rx":{},)"
+      R"("local_dropped":{},"loop_iterations":{},"shard":{},"shards":{},"dispatched":{},)"
+      R"("dispatch_dropped":{},"tsc_hz":{},"cycles":{{"wan_rx":{},)"
       R"("local_rx":{},"control":{},"transmit":{},"release":{}}}}})",
       c.wan_frame_drops_total, c.encap_failed, c.tx_failed, c.no_buffer, c.local_dropped,
-      c.loop_iterations, rte_get_tsc_hz(), c.cycles_wan_rx, c.cycles_local_rx, c.cycles_control,
+      c.loop_iterations, impl.shard, impl.shared->shard_count, c.dispatched, c.dispatch_dropped, rte_get_tsc_hz(), c.cycles_wan_rx, c.cycles_local_rx, c.cycles_control,
       c.cycles_transmit, c.cycles_release);
   return text;
 }

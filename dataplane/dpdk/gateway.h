@@ -70,6 +70,9 @@ struct BackendCounters {
   uint64_t no_buffer = 0;              // mbuf pool empty (TUN/service reads, control frames)
   uint64_t local_dropped = 0;          // released packets the local side could not deliver
   uint64_t loop_iterations = 0;
+  // Sharded gateway: packets handed to the shard that owns their tunnel, and those lost because
+  // its ring was full.
+  uint64_t dispatched = 0, dispatch_dropped = 0;
   // TSC cycles spent per phase of poll_once_st (rte_get_tsc_hz() per second), engine included:
   // WAN RX (parse + engine receive), local RX (+ engine submit), control timers, TX (engine
   // schedule + encapsulation + TX burst), release (engine playout + local delivery).
@@ -85,6 +88,16 @@ class Gateway {
   static common::Result<std::unique_ptr<Gateway>> open(gw::Engine& engine,
                                                        const gw::GatewayConfig& config,
                                                        const GatewayOptions& options = {});
+  // A gateway spread over cores (gw/shard.h): engines[k] is shard k (created with ShardSpec{k,
+  // N}); returns one Gateway per shard, each to be polled by its own thread. They share the pool,
+  // the devices (each shard has queue k of every device: its own TX queue, and RX queue k where
+  // the device has one) and the host side (shard 0 reads TUN and the service sockets). A shard
+  // passes a packet whose tunnel another shard owns to that shard's ring (software dispatch);
+  // where the device steers the tunnel's frames to the owner's RX queue (RSS, flow rules, or the
+  // peer's shard k sending on queue k) nothing is passed. The schedule stays exact: see shard.h.
+  static common::Result<std::vector<std::unique_ptr<Gateway>>> open_shards(
+      const std::vector<gw::Engine*>& engines, const gw::GatewayConfig& config,
+      const GatewayOptions& options = {});
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;

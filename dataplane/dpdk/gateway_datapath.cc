@@ -7,55 +7,121 @@
 #include "common/clock.h"
 #include "dataplane/dpdk/gateway_impl.h"
 #include "dataplane/gw/control_server.h"
+#include "dataplane/wire/byte_order.h"
 #include "dataplane/wire/header.h"
 
 namespace detwan::dataplane::dpdk {
+
+namespace {
+
+// The tunnel id a WAN frame carries, read at the offsets an untagged or single-tagged
+// Ethernet + IPv4/IPv6 + UDP frame has, without checking anything (the owner does); 0 if the
+// frame is too short or not IP (tunnel id 0 is shard 0's: it counts the drop).
+uint32_t peek_frame_tunnel_id(const rte_mbuf* m) noexcept {
+  const auto* frame = rte_pktmbuf_mtod(m, const std::byte*);
+  const uint32_t bytes = m->data_len;
+  uint32_t offset = 12;
+  if (bytes < offset + 2) return 0;
+  uint16_t ether_type = wire::load_be16(frame + offset);
+  if (ether_type == 0x8100) {
+    offset += 4;
+    if (bytes < offset + 2) return 0;
+    ether_type = wire::load_be16(frame + offset);
+  }
+  offset += 2;
+  if (ether_type == kEtherTypeIpv4) {
+    if (bytes < offset + 1) return 0;
+    offset += (std::to_integer<uint32_t>(frame[offset]) & 0x0f) * 4;
+  } else if (ether_type == kEtherTypeIpv6) {
+    offset += kIpv6HeaderBytes;
+  } else {
+    return 0;
+  }
+  offset += 8;  // UDP
+  if (bytes <= offset) return 0;
+  return gw::Engine::peek_tunnel_id(std::span<const std::byte>(frame + offset, bytes - offset));
+}
+
+}  // namespace
+
+void Gateway::Impl::dispatch_st(rte_ring* ring, rte_mbuf* m) noexcept {
+  if (rte_ring_mp_enqueue(ring, m) == 0) {
+    ++counters.dispatched;
+  } else {
+    ++counters.dispatch_dropped;
+    rte_pktmbuf_free(m);
+  }
+}
+
+bool Gateway::Impl::wan_frame_st(uint32_t index, rte_mbuf* m, int64_t now_ns) noexcept {
+  WanPortState& state = wan[index];
+  EthCounters& eth = state.port->counters(queue());
+  state.io->rx_bytes += m->pkt_len;
+  FrameDrop drop = FrameDrop::kMultiSegment;
+  ParsedFrame parsed;
+  if (m->nb_segs == 1) {
+    const std::span<const std::byte> frame(rte_pktmbuf_mtod(m, const std::byte*), m->data_len);
+    drop = parse_wan_frame(frame, state.address, rx_ip_checksum_state(m),
+                           rx_udp_checksum_state(m), &parsed);
+  }
+  if (drop != FrameDrop::kNone) {
+    ++eth.frame_drops[static_cast<int>(drop)];
+    ++counters.wan_frame_drops_total;
+    ++state.io->rx_errors;
+    rte_pktmbuf_free(m);
+    return false;
+  }
+  // Keep only the UDP payload in the mbuf (drops Ethernet padding too); the bytes do not
+  // move, so the headroom in front stays available for nothing else.
+  (void)rte_pktmbuf_adj(m, static_cast<uint16_t>(parsed.udp_payload_offset));
+  (void)rte_pktmbuf_trim(m, static_cast<uint16_t>(m->data_len - parsed.udp_payload_bytes));
+  gw::RxInfo info;
+  const std::span<std::byte> payload(rte_pktmbuf_mtod(m, std::byte*), parsed.udp_payload_bytes);
+  const common::Status status =
+      engine.on_wan_datagram_st(index, parsed.source, handle_of(m), payload, now_ns, &info);
+  if (status != common::Status::kOk) {
+    rte_pktmbuf_free(m);  // counted by the engine (or a consumed control packet)
+    return false;
+  }
+  // Keep header + plaintext: an authenticated packet's tag goes (opened in place).
+  (void)rte_pktmbuf_trim(
+      m, static_cast<uint16_t>(m->pkt_len - wire::kHeaderSize - info.payload_bytes));
+  set_data_type(m, info.type);
+  return true;
+}
 
 uint32_t Gateway::Impl::wan_rx_st(int64_t now_ns) noexcept {
   uint32_t handled = 0;
   rte_mbuf* mbufs[EthPort::kMaxBurst];
   const auto burst = static_cast<uint16_t>(batch);
+  const uint32_t shards = shared->shard_count;
+  if (shards > 1) {
+    // Frames of this shard's tunnels that reached another shard's queue first.
+    const unsigned got = rte_ring_sc_dequeue_burst(shared->wan_in[shard],
+                                                   reinterpret_cast<void**>(mbufs), burst,
+                                                   nullptr);
+    for (unsigned i = 0; i < got; ++i) {
+      const uint32_t index = mbufs[i]->hash.usr;
+      ++wan[index].io->rx_packets;
+      if (wan_frame_st(index, mbufs[i], now_ns)) ++handled;
+    }
+  }
   for (uint32_t index = 0; index < wan.size(); ++index) {
     WanPortState& state = wan[index];
-    EthCounters& eth = state.port->counters();
-    const uint16_t got = state.port->rx_burst_st(mbufs, burst);
-    state.io->rx_packets += got;
+    if (queue() >= state.port->rx_queue_count()) continue;
+    const uint16_t got = state.port->rx_burst_st(queue(), mbufs, burst);
     for (uint16_t i = 0; i < got; ++i) {
       rte_mbuf* m = mbufs[i];
-      state.io->rx_bytes += m->pkt_len;
-      FrameDrop drop = FrameDrop::kMultiSegment;
-      ParsedFrame parsed;
-      if (m->nb_segs == 1) {
-        const std::span<const std::byte> frame(rte_pktmbuf_mtod(m, const std::byte*),
-                                               m->data_len);
-        drop = parse_wan_frame(frame, state.address, rx_ip_checksum_state(m),
-                               rx_udp_checksum_state(m), &parsed);
+      if (shards > 1) {
+        const uint32_t owner = gw::shard_of_tunnel(peek_frame_tunnel_id(m), shards);
+        if (owner != shard) {
+          m->hash.usr = index;
+          dispatch_st(shared->wan_in[owner], m);
+          continue;
+        }
       }
-      if (drop != FrameDrop::kNone) {
-        ++eth.frame_drops[static_cast<int>(drop)];
-        ++counters.wan_frame_drops_total;
-        ++state.io->rx_errors;
-        rte_pktmbuf_free(m);
-        continue;
-      }
-      // Keep only the UDP payload in the mbuf (drops Ethernet padding too); the bytes do not
-      // move, so the headroom in front stays available for nothing else.
-      (void)rte_pktmbuf_adj(m, static_cast<uint16_t>(parsed.udp_payload_offset));
-      (void)rte_pktmbuf_trim(m, static_cast<uint16_t>(m->data_len - parsed.udp_payload_bytes));
-      gw::RxInfo info;
-      const std::span<std::byte> payload(rte_pktmbuf_mtod(m, std::byte*),
-                                         parsed.udp_payload_bytes);
-      const common::Status status =
-          engine.on_wan_datagram_st(index, parsed.source, handle_of(m), payload, now_ns, &info);
-      if (status == common::Status::kOk) {
-        // Keep header + plaintext: an authenticated packet's tag goes (opened in place).
-        (void)rte_pktmbuf_trim(
-            m, static_cast<uint16_t>(m->pkt_len - wire::kHeaderSize - info.payload_bytes));
-        set_data_type(m, info.type);
-        ++handled;
-      } else {
-        rte_pktmbuf_free(m);  // counted by the engine (or a consumed control packet)
-      }
+      ++state.io->rx_packets;
+      if (wan_frame_st(index, m, now_ns)) ++handled;
     }
   }
   return handled;
@@ -82,7 +148,7 @@ void Gateway::Impl::send_data_st(const gw::TxEmit& emit) noexcept {
   }
   if (frame == nullptr) {
     ++counters.encap_failed;
-    ++state.port->counters().encap_failed;
+    ++state.port->counters(queue()).encap_failed;
     rte_pktmbuf_free(m);
     return;
   }
@@ -96,7 +162,7 @@ void Gateway::Impl::send_data_st(const gw::TxEmit& emit) noexcept {
                            state.port->tx_ip_checksum_offload(),
                            state.port->tx_udp_checksum_offload())) {
     ++counters.encap_failed;
-    ++state.port->counters().encap_failed;
+    ++state.port->counters(queue()).encap_failed;
     rte_pktmbuf_free(m);
     return;
   }
@@ -106,7 +172,7 @@ void Gateway::Impl::send_data_st(const gw::TxEmit& emit) noexcept {
     m->ol_flags |= RTE_MBUF_F_TX_UDP_CKSUM | (ipv6 ? RTE_MBUF_F_TX_IPV6 : RTE_MBUF_F_TX_IPV4);
     if (!ipv6 && state.port->tx_ip_checksum_offload()) m->ol_flags |= RTE_MBUF_F_TX_IP_CKSUM;
   }
-  state.port->send_st(m);
+  state.port->send_st(queue(), m);
 }
 
 void Gateway::Impl::send_control_st(const gw::TxEmit& emit) noexcept {
@@ -138,7 +204,7 @@ void Gateway::Impl::send_control_st(const gw::TxEmit& emit) noexcept {
     rte_pktmbuf_free(m);
     return;
   }
-  state.port->send_st(m);
+  state.port->send_st(queue(), m);
 }
 
 uint32_t Gateway::Impl::transmit_st(int64_t now_ns, uint32_t max_frames) noexcept {
@@ -159,9 +225,9 @@ void Gateway::Impl::flush_wan_st() noexcept {
   // TX drain: l3fwd holds partial bursts up to 100 us; a slot schedule cannot (a guard band is
   // ~1 us), so the frames due in this iteration leave in one burst at its end.
   for (WanPortState& state : wan) {
-    EthCounters& eth = state.port->counters();
+    EthCounters& eth = state.port->counters(queue());
     const uint64_t packets = eth.tx_packets, bytes = eth.tx_bytes, failed = eth.tx_failed;
-    state.port->flush_st();
+    state.port->flush_st(queue());
     state.io->tx_packets += eth.tx_packets - packets;
     state.io->tx_bytes += eth.tx_bytes - bytes;
     state.io->tx_errors += eth.tx_failed - failed;

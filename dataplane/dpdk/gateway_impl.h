@@ -2,6 +2,8 @@
 // Private state of the DPDK gateway, shared by its setup (gateway.cc, local.cc) and its loop
 // (gateway_datapath.cc, local_datapath.cc). Not part of the backend's interface.
 #include <memory>
+
+#include <rte_ring.h>
 #include <optional>
 #include <vector>
 
@@ -14,7 +16,7 @@
 namespace detwan::dataplane::dpdk {
 
 struct WanPortState {
-  std::unique_ptr<EthPort> port;
+  EthPort* port = nullptr;    // SharedState::wan_ports[i]
   std::string device;
   WanAddress address;         // our MAC + local endpoint: what received frames must match
   MacAddress next_hop_mac;    // destination of every frame we send
@@ -27,7 +29,9 @@ struct ServiceSocket {
   bool ipv6 = false;
 };
 
-// The host side: TUN or a DPDK local port, plus the service sockets.
+// The host side: TUN or a DPDK local port, plus the service sockets. One per gateway, shared by
+// its shards: shard 0 reads TUN and the service sockets; every shard writes (a TUN write or a
+// sendto is one system call, safe from several threads) and has its own local port queue.
 struct LocalSide {
   std::optional<gw::TunDevice> tun;
   std::unique_ptr<EthPort> port;
@@ -36,7 +40,23 @@ struct LocalSide {
   // run time lie beyond it (or reuse an index without one): look up in bounds.
   std::vector<ServiceSocket> service;
   common::UniqueFd sender_v4, sender_v6;  // for tunnels that deliver but do not listen
-  rte_mbuf* spare = nullptr;  // kept between polls so an empty read costs no pool round trip
+};
+
+// What the shards of one gateway share (gw/shard.h): the mbuf pool, the devices (one queue pair
+// per shard), the host side, and each shard's dispatch rings, into which the other shards put
+// the packets of its tunnels that reached them (multi-producer, single-consumer).
+struct SharedState {
+  SharedState() = default;
+  SharedState(const SharedState&) = delete;
+  SharedState& operator=(const SharedState&) = delete;
+  ~SharedState();  // devices and rings first (they hold mbufs of the pool), the pool last
+
+  rte_mempool* pool = nullptr;
+  std::vector<std::unique_ptr<EthPort>> wan_ports;  // by WAN port index
+  LocalSide local;
+  uint32_t shard_count = 1;
+  std::vector<rte_ring*> wan_in;    // per shard: WAN frames (hash.usr = WAN port index)
+  std::vector<rte_ring*> local_in;  // per shard: host packets, ready to submit
 };
 
 // The outer-header tag kept in mbuf->hash.usr between submit/receive and transmit/release:
@@ -49,25 +69,41 @@ inline void set_data_type(rte_mbuf* mbuf, wire::DataType type) noexcept {
 }
 
 struct Gateway::Impl {
-  Impl(gw::Engine& engine_ref, const gw::GatewayConfig& config_ref)
-      : engine(engine_ref), config(config_ref) {}
+  Impl(gw::Engine& engine_ref, const gw::GatewayConfig& config_ref,
+       std::shared_ptr<SharedState> shared_ref)
+      : engine(engine_ref), config(config_ref), shared(std::move(shared_ref)),
+        local(shared->local) {}
   ~Impl();
 
   gw::Engine& engine;
   const gw::GatewayConfig& config;
   GatewayOptions options;
-  rte_mempool* pool = nullptr;
+  std::shared_ptr<SharedState> shared;
+  LocalSide& local;                 // shared->local
+  rte_mempool* pool = nullptr;      // shared->pool
+  uint32_t shard = 0;               // this shard's index = its queue on every device
   uint32_t batch = 32;
   std::vector<WanPortState> wan;
-  LocalSide local;
+  rte_mbuf* spare = nullptr;  // kept between host reads so an empty read costs no pool round trip
   BackendCounters counters;
+
+  [[nodiscard]] uint16_t queue() const noexcept { return static_cast<uint16_t>(shard); }
+  [[nodiscard]] bool sharded() const noexcept { return shared->shard_count > 1; }
 
   // ---- datapath (gateway_datapath.cc, local_datapath.cc) ----
   uint32_t wan_rx_st(int64_t now_ns) noexcept;
+  // One received WAN frame of WAN port `index`, owned by this shard: parse, engine, keep or free.
+  bool wan_frame_st(uint32_t index, rte_mbuf* m, int64_t now_ns) noexcept;
   uint32_t transmit_st(int64_t now_ns, uint32_t max_frames) noexcept;  // no flush
   void flush_wan_st() noexcept;
   uint32_t release_st(int64_t now_ns) noexcept;
   uint32_t local_rx_st(int64_t now_ns) noexcept;
+  // A host packet (hash.usr = its data type; a datagram's tunnel index in hash.fdir.hi): to the
+  // shard that owns its tunnel, or submitted here. True if the engine (or a ring) took it.
+  bool local_packet_st(rte_mbuf* m, int64_t now_ns) noexcept;
+  bool submit_local_st(rte_mbuf* m, int64_t now_ns) noexcept;
+  // Puts m on shard `owner`'s ring; frees and counts it when the ring is full.
+  void dispatch_st(rte_ring* ring, rte_mbuf* m) noexcept;
   void send_data_st(const gw::TxEmit& emit) noexcept;
   void send_control_st(const gw::TxEmit& emit) noexcept;
   // Takes the mbuf (payload = the tunnel payload) and delivers or frees it.
@@ -75,7 +111,7 @@ struct Gateway::Impl {
   void flush_local_st() noexcept;
 };
 
-// Setup of the local side (local.cc).
-common::Result<void> open_local_side(Gateway::Impl& impl);
+// Setup of the local side (local.cc), through shard 0; a local port gets `queues` queue pairs.
+common::Result<void> open_local_side(Gateway::Impl& impl, uint16_t queues);
 
 }  // namespace detwan::dataplane::dpdk

@@ -64,7 +64,7 @@ common::Result<ServiceSocket> open_service_socket(const gw::Endpoint& listen,
 
 }  // namespace
 
-common::Result<void> open_local_side(Gateway::Impl& impl) {
+common::Result<void> open_local_side(Gateway::Impl& impl, uint16_t queues) {
   LocalSide& local = impl.local;
   const gw::GatewayConfig& config = impl.config;
   if (impl.options.local_port) {
@@ -83,6 +83,7 @@ common::Result<void> open_local_side(Gateway::Impl& impl) {
     port_options.tx_queue_size = options.tx_queue_size;
     port_options.mtu_bytes = config.tun.mtu_bytes;
     port_options.want_checksum_offload = false;  // inner packets pass through untouched
+    port_options.queues = queues;
     auto port = EthPort::open(port_options, impl.pool);
     if (!port) return std::unexpected(port.error());
     local.port = std::move(*port);

@@ -19,15 +19,15 @@ wire::DataType ip_type_of(const std::byte* packet, uint32_t bytes) noexcept {
 }
 
 // Takes the spare mbuf (or a fresh one); nullptr when the pool is empty.
-rte_mbuf* take_buffer(LocalSide& local, rte_mempool* pool) noexcept {
-  rte_mbuf* m = local.spare != nullptr ? local.spare : rte_pktmbuf_alloc(pool);
-  local.spare = nullptr;
+rte_mbuf* take_buffer(rte_mbuf*& spare, rte_mempool* pool) noexcept {
+  rte_mbuf* m = spare != nullptr ? spare : rte_pktmbuf_alloc(pool);
+  spare = nullptr;
   return m;
 }
 
-void keep_spare(LocalSide& local, rte_mbuf* m) noexcept {
+void keep_spare(rte_mbuf*& spare, rte_mbuf* m) noexcept {
   rte_pktmbuf_reset(m);
-  local.spare = m;
+  spare = m;
 }
 
 // A protected tunnel's copy of `m` for its protection path: a new mbuf from the pool with the
@@ -48,12 +48,60 @@ void submit_replica(gw::Engine& engine, rte_mempool* pool, const gw::SubmitInfo&
 
 }  // namespace
 
+bool Gateway::Impl::submit_local_st(rte_mbuf* m, int64_t now_ns) noexcept {
+  gw::SubmitInfo submit;
+  common::Status status = common::Status::kOk;
+  if (data_type_of(m) == wire::DataType::kDatagram) {
+    status = engine.submit_service_st(m->hash.fdir.hi, handle_of(m), m->pkt_len, now_ns, &submit);
+  } else {
+    const std::span<const std::byte> packet(rte_pktmbuf_mtod(m, const std::byte*), m->data_len);
+    status = engine.submit_tun_st(handle_of(m), packet, now_ns, &submit);
+  }
+  if (submit.wants_replica()) submit_replica(engine, pool, submit, m, now_ns);
+  return status == common::Status::kOk;  // else counted by the engine; the caller frees
+}
+
+bool Gateway::Impl::local_packet_st(rte_mbuf* m, int64_t now_ns) noexcept {
+  if (sharded()) {
+    uint32_t index = gw::Engine::kNoTunnel;
+    if (data_type_of(m) == wire::DataType::kDatagram) {
+      index = m->hash.fdir.hi;
+    } else {
+      index = engine.route_st(
+          std::span<const std::byte>(rte_pktmbuf_mtod(m, const std::byte*), m->data_len));
+    }
+    // No tunnel: submitted here, where the engine counts the drop.
+    if (index != gw::Engine::kNoTunnel) {
+      const uint32_t owner = gw::shard_of_tunnel(engine.tunnel_id(index), shared->shard_count);
+      if (owner != shard) {
+        dispatch_st(shared->local_in[owner], m);
+        return true;
+      }
+    }
+  }
+  return submit_local_st(m, now_ns);
+}
+
 uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
   uint32_t handled = 0;
   gw::LocalIo& io = engine.local_io();
+  rte_mbuf* mbufs[EthPort::kMaxBurst];
+  if (sharded()) {
+    // Host packets of this shard's tunnels that another shard read.
+    const unsigned got = rte_ring_sc_dequeue_burst(
+        shared->local_in[shard], reinterpret_cast<void**>(mbufs), batch, nullptr);
+    for (unsigned i = 0; i < got; ++i) {
+      if (submit_local_st(mbufs[i], now_ns)) {
+        ++handled;
+      } else {
+        rte_pktmbuf_free(mbufs[i]);
+      }
+    }
+  }
   if (local.port) {
-    rte_mbuf* mbufs[EthPort::kMaxBurst];
-    const uint16_t got = local.port->rx_burst_st(mbufs, static_cast<uint16_t>(batch));
+    const uint16_t got = queue() < local.port->rx_queue_count()
+                             ? local.port->rx_burst_st(queue(), mbufs, static_cast<uint16_t>(batch))
+                             : uint16_t{0};
     for (uint16_t i = 0; i < got; ++i) {
       rte_mbuf* m = mbufs[i];
       const auto* frame = rte_pktmbuf_mtod(m, const std::byte*);
@@ -68,19 +116,15 @@ uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
       (void)rte_pktmbuf_adj(m, kEtherHeaderBytes);
       set_data_type(m, ether_type == kEtherTypeIpv6 ? wire::DataType::kIpv6
                                                     : wire::DataType::kIpv4);
-      const std::span<const std::byte> packet(rte_pktmbuf_mtod(m, const std::byte*), m->data_len);
-      gw::SubmitInfo submit;
-      const common::Status status = engine.submit_tun_st(handle_of(m), packet, now_ns, &submit);
-      if (submit.wants_replica()) submit_replica(engine, pool, submit, m, now_ns);
-      if (status == common::Status::kOk) {
+      if (local_packet_st(m, now_ns)) {
         ++handled;
       } else {
         rte_pktmbuf_free(m);  // counted by the engine
       }
     }
-  } else if (local.tun) {
+  } else if (local.tun && shard == 0) {
     for (uint32_t i = 0; i < batch; ++i) {
-      rte_mbuf* m = take_buffer(local, pool);
+      rte_mbuf* m = take_buffer(spare, pool);
       if (m == nullptr) {
         ++counters.no_buffer;
         break;
@@ -91,29 +135,26 @@ uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
         if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
           ++io.tun_rx_errors;
         }
-        keep_spare(local, m);
+        keep_spare(spare, m);
         break;
       }
       m->data_len = static_cast<uint16_t>(got);
       m->pkt_len = static_cast<uint32_t>(got);
       ++io.tun_rx_packets;
       set_data_type(m, ip_type_of(data, m->data_len));
-      const std::span<const std::byte> packet(data, m->data_len);
-      gw::SubmitInfo submit;
-      const common::Status status = engine.submit_tun_st(handle_of(m), packet, now_ns, &submit);
-      if (submit.wants_replica()) submit_replica(engine, pool, submit, m, now_ns);
-      if (status == common::Status::kOk) {
+      if (local_packet_st(m, now_ns)) {
         ++handled;
       } else {
-        keep_spare(local, m);  // dropped and counted by the engine; reuse the buffer
+        keep_spare(spare, m);  // dropped and counted by the engine; reuse the buffer
       }
     }
   }
+  if (shard != 0) return handled;  // shard 0 reads the service sockets
   for (uint32_t index = 0; index < local.service.size(); ++index) {
     const ServiceSocket& service = local.service[index];
     if (!service.fd.valid()) continue;
     for (uint32_t i = 0; i < batch; ++i) {
-      rte_mbuf* m = take_buffer(local, pool);
+      rte_mbuf* m = take_buffer(spare, pool);
       if (m == nullptr) {
         ++counters.no_buffer;
         break;
@@ -123,26 +164,23 @@ uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
           ::recv(service.fd.get(), data, rte_pktmbuf_tailroom(m), MSG_DONTWAIT | MSG_TRUNC);
       if (got < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++io.service_rx_errors;
-        keep_spare(local, m);
+        keep_spare(spare, m);
         break;
       }
       if (static_cast<std::size_t>(got) > rte_pktmbuf_tailroom(m)) {  // truncated
         ++io.service_rx_errors;
-        keep_spare(local, m);
+        keep_spare(spare, m);
         continue;
       }
       m->data_len = static_cast<uint16_t>(got);
       m->pkt_len = static_cast<uint32_t>(got);
       ++io.service_rx_packets;
       set_data_type(m, wire::DataType::kDatagram);
-      gw::SubmitInfo submit;
-      const common::Status status =
-          engine.submit_service_st(index, handle_of(m), m->pkt_len, now_ns, &submit);
-      if (submit.wants_replica()) submit_replica(engine, pool, submit, m, now_ns);
-      if (status == common::Status::kOk) {
+      m->hash.fdir.hi = index;
+      if (local_packet_st(m, now_ns)) {
         ++handled;
       } else {
-        keep_spare(local, m);
+        keep_spare(spare, m);
       }
     }
   }
@@ -202,7 +240,7 @@ void Gateway::Impl::deliver_local_st(rte_mbuf* m, const gw::RxEmit& emit) noexce
     std::memcpy(frame + 6, local.port->mac().bytes, 6);
     wire::store_be16(frame + 12, data_type_of(m) == wire::DataType::kIpv6 ? kEtherTypeIpv6
                                                                           : kEtherTypeIpv4);
-    local.port->send_st(m);
+    local.port->send_st(queue(), m);
     return;
   }
   if (local.tun) {
@@ -219,9 +257,9 @@ void Gateway::Impl::deliver_local_st(rte_mbuf* m, const gw::RxEmit& emit) noexce
 
 void Gateway::Impl::flush_local_st() noexcept {
   if (!local.port) return;
-  EthCounters& eth = local.port->counters();
+  EthCounters& eth = local.port->counters(queue());
   const uint64_t sent = eth.tx_packets, failed = eth.tx_failed;
-  local.port->flush_st();
+  local.port->flush_st(queue());
   gw::LocalIo& io = engine.local_io();
   io.tun_tx_packets += eth.tx_packets - sent;
   io.tun_tx_errors += eth.tx_failed - failed;

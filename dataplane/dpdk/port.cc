@@ -1,4 +1,6 @@
 // Setup of one ethdev port of the gateway.
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <rte_errno.h>
 
@@ -46,7 +48,23 @@ common::Result<std::unique_ptr<EthPort>> EthPort::open(const EthPortOptions& opt
     port->tx_ip_checksum_ = (conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM) != 0;
     port->tx_udp_checksum_ = (conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_UDP_CKSUM) != 0;
   }
-  if (rte_eth_dev_configure(id, 1, 1, &conf) != 0) {
+  const uint16_t wanted = options.queues == 0 ? 1 : options.queues;
+  if (info.max_tx_queues < wanted) {
+    return common::make_error(
+        common::ErrorCode::kConfig,
+        fmt::format("{}: device '{}' has {} TX queue(s), the gateway's {} shards need one each",
+                    label, options.device, info.max_tx_queues, wanted));
+  }
+  port->rx_queues_ = std::max<uint16_t>(1, std::min<uint16_t>(wanted, info.max_rx_queues));
+  port->queues_.resize(wanted);
+  if (port->rx_queues_ > 1) {
+    // Spread received flows over the RX queues where the device hashes (RSS); the shards pass
+    // what is not theirs on (dispatch rings), so any spreading is correct.
+    conf.rxmode.mq_mode = info.flow_type_rss_offloads != 0 ? RTE_ETH_MQ_RX_RSS : RTE_ETH_MQ_RX_NONE;
+    conf.rx_adv_conf.rss_conf.rss_hf = info.flow_type_rss_offloads &
+                                       (RTE_ETH_RSS_NONFRAG_IPV4_UDP | RTE_ETH_RSS_NONFRAG_IPV6_UDP);
+  }
+  if (rte_eth_dev_configure(id, port->rx_queues_, wanted, &conf) != 0) {
     return std::unexpected(rte_error(common::ErrorCode::kIo, label + ": configure"));
   }
   // Vdevs without an MTU notion (net_ring, net_null) say ENOTSUP; their frames are unlimited.
@@ -64,13 +82,17 @@ common::Result<std::unique_ptr<EthPort>> EthPort::open(const EthPortOptions& opt
   const auto socket_id = static_cast<unsigned>(socket < 0 ? 0 : socket);
   rte_eth_rxconf rxconf = info.default_rxconf;
   rxconf.offloads = conf.rxmode.offloads;
-  if (rte_eth_rx_queue_setup(id, 0, rx_descriptors, socket_id, &rxconf, pool) != 0) {
-    return std::unexpected(rte_error(common::ErrorCode::kIo, label + ": RX queue"));
+  for (uint16_t q = 0; q < port->rx_queues_; ++q) {
+    if (rte_eth_rx_queue_setup(id, q, rx_descriptors, socket_id, &rxconf, pool) != 0) {
+      return std::unexpected(rte_error(common::ErrorCode::kIo, fmt::format("{}: RX queue {}", label, q)));
+    }
   }
   rte_eth_txconf txconf = info.default_txconf;
   txconf.offloads = conf.txmode.offloads;
-  if (rte_eth_tx_queue_setup(id, 0, tx_descriptors, socket_id, &txconf) != 0) {
-    return std::unexpected(rte_error(common::ErrorCode::kIo, label + ": TX queue"));
+  for (uint16_t q = 0; q < wanted; ++q) {
+    if (rte_eth_tx_queue_setup(id, q, tx_descriptors, socket_id, &txconf) != 0) {
+      return std::unexpected(rte_error(common::ErrorCode::kIo, fmt::format("{}: TX queue {}", label, q)));
+    }
   }
   if (options.local_mac.empty()) {
     rte_ether_addr address{};
@@ -99,9 +121,26 @@ common::Result<std::unique_ptr<EthPort>> EthPort::open(const EthPortOptions& opt
   return port;
 }
 
+EthCounters EthPort::total_counters() const noexcept {
+  EthCounters sum;
+  for (const Queue& q : queues_) {
+    const EthCounters& c = q.counters;
+    sum.rx_packets += c.rx_packets;
+    sum.rx_bytes += c.rx_bytes;
+    sum.tx_packets += c.tx_packets;
+    sum.tx_bytes += c.tx_bytes;
+    sum.tx_failed += c.tx_failed;
+    sum.encap_failed += c.encap_failed;
+    for (int i = 0; i < kFrameDropCount; ++i) sum.frame_drops[i] += c.frame_drops[i];
+  }
+  return sum;
+}
+
 EthPort::~EthPort() {
-  for (uint16_t i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_buffer_[i]);
-  tx_count_ = 0;
+  for (Queue& q : queues_) {
+    for (uint16_t i = 0; i < q.tx_count; ++i) rte_pktmbuf_free(q.tx_buffer[i]);
+    q.tx_count = 0;
+  }
   if (started_) {
     (void)rte_eth_dev_stop(port_id_);
     (void)rte_eth_dev_close(port_id_);

@@ -1,6 +1,7 @@
 #pragma once
 // One DPDK ethdev (a NIC, or a vdev such as net_ring, net_af_packet, net_memif) with one RX and
-// one TX queue, as the gateway uses it: a WAN port (tunnel frames) or the optional local port
+// one TX queue per shard of the gateway (gw/shard.h; RX: as many as the device has, up to that),
+// as the gateway uses it: a WAN port (tunnel frames) or the optional local port
 // (plain IP-in-Ethernet frames of the host side). Buffers are rte_mbufs from the gateway's pool.
 //
 // Setup (port.cc) returns Result errors naming the port ("wan_ports[0] (wan1): no DPDK device
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -29,6 +31,10 @@ struct EthPortOptions {
   uint16_t tx_queue_size = 1024;
   uint32_t mtu_bytes = 1500;  // IP MTU; set on the device where it supports it
   bool want_checksum_offload = true;  // use IPv4/UDP checksum offloads the device has
+  // Queue pairs wanted, one per shard. Every shard needs a TX queue of its own (an error names
+  // the device if it has fewer); RX queues are capped at what the device has (the shards
+  // beyond read nothing: the others dispatch to them).
+  uint16_t queues = 1;
 };
 
 // Counters of one port, written by the poll thread only.
@@ -43,8 +49,8 @@ class EthPort {
  public:
   static constexpr uint16_t kMaxBurst = 64;
 
-  // Resolves options.device with rte_eth_dev_get_port_by_name, configures 1 RX + 1 TX queue
-  // fed from `pool`, enables the checksum offloads it has, starts it.
+  // Resolves options.device with rte_eth_dev_get_port_by_name, configures the RX and TX queues
+  // (options.queues) fed from `pool`, enables the checksum offloads it has, starts it.
   static common::Result<std::unique_ptr<EthPort>> open(const EthPortOptions& options,
                                                        rte_mempool* pool);
   ~EthPort();  // stops and closes the device (frees any buffered TX frames first)
@@ -56,20 +62,47 @@ class EthPort {
   [[nodiscard]] const std::string& label() const noexcept { return label_; }
   [[nodiscard]] bool tx_ip_checksum_offload() const noexcept { return tx_ip_checksum_; }
   [[nodiscard]] bool tx_udp_checksum_offload() const noexcept { return tx_udp_checksum_; }
-  [[nodiscard]] EthCounters& counters() noexcept { return counters_; }
-  [[nodiscard]] const EthCounters& counters() const noexcept { return counters_; }
+  [[nodiscard]] uint16_t rx_queue_count() const noexcept { return rx_queues_; }
+  [[nodiscard]] uint16_t tx_queue_count() const noexcept {
+    return static_cast<uint16_t>(queues_.size());
+  }
+  // Counters of one queue (written by the thread that owns it), and their sum.
+  [[nodiscard]] EthCounters& counters(uint16_t queue = 0) noexcept {
+    return queues_[queue].counters;
+  }
+  [[nodiscard]] const EthCounters& counters(uint16_t queue = 0) const noexcept {
+    return queues_[queue].counters;
+  }
+  [[nodiscard]] EthCounters total_counters() const noexcept;
 
-  // ---- datapath (port_datapath.cc) ----
-  // Up to `count` (<= kMaxBurst) received frames; counts rx_packets/rx_bytes.
-  [[nodiscard]] uint16_t rx_burst_st(rte_mbuf** mbufs, uint16_t count) noexcept;
-  // Buffers one frame for TX; flushes first when the buffer is full. Takes ownership.
-  void send_st(rte_mbuf* mbuf) noexcept;
-  // Hands every buffered frame to the driver; frees and counts (tx_failed) what it refuses.
-  void flush_st() noexcept;
-  [[nodiscard]] uint16_t pending_tx() const noexcept { return tx_count_; }
+  // ---- datapath (port_datapath.cc); each queue is owned by one thread ----
+  // Up to `count` (<= kMaxBurst) frames received on RX queue `queue` (< rx_queue_count());
+  // counts rx_packets/rx_bytes.
+  [[nodiscard]] uint16_t rx_burst_st(uint16_t queue, rte_mbuf** mbufs, uint16_t count) noexcept;
+  // Buffers one frame for TX queue `queue`; flushes first when the buffer is full. Takes
+  // ownership.
+  void send_st(uint16_t queue, rte_mbuf* mbuf) noexcept;
+  // Hands every buffered frame of `queue` to the driver; frees and counts (tx_failed) what it
+  // refuses.
+  void flush_st(uint16_t queue) noexcept;
+  [[nodiscard]] uint16_t pending_tx(uint16_t queue) const noexcept {
+    return queues_[queue].tx_count;
+  }
+  // Queue 0: the whole port on one thread.
+  [[nodiscard]] uint16_t rx_burst_st(rte_mbuf** mbufs, uint16_t count) noexcept {
+    return rx_burst_st(0, mbufs, count);
+  }
+  void send_st(rte_mbuf* mbuf) noexcept { send_st(0, mbuf); }
+  void flush_st() noexcept { flush_st(0); }
 
  private:
   EthPort() = default;
+
+  struct alignas(64) Queue {  // one cache line apart: owned by different threads
+    uint16_t tx_count = 0;
+    rte_mbuf* tx_buffer[kMaxBurst] = {};
+    EthCounters counters;
+  };
 
   std::string label_;
   uint16_t port_id_ = 0;
@@ -77,9 +110,8 @@ class EthPort {
   MacAddress mac_;
   bool tx_ip_checksum_ = false;
   bool tx_udp_checksum_ = false;
-  uint16_t tx_count_ = 0;
-  rte_mbuf* tx_buffer_[kMaxBurst] = {};
-  EthCounters counters_;
+  uint16_t rx_queues_ = 1;
+  std::vector<Queue> queues_;  // one per TX queue
 };
 
 // The mbuf behind a gateway buffer handle, and back.
