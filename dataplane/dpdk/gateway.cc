@@ -120,6 +120,9 @@ common::Result<void> open_shared(SharedState& shared, Gateway::Impl& first,
     shared.wan_ports.push_back(std::move(*port));
   }
   if (shard_count > 1) {
+    for (uint32_t i = 0; i < first.engine.peer_count(); ++i) {
+      shared.peers.push_back(std::make_unique<SharedState::PeerBoard>());
+    }
     for (uint32_t k = 0; k < shard_count; ++k) {
       for (auto* rings : {&shared.wan_in, &shared.local_in}) {
         const std::string ring_name =

@@ -249,6 +249,23 @@ uint32_t Gateway::Impl::release_st(int64_t now_ns) noexcept {
   return released;
 }
 
+void Gateway::Impl::sync_peers_st(int64_t now_ns) noexcept {
+  constexpr int64_t kPeerSyncIntervalNs = 100'000;
+  if (now_ns < next_peer_sync_ns) return;
+  next_peer_sync_ns = now_ns + kPeerSyncIntervalNs;
+  for (uint32_t i = 0; i < shared->peers.size(); ++i) {
+    SharedState::PeerBoard& board = *shared->peers[i];
+    std::unique_lock lock(board.mutex, std::try_to_lock);
+    if (!lock.owns_lock()) continue;  // the other side is at it: next time
+    if (engine.leads_peer(i)) {
+      board.sync = engine.peer_sync_st(i);
+      board.published = true;
+    } else if (board.published) {
+      engine.adopt_peer_st(i, board.sync);
+    }
+  }
+}
+
 uint32_t Gateway::poll_once_st(int64_t now_ns) noexcept {
   // TSC accounting per phase (7 reads per iteration, not per packet): where the time goes.
   Impl& impl = *impl_;
@@ -267,6 +284,7 @@ uint32_t Gateway::poll_once_st(int64_t now_ns) noexcept {
   work += impl.local_rx_st(now_ns);
   const uint64_t t3 = rte_rdtsc();
   impl.engine.poll_control_st(now_ns);
+  if (impl.sharded()) impl.sync_peers_st(now_ns);
   const uint64_t t4 = rte_rdtsc();
   work += impl.transmit_st(now_ns, impl.batch * static_cast<uint32_t>(impl.wan.size()));
   impl.flush_wan_st();

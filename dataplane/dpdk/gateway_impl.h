@@ -2,6 +2,7 @@
 // Private state of the DPDK gateway, shared by its setup (gateway.cc, local.cc) and its loop
 // (gateway_datapath.cc, local_datapath.cc). Not part of the backend's interface.
 #include <memory>
+#include <mutex>
 
 #include <rte_ring.h>
 #include <optional>
@@ -57,6 +58,14 @@ struct SharedState {
   uint32_t shard_count = 1;
   std::vector<rte_ring*> wan_in;    // per shard: WAN frames (hash.usr = WAN port index)
   std::vector<rte_ring*> local_in;  // per shard: host packets, ready to submit
+  // Per peer: what its lead shard last published (gw::PeerSync), for the other shards. A
+  // try-lock on either side: a shard never waits for another.
+  struct PeerBoard {
+    std::mutex mutex;
+    gw::PeerSync sync;
+    bool published = false;
+  };
+  std::vector<std::unique_ptr<PeerBoard>> peers;
 };
 
 // The outer-header tag kept in mbuf->hash.usr between submit/receive and transmit/release:
@@ -86,6 +95,7 @@ struct Gateway::Impl {
   std::vector<WanPortState> wan;
   rte_mbuf* spare = nullptr;  // kept between host reads so an empty read costs no pool round trip
   BackendCounters counters;
+  int64_t next_peer_sync_ns = 0;
 
   [[nodiscard]] uint16_t queue() const noexcept { return static_cast<uint16_t>(shard); }
   [[nodiscard]] bool sharded() const noexcept { return shared->shard_count > 1; }
@@ -109,6 +119,8 @@ struct Gateway::Impl {
   // Takes the mbuf (payload = the tunnel payload) and delivers or frees it.
   void deliver_local_st(rte_mbuf* mbuf, const gw::RxEmit& emit) noexcept;
   void flush_local_st() noexcept;
+  // Sharded: publish the peers this shard leads, adopt the others (every 100 us at most).
+  void sync_peers_st(int64_t now_ns) noexcept;
 };
 
 // Setup of the local side (local.cc), through shard 0; a local port gets `queues` queue pairs.

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include <gtest/gtest.h>
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
@@ -108,6 +110,40 @@ inline gw::GatewayConfig pair_config(bool is_a, const std::string& wan_device) {
   for (uint32_t slot = 0; slot < 50; ++slot) tunnel.slots.push_back(slot);
   tunnel.dst_prefixes.push_back(prefix(is_a ? "10.20.2.0/24" : "10.20.1.0/24"));
   config.tunnels.push_back(tunnel);
+  return config;
+}
+
+// An ethdev with one queue pair per ring pair: RX queue q receives from rx[q], TX queue q
+// transmits into tx[q] (the gateway's shard q uses queue q).
+inline int ring_port_queues(const std::string& name, std::vector<rte_ring*> rx,
+                            std::vector<rte_ring*> tx) {
+  return rte_eth_from_rings(name.c_str(), rx.data(), static_cast<unsigned>(rx.size()), tx.data(),
+                            static_cast<unsigned>(tx.size()), 0);
+}
+
+// pair_config with `tunnels` tunnels 1..N instead of tunnel 7 (for the sharded gateway): tunnel
+// i owns slot i-1 of a 100-slot cycle of `cycle_ns` on a `line_rate_bps` port (the other slots
+// are unreserved; a slot must hold more than one 1518-byte frame), reserves 80 % of its nominal
+// share, and carries the hosts 10.20.{2|1}.i (A sends to .2.i).
+inline gw::GatewayConfig many_tunnels_config(bool is_a, const std::string& wan_device,
+                                             uint32_t tunnels, uint64_t line_rate_bps,
+                                             int64_t cycle_ns) {
+  gw::GatewayConfig config = pair_config(is_a, wan_device);
+  gw::WanPortConfig& port = config.wan_ports[0];
+  port.line_rate_bps = line_rate_bps;
+  port.cycle_ns = cycle_ns;
+  port.slot_count = 100;
+  const gw::TunnelConfig base = config.tunnels[0];
+  config.tunnels.clear();
+  for (uint32_t i = 1; i <= tunnels && i <= 100; ++i) {
+    gw::TunnelConfig tunnel = base;
+    tunnel.id = i;
+    tunnel.rate_bps = line_rate_bps / 100 * 8 / 10;
+    tunnel.queue_frames = 512;
+    tunnel.slots = {i - 1};
+    tunnel.dst_prefixes = {prefix(fmt::format("10.20.{}.{}/32", is_a ? 2 : 1, i).c_str())};
+    config.tunnels.push_back(tunnel);
+  }
   return config;
 }
 
