@@ -225,13 +225,15 @@ void Gateway::Impl::flush_wan_st() noexcept {
   // TX drain: l3fwd holds partial bursts up to 100 us; a slot schedule cannot (a guard band is
   // ~1 us), so the frames due in this iteration leave in one burst at its end.
   for (WanPortState& state : wan) {
-    EthCounters& eth = state.port->counters(queue());
-    const uint64_t packets = eth.tx_packets, bytes = eth.tx_bytes, failed = eth.tx_failed;
     state.port->flush_st(queue());
-    state.io->tx_packets += eth.tx_packets - packets;
-    state.io->tx_bytes += eth.tx_bytes - bytes;
-    state.io->tx_errors += eth.tx_failed - failed;
-    counters.tx_failed += eth.tx_failed - failed;
+    const EthCounters& eth = state.port->counters(queue());
+    state.io->tx_packets += eth.tx_packets - state.reported_tx_packets;
+    state.io->tx_bytes += eth.tx_bytes - state.reported_tx_bytes;
+    state.io->tx_errors += eth.tx_failed - state.reported_tx_failed;
+    counters.tx_failed += eth.tx_failed - state.reported_tx_failed;
+    state.reported_tx_packets = eth.tx_packets;
+    state.reported_tx_bytes = eth.tx_bytes;
+    state.reported_tx_failed = eth.tx_failed;
   }
 }
 

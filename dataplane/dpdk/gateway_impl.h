@@ -22,6 +22,9 @@ struct WanPortState {
   WanAddress address;         // our MAC + local endpoint: what received frames must match
   MacAddress next_hop_mac;    // destination of every frame we send
   gw::PortIo* io = nullptr;   // the engine's I/O counters of this port
+  // This shard's queue counters as last added to `io` (a send may flush a full burst before
+  // flush_wan_st does, so io follows the queue's totals, not one flush's).
+  uint64_t reported_tx_packets = 0, reported_tx_bytes = 0, reported_tx_failed = 0;
 };
 
 struct ServiceSocket {
@@ -96,6 +99,7 @@ struct Gateway::Impl {
   rte_mbuf* spare = nullptr;  // kept between host reads so an empty read costs no pool round trip
   BackendCounters counters;
   int64_t next_peer_sync_ns = 0;
+  uint64_t local_reported_tx_packets = 0, local_reported_tx_failed = 0;  // as WanPortState's
 
   [[nodiscard]] uint16_t queue() const noexcept { return static_cast<uint16_t>(shard); }
   [[nodiscard]] bool sharded() const noexcept { return shared->shard_count > 1; }

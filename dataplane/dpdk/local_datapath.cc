@@ -257,13 +257,14 @@ void Gateway::Impl::deliver_local_st(rte_mbuf* m, const gw::RxEmit& emit) noexce
 
 void Gateway::Impl::flush_local_st() noexcept {
   if (!local.port) return;
-  EthCounters& eth = local.port->counters(queue());
-  const uint64_t sent = eth.tx_packets, failed = eth.tx_failed;
   local.port->flush_st(queue());
+  const EthCounters& eth = local.port->counters(queue());
   gw::LocalIo& io = engine.local_io();
-  io.tun_tx_packets += eth.tx_packets - sent;
-  io.tun_tx_errors += eth.tx_failed - failed;
-  counters.tx_failed += eth.tx_failed - failed;
+  io.tun_tx_packets += eth.tx_packets - local_reported_tx_packets;
+  io.tun_tx_errors += eth.tx_failed - local_reported_tx_failed;
+  counters.tx_failed += eth.tx_failed - local_reported_tx_failed;
+  local_reported_tx_packets = eth.tx_packets;
+  local_reported_tx_failed = eth.tx_failed;
 }
 
 }  // namespace detwan::dataplane::dpdk

@@ -16,7 +16,10 @@
 // destination and whose port ranges contain the UDP destination port (no ranges: any packet).
 // If some prefix contains the destination but no rule matched its port (or it is not UDP), the
 // packet travels as best effort on behalf of the tunnel with the longest such prefix. Otherwise
-// there is no route. A small sorted table, linear scan: tens of tunnels.
+// there is no route. Lookup: the rules are grouped by (family, prefix length), longest first;
+// in each group a binary search on the masked destination finds the rules of that exact prefix
+// (configuration order kept), so a packet costs one search per distinct prefix length, not one
+// comparison per rule (64 tunnels with a /32 each: one search of 6 steps instead of 64 scans).
 //
 // Threading: Classifier is immutable after create(); classify() is a const datapath function
 // (no allocation, no exceptions).
@@ -79,10 +82,30 @@ class Classifier {
     uint32_t first_range = 0;  // into ranges_
     uint32_t range_count = 0;  // 0: any packet
   };
-  [[nodiscard]] static bool contains(const Rule& rule, const IpInfo& ip) noexcept;
+  // The masked destination as two words (IPv4: the address in `high`).
+  struct Key {
+    uint64_t high = 0, low = 0;
+    friend auto operator<=>(const Key&, const Key&) = default;
+  };
+  // Rules with one exact prefix: rules_[first, first + count), configuration order.
+  struct Run {
+    Key key;
+    uint32_t first = 0, count = 0;
+  };
+  // Rules of one family and prefix length: runs_[first, first + count), sorted by key.
+  struct Group {
+    bool ipv6 = false;
+    uint8_t length = 0;
+    uint8_t mask[16] = {};
+    uint32_t first = 0, count = 0;
+  };
+  [[nodiscard]] static Key key_of(const uint8_t address[16], const uint8_t mask[16]) noexcept;
   [[nodiscard]] bool port_matches(const Rule& rule, const IpInfo& ip) const noexcept;
 
-  std::vector<Rule> rules_;  // by decreasing prefix length, then configuration order
+  // By decreasing prefix length, then family, then prefix, then configuration order.
+  std::vector<Rule> rules_;
+  std::vector<Run> runs_;
+  std::vector<Group> groups_;  // by decreasing prefix length
   std::vector<PortRange> ranges_;
 };
 

@@ -111,18 +111,41 @@ common::Result<Classifier> Classifier::create(const std::vector<TunnelConfig>& t
       c.rules_.push_back(rule);
     }
   }
-  std::stable_sort(c.rules_.begin(), c.rules_.end(),
-                   [](const Rule& a, const Rule& b) { return a.length > b.length; });
+  // Stable: rules with one prefix keep their configuration order.
+  std::stable_sort(c.rules_.begin(), c.rules_.end(), [](const Rule& a, const Rule& b) {
+    if (a.length != b.length) return a.length > b.length;
+    if (a.ipv6 != b.ipv6) return !a.ipv6;
+    return key_of(a.address, a.mask) < key_of(b.address, b.mask);
+  });
+  for (uint32_t i = 0; i < c.rules_.size(); ++i) {
+    const Rule& rule = c.rules_[i];
+    const Key key = key_of(rule.address, rule.mask);
+    if (c.groups_.empty() || c.groups_.back().ipv6 != rule.ipv6 ||
+        c.groups_.back().length != rule.length) {
+      Group group;
+      group.ipv6 = rule.ipv6;
+      group.length = rule.length;
+      std::memcpy(group.mask, rule.mask, sizeof(group.mask));
+      group.first = static_cast<uint32_t>(c.runs_.size());
+      c.groups_.push_back(group);
+    }
+    Group& group = c.groups_.back();
+    if (group.count == 0 || c.runs_.back().key != key) {
+      c.runs_.push_back(Run{key, i, 0});
+      ++group.count;
+    }
+    ++c.runs_.back().count;
+  }
   return c;
 }
 
-bool Classifier::contains(const Rule& rule, const IpInfo& ip) noexcept {
-  if (rule.ipv6 != ip.ipv6) return false;
-  const std::size_t bytes = rule.ipv6 ? 16 : 4;
-  for (std::size_t i = 0; i < bytes; ++i) {
-    if ((ip.destination[i] & rule.mask[i]) != rule.address[i]) return false;
+Classifier::Key Classifier::key_of(const uint8_t address[16], const uint8_t mask[16]) noexcept {
+  Key key;
+  for (std::size_t i = 0; i < 8; ++i) {
+    key.high = (key.high << 8) | static_cast<uint64_t>(address[i] & mask[i]);
+    key.low = (key.low << 8) | static_cast<uint64_t>(address[8 + i] & mask[8 + i]);
   }
-  return true;
+  return key;
 }
 
 bool Classifier::port_matches(const Rule& rule, const IpInfo& ip) const noexcept {
@@ -137,10 +160,19 @@ bool Classifier::port_matches(const Rule& rule, const IpInfo& ip) const noexcept
 
 Route Classifier::classify(const IpInfo& ip) const noexcept {
   const Rule* fallback = nullptr;
-  for (const Rule& rule : rules_) {
-    if (!contains(rule, ip)) continue;
-    if (port_matches(rule, ip)) return {RouteKind::kTunnel, rule.tunnel_index};
-    if (fallback == nullptr) fallback = &rule;
+  for (const Group& group : groups_) {
+    if (group.ipv6 != ip.ipv6) continue;
+    const Key key = key_of(ip.destination, group.mask);
+    const Run* first = runs_.data() + group.first;
+    const Run* last = first + group.count;
+    const Run* run =
+        std::lower_bound(first, last, key, [](const Run& r, const Key& k) { return r.key < k; });
+    if (run == last || run->key != key) continue;
+    for (uint32_t i = run->first; i < run->first + run->count; ++i) {
+      const Rule& rule = rules_[i];
+      if (port_matches(rule, ip)) return {RouteKind::kTunnel, rule.tunnel_index};
+      if (fallback == nullptr) fallback = &rule;
+    }
   }
   if (fallback != nullptr) return {RouteKind::kBestEffort, fallback->tunnel_index};
   return {};

@@ -323,6 +323,7 @@ common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& conf
     impl->tunnels.push_back(std::move(*tunnel));
   }
   std::sort(impl->tunnel_ids.begin(), impl->tunnel_ids.end());
+  impl->held_playouts.assign((impl->tunnels.size() * 2 + 63) / 64 + 1, 0);
   impl->choose_control_tunnels();
   impl->epoch = shard.epoch != 0 ? shard.epoch : random_epoch();
   impl->boot_id = fmt::format("{:016x}", impl->epoch);

@@ -122,6 +122,7 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
   for (const TunnelConfig& tunnel : changes.modify) result.modified.push_back(tunnel.id);
   result.removed = changes.remove;
   m.tunnels.reserve(appended);
+  m.held_playouts.reserve((appended * 2 + 63) / 64 + 1);
 
   // ---- commit: moves, plain stores and the schedulers' commits, none of which can fail ----
   for (size_t p = 0; p < m.ports.size(); ++p) m.ports[p].scheduler.commit(std::move(schedules[p]));
@@ -133,6 +134,7 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
       m.tunnels.push_back(std::move(state));  // in index order; capacity reserved
     }
   }
+  m.held_playouts.resize((m.tunnels.size() * 2 + 63) / 64 + 1, 0);  // capacity reserved
   for (const uint32_t index : removed_indices) m.tunnels[index].active = false;
   for (size_t k = 0; k < modified.size(); ++k) {
     auto& [index, config] = modified[k];

@@ -305,6 +305,7 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
   const Status status = playout.push(handle, bytes, packet.header.tx_time_ns, now_ns);
   ++tunnel.counters.path_first_packets[path];
   if (status != Status::kOk) return status;  // kDropped: late/too_early/buffer_full, counted
+  m.mark_held(index * 2 + (best_effort ? 1 : 0));
   if (best_effort) {
     ++tunnel.counters.rx_best_effort_packets;
   } else {
@@ -326,17 +327,30 @@ bool Engine::next_rx_st(int64_t now_ns, RxEmit* emit) noexcept {
   sched::PlayoutFrame frame;
   sched::Playout* best = nullptr;
   uint32_t best_tunnel = kNoIndex;
-  // The current playout first, then each other one once around.
-  for (uint32_t step = 0; step < playouts; ++step) {
-    const uint32_t at = m.rx_cursor;
-    TunnelState& tunnel = m.tunnels[at / 2];
-    sched::Playout& playout = (at & 1) == 0 ? tunnel.on_time : tunnel.best_effort;
-    if (playout.pop_due(now_ns, &frame)) {
-      best = &playout;
-      best_tunnel = at / 2;
-      break;
+  // The current playout first, then each other one that may hold packets, once around: the
+  // words of the held bitmap from the cursor's, wrapping to the cursor's word again (its bits
+  // below the cursor come last).
+  const auto words = static_cast<uint32_t>(m.held_playouts.size());
+  const uint32_t first_word = m.rx_cursor / 64;
+  for (uint32_t step = 0; step <= words && best == nullptr; ++step) {
+    const uint32_t w = (first_word + step) % words;
+    uint64_t bits = m.held_playouts[w];
+    if (step == 0) bits &= ~uint64_t{0} << (m.rx_cursor % 64);  // from the cursor on
+    if (step == words) bits &= (uint64_t{1} << (m.rx_cursor % 64)) - 1;  // before it
+    while (bits != 0) {
+      const uint32_t at = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+      bits &= bits - 1;
+      if (at >= playouts) break;
+      TunnelState& tunnel = m.tunnels[at / 2];
+      sched::Playout& playout = (at & 1) == 0 ? tunnel.on_time : tunnel.best_effort;
+      if (playout.pop_due(now_ns, &frame)) {
+        best = &playout;
+        best_tunnel = at / 2;
+        m.rx_cursor = at;
+        break;
+      }
+      if (playout.held_frames() == 0) m.held_playouts[w] &= ~(uint64_t{1} << (at % 64));
     }
-    m.rx_cursor = at + 1 == playouts ? 0 : at + 1;
   }
   if (best == nullptr) return false;
   best->record_release(frame, now_ns);

@@ -148,6 +148,14 @@ struct Engine::Impl {
   // It drains one playout before it looks at the next, so a release costs O(1) and a poll
   // O(tunnels) once, not per packet; a poll that stops at its budget resumes there.
   uint32_t rx_cursor = 0;
+  // One bit per playout (tunnel index * 2, + 1 for best effort) that may hold packets: set by a
+  // push, cleared when a scan finds the playout empty. A poll looks only at set bits, so an idle
+  // poll costs O(tunnels / 64) (a shard holds every tunnel of the gateway but receives only its
+  // own). Sized for the tunnels vector at create() and apply_st().
+  std::vector<uint64_t> held_playouts;
+  void mark_held(uint32_t playout_index) noexcept {
+    held_playouts[playout_index / 64] |= uint64_t{1} << (playout_index % 64);
+  }
   // (id, index) of the active tunnels, sorted by id.
   std::vector<std::pair<uint32_t, uint32_t>> tunnel_ids;
   uint64_t generation = 0;  // +1 per successful apply_st

@@ -54,8 +54,11 @@ struct RingDeleter {
 };
 using RingPtr = std::unique_ptr<rte_ring, RingDeleter>;
 
-inline RingPtr make_ring(const std::string& name, unsigned size = 1024) {
-  return RingPtr(rte_ring_create(name.c_str(), size, 0, 0));
+// flags: 0 (multi-producer, multi-consumer) or RING_F_SP_ENQ | RING_F_SC_DEQ for a ring with
+// one thread at each end (net_ring then counts without atomics: its per-queue counters share
+// cache lines, so atomic adds on them make queues of different threads interfere).
+inline RingPtr make_ring(const std::string& name, unsigned size = 1024, unsigned flags = 0) {
+  return RingPtr(rte_ring_create(name.c_str(), size, 0, flags));
 }
 
 // An ethdev named `name` that receives what is enqueued on `rx` and transmits into `tx`.
@@ -122,23 +125,23 @@ inline int ring_port_queues(const std::string& name, std::vector<rte_ring*> rx,
 }
 
 // pair_config with `tunnels` tunnels 1..N instead of tunnel 7 (for the sharded gateway): tunnel
-// i owns slot i-1 of a 100-slot cycle of `cycle_ns` on a `line_rate_bps` port (the other slots
+// i owns slot i-1 of a `slot_count`-slot cycle of `cycle_ns` on a `line_rate_bps` port (the other slots
 // are unreserved; a slot must hold more than one 1518-byte frame), reserves 80 % of its nominal
 // share, and carries the hosts 10.20.{2|1}.i (A sends to .2.i).
 inline gw::GatewayConfig many_tunnels_config(bool is_a, const std::string& wan_device,
                                              uint32_t tunnels, uint64_t line_rate_bps,
-                                             int64_t cycle_ns) {
+                                             int64_t cycle_ns, uint32_t slot_count = 100) {
   gw::GatewayConfig config = pair_config(is_a, wan_device);
   gw::WanPortConfig& port = config.wan_ports[0];
   port.line_rate_bps = line_rate_bps;
   port.cycle_ns = cycle_ns;
-  port.slot_count = 100;
+  port.slot_count = slot_count;
   const gw::TunnelConfig base = config.tunnels[0];
   config.tunnels.clear();
-  for (uint32_t i = 1; i <= tunnels && i <= 100; ++i) {
+  for (uint32_t i = 1; i <= tunnels && i <= slot_count; ++i) {
     gw::TunnelConfig tunnel = base;
     tunnel.id = i;
-    tunnel.rate_bps = line_rate_bps / 100 * 8 / 10;
+    tunnel.rate_bps = line_rate_bps / slot_count * 8 / 10;
     tunnel.queue_frames = 512;
     tunnel.slots = {i - 1};
     tunnel.dst_prefixes = {prefix(fmt::format("10.20.{}.{}/32", is_a ? 2 : 1, i).c_str())};

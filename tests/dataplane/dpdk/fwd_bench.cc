@@ -25,6 +25,7 @@
 #include "dataplane/gw/engine.h"
 #include "dataplane/wire/header.h"
 #include "tests/dataplane/dpdk/dpdk_test_util.h"
+#include "tests/dataplane/dpdk/fwd_bench_shards.h"
 
 namespace dpdk = detwan::dataplane::dpdk;
 namespace gw = detwan::dataplane::gw;
@@ -42,13 +43,18 @@ struct Options {
   // arguments; empty: a net_ring pair made here.
   std::string wan_a, wan_b;
   std::string cipher = "none";  // or an AEAD: the tunnel is authenticated and encrypted
+  uint32_t shards = 0;    // > 0: the sharded mode (fwd_bench_shards.cc)
+  uint32_t tunnels = 64;  // sharded mode
+  bool dispatch = false;  // sharded mode: every packet enters on queue 0
+  uint32_t ports = 1;     // sharded mode: WAN ports
 };
 
 int usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: dataplane_dpdk_fwd_bench [--seconds S] [--packets N] "
                "[--payload-bytes B] [--wan-devices A,B] "
-               "[--cipher none|aes-256-gcm|chacha20-poly1305] [-- EAL args...]\n",
+               "[--cipher none|aes-256-gcm|chacha20-poly1305] "
+               "[--shards N [--tunnels T] [--wan-ports P] [--dispatch yes]] [-- EAL args...]\n",
                why);
   return 2;
 }
@@ -260,6 +266,14 @@ int main(int argc, char** argv) {
           return usage("--cipher: none, aes-256-gcm or chacha20-poly1305");
         }
         options.cipher = value;
+      } else if (arg == "--shards") {
+        options.shards = static_cast<uint32_t>(std::stoul(value));
+      } else if (arg == "--tunnels") {
+        options.tunnels = static_cast<uint32_t>(std::stoul(value));
+      } else if (arg == "--wan-ports") {
+        options.ports = static_cast<uint32_t>(std::stoul(value));
+      } else if (arg == "--dispatch") {
+        options.dispatch = value == "yes";
       } else if (arg == "--wan-devices") {
         const auto comma = value.find(',');
         if (comma == std::string::npos) return usage("--wan-devices takes A,B");
@@ -272,9 +286,24 @@ int main(int argc, char** argv) {
       return usage(("bad value '" + value + "' for " + arg).c_str());
     }
   }
-  if (options.seconds <= 0 || options.packets == 0 || options.packets > 2048 ||
+  if (options.seconds <= 0 || options.packets == 0 ||
+      (options.shards == 0 && options.packets > 2048) ||
       options.payload_bytes > 1400) {
     return usage("need --seconds > 0, 1 <= --packets <= 2048, --payload-bytes <= 1400");
+  }
+  if (options.shards > 0) {
+    if (options.tunnels == 0 || options.tunnels > 100 || options.packets > 8192 ||
+        options.ports == 0 || options.ports > 4) {
+      return usage("need 1 <= --tunnels <= 100, --packets <= 8192, 1 <= --wan-ports <= 4");
+    }
+    auto eal = dpdk::init_eal(options.eal);
+    if (!eal) {
+      std::fprintf(stderr, "%s\n", eal.error().describe().c_str());
+      return 1;
+    }
+    return dpdk::testing::run_sharded_bench({options.shards, options.tunnels, options.packets,
+                                             options.payload_bytes, options.seconds,
+                                             options.dispatch, options.ports});
   }
   return run_bench(options);
 }

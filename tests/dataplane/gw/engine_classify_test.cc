@@ -1,5 +1,8 @@
 // parse_ip() on hostile input and the Classifier's rules (longest prefix, then port range, then
 // best effort on behalf of the longest matching prefix).
+#include <algorithm>
+#include <cstring>
+#include <optional>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -266,6 +269,86 @@ TEST(Classifier, EqualPrefixesKeepConfigurationOrderAndHostBitsAreIgnored) {
   auto all = Classifier::create({tunnel(3, {v4_prefix(0, 0, 0, 0, 0)})});
   ASSERT_TRUE(all.has_value());
   EXPECT_EQ(all->classify(v4_to(203, 0, 113, 9, std::nullopt)).kind, RouteKind::kTunnel);
+}
+
+// The rule the classifier promises, written as the plain scan it replaced: by decreasing prefix
+// length then configuration order, the first rule whose prefix contains the destination and
+// whose ports match; else best effort for the first containing rule; else no route.
+Route reference_route(const std::vector<TunnelConfig>& tunnels, const IpInfo& ip) {
+  struct Rule {
+    uint32_t index;
+    const Prefix* prefix;
+  };
+  std::vector<Rule> rules;
+  for (uint32_t t = 0; t < tunnels.size(); ++t) {
+    for (const Prefix& p : tunnels[t].dst_prefixes) rules.push_back({t, &p});
+  }
+  std::stable_sort(rules.begin(), rules.end(), [](const Rule& a, const Rule& b) {
+    return a.prefix->length > b.prefix->length;
+  });
+  const Rule* fallback = nullptr;
+  for (const Rule& rule : rules) {
+    const Prefix& p = *rule.prefix;
+    if (p.ipv6 != ip.ipv6) continue;
+    bool inside = true;
+    for (unsigned bit = 0; bit < p.length && inside; ++bit) {
+      const uint8_t m = static_cast<uint8_t>(0x80u >> (bit % 8));
+      inside = (ip.destination[bit / 8] & m) == (p.address[bit / 8] & m);
+    }
+    if (!inside) continue;
+    const auto& ports = tunnels[rule.index].udp_ports;
+    bool port_ok = ports.empty();
+    for (const PortRange& r : ports) {
+      port_ok = port_ok || (ip.has_udp_port && ip.udp_destination_port >= r.first &&
+                            ip.udp_destination_port <= r.last);
+    }
+    if (port_ok) return {RouteKind::kTunnel, rule.index};
+    if (fallback == nullptr) fallback = &rule;
+  }
+  if (fallback != nullptr) return {RouteKind::kBestEffort, fallback->index};
+  return {};
+}
+
+TEST(Classifier, AgreesWithThePlainScanOnRandomTablesAndPackets) {
+  std::mt19937 rng(17);
+  auto pick = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
+  for (int table = 0; table < 200; ++table) {
+    // Few distinct address bytes and lengths so that prefixes overlap and repeat.
+    std::vector<TunnelConfig> tunnels;
+    const uint32_t count = 1 + pick(40);
+    for (uint32_t t = 0; t < count; ++t) {
+      std::vector<Prefix> prefixes;
+      for (uint32_t k = 0, n = 1 + pick(3); k < n; ++k) {
+        static constexpr uint8_t kLengths[] = {0, 8, 16, 23, 24, 31, 32};
+        Prefix p = v4_prefix(10, static_cast<uint8_t>(pick(3)), static_cast<uint8_t>(pick(3)),
+                             static_cast<uint8_t>(pick(4)), kLengths[pick(7)]);
+        if (pick(5) == 0) p = v6_prefix(static_cast<uint8_t>(pick(3)), pick(2) == 0 ? 16 : 8);
+        prefixes.push_back(p);
+      }
+      std::vector<PortRange> ports;
+      if (pick(2) == 0) ports.push_back({static_cast<uint16_t>(pick(4)), static_cast<uint16_t>(4 + pick(4))});
+      tunnels.push_back(tunnel(t + 1, prefixes, ports));
+    }
+    auto c = Classifier::create(tunnels);
+    ASSERT_TRUE(c.has_value()) << c.error().describe();
+    for (int packet = 0; packet < 200; ++packet) {
+      IpInfo ip = v4_to(10, static_cast<uint8_t>(pick(3)), static_cast<uint8_t>(pick(3)),
+                        static_cast<uint8_t>(pick(5)),
+                        pick(4) == 0 ? std::nullopt : std::optional<uint16_t>(pick(10)));
+      if (pick(5) == 0) {
+        ip.ipv6 = true;
+        std::memset(ip.destination, 0, sizeof(ip.destination));
+        ip.destination[0] = 0xfd;
+        ip.destination[1] = static_cast<uint8_t>(pick(3));
+      }
+      const Route want = reference_route(tunnels, ip);
+      const Route got = c->classify(ip);
+      ASSERT_EQ(got.kind, want.kind) << "table " << table << " packet " << packet;
+      if (want.kind != RouteKind::kNoRoute) {
+        ASSERT_EQ(got.tunnel_index, want.tunnel_index) << "table " << table << " packet " << packet;
+      }
+    }
+  }
 }
 
 TEST(Classifier, SetupErrorsNameTheTunnel) {
