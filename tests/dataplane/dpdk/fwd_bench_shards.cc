@@ -40,6 +40,7 @@ struct ShardRun {
   Gateway* a = nullptr;
   Gateway* b = nullptr;
   gw::Engine* engine_b = nullptr;
+  const common::TscClock* clock = nullptr;  // one calibration for every shard: one time scale
   int64_t tai_offset_ns = 0;
   std::atomic<int>* phase = nullptr;
   uint64_t warmup_end_tsc = 0, end_tsc = 0;  // shard 0 only: when to move the phase on
@@ -49,7 +50,7 @@ struct ShardRun {
 
 int run_shard(void* arg) {
   auto* shard = static_cast<ShardRun*>(arg);
-  const common::TscClock tsc;
+  const common::TscClock& tsc = *shard->clock;
   const bool leader = shard->end_tsc != 0;
   uint64_t delivered0 = 0, t0 = 0;
   int seen = kWarmup;
@@ -204,8 +205,9 @@ int run_sharded_bench(const ShardBenchOptions& options) {
   std::atomic<int> phase{kWarmup};
   std::vector<ShardRun> runs(n);
   for (uint32_t k = 0; k < n; ++k) {
-    runs[k] = ShardRun{(*shards_a)[k].get(), (*shards_b)[k].get(), raw_b[k], tai_offset_ns,
-                       &phase, k == 0 ? warmup_end : 0, k == 0 ? end : 0, 0, 0};
+    runs[k] = ShardRun{
+        (*shards_a)[k].get(),    (*shards_b)[k].get(), raw_b[k], &tsc, tai_offset_ns, &phase,
+        k == 0 ? warmup_end : 0, k == 0 ? end : 0,     0,        0};
   }
   std::vector<unsigned> lcores;
   unsigned lcore = 0;
