@@ -92,10 +92,9 @@ common::Result<void> open_shared(SharedState& shared, Gateway::Impl& first,
                                           largest_frame));
   }
   const std::string name = pool_name();
-  shared.pool = rte_pktmbuf_pool_create(name.c_str(), config.dpdk.mbuf_count,
-                                        std::min(kPoolCacheSize, config.dpdk.mbuf_count / 2), 0,
-                                        static_cast<uint16_t>(data_room),
-                                        static_cast<int>(rte_socket_id()));
+  shared.pool = rte_pktmbuf_pool_create(
+      name.c_str(), config.dpdk.mbuf_count, std::min(kPoolCacheSize, config.dpdk.mbuf_count / 2), 0,
+      static_cast<uint16_t>(data_room), static_cast<int>(rte_socket_id()));
   if (shared.pool == nullptr) {
     return std::unexpected(rte_error(
         common::ErrorCode::kIo,
@@ -106,15 +105,13 @@ common::Result<void> open_shared(SharedState& shared, Gateway::Impl& first,
   first.pool = shared.pool;
   shared.shard_count = shard_count;
   for (uint32_t i = 0; i < config.wan_ports.size(); ++i) {
-    auto port = open_wan_port(config, options, shared.pool, i,
-                              static_cast<uint16_t>(shard_count));
+    auto port = open_wan_port(config, options, shared.pool, i, static_cast<uint16_t>(shard_count));
     if (!port) return std::unexpected(port.error());
     for (const auto& other : shared.wan_ports) {
       if (other->port_id() == (*port)->port_id()) {
         return common::make_error(common::ErrorCode::kConfig,
-                                  fmt::format("{} and {} both use DPDK device '{}'",
-                                              other->label(), (*port)->label(),
-                                              config.wan_ports[i].dpdk->device));
+                                  fmt::format("{} and {} both use DPDK device '{}'", other->label(),
+                                              (*port)->label(), config.wan_ports[i].dpdk->device));
       }
     }
     shared.wan_ports.push_back(std::move(*port));
@@ -174,10 +171,9 @@ common::Result<std::vector<std::unique_ptr<Gateway>>> Gateway::open_shards(
   for (uint32_t k = 0; k < count; ++k) {
     const gw::ShardSpec& spec = engines[k]->shard();
     if (spec.index != k || spec.count != count) {
-      return common::make_error(
-          common::ErrorCode::kInvalidArgument,
-          fmt::format("engine {} was created as shard {} of {}, not {} of {}", k, spec.index,
-                      spec.count, k, count));
+      return common::make_error(common::ErrorCode::kInvalidArgument,
+                                fmt::format("engine {} was created as shard {} of {}, not {} of {}",
+                                            k, spec.index, spec.count, k, count));
     }
     if (engines[k]->port_count() != config.wan_ports.size()) {
       return common::make_error(common::ErrorCode::kInternal,
@@ -270,8 +266,9 @@ std::string Gateway::counters_json() const {
       R"("dispatch_dropped":{},"tsc_hz":{},"cycles":{{"wan_rx":{},)"
       R"("local_rx":{},"control":{},"transmit":{},"release":{}}}}})",
       c.wan_frame_drops_total, c.encap_failed, c.tx_failed, c.no_buffer, c.local_dropped,
-      c.loop_iterations, impl.shard, impl.shared->shard_count, c.dispatched, c.dispatch_dropped, rte_get_tsc_hz(), c.cycles_wan_rx, c.cycles_local_rx, c.cycles_control,
-      c.cycles_transmit, c.cycles_release);
+      c.loop_iterations, impl.shard, impl.shared->shard_count, c.dispatched, c.dispatch_dropped,
+      rte_get_tsc_hz(), c.cycles_wan_rx, c.cycles_local_rx, c.cycles_control, c.cycles_transmit,
+      c.cycles_release);
   return text;
 }
 

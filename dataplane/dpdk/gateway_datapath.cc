@@ -1,8 +1,7 @@
 // The gateway's poll loop, WAN side: no exceptions, no allocation, no logging per packet.
-#include <time.h>
-
 #include <rte_cycles.h>
 #include <rte_mbuf.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "dataplane/dpdk/gateway_impl.h"
@@ -61,8 +60,8 @@ bool Gateway::Impl::wan_frame_st(uint32_t index, rte_mbuf* m, int64_t now_ns) no
   ParsedFrame parsed;
   if (m->nb_segs == 1) {
     const std::span<const std::byte> frame(rte_pktmbuf_mtod(m, const std::byte*), m->data_len);
-    drop = parse_wan_frame(frame, state.address, rx_ip_checksum_state(m),
-                           rx_udp_checksum_state(m), &parsed);
+    drop = parse_wan_frame(frame, state.address, rx_ip_checksum_state(m), rx_udp_checksum_state(m),
+                           &parsed);
   }
   if (drop != FrameDrop::kNone) {
     ++eth.frame_drops[static_cast<int>(drop)];
@@ -98,8 +97,7 @@ uint32_t Gateway::Impl::wan_rx_st(int64_t now_ns) noexcept {
   if (shards > 1) {
     // Frames of this shard's tunnels that reached another shard's queue first.
     const unsigned got = rte_ring_sc_dequeue_burst(shared->wan_in[shard],
-                                                   reinterpret_cast<void**>(mbufs), burst,
-                                                   nullptr);
+                                                   reinterpret_cast<void**>(mbufs), burst, nullptr);
     for (unsigned i = 0; i < got; ++i) {
       const uint32_t index = mbufs[i]->hash.usr;
       ++wan[index].io->rx_packets;

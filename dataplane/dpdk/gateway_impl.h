@@ -3,10 +3,10 @@
 // (gateway_datapath.cc, local_datapath.cc). Not part of the backend's interface.
 #include <memory>
 #include <mutex>
-
-#include <rte_ring.h>
 #include <optional>
 #include <vector>
+
+#include <rte_ring.h>
 
 #include "common/unique_fd.h"
 #include "dataplane/dpdk/frame.h"
@@ -17,7 +17,7 @@
 namespace detwan::dataplane::dpdk {
 
 struct WanPortState {
-  EthPort* port = nullptr;    // SharedState::wan_ports[i]
+  EthPort* port = nullptr;  // SharedState::wan_ports[i]
   std::string device;
   WanAddress address;         // our MAC + local endpoint: what received frames must match
   MacAddress next_hop_mac;    // destination of every frame we send
@@ -83,7 +83,9 @@ inline void set_data_type(rte_mbuf* mbuf, wire::DataType type) noexcept {
 struct Gateway::Impl {
   Impl(gw::Engine& engine_ref, const gw::GatewayConfig& config_ref,
        std::shared_ptr<SharedState> shared_ref)
-      : engine(engine_ref), config(config_ref), shared(std::move(shared_ref)),
+      : engine(engine_ref),
+        config(config_ref),
+        shared(std::move(shared_ref)),
         local(shared->local) {}
   ~Impl();
 
@@ -91,9 +93,9 @@ struct Gateway::Impl {
   const gw::GatewayConfig& config;
   GatewayOptions options;
   std::shared_ptr<SharedState> shared;
-  LocalSide& local;                 // shared->local
-  rte_mempool* pool = nullptr;      // shared->pool
-  uint32_t shard = 0;               // this shard's index = its queue on every device
+  LocalSide& local;             // shared->local
+  rte_mempool* pool = nullptr;  // shared->pool
+  uint32_t shard = 0;           // this shard's index = its queue on every device
   uint32_t batch = 32;
   std::vector<WanPortState> wan;
   rte_mbuf* spare = nullptr;  // kept between host reads so an empty read costs no pool round trip

@@ -88,8 +88,8 @@ uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
   rte_mbuf* mbufs[EthPort::kMaxBurst];
   if (sharded()) {
     // Host packets of this shard's tunnels that another shard read.
-    const unsigned got = rte_ring_sc_dequeue_burst(
-        shared->local_in[shard], reinterpret_cast<void**>(mbufs), batch, nullptr);
+    const unsigned got = rte_ring_sc_dequeue_burst(shared->local_in[shard],
+                                                   reinterpret_cast<void**>(mbufs), batch, nullptr);
     for (unsigned i = 0; i < got; ++i) {
       if (submit_local_st(mbufs[i], now_ns)) {
         ++handled;

@@ -1,11 +1,12 @@
 // Setup of one ethdev port of the gateway.
+#include "dataplane/dpdk/port.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
 #include <rte_errno.h>
 
 #include "dataplane/dpdk/eal.h"
-#include "dataplane/dpdk/port.h"
 
 namespace detwan::dataplane::dpdk {
 namespace {
@@ -61,8 +62,8 @@ common::Result<std::unique_ptr<EthPort>> EthPort::open(const EthPortOptions& opt
     // Spread received flows over the RX queues where the device hashes (RSS); the shards pass
     // what is not theirs on (dispatch rings), so any spreading is correct.
     conf.rxmode.mq_mode = info.flow_type_rss_offloads != 0 ? RTE_ETH_MQ_RX_RSS : RTE_ETH_MQ_RX_NONE;
-    conf.rx_adv_conf.rss_conf.rss_hf = info.flow_type_rss_offloads &
-                                       (RTE_ETH_RSS_NONFRAG_IPV4_UDP | RTE_ETH_RSS_NONFRAG_IPV6_UDP);
+    conf.rx_adv_conf.rss_conf.rss_hf =
+        info.flow_type_rss_offloads & (RTE_ETH_RSS_NONFRAG_IPV4_UDP | RTE_ETH_RSS_NONFRAG_IPV6_UDP);
   }
   if (rte_eth_dev_configure(id, port->rx_queues_, wanted, &conf) != 0) {
     return std::unexpected(rte_error(common::ErrorCode::kIo, label + ": configure"));
@@ -84,14 +85,16 @@ common::Result<std::unique_ptr<EthPort>> EthPort::open(const EthPortOptions& opt
   rxconf.offloads = conf.rxmode.offloads;
   for (uint16_t q = 0; q < port->rx_queues_; ++q) {
     if (rte_eth_rx_queue_setup(id, q, rx_descriptors, socket_id, &rxconf, pool) != 0) {
-      return std::unexpected(rte_error(common::ErrorCode::kIo, fmt::format("{}: RX queue {}", label, q)));
+      return std::unexpected(
+          rte_error(common::ErrorCode::kIo, fmt::format("{}: RX queue {}", label, q)));
     }
   }
   rte_eth_txconf txconf = info.default_txconf;
   txconf.offloads = conf.txmode.offloads;
   for (uint16_t q = 0; q < wanted; ++q) {
     if (rte_eth_tx_queue_setup(id, q, tx_descriptors, socket_id, &txconf) != 0) {
-      return std::unexpected(rte_error(common::ErrorCode::kIo, fmt::format("{}: TX queue {}", label, q)));
+      return std::unexpected(
+          rte_error(common::ErrorCode::kIo, fmt::format("{}: TX queue {}", label, q)));
     }
   }
   if (options.local_mac.empty()) {

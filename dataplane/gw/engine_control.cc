@@ -192,9 +192,9 @@ void Engine::Impl::on_peer_epoch(uint32_t peer_index, uint64_t epoch,
 }
 
 bool Engine::Impl::leads(const PeerState& peer) const noexcept {
-  return shard.count <= 1 || (peer.control_tunnel != kNoIndex &&
-                              shard_of_tunnel(tunnels[peer.control_tunnel].id, shard.count) ==
-                                  shard.index);
+  return shard.count <= 1 ||
+         (peer.control_tunnel != kNoIndex &&
+          shard_of_tunnel(tunnels[peer.control_tunnel].id, shard.count) == shard.index);
 }
 
 int64_t Engine::Impl::next_control_event_ns() const noexcept {

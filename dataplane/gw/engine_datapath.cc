@@ -335,7 +335,7 @@ bool Engine::next_rx_st(int64_t now_ns, RxEmit* emit) noexcept {
   for (uint32_t step = 0; step <= words && best == nullptr; ++step) {
     const uint32_t w = (first_word + step) % words;
     uint64_t bits = m.held_playouts[w];
-    if (step == 0) bits &= ~uint64_t{0} << (m.rx_cursor % 64);  // from the cursor on
+    if (step == 0) bits &= ~uint64_t{0} << (m.rx_cursor % 64);           // from the cursor on
     if (step == words) bits &= (uint64_t{1} << (m.rx_cursor % 64)) - 1;  // before it
     while (bits != 0) {
       const uint32_t at = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));

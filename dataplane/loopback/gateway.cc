@@ -36,8 +36,8 @@ common::Result<std::unique_ptr<Gateway>> Gateway::create(std::vector<EngineSpec>
   for (uint32_t i = options.buffer_count; i-- > 0;) g->free_.push_back(i);
   for (uint32_t i = 0; i < engines.size(); ++i) {
     const gw::ShardSpec shard = i < options.shards.size() ? options.shards[i] : gw::ShardSpec{};
-    auto engine = gw::Engine::create(engines[i].config,
-                                     options.start_ns + engines[i].clock_offset_ns, shard);
+    auto engine =
+        gw::Engine::create(engines[i].config, options.start_ns + engines[i].clock_offset_ns, shard);
     if (!engine) {
       return common::make_error(engine.error().code, "engine " + std::to_string(i) + " ('" +
                                                          engines[i].config.name +

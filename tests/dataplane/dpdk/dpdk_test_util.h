@@ -10,7 +10,6 @@
 #include <vector>
 
 #include <fmt/format.h>
-
 #include <gtest/gtest.h>
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
@@ -125,9 +124,9 @@ inline int ring_port_queues(const std::string& name, std::vector<rte_ring*> rx,
 }
 
 // pair_config with `tunnels` tunnels 1..N instead of tunnel 7 (for the sharded gateway): tunnel
-// i owns slot i-1 of a `slot_count`-slot cycle of `cycle_ns` on a `line_rate_bps` port (the other slots
-// are unreserved; a slot must hold more than one 1518-byte frame), reserves 80 % of its nominal
-// share, and carries the hosts 10.20.{2|1}.i (A sends to .2.i).
+// i owns slot i-1 of a `slot_count`-slot cycle of `cycle_ns` on a `line_rate_bps` port (the other
+// slots are unreserved; a slot must hold more than one 1518-byte frame), reserves 80 % of its
+// nominal share, and carries the hosts 10.20.{2|1}.i (A sends to .2.i).
 inline gw::GatewayConfig many_tunnels_config(bool is_a, const std::string& wan_device,
                                              uint32_t tunnels, uint64_t line_rate_bps,
                                              int64_t cycle_ns, uint32_t slot_count = 100) {

@@ -43,10 +43,10 @@ struct Options {
   // arguments; empty: a net_ring pair made here.
   std::string wan_a, wan_b;
   std::string cipher = "none";  // or an AEAD: the tunnel is authenticated and encrypted
-  uint32_t shards = 0;    // > 0: the sharded mode (fwd_bench_shards.cc)
-  uint32_t tunnels = 64;  // sharded mode
-  bool dispatch = false;  // sharded mode: every packet enters on queue 0
-  uint32_t ports = 1;     // sharded mode: WAN ports
+  uint32_t shards = 0;          // > 0: the sharded mode (fwd_bench_shards.cc)
+  uint32_t tunnels = 64;        // sharded mode
+  bool dispatch = false;        // sharded mode: every packet enters on queue 0
+  uint32_t ports = 1;           // sharded mode: WAN ports
 };
 
 int usage(const char* why) {
@@ -287,8 +287,7 @@ int main(int argc, char** argv) {
     }
   }
   if (options.seconds <= 0 || options.packets == 0 ||
-      (options.shards == 0 && options.packets > 2048) ||
-      options.payload_bytes > 1400) {
+      (options.shards == 0 && options.packets > 2048) || options.payload_bytes > 1400) {
     return usage("need --seconds > 0, 1 <= --packets <= 2048, --payload-bytes <= 1400");
   }
   if (options.shards > 0) {

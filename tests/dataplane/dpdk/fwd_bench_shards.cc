@@ -7,6 +7,8 @@
 // (--dispatch yes puts every packet on queue 0 instead: shard 0 passes the others' on). Prints
 // one JSON object: traversals/s summed over the shards and per shard, and the schedule's
 // departure error (actual - scheduled departure) over all shards and ports.
+#include "tests/dataplane/dpdk/fwd_bench_shards.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -24,7 +26,6 @@
 #include "dataplane/dpdk/gateway.h"
 #include "dataplane/gw/engine.h"
 #include "tests/dataplane/dpdk/dpdk_test_util.h"
-#include "tests/dataplane/dpdk/fwd_bench_shards.h"
 
 namespace detwan::dataplane::dpdk::testing {
 namespace {
@@ -142,8 +143,8 @@ int run_sharded_bench(const ShardBenchOptions& options) {
   // --dispatch: everything B releases comes back to A on queue 0 (a host side that steers
   // nothing); shard 0 of A passes the other shards' packets on, every time round.
   const std::vector<rte_ring*> back = options.dispatch ? std::vector<rte_ring*>(n, x[0]) : x;
-  bool made = ring_port_queues("shHostA", x, unused) >= 0 &&
-              ring_port_queues("shHostB", unused, back) >= 0;
+  bool made =
+      ring_port_queues("shHostA", x, unused) >= 0 && ring_port_queues("shHostB", unused, back) >= 0;
   for (uint32_t p = 0; p < ports && made; ++p) {
     std::vector<rte_ring*> ab(n), ba(n);
     for (uint32_t k = 0; k < n; ++k) {
@@ -189,9 +190,9 @@ int run_sharded_bench(const ShardBenchOptions& options) {
   for (uint32_t i = 0; i < options.packets; ++i) {
     const uint32_t tunnel = 1 + i % options.tunnels;
     const std::string to = fmt::format("10.20.2.{}:6000", tunnel);
-    rte_mbuf* m = mbuf_from((*shards_a)[0]->pool(),
-                            host_frame("10.20.1.5:5000", to.c_str(), kHostMacA,
-                                       options.payload_bytes, i));
+    rte_mbuf* m =
+        mbuf_from((*shards_a)[0]->pool(),
+                  host_frame("10.20.1.5:5000", to.c_str(), kHostMacA, options.payload_bytes, i));
     rte_ring* into = x[options.dispatch ? 0 : gw::shard_of_tunnel(tunnel, n)];
     if (m == nullptr || rte_ring_enqueue(into, m) != 0) {
       std::fprintf(stderr, "cannot inject packet %u\n", i);

@@ -11,7 +11,8 @@ struct ShardBenchOptions {
   uint32_t payload_bytes = 18;
   double seconds = 5;
   bool dispatch = false;
-  uint32_t ports = 1;  // WAN ports; tunnel i leaves on port (i-1) % ports  // every packet on queue 0 (software dispatch) instead of its owner's
+  uint32_t ports = 1;  // WAN ports; tunnel i leaves on port (i-1) % ports  // every packet on queue
+                       // 0 (software dispatch) instead of its owner's
 };
 
 // Needs the EAL initialised with at least `shards` lcores. Returns the exit status.

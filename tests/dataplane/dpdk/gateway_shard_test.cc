@@ -36,12 +36,14 @@ TEST(GatewayShards, ShardZeroDispatchesAndEachTunnelLeavesFromItsOwner) {
   RingPtr ab = make_ring(p + "ab", 4096), ba = make_ring(p + "ba");
   RingPtr empty0 = make_ring(p + "e0"), empty1 = make_ring(p + "e1"), empty2 = make_ring(p + "e2");
   RingPtr sink0 = make_ring(p + "k0"), sink1 = make_ring(p + "k1"), sink2 = make_ring(p + "k2");
-  ASSERT_GE(ring_port_queues(p + "hostA", {host_in.get(), host_unused.get()},
-                             {sink0.get(), sink0.get()}), 0);
+  ASSERT_GE(
+      ring_port_queues(p + "hostA", {host_in.get(), host_unused.get()}, {sink0.get(), sink0.get()}),
+      0);
   ASSERT_GE(ring_port_queues(p + "wanA", {ba.get(), empty0.get()}, {ab.get(), ab.get()}), 0);
   ASSERT_GE(ring_port_queues(p + "wanB", {ab.get(), empty1.get()}, {ba.get(), ba.get()}), 0);
-  ASSERT_GE(ring_port_queues(p + "hostB", {empty2.get(), sink1.get()},
-                             {host_out.get(), host_out1.get()}), 0);
+  ASSERT_GE(
+      ring_port_queues(p + "hostB", {empty2.get(), sink1.get()}, {host_out.get(), host_out1.get()}),
+      0);
   const gw::GatewayConfig config_a =
       many_tunnels_config(true, "net_ring_" + p + "wanA", kTunnels, 10'000'000'000, 1'000'000);
   const gw::GatewayConfig config_b =
@@ -56,9 +58,8 @@ TEST(GatewayShards, ShardZeroDispatchesAndEachTunnelLeavesFromItsOwner) {
       side->engines.push_back(std::move(*engine));
     }
     GatewayOptions options;
-    options.local_port = LocalPortOptions{
-        "net_ring_" + p + (side == &a ? "hostA" : "hostB"), side == &a ? kHostMacA : kHostMacB,
-        256, 256};
+    options.local_port = LocalPortOptions{"net_ring_" + p + (side == &a ? "hostA" : "hostB"),
+                                          side == &a ? kHostMacA : kHostMacB, 256, 256};
     auto shards = Gateway::open_shards(raw, *config, options);
     ASSERT_TRUE(shards) << shards.error().describe();
     side->shards = std::move(*shards);
@@ -143,7 +144,7 @@ TEST(GatewayShards, ShardZeroDispatchesAndEachTunnelLeavesFromItsOwner) {
     EXPECT_TRUE(side->engines[1]->leads_peer(0));
     EXPECT_FALSE(side->engines[0]->leads_peer(0));
     EXPECT_TRUE(side->engines[1]->peer_status(0).up);
-    EXPECT_TRUE(side->engines[0]->peer_status(0).up);  // adopted from the lead
+    EXPECT_TRUE(side->engines[0]->peer_status(0).up);               // adopted from the lead
     EXPECT_EQ(side->engines[0]->peer_status(0).clock_samples, 0u);  // it exchanged nothing
   }
   b.shards.clear();

@@ -1,9 +1,9 @@
 // parse_ip() on hostile input and the Classifier's rules (longest prefix, then port range, then
 // best effort on behalf of the longest matching prefix).
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <optional>
-#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -326,7 +326,8 @@ TEST(Classifier, AgreesWithThePlainScanOnRandomTablesAndPackets) {
         prefixes.push_back(p);
       }
       std::vector<PortRange> ports;
-      if (pick(2) == 0) ports.push_back({static_cast<uint16_t>(pick(4)), static_cast<uint16_t>(4 + pick(4))});
+      if (pick(2) == 0)
+        ports.push_back({static_cast<uint16_t>(pick(4)), static_cast<uint16_t>(4 + pick(4))});
       tunnels.push_back(tunnel(t + 1, prefixes, ports));
     }
     auto c = Classifier::create(tunnels);

@@ -21,7 +21,7 @@ using loopback::TxRecord;
 using namespace testing;  // NOLINT(google-build-using-namespace): test helpers
 
 constexpr uint32_t kShards = 3;
-constexpr int64_t kCycles = 1000;  // of 1 ms
+constexpr int64_t kCycles = 1000;        // of 1 ms
 constexpr int64_t kOffsetBNs = 3 * kMs;  // site b's clock runs 3 ms ahead of site a's
 
 std::unique_ptr<loopback::Gateway> sharded_sites(const SiteOptions& o) {
@@ -134,9 +134,9 @@ TEST(EngineShards, ScheduleStaysExactAndFollowersTakeTheLeadsClock) {
   // Traffic starts once the clocks have been exchanged (every 10 ms).
   const int64_t start = kStartNs + 50 * kMs;
   std::vector<Flow> flows;
-  flows.push_back(flow(0, 2, 80, 1, 450e6, 200, 1400, start));     // tunnel 7, over its rate
-  flows.push_back(flow(0, 102, 5001, 2, 200e6, 200, 1400, start));  // tunnel 9, over its rate
-  flows.push_back(flow(0, 102, 80, 3, 150e6, 200, 1400, start));    // best effort for tunnel 9
+  flows.push_back(flow(0, 2, 80, 1, 450e6, 200, 1400, start));         // tunnel 7, over its rate
+  flows.push_back(flow(0, 102, 5001, 2, 200e6, 200, 1400, start));     // tunnel 9, over its rate
+  flows.push_back(flow(0, 102, 80, 3, 150e6, 200, 1400, start));       // best effort for tunnel 9
   flows.push_back(flow(kShards, 1, 443, 4, 100e6, 200, 1400, start));  // b -> a, tunnel 7
   const int64_t end = start + kCycles * kMs;
   drive(*g, flows, end);
