@@ -21,6 +21,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <variant>
@@ -127,7 +128,16 @@ int command_run(const RunSettings& settings) {
   log->info("effective configuration ({}):\n{}", config.source, gw::describe(config));
   install_signal_handlers();
 
-  auto engine = gw::Engine::create(config, tai_now_ns());
+  // dpdk.lcores: this engine is shard 0; the backend creates the others with the same epoch.
+  gw::ShardSpec shard;
+  if (config.backend == gw::Backend::kDpdk && config.dpdk.lcores.size() > 1) {
+    shard.count = static_cast<uint32_t>(config.dpdk.lcores.size());
+    std::random_device random;
+    while (shard.epoch == 0) {
+      shard.epoch = (uint64_t{random()} << 32) | random();
+    }
+  }
+  auto engine = gw::Engine::create(config, tai_now_ns(), shard);
   if (!engine) return fail(engine.error(), exit_code_for(engine.error()));
   gw::ControlServerOptions read_only;
   read_only.admin_socket_hint = config.admin_socket;

@@ -5,12 +5,14 @@
 #include <atomic>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <rte_cycles.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 #include <rte_ring.h>
 
+#include "common/clock.h"
 #include "common/logging.h"
 #include "dataplane/dpdk/eal.h"
 #include "dataplane/dpdk/gateway_impl.h"
@@ -287,6 +289,45 @@ int loop_on_lcore(void* arg) {
 
 }  // namespace
 
+namespace {
+
+// run() with config.dpdk.lcores: the other shards' engines, the shards, run_shards.
+common::Result<void> run_sharded(gw::RunContext& context) {
+  const gw::GatewayConfig& config = context.config;
+  auto log = common::logger("dpdk");
+  const auto count = static_cast<uint32_t>(config.dpdk.lcores.size());
+  const gw::ShardSpec first = context.engine.shard();
+  if (first.count != count || first.index != 0) {
+    return common::make_error(
+        common::ErrorCode::kInternal,
+        fmt::format("field 'dpdk.lcores' names {} lcores but the engine was created as shard {} "
+                    "of {}",
+                    count, first.index, first.count));
+  }
+  std::vector<std::unique_ptr<gw::Engine>> others;
+  std::vector<gw::Engine*> engines{&context.engine};
+  const int64_t now_ns = common::TaiClock().now_ns();
+  for (uint32_t k = 1; k < count; ++k) {
+    auto engine = gw::Engine::create(config, now_ns, gw::ShardSpec{k, count, first.epoch});
+    if (!engine) return std::unexpected(engine.error());
+    engines.push_back(engine->get());
+    others.push_back(std::move(*engine));
+  }
+  auto shards = Gateway::open_shards(engines, config);
+  if (!shards) return std::unexpected(shards.error());
+  log->info("{} shards on lcores {} (tunnel id mod {} picks the shard), {}", count,
+            fmt::join(config.dpdk.lcores, ", "), count,
+            config.timing == gw::TimingMode::kBusy ? "busy polling" : "low-cpu idle sleeps");
+  common::Result<void> outcome = run_shards(*shards, engines, config.dpdk.lcores, context.stop,
+                                            context.control, context.admin);
+  for (uint32_t k = 0; k < count; ++k) {
+    log->info("dpdk backend counters, shard {}: {}", k, (*shards)[k]->counters_json());
+  }
+  return outcome;
+}
+
+}  // namespace
+
 common::Result<void> run(gw::RunContext& context) {
   const gw::GatewayConfig& config = context.config;
   auto log = common::logger("dpdk");
@@ -296,6 +337,11 @@ common::Result<void> run(gw::RunContext& context) {
     log->info("EAL arguments: {}", fmt::join(eal->words.begin() + 1, eal->words.end(), " "));
   } else {
     log->info("EAL already initialised in this process; dpdk.eal not applied again");
+  }
+  if (config.dpdk.lcores.size() > 1) {
+    common::Result<void> outcome = run_sharded(context);
+    if (eal->initialised) cleanup_eal();
+    return outcome;
   }
   common::Result<void> outcome;
   {

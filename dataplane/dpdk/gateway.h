@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "dataplane/gw/run_context.h"
@@ -27,6 +28,8 @@ class ControlServer;
 }
 
 namespace detwan::dataplane::dpdk {
+
+class TscTaiClock;  // gateway_impl.h
 
 // Host side over a DPDK ethdev instead of TUN: frames received there must be Ethernet +
 // IPv4/IPv6 (the Ethernet header is stripped and the IP packet submitted like a TUN read);
@@ -112,6 +115,13 @@ class Gateway {
   // Drains nothing after stop: frames still queued in the engine are freed with the gateway.
   void run_st(std::atomic<bool>& stop, gw::ControlServer* control,
               gw::ControlServer* admin = nullptr);
+  // The busy loop of one shard of several (open_shards), on the shards' common clock. Shard 0
+  // serves `control` and `admin` for the whole gateway (gw::answer_sharded_request over
+  // `engines`, every shard's engine by index) with the other shards paused while it answers;
+  // the others serve nothing and stop for those pauses. run_shards() calls it on each lcore.
+  void run_shard_st(std::atomic<bool>& stop, const TscTaiClock& clock,
+                    const std::vector<gw::Engine*>& engines, gw::ControlServer* control,
+                    gw::ControlServer* admin);
 
   [[nodiscard]] BackendCounters counters() const noexcept;
   // {"wan_ports":[{"name":..,"device":..,"port_id":..,"rx_packets":..,...,
@@ -127,14 +137,31 @@ class Gateway {
   struct Impl;
 
  private:
+  friend common::Result<void> run_shards(std::vector<std::unique_ptr<Gateway>>& shards,
+                                         const std::vector<gw::Engine*>& engines,
+                                         const std::vector<uint32_t>& lcores,
+                                         std::atomic<bool>& stop, gw::ControlServer* control,
+                                         gw::ControlServer* admin);
   explicit Gateway(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
+// Runs the shards of one gateway (open_shards, engines[k] = shard k's engine) until `stop`:
+// shard k on lcores[k] (an lcore enabled by the EAL; lcores[0] may be the calling main lcore,
+// which then runs shard 0 itself), all on one TSC time base. Shard 0 serves `control` and
+// `admin`. Errors name field 'dpdk.lcores'. Must be called on the main lcore.
+common::Result<void> run_shards(std::vector<std::unique_ptr<Gateway>>& shards,
+                                const std::vector<gw::Engine*>& engines,
+                                const std::vector<uint32_t>& lcores, std::atomic<bool>& stop,
+                                gw::ControlServer* control, gw::ControlServer* admin);
+
 // The backend entry point (run_context.h): initialises the EAL from config.dpdk.eal_args,
 // opens the gateway, runs the loop on the calling thread — or on config.dpdk.lcore if it names
 // a worker lcore, the calling thread waiting for it — until context.stop, closes everything and,
-// if it initialised the EAL, cleans it up (so it runs once per process).
+// if it initialised the EAL, cleans it up (so it runs once per process). With
+// config.dpdk.lcores (several): context.engine must be shard 0 of that many (ShardSpec); the
+// other shards' engines are made here with its epoch, and run_shards runs them all.
+// Must be called on the main lcore.
 common::Result<void> run(gw::RunContext& context);
 
 }  // namespace detwan::dataplane::dpdk

@@ -1,6 +1,7 @@
 #pragma once
 // Private state of the DPDK gateway, shared by its setup (gateway.cc, local.cc) and its loop
 // (gateway_datapath.cc, local_datapath.cc). Not part of the backend's interface.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -8,6 +9,7 @@
 
 #include <rte_ring.h>
 
+#include "common/clock.h"
 #include "common/unique_fd.h"
 #include "dataplane/dpdk/frame.h"
 #include "dataplane/dpdk/gateway.h"
@@ -46,6 +48,19 @@ struct LocalSide {
   common::UniqueFd sender_v4, sender_v6;  // for tunnels that deliver but do not listen
 };
 
+// TSC read as TAI nanoseconds: TscClock (CLOCK_MONOTONIC scale) plus the TAI-monotonic offset
+// measured once at start. ~10 ns per read, for a loop that reads it every iteration. The shards
+// of one gateway read one instance: one calibration, one time base for the slots they share.
+class TscTaiClock {
+ public:
+  TscTaiClock() : offset_ns_(common::TaiClock().now_ns() - tsc_.now_ns()) {}
+  [[nodiscard]] int64_t now_ns() const noexcept { return tsc_.now_ns() + offset_ns_; }
+
+ private:
+  common::TscClock tsc_;
+  int64_t offset_ns_ = 0;
+};
+
 // What the shards of one gateway share (gw/shard.h): the mbuf pool, the devices (one queue pair
 // per shard), the host side, and each shard's dispatch rings, into which the other shards put
 // the packets of its tunnels that reached them (multi-producer, single-consumer).
@@ -69,6 +84,12 @@ struct SharedState {
     bool published = false;
   };
   std::vector<std::unique_ptr<PeerBoard>> peers;
+  // Shard 0 answers a control request with the other shards paused (PauseOthers,
+  // gateway_loop.cc): `pause_requested` asks, each shard k > 0 counts itself in `paused` while
+  // it waits, and leaves `running` when its loop ends.
+  std::atomic<bool> pause_requested{false};
+  std::atomic<uint32_t> paused{0};
+  std::atomic<uint32_t> running{0};
 };
 
 // The outer-header tag kept in mbuf->hash.usr between submit/receive and transmit/release:

@@ -2,6 +2,7 @@
 // unknown keys), then the cross-field rules of config_validate.cc / config_schedule.cc.
 #include "dataplane/gw/config.h"
 
+#include <algorithm>
 #include <exception>
 #include <initializer_list>
 #include <string>
@@ -132,7 +133,7 @@ void parse_tun_section(const ConfigNode& node, TunConfig* tun) {
 }
 
 void parse_dpdk_section(const ConfigNode& node, DpdkConfig* dpdk) {
-  node.check_keys({"eal", "mbufs", "lcore"});
+  node.check_keys({"eal", "mbufs", "lcore", "lcores"});
   if (const auto eal = node.maybe_child("eal")) {
     for (const ConfigNode& item : eal->items()) {
       std::string arg = item.as_string();
@@ -142,6 +143,20 @@ void parse_dpdk_section(const ConfigNode& node, DpdkConfig* dpdk) {
   }
   dpdk->mbuf_count = u32_field(node, "mbufs", 8191, 512, (1 << 24) - 1);
   dpdk->lcore = static_cast<int>(node.get_int("lcore", -1, -1, 1023));
+  if (const auto lcores = node.maybe_child("lcores")) {
+    if (!lcores->is_sequence()) lcores->fail("a list of lcore ids like [1, 2]");
+    for (const ConfigNode& item : lcores->items()) {
+      const auto lcore = static_cast<uint32_t>(item.as_int(0, 1023));
+      if (std::find(dpdk->lcores.begin(), dpdk->lcores.end(), lcore) != dpdk->lcores.end()) {
+        item.fail(fmt::format("lcore {} is listed twice", lcore));
+      }
+      dpdk->lcores.push_back(lcore);
+    }
+    if (dpdk->lcores.empty()) lcores->fail("an empty list: leave it out for one lcore");
+    if (dpdk->lcore >= 0) {
+      lcores->fail(fmt::format("give either 'lcore' ({}) or 'lcores', not both", dpdk->lcore));
+    }
+  }
 }
 
 std::string mac_field(const ConfigNode& node, bool required) {

@@ -166,6 +166,9 @@ struct DpdkConfig {
   std::vector<std::string> eal_args;  // passed to rte_eal_init after argv[0]
   uint32_t mbuf_count = 8191;
   int lcore = -1;  // -1 = the main lcore
+  // Several lcores: the gateway runs as lcores.size() shards (shard.h), shard k on lcores[k]
+  // (lcores[0] may be the main lcore). Empty: one shard on `lcore`. Not with `lcore` >= 0.
+  std::vector<uint32_t> lcores;
   friend bool operator==(const DpdkConfig&, const DpdkConfig&) = default;
 };
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/units.h"
 #include "dataplane/gw/config.h"
@@ -247,6 +248,10 @@ std::string describe(const GatewayConfig& config) {
   out += fmt::format("  mbufs: {}\n", config.dpdk.mbuf_count);
   out += fmt::format("  lcore: {}{}\n", config.dpdk.lcore,
                      config.dpdk.lcore < 0 ? "  # the main lcore" : "");
+  if (!config.dpdk.lcores.empty()) {
+    out += fmt::format("  lcores: [{}]  # {} shards, shard k on lcores[k]\n",
+                       fmt::join(config.dpdk.lcores, ", "), config.dpdk.lcores.size());
+  }
   out += "wan_ports:\n";
   for (const WanPortConfig& port : config.wan_ports) describe_port(&out, config, port);
   out += config.peers.empty() ? "peers: []\n" : "peers:\n";

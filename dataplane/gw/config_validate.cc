@@ -38,7 +38,12 @@ void validate_gateway(const GatewayConfig& config, const FieldLocator& at) {
                         "socket needs its own path",
                         config.admin_socket));
   }
-  if (config.backend != Backend::kDpdk) return;
+  if (config.backend != Backend::kDpdk) {
+    if (config.dpdk.lcores.size() > 1) {
+      at.fail("dpdk.lcores", "several lcores (shards) need backend dpdk");
+    }
+    return;
+  }
   if (config.dpdk.eal_args.empty()) {
     at.fail("dpdk.eal",
             "backend dpdk needs the EAL arguments (e.g. [\"--no-huge\", "

@@ -152,14 +152,21 @@ ControlServer::~ControlServer() {
   if (!name_.empty() && name_.front() != '@') ::unlink(name_.c_str());
 }
 
-void ControlServer::poll_st(Engine& engine, int64_t now_ns) {
-  const ControlChannel channel{options_.admin, name_,
-                               options_.admin ? name_ : options_.admin_socket_hint};
-  poll_st(now_ns, [&engine, &channel, now_ns](std::string_view request) {
-    return answer_control_request(engine, request, now_ns, channel);
-  });
+ControlChannel ControlServer::channel() const {
+  return ControlChannel{options_.admin, name_, options_.admin ? name_ : options_.admin_socket_hint};
+}
+
+void ControlServer::report_refused_peers(Engine& engine) noexcept {
   engine.control_io().refused_peers += refused_peers_ - refused_peers_reported_;
   refused_peers_reported_ = refused_peers_;
+}
+
+void ControlServer::poll_st(Engine& engine, int64_t now_ns) {
+  const ControlChannel answering = channel();
+  poll_st(now_ns, [&engine, &answering, now_ns](std::string_view request) {
+    return answer_control_request(engine, request, now_ns, answering);
+  });
+  report_refused_peers(engine);
 }
 
 std::string ControlServer::check_peer(int fd) const {

@@ -102,6 +102,10 @@ class ControlServer {
   // Serves the engine's requests (answer_control_request; refused peers are also counted in
   // engine.control_io()). Never blocks.
   void poll_st(Engine& engine, int64_t now_ns);
+  // What answer_control_request needs to know about this socket.
+  [[nodiscard]] ControlChannel channel() const;
+  // Adds the peers refused since the last report to engine.control_io().refused_peers.
+  void report_refused_peers(Engine& engine) noexcept;
   // The same with any responder.
   void poll_st(int64_t now_ns, const Responder& respond);
 

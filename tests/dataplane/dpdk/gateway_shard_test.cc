@@ -5,13 +5,25 @@
 // tunnel is scheduled and sent only by its owner, everything arrives intact, nothing leaks.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <set>
+#include <thread>
 
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <netinet/in.h>
 #include <rte_mempool.h>
+#include <sys/socket.h>
 
+#include <boost/json.hpp>
+
+#include "common/clock.h"
+#include "common/unique_fd.h"
 #include "dataplane/dpdk/gateway.h"
+#include "dataplane/gw/control_server.h"
 #include "dataplane/gw/engine.h"
+#include "dataplane/gw/run_context.h"
 #include "tests/dataplane/dpdk/dpdk_test_util.h"
 
 namespace detwan::dataplane::dpdk::testing {
@@ -149,6 +161,140 @@ TEST(GatewayShards, ShardZeroDispatchesAndEachTunnelLeavesFromItsOwner) {
   }
   b.shards.clear();
   a.shards.clear();
+}
+
+// A UDP port on 127.0.0.1 free a moment ago (the gateway binds it: run() does not say which
+// port 0 became).
+uint16_t free_port() {
+  common::UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  (void)::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  (void)::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length);
+  return ntohs(address.sin_port);
+}
+
+common::UniqueFd bound_socket(uint16_t port) {
+  common::UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  return fd;
+}
+
+// The entry point detwan-gw calls, with dpdk.lcores [0, 1]: gateway A runs as two shards on the
+// test EAL's lcores 0 (this thread) and 1, gateway B as one on a thread. Datagrams of a tunnel of
+// each shard cross to B's service sockets; the control socket answers for the whole gateway
+// (merged stats) and the admin socket's change reaches both shards, with the loops running.
+TEST(GatewayShards, RunWithTwoLcoresServesDataAndControl) {
+  if (!test_eal()) GTEST_SKIP() << "the DPDK EAL cannot start here: DPDK backend tests skipped";
+  static std::atomic<int> next{0};
+  const std::string p = fmt::format("r{}", next.fetch_add(1));
+  RingPtr ab = make_ring(p + "ab", 4096), ba = make_ring(p + "ba"), idle = make_ring(p + "i");
+  ASSERT_GE(ring_port_queues(p + "wanA", {ba.get(), idle.get()}, {ab.get(), ab.get()}), 0);
+  ASSERT_GE(ring_port(p + "wanB", ab.get(), ba.get()), 0);
+  gw::GatewayConfig a =
+      many_tunnels_config(true, "net_ring_" + p + "wanA", 2, 10'000'000'000, 1'000'000);
+  gw::GatewayConfig b =
+      many_tunnels_config(false, "net_ring_" + p + "wanB", 2, 10'000'000'000, 1'000'000);
+  for (gw::GatewayConfig* config : {&a, &b}) {
+    config->timing = gw::TimingMode::kLowCpu;
+    for (gw::TunnelConfig& tunnel : config->tunnels) {  // long windows: 40 slots each
+      tunnel.dst_prefixes.clear();                      // service datagrams only: no TUN here
+      tunnel.slots.clear();
+      for (uint32_t slot = 0; slot < 40; ++slot)
+        tunnel.slots.push_back((tunnel.id - 1) * 40 + slot);
+    }
+  }
+  a.dpdk.lcores = {0, 1};
+  a.dpdk.eal_args = {"--no-huge"};  // the file's rules need them (the test EAL is already up)
+  const std::string dir = ::testing::TempDir();
+  a.control_socket = "@" + p + "-detwan-control";
+  a.admin_socket = dir + "/" + p + "-admin.sock";
+  std::vector<uint16_t> listen_ports, deliver_ports;
+  std::vector<common::UniqueFd> sinks;
+  for (uint32_t i = 0; i < 2; ++i) {
+    listen_ports.push_back(free_port());
+    deliver_ports.push_back(free_port());
+    sinks.push_back(bound_socket(deliver_ports.back()));
+    a.tunnels[i].service_listen = endpoint(fmt::format("127.0.0.1:{}", listen_ports[i]).c_str());
+    b.tunnels[i].service_deliver = endpoint(fmt::format("127.0.0.1:{}", deliver_ports[i]).c_str());
+  }
+  const int64_t start = common::TaiClock().now_ns();
+  auto engine_a = gw::Engine::create(a, start, gw::ShardSpec{0, 2, 0xabc});
+  auto engine_b = gw::Engine::create(b, start);
+  ASSERT_TRUE(engine_a && engine_b);
+  auto gateway_b = Gateway::open(**engine_b, b);
+  ASSERT_TRUE(gateway_b) << gateway_b.error().describe();
+  gw::ControlServerOptions read_only;
+  auto control = gw::ControlServer::start(a.control_socket, read_only);
+  gw::ControlServerOptions admin_options;
+  admin_options.admin = true;
+  auto admin = gw::ControlServer::start(a.admin_socket, admin_options);
+  ASSERT_TRUE(control && admin);
+
+  std::atomic<bool> stop{false};
+  std::thread thread_b([&] { (*gateway_b)->run_st(stop, nullptr); });
+  std::string stats_answer, apply_answer, stats_after;
+  std::vector<std::vector<std::string>> received(2);
+  std::thread client([&] {
+    const common::UniqueFd sender(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    // Until both tunnels deliver (the gateway binds its service ports once it runs).
+    while (std::chrono::steady_clock::now() < deadline &&
+           (received[0].size() < 10 || received[1].size() < 10)) {
+      for (uint32_t i = 0; i < 2; ++i) {
+        sockaddr_in to{};
+        to.sin_family = AF_INET;
+        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        to.sin_port = htons(listen_ports[i]);
+        const std::string text = fmt::format("tunnel {} says hello", i + 1);
+        (void)::sendto(sender.get(), text.data(), text.size(), 0, reinterpret_cast<sockaddr*>(&to),
+                       sizeof(to));
+        char buffer[256];
+        for (;;) {
+          const ssize_t n = ::recv(sinks[i].get(), buffer, sizeof(buffer), MSG_DONTWAIT);
+          if (n < 0) break;
+          received[i].emplace_back(buffer, static_cast<std::size_t>(n));
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    auto stats = gw::control_request(a.control_socket, R"({"cmd":"stats"})", 5000);
+    stats_answer = stats ? *stats : stats.error().message;
+    auto applied = gw::control_request(
+        a.admin_socket,
+        R"({"cmd":"apply","add":[{"id":3,"peer":"b","rate":"100mbit","slots":"80-89"}]})", 5000);
+    apply_answer = applied ? *applied : applied.error().message;
+    auto after = gw::control_request(a.control_socket, R"({"cmd":"stats"})", 5000);
+    stats_after = after ? *after : after.error().message;
+    stop = true;
+  });
+  std::atomic<bool> unused{false};
+  gw::RunContext context{**engine_a, a, control->get(), stop, admin->get()};
+  const auto outcome = run(context);
+  client.join();
+  thread_b.join();
+  ASSERT_TRUE(outcome) << outcome.error().describe();
+  for (uint32_t i = 0; i < 2; ++i) {
+    ASSERT_GE(received[i].size(), 10u) << "tunnel " << i + 1;
+    EXPECT_EQ(received[i][0], fmt::format("tunnel {} says hello", i + 1));
+  }
+  const boost::json::value stats = boost::json::parse(stats_answer);
+  ASSERT_TRUE(stats.is_object()) << stats_answer;
+  EXPECT_EQ(stats.at("shards").to_number<uint32_t>(), 2u) << stats_answer;
+  EXPECT_GE(stats.at("local").at("service_rx_packets").to_number<uint64_t>(), 20u);
+  EXPECT_EQ(stats.at("peers").at(0).at("state").as_string(), "up");
+  EXPECT_THAT(apply_answer, ::testing::HasSubstr("\"added\":[3]"));
+  const boost::json::value after = boost::json::parse(stats_after);
+  ASSERT_TRUE(after.is_object()) << stats_after;
+  EXPECT_EQ(after.at("tunnels").as_array().size(), 3u);
+  EXPECT_EQ(after.at("generation").to_number<uint64_t>(), 1u);
+  (void)unused;
 }
 
 }  // namespace

@@ -411,5 +411,21 @@ TEST(ConfigValidate, DpdkPortSection) {
             "gw.yaml:14:7: field 'wan_ports[0].dpdk.device': missing required field");
 }
 
+TEST(ConfigValidate, DpdkLcoresNameTheShards) {
+  const std::string base(kBase);
+  const GatewayConfig one = load_ok(base + "dpdk: {lcores: [5]}\n");
+  EXPECT_EQ(one.dpdk.lcores, std::vector<uint32_t>{5});
+  // describe() writes it back and it loads again the same.
+  EXPECT_EQ(load_ok(describe(one)).dpdk.lcores, one.dpdk.lcores);
+  EXPECT_THAT(load_error(base + "dpdk: {lcores: [1, 2]}\n"),
+              HasSubstr("field 'dpdk.lcores': several lcores (shards) need backend dpdk"));
+  EXPECT_THAT(load_error(base + "dpdk: {lcores: [1, 1]}\n"), HasSubstr("lcore 1 is listed twice"));
+  EXPECT_THAT(load_error(base + "dpdk: {lcore: 2, lcores: [1, 3]}\n"),
+              HasSubstr("give either 'lcore' (2) or 'lcores', not both"));
+  EXPECT_THAT(load_error(base + "dpdk: {lcores: []}\n"), HasSubstr("an empty list"));
+  EXPECT_THAT(load_error(base + "dpdk: {lcores: 3}\n"), HasSubstr("a list of lcore ids"));
+  EXPECT_THAT(load_error(base + "dpdk: {lcores: [1024]}\n"), HasSubstr("dpdk.lcores[0]"));
+}
+
 }  // namespace
 }  // namespace detwan::dataplane::gw

@@ -8,9 +8,13 @@
 #include <set>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
+
 #include "dataplane/gw/shard.h"
+#include "dataplane/gw/shard_control.h"
 #include "tests/dataplane/gw/engine_sim_util.h"
 
 namespace detwan::dataplane::gw {
@@ -189,6 +193,106 @@ TEST(EngineShards, ScheduleStaysExactAndFollowersTakeTheLeadsClock) {
   }
   EXPECT_EQ(g->engine(kShards).peer_status(0).playout_offset_ns, kOffsetBNs);
   EXPECT_EQ(g->engine(0).boot_id(), g->engine(2).boot_id());  // one epoch per gateway
+}
+
+// ---- the control channel of a sharded gateway (shard_control.h) ----
+
+TEST(ShardControl, TunnelDifferenceAddsModifiesAndRemoves) {
+  GatewayConfig a = site_config(0), b = site_config(0);
+  b.tunnels[0].rate_bps /= 2;              // tunnel 7 modified
+  b.tunnels.erase(b.tunnels.begin() + 1);  // tunnel 9 removed
+  TunnelConfig added = a.tunnels[1];
+  added.id = 12;
+  b.tunnels.push_back(added);
+  const TunnelChanges changes = tunnel_difference(a.tunnels, b.tunnels);
+  ASSERT_EQ(changes.add.size(), 1u);
+  EXPECT_EQ(changes.add[0].id, 12u);
+  ASSERT_EQ(changes.modify.size(), 1u);
+  EXPECT_EQ(changes.modify[0].id, 7u);
+  EXPECT_EQ(changes.remove, std::vector<uint32_t>{9});
+  EXPECT_TRUE(tunnel_difference(a.tunnels, a.tunnels).add.empty());
+}
+
+class ShardControlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SiteOptions o;
+    o.peer_clock_offset_ns = 0;
+    g_ = sharded_sites(o);
+    ASSERT_NE(g_, nullptr);
+    g_->set_default_faults({.delay_ns = 2 * kMs});
+    std::vector<Flow> flows;
+    flows.push_back(flow(0, 2, 80, 1, 100e6, 200, 1400, kStartNs + 20 * kMs));     // tunnel 7
+    flows.push_back(flow(0, 102, 5001, 2, 50e6, 200, 1400, kStartNs + 20 * kMs));  // tunnel 9
+    drive(*g_, flows, kStartNs + 200 * kMs);
+    g_->run_until(kStartNs + 220 * kMs);
+    for (uint32_t k = 0; k < kShards; ++k) site_a_.push_back(&g_->engine(k));
+  }
+  int64_t now() const { return g_->engine_now_ns(0); }
+
+  std::unique_ptr<loopback::Gateway> g_;
+  std::vector<Engine*> site_a_;
+  const ControlChannel admin_{true, "/run/admin.sock", "/run/admin.sock"};
+};
+
+TEST_F(ShardControlTest, MergedStatsTakeEachTunnelFromItsOwnerAndSumThePorts) {
+  namespace json = boost::json;
+  const json::value merged =
+      json::parse(answer_sharded_request(site_a_, R"({"cmd":"stats"})", now(), ControlChannel{}));
+  ASSERT_TRUE(merged.is_object()) << json::serialize(merged);
+  EXPECT_EQ(merged.at("shards").to_number<uint32_t>(), kShards);
+  uint64_t sent_total = 0, tx_packets = 0;
+  for (uint32_t k = 0; k < kShards; ++k) {
+    sent_total += site_a_[k]->scheduler(0).port_counters().sent_packets;
+    tx_packets += site_a_[k]->port_io(0).tx_packets;
+  }
+  const json::object& port = merged.at("ports").at(0).as_object();
+  EXPECT_GT(sent_total, 1000u);
+  EXPECT_EQ(port.at("tx").at("port").at("sent_packets").to_number<uint64_t>(), sent_total);
+  EXPECT_EQ(port.at("io").at("tx_packets").to_number<uint64_t>(), tx_packets);
+  EXPECT_EQ(port.at("line_rate_bps").to_number<uint64_t>(), kLineRateBps);  // not summed
+  EXPECT_FALSE(port.at("tx").at("tunnels").as_object().contains("0"));      // closed runs hidden
+  for (const json::value& tunnel : merged.at("tunnels").as_array()) {
+    const auto id = tunnel.at("id").to_number<uint32_t>();
+    const uint32_t owner = shard_of_tunnel(id, kShards);
+    const sched::TxCounters* c = site_a_[owner]->scheduler(0).tunnel_counters(id);
+    ASSERT_NE(c, nullptr);
+    EXPECT_GT(c->sent_packets, 100u) << id;
+    EXPECT_EQ(tunnel.at("tx").at("scheduler").at("sent_packets").to_number<uint64_t>(),
+              c->sent_packets)
+        << id;
+    EXPECT_EQ(
+        port.at("tx").at("tunnels").at(std::to_string(id)).at("sent_packets").to_number<uint64_t>(),
+        c->sent_packets)
+        << id;
+  }
+  // The peer as its lead (shard 1, owner of control tunnel 7) sees it: it exchanged keepalives.
+  EXPECT_GT(merged.at("peers").at(0).at("keepalive").at("sent").to_number<uint64_t>(), 0u);
+  EXPECT_THAT(answer_sharded_request(site_a_, R"({"cmd":"prometheus"})", now(), ControlChannel{}),
+              ::testing::HasSubstr("not merged over the gateway's 3 shards"));
+}
+
+TEST_F(ShardControlTest, ARunTimeChangeReachesEveryShard) {
+  namespace json = boost::json;
+  const std::string request =
+      R"({"cmd":"apply","add":[{"id":12,"peer":"site-b","rate":"50mbit","slots":"16-17"}]})";
+  const json::value answer = json::parse(answer_sharded_request(site_a_, request, now(), admin_));
+  ASSERT_FALSE(answer.as_object().contains("error")) << json::serialize(answer);
+  for (uint32_t k = 0; k < kShards; ++k) {
+    EXPECT_NE(site_a_[k]->tunnel_index(12), Engine::kNoTunnel) << "shard " << k;
+    EXPECT_EQ(site_a_[k]->generation(), site_a_[0]->generation());
+    EXPECT_EQ(site_a_[k]->config().tunnels, site_a_[0]->config().tunnels);
+  }
+  // A refused write changes no shard.
+  const json::value refused = json::parse(
+      answer_sharded_request(site_a_, R"({"cmd":"apply","remove":[4242]})", now(), admin_));
+  EXPECT_TRUE(refused.as_object().contains("error"));
+  for (uint32_t k = 0; k < kShards; ++k) {
+    EXPECT_EQ(site_a_[k]->generation(), site_a_[0]->generation());
+  }
+  // Writes still need the admin socket.
+  EXPECT_THAT(answer_sharded_request(site_a_, request, now(), ControlChannel{}),
+              ::testing::HasSubstr("admin socket"));
 }
 
 }  // namespace
