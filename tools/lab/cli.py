@@ -110,6 +110,9 @@ def add_up_parser(sub) -> None:
     g.add_argument("--gw-rt-priority", type=int, metavar="N",
                    help=f"run the gateways SCHED_FIFO at priority N, 0 = normal scheduling "
                    f"(default {gateway.DEFAULT_RT_PRIORITY} with --timing low-cpu, 0 with busy)")
+    g.add_argument("--gw-shards", type=int, metavar="N",
+                   help="with --dataplane dpdk: run every gateway as N shards on lcores "
+                   "0..N-1 (dpdk.lcores; tunnel id mod N picks a tunnel's shard)")
     g.add_argument("--gw-cmd", help="gateway command instead of the built detwan-gw "
                    "(also $DETWAN_GW_CMD); for development only")
     g.add_argument("--agents", action="store_true",
@@ -141,6 +144,7 @@ def cmd_up(args) -> int:
                                         ("--shaper-rate", args.shaper_rate),
                                         ("--tunnel-slots", args.tunnel_slots),
                                         ("--gw-rt-priority", args.gw_rt_priority),
+                                        ("--gw-shards", args.gw_shards),
                                         ("--gw-cmd", args.gw_cmd),
                                         ("--agents", args.agents or None),
                                         ("--agent-cmd", args.agent_cmd),
@@ -231,7 +235,10 @@ def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
     config.gateway = gateway.GatewayOptions(
         backend=args.dataplane, tunnel_rate=args.tunnel_rate or gateway.DEFAULT_TUNNEL_RATE,
         bound=args.bound, timing=args.timing or "low-cpu", shaper_rate=args.shaper_rate,
-        slots=args.tunnel_slots, rt_priority=args.gw_rt_priority)
+        slots=args.tunnel_slots, rt_priority=args.gw_rt_priority, shards=args.gw_shards or 1)
+    if args.gw_shards is not None and (args.dataplane != "dpdk" or not 1 <= args.gw_shards <= 8):
+        err(f"--gw-shards {args.gw_shards}: needs --dataplane dpdk and 1..8 shards")
+        return 2
     if args.gw_rt_priority is not None and not 0 <= args.gw_rt_priority <= 99:
         err(f"--gw-rt-priority {args.gw_rt_priority}: must be in [0, 99]")
         return 2

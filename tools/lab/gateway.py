@@ -178,6 +178,9 @@ class GatewayOptions:
     shaper_rate: str | None = None  # space the tunnel's frames at this rate (None: no shaper)
     slots: int | None = None    # slots 0..slots-1 of every tunnel (None: as few as the rate needs)
     rt_priority: int | None = None  # SCHED_FIFO priority (None: 10 for low-cpu, 0 for busy)
+    # dpdk: the gateway as this many shards (dpdk.lcores [0 .. shards-1]; each net_af_packet
+    # device then has one queue pair per shard). 1: one lcore.
+    shards: int = 1
     # --agents: the gateways start without tunnels, with an admin socket, a WAN port and a peer
     # on every path, and route each other site's whole tunnel prefix into their TUN device;
     # detwan-agent programs the tunnels (tools/lab/agent.py).
@@ -251,6 +254,21 @@ def _q(text: str) -> str:
     return json.dumps(text)  # a JSON string is a valid YAML scalar
 
 
+def dpdk_section(site: Site, paths: list, options: "GatewayOptions") -> list[str]:
+    """The dpdk: lines of a gateway's configuration: an net_af_packet device per WAN path,
+    with a queue pair per shard, and the lcores of the shards."""
+    eal = ["--no-huge", "-m", "256", "--file-prefix", f"dwtb-{site.name}", "--no-pci"]
+    qpairs = f",qpairs={options.shards}" if options.shards > 1 else ""
+    eal += [f"--vdev=net_af_packet{k},iface={p.gateway_if(site)}{qpairs}"
+            for k, p in enumerate(paths)]
+    if options.shards > 1:
+        eal += ["-l", f"0-{options.shards - 1}"]
+        lcores = "  lcores: [" + ", ".join(str(k) for k in range(options.shards)) + "]"
+    else:
+        lcores = "  lcore: -1"
+    return ["dpdk:", "  eal: [" + ", ".join(_q(a) for a in eal) + "]", "  mbufs: 8191", lcores]
+
+
 def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spec_for) -> str:
     """--agents: `site`'s gateway without tunnels, with an admin socket, a WAN port and a peer on
     every path (detwan-agent adds the tunnels at run time)."""
@@ -273,10 +291,7 @@ def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spe
         "  routes: [" + ", ".join(p.tunnel_prefix for p in peers) + "]",
     ]
     if options.backend == "dpdk":
-        eal = ["--no-huge", "-m", "256", "--file-prefix", f"dwtb-{site.name}", "--no-pci"]
-        eal += [f"--vdev=net_af_packet{k},iface={p.gateway_if(site)}" for k, p in enumerate(paths)]
-        lines += ["dpdk:", "  eal: [" + ", ".join(_q(a) for a in eal) + "]",
-                  "  mbufs: 8191", "  lcore: -1"]
+        lines += dpdk_section(site, paths, options)
     lines.append("wan_ports:")
     for k, p in enumerate(paths):
         lines += [
@@ -326,11 +341,7 @@ def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], Tunne
         "  routes: [" + ", ".join(f"{p.tunnel_addr}/32" for p in peers) + "]",
     ]
     if options.backend == "dpdk":
-        eal = ["--no-huge", "-m", "256", "--file-prefix", f"dwtb-{site.name}", "--no-pci"]
-        eal += [f"--vdev=net_af_packet{k},iface={plan.path.gateway_if(site)}"
-                for k, plan in enumerate(mine)]
-        lines += ["dpdk:", "  eal: [" + ", ".join(_q(a) for a in eal) + "]",
-                  "  mbufs: 8191", "  lcore: -1"]
+        lines += dpdk_section(site, [plan.path for plan in mine], options)
     lines.append("wan_ports:")
     for k, plan in enumerate(mine):
         p = plan.path
