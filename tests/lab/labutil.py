@@ -94,6 +94,33 @@ def lab(*up_args: str):
         assert res.returncode == 0, f"down failed: {res.stderr}"
 
 
+def gw_built_with_dpdk() -> bool:
+    """Whether the build found libdpdk (detwan-gw's dpdk backend is compiled only then)."""
+    info = build_dir() / "meson-info" / "intro-dependencies.json"
+    try:
+        deps = json.loads(info.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return any(d.get("name") == "libdpdk" for d in deps)
+
+
+def gw_stats(site: str) -> dict:
+    """`detwan-gw stats --json` of the site's gateway (lab up with --dataplane)."""
+    res = tb("gw", site, "--", "stats", "--json", timeout=20)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def ping_replies(src: str, addr: str, count: int) -> int:
+    """Replies received from `count` pings 20 ms apart from site `src`'s host."""
+    res = tb("exec", src, "--", "ping", "-n", "-q", "-c", str(count), "-i", "0.02", "-W", "2",
+             addr, timeout=count * 0.02 + 20)
+    for line in res.stdout.splitlines():
+        if "received" in line:
+            return int(line.split(",")[1].split()[0])
+    raise AssertionError(f"no ping summary: {res.stdout} {res.stderr}")
+
+
 def probe(src: str, dst: dict, **kwargs) -> dict:
     return measure.probe(str(probe_binary()), src, dst, **kwargs)
 

@@ -85,14 +85,7 @@ def test_three_site_plan_has_one_tunnel_per_pair_with_the_same_id_at_both_ends()
 
 # ------------------------------------------------------------------------ helpers
 
-def gw_built_with_dpdk() -> bool:
-    """Whether the build found libdpdk (detwan-gw's dpdk backend is compiled only then)."""
-    info = labutil.build_dir() / "meson-info" / "intro-dependencies.json"
-    try:
-        deps = json.loads(info.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return any(d.get("name") == "libdpdk" for d in deps)
+gw_built_with_dpdk = labutil.gw_built_with_dpdk
 
 
 def need_backend(backend: str) -> None:
@@ -102,10 +95,7 @@ def need_backend(backend: str) -> None:
         pytest.skip("detwan-gw was built without DPDK (libdpdk-dev not found by meson)")
 
 
-def gw_stats(site: str) -> dict:
-    res = tb("gw", site, "--", "stats", "--json", timeout=20)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
+gw_stats = labutil.gw_stats
 
 
 def tunnel(site: str, tunnel_id: int = TUNNEL_AB) -> dict:
@@ -129,14 +119,7 @@ def tun_drops(site: str) -> int:
     return total
 
 
-def ping(src: str, addr: str, count: int) -> int:
-    """Replies received from `count` pings 20 ms apart."""
-    res = tb("exec", src, "--", "ping", "-n", "-q", "-c", str(count), "-i", "0.02", "-W", "2",
-             addr, timeout=count * 0.02 + 20)
-    for line in res.stdout.splitlines():
-        if "received" in line:
-            return int(line.split(",")[1].split()[0])
-    raise AssertionError(f"no ping summary: {res.stdout} {res.stderr}")
+ping = labutil.ping_replies
 
 
 @pytest.fixture(scope="module", params=gateway.BACKENDS)

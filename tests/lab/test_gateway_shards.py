@@ -7,14 +7,12 @@ the whole gateway. Correctness only, never speed.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import pytest
 
 import labutil
-from labutil import tb
 
 sys.path.insert(0, str(labutil.REPO / "tools"))
 from lab import gateway  # noqa: E402
@@ -22,27 +20,16 @@ from lab import gateway  # noqa: E402
 WAN = "delay=5ms,jitter=500us,rate=100mbit"
 
 
-def gw_stats(site: str) -> dict:
-    res = tb("gw", site, "--", "stats", "--json", timeout=20)
-    assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
+gw_stats = labutil.gw_stats
 
 
-def ping(src: str, addr: str, count: int) -> int:
-    res = tb("exec", src, "--", "ping", "-n", "-q", "-c", str(count), "-i", "0.02", "-W", "2",
-             addr, timeout=count * 0.02 + 20)
-    for line in res.stdout.splitlines():
-        if "received" in line:
-            return int(line.split(",")[1].split()[0])
-    raise AssertionError(f"no ping summary: {res.stdout} {res.stderr}")
+ping = labutil.ping_replies
 
 
 def need_dpdk_gateway() -> None:
     if not os.access(labutil.gw_binary(), os.X_OK):
         pytest.fail(f"{labutil.gw_binary()} is not built: run ninja -C {labutil.build_dir()}")
-    info = labutil.build_dir() / "meson-info" / "intro-dependencies.json"
-    deps = json.loads(info.read_text(encoding="utf-8")) if info.exists() else []
-    if not any(d.get("name") == "libdpdk" for d in deps):
+    if not labutil.gw_built_with_dpdk():
         pytest.skip("detwan-gw was built without DPDK (libdpdk-dev not found by meson)")
 
 
