@@ -344,14 +344,15 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
 
 void HttpServer::stop() {
   if (impl_->stopped.exchange(true)) return;
-  asio::post(impl_->io, [this] {
-    beast::error_code ignored;
-    impl_->acceptor.close(ignored);
-  });
+  // The acceptor is closed once no I/O thread runs: its accept handler runs on any of them (it
+  // re-arms the accept right after starting a session), so a close posted to the io_context
+  // could run beside it on another thread (ThreadSanitizer in CI saw that race).
   impl_->io.stop();
   for (std::thread& t : impl_->threads) {
     if (t.joinable()) t.join();
   }
+  beast::error_code ignored;
+  impl_->acceptor.close(ignored);
   // Requests still with the handler: their sessions go now, while the io_context exists.
   std::vector<std::shared_ptr<Impl::PendingAnswer>> pending;
   {

@@ -226,6 +226,34 @@ TEST(HttpServer, AnAnswerAfterTheServerStoppedIsDropped) {
   kept = nullptr;
 }
 
+// The server stops right after answering, while its accept handler may still be re-arming the
+// accept on another I/O thread (it starts the session first, and the session may answer before
+// the handler returns). Stopping must not touch the acceptor beside that handler: under
+// ThreadSanitizer (CI's tsan suite) a race fails this test.
+TEST(HttpServer, StopsRightAfterAnAnswerWithoutRacingTheAcceptor) {
+  for (int round = 0; round < 200; ++round) {
+    EchoHandler echo;
+    auto server = HttpServer::start(loopback_options(), echo.handler());
+    ASSERT_TRUE(server.has_value()) << server.error().message;
+    Client client((*server)->local_endpoint().port);
+    ASSERT_EQ(client.request(http::verb::get, "/healthz").result_int(), 200u) << round;
+    (*server)->stop();
+    EXPECT_EQ(echo.count(), 1u);
+  }
+  // The same when the accept handler refuses the client: it closes the socket, then re-arms.
+  HttpServerOptions options = loopback_options();
+  options.allow = {*common::parse_ip_prefix("10.0.0.0/8")};
+  for (int round = 0; round < 200; ++round) {
+    EchoHandler echo;
+    auto server = HttpServer::start(options, echo.handler());
+    ASSERT_TRUE(server.has_value()) << server.error().message;
+    Client client((*server)->local_endpoint().port);
+    ASSERT_TRUE(client.closed_without_answer()) << round;
+    (*server)->stop();
+    EXPECT_EQ((*server)->counters().refused_address, 1u);
+  }
+}
+
 TEST(HttpServer, ClientOutsideAllowIsClosedWithoutAnAnswer) {
   EchoHandler echo;
   HttpServerOptions options = loopback_options();
