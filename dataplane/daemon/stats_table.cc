@@ -137,6 +137,11 @@ void append_port(std::string& out, const json::value& port) {
       text(at(p, {"name"})), count(at(io, {"rx_packets"})), count(at(io, {"rx_bytes"})),
       count(at(io, {"tx_packets"})), count(at(io, {"tx_bytes"})), count(at(io, {"rx_errors"})),
       count(at(io, {"tx_errors"})), count(at(io, {"no_buffer"})));
+  if (number(at(io, {"tx_batches"})).value_or(0) != 0 ||
+      number(at(io, {"gso_refused"})).value_or(0) != 0) {
+    out += fmt::format("  tx batches (UDP GSO) {}  refused by the route {}\n",
+                       count(at(io, {"tx_batches"})), count(at(io, {"gso_refused"})));
+  }
   out += fmt::format("  rx drops: {}\n", reasons({at(p, {"rx_drops"})}));
   out += fmt::format("  best effort tx sent {}  dropped: {}\n",
                      count(at(p, {"tx", "best_effort", "sent_packets"})),

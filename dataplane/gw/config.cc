@@ -53,7 +53,7 @@ uint32_t u32_field(const ConfigNode& map, std::string_view key, uint32_t fallbac
 
 void parse_gateway_section(const ConfigNode& node, GatewayConfig* config) {
   node.check_keys({"name", "backend", "timing", "cpu", "control_socket", "admin_socket",
-                   "admin_mode", "admin_uids", "buffers", "batch"});
+                   "admin_mode", "admin_uids", "buffers", "batch", "wan_gso", "wan_gro"});
   config->name = name_value(node.child("name"));
   config->backend = choice(node, "backend", Backend::kUring,
                            {{"uring", Backend::kUring}, {"dpdk", Backend::kDpdk}});
@@ -106,6 +106,8 @@ void parse_gateway_section(const ConfigNode& node, GatewayConfig* config) {
   }
   config->buffer_count = u32_field(node, "buffers", 8192, 64, 1 << 20);
   config->batch = u32_field(node, "batch", 32, 1, 1024);
+  config->wan_gso = node.get_bool("wan_gso", true);
+  config->wan_gro = node.get_bool("wan_gro", true);
 }
 
 bool valid_interface_name(std::string_view name) {

@@ -190,6 +190,12 @@ struct GatewayConfig {
   std::vector<uint32_t> admin_uids;
   uint32_t buffer_count = 8192;       // packet buffers of the uring backend
   uint32_t batch = 32;                // rx/tx burst size
+  // uring backend: frames due together to one peer leave in one sendmsg with UDP_SEGMENT
+  // (dataplane/uring/wan_batch.h); false = one sendmsg per frame.
+  bool wan_gso = true;
+  // uring backend: WAN sockets receive runs of datagrams in one recvmsg (UDP_GRO) and cut them
+  // into frames; false = one recvmsg per datagram.
+  bool wan_gro = true;
   TunConfig tun;
   std::vector<WanPortConfig> wan_ports;
   std::vector<PeerConfig> peers;

@@ -237,6 +237,8 @@ std::string describe(const GatewayConfig& config) {
   out += "]  # besides 0 and the gateway's own uid\n";
   out += fmt::format("  buffers: {}\n", config.buffer_count);
   out += fmt::format("  batch: {}\n", config.batch);
+  out += fmt::format("  wan_gso: {}\n", config.wan_gso ? "true" : "false");
+  out += fmt::format("  wan_gro: {}\n", config.wan_gro ? "true" : "false");
   out += "tun:\n";
   out += fmt::format("  enabled: {}\n", config.tun.enabled ? "true" : "false");
   out += fmt::format("  name: {}\n", quoted(config.tun.name));

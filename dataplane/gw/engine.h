@@ -66,6 +66,9 @@ struct PortIo {
   uint64_t rx_errors = 0;  // receive calls that failed or were truncated
   uint64_t tx_errors = 0;  // sends that failed (the frame is lost and counted here)
   uint64_t no_buffer = 0;  // receives skipped because the buffer pool was empty
+  uint64_t tx_batches = 0;   // sends that carried several frames (UDP GSO, io_uring backend)
+  uint64_t gso_refused = 0;  // batches the route refused; their frames went out one by one
+  uint64_t rx_batches = 0;   // receives that carried several frames (UDP GRO, io_uring backend)
 };
 struct LocalIo {
   uint64_t tun_rx_packets = 0, tun_tx_packets = 0, tun_rx_errors = 0, tun_tx_errors = 0;

@@ -189,6 +189,15 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
     e.counter("detwan_gw_port_tx_errors_total", "Failed sends", labels, io.tx_errors);
     e.counter("detwan_gw_port_no_buffer_total", "Receives skipped for lack of a buffer", labels,
               io.no_buffer);
+    e.counter("detwan_gw_port_tx_batches_total",
+              "Sends that carried several frames (UDP GSO, io_uring backend)", labels,
+              io.tx_batches);
+    e.counter("detwan_gw_port_gso_refused_total",
+              "GSO batches the route refused (their frames were sent one by one)", labels,
+              io.gso_refused);
+    e.counter("detwan_gw_port_rx_batches_total",
+              "Receives that carried several frames (UDP GRO, io_uring backend)", labels,
+              io.rx_batches);
     for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) {
       Labels with_reason = labels;
       with_reason.emplace_back("reason", std::string(to_string(static_cast<wire::DropReason>(r))));

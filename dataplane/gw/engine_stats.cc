@@ -24,9 +24,11 @@ json::value parse_embedded(const std::string& text) {
 }
 
 json::object port_io_json(const PortIo& io) {
-  return {{"rx_packets", io.rx_packets}, {"rx_bytes", io.rx_bytes},   {"tx_packets", io.tx_packets},
-          {"tx_bytes", io.tx_bytes},     {"rx_errors", io.rx_errors}, {"tx_errors", io.tx_errors},
-          {"no_buffer", io.no_buffer}};
+  return {{"rx_packets", io.rx_packets},   {"rx_bytes", io.rx_bytes},
+          {"tx_packets", io.tx_packets},   {"tx_bytes", io.tx_bytes},
+          {"rx_errors", io.rx_errors},     {"tx_errors", io.tx_errors},
+          {"no_buffer", io.no_buffer},     {"tx_batches", io.tx_batches},
+          {"gso_refused", io.gso_refused}, {"rx_batches", io.rx_batches}};
 }
 
 json::object local_io_json(const LocalIo& io) {

@@ -30,6 +30,7 @@ enum class Op : uint8_t {
   kServiceSend = 5,
   kControlReady = 6,  // POLL_ADD on a control server's listening socket (object 0: control,
                       // 1: admin)
+  kWanGsoSend = 7,    // sendmsg with UDP_SEGMENT on WAN port `object`; `buffer`: the GsoSend
 };
 
 inline constexpr uint64_t pack(Op op, uint32_t object, uint32_t buffer) noexcept {
@@ -49,6 +50,8 @@ struct Source {
   uint32_t index = 0;                 // WAN port index, or engine tunnel index (kService)
   uint32_t depth = 1;                 // receives wanted in flight
   uint32_t armed = 0;                 // receives in flight
+  bool gro = false;                   // kWan with UDP_GRO: receives into GroReceive buffers
+  uint32_t gro_first = 0;             // its GroReceives: [gro_first, gro_first + depth)
 };
 
 class Datapath {
@@ -92,6 +95,20 @@ class Datapath {
   void deliver(const gw::RxEmit& emit) noexcept;
   void send_wan(uint32_t port, uint32_t buffer, std::span<const std::byte> bytes,
                 const gw::Endpoint& destination, uint8_t dscp) noexcept;
+  // UDP GSO batches (wan_batch.h, wan_batch_datapath.cc): a frame joins the open batch or sends
+  // it and opens the next; flush_wan_batch() sends the open batch (after every engine tx poll).
+  void queue_wan(uint32_t port, uint32_t buffer, std::span<const std::byte> bytes,
+                 const gw::Endpoint& destination, uint8_t dscp) noexcept;
+  void flush_wan_batch() noexcept;
+  void on_gso_send(uint32_t port, uint32_t record, int32_t result) noexcept;
+  // UDP GRO receives (wan_batch_datapath.cc): `record` indexes GatewayState::gro_receives.
+  bool submit_gro_receive(uint32_t source_id, uint32_t record) noexcept;
+  void arm_gro(uint32_t source_id) noexcept;
+  void on_gro_receive(uint32_t source_id, uint32_t record, int32_t result, int64_t now_ns) noexcept;
+  // One WAN datagram of `length` bytes at the start of `buffer`, from `from`, to the engine:
+  // kOk when the engine holds the buffer now.
+  common::Status wan_datagram(uint32_t port, const sockaddr_storage& from, uint32_t buffer,
+                              uint32_t length, int64_t now_ns) noexcept;
 
   GatewayState& state_;
   BufferPool& pool_;
@@ -107,6 +124,7 @@ class Datapath {
   gw::ControlServer* controls_[2] = {nullptr, nullptr};
   bool control_armed_[2] = {false, false};
   bool control_ready_ = false;
+  int32_t open_batch_ = -1;  // the GsoSend frames join, -1: none
 };
 
 }  // namespace detwan::dataplane::uring

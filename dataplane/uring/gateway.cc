@@ -61,6 +61,30 @@ common::Result<void> open_ring(GatewayState& state, uint32_t receives) {
   return {};
 }
 
+// UDP_GRO on the WAN sockets (config.wan_gro) and a GroReceive per receive in flight on them. A
+// kernel without UDP_GRO (before 5.0) leaves the port on one recvmsg per datagram.
+void open_gro(GatewayState& state) {
+  state.gro_enabled.assign(state.wan.size(), 0);
+  if (!state.config.wan_gro) return;
+  uint32_t ports = 0;
+  for (size_t i = 0; i < state.wan.size(); ++i) {
+    const int on = 1;
+    if (::setsockopt(state.wan[i].fd(), SOL_UDP, UDP_GRO, &on, sizeof on) == 0) {
+      state.gro_enabled[i] = 1;
+      ++ports;
+    } else {
+      common::logger("uring")->warn("WAN port '{}': UDP_GRO refused ({}): one receive per datagram",
+                                    state.config.wan_ports[i].name, std::strerror(errno));
+    }
+  }
+  const size_t receives = size_t{ports} * state.wan_receive_depth;
+  state.gro_memory.assign(receives * kGroBufferBytes, std::byte{0});
+  state.gro_receives.assign(receives, GroReceive{});
+  for (size_t i = 0; i < receives; ++i) {
+    state.gro_receives[i].data = state.gro_memory.data() + i * kGroBufferBytes;
+  }
+}
+
 }  // namespace
 
 common::Result<void> Datapath::prepare() {
@@ -72,6 +96,7 @@ common::Result<void> Datapath::prepare() {
                                   std::to_string(config.wan_ports.size()) + " (engine " +
                                   std::to_string(engine_.port_count()) + ")");
   }
+  uint32_t gro_next = 0;  // the next port's first GroReceive
   for (size_t i = 0; i < state_.wan.size(); ++i) {
     if (config.wan_ports[i].local.ipv6 != state_.wan[i].ipv6()) {
       return common::make_error(common::ErrorCode::kConfig,
@@ -80,6 +105,11 @@ common::Result<void> Datapath::prepare() {
     }
     sources_.push_back(Source{SourceKind::kWan, state_.wan[i].fd(), &state_.wan[i],
                               static_cast<uint32_t>(i), state_.wan_receive_depth, 0});
+    if (state_.gro_enabled[i] != 0) {
+      sources_.back().gro = true;
+      sources_.back().gro_first = gro_next;
+      gro_next += state_.wan_receive_depth;
+    }
   }
   if (config.tunnels.size() != state_.services.size()) {
     return common::make_error(common::ErrorCode::kConfig,
@@ -109,6 +139,8 @@ common::Result<void> Datapath::prepare() {
     sources_.push_back(
         Source{SourceKind::kTun, state_.tun->fd(), nullptr, 0, kLocalReceiveDepth, 0});
   }
+  state_.gso_sends.assign(kGsoSendRecords, GsoSend{});
+  state_.gso_enabled.assign(state_.wan.size(), config.wan_gso ? 1 : 0);
   if (config.cpu >= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -167,6 +199,7 @@ common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& 
     if (!socket) return std::unexpected(socket.error());
     state->wan.push_back(std::move(*socket));
   }
+  open_gro(*state);
   for (const gw::TunnelConfig& tunnel : config.tunnels) {
     ServiceSockets sockets;
     const std::string what = "tunnel " + std::to_string(tunnel.id) + " service port";

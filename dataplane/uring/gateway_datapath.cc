@@ -16,9 +16,10 @@
 namespace detwan::dataplane::uring {
 
 bool Datapath::submit_receive(uint32_t source_id, uint32_t buffer) noexcept {
+  Source& source = sources_[source_id];
+  if (source.gro) return submit_gro_receive(source_id, buffer);
   io_uring_sqe* sqe = get_sqe();
   if (sqe == nullptr) return false;
-  Source& source = sources_[source_id];
   if (source.kind == SourceKind::kWan) {
     pool_.info(buffer).offset = 0;  // header + payload; decapsulation moves the offset
     prep_recv(sqe, *source.socket, pool_.slot(buffer), pool_.whole(buffer));
@@ -37,6 +38,10 @@ bool Datapath::submit_receive(uint32_t source_id, uint32_t buffer) noexcept {
 
 void Datapath::arm(uint32_t source_id) noexcept {
   Source& source = sources_[source_id];
+  if (source.gro) {
+    arm_gro(source_id);
+    return;
+  }
   while (source.armed < source.depth) {
     const uint32_t buffer = pool_.alloc();
     if (buffer == kNoBuffer) {
@@ -93,9 +98,21 @@ void Datapath::on_completion(uint64_t data, int32_t result, int64_t now_ns) noex
   const uint32_t buffer = buffer_of(data);
   switch (op) {
     case Op::kReceive:
-      on_receive(object, buffer, result, now_ns);
+      if (sources_[object].gro) {
+        on_gro_receive(object, buffer, result, now_ns);
+      } else {
+        on_receive(object, buffer, result, now_ns);
+      }
       return;
     case Op::kReadiness:
+      if (sources_[object].gro) {
+        if (result == -ECANCELED || !submit_gro_receive(object, buffer)) {
+          state_.gro_receives[buffer].in_flight = false;
+          --sources_[object].armed;
+          starved_ = true;
+        }
+        return;
+      }
       // Readable now (or the poll failed): receive again into the same buffer.
       if (result == -ECANCELED || !submit_receive(object, buffer)) {
         pool_.release(buffer);
@@ -111,6 +128,9 @@ void Datapath::on_completion(uint64_t data, int32_t result, int64_t now_ns) noex
     case Op::kControlReady:
       if (object < 2) control_armed_[object] = false;
       control_ready_ = true;
+      return;
+    case Op::kWanGsoSend:
+      on_gso_send(object, buffer, result);
       return;
   }
 }
@@ -154,24 +174,9 @@ void Datapath::on_receive(uint32_t source_id, uint32_t buffer, int32_t result,
     const auto length = static_cast<uint32_t>(result);
     BufferInfo& info = pool_.info(buffer);
     switch (source.kind) {
-      case SourceKind::kWan: {
-        gw::PortIo& io = engine_.port_io(source.index);
-        if (length > pool_.whole(buffer).size()) {
-          ++io.rx_errors;  // truncated: larger than any port's MTU allows
-          break;
-        }
-        ++io.rx_packets;
-        io.rx_bytes += length;
-        gw::RxInfo rx;
-        status = engine_.on_wan_datagram_st(source.index, from_sockaddr(pool_.slot(buffer).address),
-                                            buffer, pool_.whole(buffer).first(length), now_ns, &rx);
-        if (status == common::Status::kOk) {
-          info.offset = rx.payload_offset;
-          info.length = rx.payload_bytes;
-          info.type = rx.type;
-        }
+      case SourceKind::kWan:
+        status = wan_datagram(source.index, pool_.slot(buffer).address, buffer, length, now_ns);
         break;
-      }
       case SourceKind::kTun: {
         ++engine_.local_io().tun_rx_packets;
         info.length = length;
@@ -206,6 +211,27 @@ void Datapath::on_receive(uint32_t source_id, uint32_t buffer, int32_t result,
     --source.armed;
     starved_ = true;
   }
+}
+
+common::Status Datapath::wan_datagram(uint32_t port, const sockaddr_storage& from, uint32_t buffer,
+                                      uint32_t length, int64_t now_ns) noexcept {
+  gw::PortIo& io = engine_.port_io(port);
+  if (length > pool_.whole(buffer).size()) {
+    ++io.rx_errors;  // truncated: larger than any port's MTU allows
+    return common::Status::kDropped;
+  }
+  ++io.rx_packets;
+  io.rx_bytes += length;
+  gw::RxInfo rx;
+  const common::Status status = engine_.on_wan_datagram_st(
+      port, from_sockaddr(from), buffer, pool_.whole(buffer).first(length), now_ns, &rx);
+  if (status == common::Status::kOk) {
+    BufferInfo& info = pool_.info(buffer);
+    info.offset = rx.payload_offset;
+    info.length = rx.payload_bytes;
+    info.type = rx.type;
+  }
+  return status;
 }
 
 void Datapath::submit_replica(const gw::SubmitInfo& submit, uint32_t buffer, uint32_t length,
@@ -258,6 +284,7 @@ void Datapath::transmit_control(const gw::TxEmit& emit) noexcept {
     return;
   }
   std::copy(emit.bytes.begin(), emit.bytes.end(), pool_.data(buffer));
+  flush_wan_batch();  // frames leave in the order the engine emitted them
   send_wan(emit.port_index, buffer, {pool_.data(buffer), emit.bytes.size()}, *emit.destination,
            emit.dscp);
 }
@@ -294,7 +321,7 @@ void Datapath::transmit(const gw::TxEmit& emit) noexcept {
     pool_.release(buffer);
     return;
   }
-  send_wan(emit.port_index, buffer, frame.first(size), *emit.destination, emit.dscp);
+  queue_wan(emit.port_index, buffer, frame.first(size), *emit.destination, emit.dscp);
 }
 
 void Datapath::send_wan(uint32_t port, uint32_t buffer, std::span<const std::byte> bytes,
@@ -358,11 +385,13 @@ void Datapath::loop(Timing& timing) {
     // schedulers' wheels move up to now first, so a new departure is never beyond their horizon.
     const int64_t reap_ns = timing.now_ns();
     engine_.poll_tx_st(reap_ns, transmit_sink);
+    flush_wan_batch();
     reap(reap_ns);
     const int64_t now_ns = timing.now_ns();
     engine_.poll_control_st(now_ns);
     engine_.poll_rx_st(now_ns, deliver_sink);
     engine_.poll_tx_st(now_ns, transmit_sink);
+    flush_wan_batch();
     if (has_control && (control_ready_ || now_ns >= next_control_ns)) {
       bool connected = false;
       for (gw::ControlServer* server : controls_) {

@@ -12,13 +12,14 @@
 #include "dataplane/gw/tun.h"
 #include "dataplane/uring/buffer_pool.h"
 #include "dataplane/uring/port.h"
+#include "dataplane/uring/wan_batch.h"
 
 namespace detwan::dataplane::uring {
 
 // Receives kept in flight per socket/device: enough to absorb a burst between two loop turns
 // without leaning on the kernel's socket buffer, few enough to leave buffers for the engine.
 inline constexpr uint32_t kMaxWanReceiveDepth = 16;
-inline constexpr uint32_t kLocalReceiveDepth = 4;
+inline constexpr uint32_t kLocalReceiveDepth = 16;
 
 // A tunnel's service sockets: `listen` receives the application's datagrams (and, when the
 // families match, sends the far side's to service_deliver, so the application sees them come
@@ -49,6 +50,16 @@ struct GatewayState {
   std::vector<ServiceSockets> services;  // config.tunnels order
   std::optional<gw::TunDevice> tun;
   uint32_t wan_receive_depth = 1;
+  // UDP GSO batches (wan_batch.h), here rather than in the loop's state because a send in flight
+  // points at them until io_uring_queue_exit(); gso_enabled per WAN port (config.wan_gso, and
+  // off once the port's route refused a batch).
+  std::vector<GsoSend> gso_sends;
+  std::vector<uint8_t> gso_enabled;
+  // UDP GRO receives (wan_batch.h): wan_receive_depth per WAN port with gro_enabled, in port
+  // order; gro_enabled per port (config.wan_gro and the kernel took UDP_GRO).
+  std::vector<std::byte> gro_memory;
+  std::vector<GroReceive> gro_receives;
+  std::vector<uint8_t> gro_enabled;
   io_uring ring{};
   bool ring_open = false;
   bool ran = false;
