@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "dataplane/gw/config.h"
+#include "dataplane/wire/checksum.h"
 
 namespace detwan::dataplane::dpdk {
 
@@ -96,8 +97,8 @@ struct OuterSpec {
                                        bool ip_checksum_offloaded,
                                        bool udp_checksum_offloaded) noexcept;
 
-// One's-complement sum helpers (RFC 1071), exposed for tests.
-[[nodiscard]] uint16_t internet_checksum(std::span<const std::byte> bytes) noexcept;
+// One's-complement sum (RFC 1071), exposed for tests: dataplane/wire/checksum.h.
+using wire::internet_checksum;
 
 // Parses "02:00:00:00:00:01" (also '-' separated); false on anything else.
 [[nodiscard]] bool parse_mac(std::string_view text, MacAddress* out) noexcept;

@@ -5,113 +5,23 @@
 
 #include "dataplane/dpdk/frame.h"
 #include "dataplane/wire/byte_order.h"
+#include "dataplane/wire/checksum.h"
 
 namespace detwan::dataplane::dpdk {
 namespace {
 
+using wire::fold;
 using wire::load_be16;
+using wire::native_be16;
+using wire::pseudo_header_sum;
 using wire::store_be16;
 using wire::store_be32;
+using wire::sum_fixed;
+using wire::sum_native;
 
 constexpr uint16_t kIpv4DontFragment = 0x4000;
 constexpr uint16_t kIpv4FragmentMask = 0x3FFF;  // MF flag + fragment offset
 constexpr uint8_t kDefaultTtl = 64;
-
-// One's-complement sum of native-order loads (RFC 1071 §2(B): the sum is byte-order
-// independent, so it is folded and stored natively). Regions must start at even offsets of the
-// checksummed whole, which every caller here guarantees. The bulk runs 32 bytes at a time in
-// 128-bit vectors (SSE2 on x86-64: each 64-bit lane adds the low and the high 32-bit halves of
-// its word into separate accumulators, so no carry is ever lost; 4x the scalar 32-bit loop, the
-// dominant cost of a 1,400-byte forward). The result is at most 33 bits, so callers can add a
-// few of them in 64 bits.
-using v2u64 = uint64_t __attribute__((vector_size(16)));
-
-uint64_t sum_native(const std::byte* p, std::size_t n) noexcept {
-  v2u64 lo0 = {0, 0};
-  v2u64 hi0 = {0, 0};
-  v2u64 lo1 = {0, 0};
-  v2u64 hi1 = {0, 0};
-  const v2u64 low_half = {0xFFFFFFFFu, 0xFFFFFFFFu};
-  while (n >= 32) {  // lanes hold sums of 32-bit halves: 2^32 rounds before they could overflow
-    v2u64 x;
-    v2u64 y;
-    std::memcpy(&x, p, 16);
-    std::memcpy(&y, p + 16, 16);
-    lo0 += x & low_half;
-    hi0 += x >> 32;
-    lo1 += y & low_half;
-    hi1 += y >> 32;
-    p += 32;
-    n -= 32;
-  }
-  const v2u64 lanes = (lo0 + hi0) + (lo1 + hi1);
-  uint64_t sum = lanes[0] + lanes[1];
-  while (n >= 4) {
-    uint32_t word = 0;
-    std::memcpy(&word, p, 4);
-    sum += word;
-    p += 4;
-    n -= 4;
-  }
-  if (n >= 2) {
-    uint16_t half = 0;
-    std::memcpy(&half, p, 2);
-    sum += half;
-    p += 2;
-    n -= 2;
-  }
-  if (n == 1) {
-    // The odd byte is the high-order byte of a zero-padded 16-bit word in network order,
-    // i.e. the first byte in memory: load it the same way a native 16-bit load would.
-    const std::array<std::byte, 2> pad{*p, std::byte{0}};
-    uint16_t half = 0;
-    std::memcpy(&half, pad.data(), 2);
-    sum += half;
-  }
-  // 2^16 - 1 divides 2^32 - 1: folding 64 -> 32 bits with the carry added back keeps the sum.
-  return (sum & 0xFFFFFFFFu) + (sum >> 32);
-}
-
-// The same for a fixed size (a multiple of 4: IP headers, addresses, the pseudo header's tail),
-// unrolled in place: a few loads and adds instead of a call into the vector loop.
-template <std::size_t N>
-[[gnu::always_inline]] inline uint64_t sum_fixed(const std::byte* p) noexcept {
-  static_assert(N % 4 == 0);
-  uint64_t sum = 0;
-  for (std::size_t i = 0; i < N; i += 4) {
-    uint32_t word = 0;
-    std::memcpy(&word, p + i, 4);
-    sum += word;
-  }
-  return sum;
-}
-
-// A 16-bit field's contribution to a native-order sum: the value a native load of its
-// big-endian bytes gives. Lets a header being built be summed from the values written, without
-// reading back bytes just stored (a wide load of narrow stores stalls on store forwarding).
-constexpr uint64_t native_be16(uint16_t value) noexcept {
-  if constexpr (std::endian::native == std::endian::little) return std::byteswap(value);
-  return value;
-}
-
-uint16_t fold(uint64_t sum) noexcept {
-  while ((sum >> 16) != 0) sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<uint16_t>(sum);
-}
-
-// Pseudo-header sum (RFC 768 / RFC 8200 §8.1) for a UDP datagram of udp_bytes.
-uint64_t pseudo_header_sum(bool ipv6, const std::byte* source, const std::byte* destination,
-                           uint32_t udp_bytes) noexcept {
-  // The tail (IPv4: zero, protocol, UDP length; IPv6: 32-bit length, zeros, next header) summed
-  // from its values.
-  if (ipv6) {
-    return sum_fixed<16>(source) + sum_fixed<16>(destination) +
-           native_be16(static_cast<uint16_t>(udp_bytes >> 16)) +
-           native_be16(static_cast<uint16_t>(udp_bytes)) + native_be16(kIpProtoUdp);
-  }
-  return sum_fixed<4>(source) + sum_fixed<4>(destination) + native_be16(kIpProtoUdp) +
-         native_be16(static_cast<uint16_t>(udp_bytes));
-}
 
 // True when the UDP checksum over pseudo header + datagram verifies.
 bool udp_checksum_ok(bool ipv6, const std::byte* ip_source, const std::byte* ip_destination,
@@ -151,12 +61,6 @@ FrameDrop check_udp(const std::byte* ip_source, const std::byte* ip_destination,
 }
 
 }  // namespace
-
-uint16_t internet_checksum(std::span<const std::byte> bytes) noexcept {
-  uint16_t native = static_cast<uint16_t>(~fold(sum_native(bytes.data(), bytes.size())));
-  if constexpr (std::endian::native == std::endian::little) native = std::byteswap(native);
-  return native;
-}
 
 FrameDrop parse_wan_frame(std::span<const std::byte> frame, const WanAddress& address,
                           ChecksumState ip_checksum, ChecksumState udp_checksum,

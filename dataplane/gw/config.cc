@@ -119,8 +119,9 @@ bool valid_interface_name(std::string_view name) {
 }
 
 void parse_tun_section(const ConfigNode& node, TunConfig* tun) {
-  node.check_keys({"enabled", "name", "mtu", "routes"});
+  node.check_keys({"enabled", "name", "mtu", "routes", "offload"});
   tun->enabled = node.get_bool("enabled", true);
+  tun->offload = node.get_bool("offload", true);
   if (const auto name = node.maybe_child("name")) {
     tun->name = name->as_string();
     if (!valid_interface_name(tun->name)) {

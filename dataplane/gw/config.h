@@ -159,6 +159,9 @@ struct TunConfig {
   std::string name = "dtw0";
   uint32_t mtu_bytes = 1400;   // must leave room for the encapsulation on every WAN port
   std::vector<Prefix> routes;  // routes the gateway installs via the TUN device (may be empty)
+  // uring backend: a virtio-net header on every read and write, checksum and UDP segmentation
+  // offload (the host hands the gateway whole UDP GSO runs; TunDevice::open); false = plain.
+  bool offload = true;
   friend bool operator==(const TunConfig&, const TunConfig&) = default;
 };
 

@@ -72,6 +72,7 @@ struct PortIo {
 };
 struct LocalIo {
   uint64_t tun_rx_packets = 0, tun_tx_packets = 0, tun_rx_errors = 0, tun_tx_errors = 0;
+  uint64_t tun_rx_batches = 0;  // TUN reads that carried several packets (UDP GSO, tun.offload)
   uint64_t service_rx_packets = 0, service_tx_packets = 0, service_rx_errors = 0,
            service_tx_errors = 0;
 };

@@ -322,6 +322,8 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
   e.counter("detwan_gw_tun_tx_packets_total", "Packets written to the TUN device", {},
             io.tun_tx_packets);
   e.counter("detwan_gw_tun_rx_errors_total", "Failed TUN reads", {}, io.tun_rx_errors);
+  e.counter("detwan_gw_tun_rx_batches_total",
+            "TUN reads that carried several packets (UDP GSO, tun.offload)", {}, io.tun_rx_batches);
   e.counter("detwan_gw_tun_tx_errors_total", "Failed TUN writes", {}, io.tun_tx_errors);
   e.counter("detwan_gw_service_rx_packets_total", "Datagrams received on service ports", {},
             io.service_rx_packets);

@@ -35,8 +35,9 @@ json::object local_io_json(const LocalIo& io) {
   return {
       {"tun_rx_packets", io.tun_rx_packets},         {"tun_tx_packets", io.tun_tx_packets},
       {"tun_rx_errors", io.tun_rx_errors},           {"tun_tx_errors", io.tun_tx_errors},
-      {"service_rx_packets", io.service_rx_packets}, {"service_tx_packets", io.service_tx_packets},
-      {"service_rx_errors", io.service_rx_errors},   {"service_tx_errors", io.service_tx_errors}};
+      {"tun_rx_batches", io.tun_rx_batches},         {"service_rx_packets", io.service_rx_packets},
+      {"service_tx_packets", io.service_tx_packets}, {"service_rx_errors", io.service_rx_errors},
+      {"service_tx_errors", io.service_tx_errors}};
 }
 
 json::value optional_ns(bool present, int64_t value) {

@@ -19,6 +19,11 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#ifndef TUN_F_USO4  // linux/if_tun.h of Linux >= 6.2; Debian 12's headers are 6.1
+#define TUN_F_USO4 0x20
+#define TUN_F_USO6 0x40
+#endif
+
 namespace detwan::dataplane::gw {
 namespace {
 
@@ -129,7 +134,7 @@ common::Result<common::UniqueFd> open_netlink(const std::string& device) {
 
 }  // namespace
 
-common::Result<TunDevice> TunDevice::open(const TunConfig& config) {
+common::Result<TunDevice> TunDevice::open(const TunConfig& config, bool offload) {
   const std::string& requested = config.name;
   if (requested.empty() || requested.size() >= IFNAMSIZ) {
     return common::make_error(common::ErrorCode::kInvalidArgument,
@@ -143,10 +148,24 @@ common::Result<TunDevice> TunDevice::open(const TunConfig& config) {
     return std::unexpected(device_error(requested, "open /dev/net/tun", errno));
   }
   ifreq request{};
-  request.ifr_flags = IFF_TUN | IFF_NO_PI;
+  request.ifr_flags = IFF_TUN | IFF_NO_PI | (offload ? IFF_VNET_HDR : 0);
   std::memcpy(request.ifr_name, requested.data(), requested.size());
   if (::ioctl(device.fd_.get(), TUNSETIFF, &request) != 0) {
     return std::unexpected(device_error(requested, "TUNSETIFF", errno));
+  }
+  if (offload) {
+    int header_bytes = kVnetHeaderBytes;
+    if (::ioctl(device.fd_.get(), TUNSETVNETHDRSZ, &header_bytes) != 0) {
+      return std::unexpected(device_error(requested, "TUNSETVNETHDRSZ", errno));
+    }
+    device.vnet_header_bytes_ = kVnetHeaderBytes;
+    for (const unsigned flags :
+         {unsigned{TUN_F_CSUM | TUN_F_USO4 | TUN_F_USO6}, unsigned{TUN_F_CSUM}, 0u}) {
+      if (::ioctl(device.fd_.get(), TUNSETOFFLOAD, flags) == 0) {
+        device.offloads_ = flags;
+        break;
+      }
+    }
   }
   device.name_.assign(request.ifr_name, strnlen(request.ifr_name, IFNAMSIZ));
   device.if_index_ = static_cast<int>(::if_nametoindex(device.name_.c_str()));
@@ -203,6 +222,8 @@ TunDevice::TunDevice(TunDevice&& other) noexcept
       name_(std::move(other.name_)),
       if_index_(std::exchange(other.if_index_, 0)),
       mtu_bytes_(std::exchange(other.mtu_bytes_, 0)),
+      vnet_header_bytes_(std::exchange(other.vnet_header_bytes_, 0)),
+      offloads_(std::exchange(other.offloads_, 0)),
       routes_(std::exchange(other.routes_, {})) {}
 
 TunDevice& TunDevice::operator=(TunDevice&& other) noexcept {
@@ -213,6 +234,8 @@ TunDevice& TunDevice::operator=(TunDevice&& other) noexcept {
     name_ = std::move(other.name_);
     if_index_ = std::exchange(other.if_index_, 0);
     mtu_bytes_ = std::exchange(other.mtu_bytes_, 0);
+    vnet_header_bytes_ = std::exchange(other.vnet_header_bytes_, 0);
+    offloads_ = std::exchange(other.offloads_, 0);
     routes_ = std::exchange(other.routes_, {});
   }
   return *this;

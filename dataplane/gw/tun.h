@@ -23,12 +23,36 @@
 
 namespace detwan::dataplane::gw {
 
+// struct virtio_net_hdr (linux/virtio_net.h, which does not compile as C++): the header of every
+// read and write of a TUN device with IFF_VNET_HDR, in the host's byte order.
+struct VnetHeader {
+  uint8_t flags = 0;     // kVnetNeedsChecksum: the checksum at csum_start + csum_offset is partial
+  uint8_t gso_type = 0;  // kVnetGsoNone, kVnetGsoUdpL4, ...
+  uint16_t header_bytes = 0;  // hdr_len: network + transport headers
+  uint16_t gso_size = 0;      // payload bytes per segment
+  uint16_t csum_start = 0;
+  uint16_t csum_offset = 0;
+};
+inline constexpr uint32_t kVnetHeaderBytes = 10;
+static_assert(sizeof(VnetHeader) == kVnetHeaderBytes);
+inline constexpr uint8_t kVnetNeedsChecksum = 1;  // VIRTIO_NET_HDR_F_NEEDS_CSUM
+inline constexpr uint8_t kVnetGsoNone = 0;
+inline constexpr uint8_t kVnetGsoUdpL4 = 5;  // VIRTIO_NET_HDR_GSO_UDP_L4
+inline constexpr uint8_t kVnetGsoEcn = 0x80;
+
 class TunDevice {
  public:
   // Creates config.name (a "%d" in the name lets the kernel number it; name() says which),
   // mtu config.mtu_bytes, link up, config.routes installed. Errors: kInvalidArgument for a bad
   // name, kIo for everything the kernel refused. Nothing is left behind on failure.
-  static common::Result<TunDevice> open(const TunConfig& config);
+  // offload (the uring backend, config.offload): IFF_VNET_HDR, so every read and write starts
+  // with a struct virtio_net_hdr (vnet_header_bytes()), and TUNSETOFFLOAD with checksum and UDP
+  // segmentation offload (TUN_F_CSUM | TUN_F_USO4 | TUN_F_USO6; Linux >= 6.2 for USO): the host
+  // then hands over whole UDP GSO runs (up to 64 KiB) and packets whose checksum it left partial,
+  // which the reader segments and completes (dataplane/uring/tun_offload.h). A kernel that
+  // refuses USO gets checksum offload only; one that refuses both gets none (offloads() says
+  // which), the header stays.
+  static common::Result<TunDevice> open(const TunConfig& config, bool offload = false);
 
   TunDevice(TunDevice&& other) noexcept;
   TunDevice& operator=(TunDevice&& other) noexcept;
@@ -45,6 +69,10 @@ class TunDevice {
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] int if_index() const noexcept { return if_index_; }
   [[nodiscard]] uint32_t mtu_bytes() const noexcept { return mtu_bytes_; }
+  // 0 without offload, else kVnetHeaderBytes (10) in front of every packet.
+  [[nodiscard]] uint32_t vnet_header_bytes() const noexcept { return vnet_header_bytes_; }
+  // The TUN_F_* flags the kernel took (0 without offload).
+  [[nodiscard]] unsigned offloads() const noexcept { return offloads_; }
   // The routes this device installed (and will remove).
   [[nodiscard]] const std::vector<Prefix>& routes() const noexcept { return routes_; }
 
@@ -56,6 +84,8 @@ class TunDevice {
   std::string name_;
   int if_index_ = 0;
   uint32_t mtu_bytes_ = 0;
+  uint32_t vnet_header_bytes_ = 0;
+  unsigned offloads_ = 0;
   std::vector<Prefix> routes_;
 };
 

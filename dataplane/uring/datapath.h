@@ -50,8 +50,10 @@ struct Source {
   uint32_t index = 0;                 // WAN port index, or engine tunnel index (kService)
   uint32_t depth = 1;                 // receives wanted in flight
   uint32_t armed = 0;                 // receives in flight
-  bool gro = false;                   // kWan with UDP_GRO: receives into GroReceive buffers
-  uint32_t gro_first = 0;             // its GroReceives: [gro_first, gro_first + depth)
+  // Receives into LargeReceive buffers (wan_batch.h): a WAN port with UDP_GRO, or a TUN device
+  // with offload (tun_offload.h); its records are [large_first, large_first + depth).
+  bool large = false;
+  uint32_t large_first = 0;
 };
 
 class Datapath {
@@ -101,10 +103,16 @@ class Datapath {
                  const gw::Endpoint& destination, uint8_t dscp) noexcept;
   void flush_wan_batch() noexcept;
   void on_gso_send(uint32_t port, uint32_t record, int32_t result) noexcept;
-  // UDP GRO receives (wan_batch_datapath.cc): `record` indexes GatewayState::gro_receives.
-  bool submit_gro_receive(uint32_t source_id, uint32_t record) noexcept;
-  void arm_gro(uint32_t source_id) noexcept;
+  // UDP GRO receives (wan_batch_datapath.cc): `record` indexes GatewayState::large_receives.
+  bool submit_large_receive(uint32_t source_id, uint32_t record) noexcept;
+  void arm_large(uint32_t source_id) noexcept;
   void on_gro_receive(uint32_t source_id, uint32_t record, int32_t result, int64_t now_ns) noexcept;
+  // A read of the offloading TUN device (tun_offload_datapath.cc): one packet or a UDP GSO run,
+  // cut into packets with complete checksums.
+  void on_tun_read(uint32_t source_id, uint32_t record, int32_t result, int64_t now_ns) noexcept;
+  // A packet from the TUN device in `buffer` (payload at its offset, `length` bytes) to the
+  // engine: kOk when the engine holds the buffer now.
+  common::Status tun_packet(uint32_t buffer, uint32_t length, int64_t now_ns) noexcept;
   // One WAN datagram of `length` bytes at the start of `buffer`, from `from`, to the engine:
   // kOk when the engine holds the buffer now.
   common::Status wan_datagram(uint32_t port, const sockaddr_storage& from, uint32_t buffer,
@@ -125,6 +133,7 @@ class Datapath {
   bool control_armed_[2] = {false, false};
   bool control_ready_ = false;
   int32_t open_batch_ = -1;  // the GsoSend frames join, -1: none
+  uint32_t tun_header_bytes_ = 0;  // the TUN device's virtio-net header in front of each packet
 };
 
 }  // namespace detwan::dataplane::uring

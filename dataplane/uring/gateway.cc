@@ -61,13 +61,13 @@ common::Result<void> open_ring(GatewayState& state, uint32_t receives) {
   return {};
 }
 
-// UDP_GRO on the WAN sockets (config.wan_gro) and a GroReceive per receive in flight on them. A
-// kernel without UDP_GRO (before 5.0) leaves the port on one recvmsg per datagram.
-void open_gro(GatewayState& state) {
+// UDP_GRO on the WAN sockets (config.wan_gro), and a LargeReceive per receive in flight on them
+// and on an offloading TUN device. A kernel without UDP_GRO (before 5.0) leaves the port on one
+// recvmsg per datagram.
+void open_large_receives(GatewayState& state) {
   state.gro_enabled.assign(state.wan.size(), 0);
-  if (!state.config.wan_gro) return;
   uint32_t ports = 0;
-  for (size_t i = 0; i < state.wan.size(); ++i) {
+  for (size_t i = 0; i < state.wan.size() && state.config.wan_gro; ++i) {
     const int on = 1;
     if (::setsockopt(state.wan[i].fd(), SOL_UDP, UDP_GRO, &on, sizeof on) == 0) {
       state.gro_enabled[i] = 1;
@@ -77,11 +77,12 @@ void open_gro(GatewayState& state) {
                                     state.config.wan_ports[i].name, std::strerror(errno));
     }
   }
-  const size_t receives = size_t{ports} * state.wan_receive_depth;
-  state.gro_memory.assign(receives * kGroBufferBytes, std::byte{0});
-  state.gro_receives.assign(receives, GroReceive{});
+  size_t receives = size_t{ports} * state.wan_receive_depth;
+  if (state.tun && state.tun->vnet_header_bytes() > 0) receives += kLocalReceiveDepth;
+  state.large_memory.assign(receives * kLargeBufferBytes, std::byte{0});
+  state.large_receives.assign(receives, LargeReceive{});
   for (size_t i = 0; i < receives; ++i) {
-    state.gro_receives[i].data = state.gro_memory.data() + i * kGroBufferBytes;
+    state.large_receives[i].data = state.large_memory.data() + i * kLargeBufferBytes;
   }
 }
 
@@ -96,7 +97,7 @@ common::Result<void> Datapath::prepare() {
                                   std::to_string(config.wan_ports.size()) + " (engine " +
                                   std::to_string(engine_.port_count()) + ")");
   }
-  uint32_t gro_next = 0;  // the next port's first GroReceive
+  uint32_t large_next = 0;  // the next large source's first LargeReceive
   for (size_t i = 0; i < state_.wan.size(); ++i) {
     if (config.wan_ports[i].local.ipv6 != state_.wan[i].ipv6()) {
       return common::make_error(common::ErrorCode::kConfig,
@@ -106,9 +107,9 @@ common::Result<void> Datapath::prepare() {
     sources_.push_back(Source{SourceKind::kWan, state_.wan[i].fd(), &state_.wan[i],
                               static_cast<uint32_t>(i), state_.wan_receive_depth, 0});
     if (state_.gro_enabled[i] != 0) {
-      sources_.back().gro = true;
-      sources_.back().gro_first = gro_next;
-      gro_next += state_.wan_receive_depth;
+      sources_.back().large = true;
+      sources_.back().large_first = large_next;
+      large_next += state_.wan_receive_depth;
     }
   }
   if (config.tunnels.size() != state_.services.size()) {
@@ -138,6 +139,11 @@ common::Result<void> Datapath::prepare() {
   if (state_.tun) {
     sources_.push_back(
         Source{SourceKind::kTun, state_.tun->fd(), nullptr, 0, kLocalReceiveDepth, 0});
+    tun_header_bytes_ = state_.tun->vnet_header_bytes();
+    if (tun_header_bytes_ > 0) {
+      sources_.back().large = true;
+      sources_.back().large_first = large_next;
+    }
   }
   state_.gso_sends.assign(kGsoSendRecords, GsoSend{});
   state_.gso_enabled.assign(state_.wan.size(), config.wan_gso ? 1 : 0);
@@ -199,7 +205,6 @@ common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& 
     if (!socket) return std::unexpected(socket.error());
     state->wan.push_back(std::move(*socket));
   }
-  open_gro(*state);
   for (const gw::TunnelConfig& tunnel : config.tunnels) {
     ServiceSockets sockets;
     const std::string what = "tunnel " + std::to_string(tunnel.id) + " service port";
@@ -222,10 +227,11 @@ common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& 
     state->services.push_back(std::move(sockets));
   }
   if (config.tun.enabled) {
-    auto tun = gw::TunDevice::open(config.tun);
+    auto tun = gw::TunDevice::open(config.tun, config.tun.offload);
     if (!tun) return std::unexpected(tun.error());
     state->tun.emplace(std::move(*tun));
   }
+  open_large_receives(*state);
   if (auto ring = open_ring(*state, receives); !ring) return std::unexpected(ring.error());
   return std::unique_ptr<Gateway>(new Gateway(std::move(state)));
 }

@@ -17,7 +17,7 @@ namespace detwan::dataplane::uring {
 
 bool Datapath::submit_receive(uint32_t source_id, uint32_t buffer) noexcept {
   Source& source = sources_[source_id];
-  if (source.gro) return submit_gro_receive(source_id, buffer);
+  if (source.large) return submit_large_receive(source_id, buffer);
   io_uring_sqe* sqe = get_sqe();
   if (sqe == nullptr) return false;
   if (source.kind == SourceKind::kWan) {
@@ -38,8 +38,8 @@ bool Datapath::submit_receive(uint32_t source_id, uint32_t buffer) noexcept {
 
 void Datapath::arm(uint32_t source_id) noexcept {
   Source& source = sources_[source_id];
-  if (source.gro) {
-    arm_gro(source_id);
+  if (source.large) {
+    arm_large(source_id);
     return;
   }
   while (source.armed < source.depth) {
@@ -98,16 +98,18 @@ void Datapath::on_completion(uint64_t data, int32_t result, int64_t now_ns) noex
   const uint32_t buffer = buffer_of(data);
   switch (op) {
     case Op::kReceive:
-      if (sources_[object].gro) {
+      if (sources_[object].large && sources_[object].kind == SourceKind::kTun) {
+        on_tun_read(object, buffer, result, now_ns);
+      } else if (sources_[object].large) {
         on_gro_receive(object, buffer, result, now_ns);
       } else {
         on_receive(object, buffer, result, now_ns);
       }
       return;
     case Op::kReadiness:
-      if (sources_[object].gro) {
-        if (result == -ECANCELED || !submit_gro_receive(object, buffer)) {
-          state_.gro_receives[buffer].in_flight = false;
+      if (sources_[object].large) {
+        if (result == -ECANCELED || !submit_large_receive(object, buffer)) {
+          state_.large_receives[buffer].in_flight = false;
           --sources_[object].armed;
           starved_ = true;
         }
@@ -177,17 +179,9 @@ void Datapath::on_receive(uint32_t source_id, uint32_t buffer, int32_t result,
       case SourceKind::kWan:
         status = wan_datagram(source.index, pool_.slot(buffer).address, buffer, length, now_ns);
         break;
-      case SourceKind::kTun: {
-        ++engine_.local_io().tun_rx_packets;
-        info.length = length;
-        const auto version =
-            length > 0 ? std::to_integer<uint8_t>(pool_.payload(buffer)[0]) >> 4 : 0;
-        info.type = version == 6 ? wire::DataType::kIpv6 : wire::DataType::kIpv4;
-        gw::SubmitInfo submit;
-        status = engine_.submit_tun_st(buffer, {pool_.payload(buffer), length}, now_ns, &submit);
-        if (submit.wants_replica()) submit_replica(submit, buffer, length, now_ns);
+      case SourceKind::kTun:
+        status = tun_packet(buffer, length, now_ns);
         break;
-      }
       case SourceKind::kService: {
         ++engine_.local_io().service_rx_packets;
         // A datagram larger than the buffer is larger than every port's max payload: the
@@ -211,6 +205,19 @@ void Datapath::on_receive(uint32_t source_id, uint32_t buffer, int32_t result,
     --source.armed;
     starved_ = true;
   }
+}
+
+common::Status Datapath::tun_packet(uint32_t buffer, uint32_t length, int64_t now_ns) noexcept {
+  ++engine_.local_io().tun_rx_packets;
+  BufferInfo& info = pool_.info(buffer);
+  info.length = length;
+  const auto version = length > 0 ? std::to_integer<uint8_t>(pool_.payload(buffer)[0]) >> 4 : 0;
+  info.type = version == 6 ? wire::DataType::kIpv6 : wire::DataType::kIpv4;
+  gw::SubmitInfo submit;
+  const common::Status status =
+      engine_.submit_tun_st(buffer, {pool_.payload(buffer), length}, now_ns, &submit);
+  if (submit.wants_replica()) submit_replica(submit, buffer, length, now_ns);
+  return status;
 }
 
 common::Status Datapath::wan_datagram(uint32_t port, const sockaddr_storage& from, uint32_t buffer,
@@ -262,7 +269,7 @@ void Datapath::on_send(Op op, uint32_t object, uint32_t buffer, int32_t result) 
       break;
     }
     case Op::kTunWrite:
-      ++(ok && static_cast<uint32_t>(result) == pool_.info(buffer).length
+      ++(ok && static_cast<uint32_t>(result) == pool_.info(buffer).length + tun_header_bytes_
              ? engine_.local_io().tun_tx_packets
              : engine_.local_io().tun_tx_errors);
       break;
@@ -362,12 +369,16 @@ void Datapath::deliver(const gw::RxEmit& emit) noexcept {
   // a queued write would be punted to an io-wq worker thread, which adds a wake-up delay to the
   // on-time release and lets concurrent workers reorder packets. A TUN write never blocks (the
   // kernel queues or drops the packet), so doing it here keeps release time and order exact.
-  if (!state_.tun || (sqe = get_sqe()) == nullptr) {
+  if (!state_.tun || info.offset < tun_header_bytes_ || (sqe = get_sqe()) == nullptr) {
     ++io.tun_tx_errors;
     pool_.release(buffer);
     return;
   }
-  io_uring_prep_write(sqe, state_.tun->fd(), pool_.payload(buffer), info.length, 0);
+  // With offload the packet goes behind a virtio-net header of zeros (no GSO, checksum complete),
+  // written into the bytes before the payload (the tunnel header's room).
+  std::byte* start = pool_.payload(buffer) - tun_header_bytes_;
+  std::memset(start, 0, tun_header_bytes_);
+  io_uring_prep_write(sqe, state_.tun->fd(), start, info.length + tun_header_bytes_, 0);
   io_uring_sqe_set_data64(sqe, pack(Op::kTunWrite, 0, buffer));
 }
 

@@ -57,8 +57,8 @@ struct GatewayState {
   std::vector<uint8_t> gso_enabled;
   // UDP GRO receives (wan_batch.h): wan_receive_depth per WAN port with gro_enabled, in port
   // order; gro_enabled per port (config.wan_gro and the kernel took UDP_GRO).
-  std::vector<std::byte> gro_memory;
-  std::vector<GroReceive> gro_receives;
+  std::vector<std::byte> large_memory;
+  std::vector<LargeReceive> large_receives;
   std::vector<uint8_t> gro_enabled;
   io_uring ring{};
   bool ring_open = false;

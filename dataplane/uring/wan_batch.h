@@ -15,7 +15,7 @@
 //
 // Receive (GRO, gateway.wan_gro): the WAN socket has UDP_GRO set, so a run of equal-size
 // datagrams from one peer (a GSO batch of the far gateway, or what a NIC's GRO merged) arrives
-// in one recvmsg into a 64 KiB GroReceive buffer with its segment size in a control message. The
+// in one recvmsg into a 64 KiB LargeReceive buffer with its segment size in a control message. The
 // loop cuts it into frames, each copied into a pool buffer the engine then holds like any other
 // received frame (PortIo::rx_batches counts the receives that carried several).
 #include <cstddef>
@@ -60,15 +60,17 @@ struct GsoSend {
   bool in_use = false;
 };
 
-// One recvmsg of a WAN port with UDP_GRO in flight, into its own buffer (never a pool buffer:
-// a merged run is up to 64 KiB).
-inline constexpr uint32_t kGroBufferBytes = 65'536;
-struct GroReceive {
+// One recvmsg of a WAN port with UDP_GRO, or one read of a TUN device with offload, in flight
+// into its own buffer (never a pool buffer: a merged run or a GSO packet is up to 64 KiB).
+// Holds a merged UDP run (at most 65,535 bytes) or a TUN read (a virtio-net header and a packet
+// of at most 65,535 bytes).
+inline constexpr uint32_t kLargeBufferBytes = 65'536 + 64;
+struct LargeReceive {
   msghdr message{};
   iovec vector{};
   sockaddr_storage address{};
   alignas(cmsghdr) unsigned char control[CMSG_SPACE(sizeof(int))] = {};
-  std::byte* data = nullptr;  // kGroBufferBytes in GatewayState::gro_memory
+  std::byte* data = nullptr;  // kLargeBufferBytes in GatewayState::large_memory
   bool in_flight = false;
 };
 

@@ -153,11 +153,18 @@ void Datapath::on_gso_send(uint32_t port, uint32_t record, int32_t result) noexc
   batch.in_use = false;
 }
 
-bool Datapath::submit_gro_receive(uint32_t source_id, uint32_t record) noexcept {
+bool Datapath::submit_large_receive(uint32_t source_id, uint32_t record) noexcept {
   io_uring_sqe* sqe = get_sqe();
   if (sqe == nullptr) return false;
-  GroReceive& receive = state_.gro_receives[record];
-  receive.vector = {receive.data, kGroBufferBytes};
+  LargeReceive& receive = state_.large_receives[record];
+  const Source& source = sources_[source_id];
+  if (source.kind == SourceKind::kTun) {
+    io_uring_prep_read(sqe, source.fd, receive.data, kLargeBufferBytes, 0);
+    io_uring_sqe_set_data64(sqe, pack(Op::kReceive, source_id, record));
+    receive.in_flight = true;
+    return true;
+  }
+  receive.vector = {receive.data, kLargeBufferBytes};
   receive.message = msghdr{};
   receive.message.msg_name = &receive.address;
   receive.message.msg_namelen = sizeof receive.address;
@@ -165,18 +172,18 @@ bool Datapath::submit_gro_receive(uint32_t source_id, uint32_t record) noexcept 
   receive.message.msg_iovlen = 1;
   receive.message.msg_control = receive.control;
   receive.message.msg_controllen = sizeof receive.control;
-  io_uring_prep_recvmsg(sqe, sources_[source_id].fd, &receive.message, MSG_TRUNC);
+  io_uring_prep_recvmsg(sqe, source.fd, &receive.message, MSG_TRUNC);
   io_uring_sqe_set_data64(sqe, pack(Op::kReceive, source_id, record));
   receive.in_flight = true;
   return true;
 }
 
-void Datapath::arm_gro(uint32_t source_id) noexcept {
+void Datapath::arm_large(uint32_t source_id) noexcept {
   Source& source = sources_[source_id];
-  for (uint32_t record = source.gro_first;
-       record < source.gro_first + source.depth && source.armed < source.depth; ++record) {
-    if (state_.gro_receives[record].in_flight) continue;
-    if (!submit_gro_receive(source_id, record)) {
+  for (uint32_t record = source.large_first;
+       record < source.large_first + source.depth && source.armed < source.depth; ++record) {
+    if (state_.large_receives[record].in_flight) continue;
+    if (!submit_large_receive(source_id, record)) {
       starved_ = true;
       return;
     }
@@ -187,7 +194,7 @@ void Datapath::arm_gro(uint32_t source_id) noexcept {
 void Datapath::on_gro_receive(uint32_t source_id, uint32_t record, int32_t result,
                               int64_t now_ns) noexcept {
   Source& source = sources_[source_id];
-  GroReceive& receive = state_.gro_receives[record];
+  LargeReceive& receive = state_.large_receives[record];
   gw::PortIo& io = engine_.port_io(source.index);
   if (result == -EAGAIN || result == -EINTR) {
     io_uring_sqe* sqe = get_sqe();  // wait for readiness, then receive again (as on_receive)
@@ -203,7 +210,7 @@ void Datapath::on_gro_receive(uint32_t source_id, uint32_t record, int32_t resul
     starved_ = true;
     return;
   }
-  if (result < 0 || static_cast<uint32_t>(result) > kGroBufferBytes ||
+  if (result < 0 || static_cast<uint32_t>(result) > kLargeBufferBytes ||
       (receive.message.msg_flags & MSG_TRUNC) != 0) {
     ++io.rx_errors;  // failed, or truncated (no merged run is larger than the buffer)
   } else {
@@ -240,7 +247,7 @@ void Datapath::on_gro_receive(uint32_t source_id, uint32_t record, int32_t resul
       }
     }
   }
-  if (!submit_gro_receive(source_id, record)) {
+  if (!submit_large_receive(source_id, record)) {
     receive.in_flight = false;
     --source.armed;
     starved_ = true;
