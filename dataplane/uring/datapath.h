@@ -106,6 +106,10 @@ class Datapath {
   // UDP GRO receives (wan_batch_datapath.cc): `record` indexes GatewayState::large_receives.
   bool submit_large_receive(uint32_t source_id, uint32_t record) noexcept;
   void arm_large(uint32_t source_id) noexcept;
+  // A large receive's completion that carries no data (EAGAIN: wait for readiness; cancelled):
+  // handled, true. rearm_large() submits the record again (or leaves the source starved).
+  bool large_receive_ended(uint32_t source_id, uint32_t record, int32_t result) noexcept;
+  void rearm_large(uint32_t source_id, uint32_t record) noexcept;
   void on_gro_receive(uint32_t source_id, uint32_t record, int32_t result, int64_t now_ns) noexcept;
   // A read of the offloading TUN device (tun_offload_datapath.cc): one packet or a UDP GSO run,
   // cut into packets with complete checksums.

@@ -2,11 +2,7 @@
 // partial checksums, and the loop's handling of such a read. Per packet: no allocation, no
 // exception, no logging; failures are counted in LocalIo.
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-
-#include <liburing.h>
-#include <poll.h>
 
 #include "dataplane/gw/tun.h"
 #include "dataplane/uring/datapath.h"
@@ -131,23 +127,9 @@ uint32_t build_tun_packet(const TunRead& read, uint32_t index, std::span<std::by
 
 void Datapath::on_tun_read(uint32_t source_id, uint32_t record, int32_t result,
                            int64_t now_ns) noexcept {
-  Source& source = sources_[source_id];
+  if (large_receive_ended(source_id, record, result)) return;
   LargeReceive& receive = state_.large_receives[record];
   gw::LocalIo& io = engine_.local_io();
-  if (result == -EAGAIN || result == -EINTR) {
-    io_uring_sqe* sqe = get_sqe();  // wait for readiness, then read again (as on_receive)
-    if (sqe != nullptr) {
-      io_uring_prep_poll_add(sqe, source.fd, POLLIN);
-      io_uring_sqe_set_data64(sqe, pack(Op::kReadiness, source_id, record));
-      return;
-    }
-  }
-  if (result == -ECANCELED || result == -EAGAIN || result == -EINTR) {
-    receive.in_flight = false;
-    --source.armed;
-    starved_ = true;
-    return;
-  }
   TunRead read;
   if (result < 0 ||
       !parse_tun_read({receive.data, static_cast<std::size_t>(std::min<int32_t>(
@@ -173,11 +155,7 @@ void Datapath::on_tun_read(uint32_t source_id, uint32_t record, int32_t result,
       if (tun_packet(buffer, length, now_ns) != common::Status::kOk) pool_.release(buffer);
     }
   }
-  if (!submit_large_receive(source_id, record)) {
-    receive.in_flight = false;
-    --source.armed;
-    starved_ = true;
-  }
+  rearm_large(source_id, record);
 }
 
 }  // namespace detwan::dataplane::uring

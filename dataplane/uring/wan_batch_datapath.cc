@@ -191,25 +191,38 @@ void Datapath::arm_large(uint32_t source_id) noexcept {
   }
 }
 
-void Datapath::on_gro_receive(uint32_t source_id, uint32_t record, int32_t result,
-                              int64_t now_ns) noexcept {
-  Source& source = sources_[source_id];
-  LargeReceive& receive = state_.large_receives[record];
-  gw::PortIo& io = engine_.port_io(source.index);
+bool Datapath::large_receive_ended(uint32_t source_id, uint32_t record, int32_t result) noexcept {
   if (result == -EAGAIN || result == -EINTR) {
     io_uring_sqe* sqe = get_sqe();  // wait for readiness, then receive again (as on_receive)
     if (sqe != nullptr) {
-      io_uring_prep_poll_add(sqe, source.fd, POLLIN);
+      io_uring_prep_poll_add(sqe, sources_[source_id].fd, POLLIN);
       io_uring_sqe_set_data64(sqe, pack(Op::kReadiness, source_id, record));
-      return;
+      return true;
     }
   }
   if (result == -ECANCELED || result == -EAGAIN || result == -EINTR) {
-    receive.in_flight = false;
-    --source.armed;
+    state_.large_receives[record].in_flight = false;
+    --sources_[source_id].armed;
     starved_ = true;
-    return;
+    return true;
   }
+  return false;
+}
+
+void Datapath::rearm_large(uint32_t source_id, uint32_t record) noexcept {
+  if (!submit_large_receive(source_id, record)) {
+    state_.large_receives[record].in_flight = false;
+    --sources_[source_id].armed;
+    starved_ = true;
+  }
+}
+
+void Datapath::on_gro_receive(uint32_t source_id, uint32_t record, int32_t result,
+                              int64_t now_ns) noexcept {
+  if (large_receive_ended(source_id, record, result)) return;
+  const Source& source = sources_[source_id];
+  LargeReceive& receive = state_.large_receives[record];
+  gw::PortIo& io = engine_.port_io(source.index);
   if (result < 0 || static_cast<uint32_t>(result) > kLargeBufferBytes ||
       (receive.message.msg_flags & MSG_TRUNC) != 0) {
     ++io.rx_errors;  // failed, or truncated (no merged run is larger than the buffer)
@@ -247,11 +260,7 @@ void Datapath::on_gro_receive(uint32_t source_id, uint32_t record, int32_t resul
       }
     }
   }
-  if (!submit_large_receive(source_id, record)) {
-    receive.in_flight = false;
-    --source.armed;
-    starved_ = true;
-  }
+  rearm_large(source_id, record);
 }
 
 }  // namespace detwan::dataplane::uring

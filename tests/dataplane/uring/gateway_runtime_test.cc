@@ -140,13 +140,7 @@ TEST(UringGatewayRuntime, TunnelAddedAndRemovedOverTheAdminSocket) {
     config.tunnels[0].dst_prefixes = {*gw::parse_prefix("10.20.2.0/24")};
     Site a(config);
     ASSERT_TRUE(a.opened());
-    common::UniqueFd control(::socket(AF_INET, SOCK_DGRAM, 0));
-    ifreq request{};
-    std::strcpy(request.ifr_name, "dtwr0");
-    auto* address = reinterpret_cast<sockaddr_in*>(&request.ifr_addr);
-    address->sin_family = AF_INET;
-    ::inet_pton(AF_INET, "10.77.0.1", &address->sin_addr);
-    ASSERT_EQ(::ioctl(control.get(), SIOCSIFADDR, &request), 0) << std::strerror(errno);
+    testing::set_ipv4_address("dtwr0", "10.77.0.1");
     const auto directory = std::filesystem::temp_directory_path() /
                            ("detwan-uring-admin-" + std::to_string(::getpid()));
     std::filesystem::create_directories(directory);

@@ -337,14 +337,7 @@ TEST(UringGateway, TunPacketsCrossTheTunnel) {
     config.tunnels[0].dst_prefixes = {*route};
     Site a(config);
     ASSERT_TRUE(a.opened());
-    // The host's own address on the device: the source of what it routes there.
-    common::UniqueFd control(::socket(AF_INET, SOCK_DGRAM, 0));
-    ifreq request{};
-    std::strcpy(request.ifr_name, "dtwg0");
-    auto* address = reinterpret_cast<sockaddr_in*>(&request.ifr_addr);
-    address->sin_family = AF_INET;
-    ::inet_pton(AF_INET, "10.77.0.1", &address->sin_addr);
-    ASSERT_EQ(::ioctl(control.get(), SIOCSIFADDR, &request), 0) << std::strerror(errno);
+    testing::set_ipv4_address("dtwg0", "10.77.0.1");
     a.start();
 
     // Host -> TUN -> tunnel 7 -> the peer.

@@ -216,13 +216,7 @@ void run_through_tun(bool offload) {
   config.tunnels[0].burst_bytes = 1 << 20;
   testing::Site a(config);
   ASSERT_TRUE(a.opened());
-  common::UniqueFd control(::socket(AF_INET, SOCK_DGRAM, 0));
-  ifreq request{};
-  std::strcpy(request.ifr_name, "dtwo0");
-  auto* address = reinterpret_cast<sockaddr_in*>(&request.ifr_addr);
-  address->sin_family = AF_INET;
-  ::inet_pton(AF_INET, "10.77.0.1", &address->sin_addr);
-  ASSERT_EQ(::ioctl(control.get(), SIOCSIFADDR, &request), 0) << std::strerror(errno);
+  testing::set_ipv4_address("dtwo0", "10.77.0.1");
   a.start();
 
   common::UniqueFd host(::socket(AF_INET, SOCK_DGRAM, 0));

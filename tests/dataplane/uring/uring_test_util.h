@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -89,6 +91,19 @@ inline gw::GatewayConfig site_config(const std::string& name, const std::string&
   tunnel.dscp = 46;
   config.tunnels.push_back(tunnel);
   return config;
+}
+
+// Gives interface `device` the IPv4 address `address` (the host's own address on a TUN device:
+// the source of what it routes there). Fails the test naming the errno otherwise.
+inline void set_ipv4_address(const char* device, const char* address) {
+  common::UniqueFd control(::socket(AF_INET, SOCK_DGRAM, 0));
+  ifreq request{};
+  std::strncpy(request.ifr_name, device, IFNAMSIZ - 1);
+  auto* in = reinterpret_cast<sockaddr_in*>(&request.ifr_addr);
+  in->sin_family = AF_INET;
+  ASSERT_EQ(::inet_pton(AF_INET, address, &in->sin_addr), 1) << address;
+  ASSERT_EQ(::ioctl(control.get(), SIOCSIFADDR, &request), 0)
+      << device << ": " << std::strerror(errno);
 }
 
 // A UDP socket of the test bound to 127.0.0.1 (or ::1) port 0.
