@@ -2,7 +2,7 @@
 (`tools/testbed up --dataplane uring --agents`): the ranks get DETWAN_RESERVATION and
 DETWAN_AGENT, ask the agent at init and send through the provisioned tunnel while real cross
 traffic floods the best-effort share of the WAN; every byte is checked, the gateways' counters
-show the tunnel carried it and its policer never had to act. A job whose reservation is released
+show the tunnel carried it and its scheduler dropped almost nothing (timing only). A job whose reservation is released
 mid-run fails with an error naming the reservation (not a hang); a job whose reservation is not
 provisioned, or that names none covering its site, is refused at init.
 
@@ -88,11 +88,19 @@ def test_collective_rides_the_reservation_through_a_flooded_wan(lab):
         sent = after[s]["tx_sent"] - before[s]["tx_sent"]
         assert sent > 4 * (4 << 20) // gateway.TUN_MTU_BYTES, (s, before[s], after[s])
         # Paced at the reservation with every header counted: the gateway pushed nothing out as
-        # best effort and dropped (policed) at most 0.1 % — not 0: each channel has its own
-        # pacer, and the small messages of barriers and checks can run on a rank's two
-        # inter-site channels at once (docs/collectives.md, "Reservations").
+        # best effort and its scheduler dropped at most 0.5 %, all of them for timing (policed,
+        # missed_slot) — not 0: each channel has its own pacer, the small messages of barriers
+        # and checks can run on a rank's two inter-site channels at once (docs/collectives.md,
+        # "Reservations"), and the policer stamps a packet when the gateway reads it, so a
+        # gateway descheduled for longer than half the burst's time on a loaded 2-core machine
+        # reads a bunch (CI saw 25 of 20,679, 0.12 %). Any other reason is a real fault.
+        drops_before = (before[s]["raw"]["tx"].get("scheduler") or {}).get("dropped") or {}
+        drops_after = (after[s]["raw"]["tx"].get("scheduler") or {}).get("dropped") or {}
+        by_reason = {k: v - drops_before.get(k, 0) for k, v in drops_after.items()
+                     if v != drops_before.get(k, 0)}
         dropped = after[s]["tx_dropped"] - before[s]["tx_dropped"]
-        assert dropped <= sent // 1000, (s, dropped, sent, after[s]["raw"]["tx"]["scheduler"])
+        assert set(by_reason) <= {"policed", "missed_slot"}, (s, by_reason)
+        assert dropped <= sent // 200, (s, dropped, sent, by_reason)
         be = after[s]["raw"]["tx"]["sent_best_effort_packets"]
         assert be == before[s]["raw"]["tx"]["sent_best_effort_packets"], (s, after[s]["raw"]["tx"])
     # The ranks' report says where the rate came from.
