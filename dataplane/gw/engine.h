@@ -63,16 +63,18 @@ std::string_view to_string(EngineDrop reason) noexcept;  // "no_route", "not_ip"
 // I/O counters the backend increments (the engine only reports them).
 struct PortIo {
   uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
-  uint64_t rx_errors = 0;  // receive calls that failed or were truncated
-  uint64_t tx_errors = 0;  // sends that failed (the frame is lost and counted here)
-  uint64_t no_buffer = 0;  // receives skipped because the buffer pool was empty
+  uint64_t rx_errors = 0;    // receive calls that failed or were truncated
+  uint64_t tx_errors = 0;    // sends that failed (the frame is lost and counted here)
+  uint64_t no_buffer = 0;    // receives skipped because the buffer pool was empty
   uint64_t tx_batches = 0;   // sends that carried several frames (UDP GSO, io_uring backend)
   uint64_t gso_refused = 0;  // batches the route refused; their frames went out one by one
   uint64_t rx_batches = 0;   // receives that carried several frames (UDP GRO, io_uring backend)
 };
 struct LocalIo {
   uint64_t tun_rx_packets = 0, tun_tx_packets = 0, tun_rx_errors = 0, tun_tx_errors = 0;
-  uint64_t tun_rx_batches = 0;  // TUN reads that carried several packets (UDP GSO, tun.offload)
+  uint64_t tun_rx_batches = 0;   // TUN reads that carried several packets (UDP GSO, tun.offload)
+  uint64_t tun_tx_batches = 0;   // TUN writes that carried several packets (UDP GSO, tun.offload)
+  uint64_t tun_gso_refused = 0;  // runs the device refused; their packets went one by one
   uint64_t service_rx_packets = 0, service_tx_packets = 0, service_rx_errors = 0,
            service_tx_errors = 0;
 };
@@ -94,11 +96,11 @@ struct ApplyResult {
 
 // Handed to the poll_tx sink: one frame whose departure time has come.
 struct TxEmit {
-  uint64_t handle = 0;        // the backend's buffer (data frames only)
-  bool control = false;       // an engine-built control packet: send `bytes`, there is no handle
-  bool send = true;           // false: it missed its slot (counted): free it, do not send
-  bool best_effort = false;   // leaves in unreserved slots (flag B on data frames)
-  uint32_t port_index = 0;    // WAN port it leaves on
+  uint64_t handle = 0;       // the backend's buffer (data frames only)
+  bool control = false;      // an engine-built control packet: send `bytes`, there is no handle
+  bool send = true;          // false: it missed its slot (counted): free it, do not send
+  bool best_effort = false;  // leaves in unreserved slots (flag B on data frames)
+  uint32_t port_index = 0;   // WAN port it leaves on
   // Tunnel it belongs to (control: the peer's control tunnel); kNoTunnel for a frame handed back
   // (send == false) because its tunnel was removed.
   uint32_t tunnel_index = 0;
@@ -237,8 +239,7 @@ class Engine {
   // Control packets: processed -> kBusy ("consumed": caller frees), or kMalformed.
   // kInvalidArgument: port_index out of range or info == nullptr.
   [[nodiscard]] common::Status on_wan_datagram_st(uint32_t port_index, const Endpoint& source,
-                                                  uint64_t handle,
-                                                  std::span<std::byte> udp_payload,
+                                                  uint64_t handle, std::span<std::byte> udp_payload,
                                                   int64_t now_ns, RxInfo* info) noexcept;
   // Hands every packet whose release time has come to sink(const RxEmit&). The backend
   // delivers it (TUN write or service send) and frees the buffer.

@@ -245,16 +245,15 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
                 tc.path_eliminated_packets[path]);
     }
     e.counter("detwan_gw_tunnel_rx_peer_restarts_total",
-              "Replay window started again: the peer gateway restarted (new session epoch)",
-              labels, tc.peer_restarts);
+              "Replay window started again: the peer gateway restarted (new session epoch)", labels,
+              tc.peer_restarts);
     if (t.auth) {  // authenticated tunnel (docs/wire-format.md, "Authenticated tunnels")
       const AuthCounters& ac = t.auth->counters;
       e.counter("detwan_gw_tunnel_auth_sealed_packets_total",
                 "Packets sealed with the tunnel's transmit key (data and control)", labels,
                 ac.sealed_packets);
       e.counter("detwan_gw_tunnel_auth_opened_packets_total",
-                "Packets a key of the tunnel opened (data and control)", labels,
-                ac.opened_packets);
+                "Packets a key of the tunnel opened (data and control)", labels, ac.opened_packets);
       for (int r = 0; r < kAuthDropCount; ++r) {
         Labels with_reason = labels;
         with_reason.emplace_back("reason", std::string(to_string(static_cast<AuthDrop>(r))));
@@ -324,6 +323,12 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
   e.counter("detwan_gw_tun_rx_errors_total", "Failed TUN reads", {}, io.tun_rx_errors);
   e.counter("detwan_gw_tun_rx_batches_total",
             "TUN reads that carried several packets (UDP GSO, tun.offload)", {}, io.tun_rx_batches);
+  e.counter("detwan_gw_tun_tx_batches_total",
+            "TUN writes that carried several packets (UDP GSO, tun.offload)", {},
+            io.tun_tx_batches);
+  e.counter("detwan_gw_tun_gso_refused_total",
+            "UDP GSO runs the TUN device refused (then written packet by packet)", {},
+            io.tun_gso_refused);
   e.counter("detwan_gw_tun_tx_errors_total", "Failed TUN writes", {}, io.tun_tx_errors);
   e.counter("detwan_gw_service_rx_packets_total", "Datagrams received on service ports", {},
             io.service_rx_packets);

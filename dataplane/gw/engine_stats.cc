@@ -4,8 +4,9 @@
 // embedded as is, so the document is valid JSON by construction.
 #include <string>
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <boost/json.hpp>
 
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/engine_impl.h"
@@ -35,7 +36,8 @@ json::object local_io_json(const LocalIo& io) {
   return {
       {"tun_rx_packets", io.tun_rx_packets},         {"tun_tx_packets", io.tun_tx_packets},
       {"tun_rx_errors", io.tun_rx_errors},           {"tun_tx_errors", io.tun_tx_errors},
-      {"tun_rx_batches", io.tun_rx_batches},         {"service_rx_packets", io.service_rx_packets},
+      {"tun_rx_batches", io.tun_rx_batches},         {"tun_tx_batches", io.tun_tx_batches},
+      {"tun_gso_refused", io.tun_gso_refused},       {"service_rx_packets", io.service_rx_packets},
       {"service_tx_packets", io.service_tx_packets}, {"service_rx_errors", io.service_rx_errors},
       {"service_tx_errors", io.service_tx_errors}};
 }
@@ -202,8 +204,8 @@ std::string Engine::stats_json(int64_t now_ns) const {
         {"up_transitions", c.up_transitions},
         {"down_transitions", c.down_transitions},
         {"restarts", c.restarts},
-        {"session_epoch", p.epoch == 0 ? json::value(nullptr)
-                                       : json::value(fmt::format("{:016x}", p.epoch))},
+        {"session_epoch",
+         p.epoch == 0 ? json::value(nullptr) : json::value(fmt::format("{:016x}", p.epoch))},
         {"clock",
          json::object{
              {"source", config.clock_offset_ns ? "configured" : "auto"},

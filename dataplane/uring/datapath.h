@@ -31,6 +31,7 @@ enum class Op : uint8_t {
   kControlReady = 6,  // POLL_ADD on a control server's listening socket (object 0: control,
                       // 1: admin)
   kWanGsoSend = 7,    // sendmsg with UDP_SEGMENT on WAN port `object`; `buffer`: the GsoSend
+  kTunRunWrite = 8,   // writev of a UDP GSO run to the TUN device; `buffer`: the TunRun
 };
 
 inline constexpr uint64_t pack(Op op, uint32_t object, uint32_t buffer) noexcept {
@@ -114,6 +115,13 @@ class Datapath {
   // A read of the offloading TUN device (tun_offload_datapath.cc): one packet or a UDP GSO run,
   // cut into packets with complete checksums.
   void on_tun_read(uint32_t source_id, uint32_t record, int32_t result, int64_t now_ns) noexcept;
+  // Writes to the TUN device: write_tun() one packet; queue_tun() lets it join the open run
+  // (tun_offload.h) or writes the run and opens the next; flush_tun_run() writes the open run
+  // (after every engine rx poll).
+  void write_tun(uint32_t buffer) noexcept;
+  void queue_tun(uint32_t buffer) noexcept;
+  void flush_tun_run() noexcept;
+  void on_tun_run_write(uint32_t record, int32_t result) noexcept;
   // A packet from the TUN device in `buffer` (payload at its offset, `length` bytes) to the
   // engine: kOk when the engine holds the buffer now.
   common::Status tun_packet(uint32_t buffer, uint32_t length, int64_t now_ns) noexcept;
@@ -136,7 +144,8 @@ class Datapath {
   gw::ControlServer* controls_[2] = {nullptr, nullptr};
   bool control_armed_[2] = {false, false};
   bool control_ready_ = false;
-  int32_t open_batch_ = -1;  // the GsoSend frames join, -1: none
+  int32_t open_batch_ = -1;        // the GsoSend frames join, -1: none
+  int32_t open_tun_run_ = -1;      // the TunRun packets join, -1: none
   uint32_t tun_header_bytes_ = 0;  // the TUN device's virtio-net header in front of each packet
 };
 

@@ -146,6 +146,8 @@ common::Result<void> Datapath::prepare() {
     }
   }
   state_.gso_sends.assign(kGsoSendRecords, GsoSend{});
+  state_.tun_runs.assign(kTunRunRecords, TunRun{});
+  state_.tun_gso = tun_header_bytes_ > 0;
   state_.gso_enabled.assign(state_.wan.size(), config.wan_gso ? 1 : 0);
   if (config.cpu >= 0) {
     cpu_set_t set;

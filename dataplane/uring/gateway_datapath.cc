@@ -134,6 +134,9 @@ void Datapath::on_completion(uint64_t data, int32_t result, int64_t now_ns) noex
     case Op::kWanGsoSend:
       on_gso_send(object, buffer, result);
       return;
+    case Op::kTunRunWrite:
+      on_tun_run_write(buffer, result);
+      return;
   }
 }
 
@@ -320,8 +323,7 @@ void Datapath::transmit(const gw::TxEmit& emit) noexcept {
   }
   // Header in the headroom; on an authenticated tunnel the payload is sealed in place and the
   // tag goes after it (the engine admitted only payloads that leave room for it).
-  const std::span<std::byte> frame =
-      pool_.whole(buffer).subspan(info.offset - kHeadroomBytes);
+  const std::span<std::byte> frame = pool_.whole(buffer).subspan(info.offset - kHeadroomBytes);
   const std::size_t size = engine_.encode_frame_st(emit, info.type, frame, info.length);
   if (size == 0) {
     ++engine_.port_io(emit.port_index).tx_errors;
@@ -369,17 +371,7 @@ void Datapath::deliver(const gw::RxEmit& emit) noexcept {
   // a queued write would be punted to an io-wq worker thread, which adds a wake-up delay to the
   // on-time release and lets concurrent workers reorder packets. A TUN write never blocks (the
   // kernel queues or drops the packet), so doing it here keeps release time and order exact.
-  if (!state_.tun || info.offset < tun_header_bytes_ || (sqe = get_sqe()) == nullptr) {
-    ++io.tun_tx_errors;
-    pool_.release(buffer);
-    return;
-  }
-  // With offload the packet goes behind a virtio-net header of zeros (no GSO, checksum complete),
-  // written into the bytes before the payload (the tunnel header's room).
-  std::byte* start = pool_.payload(buffer) - tun_header_bytes_;
-  std::memset(start, 0, tun_header_bytes_);
-  io_uring_prep_write(sqe, state_.tun->fd(), start, info.length + tun_header_bytes_, 0);
-  io_uring_sqe_set_data64(sqe, pack(Op::kTunWrite, 0, buffer));
+  queue_tun(buffer);
 }
 
 template <typename Timing>
@@ -401,6 +393,7 @@ void Datapath::loop(Timing& timing) {
     const int64_t now_ns = timing.now_ns();
     engine_.poll_control_st(now_ns);
     engine_.poll_rx_st(now_ns, deliver_sink);
+    flush_tun_run();
     engine_.poll_tx_st(now_ns, transmit_sink);
     flush_wan_batch();
     if (has_control && (control_ready_ || now_ns >= next_control_ns)) {

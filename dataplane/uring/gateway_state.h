@@ -12,6 +12,7 @@
 #include "dataplane/gw/tun.h"
 #include "dataplane/uring/buffer_pool.h"
 #include "dataplane/uring/port.h"
+#include "dataplane/uring/tun_offload.h"
 #include "dataplane/uring/wan_batch.h"
 
 namespace detwan::dataplane::uring {
@@ -60,6 +61,10 @@ struct GatewayState {
   std::vector<std::byte> large_memory;
   std::vector<LargeReceive> large_receives;
   std::vector<uint8_t> gro_enabled;
+  // UDP GSO runs written to the TUN device (tun_offload.h), here for the same reason as
+  // gso_sends; tun_gso: tun.offload, and off once the device refused a run.
+  std::vector<TunRun> tun_runs;
+  bool tun_gso = false;
   io_uring ring{};
   bool ring_open = false;
   bool ran = false;
