@@ -2,7 +2,8 @@
 """Counts test results over every suite and prints one closing line "N passed, N failed".
 
 Arguments: LABEL=RESULTS_DIR[:MESON_TESTLOG] for each suite run. Each directory holds GoogleTest JSON reports (one per binary, from GTEST_OUTPUT=json:DIR/) and
-pytest JUnit XML files, plus meson's testlog.json. A test binary that meson saw fail but that left
+pytest JUnit XML files, plus meson's testlog.json; binaries declared with meson's protocol 'gtest'
+write their report where meson tells them (<build dir>/<test name>.xml) and are read from there. A test binary that meson saw fail but that left
 no report (a crash, a timeout) counts as one failure, so nothing disappears from the count.
 Exit status 1 when anything failed.
 """
@@ -39,7 +40,7 @@ def junit_counts(path):
         if case.find("failure") is not None or case.find("error") is not None:
             failed += 1
             failures.append(name)
-        elif case.find("skipped") is not None:
+        elif case.find("skipped") is not None or case.get("status") == "notrun":
             skipped += 1
         else:
             passed += 1
@@ -68,18 +69,36 @@ def summarize_dir(label, results_dir, testlog, totals, failures):
         print(f"  {label}{name}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped")
 
     if testlog and os.path.exists(testlog):
+        # Binaries declared with meson's protocol 'gtest' get GTEST_OUTPUT from meson, not from
+        # us: their report is <build dir>/<test name>.xml (JUnit). Count those cases too.
+        build_dir = os.path.dirname(os.path.dirname(os.path.abspath(testlog)))
         with open(testlog, encoding="utf-8") as f:
-            for line in f:
-                entry = json.loads(line)
-                exe = os.path.basename(entry.get("cmd", [""])[0])
-                if entry.get("result") in ("OK", "SKIP", "EXPECTEDFAIL"):
-                    continue
-                # Failed in meson's eyes but no failing case in a report: a crash, a timeout or
-                # a sanitizer error at exit. Count it once.
-                if reported.get(exe, 0) == 0:
-                    totals[1] += 1
-                    failures.append(f"{label}{entry.get('name')}: {entry.get('result')} "
-                                    "(exit status)")
+            entries = [json.loads(line) for line in f if line.strip()]
+        for entry in entries:
+            exe = os.path.basename((entry.get("command") or entry.get("cmd") or [""])[0])
+            xml = os.path.join(build_dir, f"{entry.get('name', '')}.xml")
+            if exe in reported or not entry.get("name") or not os.path.exists(xml):
+                continue
+            try:
+                counts = junit_counts(xml)
+            except (ET.ParseError, OSError) as err:
+                counts = (0, 1, 0, [f"{entry.get('name')}.xml: unreadable report ({err})"])
+            reported[exe] = counts[1]
+            for i in range(3):
+                totals[i] += counts[i]
+            failures += [f"{label}{f}" for f in counts[3]]
+            print(f"  {label}{entry.get('name')}.xml: {counts[0]} passed, {counts[1]} failed, "
+                  f"{counts[2]} skipped")
+        for entry in entries:
+            exe = os.path.basename((entry.get("command") or entry.get("cmd") or [""])[0])
+            if entry.get("result") in ("OK", "SKIP", "EXPECTEDFAIL"):
+                continue
+            # Failed in meson's eyes but no failing case in a report: a crash, a timeout or
+            # a sanitizer error at exit. Count it once.
+            if reported.get(exe, 0) == 0:
+                totals[1] += 1
+                failures.append(f"{label}{entry.get('name')}: {entry.get('result')} "
+                                "(exit status)")
 
 
 def main():
