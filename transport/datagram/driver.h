@@ -65,12 +65,15 @@ class DatagramEndpoint final : public DatagramEndpointBase {
  public:
   using Address = typename Link::Address;
 
+  // `accepted`: the queue accepted channels go to; endpoints that share one (the udp backend's
+  // lanes, transport/udp/lanes.h) serve one accept(). Default: a queue of this endpoint's own.
   DatagramEndpoint(std::unique_ptr<Link> link, std::string backend, ChannelOptions accept_options,
-                   bool inline_progress = false)
+                   bool inline_progress = false, std::shared_ptr<AcceptQueue> accepted = nullptr)
       : link_(std::move(link)),
         backend_(std::move(backend)),
         accept_options_(std::move(accept_options)),
         queue_(std::make_shared<PostQueue>([link = link_.get()] { link->wake(); })),
+        accepted_(accepted ? std::move(accepted) : std::make_shared<AcceptQueue>()),
         inline_(inline_progress),
         random_(std::random_device{}()) {
     if (inline_) return;
@@ -86,7 +89,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
       link_->wake();
       thread_.join();
     }
-    accepted_.stop();
+    accepted_->stop();
   }
 
   Result<size_t> progress(int64_t timeout_ns) override {
@@ -119,16 +122,16 @@ class DatagramEndpoint final : public DatagramEndpointBase {
       return common::make_error(ErrorCode::kInvalidArgument,
                                 backend_ + ": accept() before a successful listen()");
     }
-    if (!inline_) return accepted_.pop(timeout_ns);
+    if (!inline_) return accepted_->pop(timeout_ns);
     if (auto owner = claim_owner(); !owner) return std::unexpected(owner.error());
     const int64_t end_ns = deadline_after(timeout_ns);
-    while (accepted_.size() == 0 && clock_.now_ns() < end_ns) (void)pass_st(end_ns);
-    if (accepted_.size() == 0) {
+    while (accepted_->size() == 0 && clock_.now_ns() < end_ns) (void)pass_st(end_ns);
+    if (accepted_->size() == 0) {
       return common::make_error(
           ErrorCode::kTimeout,
           fmt::format("accept: no peer connected within {} ms", timeout_ns / 1'000'000));
     }
-    return accepted_.pop(0);
+    return accepted_->pop(0);
   }
 
   Result<std::unique_ptr<Channel>> connect(const std::string& address,
@@ -289,7 +292,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
 
   void create_server_st(uint64_t connection_id, SocketId socket, const Address& source,
                         int64_t now_ns) {
-    if (accepted_.size() >= kMaxAcceptBacklog) {
+    if (accepted_->size() >= kMaxAcceptBacklog) {
       ++counters_.dropped_accept_backlog;
       return;
     }
@@ -320,7 +323,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     server_by_id_[connection_id] = key;
     server_by_short_id_[static_cast<uint32_t>(connection_id)] = key;
     ++counters_.connections_accepted;
-    accepted_.push(std::make_unique<ChannelHandle>(queue_, std::move(shared)));
+    accepted_->push(std::make_unique<ChannelHandle>(queue_, std::move(shared)));
   }
 
   // ---- the event loop (driver_datapath.h) ----
@@ -369,7 +372,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   std::string backend_;
   ChannelOptions accept_options_;
   std::shared_ptr<PostQueue> queue_;
-  AcceptQueue accepted_;
+  std::shared_ptr<AcceptQueue> accepted_;
   common::MonotonicClock clock_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> listening_{false};

@@ -43,6 +43,16 @@ struct DriverCounters {
   uint64_t dropped_accept_backlog = 0;     // HELLO while too many channels wait for accept()
   uint64_t dropped_id_collision = 0;       // HELLO whose id's low 32 bits a live channel has
   uint64_t connections_accepted = 0;
+
+  DriverCounters& operator+=(const DriverCounters& o) {
+    datagrams_received += o.datagrams_received;
+    dropped_not_transport += o.dropped_not_transport;
+    dropped_unknown_connection += o.dropped_unknown_connection;
+    dropped_accept_backlog += o.dropped_accept_backlog;
+    dropped_id_collision += o.dropped_id_collision;
+    connections_accepted += o.connections_accepted;
+    return *this;
+  }
 };
 
 // One API call handed to the progress thread.

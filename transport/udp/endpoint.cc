@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "transport/datagram/driver.h"
+#include "transport/udp/lane_steering.h"
+#include "transport/udp/lanes.h"
 #include "transport/udp/link.h"
 
 namespace detwan::transport::udp {
@@ -38,21 +40,23 @@ constexpr int64_t kAutoBusyPollNs = 50'000;
 struct LinkSettings {
   int64_t busy_poll_ns = 0;
   bool adaptive_busy_poll = false;
+  uint32_t threads = 1;  // progress threads (lanes.h)
   LinkOptions options;
 };
 
 // backend_config: "" or comma-separated settings: "busy_poll_us=N" (0 <= N <= 1 s, see
 // UdpLink::set_busy_poll_ns) or "busy_poll_us=auto" (adaptive, at most 50 us per wait),
-// "gso=0|1", "gro=0|1" (both on by default where the kernel has them; off is for comparisons).
+// "gso=0|1", "gro=0|1" (both on by default where the kernel has them; off is for comparisons),
+// "threads=N" (1 <= N <= 64 progress threads, channels spread over them: lanes.h).
 Result<LinkSettings> parse_backend_config(const std::string& config) {
   LinkSettings settings;
   auto invalid = [&](std::string_view item, std::string_view why) {
     return common::make_error(
         ErrorCode::kInvalidArgument,
         fmt::format("udp backend_config '{}': '{}': {} (the udp backend takes busy_poll_us=N "
-                    "with 0 <= N <= {} or busy_poll_us=auto, gso=0|1 and gro=0|1, separated by "
-                    "commas)",
-                    config, item, why, kMaxBusyPollUs));
+                    "with 0 <= N <= {} or busy_poll_us=auto, gso=0|1, gro=0|1 and threads=N "
+                    "with 1 <= N <= {}, separated by commas)",
+                    config, item, why, kMaxBusyPollUs, kMaxLanes));
   };
   std::string_view rest(config);
   while (!rest.empty()) {
@@ -75,6 +79,9 @@ Result<LinkSettings> parse_backend_config(const std::string& config) {
     if (key == "busy_poll_us") {
       if (number < 0 || number > kMaxBusyPollUs) return invalid(item, "busy_poll_us out of range");
       settings.busy_poll_ns = number * 1'000;
+    } else if (key == "threads") {
+      if (number < 1 || number > kMaxLanes) return invalid(item, "threads out of range");
+      settings.threads = static_cast<uint32_t>(number);
     } else if (key == "gso" || key == "gro") {
       if (number != 0 && number != 1) return invalid(item, "must be 0 or 1");
       (key == "gso" ? settings.options.gso : settings.options.gro) = number == 1;
@@ -99,10 +106,29 @@ Result<std::unique_ptr<Endpoint>> make_endpoint(const EndpointOptions& options) 
                                           checked->mtu_bytes,
                                           UdpLink::kMaxDatagramBytes + datagram::kIpUdpHeaderBytes));
   }
-  auto link = UdpLink::create(settings->options);
+  auto make_link = [&settings](const LinkOptions& link_options)
+      -> Result<std::unique_ptr<UdpLink>> {
+    auto link = UdpLink::create(link_options);
+    if (!link) return std::unexpected(link.error());
+    (*link)->set_busy_poll_ns(settings->busy_poll_ns);
+    if (settings->adaptive_busy_poll) (*link)->set_adaptive_busy_poll(kAutoBusyPollNs);
+    return link;
+  };
+  if (settings->threads > 1) {
+    if (options.inline_progress) {
+      return common::make_error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("udp backend_config '{}': threads={} with inline_progress: an inline "
+                      "endpoint is driven by its one owning thread",
+                      options.backend_config, settings->threads));
+    }
+    auto laned = LanedEndpoint::create(settings->threads, settings->options, make_link,
+                                       options.accept_options);
+    if (!laned) return std::unexpected(laned.error());
+    return std::unique_ptr<Endpoint>(std::move(*laned));
+  }
+  auto link = make_link(settings->options);
   if (!link) return std::unexpected(link.error());
-  (*link)->set_busy_poll_ns(settings->busy_poll_ns);
-  if (settings->adaptive_busy_poll) (*link)->set_adaptive_busy_poll(kAutoBusyPollNs);
   return std::make_unique<datagram::DatagramEndpoint<UdpLink>>(
       std::move(*link), "udp", options.accept_options, options.inline_progress);
 }

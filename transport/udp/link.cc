@@ -2,6 +2,8 @@
 // receive buffers, and the orderly drain on destruction.
 #include "transport/udp/link.h"
 
+#include "transport/udp/lane_steering.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -89,9 +91,10 @@ UdpLink::Socket::~Socket() {
   if (buffer_ring != nullptr) ::munmap(buffer_ring, buffer_ring_bytes);
 }
 
-common::Result<SocketId> UdpLink::add_socket(const UdpAddress& local, std::string_view what) {
+common::Result<SocketId> UdpLink::add_socket(const UdpAddress& local, std::string_view what,
+                                             bool reuse_port) {
   ensure_started();
-  auto bound = open_socket(local, what);
+  auto bound = open_socket(local, what, reuse_port);
   if (!bound) return std::unexpected(bound.error());
   auto socket = std::make_unique<Socket>();
   socket->fd = std::move(bound->fd);
@@ -171,8 +174,16 @@ void UdpLink::release_socket(SocketId id) {
 common::Result<std::pair<SocketId, std::string>> UdpLink::open_listen(const std::string& address) {
   auto local = parse_address(address);
   if (!local) return std::unexpected(local.error());
-  auto id = add_socket(*local, "listen socket");
+  const bool laned = options_.listen_lanes > 1;
+  auto id = add_socket(*local, "listen socket", laned);
   if (!id) return std::unexpected(id.error());
+  if (laned) {
+    if (auto steered = attach_lane_steering(sockets_[*id]->fd.get(), options_.listen_lanes);
+        !steered) {
+      close_socket(*id);
+      return std::unexpected(steered.error());
+    }
+  }
   return std::pair{*id, format_address(sockets_[*id]->local)};
 }
 

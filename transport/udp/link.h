@@ -72,6 +72,9 @@ struct LinkCounters {
 struct LinkOptions {
   bool gso = true;
   bool gro = true;
+  // > 1: this link is one of that many lanes sharing each listen address (lanes.h): its listen
+  // socket joins the address's SO_REUSEPORT group, steered by connection id.
+  uint32_t listen_lanes = 1;
 };
 
 class UdpLink {
@@ -187,7 +190,8 @@ class UdpLink {
       sizeof(io_uring_recvmsg_out) + sizeof(sockaddr_storage) + kControlBytes + 65536;
 
   explicit UdpLink(LinkOptions options) : options_(options) {}
-  common::Result<SocketId> add_socket(const UdpAddress& local, std::string_view what);
+  common::Result<SocketId> add_socket(const UdpAddress& local, std::string_view what,
+                                      bool reuse_port = false);
   void ensure_started();
   io_uring_sqe* get_sqe();
   void arm_recv(SocketId socket);

@@ -129,7 +129,8 @@ UdpAddress any_address(const UdpAddress& like) {
   return address;  // zeroed: INADDR_ANY / in6addr_any, port 0
 }
 
-common::Result<BoundSocket> open_socket(const UdpAddress& local, std::string_view what) {
+common::Result<BoundSocket> open_socket(const UdpAddress& local, std::string_view what,
+                                        bool reuse_port) {
   const std::string where = fmt::format("udp {} ({})", what, format_address(local));
   auto fail = [&](const char* step) {
     return common::make_error(common::ErrorCode::kIo,
@@ -141,6 +142,10 @@ common::Result<BoundSocket> open_socket(const UdpAddress& local, std::string_vie
   // Blocking mode on purpose: io_uring waits for readiness itself and never blocks the loop.
   set_buffer(socket.fd.get(), SO_RCVBUF, SO_RCVBUFFORCE);
   set_buffer(socket.fd.get(), SO_SNDBUF, SO_SNDBUFFORCE);
+  const int one = 1;
+  if (reuse_port && ::setsockopt(socket.fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+    return fail("SO_REUSEPORT");
+  }
   if (::bind(socket.fd.get(), reinterpret_cast<const sockaddr*>(&local.storage), local.length) != 0) {
     return fail("bind");
   }

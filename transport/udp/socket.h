@@ -32,11 +32,13 @@ bool same_address(const UdpAddress& a, const UdpAddress& b) noexcept;
 UdpAddress any_address(const UdpAddress& like);
 
 // A UDP socket bound to `local` (port 0: a free one), with large kernel buffers. Returns the fd
-// and the address actually bound. `what` names the socket in errors.
+// and the address actually bound. `what` names the socket in errors. `reuse_port`: SO_REUSEPORT
+// before the bind, for a lane's share of a listen address (lanes.h).
 struct BoundSocket {
   common::UniqueFd fd;
   UdpAddress local;
 };
-common::Result<BoundSocket> open_socket(const UdpAddress& local, std::string_view what);
+common::Result<BoundSocket> open_socket(const UdpAddress& local, std::string_view what,
+                                        bool reuse_port = false);
 
 }  // namespace detwan::transport::udp
