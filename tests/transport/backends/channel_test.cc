@@ -313,7 +313,8 @@ INSTANTIATE_TEST_SUITE_P(
     Backends, ChannelTest,
     ::testing::Values(plain("udp"), plain("loopback"), plain("tcp"), plain("shm"), plain("verbs"),
                       BackendCase{"loopback_faults", "loopback", "",
-                                  "loss=0.02,reorder=0.05,duplicate=0.01,seed=3"}),
+                                  "loss=0.02,reorder=0.05,duplicate=0.01,seed=3"},
+                      BackendCase{"udp_threads", "udp", "127.0.0.1:0", "threads=3"}),
     [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.label; });
 
 }  // namespace
