@@ -82,6 +82,10 @@ int run_cli(int argc, char** argv) {
   send_cmd->add_option("--inflight", send.inflight_messages,
                        "messages in flight (0 = 64 MiB worth, at least 2)")
       ->capture_default_str();
+  send_cmd->add_option("--channels", send.channels,
+                       "split the transfer over this many channels (rate / channels each; "
+                       "recv --channels must match)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
   send_cmd->add_flag("--fec", send.fec, "Reed-Solomon FEC");
   send_cmd->add_option("--fec-k", send.fec_data_segments, "data segments per FEC block")
       ->capture_default_str();
@@ -108,6 +112,9 @@ int run_cli(int argc, char** argv) {
       ->capture_default_str();
   recv_cmd->add_option("--timeout", recv_timeout_s, "seconds for the whole transfer")
       ->capture_default_str();
+  recv_cmd->add_option("--channels", recv.channels,
+                       "channels to accept (send --channels), each a share of the transfer")
+      ->capture_default_str()->check(CLI::Range(1, 64));
   recv_cmd->add_flag("--no-recycle{false}", recv.recycle,
                      "drop each message instead of handing its buffer back (comparisons)");
   recv_cmd->add_flag("--json", recv.json, "print one JSON object");

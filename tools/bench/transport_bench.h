@@ -36,6 +36,9 @@ struct SendOptions {
   uint64_t size_bytes = uint64_t{1} << 30;
   uint64_t message_bytes = uint64_t{4} << 20;
   int inflight_messages = 0;               // 0 = automatic (64 MiB of messages, at least 2)
+  // Channels the transfer is split over (equal shares, rate / channels each, one sending thread
+  // per channel); the receiver must be started with the same count.
+  int channels = 1;
   bool fec = false;
   int fec_data_segments = 32;
   int fec_parity_segments = 2;
@@ -53,6 +56,7 @@ struct RecvOptions {
   int64_t accept_timeout_ns = 60'000'000'000;
   int64_t timeout_ns = 900'000'000'000;
   bool recycle = true;  // hand each checked message back (Channel::recycle), as applications do
+  int channels = 1;     // channels to accept, each an independent share of the transfer
   bool json = false;
 };
 

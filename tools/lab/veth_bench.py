@@ -6,7 +6,11 @@ the path every datacenter-rate figure of issue 18 is measured on. One detwan tra
 size, one after the other, then iperf3 UDP of the same size at detwan's goodput. CPU: detwan's own accounting (getrusage of sender and receiver,
 pattern filling and checking excluded); iperf3's cpu_utilization_percent of both ends times
 the transfer's duration. Both count the process's user and system time (the kernel's protocol
-work in the process's context); neither counts softirq work run elsewhere."""
+work in the process's context); neither counts softirq work run elsewhere.
+
+channels > 1: the detwan transfer is split over that many channels on as many progress threads
+at each end (`--channels K`, backend_config threads=K), and a one-channel detwan transfer runs
+first in the same series as its baseline ("detwan_one_channel")."""
 from __future__ import annotations
 
 import json
@@ -73,11 +77,17 @@ def _json(out: str, err: str, what: str) -> dict:
         return {"error": f"{what} printed no JSON: {err.strip()[-800:]}"}
 
 
+def with_threads(backend: str, threads: int) -> str:
+    """`backend` with backend_config threads=N added ("udp" -> "udp:threads=2")."""
+    return f"{backend},threads={threads}" if ":" in backend else f"{backend}:threads={threads}"
+
+
 def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float,
-               backend: str = "udp", recycle: bool = True) -> dict:
+               backend: str = "udp", recycle: bool = True, channels: int = 1) -> dict:
     recv = subprocess.Popen(_in(pair.b, [binary, "transport", "recv", "--listen",
                                          f"{ADDR_B}:{DETWAN_PORT}", "--json", "--timeout",
                                          f"{timeout_s:.0f}", "--backend", backend,
+                                         "--channels", str(channels),
                                          *([] if recycle else ["--no-recycle"])]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
@@ -87,7 +97,7 @@ def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float,
         send = subprocess.Popen(_in(pair.a, [binary, "transport", "send",
                                              f"{ADDR_B}:{DETWAN_PORT}", "--size", size, "--json",
                                              "--timeout", f"{timeout_s:.0f}", "--backend",
-                                             backend]),
+                                             backend, "--channels", str(channels)]),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 stdin=subprocess.DEVNULL)
         s_out, s_err = send.communicate(timeout=timeout_s + 60)
@@ -108,7 +118,8 @@ def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float,
             "cpu_s_receiver": received.get("transport_cpu_s"),
             "cpu_s_per_gb": cpu_s / (nbytes / 1e9) if nbytes else None,
             "cpu_s_per_gb_with_checking": all_cpu_s / (nbytes / 1e9) if nbytes else None,
-            "wrong_bytes": received.get("wrong_bytes"), "error": None}
+            "wrong_bytes": received.get("wrong_bytes"), "channels": channels,
+            "backend": backend, "error": None}
 
 
 def _iperf3(pair: VethPair, client_args: list[str], timeout_s: float, what: str) -> dict:
@@ -162,14 +173,24 @@ def run_udp(pair: VethPair, nbytes: int, rate_bps: float, timeout_s: float) -> d
 
 
 def run(binary: str, size: str, size_bytes: int, timeout_s: float = 900,
-        backend: str = "udp", recycle: bool = True) -> dict:
+        backend: str = "udp", recycle: bool = True, channels: int = 1) -> dict:
+    one_channel = None
     with VethPair(f"dtvt{os.getpid()}") as pair:
-        detwan = run_detwan(pair, binary, size, timeout_s, backend, recycle)
+        if channels > 1:
+            one_channel = run_detwan(pair, binary, size, timeout_s, backend, recycle)
+            detwan = run_detwan(pair, binary, size, timeout_s, with_threads(backend, channels),
+                                recycle, channels)
+        else:
+            detwan = run_detwan(pair, binary, size, timeout_s, backend, recycle)
         tcp = run_tcp(pair, size_bytes, timeout_s)
         udp = ({"error": "no detwan rate to match"} if detwan.get("error") else
                run_udp(pair, size_bytes, detwan["goodput_bps"], timeout_s))
     out = {"path": "veth pair, default offloads, best effort", "size": size,
            "backend": backend, "detwan": detwan, "tcp": tcp, "udp": udp}
+    if one_channel is not None:
+        out["detwan_one_channel"] = one_channel
+        if not one_channel.get("error") and not detwan.get("error"):
+            out["channels_goodput_over_one"] = detwan["goodput_bps"] / one_channel["goodput_bps"]
     if not udp.get("error") and udp.get("cpu_s_per_gb") and detwan.get("cpu_s_per_gb"):
         out["bytes_per_cpu_s_over_udp"] = udp["cpu_s_per_gb"] / detwan["cpu_s_per_gb"]
     if not detwan.get("error") and not tcp.get("error") and detwan.get("cpu_s_per_gb"):
