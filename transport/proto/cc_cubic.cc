@@ -21,9 +21,18 @@ int64_t Cubic::pacing_rate_bps(int64_t srtt_ns) const {
   return std::max<int64_t>(static_cast<int64_t>(1.25 * cwnd_ * 8.0 / rtt_s), 8000);
 }
 
-void Cubic::on_ack(int64_t acked_bytes, int64_t sent_ns, int64_t now_ns, int64_t srtt_ns) {
+void Cubic::on_ack(int64_t acked_bytes, int64_t sent_ns, int64_t now_ns, int64_t srtt_ns,
+                   bool cwnd_limited) {
+  const int64_t since_last_ack_ns = last_ack_ns_ < 0 ? 0 : now_ns - last_ack_ns_;
+  last_ack_ns_ = now_ns;
   // Acks of segments sent before the current episode began do not grow the window.
   if (sent_ns <= recovery_start_ns_) return;
+  if (!cwnd_limited) {
+    // Not validated: no growth, and the curve's time does not advance (Linux moves the epoch
+    // on by the time the window was not in use).
+    if (epoch_start_ns_ >= 0) epoch_start_ns_ += since_last_ack_ns;
+    return;
+  }
   const double acked = static_cast<double>(acked_bytes);
   if (cwnd_ < ssthresh_) {
     cwnd_ = std::min(cwnd_ + acked, kMaxWindowBytes);
@@ -40,8 +49,7 @@ void Cubic::on_ack(int64_t acked_bytes, int64_t sent_ns, int64_t now_ns, int64_t
   const double rtt_s = static_cast<double>(srtt_ns) * 1e-9;
   // W_cubic(t + RTT) in segments, converted to bytes.
   const double dt = t + rtt_s - k_s_;
-  const double target_bytes =
-      std::clamp((kC * dt * dt * dt) * mss_ + w_max_, cwnd_, 1.5 * cwnd_);
+  const double target_bytes = std::clamp((kC * dt * dt * dt) * mss_ + w_max_, cwnd_, 1.5 * cwnd_);
   // Reno-friendly region: alpha = 3 (1 - beta) / (1 + beta).
   const double alpha = 3.0 * (1.0 - kBeta) / (1.0 + kBeta);
   w_est_ += alpha * acked * mss_ / cwnd_;

@@ -5,8 +5,8 @@
 //   sender_datapath.cc       segmentation, ACK processing, loss detection, path choice
 //   receiver_datapath.cc     reassembly, duplicate/window checks, ACK generation
 //   fec_datapath.cc          FEC block encode (sender) and recovery (receiver)
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -82,12 +82,17 @@ struct PathState {
   PathSpec spec;
   Pacer pacer;
   RttEstimator rtt{100'000'000, 5'000'000};
-  std::optional<Cubic> cubic;         // best-effort paths only
-  uint64_t tx_counter = 0;            // per-path send order of data segments
-  uint64_t largest_acked_tx = 0;      // highest tx_index acknowledged on this path (0 = none)
-  std::deque<Flight> flights;         // data segments in flight, in send order
+  std::optional<Cubic> cubic;     // best-effort paths only
+  uint64_t tx_counter = 0;        // per-path send order of data segments
+  uint64_t largest_acked_tx = 0;  // highest tx_index acknowledged on this path (0 = none)
+  std::deque<Flight> flights;     // data segments in flight, in send order
   int64_t bytes_in_flight = 0;
-  int64_t last_echo_tx_ns = 0;        // newest echoed send time used for an RTT sample
+  // Window validation (cc_cubic.h): the most in flight in the current period (one srtt) and in
+  // the one before it.
+  int64_t inflight_peak_bytes = 0;
+  int64_t inflight_peak_prev_bytes = 0;
+  int64_t inflight_period_end_ns = 0;
+  int64_t last_echo_tx_ns = 0;  // newest echoed send time used for an RTT sample
   uint64_t datagrams_sent = 0;
   uint64_t data_segments_sent = 0;
   // Liveness (multipath only; check_path_alive). last_acked_ns: when a segment sent on this
@@ -114,7 +119,7 @@ struct Segment {
   bool queued_lost = false;
   int64_t sent_ns = 0;
   uint64_t tx_index = 0;
-  int64_t fec_guard_ns = 0;   // not declared lost by reordering before this (parity may rescue)
+  int64_t fec_guard_ns = 0;  // not declared lost by reordering before this (parity may rescue)
 };
 
 struct OutMessage {
@@ -143,7 +148,7 @@ struct FecTxBlock {
   uint64_t first_seq = 0;
   int count = 0;
   size_t max_len = 0;
-  std::vector<std::byte> symbols;     // k * symbol_capacity, zero padded
+  std::vector<std::byte> symbols;  // k * symbol_capacity, zero padded
 };
 
 struct ParityOut {
@@ -159,7 +164,7 @@ struct FecRxBlock {
   int k = 0;
   int m = 0;
   size_t symbol_bytes = 0;
-  std::vector<std::byte> parity;      // m * symbol_bytes
+  std::vector<std::byte> parity;  // m * symbol_bytes
   std::vector<bool> parity_present;
   bool done = false;
 };
@@ -201,6 +206,9 @@ class ConnectionImpl {
   // sender_datapath.cc
   Status on_ack(uint32_t path, const wire::Header& h, const wire::AckBody& ack, int64_t now_ns);
   void on_segment_acked(Segment& seg, int64_t now_ns);
+  // Window validation: the path had at least half its window in flight in this srtt period or
+  // the one before (rolls the period).
+  bool cwnd_in_use(PathState& p, int64_t now_ns);
   void mark_lost(uint64_t seq, Segment& seg, int64_t now_ns);
   void detect_losses(uint32_t path, int64_t now_ns);
   void check_rto(uint32_t path, int64_t now_ns);
@@ -260,7 +268,7 @@ class ConnectionImpl {
   // Connection state.
   bool established_ = false;
   bool failed_ = false;
-  bool closed_ = false;              // locally closed or peer closed
+  bool closed_ = false;  // locally closed or peer closed
   bool close_pending_ = false;
   bool hello_ack_pending_ = false;
   int64_t hello_next_ns_ = 0;
@@ -275,18 +283,18 @@ class ConnectionImpl {
   uint32_t keepalive_path_ = 0;
 
   // Sender.
-  std::deque<OutMessage> out_messages_;   // front = oldest not yet complete
-  size_t segmenting_index_ = 0;           // index into out_messages_ of the next to segment
+  std::deque<OutMessage> out_messages_;  // front = oldest not yet complete
+  size_t segmenting_index_ = 0;          // index into out_messages_ of the next to segment
   uint64_t next_message_id_ = 0;
-  std::deque<Segment> segments_;          // seq seg_base_ + i
-  uint64_t seg_base_ = 0;                 // lowest seq not cumulatively acknowledged
-  std::deque<uint64_t> lost_queue_;       // retransmissions go first
+  std::deque<Segment> segments_;     // seq seg_base_ + i
+  uint64_t seg_base_ = 0;            // lowest seq not cumulatively acknowledged
+  std::deque<uint64_t> lost_queue_;  // retransmissions go first
   fec::LossEstimator loss_estimator_;
-  uint64_t window_sent_ = 0;              // loss estimator window
+  uint64_t window_sent_ = 0;  // loss estimator window
   uint64_t window_lost_ = 0;
 
   // Receiver.
-  uint64_t rcv_cum_ = 0;                  // next expected seq
+  uint64_t rcv_cum_ = 0;                     // next expected seq
   std::map<uint64_t, uint64_t> rcv_ranges_;  // [start, end) received above rcv_cum_
   uint64_t last_rcv_seq_ = 0;
   std::map<uint64_t, InMessage> in_messages_;

@@ -83,13 +83,12 @@ class Pacer {
     }
     const int64_t bits = (static_cast<int64_t>(datagram_bytes_) + overhead_bytes_) * 8;
     quantum_ns_ =
-        std::min(kMaxQuantumNs, bits * 1'000'000'000 / rate_bps_ * (quantum_datagrams_ - 1));
+        std::min(kMaxQuantumNs, bits * 1'000'000'000 * (quantum_datagrams_ - 1) / rate_bps_);
   }
 
   [[nodiscard]] int64_t burst_ns() const {
     const int64_t bits = (static_cast<int64_t>(datagram_bytes_) + overhead_bytes_) * 8;
-    return bits * 1'000'000'000 / rate_bps_ *
-           (burst_datagrams_ - 1);
+    return bits * 1'000'000'000 / rate_bps_ * (burst_datagrams_ - 1);
   }
 
   int64_t rate_bps_ = 1;

@@ -15,8 +15,7 @@ int64_t reorder_deadline_ns(const Segment& s, const PathState& p) {
 }
 
 bool stale(const Segment* s, const Flight& f, uint32_t path) {
-  return s == nullptr || s->sacked || !s->in_flight || s->path != path ||
-         s->tx_index != f.tx_index;
+  return s == nullptr || s->sacked || !s->in_flight || s->path != path || s->tx_index != f.tx_index;
 }
 
 }  // namespace
@@ -110,8 +109,20 @@ void ConnectionImpl::on_segment_acked(Segment& s, int64_t now_ns) {
   if (s.in_flight) {
     p.bytes_in_flight -= s.wire_bytes;
     s.in_flight = false;
-    if (p.cubic) p.cubic->on_ack(s.wire_bytes, s.sent_ns, now_ns, p.rtt.srtt_ns());
+    if (p.cubic) {
+      p.cubic->on_ack(s.wire_bytes, s.sent_ns, now_ns, p.rtt.srtt_ns(), cwnd_in_use(p, now_ns));
+    }
   }
+}
+
+bool ConnectionImpl::cwnd_in_use(PathState& p, int64_t now_ns) {
+  if (now_ns >= p.inflight_period_end_ns) {
+    p.inflight_peak_prev_bytes = p.inflight_peak_bytes;
+    p.inflight_peak_bytes = p.bytes_in_flight;
+    p.inflight_period_end_ns = now_ns + std::max<int64_t>(p.rtt.srtt_ns(), 1);
+  }
+  const int64_t peak = std::max(p.inflight_peak_bytes, p.inflight_peak_prev_bytes);
+  return p.cubic->cwnd_bytes() < 2 * peak + static_cast<int64_t>(max_datagram_bytes_);
 }
 
 void ConnectionImpl::mark_lost(uint64_t seq, Segment& s, int64_t now_ns) {
@@ -135,7 +146,8 @@ void ConnectionImpl::detect_losses(uint32_t path, int64_t now_ns) {
   while (Segment* s = front_flight(path, &f)) {
     if (p.largest_acked_tx <= f.tx_index) break;  // nothing sent later on this path was acked
     const bool by_count = p.largest_acked_tx >= f.tx_index + 3;
-    const bool lost = (by_count && now_ns >= s->fec_guard_ns) || now_ns >= reorder_deadline_ns(*s, p);
+    const bool lost =
+        (by_count && now_ns >= s->fec_guard_ns) || now_ns >= reorder_deadline_ns(*s, p);
     if (!lost) break;  // the front is the oldest: nothing behind it is lost either
     mark_lost(f.seq, *s, now_ns);
     p.flights.pop_front();
@@ -177,8 +189,8 @@ void ConnectionImpl::check_path_alive(uint32_t path, int64_t now_ns) {
       // acknowledged after this segment left proves the peer answers.
       bool others_answer = false;
       for (uint32_t i = 0; i < paths_.size(); ++i) {
-        others_answer = others_answer ||
-                        (i != path && !paths_[i].dead && paths_[i].last_acked_ns > s->sent_ns);
+        others_answer =
+            others_answer || (i != path && !paths_[i].dead && paths_[i].last_acked_ns > s->sent_ns);
       }
       if (!others_answer) return;
       p.dead = true;
@@ -210,9 +222,8 @@ void ConnectionImpl::complete_messages() {
     window_sent_ = 0;
     window_lost_ = 0;
     if (options_.fec.enabled && options_.fec.adaptive) {
-      fec_m_current_ = fec_policy_.parity_for(options_.fec.data_segments,
-                                              loss_estimator_.loss_rate(),
-                                              options_.fec.parity_segments);
+      fec_m_current_ = fec_policy_.parity_for(
+          options_.fec.data_segments, loss_estimator_.loss_rate(), options_.fec.parity_segments);
     }
   }
 }
@@ -223,8 +234,8 @@ bool ConnectionImpl::window_allows_new() const {
   const uint64_t unit = std::max<uint64_t>(payload_bytes_, kWindowUnitBytes);
   const uint64_t limit = std::max<uint64_t>(peer_window_bytes_ / unit, 1);
   // send_buffer_bytes bounds the sender's per-segment metadata (and parity buffers).
-  const uint64_t held_bytes = segments_.size() * sizeof(Segment) +
-                              parity_queue_.size() * max_datagram_bytes_;
+  const uint64_t held_bytes =
+      segments_.size() * sizeof(Segment) + parity_queue_.size() * max_datagram_bytes_;
   return segments_.size() < limit &&
          held_bytes < static_cast<uint64_t>(std::max<int64_t>(options_.send_buffer_bytes, 1));
 }
@@ -317,6 +328,7 @@ size_t ConnectionImpl::transmit_segment(uint64_t seq, uint32_t path, int64_t now
   s.in_flight = true;
   s.wire_bytes = static_cast<uint32_t>(n);
   p.bytes_in_flight += static_cast<int64_t>(n);
+  p.inflight_peak_bytes = std::max(p.inflight_peak_bytes, p.bytes_in_flight);
   p.flights.push_back(Flight{seq, s.tx_index});
   p.data_segments_sent++;
   stats_.segments_sent++;

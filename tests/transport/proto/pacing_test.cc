@@ -47,7 +47,7 @@ TEST(Pacer, QuantumSendsARunThenWaitsUntilItDrained) {
   constexpr int64_t kFast = 10'000'000'000;  // 10 Gbit/s: 1,514 wire bytes take 1,211 ns
   Pacer p(kFast, 42, 4, 1472);
   p.set_quantum_datagrams(64);
-  EXPECT_EQ(p.quantum_ns(), int64_t{1514} * 8 * 1'000'000'000 / kFast * 63);
+  EXPECT_EQ(p.quantum_ns(), int64_t{1514} * 8 * 1'000'000'000 * 63 / kFast);
   int64_t now = 1'000'000;
   while (p.can_send(now)) p.on_send(now, 1472);  // the burst after idle
   const int64_t start = p.release_ns(now);
@@ -183,6 +183,34 @@ TEST(Multipath, RetransmissionTakesAnotherPath) {
   EXPECT_EQ(net.client().stats().timeouts, 0u);  // repaired by fast retransmit
 }
 
+// A best-effort path whose window never met a loss paces at 1.25 cwnd / srtt: with a 1 GiB
+// window and a 60 us srtt that is 1.8e14 bit/s, where a datagram's pacing cost rounds to 0 ns.
+// The quantum (63 datagrams' time) must not round to 0 as well: then nothing but the 1 ns the
+// carried remainder adds every ~15 datagrams stopped a wake-up, so a wake-up sent ~15
+// datagrams, each becoming one small GSO send, and a veth transfer ran at 2/3 of its speed for
+// 1.5 x the CPU per byte.
+TEST(Pacer, QuantumSurvivesRatesWhereADatagramCostsNoTime) {
+  constexpr int64_t kHuge = 180'000'000'000'000;  // 1.25 * 1 GiB * 8 / 60 us
+  Pacer p(kHuge, 42, 4, 1472);
+  p.set_quantum_datagrams(64);
+  EXPECT_GT(p.quantum_ns(), 0);
+  EXPECT_EQ(p.quantum_ns(), int64_t{1514} * 8 * 1'000'000'000 * 63 / kHuge);
+  int64_t now = 1'000'000;
+  for (int round = 0; round < 20; ++round) {
+    int run = 0;
+    while (p.can_send(now) && run < 1000) {
+      p.on_send(now, 1472);
+      ++run;
+    }
+    // One wake-up sends a whole quantum, then waits for the next instant: 4 ns here, i.e. 59
+    // datagrams' cost, plus the part of a nanosecond the horizon needs to pass it (up to 76;
+    // the link cuts GSO sends at 64 anyway).
+    ASSERT_GE(run, 48) << "round " << round;
+    ASSERT_LE(run, 80) << "round " << round;
+    now = p.release_ns(now);
+  }
+}
+
 TEST(Cubic, ReductionOncePerEpisodeAndGrowth) {
   Cubic c(1472);
   const int64_t initial = c.cwnd_bytes();
@@ -206,6 +234,59 @@ TEST(Cubic, ReductionOncePerEpisodeAndGrowth) {
   EXPECT_GT(c.cwnd_bytes(), before);
   EXPECT_NEAR(static_cast<double>(c.pacing_rate_bps(10'000'000)),
               1.25 * static_cast<double>(c.cwnd_bytes()) * 8.0 / 0.01, 1e-3 * 8e8);
+}
+
+// Window validation (RFC 7661): an ACK grows the window only while it is in use, and the
+// cubic curve's clock stands still while it is not.
+TEST(Cubic, AWindowNotInUseNeitherGrowsNorAgesTheCurve) {
+  int64_t now = 1'000'000'000;
+  Cubic slow_start(1472);
+  for (int i = 0; i < 100; ++i) slow_start.on_ack(1472, now - 1000, now, 10'000'000, false);
+  EXPECT_EQ(slow_start.cwnd_bytes(), 14720);
+  // Two windows after the same loss; one spends 10 s acknowledged but unused first.
+  Cubic used(1472), idle(1472);
+  for (Cubic* c : {&used, &idle}) {
+    for (int i = 0; i < 90; ++i) c->on_ack(1472, now - 1000, now, 10'000'000);
+    c->on_loss(now - 500, now);
+  }
+  ASSERT_EQ(used.cwnd_bytes(), idle.cwnd_bytes());
+  const int64_t after_loss = used.cwnd_bytes();
+  int64_t t_used = now, t_idle = now;
+  for (int i = 0; i < 1000; ++i) {
+    t_idle += 10'000'000;
+    idle.on_ack(1472, t_idle - 10'000'000, t_idle, 10'000'000, false);
+  }
+  EXPECT_EQ(idle.cwnd_bytes(), after_loss);
+  for (int i = 0; i < 200; ++i) {
+    t_used += 1'000'000;
+    t_idle += 1'000'000;
+    used.on_ack(1472, t_used - 10'000'000, t_used, 10'000'000, true);
+    idle.on_ack(1472, t_idle - 10'000'000, t_idle, 10'000'000, true);
+  }
+  EXPECT_GT(used.cwnd_bytes(), after_loss);
+  // Without the curve standing still, 10 s of cubic growth would have jumped the idle window
+  // by C * 10^3 segments (clamped to 1.5x per ACK).
+  EXPECT_NEAR(static_cast<double>(idle.cwnd_bytes()), static_cast<double>(used.cwnd_bytes()),
+              0.01 * static_cast<double>(used.cwnd_bytes()));
+}
+
+// An application-limited best-effort sender (a 20 KB message every 2 ms on a path that could
+// carry far more) keeps a window near what it uses: it had grown to the 1 GiB cap on a veth
+// pair, so the pacing rate derived from it paced nothing.
+TEST(Cubic, AnApplicationLimitedSenderKeepsItsWindowNearWhatItUses) {
+  ChannelOptions o = reserved_options();
+  o.paths[0].rate_bps = 0;  // best effort
+  VirtualNet net(o, o, 23);
+  ASSERT_TRUE(net.run_until([&] { return net.client().established(); }, 1'000'000'000));
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_TRUE(transfer(net, random_messages({20'000}, 100 + i)));
+    const int64_t until = net.now_ns() + 2'000'000;
+    net.run_until([&] { return net.now_ns() >= until; }, 3'000'000);
+  }
+  // 500 x 20 KB acknowledged: unvalidated slow start would have added all 10 MB to the window.
+  const int64_t cwnd = net.client().stats().cwnd_bytes;
+  EXPECT_LE(cwnd, 2 * 20'000 + 4 * 1500) << "cwnd grew beyond twice what was in flight";
+  EXPECT_GE(cwnd, 20'000);  // and it did grow to what the messages need
 }
 
 TEST(Cubic, BestEffortPathShrinksOnLossAndGrowsWithout) {
@@ -273,9 +354,9 @@ TEST(Multipath, ADeadPathIsDetectedResentAroundAndUsedAgainWhenItRecovers) {
       },
       10'000'000'000));
   const int64_t elapsed = net.now_ns() - failed_at;
-  const auto received = std::find_if(net.events(1).rbegin(), net.events(1).rend(), [](const Event& e) {
-    return e.kind == Event::Kind::kMessage;
-  });
+  const auto received =
+      std::find_if(net.events(1).rbegin(), net.events(1).rend(),
+                   [](const Event& e) { return e.kind == Event::Kind::kMessage; });
   EXPECT_TRUE(received->message == messages[0]);
   EXPECT_EQ(net.client().stats().paths_failed, 1u);
   // The rest (at most 8 MB) at one path's 100 Mbit/s takes 640 ms; detection costs a few RTTs.
