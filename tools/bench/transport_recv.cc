@@ -62,8 +62,8 @@ void recv_share(transport::Channel& ch, const RecvOptions& o, int64_t deadline_n
   const uint64_t total_bytes = get_u64(plan->data() + 8);
   const uint64_t msg_bytes = get_u64(plan->data() + 16);
   const uint64_t count = get_u64(plan->data() + 24);
-  if (msg_bytes < MessagePattern::kHeaderBytes || count == 0 ||
-      total_bytes > msg_bytes * count || total_bytes + msg_bytes <= msg_bytes * count) {
+  if (msg_bytes < MessagePattern::kHeaderBytes || count == 0 || total_bytes > msg_bytes * count ||
+      total_bytes + msg_bytes <= msg_bytes * count) {
     share.error = fmt::format("inconsistent plan: {} bytes, {}-byte messages, {} messages",
                               total_bytes, msg_bytes, count);
     return;
@@ -95,9 +95,9 @@ void recv_share(transport::Channel& ch, const RecvOptions& o, int64_t deadline_n
     ++share.received;
     share.bytes += message->size();
     if (message->size() != expected) ++share.size_mismatches;
-    share.wrong_bytes += check.wrong_bytes +
-                         (message->size() > expected ? message->size() - expected
-                                                     : expected - message->size());
+    share.wrong_bytes +=
+        check.wrong_bytes +
+        (message->size() > expected ? message->size() - expected : expected - message->size());
     if (check.wrong_bytes != 0 || check.index != i) ++share.wrong_messages;
     share.latency_ns.push_back(share.last_ns - check.send_time_ns);
     // Done with it: the channel may place a later message in its (mapped) pages, as the
@@ -133,8 +133,11 @@ void recv_share(transport::Channel& ch, const RecvOptions& o, int64_t deadline_n
 
 int run_recv(const RecvOptions& o) {
   const int channels = std::max(1, o.channels);
-  json::object doc{{"role", "recv"}, {"backend", o.backend}, {"listen", o.listen},
-                   {"channels", channels}, {"error", nullptr}};
+  json::object doc{{"role", "recv"},
+                   {"backend", o.backend},
+                   {"listen", o.listen},
+                   {"channels", channels},
+                   {"error", nullptr}};
   auto fail = [&](const std::string& message) {
     doc["error"] = message;
     if (o.json) print_json(doc);
@@ -233,11 +236,12 @@ int run_recv(const RecvOptions& o) {
   if (o.json) {
     print_json(doc);
   } else {
-    std::printf("received %llu bytes in %llu messages over %d channel(s) in %.3f s: %.1f Mbit/s, "
-                "%llu wrong bytes, CPU %.2f s (checking %.2f s)\n",
-                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(received),
-                channels, elapsed_s, static_cast<double>(bytes) * 8 / elapsed_s / 1e6,
-                static_cast<unsigned long long>(wrong_bytes), cpu_s, verify_cpu_s);
+    std::printf(
+        "received %llu bytes in %llu messages over %d channel(s) in %.3f s: %.1f Mbit/s, "
+        "%llu wrong bytes, CPU %.2f s (checking %.2f s)\n",
+        static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(received), channels,
+        elapsed_s, static_cast<double>(bytes) * 8 / elapsed_s / 1e6,
+        static_cast<unsigned long long>(wrong_bytes), cpu_s, verify_cpu_s);
   }
   return wrong_bytes == 0 ? 0 : 1;
 }

@@ -88,14 +88,12 @@ void send_share(std::unique_ptr<transport::Channel>& channel, const SendOptions&
   const uint64_t count = std::max<uint64_t>(1, (share.bytes + msg_bytes - 1) / msg_bytes);
   auto size_of = [&](uint64_t i) {
     if (i + 1 < count) return msg_bytes;
-    return std::max<uint64_t>(share.bytes - (count - 1) * msg_bytes,
-                              MessagePattern::kHeaderBytes);
+    return std::max<uint64_t>(share.bytes - (count - 1) * msg_bytes, MessagePattern::kHeaderBytes);
   };
   const uint64_t total_bytes = (count - 1) * msg_bytes + size_of(count - 1);
-  const uint64_t inflight =
-      std::min<uint64_t>(count, o.inflight_messages > 0
-                                    ? static_cast<uint64_t>(o.inflight_messages)
-                                    : std::max<uint64_t>(2, kAutoInflightBytes / msg_bytes));
+  const uint64_t inflight = std::min<uint64_t>(
+      count, o.inflight_messages > 0 ? static_cast<uint64_t>(o.inflight_messages)
+                                     : std::max<uint64_t>(2, kAutoInflightBytes / msg_bytes));
   share.total_bytes = total_bytes;
   share.messages = count;
   share.inflight = inflight;
@@ -141,7 +139,7 @@ void send_share(std::unique_ptr<transport::Channel>& channel, const SendOptions&
           break;
         }
         if (slots.freed.wait_for(lock, std::chrono::nanoseconds(
-                                            std::max<int64_t>(0, deadline_ns - monotonic_ns()))) ==
+                                           std::max<int64_t>(0, deadline_ns - monotonic_ns()))) ==
             std::cv_status::timeout) {
           timed_out = true;
           break;
@@ -170,24 +168,26 @@ void send_share(std::unique_ptr<transport::Channel>& channel, const SendOptions&
   // Every message must be acknowledged (or fail) before the buffers may go.
   {
     std::unique_lock lock(slots.mutex);
-    slots.freed.wait_until(lock, std::chrono::steady_clock::now() +
-                                     std::chrono::nanoseconds(
-                                         std::max<int64_t>(0, deadline_ns - monotonic_ns())),
-                           [&] {
-                             return std::none_of(slots.busy.begin(), slots.busy.end(),
-                                                 [](bool b) { return b; });
-                           });
+    slots.freed.wait_until(
+        lock,
+        std::chrono::steady_clock::now() +
+            std::chrono::nanoseconds(std::max<int64_t>(0, deadline_ns - monotonic_ns())),
+        [&] {
+          return std::none_of(slots.busy.begin(), slots.busy.end(), [](bool b) { return b; });
+        });
   }
   share.start_ns = start_ns;
   share.end_ns = monotonic_ns();
   {
     std::lock_guard lock(slots.mutex);
-    if (!slots.first_error.empty()) share.error = slots.first_error;
-    else if (slots.completed != count) share.error = fmt::format(
-        "only {} of {} messages acknowledged within {:.0f} s", slots.completed, count,
-        static_cast<double>(o.timeout_ns) * 1e-9);
+    if (!slots.first_error.empty())
+      share.error = slots.first_error;
+    else if (slots.completed != count)
+      share.error = fmt::format("only {} of {} messages acknowledged within {:.0f} s",
+                                slots.completed, count, static_cast<double>(o.timeout_ns) * 1e-9);
   }
-  if (auto r = await_result(plan_future, 1'000'000'000, "plan message"); !r && share.error.empty()) {
+  if (auto r = await_result(plan_future, 1'000'000'000, "plan message");
+      !r && share.error.empty()) {
     share.error = r.error().describe();
   }
   if (share.error.empty()) {
@@ -195,9 +195,11 @@ void send_share(std::unique_ptr<transport::Channel>& channel, const SendOptions&
     // only confirms its application got them (its own report says whether they were right).
     // A missing "done" is therefore reported, not counted as a failed transfer.
     auto done = await_result(done_future, 10'000'000'000, "receiver's done message");
-    if (!done) share.warning = done.error().describe();
-    else share.receiver_done = std::string(reinterpret_cast<const char*>(done->data()),
-                                           std::min<size_t>(done->size(), 8));
+    if (!done)
+      share.warning = done.error().describe();
+    else
+      share.receiver_done = std::string(reinterpret_cast<const char*>(done->data()),
+                                        std::min<size_t>(done->size(), 8));
   }
   share.stats = ch.stats();
   ch.close();
@@ -257,8 +259,8 @@ int run_send(const SendOptions& o) {
   json::array paths;
   const ChannelOptions copts = channel_options(o);
   for (const auto& p : copts.paths) {
-    paths.push_back(json::object{{"remote", p.remote}, {"local", p.local},
-                                 {"rate_bps", p.rate_bps}});
+    paths.push_back(
+        json::object{{"remote", p.remote}, {"local", p.local}, {"rate_bps", p.rate_bps}});
   }
   doc["paths"] = std::move(paths);
   auto fail = [&](const std::string& message) {
@@ -350,14 +352,14 @@ int run_send(const SendOptions& o) {
   if (o.json) {
     print_json(doc);
   } else {
-    std::printf("sent %llu bytes in %llu messages over %s%s in %.3f s: %.1f Mbit/s "
-                "(acknowledged), %llu retransmitted segments, CPU %.2f s (pattern %.2f s)\n",
-                static_cast<unsigned long long>(total_bytes),
-                static_cast<unsigned long long>(count), doc["channel"].as_string().c_str(),
-                channels > 1 ? fmt::format(" and {} more channels", channels - 1).c_str() : "",
-                elapsed_s, static_cast<double>(total_bytes) * 8 / elapsed_s / 1e6,
-                static_cast<unsigned long long>(stats.segments_retransmitted), cpu_s,
-                pattern_cpu_s);
+    std::printf(
+        "sent %llu bytes in %llu messages over %s%s in %.3f s: %.1f Mbit/s "
+        "(acknowledged), %llu retransmitted segments, CPU %.2f s (pattern %.2f s)\n",
+        static_cast<unsigned long long>(total_bytes), static_cast<unsigned long long>(count),
+        doc["channel"].as_string().c_str(),
+        channels > 1 ? fmt::format(" and {} more channels", channels - 1).c_str() : "", elapsed_s,
+        static_cast<double>(total_bytes) * 8 / elapsed_s / 1e6,
+        static_cast<unsigned long long>(stats.segments_retransmitted), cpu_s, pattern_cpu_s);
   }
   return 0;
 }

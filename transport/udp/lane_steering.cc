@@ -1,20 +1,19 @@
 #include "transport/udp/lane_steering.h"
 
-#include <linux/filter.h>
-#include <sys/socket.h>
-
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
+#include <linux/filter.h>
+#include <sys/socket.h>
 
 #include "transport/proto/wire.h"
 
 namespace detwan::transport::udp {
 namespace {
 
-constexpr uint32_t kShortIdOffset = 1;   // DATA: connection id's low 32 bits
-constexpr uint32_t kLongIdOffset = 10;   // common header: low half of the u64 id at 6
+constexpr uint32_t kShortIdOffset = 1;  // DATA: connection id's low 32 bits
+constexpr uint32_t kLongIdOffset = 10;  // common header: low half of the u64 id at 6
 static_assert(kLongIdOffset + 4 <= proto::wire::kHeaderBytes);
 static_assert(kShortIdOffset + 4 <= proto::wire::kShortHeaderBytes);
 
@@ -39,8 +38,8 @@ common::Result<void> attach_lane_steering(int fd, uint32_t lanes) {
   }
   // Offsets are from the UDP payload: the kernel runs a reuseport program past the UDP header.
   sock_filter code[] = {
-      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0),                             // A = first byte
-      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, proto::wire::kDataMarkerMask),  // its type bits
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0),                                // A = first byte
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, proto::wire::kDataMarkerMask),    // its type bits
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, proto::wire::kDataMarker, 0, 2),  // DATA?
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, kShortIdOffset),  // A = id (big-endian load)
       BPF_JUMP(BPF_JMP | BPF_JA, 1, 0, 0),

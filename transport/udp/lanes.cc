@@ -41,10 +41,9 @@ Result<std::string> LanedEndpoint::listen(const std::string& address) {
   for (size_t i = 1; i < lanes_.size(); ++i) {
     auto joined = lanes_[i]->listen(*name);
     if (!joined) {
-      return common::make_error(
-          joined.error().code,
-          fmt::format("udp: progress thread {} of {} could not join {}: {}", i + 1,
-                      lanes_.size(), *name, joined.error().message));
+      return common::make_error(joined.error().code,
+                                fmt::format("udp: progress thread {} of {} could not join {}: {}",
+                                            i + 1, lanes_.size(), *name, joined.error().message));
     }
   }
   listening_.store(true, std::memory_order_release);
@@ -53,7 +52,8 @@ Result<std::string> LanedEndpoint::listen(const std::string& address) {
 
 Result<std::unique_ptr<Channel>> LanedEndpoint::accept(int64_t timeout_ns) {
   if (!listening_.load(std::memory_order_acquire)) {
-    return common::make_error(ErrorCode::kInvalidArgument, "udp: accept() before a successful listen()");
+    return common::make_error(ErrorCode::kInvalidArgument,
+                              "udp: accept() before a successful listen()");
   }
   return accepted_->pop(timeout_ns);
 }

@@ -2,8 +2,6 @@
 // lanes.h): the steering program's choice, channels spread over the lanes' threads, every
 // datagram of a multipath channel reaching the server lane that owns it, the configuration's
 // refusals.
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -11,6 +9,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "tests/transport/datagram/channel_test_util.h"
 #include "transport/proto/wire.h"
@@ -138,8 +138,8 @@ TEST_F(UdpLanes, ChannelsOfOneEndpointRunOnDifferentProgressThreads) {
     ASSERT_TRUE(got) << got.error().message;
     EXPECT_TRUE(*got == message) << "channel " << i;
   }
-  EXPECT_EQ(threads.size(), 2u) << "4 channels on a 2-thread endpoint ran on "
-                                << threads.size() << " thread(s)";
+  EXPECT_EQ(threads.size(), 2u) << "4 channels on a 2-thread endpoint ran on " << threads.size()
+                                << " thread(s)";
   EXPECT_EQ(threads.count(std::this_thread::get_id()), 0u);
 }
 
