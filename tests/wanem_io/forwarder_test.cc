@@ -267,15 +267,28 @@ TEST(RunOptions, ErrorsNameTheFieldAndTheFileLine) {
 
 TEST(RunOptions, CommandLineWinsOverTheFile) {
   const std::string file = ::testing::TempDir() + "wanem_io_options2.yaml";
-  std::ofstream(file) << "iface_a: a0\niface_b: b0\nspec: \"delay=1ms\"\nduration: 2s\n";
+  std::ofstream(file) << "iface_a: a0\niface_b: b0\nspec: \"delay=1ms\"\nduration: 2s\n"
+                          "rx_ring_frames: 1024\n";
   CommandLineSettings cli;
   cli.config_file = file;
   cli.iface_b = "b9";
-  const RunOptions options = resolve_run_options(cli);
+  RunOptions options = resolve_run_options(cli);
   EXPECT_EQ(options.iface_a, "a0");
   EXPECT_EQ(options.iface_b, "b9");
   EXPECT_EQ(options.spec_ba.delay_ns, 1'000'000);
   EXPECT_EQ(options.duration_ns, 2'000'000'000);
+  EXPECT_EQ(options.rx_ring_frames, 1024u);
+  cli.rx_ring_frames = 0;  // recvmmsg
+  options = resolve_run_options(cli);
+  EXPECT_EQ(options.rx_ring_frames, 0u);
+  cli.rx_ring_frames = 1u << 21;
+  try {
+    (void)resolve_run_options(cli);
+    FAIL() << "accepted a 2M-frame ring";
+  } catch (const common::Failure& failure) {
+    EXPECT_NE(failure.error().message.find("--rx-ring-frames"), std::string::npos)
+        << failure.error().message;
+  }
 }
 
 }  // namespace

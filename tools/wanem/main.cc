@@ -212,6 +212,9 @@ int main_impl(int argc, char** argv) {
   run->add_option("--stats-json", cli.stats_json, "write final counters (JSON) here at exit");
   run->add_option("--duration", cli.duration_s, "stop after this many seconds");
   run->add_option("--pool-frames", cli.pool_frames, "frame buffers shared by both directions");
+  run->add_option("--rx-ring-frames", cli.rx_ring_frames,
+                  "packet backend: frames per interface in the receive ring read in place "
+                  "(default 4096; 0 = recvmmsg with a copy per frame)");
   run->add_option("--rt-priority", cli.rt_priority,
                   "SCHED_FIFO priority of the poll thread when sleeping (default 10; 0: off)");
 

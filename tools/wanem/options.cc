@@ -69,7 +69,8 @@ void load_yaml(const std::string& file, RunOptions& options, Sources& yaml) {
   const common::ConfigNode root = common::ConfigNode::load_file(file);
   if (!root.is_map()) root.fail("the file must hold a map of settings");
   root.check_keys({"iface_a", "iface_b", "backend", "eal", "spec", "spec_ab", "spec_ba", "seed",
-                   "control", "busy_poll", "stats_json", "duration", "pool_frames", "rt_priority"});
+                   "control", "busy_poll", "stats_json", "duration", "pool_frames",
+                   "rx_ring_frames", "rt_priority"});
   options.iface_a = root.get_string("iface_a", options.iface_a);
   options.iface_b = root.get_string("iface_b", options.iface_b);
   options.backend = root.get_string("backend", options.backend);
@@ -82,6 +83,8 @@ void load_yaml(const std::string& file, RunOptions& options, Sources& yaml) {
   options.duration_ns = root.get_duration_ns("duration", options.duration_ns);
   options.pool_frames =
       static_cast<uint32_t>(root.get_int("pool_frames", options.pool_frames, 0, 1 << 22));
+  options.rx_ring_frames =
+      static_cast<uint32_t>(root.get_int("rx_ring_frames", options.rx_ring_frames, 0, 1 << 20));
   options.rt_priority = static_cast<int>(root.get_int("rt_priority", options.rt_priority, 0, 99));
   if (auto node = root.maybe_child("spec")) yaml.spec = parse_yaml_spec(*node);
   if (auto node = root.maybe_child("spec_ab")) yaml.spec_ab = parse_yaml_spec(*node);
@@ -127,6 +130,10 @@ RunOptions resolve_run_options(const CommandLineSettings& cli) {
   if (cli.seed) options.seed = *cli.seed;
   if (cli.busy_poll) options.busy_poll = true;
   if (cli.pool_frames) options.pool_frames = *cli.pool_frames;
+  if (cli.rx_ring_frames) {
+    if (*cli.rx_ring_frames > (1U << 20)) fail("--rx-ring-frames: at most 1048576 (0 = no ring)");
+    options.rx_ring_frames = *cli.rx_ring_frames;
+  }
   if (cli.rt_priority) {
     if (*cli.rt_priority < 0 || *cli.rt_priority > 99) fail("--rt-priority: must be in [0, 99]");
     options.rt_priority = *cli.rt_priority;
@@ -178,6 +185,11 @@ std::string describe(const RunOptions& options) {
   out += fmt::format("  pool_frames: {}\n", options.pool_frames == 0
                                                 ? std::string("backend default")
                                                 : std::to_string(options.pool_frames));
+  if (options.backend == "packet") {
+    out += fmt::format("  rx_ring_frames: {}\n", options.rx_ring_frames == 0
+                                                     ? std::string("0 (recvmmsg, a copy per frame)")
+                                                     : std::to_string(options.rx_ring_frames));
+  }
   if (options.backend == "dpdk") out += fmt::format("  eal: {}\n", options.eal);
   return out;
 }

@@ -54,13 +54,19 @@ struct SideCounters {
 
 struct PortCounters {
   SideCounters side[kSideCount];
+  // packet backend with receive rings: frames read in place, and those copied out of the ring
+  // because they were held too long (the kernel was about to need their slot) or were the last
+  // one read (poll() looks at it).
+  uint64_t rx_in_place = 0;
+  uint64_t rx_spilled = 0;
   uint64_t drops[static_cast<int>(PortDrop::kCount)] = {};
 
   void count_drop(PortDrop drop, uint64_t n = 1) noexcept { drops[static_cast<int>(drop)] += n; }
 };
 
 // {"a":{"rx_packets":..,"rx_bytes":..,"tx_packets":..,"tx_bytes":..},"b":{..},
-//  "rx":<a+b rx_packets>,"tx":<a+b tx_packets>,"drops":{"oversize":..,...}}
+//  "rx":<a+b rx_packets>,"tx":<a+b tx_packets>,"rx_in_place":..,"rx_spilled":..,
+//  "drops":{"oversize":..,...}}
 std::string port_counters_json(const PortCounters& counters);
 
 // clang-format off

@@ -42,7 +42,8 @@ std::string port_counters_json(const PortCounters& counters) {
     rx += s.rx_packets;
     tx += s.tx_packets;
   }
-  out += fmt::format("\"rx\":{},\"tx\":{},\"drops\":{{", rx, tx);
+  out += fmt::format("\"rx\":{},\"tx\":{},\"rx_in_place\":{},\"rx_spilled\":{},\"drops\":{{", rx,
+                     tx, counters.rx_in_place, counters.rx_spilled);
   for (int i = 0; i < static_cast<int>(PortDrop::kCount); ++i) {
     if (i != 0) out += ',';
     out += fmt::format("\"{}\":{}", to_string(static_cast<PortDrop>(i)), counters.drops[i]);

@@ -8,11 +8,13 @@
 #include <utility>
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 
@@ -60,7 +62,56 @@ common::Result<InterfaceInfo> inspect(const std::string& name, std::string_view 
   return info;
 }
 
-common::Result<UniqueFd> open_socket(const std::string& name, int index, int buffer_bytes) {
+// A TPACKET_V2 receive ring as mapped: `frames` slots of `frame_bytes`, whole slots per block.
+struct RingLayout {
+  uint8_t* memory = nullptr;
+  size_t bytes = 0;
+  uint32_t frames = 0;
+  uint32_t frame_bytes = 0;
+  uint32_t frames_per_block = 0;
+  uint32_t block_bytes = 0;
+};
+
+// Asks for a receive ring of at least `frames` slots, each with room for the TPACKET header,
+// the virtio-net header and a frame of `frame_limit` bytes, and maps it.
+common::Result<RingLayout> map_rx_ring(int fd, const std::string& name, uint32_t frames,
+                                       uint32_t frame_limit) {
+  const int version = TPACKET_V2;
+  if (::setsockopt(fd, SOL_PACKET, PACKET_VERSION, &version, sizeof version) != 0) {
+    return std::unexpected(errno_error(common::ErrorCode::kIo, "PACKET_VERSION on " + name));
+  }
+  RingLayout ring;
+  // The kernel puts the frame at TPACKET_ALIGN(header + 16) + the vnet header; leave room.
+  const uint32_t needed = TPACKET_ALIGN(TPACKET2_HDRLEN + 16) + sizeof(VnetHeader) + frame_limit;
+  ring.frame_bytes = 1;
+  while (ring.frame_bytes < needed) ring.frame_bytes <<= 1;
+  const auto page = static_cast<uint32_t>(::sysconf(_SC_PAGESIZE));
+  ring.block_bytes = std::max({ring.frame_bytes, page, uint32_t{1} << 17});
+  ring.frames_per_block = ring.block_bytes / ring.frame_bytes;
+  const uint32_t blocks = (frames + ring.frames_per_block - 1) / ring.frames_per_block;
+  ring.frames = blocks * ring.frames_per_block;
+  tpacket_req request{};
+  request.tp_block_size = ring.block_bytes;
+  request.tp_block_nr = blocks;
+  request.tp_frame_size = ring.frame_bytes;
+  request.tp_frame_nr = ring.frames;
+  if (::setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &request, sizeof request) != 0) {
+    return std::unexpected(errno_error(
+        common::ErrorCode::kIo,
+        fmt::format("PACKET_RX_RING of {} x {} bytes on {}", ring.frames, ring.frame_bytes, name)));
+  }
+  ring.bytes = size_t{blocks} * ring.block_bytes;
+  void* memory = ::mmap(nullptr, ring.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (memory == MAP_FAILED) {
+    return std::unexpected(
+        errno_error(common::ErrorCode::kIo, "mmap of the receive ring of " + name));
+  }
+  ring.memory = static_cast<uint8_t*>(memory);
+  return ring;
+}
+
+common::Result<UniqueFd> open_socket(const std::string& name, int index, int buffer_bytes,
+                                     uint32_t ring_frames, uint32_t frame_limit, RingLayout& ring) {
   UniqueFd fd(::socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return std::unexpected(errno_error(common::ErrorCode::kIo, "AF_PACKET socket"));
   const int one = 1;
@@ -83,6 +134,13 @@ common::Result<UniqueFd> open_socket(const std::string& name, int index, int buf
   }
   if (::setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUFFORCE, &buffer_bytes, sizeof buffer_bytes) != 0) {
     (void)::setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
+  }
+  // The ring before the bind: no frame can be queued outside it. PACKET_VNET_HDR came first
+  // (the kernel refuses it once a ring exists).
+  if (ring_frames != 0) {
+    auto mapped = map_rx_ring(fd.get(), name, ring_frames, frame_limit);
+    if (!mapped) return std::unexpected(mapped.error());
+    ring = *mapped;
   }
   // Protocol 0 at socket() and ETH_P_ALL at bind(): nothing is queued from other interfaces
   // before the bind.
@@ -132,6 +190,9 @@ common::Result<std::unique_ptr<PacketPort>> PacketPort::open(const PacketPortCon
     return std::unexpected(errno_error(common::ErrorCode::kIo, "mmap of the frame pool"));
   }
   port->pool_ = static_cast<uint8_t*>(pool);
+  port->data_.resize(config.pool_frames);
+  for (uint32_t i = 0; i < config.pool_frames; ++i) port->data_[i] = port->buffer(i);
+  port->ring_slot_.assign(config.pool_frames, kNoSlot);
   port->lengths_.assign(config.pool_frames, 0);
   port->arrival_ns_.assign(config.pool_frames, 0);
   port->free_.resize(config.pool_frames);
@@ -140,10 +201,25 @@ common::Result<std::unique_ptr<PacketPort>> PacketPort::open(const PacketPortCon
   port->free_count_ = config.pool_frames;
   port->scratch_.assign(buffer_bytes, 0);
 
+  // A ring slot holds the largest frame the interfaces' MTU allows (the pool buffer may be
+  // larger: kMinBufferBytes); anything longer arrives truncated and is dropped as oversize.
+  const auto largest_mtu = static_cast<uint32_t>(std::max({info[0].mtu, info[1].mtu, 1500}));
+  const uint32_t frame_limit =
+      std::min(buffer_bytes, (largest_mtu + kL2OverheadBytes + 63) / 64 * 64);
   for (int i = 0; i < kSideCount; ++i) {
-    auto fd = open_socket(config.iface[i], info[i].index, config.socket_buffer_bytes);
+    RingLayout layout;
+    auto fd = open_socket(config.iface[i], info[i].index, config.socket_buffer_bytes,
+                          config.rx_ring_frames, frame_limit, layout);
     if (!fd) return std::unexpected(fd.error());
     port->fd_[i] = std::move(*fd);
+    RxRing& ring = port->ring_[i];
+    ring.memory = layout.memory;
+    ring.bytes = layout.bytes;
+    ring.frames = layout.frames;
+    ring.frame_bytes = layout.frame_bytes;
+    ring.frames_per_block = layout.frames_per_block;
+    ring.block_bytes = layout.block_bytes;
+    ring.holder.assign(layout.frames, kNoHolder);
   }
   for (uint32_t i = 0; i < kMaxBurst; ++i) {
     port->rx_iov_[i][0] = {&port->rx_vnet_[i], sizeof(VnetHeader)};
@@ -158,6 +234,9 @@ common::Result<std::unique_ptr<PacketPort>> PacketPort::open(const PacketPortCon
 }
 
 PacketPort::~PacketPort() {
+  for (RxRing& ring : ring_) {
+    if (ring.memory != nullptr) ::munmap(ring.memory, ring.bytes);
+  }
   if (pool_ != nullptr) ::munmap(pool_, pool_bytes_);
 }
 
@@ -179,11 +258,15 @@ common::Result<RunOutcome> run(const BackendRun& run) {
   config.iface[0] = run.options.iface_a;
   config.iface[1] = run.options.iface_b;
   if (run.options.pool_frames != 0) config.pool_frames = run.options.pool_frames;
+  config.rx_ring_frames = run.options.rx_ring_frames;
   auto port = PacketPort::open(config);
   if (!port) return std::unexpected(port.error());
-  run.log->info("packet port: pool {} frames x {} bytes, socket buffers {} bytes, burst {}",
+  run.log->info("packet port: pool {} frames x {} bytes, socket buffers {} bytes, burst {}, {}",
                 (*port)->pool_frames(), (*port)->buffer_bytes(), config.socket_buffer_bytes,
-                PacketPort::kMaxBurst);
+                PacketPort::kMaxBurst,
+                config.rx_ring_frames == 0 ? std::string("recvmmsg into the pool")
+                                           : fmt::format("receive rings of {} frames read in place",
+                                                         config.rx_ring_frames));
   for (int i = 0; i < kSideCount; ++i) {
     InterfaceInfo info = inspect(config.iface[i], kSideOption[i]).value_or(InterfaceInfo{});
     if (!info.up)

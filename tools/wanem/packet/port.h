@@ -3,10 +3,25 @@
 // promiscuous, PACKET_IGNORE_OUTGOING (a bound raw socket would otherwise read its own output
 // back and loop it), PACKET_QDISC_BYPASS for tx.
 //
-// Batching: recvmmsg() straight into buffers of a fixed, preallocated pool, and sendmmsg() from
-// them. A TPACKET rx ring would need a second copy here: the engine holds frames for the whole
-// emulated delay (tens of ms), longer than a ring slot can be kept, and TPACKET_V3 only wakes
-// poll() when a block retires (>= 1 ms), which breaks sub-millisecond release times.
+// Receive, two ways (PacketPortConfig::rx_ring_frames):
+//  - ring (default): a TPACKET_V2 receive ring per interface, mmap'ed; the kernel writes each
+//    frame into the next slot and the engine holds the frame where it lies, so a frame is never
+//    copied in user space. V2 wakes poll() per frame (V3 only when a block retires, >= 1 ms,
+//    which would break sub-millisecond release times). The kernel writes the slots in order and
+//    drops a frame whose slot is still held (ring full), so a frame held longer than the ring
+//    takes to come round is "spilled": copied into its descriptor's pool buffer and its slot
+//    released, at most kSpillAhead slots before the kernel needs it. The last frame read in each
+//    burst is spilled too: poll() reports a ring readable while the slot written last is not
+//    back with the kernel, so holding it would turn the sleeping loop into a spinning one. So a
+//    frame is copied once in user space only when it is the last of a wake-up or outlives a lap
+//    of the ring (at 1 Gbit/s, 4,096 slots of 1,514-byte frames last ~50 ms; a slot of a
+//    1,500-byte MTU takes 2 KiB, so the default rings pin 16 MiB of kernel memory).
+//  - recvmmsg() straight into buffers of the pool (a copy per frame, by the kernel).
+// Transmit: sendmmsg() from wherever the frame lies (ring slot or pool buffer).
+//
+// Descriptors: a handle is a descriptor index in [0, pool_frames); each descriptor owns one pool
+// buffer and, while its frame lies in a ring slot, that slot (data_ points at it). Freeing the
+// handle gives the slot back to the kernel.
 //
 // Pool: `pool_frames` buffers of `buffer_bytes` each (sized from the interfaces' MTU), shared by
 // both sides; a handle is a buffer index. Frames that do not fit a buffer (e.g. GSO super-frames
@@ -31,9 +46,9 @@
 #include <sys/uio.h>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "tools/wanem/backend.h"
 #include "tools/wanem/port.h"
-#include "common/unique_fd.h"
 
 namespace detwan::wanem::packet {
 
@@ -55,6 +70,7 @@ inline constexpr uint8_t kVnetNeedsChecksum = 1;  // VIRTIO_NET_HDR_F_NEEDS_CSUM
 struct PacketPortConfig {
   std::string iface[kSideCount];
   uint32_t pool_frames = 32768;
+  uint32_t rx_ring_frames = 4096;             // per interface; 0: recvmmsg into the pool
   uint32_t buffer_bytes = 0;                  // 0: from the larger MTU (at least 2048)
   int socket_buffer_bytes = 4 * 1024 * 1024;  // SO_RCVBUF/SO_SNDBUF per socket
 };
@@ -62,6 +78,8 @@ struct PacketPortConfig {
 class PacketPort {
  public:
   static constexpr uint32_t kMaxBurst = 64;
+  // Slots past the kernel's next write position kept free by spilling held frames.
+  static constexpr uint32_t kSpillAhead = 2 * kMaxBurst;
 
   // Setup (port.cc). Errors: unknown interface -> kNotFound; no permission -> kIo with a hint.
   static common::Result<std::unique_ptr<PacketPort>> open(const PacketPortConfig& config);
@@ -75,9 +93,10 @@ class PacketPort {
   [[nodiscard]] common::Status clone(uint64_t handle, uint64_t* copy) noexcept;
   void free(uint64_t handle) noexcept {
     assert(free_count_ < pool_frames_ && handle < pool_frames_);
+    if (ring_slot_[handle] != kNoSlot) release_slot(static_cast<uint32_t>(handle));
     free_[free_count_++] = static_cast<uint32_t>(handle);
   }
-  [[nodiscard]] const uint8_t* data(uint64_t handle) const noexcept { return buffer(handle); }
+  [[nodiscard]] const uint8_t* data(uint64_t handle) const noexcept { return data_[handle]; }
   [[nodiscard]] uint32_t data_bytes(uint64_t handle) const noexcept { return lengths_[handle]; }
   [[nodiscard]] uint32_t frame_bytes(uint64_t handle) const noexcept { return lengths_[handle]; }
   [[nodiscard]] int64_t rx_time_ns(uint64_t handle) const noexcept { return arrival_ns_[handle]; }
@@ -88,9 +107,34 @@ class PacketPort {
   [[nodiscard]] uint32_t pool_frames() const noexcept { return pool_frames_; }
   [[nodiscard]] uint32_t buffer_bytes() const noexcept { return buffer_bytes_; }
   [[nodiscard]] uint32_t free_frames() const noexcept { return free_count_; }
+  [[nodiscard]] bool rx_ring() const noexcept { return ring_[0].frames != 0; }
 
  private:
+  // A TPACKET_V2 receive ring (port.cc sets it up).
+  struct RxRing {
+    uint8_t* memory = nullptr;  // mmap'ed, shared with the kernel
+    size_t bytes = 0;
+    uint32_t frames = 0;  // 0: no ring on this side
+    uint32_t frame_bytes = 0;
+    uint32_t frames_per_block = 0;
+    uint32_t block_bytes = 0;
+    uint32_t next = 0;             // the next slot the kernel writes / we read
+    std::vector<uint32_t> holder;  // per slot: the descriptor holding its frame, or kNoHolder
+  };
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+  static constexpr uint32_t kNoHolder = UINT32_MAX;
+  static constexpr uint32_t kSideShift = 31;  // ring_slot_: side << 31 | slot
+
   PacketPort() = default;
+  [[nodiscard]] uint8_t* slot_address(const RxRing& ring, uint32_t slot) const noexcept {
+    return ring.memory + size_t{slot / ring.frames_per_block} * ring.block_bytes +
+           size_t{slot % ring.frames_per_block} * ring.frame_bytes;
+  }
+  uint32_t rx_burst_ring(Side side, uint64_t* handles, uint32_t count) noexcept;
+  // Gives descriptor's slot back to the kernel (its frame is done with or copied out).
+  void release_slot(uint32_t descriptor) noexcept;
+  // Copies the frame held in `slot` into its descriptor's pool buffer and releases the slot.
+  void spill(RxRing& ring, uint32_t slot) noexcept;
   [[nodiscard]] uint8_t* buffer(uint64_t handle) const noexcept {
     return pool_ + handle * buffer_bytes_;
   }
@@ -99,10 +143,13 @@ class PacketPort {
   void complete_checksum(uint8_t* frame, uint32_t length, const VnetHeader& vnet) noexcept;
 
   UniqueFd fd_[kSideCount];
+  RxRing ring_[kSideCount];
   uint8_t* pool_ = nullptr;  // mmap'd pool_frames_ * buffer_bytes_ bytes
   size_t pool_bytes_ = 0;
   uint32_t pool_frames_ = 0;
   uint32_t buffer_bytes_ = 0;
+  std::vector<uint8_t*> data_;       // per descriptor: where its frame lies (slot or buffer)
+  std::vector<uint32_t> ring_slot_;  // per descriptor: side << 31 | slot, or kNoSlot
   std::vector<uint32_t> lengths_;    // per buffer: frame length
   std::vector<int64_t> arrival_ns_;  // per buffer: kernel receive time, CLOCK_MONOTONIC ns
   std::vector<uint32_t> free_;       // stack of free buffer indexes

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <ctime>
 
+#include <linux/if_packet.h>
 #include <sys/socket.h>
 
 #include "common/clock.h"
@@ -49,6 +50,7 @@ int64_t PacketPort::realtime_to_monotonic_ns() noexcept {
 static_assert(Port<PacketPort>);
 
 uint32_t PacketPort::rx_burst(Side side, uint64_t* handles, uint32_t count) noexcept {
+  if (ring_[index_of(side)].frames != 0) return rx_burst_ring(side, handles, count);
   const uint32_t wanted = std::min({count, kMaxBurst, free_count_});
   if (wanted == 0) {
     (void)drain_without_buffers(side);
@@ -107,6 +109,84 @@ uint32_t PacketPort::rx_burst(Side side, uint64_t* handles, uint32_t count) noex
   return out;
 }
 
+uint32_t PacketPort::rx_burst_ring(Side side, uint64_t* handles, uint32_t count) noexcept {
+  RxRing& ring = ring_[index_of(side)];
+  SideCounters& side_counters = counters_.side[index_of(side)];
+  const uint32_t wanted = std::min(count, kMaxBurst);
+  int64_t to_monotonic_ns = 0;
+  uint32_t out = 0;
+  while (out < wanted) {
+    const uint32_t slot = ring.next;
+    // A slot we still hold is one the kernel has not written (it never writes a held slot);
+    // kSpillAhead keeps that from happening while frames keep arriving.
+    if (ring.holder[slot] != kNoHolder) break;
+    auto* header = reinterpret_cast<tpacket2_hdr*>(slot_address(ring, slot));
+    if ((__atomic_load_n(&header->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER) == 0) break;
+    ring.next = slot + 1 == ring.frames ? 0 : slot + 1;
+    uint8_t* frame = reinterpret_cast<uint8_t*>(header) + header->tp_mac;
+    const uint32_t length = header->tp_snaplen;
+    if (header->tp_snaplen < header->tp_len || header->tp_mac < sizeof(VnetHeader) ||
+        length > buffer_bytes_) {
+      counters_.count_drop(PortDrop::kOversize);
+      __atomic_store_n(&header->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+      continue;
+    }
+    if (free_count_ == 0) {
+      counters_.count_drop(PortDrop::kPoolEmpty);
+      __atomic_store_n(&header->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+      continue;
+    }
+    const uint32_t descriptor = free_[--free_count_];
+    VnetHeader vnet;
+    std::memcpy(&vnet, frame - sizeof(VnetHeader), sizeof vnet);
+    if ((vnet.flags & kVnetNeedsChecksum) != 0) complete_checksum(frame, length, vnet);
+    if (to_monotonic_ns == 0) to_monotonic_ns = realtime_to_monotonic_ns();
+    data_[descriptor] = frame;
+    ring_slot_[descriptor] = static_cast<uint32_t>(index_of(side)) << kSideShift | slot;
+    ring.holder[slot] = descriptor;
+    lengths_[descriptor] = length;
+    arrival_ns_[descriptor] =
+        int64_t{header->tp_sec} * 1'000'000'000LL + header->tp_nsec + to_monotonic_ns;
+    handles[out++] = descriptor;
+    ++side_counters.rx_packets;
+    side_counters.rx_bytes += length;
+    ++counters_.rx_in_place;
+  }
+  // poll() says readable while the slot the kernel wrote last is not back with it. Once every
+  // written frame is read, give the last one its own copy, so the loop sleeps until the next
+  // frame (with more frames waiting, poll() is right to say so).
+  const auto* next = reinterpret_cast<const tpacket2_hdr*>(slot_address(ring, ring.next));
+  if ((__atomic_load_n(&next->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER) == 0 ||
+      ring.holder[ring.next] != kNoHolder) {
+    const uint32_t last = ring.next == 0 ? ring.frames - 1 : ring.next - 1;
+    if (ring.holder[last] != kNoHolder) spill(ring, last);
+  }
+  // The kernel's next slots must be free when it gets there.
+  for (uint32_t k = 0, slot = ring.next; k < kSpillAhead && k < ring.frames; ++k) {
+    if (ring.holder[slot] != kNoHolder) spill(ring, slot);
+    slot = slot + 1 == ring.frames ? 0 : slot + 1;
+  }
+  return out;
+}
+
+void PacketPort::release_slot(uint32_t descriptor) noexcept {
+  const uint32_t code = ring_slot_[descriptor];
+  RxRing& ring = ring_[code >> kSideShift];
+  const uint32_t slot = code & ((1U << kSideShift) - 1);
+  ring.holder[slot] = kNoHolder;
+  ring_slot_[descriptor] = kNoSlot;
+  data_[descriptor] = buffer(descriptor);
+  auto* header = reinterpret_cast<tpacket2_hdr*>(slot_address(ring, slot));
+  __atomic_store_n(&header->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+}
+
+void PacketPort::spill(RxRing& ring, uint32_t slot) noexcept {
+  const uint32_t descriptor = ring.holder[slot];
+  std::memcpy(buffer(descriptor), data_[descriptor], lengths_[descriptor]);
+  release_slot(descriptor);  // data_ now points at the copy
+  ++counters_.rx_spilled;
+}
+
 uint32_t PacketPort::drain_without_buffers(Side side) noexcept {
   for (uint32_t i = 0; i < kMaxBurst; ++i) {
     rx_iov_[i][1].iov_base = scratch_.data();
@@ -122,7 +202,7 @@ uint32_t PacketPort::drain_without_buffers(Side side) noexcept {
 uint32_t PacketPort::tx_burst(Side side, const uint64_t* handles, uint32_t count) noexcept {
   count = std::min(count, kMaxBurst);
   for (uint32_t i = 0; i < count; ++i) {
-    tx_iov_[i][1].iov_base = buffer(handles[i]);
+    tx_iov_[i][1].iov_base = data_[handles[i]];
     tx_iov_[i][1].iov_len = lengths_[handles[i]];
   }
   const int fd = fd_[index_of(side)].get();
@@ -170,7 +250,7 @@ void PacketPort::complete_checksum(uint8_t* frame, uint32_t length,
 common::Status PacketPort::clone(uint64_t handle, uint64_t* copy) noexcept {
   if (free_count_ == 0) return common::Status::kBusy;
   const uint32_t index = free_[--free_count_];
-  std::memcpy(buffer(index), buffer(handle), lengths_[handle]);
+  std::memcpy(buffer(index), data_[handle], lengths_[handle]);
   lengths_[index] = lengths_[handle];
   *copy = index;
   return common::Status::kOk;
