@@ -331,6 +331,12 @@ class Engine {
   [[nodiscard]] std::string stats_json(int64_t now_ns) const;
   // The same in Prometheus text exposition format (counters *_total, histograms as summaries).
   [[nodiscard]] std::string prometheus_text(int64_t now_ns) const;
+  // One exposition for a gateway spread over shards (shard.h; shards[k] is shard k of N): each
+  // tunnel's series from the shard that owns it, each peer's from its lead; engine drops, port,
+  // best-effort and host-side counters summed over the shards, their histograms merged (exact:
+  // the shards' histograms share one bucket layout). N = 1 is prometheus_text(now_ns).
+  [[nodiscard]] static std::string prometheus_text(const std::vector<Engine*>& shards,
+                                                   int64_t now_ns);
 
  private:
   struct Impl;

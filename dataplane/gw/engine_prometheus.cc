@@ -1,7 +1,8 @@
 // Engine::prometheus_text(): the engine's counters in the Prometheus text exposition format
 // 0.0.4 (docs/gateway.md, "Statistics"). Every family is written as one group with its # HELP
 // and # TYPE lines; counters end in _total; histograms are summaries in seconds with the
-// quantiles 0.5, 0.9, 0.99, 0.999 and 0.99999 plus _sum and _count.
+// quantiles 0.5, 0.9, 0.99, 0.999 and 0.99999 plus _sum and _count. A sharded gateway's
+// exposition is the same families, merged over its shards (each tunnel from its owner).
 #include <map>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 #include "common/histogram.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/engine_impl.h"
+#include "dataplane/gw/shard.h"
 
 namespace detwan::dataplane::gw {
 namespace {
@@ -161,22 +163,88 @@ void playout_counters(Exposition& e, const Labels& labels, const sched::PlayoutC
                c.playout_error_ns);
 }
 
+// Sums of the shards' counters (prometheus_text over shards).
+void add_io(PortIo& into, const PortIo& from) {
+  into.rx_packets += from.rx_packets;
+  into.rx_bytes += from.rx_bytes;
+  into.tx_packets += from.tx_packets;
+  into.tx_bytes += from.tx_bytes;
+  into.rx_errors += from.rx_errors;
+  into.tx_errors += from.tx_errors;
+  into.no_buffer += from.no_buffer;
+  into.tx_batches += from.tx_batches;
+  into.gso_refused += from.gso_refused;
+  into.rx_batches += from.rx_batches;
+}
+
+void add_io(LocalIo& into, const LocalIo& from) {
+  into.tun_rx_packets += from.tun_rx_packets;
+  into.tun_tx_packets += from.tun_tx_packets;
+  into.tun_rx_errors += from.tun_rx_errors;
+  into.tun_tx_errors += from.tun_tx_errors;
+  into.tun_rx_batches += from.tun_rx_batches;
+  into.tun_tx_batches += from.tun_tx_batches;
+  into.tun_gso_refused += from.tun_gso_refused;
+  into.service_rx_packets += from.service_rx_packets;
+  into.service_tx_packets += from.service_tx_packets;
+  into.service_rx_errors += from.service_rx_errors;
+  into.service_tx_errors += from.service_tx_errors;
+}
+
+void add_tx(sched::TxCounters& into, const sched::TxCounters& from) {
+  into.offered_packets += from.offered_packets;
+  into.offered_bytes += from.offered_bytes;
+  into.queued_packets += from.queued_packets;
+  into.queued_bytes += from.queued_bytes;
+  into.sent_packets += from.sent_packets;
+  into.sent_bytes += from.sent_bytes;
+  into.downgraded_packets += from.downgraded_packets;
+  into.downgraded_bytes += from.downgraded_bytes;
+  into.held_for_slot += from.held_for_slot;
+  into.rescheduled += from.rescheduled;
+  for (int i = 0; i < sched::kTxDropCount; ++i) into.dropped[i] += from.dropped[i];
+  (void)into.departure_error_ns.merge(from.departure_error_ns);
+  (void)into.queue_wait_ns.merge(from.queue_wait_ns);
+}
+
 }  // namespace
 
 std::string Engine::prometheus_text(int64_t now_ns) const {
-  const Impl& m = *impl_;
+  return prometheus_text(std::vector<Engine*>{const_cast<Engine*>(this)}, now_ns);
+}
+
+std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t now_ns) {
+  const auto count = static_cast<uint32_t>(shards.size());
+  const Impl& m = *shards[0]->impl_;
   Exposition e;
   e.gauge("detwan_gw_info", "The gateway (constant 1)", {{"gateway", m.config.name}}, 1);
   e.gauge("detwan_gw_uptime_seconds", "Time since the engine was created", {},
           static_cast<double>(now_ns - m.start_ns) * 1e-9);
-  for (int i = 0; i < kEngineDropCount; ++i) {
-    e.counter("detwan_gw_engine_drops_total", "Packets the engine dropped, by reason",
-              {{"reason", std::string(to_string(static_cast<EngineDrop>(i)))}},
-              m.drops[static_cast<std::size_t>(i)]);
+  if (count > 1) {
+    e.gauge("detwan_gw_shards", "Engine shards (cores) the gateway runs on", {}, count);
   }
-  for (const PortState& port : m.ports) {
+  for (int i = 0; i < kEngineDropCount; ++i) {
+    uint64_t dropped = 0;
+    for (const Engine* shard : shards) dropped += shard->impl_->drops[static_cast<std::size_t>(i)];
+    e.counter("detwan_gw_engine_drops_total", "Packets the engine dropped, by reason",
+              {{"reason", std::string(to_string(static_cast<EngineDrop>(i)))}}, dropped);
+  }
+  for (std::size_t p = 0; p < m.ports.size(); ++p) {
+    const PortState& port = m.ports[p];
     const Labels labels{{"port", m.port_config(port).name}};
-    const PortIo& io = port.io;
+    PortIo io = port.io;
+    wire::DropCounters rx_drops = port.rx_drops;
+    sched::TxCounters port_tx = port.scheduler.port_counters();
+    sched::TxCounters best_effort_tx = port.scheduler.best_effort_counters();
+    for (uint32_t k = 1; k < count; ++k) {
+      const PortState& other = shards[k]->impl_->ports[p];
+      add_io(io, other.io);
+      for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) {
+        rx_drops.by_reason[r] += other.rx_drops.by_reason[r];
+      }
+      add_tx(port_tx, other.scheduler.port_counters());
+      add_tx(best_effort_tx, other.scheduler.best_effort_counters());
+    }
     e.counter("detwan_gw_port_rx_packets_total", "Datagrams received on the WAN port", labels,
               io.rx_packets);
     e.counter("detwan_gw_port_rx_bytes_total", "Bytes received on the WAN port", labels,
@@ -203,23 +271,27 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
       with_reason.emplace_back("reason", std::string(to_string(static_cast<wire::DropReason>(r))));
       e.counter("detwan_gw_port_rx_wire_drops_total",
                 "Tunnel datagrams dropped by the wire checks, by reason", with_reason,
-                port.rx_drops.by_reason[r]);
+                rx_drops.by_reason[r]);
     }
-    tx_counters(e, "detwan_gw_port_tx", "the WAN port", labels, port.scheduler.port_counters());
-    tx_counters(e, "detwan_gw_best_effort_tx", "the port's best effort", labels,
-                port.scheduler.best_effort_counters());
+    tx_counters(e, "detwan_gw_port_tx", "the WAN port", labels, port_tx);
+    tx_counters(e, "detwan_gw_best_effort_tx", "the port's best effort", labels, best_effort_tx);
   }
-  for (const TunnelState& t : m.tunnels) {
-    if (!t.active) continue;
+  for (const TunnelState& listed : m.tunnels) {
+    if (!listed.active) continue;
+    // Every shard holds every tunnel; only its owner's state counts (shard.h).
+    const Impl& o = *shards[shard_of_tunnel(listed.id, count)]->impl_;
+    const uint32_t owned = o.find_tunnel(listed.id);
+    if (owned == kNoIndex) continue;
+    const TunnelState& t = o.tunnels[owned];
     const Labels labels{{"tunnel", std::to_string(t.id)},
-                        {"port", m.config.wan_ports[t.port].name}};
-    if (const sched::TxCounters* c = m.ports[t.port].scheduler.tunnel_counters(t.id)) {
+                        {"port", o.config.wan_ports[t.port].name}};
+    if (const sched::TxCounters* c = o.ports[t.port].scheduler.tunnel_counters(t.id)) {
       tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", labels, *c);
     }
     if (t.protected_path()) {  // its copies, on the protection port (label port says which)
       const Labels copy_labels{{"tunnel", std::to_string(t.id)},
-                               {"port", m.config.wan_ports[t.protect_port].name}};
-      if (const auto* c = m.ports[t.protect_port].scheduler.tunnel_counters(t.id)) {
+                               {"port", o.config.wan_ports[t.protect_port].name}};
+      if (const auto* c = o.ports[t.protect_port].scheduler.tunnel_counters(t.id)) {
         tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", copy_labels, *c);
       }
     }
@@ -232,7 +304,7 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
       // Labelled with the path's own port.
       const uint32_t port = path == kPrimaryPathId ? t.port : t.protect_port;
       const Labels with_path{{"tunnel", std::to_string(t.id)},
-                             {"port", m.config.wan_ports[port].name},
+                             {"port", o.config.wan_ports[port].name},
                              {"path", std::to_string(path)}};
       e.counter("detwan_gw_tunnel_rx_path_packets_total",
                 "Data packets received on the path past the header checks", with_path,
@@ -281,8 +353,15 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
                 t.replay_drops[reason]);
     }
   }
-  for (const PeerState& p : m.peers) {
-    const PeerConfig& config = m.peer_config(p);
+  for (uint32_t i = 0; i < m.peers.size(); ++i) {
+    // A peer's control state lives in its lead shard (shard.h).
+    uint32_t lead = 0;
+    for (uint32_t k = 0; k < count; ++k) {
+      if (count > 1 && shards[k]->leads_peer(i)) lead = k;
+    }
+    const Impl& l = *shards[lead]->impl_;
+    const PeerState& p = l.peers[i];
+    const PeerConfig& config = l.peer_config(p);
     const Labels labels{{"peer", config.name}};
     const PeerCounters& c = p.counters;
     e.gauge("detwan_gw_peer_up", "1 if a packet came from the peer within dead_after", labels,
@@ -315,7 +394,8 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
               "Keepalives with a new session epoch: the peer gateway restarted", labels,
               c.restarts);
   }
-  const LocalIo& io = m.local;
+  LocalIo io = m.local;
+  for (uint32_t k = 1; k < count; ++k) add_io(io, shards[k]->impl_->local);
   e.counter("detwan_gw_tun_rx_packets_total", "Packets read from the TUN device", {},
             io.tun_rx_packets);
   e.counter("detwan_gw_tun_tx_packets_total", "Packets written to the TUN device", {},

@@ -174,11 +174,13 @@ std::string answer_sharded_request(const std::vector<Engine*>& shards, std::stri
       return control_error_json(fmt::format("internal error: {}", e.what()));
     }
   }
-  if (name == "prometheus") {
+  if (name == "prometheus" && parsed.as_object().size() == 1) {
     ++lead.control_io().requests;
-    return control_error_json(fmt::format(
-        "prometheus is not merged over the gateway's {} shards yet: use {{\"cmd\":\"stats\"}}",
-        shards.size()));
+    try {
+      return Engine::prometheus_text(shards, now_ns);
+    } catch (const std::exception& e) {
+      return control_error_json(fmt::format("internal error: {}", e.what()));
+    }
   }
   const uint64_t generation = lead.generation();
   std::string answer = answer_control_request(lead, request, now_ns, channel);

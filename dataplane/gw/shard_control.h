@@ -8,7 +8,9 @@
 //              "shards": N. Histograms of summed counter sets add their counts and keep the
 //              exact minimum, maximum and mean; their percentiles are those of the shard with
 //              the most samples (one shard's view, not a merge).
-//   prometheus refused with a message (not merged yet: use stats).
+//   prometheus one exposition (Engine::prometheus_text over the shards): each tunnel's series
+//              from its owner, each peer's from its lead, the rest summed with histograms merged
+//              exactly, plus detwan_gw_shards.
 //   writes     applied to shard 0 (answer_control_request); when its generation moved, the same
 //              change is applied to every other shard as the difference between its tunnels
 //              and shard 0's (the same configuration passes the same checks).

@@ -239,7 +239,7 @@ TEST(GatewayShards, RunWithTwoLcoresServesDataAndControl) {
 
   std::atomic<bool> stop{false};
   std::thread thread_b([&] { (*gateway_b)->run_st(stop, nullptr); });
-  std::string stats_answer, apply_answer, stats_after;
+  std::string stats_answer, prometheus_answer, apply_answer, stats_after;
   std::vector<std::vector<std::string>> received(2);
   std::thread client([&] {
     const common::UniqueFd sender(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
@@ -266,6 +266,8 @@ TEST(GatewayShards, RunWithTwoLcoresServesDataAndControl) {
     }
     auto stats = gw::control_request(a.control_socket, R"({"cmd":"stats"})", 5000);
     stats_answer = stats ? *stats : stats.error().message;
+    auto metrics = gw::control_request(a.control_socket, R"({"cmd":"prometheus"})", 5000);
+    prometheus_answer = metrics ? *metrics : metrics.error().message;
     auto applied = gw::control_request(
         a.admin_socket,
         R"({"cmd":"apply","add":[{"id":3,"peer":"b","rate":"100mbit","slots":"80-89"}]})", 5000);
@@ -289,6 +291,12 @@ TEST(GatewayShards, RunWithTwoLcoresServesDataAndControl) {
   EXPECT_EQ(stats.at("shards").to_number<uint32_t>(), 2u) << stats_answer;
   EXPECT_GE(stats.at("local").at("service_rx_packets").to_number<uint64_t>(), 20u);
   EXPECT_EQ(stats.at("peers").at(0).at("state").as_string(), "up");
+  // Prometheus merged over the running shards: both tunnels' series, the shard count.
+  EXPECT_THAT(prometheus_answer, ::testing::HasSubstr("\ndetwan_gw_shards 2\n"));
+  EXPECT_THAT(prometheus_answer,
+              ::testing::HasSubstr("detwan_gw_tunnel_tx_sent_packets_total{tunnel=\"1\""));
+  EXPECT_THAT(prometheus_answer,
+              ::testing::HasSubstr("detwan_gw_tunnel_tx_sent_packets_total{tunnel=\"2\""));
   EXPECT_THAT(apply_answer, ::testing::HasSubstr("\"added\":[3]"));
   const boost::json::value after = boost::json::parse(stats_after);
   ASSERT_TRUE(after.is_object()) << stats_after;

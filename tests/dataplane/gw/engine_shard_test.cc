@@ -6,6 +6,7 @@
 // lead shard exchanges control packets.
 #include <cstdint>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -268,8 +269,56 @@ TEST_F(ShardControlTest, MergedStatsTakeEachTunnelFromItsOwnerAndSumThePorts) {
   }
   // The peer as its lead (shard 1, owner of control tunnel 7) sees it: it exchanged keepalives.
   EXPECT_GT(merged.at("peers").at(0).at("keepalive").at("sent").to_number<uint64_t>(), 0u);
-  EXPECT_THAT(answer_sharded_request(site_a_, R"({"cmd":"prometheus"})", now(), ControlChannel{}),
-              ::testing::HasSubstr("not merged over the gateway's 3 shards"));
+}
+
+// The value of the sample `series` (name and labels exactly as exposed) in `text`, or -1.
+double sample(const std::string& text, const std::string& series) {
+  const std::string line_start = "\n" + series + " ";
+  const size_t at = text.find(line_start);
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + line_start.size()));
+}
+
+TEST_F(ShardControlTest, MergedPrometheusTakesEachTunnelFromItsOwnerAndSumsThePorts) {
+  const std::string text =
+      answer_sharded_request(site_a_, R"({"cmd":"prometheus"})", now(), ControlChannel{});
+  ASSERT_EQ(text.find("\"error\""), std::string::npos) << text;
+  EXPECT_EQ(sample(text, "detwan_gw_shards"), kShards);
+  // Each family once (one # TYPE line per name), however many shards fed it.
+  std::set<std::string> families;
+  for (size_t at = text.find("# TYPE "); at != std::string::npos;
+       at = text.find("# TYPE ", at + 1)) {
+    const std::string name = text.substr(at + 7, text.find(' ', at + 7) - at - 7);
+    EXPECT_TRUE(families.insert(name).second) << "family " << name << " written twice";
+  }
+  const std::string port = site_a_[0]->config().wan_ports[0].name;
+  uint64_t sent_total = 0, tx_packets = 0, departures = 0;
+  for (uint32_t k = 0; k < kShards; ++k) {
+    sent_total += site_a_[k]->scheduler(0).port_counters().sent_packets;
+    tx_packets += site_a_[k]->port_io(0).tx_packets;
+    departures += site_a_[k]->scheduler(0).port_counters().departure_error_ns.count();
+  }
+  EXPECT_GT(sent_total, 1000u);
+  const std::string port_labels = "{port=\"" + port + "\"}";
+  EXPECT_EQ(sample(text, "detwan_gw_port_tx_sent_packets_total" + port_labels),
+            static_cast<double>(sent_total));
+  EXPECT_EQ(sample(text, "detwan_gw_port_tx_packets_total" + port_labels),
+            static_cast<double>(tx_packets));
+  // Histograms merged bucket by bucket: every shard's departures counted.
+  EXPECT_EQ(sample(text, "detwan_gw_port_tx_departure_error_seconds_count" + port_labels),
+            static_cast<double>(departures));
+  for (const uint32_t id : {7u, 9u}) {
+    const uint32_t owner = shard_of_tunnel(id, kShards);
+    const sched::TxCounters* c = site_a_[owner]->scheduler(0).tunnel_counters(id);
+    ASSERT_NE(c, nullptr);
+    EXPECT_GT(c->sent_packets, 100u);
+    EXPECT_EQ(sample(text, "detwan_gw_tunnel_tx_sent_packets_total{tunnel=\"" + std::to_string(id) +
+                               "\",port=\"" + port + "\"}"),
+              static_cast<double>(c->sent_packets))
+        << "tunnel " << id << " (owner shard " << owner << ")";
+  }
+  // One shard alone is the unsharded exposition.
+  EXPECT_EQ(Engine::prometheus_text({site_a_[0]}, now()), site_a_[0]->prometheus_text(now()));
 }
 
 TEST_F(ShardControlTest, ARunTimeChangeReachesEveryShard) {
