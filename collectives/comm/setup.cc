@@ -24,9 +24,27 @@ constexpr int kRttSamples = 5;
 
 int64_t now_ns() { return common::MonotonicClock().now_ns(); }
 
+// A backend named "NAME" or "NAME:CONFIG" (DETWAN_INTER_BACKEND=udp:threads=2): the registry
+// name, and CONFIG joined with the configuration given separately (backend_config).
+struct BackendSpec {
+  std::string name;
+  std::string config;
+};
+
+BackendSpec backend_spec(const std::string& backend, const std::string& backend_config) {
+  const size_t colon = backend.find(':');
+  BackendSpec spec{backend.substr(0, colon), backend_config};
+  if (colon != std::string::npos && colon + 1 < backend.size()) {
+    const std::string inline_config = backend.substr(colon + 1);
+    spec.config = spec.config.empty() ? inline_config : inline_config + "," + spec.config;
+  }
+  return spec;
+}
+
 // Backends addressed by name only (shm, loopback) listen on ""; socket backends on host:0.
 std::string listen_address(const std::string& backend, const std::string& host) {
-  if (backend == "shm" || backend == "loopback") return "";
+  const std::string name = backend_spec(backend, "").name;
+  if (name == "shm" || name == "loopback") return "";
   return host + ":0";
 }
 
@@ -34,10 +52,11 @@ Result<std::unique_ptr<transport::Endpoint>> open_endpoint(const std::string& ro
                                                            const std::string& backend,
                                                            const transport::ChannelOptions& accept,
                                                            const std::string& backend_config) {
+  const BackendSpec spec = backend_spec(backend, backend_config);
   transport::EndpointOptions options;
   options.accept_options = accept;
-  options.backend_config = backend_config;
-  auto endpoint = transport::make_endpoint(backend, options);
+  options.backend_config = spec.config;
+  auto endpoint = transport::make_endpoint(spec.name, options);
   if (!endpoint) {
     return make_error(endpoint.error().code,
                       fmt::format("{} backend '{}': {}", role, backend, endpoint.error().message));

@@ -130,15 +130,20 @@ def test_local_failure_is_reported_and_cleaned_up(bench):
 
 
 @pytest.mark.netns
-@pytest.mark.parametrize("collective,mtu", [("allreduce", 1500), ("allgather", 1500),
-                                            ("allreduce", 9000)])
-def test_lab_two_sites_two_ranks_each(lab_bench, collective, mtu):
+@pytest.mark.parametrize("collective,mtu,inter", [("allreduce", 1500, ""),
+                                                  ("allgather", 1500, "udp:threads=2"),
+                                                  ("allreduce", 9000, "")])
+def test_lab_two_sites_two_ranks_each(lab_bench, collective, mtu, inter):
     # MTU 9000: the lab's links carry jumbo frames and the ranks' datagrams fill them.
+    # udp:threads=2: each rank's inter-site endpoint runs two progress threads (lanes).
     code, doc, err = run_json([collective, "--lab", "--sites", "2", "--ranks-per-site", "2",
                                "--rate", "50mbit", "--rtt", "10ms", "--mtu", str(mtu), *SWEEP,
-                               "--timeout", "400"], timeout=600)
+                               "--timeout", "400", *(["--inter-backend", inter] if inter else [])],
+                              timeout=600)
     assert code == 0, (doc.get("error"), err[-3000:])
     check_doc(doc, collective, 4, 2, SIZES)
+    if inter:
+        assert doc["backend"]["inter"] == inter, doc["backend"]
     assert doc["path"] == {"rate_bps": RATE, "rtt_ns": RTT_NS, "loss": 0.0, "mtu_bytes": mtu}
     assert doc["lab"]["reused"] is False
     assert lab_namespaces() == []

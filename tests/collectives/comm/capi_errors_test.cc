@@ -1,11 +1,11 @@
 // Errors through the C API: configuration validation, bad arguments (InvalidArgument plus a
 // message naming the argument), usage errors, a peer that vanishes, an operation timeout.
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <future>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "tests/collectives/comm/comm_util.h"
 
@@ -78,6 +78,11 @@ TEST(CapiErrors, UnknownBackendIsInvalidArgument) {
   detwanComm_t comm = nullptr;
   EXPECT_EQ(detwanCommInitRankConfig(&comm, 1, id, 0, &config), detwanInvalidArgument);
   EXPECT_NE(last_error().find("carrier-pigeon"), std::string::npos) << last_error();
+  EXPECT_EQ(comm, nullptr);
+  // NAME:CONFIG: a bad setting is refused naming it.
+  config.inter_backend = "udp:threads=0";
+  EXPECT_EQ(detwanCommInitRankConfig(&comm, 1, id, 0, &config), detwanInvalidArgument);
+  EXPECT_NE(last_error().find("threads"), std::string::npos) << last_error();
   EXPECT_EQ(comm, nullptr);
 }
 

@@ -1,11 +1,11 @@
 // Every C API operation gives the right result on 1..4 ranks over two sites, for intra
 // shm/tcp and inter loopback/udp.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "tests/collectives/comm/comm_util.h"
 
@@ -51,9 +51,9 @@ TEST_P(CapiOps, EveryCollectiveOnOneToFourRanks) {
       }
       // allreduce avg, float, in place
       std::vector<float> values(kCount, static_cast<float>(r + 1));
-      ASSERT_EQ(detwanAllReduce(values.data(), values.data(), kCount, detwanFloat32, detwanAvg,
-                                comm),
-                detwanSuccess)
+      ASSERT_EQ(
+          detwanAllReduce(values.data(), values.data(), kCount, detwanFloat32, detwanAvg, comm),
+          detwanSuccess)
           << detwanGetLastError(comm);
       for (float v : values) ASSERT_FLOAT_EQ(v, (n + 1) / 2.0f);
       // broadcast from the last rank
@@ -72,17 +72,16 @@ TEST_P(CapiOps, EveryCollectiveOnOneToFourRanks) {
       }
       // allgather
       std::fill(recv.begin(), recv.end(), -1);
-      ASSERT_EQ(detwanAllGather(send.data(), recv.data(), kCount, detwanInt32, comm),
-                detwanSuccess)
+      ASSERT_EQ(detwanAllGather(send.data(), recv.data(), kCount, detwanInt32, comm), detwanSuccess)
           << detwanGetLastError(comm);
       for (int q = 0; q < n; ++q) {
         for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(recv[q * kCount + i], q * 100 + int32_t(i));
       }
       // reduce-scatter sum: block r of every rank's send, summed
       std::vector<int32_t> block(kCount, -1);
-      ASSERT_EQ(detwanReduceScatter(send.data(), block.data(), kCount, detwanInt32, detwanSum,
-                                    comm),
-                detwanSuccess)
+      ASSERT_EQ(
+          detwanReduceScatter(send.data(), block.data(), kCount, detwanInt32, detwanSum, comm),
+          detwanSuccess)
           << detwanGetLastError(comm);
       for (size_t i = 0; i < kCount; ++i) {
         const auto j = static_cast<int32_t>(r * kCount + i);
@@ -106,8 +105,7 @@ TEST_P(CapiOps, EveryCollectiveOnOneToFourRanks) {
       std::fill(recv.begin(), recv.end(), -1);
       ASSERT_EQ(detwanGroupStart(), detwanSuccess);
       ASSERT_EQ(detwanSend(send.data(), kCount, detwanInt32, (r + 1) % n, comm), detwanSuccess);
-      ASSERT_EQ(detwanRecv(recv.data(), kCount, detwanInt32, (r + n - 1) % n, comm),
-                detwanSuccess);
+      ASSERT_EQ(detwanRecv(recv.data(), kCount, detwanInt32, (r + n - 1) % n, comm), detwanSuccess);
       ASSERT_EQ(detwanGroupEnd(), detwanSuccess) << detwanGetLastError(comm);
       const int prev = (r + n - 1) % n;
       for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(recv[i], prev * 100 + int32_t(i));
@@ -124,27 +122,27 @@ TEST_P(CapiOps, ZeroCountAndDeterministicRepeat) {
   RankSetup setup{two_sites(4), GetParam()};
   with_comms(setup, [&](int r, detwanComm_t& comm) {
     // count 0 with NULL buffers is valid
-    ASSERT_EQ(detwanAllReduce(nullptr, nullptr, 0, detwanFloat32, detwanSum, comm),
-              detwanSuccess)
+    ASSERT_EQ(detwanAllReduce(nullptr, nullptr, 0, detwanFloat32, detwanSum, comm), detwanSuccess)
         << detwanGetLastError(comm);
     // the same float allreduce twice gives bitwise the same result
     std::vector<double> send(1001);
     for (size_t i = 0; i < send.size(); ++i) send[i] = 1.0 / (1.0 + r + 0.37 * i);
     std::vector<double> first(send.size());
     std::vector<double> second(send.size());
-    ASSERT_EQ(detwanAllReduce(send.data(), first.data(), send.size(), detwanFloat64, detwanSum,
-                              comm),
-              detwanSuccess);
-    ASSERT_EQ(detwanAllReduce(send.data(), second.data(), send.size(), detwanFloat64, detwanSum,
-                              comm),
-              detwanSuccess)
+    ASSERT_EQ(
+        detwanAllReduce(send.data(), first.data(), send.size(), detwanFloat64, detwanSum, comm),
+        detwanSuccess);
+    ASSERT_EQ(
+        detwanAllReduce(send.data(), second.data(), send.size(), detwanFloat64, detwanSum, comm),
+        detwanSuccess)
         << detwanGetLastError(comm);
     EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(double)));
   });
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CapiOps,
-                         ::testing::Values(Backends{"shm", "loopback"}, Backends{"tcp", "udp"}),
+                         ::testing::Values(Backends{"shm", "loopback"}, Backends{"tcp", "udp"},
+                                           Backends{"tcp", "udp:threads=2"}),
                          backends_name);
 
 }  // namespace

@@ -2,15 +2,16 @@
 // Helpers for the communicator tests: N ranks as threads of this process, each with its own
 // communicator created through the C API (or the C++ API), meeting at a bootstrap root on
 // 127.0.0.1 (port 0). Backends are skipped when this machine cannot run them.
-#include <gtest/gtest.h>
-
+#include <cctype>
 #include <cstring>
 #include <functional>
-#include <optional>
 #include <latch>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "collectives/comm/communicator.h"
 #include "detwan/collectives.h"
@@ -23,13 +24,19 @@ struct Backends {
   std::string inter;
 };
 
+// "tcp_udp", "tcp_udp_threads_2" (gtest names: letters, digits and '_').
 inline std::string backends_name(const ::testing::TestParamInfo<Backends>& info) {
-  return info.param.intra + "_" + info.param.inter;
+  std::string name = info.param.intra + "_" + info.param.inter;
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name;
 }
 
 // The reason a backend cannot run here, or "" if it can.
 inline std::string unusable(const Backends& backends) {
-  for (const auto& name : {backends.intra, backends.inter}) {
+  for (const auto& spec : {backends.intra, backends.inter}) {
+    const std::string name = spec.substr(0, spec.find(':'));  // "udp:threads=2" -> "udp"
     auto info = transport::backend_info(name);
     if (!info.usable) return name + ": " + info.reason;
   }
@@ -63,8 +70,7 @@ struct RankSetup {
 
 // Creates a communicator per rank (each on its own thread), runs fn(rank, comm) there, then
 // destroys it (unless fn set comm to nullptr, e.g. after detwanCommAbort).
-inline void with_comms(const RankSetup& setup,
-                       const std::function<void(int, detwanComm_t&)>& fn) {
+inline void with_comms(const RankSetup& setup, const std::function<void(int, detwanComm_t&)>& fn) {
   const int n = static_cast<int>(setup.sites.size());
   const detwanUniqueId id = make_id();
   // Nobody destroys before every rank is done: a close racing the peer's last acknowledgement
