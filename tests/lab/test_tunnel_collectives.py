@@ -72,12 +72,15 @@ def test_collective_rides_the_reservation_through_a_flooded_wan(lab):
         before = {s: tunnel_counters(s, tid) for s in ("a", "b")}
         share = 100_000_000 - RESERVE_BPS
         with cross.running(int(1.5 * share), tcp_flows=2, udp_fraction=0.5) as flood:
+            # Each rank's inter-site endpoint on two progress threads (udp lanes): the channels
+            # are spread over them and each still paces its share of the reservation.
             p = bench(["--reservation", r["id"], "-b", "4M", "-e", "4M", "-n", "3", "-w", "1",
-                       "-c", "1"], timeout=600)
+                       "-c", "1", "--inter-backend", "udp:threads=2"], timeout=600)
             rc, doc, err = finish(p, 600)
         after = {s: tunnel_counters(s, tid) for s in ("a", "b")}
     assert rc == 0, err[-4000:]
     assert doc["lab"]["path"] == "tunnel"
+    assert doc["backend"]["inter"] == "udp:threads=2", doc["backend"]
     rows = doc["rows"]
     assert rows and all(row["wrong"] == 0 for row in rows), rows  # every byte checked
     # The cross traffic really competed on the best-effort share.
