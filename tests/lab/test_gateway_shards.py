@@ -55,5 +55,14 @@ def test_two_shards_carry_every_tunnel_and_answer_for_the_whole_gateway(wanem_re
                 assert counters["rx_released"] >= 20, (site, tunnel_id, counters)
             # Both peers are up on the shard that leads each and reported as such.
             assert all(p["state"] == "up" for p in stats["peers"]), stats["peers"]
+            # Prometheus merged over the shards: each tunnel's counter from its owner.
+            res = labutil.tb("gw", site, "--", "stats", "--prometheus", timeout=20)
+            assert res.returncode == 0, res.stderr
+            assert "\ndetwan_gw_shards 2\n" in res.stdout, res.stdout[:2000]
+            for tunnel_id in tunnels:
+                sent = [line for line in res.stdout.splitlines() if line.startswith(
+                    f'detwan_gw_tunnel_tx_sent_packets_total{{tunnel="{tunnel_id}"')]
+                assert sent and all(float(line.split()[-1]) >= 20 for line in sent), (
+                    site, tunnel_id, sent)
     for s in st["sites"]:  # `down` stopped every gateway
         assert not labutil.pid_alive(s["gateway"]["pid"]), s["gateway"]
