@@ -205,16 +205,7 @@ int run_recv(const RecvOptions& o) {
   }
   if (start_ns == INT64_MAX) start_ns = last_ns;
   transport::ChannelStats stats = shares.front().stats;
-  for (size_t i = 1; i < shares.size(); ++i) {
-    stats.messages_received += shares[i].stats.messages_received;
-    stats.bytes_received += shares[i].stats.bytes_received;
-    stats.datagrams_received += shares[i].stats.datagrams_received;
-    stats.dropped_duplicate += shares[i].stats.dropped_duplicate;
-    stats.dropped_malformed += shares[i].stats.dropped_malformed;
-    stats.dropped_corrupt += shares[i].stats.dropped_corrupt;
-    stats.recv_buffers_reused += shares[i].stats.recv_buffers_reused;
-    stats.acks_piggybacked += shares[i].stats.acks_piggybacked;
-  }
+  for (size_t i = 1; i < shares.size(); ++i) add_counters(stats, shares[i].stats);
   const double elapsed_s = static_cast<double>(last_ns - start_ns) * 1e-9;
   doc["size_bytes"] = total_bytes;
   doc["messages"] = count;

@@ -1,11 +1,11 @@
 #include "tools/bench/transport_report.h"
 
-#include <sys/resource.h>
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+
+#include <sys/resource.h>
+#include <time.h>
 
 namespace detwan::bench {
 
@@ -52,6 +52,28 @@ json::object stats_to_json(const transport::ChannelStats& s) {
                       {"fec_parity_current", s.fec_parity_current},
                       {"recv_buffers_reused", s.recv_buffers_reused},
                       {"acks_piggybacked", s.acks_piggybacked}};
+}
+
+void add_counters(transport::ChannelStats& into, const transport::ChannelStats& from) {
+  into.messages_sent += from.messages_sent;
+  into.messages_received += from.messages_received;
+  into.bytes_sent += from.bytes_sent;
+  into.bytes_received += from.bytes_received;
+  into.segments_sent += from.segments_sent;
+  into.segments_retransmitted += from.segments_retransmitted;
+  into.fec_parity_sent += from.fec_parity_sent;
+  into.fec_recovered += from.fec_recovered;
+  into.datagrams_received += from.datagrams_received;
+  into.dropped_corrupt += from.dropped_corrupt;
+  into.dropped_malformed += from.dropped_malformed;
+  into.dropped_duplicate += from.dropped_duplicate;
+  into.dropped_foreign += from.dropped_foreign;
+  into.dropped_memory += from.dropped_memory;
+  into.timeouts += from.timeouts;
+  into.paths_failed += from.paths_failed;
+  into.paths_recovered += from.paths_recovered;
+  into.recv_buffers_reused += from.recv_buffers_reused;
+  into.acks_piggybacked += from.acks_piggybacked;
 }
 
 json::object summarize_ns(std::vector<int64_t> v) {

@@ -26,6 +26,9 @@ namespace detwan::bench {
 [[nodiscard]] double thread_cpu_s();
 
 [[nodiscard]] boost::json::object stats_to_json(const transport::ChannelStats& stats);
+// Adds `from`'s counters into `into` (--channels: one report for all channels); the RTT, window
+// and loss figures stay `into`'s (the first channel's).
+void add_counters(transport::ChannelStats& into, const transport::ChannelStats& from);
 
 // {"count","min","mean","p50","p90","p99","max"} of `values_ns` (nearest-rank percentiles);
 // all zero when empty.
@@ -36,9 +39,9 @@ template <typename T>
 common::Result<T> await_result(std::future<common::Result<T>>& future, int64_t timeout_ns,
                                std::string_view what) {
   if (future.wait_for(std::chrono::nanoseconds(timeout_ns)) != std::future_status::ready) {
-    return common::make_error(common::ErrorCode::kTimeout,
-                              fmt::format("{}: no result within {:.1f} s", what,
-                                          static_cast<double>(timeout_ns) * 1e-9));
+    return common::make_error(
+        common::ErrorCode::kTimeout,
+        fmt::format("{}: no result within {:.1f} s", what, static_cast<double>(timeout_ns) * 1e-9));
   }
   return future.get();
 }

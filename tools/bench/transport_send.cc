@@ -210,34 +210,6 @@ void send_share(std::unique_ptr<transport::Channel>& channel, const SendOptions&
   share.ack_latency_ns = std::move(slots.ack_latency_ns);
 }
 
-// Counters summed over the channels; the RTT and window figures are the first channel's.
-transport::ChannelStats sum_stats(const std::vector<Share>& shares) {
-  transport::ChannelStats sum = shares.front().stats;
-  for (size_t i = 1; i < shares.size(); ++i) {
-    const transport::ChannelStats& s = shares[i].stats;
-    sum.messages_sent += s.messages_sent;
-    sum.messages_received += s.messages_received;
-    sum.bytes_sent += s.bytes_sent;
-    sum.bytes_received += s.bytes_received;
-    sum.segments_sent += s.segments_sent;
-    sum.segments_retransmitted += s.segments_retransmitted;
-    sum.fec_parity_sent += s.fec_parity_sent;
-    sum.fec_recovered += s.fec_recovered;
-    sum.datagrams_received += s.datagrams_received;
-    sum.dropped_corrupt += s.dropped_corrupt;
-    sum.dropped_malformed += s.dropped_malformed;
-    sum.dropped_duplicate += s.dropped_duplicate;
-    sum.dropped_foreign += s.dropped_foreign;
-    sum.dropped_memory += s.dropped_memory;
-    sum.timeouts += s.timeouts;
-    sum.paths_failed += s.paths_failed;
-    sum.paths_recovered += s.paths_recovered;
-    sum.recv_buffers_reused += s.recv_buffers_reused;
-    sum.acks_piggybacked += s.acks_piggybacked;
-  }
-  return sum;
-}
-
 }  // namespace
 
 int run_send(const SendOptions& o) {
@@ -319,7 +291,8 @@ int run_send(const SendOptions& o) {
       receiver_done = share.receiver_done;
     }
   }
-  const transport::ChannelStats stats = sum_stats(shares);
+  transport::ChannelStats stats = shares.front().stats;
+  for (size_t i = 1; i < shares.size(); ++i) add_counters(stats, shares[i].stats);
   const double elapsed_s = static_cast<double>(end_ns - start_ns) * 1e-9;
   doc["size_bytes"] = total_bytes;
   doc["messages"] = count;
