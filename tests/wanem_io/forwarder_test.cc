@@ -29,6 +29,7 @@ class ScriptedPort {
   struct Arrival {
     int64_t at_ns;
     uint32_t bytes;
+    int64_t stamp_ns = 0;  // the device's receive timestamp; 0: none (rx_time_ns() says 0)
   };
   struct Sent {
     Side side;
@@ -45,6 +46,7 @@ class ScriptedPort {
     while (side == Side::kA && n < count && next_ < arrivals_.size() &&
            arrivals_[next_].at_ns <= clock_.now_ns()) {
       handles[n++] = allocate(arrivals_[next_].bytes);
+      stamps_.push_back(arrivals_[next_].stamp_ns);
       ++next_;
     }
     counters_.side[index_of(side)].rx_packets += n;
@@ -68,7 +70,9 @@ class ScriptedPort {
   const uint8_t* data(uint64_t) const noexcept { return frame_; }
   uint32_t data_bytes(uint64_t handle) const noexcept { return bytes_[handle]; }
   uint32_t frame_bytes(uint64_t handle) const noexcept { return bytes_[handle]; }
-  int64_t rx_time_ns(uint64_t) const noexcept { return 0; }
+  int64_t rx_time_ns(uint64_t handle) const noexcept {
+    return handle < stamps_.size() ? stamps_[handle] : 0;
+  }
   int rx_fd(Side) const noexcept { return -1; }
   PortCounters& counters() noexcept { return counters_; }
   void refresh_counters_st() {}
@@ -81,6 +85,7 @@ class ScriptedPort {
  private:
   uint64_t allocate(uint32_t bytes) {
     bytes_.push_back(bytes);
+    stamps_.resize(bytes_.size() - 1);  // a clone has no stamp of its own
     return bytes_.size() - 1;
   }
 
@@ -88,6 +93,7 @@ class ScriptedPort {
   std::vector<Arrival> arrivals_;
   size_t next_ = 0;
   std::vector<uint32_t> bytes_;
+  std::vector<int64_t> stamps_;  // by handle
   std::vector<Sent> sent_;
   uint64_t freed_ = 0;
   int busy_calls_ = 0;
@@ -136,6 +142,29 @@ TEST(Forwarder, ReleasesEachFrameAfterTheDelayOnTheOtherSide) {
   }
   h.forwarder->drain_st();
   EXPECT_EQ(h.port.allocated(), h.port.freed());
+}
+
+// A frame that waited in the device (a receive ring) while the emulator started carries a stamp
+// from before the session: it is timed from the session's start, so the delay it is given is the
+// configured one. Timed from its stamp, the link would have been busy until the start and the
+// emulator's own sojourn would have counted the wait (the lab saw 12-29 ms for delay=10ms,
+// jitter=1ms with TPACKET rings).
+TEST(Forwarder, AFrameStampedBeforeTheSessionIsTimedFromItsStart) {
+  const int64_t t0 = 1'000'000'000;
+  // The first frame is in the device when the loop starts: the first receive reads it.
+  Harness h({{t0, 100, t0 - 5'000'000}, {t0 + 20'000, 100, t0 + 15'000}}, "delay=10ms");
+  h.forwarder->run_st();
+  ASSERT_EQ(h.port.sent().size(), 2U);
+  const auto& sojourn = h.session.emulator(Direction::kAb)
+                            .counters()
+                            .sojourn_ns[static_cast<int>(TrafficClass::kBestEffort)];
+  EXPECT_EQ(sojourn.count(), 2U);
+  EXPECT_EQ(sojourn.max(), 10'000'000);
+  EXPECT_EQ(sojourn.min(), 10'000'000);
+  // The stamped frame is released at the session's start + delay, the other at its stamp + delay.
+  EXPECT_GE(h.port.sent()[0].at_ns, t0 + 10'000'000);
+  EXPECT_LE(h.port.sent()[0].at_ns, t0 + 10'000'000 + 3 * ScriptedPort::kStepNs);
+  EXPECT_GE(h.port.sent()[1].at_ns, t0 + 15'000 + 10'000'000);
 }
 
 TEST(Forwarder, LostFramesAreFreedAndNeverSent) {
@@ -268,7 +297,7 @@ TEST(RunOptions, ErrorsNameTheFieldAndTheFileLine) {
 TEST(RunOptions, CommandLineWinsOverTheFile) {
   const std::string file = ::testing::TempDir() + "wanem_io_options2.yaml";
   std::ofstream(file) << "iface_a: a0\niface_b: b0\nspec: \"delay=1ms\"\nduration: 2s\n"
-                          "rx_ring_frames: 1024\n";
+                         "rx_ring_frames: 1024\n";
   CommandLineSettings cli;
   cli.config_file = file;
   cli.iface_b = "b9";

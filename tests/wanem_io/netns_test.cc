@@ -6,8 +6,8 @@
 // super-frame (offloads left on at the sender) is dropped and counted as oversize instead of
 // crashing the emulator; frames held longer than the receive ring takes to come round are
 // copied out of it and still arrive intact and in order. No timing upper bound is asserted
-// beyond "arrives within seconds". Each test runs with the receive rings (read in place,
-// --rx-ring-frames 4096) and with recvmmsg (--rx-ring-frames 0, the default).
+// beyond "arrives within seconds". Each test runs with the receive rings (read in place, the
+// default) and with recvmmsg (--rx-ring-frames 0).
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>

@@ -62,6 +62,7 @@ class Forwarder {
         options_(options),
         view_{session, port.counters(), loop_stats_, 0, [this] { port_.refresh_counters_st(); }},
         owner_(std::this_thread::get_id()) {
+    engine_time_ns_[0] = engine_time_ns_[1] = session.start_ns();
     if (port_.rx_fd(Side::kA) < 0 || port_.rx_fd(Side::kB) < 0) options_.busy_poll = true;
   }
 
@@ -279,7 +280,11 @@ class Forwarder {
   LoopStats loop_stats_;
   PollThreadView view_;
   TxQueue tx_[kSideCount];
-  // Latest time handed to each direction's engine (offers, releases, posted changes).
+  // Latest time handed to each direction's engine (offers, releases, posted changes). It starts
+  // at the session's start: a frame the device stamped before the emulators existed (it waited
+  // in a receive ring or socket while detwan-wanem started) is timed from their start, not from
+  // its stamp; an earlier offer would find the link busy until the start and count that wait in
+  // the frame's sojourn.
   int64_t engine_time_ns_[kDirectionCount] = {};
   bool rx_more_ = false;
   bool woken_ = false;

@@ -214,7 +214,7 @@ int main_impl(int argc, char** argv) {
   run->add_option("--pool-frames", cli.pool_frames, "frame buffers shared by both directions");
   run->add_option("--rx-ring-frames", cli.rx_ring_frames,
                   "packet backend: frames per interface in the receive ring read in place "
-                  "(default 0: recvmmsg with a copy per frame; e.g. 4096)");
+                  "(default 4096; 0 = recvmmsg with a copy per frame)");
   run->add_option("--rt-priority", cli.rt_priority,
                   "SCHED_FIFO priority of the poll thread when sleeping (default 10; 0: off)");
 

@@ -46,10 +46,9 @@ struct RunOptions {
   std::string stats_json_path;  // empty: no final statistics file
   int64_t duration_ns = 0;      // 0: until SIGINT/SIGTERM
   uint32_t pool_frames = 0;     // frame buffers shared by both directions; 0: backend default
-  // packet backend: frames of each interface's receive ring (PACKET_RX_RING, read in place,
-  // e.g. 4096); 0 (default): recvmmsg into the pool (a copy per frame). Opt-in: with the rings
-  // the lab's uniform-jitter test saw sojourns beyond delay + jitter (docs/wanem.md).
-  uint32_t rx_ring_frames = 0;
+  // packet backend: frames of each interface's receive ring (PACKET_RX_RING, read in place);
+  // 0: recvmmsg into the pool instead (a copy per frame).
+  uint32_t rx_ring_frames = 4096;
   // SCHED_FIFO priority of the poll thread in sleeping mode (0: stay SCHED_OTHER). Under CFS a
   // sleeping emulator on a loaded machine wakes milliseconds late; as a real-time sleeper it
   // wakes within tens of microseconds and still costs nothing while idle. Never applied with

@@ -4,8 +4,7 @@
 // back and loop it), PACKET_QDISC_BYPASS for tx.
 //
 // Receive, two ways (PacketPortConfig::rx_ring_frames):
-//  - ring (opt-in, rx_ring_frames > 0): a TPACKET_V2 receive ring per interface, mmap'ed; the
-//  kernel writes each
+//  - ring (default): a TPACKET_V2 receive ring per interface, mmap'ed; the kernel writes each
 //    frame into the next slot and the engine holds the frame where it lies, so a frame is never
 //    copied in user space. V2 wakes poll() per frame (V3 only when a block retires, >= 1 ms,
 //    which would break sub-millisecond release times). The kernel writes the slots in order and
@@ -17,8 +16,7 @@
 //    frame is copied once in user space only when it is the last of a wake-up or outlives a lap
 //    of the ring (at 1 Gbit/s, 4,096 slots of 1,514-byte frames last ~50 ms; a slot of a
 //    1,500-byte MTU takes 2 KiB, so the default rings pin 16 MiB of kernel memory).
-//  - recvmmsg() straight into buffers of the pool (a copy per frame, by the kernel): the
-//    default (docs/wanem.md says why the rings are not).
+//  - recvmmsg() straight into buffers of the pool (a copy per frame, by the kernel).
 // Transmit: sendmmsg() from wherever the frame lies (ring slot or pool buffer).
 //
 // Descriptors: a handle is a descriptor index in [0, pool_frames); each descriptor owns one pool
@@ -72,8 +70,8 @@ inline constexpr uint8_t kVnetNeedsChecksum = 1;  // VIRTIO_NET_HDR_F_NEEDS_CSUM
 struct PacketPortConfig {
   std::string iface[kSideCount];
   uint32_t pool_frames = 32768;
-  uint32_t rx_ring_frames = 0;  // per interface (e.g. 4096); 0: recvmmsg into the pool
-  uint32_t buffer_bytes = 0;    // 0: from the larger MTU (at least 2048)
+  uint32_t rx_ring_frames = 4096;             // per interface; 0: recvmmsg into the pool
+  uint32_t buffer_bytes = 0;                  // 0: from the larger MTU (at least 2048)
   int socket_buffer_bytes = 4 * 1024 * 1024;  // SO_RCVBUF/SO_SNDBUF per socket
 };
 
