@@ -1,4 +1,7 @@
 // The gateway's poll loop, WAN side: no exceptions, no allocation, no logging per packet.
+#include <algorithm>
+#include <span>
+
 #include <rte_cycles.h>
 #include <rte_mbuf.h>
 #include <time.h>
@@ -108,7 +111,9 @@ uint32_t Gateway::Impl::wan_rx_st(int64_t now_ns) noexcept {
     WanPortState& state = wan[index];
     if (queue() >= state.port->rx_queue_count()) continue;
     const uint16_t got = state.port->rx_burst_st(queue(), mbufs, burst);
+    for (uint16_t i = 0; i < got && i < kPrefetchAhead; ++i) prefetch_data(mbufs[i]);
     for (uint16_t i = 0; i < got; ++i) {
+      if (i + kPrefetchAhead < got) prefetch_data(mbufs[i + kPrefetchAhead]);
       rte_mbuf* m = mbufs[i];
       if (shards > 1) {
         const uint32_t owner = gw::shard_of_tunnel(peek_frame_tunnel_id(m), shards);
@@ -155,10 +160,9 @@ void Gateway::Impl::send_data_st(const gw::TxEmit& emit) noexcept {
   const std::size_t encoded = engine.encode_frame_st(
       emit, data_type_of(m), std::span<std::byte>(frame + outer, m->data_len - outer),
       payload_bytes);
-  if (encoded == 0 ||
-      !build_outer_headers(std::span<std::byte>(frame, m->data_len), spec,
-                           state.port->tx_ip_checksum_offload(),
-                           state.port->tx_udp_checksum_offload())) {
+  if (encoded == 0 || !build_outer_headers(std::span<std::byte>(frame, m->data_len), spec,
+                                           state.port->tx_ip_checksum_offload(),
+                                           state.port->tx_udp_checksum_offload())) {
     ++counters.encap_failed;
     ++state.port->counters(queue()).encap_failed;
     rte_pktmbuf_free(m);
@@ -206,16 +210,31 @@ void Gateway::Impl::send_control_st(const gw::TxEmit& emit) noexcept {
 }
 
 uint32_t Gateway::Impl::transmit_st(int64_t now_ns, uint32_t max_frames) noexcept {
-  const uint32_t sent = engine.poll_tx_st(
-      now_ns,
-      [this](const gw::TxEmit& emit) {
-        if (emit.control) {
-          send_control_st(emit);
-        } else {
-          send_data_st(emit);
-        }
-      },
-      max_frames);
+  uint32_t sent = 0;
+  while (sent < max_frames) {
+    const uint32_t wanted = std::min(kEmitBurst, max_frames - sent);
+    const uint32_t got = engine.next_tx_burst_st(now_ns, std::span(tx_emits.data(), wanted));
+    for (uint32_t i = 0; i < got; ++i) {
+      if (!tx_emits[i].control) rte_prefetch0(mbuf_of(tx_emits[i].handle));
+    }
+    for (uint32_t i = 0; i < got; ++i) {
+      const uint32_t ahead = i + kPrefetchAhead;
+      if (ahead < got && !tx_emits[ahead].control && tx_emits[ahead].send) {
+        // The tunnel header and the outer headers go in front of the payload.
+        const rte_mbuf* m = mbuf_of(tx_emits[ahead].handle);
+        rte_prefetch0(rte_pktmbuf_mtod(m, const std::byte*) - outer_header_bytes(true) -
+                      wire::kHeaderSize);
+        prefetch_data(m);
+      }
+      if (tx_emits[i].control) {
+        send_control_st(tx_emits[i]);
+      } else {
+        send_data_st(tx_emits[i]);
+      }
+    }
+    sent += got;
+    if (got < wanted && (got == 0 || !tx_emits[got - 1].control)) break;  // nothing else due
+  }
   return sent;
 }
 
@@ -236,15 +255,21 @@ void Gateway::Impl::flush_wan_st() noexcept {
 }
 
 uint32_t Gateway::Impl::release_st(int64_t now_ns) noexcept {
-  const uint32_t released = engine.poll_rx_st(
-      now_ns,
-      [this](const gw::RxEmit& emit) {
-        rte_mbuf* m = mbuf_of(emit.handle);
-        // The mbuf holds the UDP payload: strip the tunnel header, keep the payload.
-        (void)rte_pktmbuf_adj(m, static_cast<uint16_t>(wire::kHeaderSize));
-        deliver_local_st(m, emit);
-      },
-      batch);
+  uint32_t released = 0;
+  while (released < batch) {
+    const uint32_t wanted = std::min(kEmitBurst, batch - released);
+    const uint32_t got = engine.next_rx_burst_st(now_ns, std::span(rx_emits.data(), wanted));
+    for (uint32_t i = 0; i < got; ++i) rte_prefetch0(mbuf_of(rx_emits[i].handle));
+    for (uint32_t i = 0; i < got; ++i) {
+      if (i + kPrefetchAhead < got) prefetch_data(mbuf_of(rx_emits[i + kPrefetchAhead].handle));
+      rte_mbuf* m = mbuf_of(rx_emits[i].handle);
+      // The mbuf holds the UDP payload: strip the tunnel header, keep the payload.
+      (void)rte_pktmbuf_adj(m, static_cast<uint16_t>(wire::kHeaderSize));
+      deliver_local_st(m, rx_emits[i]);
+    }
+    released += got;
+    if (got < wanted) break;
+  }
   flush_local_st();
   return released;
 }

@@ -1,12 +1,14 @@
 #pragma once
 // Private state of the DPDK gateway, shared by its setup (gateway.cc, local.cc) and its loop
 // (gateway_datapath.cc, local_datapath.cc). Not part of the backend's interface.
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 
+#include <rte_prefetch.h>
 #include <rte_ring.h>
 
 #include "common/clock.h"
@@ -21,9 +23,9 @@ namespace detwan::dataplane::dpdk {
 struct WanPortState {
   EthPort* port = nullptr;  // SharedState::wan_ports[i]
   std::string device;
-  WanAddress address;         // our MAC + local endpoint: what received frames must match
-  MacAddress next_hop_mac;    // destination of every frame we send
-  gw::PortIo* io = nullptr;   // the engine's I/O counters of this port
+  WanAddress address;        // our MAC + local endpoint: what received frames must match
+  MacAddress next_hop_mac;   // destination of every frame we send
+  gw::PortIo* io = nullptr;  // the engine's I/O counters of this port
   // This shard's queue counters as last added to `io` (a send may flush a full burst before
   // flush_wan_st does, so io follows the queue's totals, not one flush's).
   uint64_t reported_tx_packets = 0, reported_tx_bytes = 0, reported_tx_failed = 0;
@@ -101,6 +103,14 @@ inline void set_data_type(rte_mbuf* mbuf, wire::DataType type) noexcept {
   return static_cast<wire::DataType>(mbuf->hash.usr);
 }
 
+// Prefetching as DPDK's l3fwd does: while frame i is handled, the data of frame i + kPrefetchAhead
+// is fetched (a burst's mbuf headers first, since the data address is in them). With thousands
+// of frames in flight their buffers are not in cache (docs/benchmarks.md, issue 17).
+inline constexpr uint32_t kPrefetchAhead = 3;
+inline void prefetch_data(const rte_mbuf* m) noexcept {
+  rte_prefetch0(rte_pktmbuf_mtod(m, const void*));
+}
+
 struct Gateway::Impl {
   Impl(gw::Engine& engine_ref, const gw::GatewayConfig& config_ref,
        std::shared_ptr<SharedState> shared_ref)
@@ -123,6 +133,11 @@ struct Gateway::Impl {
   BackendCounters counters;
   int64_t next_peer_sync_ns = 0;
   uint64_t local_reported_tx_packets = 0, local_reported_tx_failed = 0;  // as WanPortState's
+  // The engine's bursts (Engine::next_tx_burst_st / next_rx_burst_st), kept here so that a poll
+  // does not construct them: every mbuf of a burst is prefetched before the first is touched.
+  static constexpr uint32_t kEmitBurst = 32;
+  std::array<gw::TxEmit, kEmitBurst> tx_emits;
+  std::array<gw::RxEmit, kEmitBurst> rx_emits;
 
   [[nodiscard]] uint16_t queue() const noexcept { return static_cast<uint16_t>(shard); }
   [[nodiscard]] bool sharded() const noexcept { return shared->shard_count > 1; }

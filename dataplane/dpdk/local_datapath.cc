@@ -102,7 +102,9 @@ uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
     const uint16_t got = queue() < local.port->rx_queue_count()
                              ? local.port->rx_burst_st(queue(), mbufs, static_cast<uint16_t>(batch))
                              : uint16_t{0};
+    for (uint16_t i = 0; i < got && i < kPrefetchAhead; ++i) prefetch_data(mbufs[i]);
     for (uint16_t i = 0; i < got; ++i) {
+      if (i + kPrefetchAhead < got) prefetch_data(mbufs[i + kPrefetchAhead]);
       rte_mbuf* m = mbufs[i];
       const auto* frame = rte_pktmbuf_mtod(m, const std::byte*);
       const uint16_t ether_type =
@@ -114,8 +116,8 @@ uint32_t Gateway::Impl::local_rx_st(int64_t now_ns) noexcept {
       }
       ++io.tun_rx_packets;
       (void)rte_pktmbuf_adj(m, kEtherHeaderBytes);
-      set_data_type(m, ether_type == kEtherTypeIpv6 ? wire::DataType::kIpv6
-                                                    : wire::DataType::kIpv4);
+      set_data_type(m,
+                    ether_type == kEtherTypeIpv6 ? wire::DataType::kIpv6 : wire::DataType::kIpv4);
       if (local_packet_st(m, now_ns)) {
         ++handled;
       } else {
@@ -238,8 +240,8 @@ void Gateway::Impl::deliver_local_st(rte_mbuf* m, const gw::RxEmit& emit) noexce
     }
     std::memcpy(frame, local.peer_mac.bytes, 6);
     std::memcpy(frame + 6, local.port->mac().bytes, 6);
-    wire::store_be16(frame + 12, data_type_of(m) == wire::DataType::kIpv6 ? kEtherTypeIpv6
-                                                                          : kEtherTypeIpv4);
+    wire::store_be16(frame + 12,
+                     data_type_of(m) == wire::DataType::kIpv6 ? kEtherTypeIpv6 : kEtherTypeIpv4);
     local.port->send_st(queue(), m);
     return;
   }

@@ -221,6 +221,12 @@ class Engine {
   // missed_slot and the next timer sends a new one).
   template <typename Sink>
   uint32_t poll_tx_st(int64_t now_ns, Sink&& sink, uint32_t max_frames = UINT32_MAX) noexcept;
+  // The burst form, for a backend that prefetches its buffers before it touches them: fills
+  // `out` with up to out.size() of the frames poll_tx_st would hand over, in the same order, and
+  // returns how many. A control frame ends a burst (it is the last one filled): its `bytes` stay
+  // valid until the next call that dequeues from the engine, so the caller sends the burst first.
+  // A burst shorter than out.size() that does not end with a control frame: nothing else is due.
+  [[nodiscard]] uint32_t next_tx_burst_st(int64_t now_ns, std::span<TxEmit> out) noexcept;
 
   // ---- WAN -> local ----
   // One UDP payload received on WAN port port_index from `source`. Checks, in order: wire::decode
@@ -245,6 +251,9 @@ class Engine {
   // delivers it (TUN write or service send) and frees the buffer.
   template <typename Sink>
   uint32_t poll_rx_st(int64_t now_ns, Sink&& sink, uint32_t max_frames = UINT32_MAX) noexcept;
+  // The burst form: up to out.size() of the packets poll_rx_st would hand over, in order; a full
+  // burst moves the release cursor on as a spent poll_rx_st budget does.
+  [[nodiscard]] uint32_t next_rx_burst_st(int64_t now_ns, std::span<RxEmit> out) noexcept;
 
   // ---- shards (shard.h) ----
   [[nodiscard]] const ShardSpec& shard() const noexcept;

@@ -32,8 +32,8 @@ uint64_t fix_sequence(TunnelState& tunnel, uint32_t index, bool best_effort,
 
 }  // namespace
 
-Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_packet,
-                             int64_t now_ns, SubmitInfo* info) noexcept {
+Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_packet, int64_t now_ns,
+                             SubmitInfo* info) noexcept {
   Impl& m = *impl_;
   if (info != nullptr) *info = SubmitInfo{};
   if ((handle & kControlHandleTag) != 0) return Status::kInvalidArgument;
@@ -53,8 +53,8 @@ Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_pack
     m.count(EngineDrop::kTooBig);
     return Status::kDropped;
   }
-  const auto bytes = static_cast<uint32_t>(ip_packet.size()) + port.frame_overhead_bytes +
-                     tunnel.trailer_bytes();
+  const auto bytes =
+      static_cast<uint32_t>(ip_packet.size()) + port.frame_overhead_bytes + tunnel.trailer_bytes();
   const bool best_effort = route.kind != RouteKind::kTunnel;
   const uint64_t tag = fix_sequence(tunnel, route.tunnel_index, best_effort, info);
   if (!best_effort) return port.scheduler.enqueue(tunnel.id, handle, bytes, now_ns, tag);
@@ -93,9 +93,9 @@ Status Engine::submit_service_st(uint32_t tunnel_index, uint64_t handle, uint32_
     return Status::kDropped;
   }
   const uint64_t tag = fix_sequence(tunnel, tunnel_index, false, info);
-  return port.scheduler.enqueue(
-      tunnel.id, handle, payload_bytes + port.frame_overhead_bytes + tunnel.trailer_bytes(),
-      now_ns, tag);
+  return port.scheduler.enqueue(tunnel.id, handle,
+                                payload_bytes + port.frame_overhead_bytes + tunnel.trailer_bytes(),
+                                now_ns, tag);
 }
 
 Status Engine::submit_replica_st(const SubmitInfo& info, uint64_t handle, uint32_t payload_bytes,
@@ -371,6 +371,21 @@ void Engine::rx_budget_spent_st() noexcept {
   Impl& m = *impl_;
   const auto playouts = static_cast<uint32_t>(m.tunnels.size() * 2);
   m.rx_cursor = m.rx_cursor + 1 >= playouts ? 0 : m.rx_cursor + 1;
+}
+
+uint32_t Engine::next_tx_burst_st(int64_t now_ns, std::span<TxEmit> out) noexcept {
+  uint32_t count = 0;
+  while (count < out.size() && next_tx_st(now_ns, &out[count])) {
+    if (out[count++].control) break;
+  }
+  return count;
+}
+
+uint32_t Engine::next_rx_burst_st(int64_t now_ns, std::span<RxEmit> out) noexcept {
+  uint32_t count = 0;
+  while (count < out.size() && next_rx_st(now_ns, &out[count])) ++count;
+  if (count == out.size() && count > 0) rx_budget_spent_st();
+  return count;
 }
 
 int64_t Engine::next_event_ns() const noexcept {
