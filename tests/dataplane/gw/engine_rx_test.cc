@@ -159,8 +159,12 @@ TEST(EngineRx, TimeRequestsAreAnsweredWithTheirReceiveAndTransmitTimes) {
 }
 
 // Releases take one playout at a time (O(1) per packet); a poll that spends its budget hands
-// the next one to the next playout, so a backlog on one tunnel holds no other back.
-TEST(EngineRx, ABudgetedPollMovesOnSoNoTunnelWaitsBehindAnotherBacklog) {
+// the next one to the next playout, so a backlog on one tunnel holds no other back. The same
+// through next_rx_burst_st: a full burst is a spent budget.
+class EngineRxBudget : public ::testing::TestWithParam<bool> {};
+
+TEST_P(EngineRxBudget, ABudgetedPollMovesOnSoNoTunnelWaitsBehindAnotherBacklog) {
+  const bool bursts = GetParam();
   SiteOptions o;
   o.peer_clock_offset_ns = 0;
   auto e = make(0, o);
@@ -181,8 +185,14 @@ TEST(EngineRx, ABudgetedPollMovesOnSoNoTunnelWaitsBehindAnotherBacklog) {
   std::vector<std::vector<uint64_t>> polls;
   while (true) {
     std::vector<uint64_t> got;
-    (void)e->poll_rx_st(
-        due, [&](const RxEmit& x) { got.push_back(x.handle); }, 3);
+    if (bursts) {
+      std::vector<RxEmit> burst(3);
+      burst.resize(e->next_rx_burst_st(due, burst));
+      for (const RxEmit& x : burst) got.push_back(x.handle);
+    } else {
+      (void)e->poll_rx_st(
+          due, [&](const RxEmit& x) { got.push_back(x.handle); }, 3);
+    }
     if (got.empty()) break;
     polls.push_back(got);
     ASSERT_LE(polls.size(), 10u);
@@ -201,6 +211,9 @@ TEST(EngineRx, ABudgetedPollMovesOnSoNoTunnelWaitsBehindAnotherBacklog) {
   EXPECT_LT(first9, 6);
   EXPECT_EQ(e->playout(0).held_frames() + e->playout(1).held_frames(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(PollOrBurst, EngineRxBudget, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "burst" : "poll"; });
 
 TEST(EngineRx, BestEffortFramesSkipThePlayout) {
   SiteOptions o;
