@@ -132,8 +132,8 @@ common::Result<TunnelSetup> tunnel_setup(const GatewayConfig& config,
       if (config.peers[p].name == tunnel.protection->peer) setup.protect_peer = p;
     }
     if (setup.protect_peer == kNoIndex) {
-      return config_error(
-          fmt::format("{}protection peer '{}' is not a peer", where, tunnel.protection->peer));
+      return config_error(fmt::format("{}protection peer '{}' is not a peer", where,
+                                      tunnel.protection->peer));
     }
     setup.protect_port = peers[setup.protect_peer].port;
   }
@@ -286,8 +286,9 @@ std::string_view to_string(EngineDrop reason) noexcept {
 }
 
 uint32_t Engine::Impl::find_tunnel(uint32_t id) const noexcept {
-  static_assert(kNoIndex == common::IdIndex::kNone);
-  return tunnel_index.find(id);
+  const auto it =
+      std::lower_bound(tunnel_ids.begin(), tunnel_ids.end(), std::pair<uint32_t, uint32_t>{id, 0});
+  return it != tunnel_ids.end() && it->first == id ? it->second : kNoIndex;
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -315,14 +316,13 @@ common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& conf
     if (!peer) return std::unexpected(peer.error());
     impl->peers.push_back(std::move(*peer));
   }
-  std::vector<std::pair<uint32_t, uint32_t>> ids;
   for (uint32_t i = 0; i < c.tunnels.size(); ++i) {
     auto tunnel = make_tunnel(c, impl->peers, c.tunnels[i]);
     if (!tunnel) return std::unexpected(tunnel.error());
-    ids.emplace_back(tunnel->id, i);
+    impl->tunnel_ids.emplace_back(tunnel->id, i);
     impl->tunnels.push_back(std::move(*tunnel));
   }
-  impl->tunnel_index = common::IdIndex(ids);
+  std::sort(impl->tunnel_ids.begin(), impl->tunnel_ids.end());
   impl->held_playouts.assign((impl->tunnels.size() * 2 + 63) / 64 + 1, 0);
   impl->choose_control_tunnels();
   impl->epoch = shard.epoch != 0 ? shard.epoch : random_epoch();

@@ -78,8 +78,7 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
     std::unique_ptr<TunnelAuthState> auth;
     if (tunnel.auth) {
       auto made = make_auth(*tunnel.auth, m.tunnels[index].auth.get());
-      if (!made)
-        return std::unexpected(internal(fmt::format("tunnel {}", tunnel.id), made.error()));
+      if (!made) return std::unexpected(internal(fmt::format("tunnel {}", tunnel.id), made.error()));
       auth = std::move(*made);
     }
     modified_auth.push_back(std::move(auth));
@@ -115,7 +114,7 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
   ids.reserve(next->tunnels.size());
   for (size_t i = 0; i < next->tunnels.size(); ++i)
     ids.emplace_back(next->tunnels[i].id, index_of[i]);
-  common::IdIndex tunnel_index(ids);
+  std::sort(ids.begin(), ids.end());
   std::vector<uint32_t> removed_indices;
   for (const uint32_t id : changes.remove) removed_indices.push_back(m.find_tunnel(id));
   ApplyResult result;
@@ -146,7 +145,7 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
     tunnel.config = std::move(config);
   }
   m.config = std::move(*next);
-  m.tunnel_index = std::move(tunnel_index);
+  m.tunnel_ids = std::move(ids);
   m.classifier = std::move(*classifier);
   m.choose_control_tunnels();
   result.generation = ++m.generation;

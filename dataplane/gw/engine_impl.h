@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "common/id_index.h"
 #include "dataplane/gw/classify.h"
 #include "dataplane/gw/clock_filter.h"
 #include "dataplane/gw/config.h"
@@ -67,8 +66,8 @@ struct TunnelCounters {
   // The peer gateway restarted (a keepalive with a new session epoch): the replay window
   // started again for its new sequence numbers.
   uint64_t peer_restarts = 0;
-  uint64_t replicas_sent = 0;            // copies sent on the protection path
-  uint64_t replicas_not_made = 0;        // the backend could not copy the packet (no buffer)
+  uint64_t replicas_sent = 0;  // copies sent on the protection path
+  uint64_t replicas_not_made = 0;  // the backend could not copy the packet (no buffer)
   uint64_t auth_unexpected_packets = 0;  // flag A on this tunnel, which has no keys
 };
 
@@ -157,8 +156,8 @@ struct Engine::Impl {
   void mark_held(uint32_t playout_index) noexcept {
     held_playouts[playout_index / 64] |= uint64_t{1} << (playout_index % 64);
   }
-  // Tunnel id -> index of the active tunnels (find_tunnel, per packet).
-  common::IdIndex tunnel_index;
+  // (id, index) of the active tunnels, sorted by id.
+  std::vector<std::pair<uint32_t, uint32_t>> tunnel_ids;
   uint64_t generation = 0;  // +1 per successful apply_st
   uint64_t epoch = 0;       // this gateway's session epoch (keepalives), random per create()
   ShardSpec shard;          // which shard of the gateway this engine is (shard.h)

@@ -181,11 +181,6 @@ common::Result<GateControlList> GateControlList::create(GclConfig config) {
                                           gcl.config_.line_rate_bps / s_count))));
     }
   }
-  std::vector<std::pair<uint32_t, uint32_t>> owners;
-  for (OwnerIndex owner = 0; owner < tunnel_count; ++owner) {
-    owners.emplace_back(gcl.tunnel_ids_[owner], owner);
-  }
-  gcl.owner_of_id_ = common::IdIndex(owners);
   return gcl;
 }
 

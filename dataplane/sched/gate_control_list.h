@@ -19,7 +19,6 @@
 #include <string_view>
 #include <vector>
 
-#include "common/id_index.h"
 #include "common/status.h"
 #include "dataplane/sched/link_time.h"
 
@@ -80,7 +79,7 @@ class GateControlList {
     return static_cast<uint32_t>(tunnel_ids_.size());
   }
   [[nodiscard]] OwnerIndex best_effort_owner() const noexcept { return tunnel_count(); }
-  // Owner index of a tunnel id, kNoOwner if the list has no such tunnel (common::IdIndex).
+  // Owner index of a tunnel id, kNoOwner if the list has no such tunnel (binary search).
   [[nodiscard]] OwnerIndex find_owner(uint32_t tunnel_id) const noexcept;
   // Tunnel id of owner index i < tunnel_count().
   [[nodiscard]] uint32_t tunnel_id_of(OwnerIndex owner) const noexcept {
@@ -137,7 +136,6 @@ class GateControlList {
   GclConfig config_;
   int64_t slot_ns_ = 0;
   std::vector<uint32_t> tunnel_ids_;    // sorted
-  common::IdIndex owner_of_id_;         // tunnel id -> owner (find_owner, per frame)
   std::vector<OwnerIndex> slot_owner_;  // per slot
   std::vector<Owner> owners_;           // tunnels (sorted by id), then best effort
 };

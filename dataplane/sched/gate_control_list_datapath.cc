@@ -8,8 +8,9 @@
 namespace detwan::dataplane::sched {
 
 OwnerIndex GateControlList::find_owner(uint32_t tunnel_id) const noexcept {
-  static_assert(kNoOwner == common::IdIndex::kNone);
-  return owner_of_id_.find(tunnel_id);
+  const auto it = std::lower_bound(tunnel_ids_.begin(), tunnel_ids_.end(), tunnel_id);
+  if (it == tunnel_ids_.end() || *it != tunnel_id) return kNoOwner;
+  return static_cast<OwnerIndex>(it - tunnel_ids_.begin());
 }
 
 SlotPosition GateControlList::position_at(int64_t t_ns) const noexcept {
