@@ -31,12 +31,14 @@
 #include "tools/wanem/engine/emulator.h"
 #include "tools/wanem/port.h"
 #include "tools/wanem/post_queue.h"
+#include "tools/wanem/rt_governor.h"
 #include "tools/wanem/session.h"
 
 namespace detwan::wanem {
 
 struct ForwarderOptions {
   bool busy_poll = false;
+  RtGovernor* governor = nullptr;  // ticked every iteration (sleeping mode); nullptr: none
   int64_t end_ns = std::numeric_limits<int64_t>::max();  // stop when the clock reaches it
 };
 
@@ -76,6 +78,12 @@ class Forwarder {
     while (!stop_.load(std::memory_order_relaxed)) {
       int64_t now_ns = clock_.now_ns();
       if (now_ns >= options_.end_ns) break;
+      if (options_.governor != nullptr) {
+        options_.governor->tick(now_ns);
+        loop_stats_.realtime = options_.governor->realtime();
+        loop_stats_.rt_demotions = options_.governor->demotions();
+        loop_stats_.rt_promotions = options_.governor->promotions();
+      }
       if (posts_.pending() || woken_) {
         woken_ = false;
         view_.now_ns = now_ns;

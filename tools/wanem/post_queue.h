@@ -28,6 +28,10 @@ struct LoopStats {
   uint64_t io_wakeups = 0;     // woken by a frame or a control request
   common::LogLinearHistogram timer_late_ns{7};
   common::LogLinearHistogram release_late_ns{7};
+  // The poll thread's class (rt_governor.h): SCHED_FIFO now, and how often it left and re-entered.
+  bool realtime = false;
+  uint64_t rt_demotions = 0;
+  uint64_t rt_promotions = 0;
 };
 
 // What a posted closure may touch: the poll thread's state, at time now_ns.

@@ -5,8 +5,6 @@
 #include <cstring>
 #include <utility>
 
-#include <pthread.h>
-#include <sched.h>
 
 #include "common/clock.h"
 #include "tools/wanem/backend.h"
@@ -21,14 +19,14 @@ common::Result<RunOutcome> run_forwarding(P& port, const C& clock, const Backend
   const int64_t start_ns = clock.now_ns();
   Session session(run.options.spec_ab, run.options.spec_ba, start_ns, max_frames,
                   std::string(backend));
+  RtGovernor governor = RtGovernor::for_this_thread(run.options.rt_priority);
   ForwarderOptions forwarder_options;
   forwarder_options.busy_poll = run.options.busy_poll;
+  forwarder_options.governor = &governor;
   if (run.options.duration_ns > 0) forwarder_options.end_ns = start_ns + run.options.duration_ns;
   Forwarder<P, C> forwarder(port, clock, session, run.posts, run.stop, forwarder_options);
   if (!forwarder.busy_poll() && run.options.rt_priority > 0) {
-    sched_param param{};
-    param.sched_priority = run.options.rt_priority;
-    if (const int error = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param); error != 0) {
+    if (const int error = governor.start(clock.now_ns()); error != 0) {
       run.log->warn(
           "poll thread stays SCHED_OTHER (SCHED_FIFO {}: {}): expect millisecond "
           "release tails on a loaded machine",

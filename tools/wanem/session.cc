@@ -128,9 +128,10 @@ std::string Session::stats_json_st(PollThreadView& view) const {
   const LoopStats& loop = view.loop_stats;
   out += fmt::format(
       ",\"loop\":{{\"sleeps\":{},\"timer_wakeups\":{},\"io_wakeups\":{},"
-      "\"timer_late_ns\":{},\"release_late_ns\":{}}}",
+      "\"timer_late_ns\":{},\"release_late_ns\":{},\"realtime\":{},\"rt_demotions\":{},"
+      "\"rt_promotions\":{}}}",
       loop.sleeps, loop.timer_wakeups, loop.io_wakeups, loop.timer_late_ns.summary_json(),
-      loop.release_late_ns.summary_json());
+      loop.release_late_ns.summary_json(), loop.realtime, loop.rt_demotions, loop.rt_promotions);
   json::object rest;
   rest["uptime_ns"] = view.now_ns - start_ns_;
   rest["backend"] = backend_;
