@@ -239,6 +239,12 @@ std::string describe(const GatewayConfig& config) {
   out += fmt::format("  batch: {}\n", config.batch);
   out += fmt::format("  wan_gso: {}\n", config.wan_gso ? "true" : "false");
   out += fmt::format("  wan_gro: {}\n", config.wan_gro ? "true" : "false");
+  out += fmt::format("  shards: {}{}\n", config.shards,
+                     config.shards > 1 ? "  # threads; tunnel id mod shards owns a tunnel" : "");
+  if (!config.shard_cpus.empty()) {
+    out += fmt::format("  shard_cpus: [{}]  # shard k on shard_cpus[k]\n",
+                       fmt::join(config.shard_cpus, ", "));
+  }
   out += "tun:\n";
   out += fmt::format("  enabled: {}\n", config.tun.enabled ? "true" : "false");
   out += fmt::format("  name: {}\n", quoted(config.tun.name));
