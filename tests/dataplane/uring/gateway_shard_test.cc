@@ -1,0 +1,332 @@
+// The io_uring backend with several shards (gateway.shards, dataplane/uring/shards.h): the WAN
+// steering program, two 2-shard gateways carrying two tunnels owned by different shards, the
+// TUN side's dispatch ring, the merged control answers. Loopback and port 0; the TUN test in a
+// private network namespace (skips without CAP_NET_ADMIN). Assertions are about counts and
+// bytes, never about speed.
+#include <algorithm>
+#include <iostream>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <boost/json.hpp>
+
+#include "common/reuseport_steering.h"
+#include "dataplane/gw/control_server.h"
+#include "dataplane/gw/engine.h"
+#include "dataplane/uring/gateway.h"
+#include "dataplane/wire/header.h"
+#include "tests/dataplane/uring/uring_site.h"
+#include "tests/dataplane/uring/uring_test_util.h"
+
+namespace detwan::dataplane::uring {
+namespace {
+
+namespace json = boost::json;
+using testing::counter;
+using testing::loopback;
+using testing::tai_now_ns;
+using testing::TestSocket;
+using Bytes = std::vector<std::byte>;
+
+constexpr uint64_t kEpoch = 0x5eed'0001'0002'0003;
+
+Bytes tunnel_datagram(uint32_t tunnel_id, std::string_view payload) {
+  wire::TunnelHeader header;
+  header.type = static_cast<uint8_t>(wire::DataType::kDatagram);
+  header.tunnel_id = tunnel_id;
+  header.payload_length = static_cast<uint16_t>(payload.size());
+  header.tx_time_ns = tai_now_ns();
+  Bytes outer(wire::kHeaderSize);
+  EXPECT_EQ(wire::encode(header, outer).status, wire::EncodeStatus::kOk);
+  for (const char c : payload) outer.push_back(static_cast<std::byte>(c));
+  return outer;
+}
+
+// The program's choice, computed as the kernel runs it, on encoded datagrams: tunnel id mod N,
+// the same shard gw::shard_of_tunnel names; too short for a tunnel id: 0.
+TEST(UringShardSteering, ProgramPicksTheShardOwningTheTunnel) {
+  const common::ReuseportKey key{static_cast<uint32_t>(wire::kTunnelIdOffset)};
+  for (const uint32_t shards : {1u, 2u, 3u, 7u, 64u}) {
+    for (const uint32_t id : {1u, 2u, 3u, 17u, 1000u, 0xFFFFFFFEu}) {
+      const Bytes datagram = tunnel_datagram(id, "x");
+      EXPECT_EQ(common::steered_socket(key, reinterpret_cast<const uint8_t*>(datagram.data()),
+                                       static_cast<uint32_t>(datagram.size()), shards),
+                gw::shard_of_tunnel(id, shards))
+          << "id " << id << " shards " << shards;
+      EXPECT_EQ(gw::Engine::peek_tunnel_id(datagram), id);
+    }
+  }
+  const Bytes datagram = tunnel_datagram(5, "");
+  EXPECT_EQ(common::steered_socket(key, reinterpret_cast<const uint8_t*>(datagram.data()),
+                                   static_cast<uint32_t>(wire::kTunnelIdOffset + 3), 4),
+            0u);
+}
+
+// The same against the kernel: three sockets in one reuseport group with the program attached;
+// each datagram lands in socket (tunnel id mod 3), a 5-byte one in socket 0.
+TEST(UringShardSteering, KernelDeliversToTheSocketTheProgramNames) {
+  constexpr uint32_t kSockets = 3;
+  std::vector<common::UniqueFd> sockets;
+  uint16_t port = 0;
+  for (uint32_t k = 0; k < kSockets; ++k) {
+    common::UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    const int on = 1;
+    ASSERT_EQ(::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &on, sizeof on), 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    ASSERT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    socklen_t length = sizeof address;
+    ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length);
+    port = ntohs(address.sin_port);
+    sockets.push_back(std::move(fd));
+  }
+  ASSERT_TRUE(common::attach_reuseport_steering(
+      sockets[0].get(), common::ReuseportKey{static_cast<uint32_t>(wire::kTunnelIdOffset)},
+      kSockets, "test group"));
+  TestSocket sender = TestSocket::open();
+  auto expect_in = [&](const Bytes& datagram, uint32_t socket) {
+    ASSERT_TRUE(sender.send_to(loopback(port), datagram.data(), datagram.size()));
+    for (uint32_t k = 0; k < kSockets; ++k) {
+      pollfd readable{sockets[k].get(), POLLIN, 0};
+      const int ready = ::poll(&readable, 1, k == socket ? 5'000 : 0);
+      EXPECT_EQ(ready, k == socket ? 1 : 0) << "socket " << k << ", expected " << socket;
+      if (ready == 1) {
+        char drain[2048];
+        (void)::recv(sockets[k].get(), drain, sizeof drain, 0);
+      }
+    }
+  };
+  for (const uint32_t id : {1u, 2u, 3u, 4u, 5u, 6u, 100u}) expect_in(tunnel_datagram(id, "hi"), id % 3);
+  expect_in(Bytes(5, std::byte{0xFF}), 0);
+}
+
+// A uring gateway of `shards` shards on its own thread, its engines kept for after stop().
+class ShardSite {
+ public:
+  ShardSite(gw::GatewayConfig config, bool steer_wan = true) : config_(std::move(config)) {
+    Gateway::OpenOptions options;
+    options.steer_wan = steer_wan;
+    auto gateway = Gateway::open(config_, options);
+    EXPECT_TRUE(gateway) << gateway.error().message;
+    if (gateway) gateway_ = std::move(*gateway);
+  }
+  ~ShardSite() { stop(); }
+
+  [[nodiscard]] bool opened() const { return gateway_ != nullptr; }
+  [[nodiscard]] gw::Endpoint wan() const { return gateway_->wan_endpoint(0); }
+  [[nodiscard]] gw::Endpoint service(size_t tunnel) const {
+    return *gateway_->service_endpoint(tunnel);
+  }
+  gw::GatewayConfig& config() { return config_; }
+  Gateway& gateway() { return *gateway_; }
+
+  void start() {
+    config_.wan_ports[0].local = wan();
+    for (size_t i = 0; i < config_.tunnels.size(); ++i) {
+      if (config_.tunnels[i].service_listen) config_.tunnels[i].service_listen = service(i);
+    }
+    auto engine =
+        gw::Engine::create(config_, tai_now_ns(), gw::ShardSpec{0, config_.shards, kEpoch});
+    ASSERT_TRUE(engine) << engine.error().message;
+    engine_ = std::move(*engine);
+    control_name_ = testing::unique_socket_name(config_.name);
+    auto control = gw::ControlServer::start(control_name_);
+    ASSERT_TRUE(control) << control.error().message;
+    control_ = std::move(*control);
+    context_.emplace(gw::RunContext{*engine_, config_, control_.get(), stop_, nullptr});
+    thread_ = std::thread([this] { outcome_ = gateway_->run(*context_); });
+  }
+  void stop() {
+    stop_.store(true);
+    if (thread_.joinable()) {
+      thread_.join();
+      EXPECT_TRUE(outcome_) << outcome_.error().message;
+    }
+  }
+  [[nodiscard]] std::string request(const char* text) const {
+    auto answer = gw::control_request(control_name_, text, 10'000);
+    EXPECT_TRUE(answer) << answer.error().message;
+    return answer ? *answer : std::string();
+  }
+  [[nodiscard]] json::value stats() const { return json::parse(request(R"({"cmd":"stats"})")); }
+  // Shard k's own stats document (after stop()).
+  [[nodiscard]] json::value shard_stats(uint32_t k) const {
+    const gw::Engine* engine = k == 0 ? engine_.get() : gateway_->shard_engine(k);
+    EXPECT_NE(engine, nullptr);
+    return engine != nullptr ? json::parse(engine->stats_json(tai_now_ns())) : json::value();
+  }
+
+ private:
+  gw::GatewayConfig config_;
+  std::unique_ptr<Gateway> gateway_;
+  std::unique_ptr<gw::Engine> engine_;
+  std::unique_ptr<gw::ControlServer> control_;
+  std::string control_name_;
+  std::atomic<bool> stop_{false};
+  std::optional<gw::RunContext> context_;
+  std::thread thread_;
+  common::Result<void> outcome_;
+};
+
+// Two tunnels on one WAN port: id 1 (owned by shard 1 of 2) in slots 0..49, id 2 (shard 0) in
+// 50..99 of a 20 ms cycle: windows of 10 ms, so a loaded machine's late loop turn does not
+// make a frame miss its slot.
+gw::GatewayConfig two_tunnel_config(const std::string& name, const std::string& peer,
+                                    const gw::Endpoint& peer_endpoint, uint32_t shards) {
+  gw::GatewayConfig config = testing::site_config(name, peer, loopback(0), peer_endpoint);
+  config.shards = shards;
+  config.wan_ports[0].cycle_ns = 20 * testing::kMs;
+  gw::TunnelConfig second = config.tunnels[0];
+  config.tunnels[0].id = 1;
+  config.tunnels[0].slots.resize(50);
+  second.id = 2;
+  second.slots.erase(second.slots.begin(), second.slots.begin() + 50);
+  config.tunnels.push_back(second);
+  for (gw::TunnelConfig& tunnel : config.tunnels) tunnel.burst_bytes = 4 << 20;
+  return config;
+}
+
+struct ShardPairCase {
+  bool offloads;  // UDP GSO and GRO on the WAN sockets
+  bool steer;     // the reuseport program on B's WAN port
+};
+
+class UringShardPair : public ::testing::TestWithParam<ShardPairCase> {};
+
+// Service datagrams of tunnels 1 and 2 from A's service ports to B's deliver endpoints, both
+// gateways with 2 shards. Every datagram arrives byte for byte; each tunnel's counters move in
+// its owner shard only, on both sides. Steered and without GSO/GRO, no WAN datagram reaches a
+// shard that does not own its tunnel (wan_misdirected 0). Without the program every datagram
+// from A comes from one 4-tuple, so the kernel's hash puts all of them in one shard's socket
+// and one tunnel's datagrams are misdirected (then dispatched: still delivered, still counted in
+// the owner); with GSO/GRO one skb carries datagrams of both tunnels, same outcome.
+TEST_P(UringShardPair, EachTunnelIsCarriedByItsOwnerShard) {
+  const ShardPairCase param = GetParam();
+  TestSocket app1 = TestSocket::open();
+  TestSocket app2 = TestSocket::open();
+  for (const TestSocket* app : {&app1, &app2}) {  // room for a burst the playout releases at once
+    const int bytes = 8 << 20;
+    if (::setsockopt(app->fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0) {
+      (void)::setsockopt(app->fd.get(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+    }
+  }
+  TestSocket placeholder = TestSocket::open();
+  auto config_a = two_tunnel_config("site-a", "site-b", placeholder.local, 2);
+  auto config_b = two_tunnel_config("site-b", "site-a", placeholder.local, 2);
+  for (auto* config : {&config_a, &config_b}) config->wan_gso = config->wan_gro = param.offloads;
+  for (auto& tunnel : config_a.tunnels) tunnel.service_listen = loopback(0);
+  config_b.tunnels[0].service_deliver = app1.local;
+  config_b.tunnels[1].service_deliver = app2.local;
+  ShardSite a(config_a);
+  ShardSite b(config_b, param.steer);
+  ASSERT_TRUE(a.opened() && b.opened());
+  a.config().peers[0].endpoint = b.wan();
+  b.config().peers[0].endpoint = a.wan();
+  a.start();
+  b.start();
+
+  constexpr uint32_t kPerTunnel = 200;
+  TestSocket sender = TestSocket::open();
+  std::vector<std::string> sent[2], received[2];
+  for (uint32_t i = 0; i < kPerTunnel; ++i) {
+    for (uint32_t t = 0; t < 2; ++t) {
+      std::string payload = "tunnel " + std::to_string(t + 1) + " datagram " + std::to_string(i);
+      payload.resize(100 + (i * 7) % 900, static_cast<char>('a' + i % 26));
+      ASSERT_TRUE(sender.send_to(a.service(t), payload.data(), payload.size()));
+      sent[t].push_back(payload);
+    }
+    if (i % 16 == 15) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // pacing only
+  }
+  // Both applications read together: one socket's buffer alone would not hold a whole tunnel.
+  while (received[0].size() < kPerTunnel || received[1].size() < kPerTunnel) {
+    pollfd readable[2] = {{app1.fd.get(), POLLIN, 0}, {app2.fd.get(), POLLIN, 0}};
+    if (::poll(readable, 2, 10'000) <= 0) break;  // a bound for a broken gateway
+    for (uint32_t t = 0; t < 2; ++t) {
+      if ((readable[t].revents & POLLIN) == 0) continue;
+      const auto datagram = (t == 0 ? app1 : app2).receive(0);
+      if (datagram) {
+        received[t].emplace_back(reinterpret_cast<const char*>(datagram->data()),
+                                 datagram->size());
+      }
+    }
+  }
+  for (uint32_t t = 0; t < 2; ++t) {
+    std::sort(sent[t].begin(), sent[t].end());
+    std::sort(received[t].begin(), received[t].end());
+    EXPECT_EQ(received[t].size(), sent[t].size()) << "tunnel " << t + 1;
+    EXPECT_TRUE(received[t] == sent[t]) << "tunnel " << t + 1 << ": other bytes than were sent";
+  }
+
+  // Merged answers over shard 0's control socket.
+  const json::value merged = b.stats();
+  EXPECT_EQ(counter(merged, {"shards"}), 2);
+  ASSERT_EQ(merged.at("backend_shards").as_array().size(), 2u);
+  EXPECT_EQ(counter(merged, {"tunnels", "0", "rx", "accepted_on_time_packets"}), kPerTunnel);
+  EXPECT_EQ(counter(merged, {"tunnels", "1", "rx", "accepted_on_time_packets"}), kPerTunnel);
+  EXPECT_NE(b.request(R"({"cmd":"prometheus"})").find("detwan_gw_shards 2"), std::string::npos);
+
+  a.stop();
+  b.stop();
+  for (ShardSite* site : {&a, &b}) {
+    uint64_t misdirected = 0, dispatched = 0, received_here = 0;
+    for (uint32_t k = 0; k < 2; ++k) {
+      const ShardStats backend = site->gateway().shard_stats(k);
+      misdirected += backend.wan_misdirected;
+      dispatched += backend.dispatched;
+      received_here += backend.dispatch_received;
+      EXPECT_EQ(backend.dispatch_dropped, 0u);
+      const json::value stats = site->shard_stats(k);
+      if (::testing::Test::HasFailure()) {
+        std::cerr << (site == &a ? "A" : "B") << " shard " << k << ": "
+                  << json::serialize(stats.at("drops")) << "\n tunnel 2: "
+                  << json::serialize(stats.at("tunnels").at(1).at("tx")) << "\n"
+                  << json::serialize(stats.at("tunnels").at(1).at("rx").at("on_time")) << "\n";
+      }
+      for (uint32_t t = 0; t < 2; ++t) {  // tunnel id t + 1 is owned by shard (t + 1) % 2
+        const bool owner = (t + 1) % 2 == k;
+        const int64_t sent_here = counter(stats, {"tunnels", std::to_string(t), "tx",
+                                                  "sent_on_time_packets"});
+        const int64_t accepted = counter(stats, {"tunnels", std::to_string(t), "rx",
+                                                 "accepted_on_time_packets"});
+        if (site == &a) {
+          EXPECT_EQ(sent_here, owner ? kPerTunnel : 0) << "A shard " << k << " tunnel " << t + 1;
+          EXPECT_EQ(accepted, 0);
+        } else {
+          EXPECT_EQ(accepted, owner ? kPerTunnel : 0) << "B shard " << k << " tunnel " << t + 1;
+        }
+      }
+      EXPECT_EQ(counter(stats, {"drops", "unknown_tunnel"}), 0);
+    }
+    EXPECT_EQ(dispatched, received_here);
+    if (site == &b && !param.steer) {
+      EXPECT_GT(misdirected, 0u) << "without the program a tunnel's datagrams reach the wrong shard";
+    } else if (!param.offloads) {
+      EXPECT_EQ(misdirected, 0u) << (site == &a ? "A" : "B");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, UringShardPair,
+                         ::testing::Values(ShardPairCase{false, true}, ShardPairCase{true, true},
+                                           ShardPairCase{false, false}),
+                         [](const auto& info) {
+                           return std::string(info.param.offloads ? "GsoGro" : "NoOffloads") +
+                                  (info.param.steer ? "Steered" : "HashOnly");
+                         });
+
+}  // namespace
+}  // namespace detwan::dataplane::uring
