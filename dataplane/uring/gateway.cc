@@ -80,7 +80,7 @@ void open_large_receives(GatewayState& state) {
     }
   }
   size_t receives = size_t{ports} * state.wan_receive_depth;
-  if (state.tun && state.tun->vnet_header_bytes() > 0) receives += kLocalReceiveDepth;
+  if (state.tun_fd >= 0 && state.tun_header_bytes > 0) receives += kLocalReceiveDepth;
   state.large_memory.assign(receives * kLargeBufferBytes, std::byte{0});
   state.large_receives.assign(receives, LargeReceive{});
   for (size_t i = 0; i < receives; ++i) {

@@ -328,5 +328,127 @@ INSTANTIATE_TEST_SUITE_P(Cases, UringShardPair,
                                   (info.param.steer ? "Steered" : "HashOnly");
                          });
 
+// The TUN side of a 2-shard gateway, in a private network namespace, with the virtio-net
+// header (tun.offload) on its two queues. The host sends to tunnel 1 (10.20.1.0/24, shard 1)
+// and tunnel 2 (10.20.2.0/24, shard 0) from 16 source ports each: the kernel spreads the flows
+// over the queues by hash, so some packets are read by the shard that does not own their tunnel
+// and go through the dispatch ring (the chance that all 32 flows hash to their owner is 2^-32).
+// Every packet leaves as a frame of its own tunnel, sent by the owner only; frames from the peer
+// for both tunnels come out of the device. A plain socket stands in for the peer.
+TEST(UringShardTun, PacketsReadByAnotherShardAreDispatchedToTheOwner) {
+  DETWAN_RUN_IN_NETNS([] {
+    TestSocket peer = TestSocket::open();
+    gw::GatewayConfig config = two_tunnel_config("site-a", "site-b", peer.local, 2);
+    config.tun.enabled = true;
+    config.tun.name = "dtws0";
+    for (uint32_t t = 0; t < 2; ++t) {
+      auto route = gw::parse_prefix(t == 0 ? "10.20.1.0/24" : "10.20.2.0/24");
+      ASSERT_TRUE(route);
+      config.tun.routes.push_back(*route);
+      config.tunnels[t].dst_prefixes = {*route};
+    }
+    ShardSite a(config);
+    ASSERT_TRUE(a.opened());
+    testing::set_ipv4_address("dtws0", "10.77.0.1");
+    a.start();
+
+    constexpr uint32_t kFlows = 16;
+    std::vector<common::UniqueFd> hosts;
+    for (uint32_t f = 0; f < kFlows; ++f) {
+      hosts.emplace_back(::socket(AF_INET, SOCK_DGRAM, 0));  // a source port of its own each
+    }
+    for (uint32_t f = 0; f < kFlows; ++f) {
+      for (uint32_t t = 0; t < 2; ++t) {
+        sockaddr_in remote{};
+        remote.sin_family = AF_INET;
+        remote.sin_port = htons(9000);
+        ::inet_pton(AF_INET, t == 0 ? "10.20.1.5" : "10.20.2.5", &remote.sin_addr);
+        const std::string text = "flow " + std::to_string(f) + " tunnel " + std::to_string(t + 1);
+        ASSERT_EQ(::sendto(hosts[f].get(), text.data(), text.size(), 0,
+                           reinterpret_cast<sockaddr*>(&remote), sizeof remote),
+                  static_cast<ssize_t>(text.size()));
+      }
+    }
+    uint32_t frames[2] = {0, 0};
+    const int64_t deadline_ns = tai_now_ns() + 10'000 * testing::kMs;  // for a broken gateway
+    while (frames[0] + frames[1] < 2 * kFlows) {
+      const auto datagram = peer.receive();
+      ASSERT_TRUE(datagram && tai_now_ns() < deadline_ns)
+          << "frames so far: " << frames[0] << " + " << frames[1] << "\n"
+          << [&] {
+               const json::value stats = a.stats();
+               return json::serialize(stats.at("local")) + "\n" +
+                      json::serialize(stats.at("backend_shards")) + "\n" +
+                      json::serialize(stats.at("drops"));
+             }();
+      const auto decoded = wire::decode(*datagram);
+      ASSERT_TRUE(decoded);
+      if (!decoded->header.is_data()) continue;  // keepalives, time requests
+      const uint32_t id = decoded->header.tunnel_id;
+      ASSERT_TRUE(id == 1 || id == 2) << id;
+      const auto* ip = reinterpret_cast<const uint8_t*>(decoded->payload.data());
+      EXPECT_EQ(ip[18], id == 1 ? 1 : 2) << "10.20." << int{ip[18]} << ".x in tunnel " << id;
+      ++frames[id - 1];
+    }
+    EXPECT_EQ(frames[0], kFlows);
+    EXPECT_EQ(frames[1], kFlows);
+
+    // The peer -> tunnels 1 and 2 -> the device (written by each owner on its own queue).
+    common::UniqueFd listener(::socket(AF_INET, SOCK_DGRAM, 0));
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    local.sin_port = htons(7777);
+    ::inet_pton(AF_INET, "10.77.0.1", &local.sin_addr);
+    ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&local), sizeof local), 0);
+    for (uint32_t t = 0; t < 2; ++t) {
+      const std::string text = "pong " + std::to_string(t + 1);
+      const Bytes inner = testing::ipv4_udp(t == 0 ? "10.20.1.5" : "10.20.2.5", "10.77.0.1",
+                                            9000, 7777, text);
+      wire::TunnelHeader header;
+      header.type = static_cast<uint8_t>(wire::DataType::kIpv4);
+      header.tunnel_id = t + 1;
+      header.payload_length = static_cast<uint16_t>(inner.size());
+      header.tx_time_ns = tai_now_ns();
+      Bytes outer(wire::kHeaderSize);
+      ASSERT_EQ(wire::encode(header, outer).status, wire::EncodeStatus::kOk);
+      outer.insert(outer.end(), inner.begin(), inner.end());
+      ASSERT_TRUE(peer.send_to(a.wan(), outer.data(), outer.size()));
+    }
+    std::vector<std::string> pongs;
+    for (uint32_t t = 0; t < 2; ++t) {
+      pollfd readable{listener.get(), POLLIN, 0};
+      ASSERT_EQ(::poll(&readable, 1, 10'000), 1);
+      char received[16] = {};
+      const ssize_t got = ::recv(listener.get(), received, sizeof received, 0);
+      ASSERT_GT(got, 0);
+      pongs.emplace_back(received, static_cast<size_t>(got));
+    }
+    std::sort(pongs.begin(), pongs.end());
+    EXPECT_EQ(pongs, (std::vector<std::string>{"pong 1", "pong 2"}));
+
+    a.stop();
+    uint64_t tun_dispatched = 0, dispatched = 0, received_here = 0;
+    for (uint32_t k = 0; k < 2; ++k) {
+      const ShardStats backend = a.gateway().shard_stats(k);
+      tun_dispatched += backend.tun_dispatched;
+      dispatched += backend.dispatched;
+      received_here += backend.dispatch_received;
+      EXPECT_EQ(backend.dispatch_dropped, 0u);
+      EXPECT_EQ(backend.wan_misdirected, 0u);
+      const json::value stats = a.shard_stats(k);
+      for (uint32_t t = 0; t < 2; ++t) {
+        const bool owner = (t + 1) % 2 == k;
+        EXPECT_EQ(counter(stats, {"tunnels", std::to_string(t), "tx", "sent_on_time_packets"}),
+                  owner ? kFlows : 0)
+            << "shard " << k << " tunnel " << t + 1;
+      }
+      EXPECT_EQ(counter(stats, {"local", "tun_tx_packets"}), 1) << "shard " << k;
+    }
+    EXPECT_GT(tun_dispatched, 0u);
+    EXPECT_EQ(dispatched, tun_dispatched);
+    EXPECT_EQ(received_here, dispatched);
+  });
+}
+
 }  // namespace
 }  // namespace detwan::dataplane::uring

@@ -41,6 +41,7 @@ using testing::loopback6;
 using testing::Site;
 using testing::tai_now_ns;
 using testing::TestSocket;
+using testing::ipv4_udp;
 using Bytes = std::vector<std::byte>;
 
 Bytes random_payload(std::mt19937& random, size_t size, uint32_t index) {
@@ -288,38 +289,6 @@ TEST_P(UringGatewayDscp, FramesCarryTheHeaderAndTheirDscp) {
 
 INSTANTIATE_TEST_SUITE_P(IpVersions, UringGatewayDscp, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Ipv6" : "Ipv4"; });
-
-uint16_t ip_checksum(const uint8_t* data, size_t size) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i + 1 < size; i += 2) sum += static_cast<uint32_t>(data[i] << 8 | data[i + 1]);
-  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
-// An IPv4/UDP packet (UDP checksum 0: none) from `source` to `destination`.
-Bytes ipv4_udp(const char* source, const char* destination, uint16_t source_port,
-               uint16_t destination_port, std::string_view data) {
-  Bytes packet(28 + data.size());
-  auto* p = reinterpret_cast<uint8_t*>(packet.data());
-  p[0] = 0x45;
-  p[2] = static_cast<uint8_t>(packet.size() >> 8);
-  p[3] = static_cast<uint8_t>(packet.size());
-  p[8] = 64;
-  p[9] = IPPROTO_UDP;
-  ::inet_pton(AF_INET, source, p + 12);
-  ::inet_pton(AF_INET, destination, p + 16);
-  const uint16_t sum = ip_checksum(p, 20);
-  p[10] = static_cast<uint8_t>(sum >> 8);
-  p[11] = static_cast<uint8_t>(sum);
-  p[20] = static_cast<uint8_t>(source_port >> 8);
-  p[21] = static_cast<uint8_t>(source_port);
-  p[22] = static_cast<uint8_t>(destination_port >> 8);
-  p[23] = static_cast<uint8_t>(destination_port);
-  p[24] = static_cast<uint8_t>((8 + data.size()) >> 8);
-  p[25] = static_cast<uint8_t>(8 + data.size());
-  std::memcpy(p + 28, data.data(), data.size());
-  return packet;
-}
 
 // The TUN side through the ring, in a private network namespace: a host datagram routed into
 // the gateway's TUN device leaves as a tunnel frame of type ipv4 carrying the whole IP packet; a
