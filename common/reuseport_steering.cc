@@ -37,9 +37,9 @@ Result<void> attach_reuseport_steering(int fd, const ReuseportKey& key, uint32_t
   }
   std::vector<sock_filter> code;
   if (key.marker_mask != 0) {
-    code.push_back(BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0));                   // A = first byte
-    code.push_back(BPF_STMT(BPF_ALU | BPF_AND | BPF_K, key.marker_mask));    // its marker bits
-    code.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, key.marker, 0, 2));   // marked?
+    code.push_back(BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0));                  // A = first byte
+    code.push_back(BPF_STMT(BPF_ALU | BPF_AND | BPF_K, key.marker_mask));   // its marker bits
+    code.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, key.marker, 0, 2));  // marked?
     code.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, key.marker_offset));  // A = key (BE)
     code.push_back(BPF_JUMP(BPF_JMP | BPF_JA, 1, 0, 0));
   }

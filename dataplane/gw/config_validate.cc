@@ -48,8 +48,9 @@ void validate_gateway(const GatewayConfig& config, const FieldLocator& at) {
                         config.shard_cpus.size(), config.shards));
   }
   if (!config.shard_cpus.empty() && config.cpu >= 0) {
-    at.fail("gateway.shard_cpus",
-            fmt::format("give either gateway.cpu ({}) or gateway.shard_cpus, not both", config.cpu));
+    at.fail(
+        "gateway.shard_cpus",
+        fmt::format("give either gateway.cpu ({}) or gateway.shard_cpus, not both", config.cpu));
   }
   if (config.backend != Backend::kDpdk) {
     if (config.dpdk.lcores.size() > 1) {

@@ -37,8 +37,9 @@ namespace detwan::dataplane::gw {
 
 // `backend` (optional): the backend's per-shard counters as a JSON value (text), added to the
 // merged stats document as "backend_shards" (the uring backend's loop and dispatch counters).
-[[nodiscard]] std::string answer_sharded_request(
-    const std::vector<Engine*>& shards, std::string_view request, int64_t now_ns,
-    const ControlChannel& channel, const std::function<std::string()>& backend = {});
+[[nodiscard]] std::string answer_sharded_request(const std::vector<Engine*>& shards,
+                                                 std::string_view request, int64_t now_ns,
+                                                 const ControlChannel& channel,
+                                                 const std::function<std::string()>& backend = {});
 
 }  // namespace detwan::dataplane::gw

@@ -93,7 +93,7 @@ class TunDevice {
 
   common::UniqueFd fd_;
   std::vector<common::UniqueFd> queue_fds_;  // queues 1.. of a multi-queue device
-  common::UniqueFd netlink_fd_;  // NETLINK_ROUTE socket of the device's namespace
+  common::UniqueFd netlink_fd_;              // NETLINK_ROUTE socket of the device's namespace
   std::string name_;
   int if_index_ = 0;
   uint32_t mtu_bytes_ = 0;

@@ -82,8 +82,8 @@ class DispatchRing {
   const uint32_t mask_;
   const uint32_t slot_bytes_;
   const uint32_t stride_;
-  std::unique_ptr<std::byte[]> memory_;  // not zeroed: untouched slots cost no memory
-  DispatchHeader current_;               // consumer's copy of the front entry
+  std::unique_ptr<std::byte[]> memory_;        // not zeroed: untouched slots cost no memory
+  DispatchHeader current_;                     // consumer's copy of the front entry
   alignas(64) std::atomic<uint32_t> head_{0};  // next slot the producer writes
   alignas(64) std::atomic<uint32_t> tail_{0};  // next slot the consumer reads
 };

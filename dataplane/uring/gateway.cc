@@ -226,8 +226,8 @@ common::Result<std::unique_ptr<GatewayState>> open_shard(const gw::GatewayConfig
     const gw::WanPortConfig& port = config.wan_ports[i];
     std::string what = "WAN port '" + port.name + "'";
     if (count > 1) what += " (shard " + std::to_string(shard) + ")";
-    auto socket =
-        UdpSocket::bind(first != nullptr ? first->wan[i].local() : port.local, true, what, count > 1);
+    auto socket = UdpSocket::bind(first != nullptr ? first->wan[i].local() : port.local, true, what,
+                                  count > 1);
     if (!socket) return std::unexpected(socket.error());
     state->wan.push_back(std::move(*socket));
   }
@@ -276,11 +276,12 @@ common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& 
 common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& config,
                                                        const OpenOptions& options) {
   const uint32_t count = std::max<uint32_t>(config.shards, 1);
-  if (count > gw::kMaxUringShards || (!config.shard_cpus.empty() && config.shard_cpus.size() != count)) {
+  if (count > gw::kMaxUringShards ||
+      (!config.shard_cpus.empty() && config.shard_cpus.size() != count)) {
     return common::make_error(common::ErrorCode::kConfig,
                               "field 'gateway.shards': " + std::to_string(count) + " shards with " +
-                                  std::to_string(config.shard_cpus.size()) +
-                                  " shard_cpus (1.." + std::to_string(gw::kMaxUringShards) +
+                                  std::to_string(config.shard_cpus.size()) + " shard_cpus (1.." +
+                                  std::to_string(gw::kMaxUringShards) +
                                   " shards, one CPU each or none)");
   }
   auto shards = std::make_unique<GatewayShards>();
@@ -299,9 +300,9 @@ common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& 
         if (!steered) return std::unexpected(steered.error());
       }
     }
-    shards->group = std::make_unique<ShardGroup>(
-        count, static_cast<uint32_t>(config.peers.size()),
-        static_cast<uint32_t>(first.pool->whole(0).size()));
+    shards->group =
+        std::make_unique<ShardGroup>(count, static_cast<uint32_t>(config.peers.size()),
+                                     static_cast<uint32_t>(first.pool->whole(0).size()));
     for (auto& state : shards->states) {
       state->group = shards->group.get();
       shards->group->states.push_back(state.get());
@@ -335,7 +336,7 @@ const gw::Engine* Gateway::shard_engine(uint32_t shard) const {
 
 ShardStats Gateway::shard_stats(uint32_t shard) const {
   const ShardCounters& c = shards_->states.at(shard)->counters;
-  return ShardStats{c.loop_iterations, c.tun_dispatched,    c.wan_misdirected,
+  return ShardStats{c.loop_iterations, c.tun_dispatched,   c.wan_misdirected,
                     c.dispatched,      c.dispatch_dropped, c.dispatch_received};
 }
 

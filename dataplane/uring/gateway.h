@@ -37,10 +37,10 @@ struct GatewayShards;  // shards.h
 // Several shards (config.shards > 1, dataplane/uring/shards.h): each shard's own counters.
 struct ShardStats {
   uint64_t loop_iterations = 0;
-  uint64_t tun_dispatched = 0;   // TUN packets this shard read for another shard's tunnel
-  uint64_t wan_misdirected = 0;  // WAN datagrams of another shard's tunnel that reached it
-  uint64_t dispatched = 0;       // both, handed to the owner's dispatch ring
-  uint64_t dispatch_dropped = 0;  // both, lost to a full ring
+  uint64_t tun_dispatched = 0;     // TUN packets this shard read for another shard's tunnel
+  uint64_t wan_misdirected = 0;    // WAN datagrams of another shard's tunnel that reached it
+  uint64_t dispatched = 0;         // both, handed to the owner's dispatch ring
+  uint64_t dispatch_dropped = 0;   // both, lost to a full ring
   uint64_t dispatch_received = 0;  // taken from the others' rings into this shard's engine
 };
 

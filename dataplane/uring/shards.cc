@@ -66,9 +66,9 @@ common::Result<void> Datapath::prepare_shard() {
   }
   for (const common::UniqueFd& fd : group_->wake_fds) {
     if (!fd.valid()) {
-      return common::make_error(common::ErrorCode::kIo,
-                                fmt::format("uring gateway: eventfd for the shards' wake-ups: {}",
-                                            std::strerror(errno)));
+      return common::make_error(
+          common::ErrorCode::kIo,
+          fmt::format("uring gateway: eventfd for the shards' wake-ups: {}", std::strerror(errno)));
     }
   }
   return {};

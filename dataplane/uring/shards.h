@@ -84,8 +84,8 @@ struct GatewayShards {
     while (!states.empty()) states.pop_back();
   }
 
-  std::unique_ptr<ShardGroup> group;  // nullptr: one shard
-  std::vector<std::unique_ptr<gw::Engine>> engines;  // shards 1..
+  std::unique_ptr<ShardGroup> group;                  // nullptr: one shard
+  std::vector<std::unique_ptr<gw::Engine>> engines;   // shards 1..
   std::vector<std::unique_ptr<GatewayState>> states;  // by shard
 };
 

@@ -4,9 +4,9 @@
 // private network namespace (skips without CAP_NET_ADMIN). Assertions are about counts and
 // bytes, never about speed.
 #include <algorithm>
-#include <iostream>
 #include <atomic>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -36,22 +36,15 @@ namespace {
 namespace json = boost::json;
 using testing::counter;
 using testing::loopback;
+using testing::Site;
 using testing::tai_now_ns;
 using testing::TestSocket;
 using Bytes = std::vector<std::byte>;
 
-constexpr uint64_t kEpoch = 0x5eed'0001'0002'0003;
-
 Bytes tunnel_datagram(uint32_t tunnel_id, std::string_view payload) {
-  wire::TunnelHeader header;
-  header.type = static_cast<uint8_t>(wire::DataType::kDatagram);
-  header.tunnel_id = tunnel_id;
-  header.payload_length = static_cast<uint16_t>(payload.size());
-  header.tx_time_ns = tai_now_ns();
-  Bytes outer(wire::kHeaderSize);
-  EXPECT_EQ(wire::encode(header, outer).status, wire::EncodeStatus::kOk);
-  for (const char c : payload) outer.push_back(static_cast<std::byte>(c));
-  return outer;
+  Bytes bytes;
+  for (const char c : payload) bytes.push_back(static_cast<std::byte>(c));
+  return testing::tunnel_frame(tunnel_id, wire::DataType::kDatagram, bytes);
 }
 
 // The program's choice, computed as the kernel runs it, on encoded datagrams: tunnel id mod N,
@@ -110,77 +103,10 @@ TEST(UringShardSteering, KernelDeliversToTheSocketTheProgramNames) {
       }
     }
   };
-  for (const uint32_t id : {1u, 2u, 3u, 4u, 5u, 6u, 100u}) expect_in(tunnel_datagram(id, "hi"), id % 3);
+  for (const uint32_t id : {1u, 2u, 3u, 4u, 5u, 6u, 100u})
+    expect_in(tunnel_datagram(id, "hi"), id % 3);
   expect_in(Bytes(5, std::byte{0xFF}), 0);
 }
-
-// A uring gateway of `shards` shards on its own thread, its engines kept for after stop().
-class ShardSite {
- public:
-  ShardSite(gw::GatewayConfig config, bool steer_wan = true) : config_(std::move(config)) {
-    Gateway::OpenOptions options;
-    options.steer_wan = steer_wan;
-    auto gateway = Gateway::open(config_, options);
-    EXPECT_TRUE(gateway) << gateway.error().message;
-    if (gateway) gateway_ = std::move(*gateway);
-  }
-  ~ShardSite() { stop(); }
-
-  [[nodiscard]] bool opened() const { return gateway_ != nullptr; }
-  [[nodiscard]] gw::Endpoint wan() const { return gateway_->wan_endpoint(0); }
-  [[nodiscard]] gw::Endpoint service(size_t tunnel) const {
-    return *gateway_->service_endpoint(tunnel);
-  }
-  gw::GatewayConfig& config() { return config_; }
-  Gateway& gateway() { return *gateway_; }
-
-  void start() {
-    config_.wan_ports[0].local = wan();
-    for (size_t i = 0; i < config_.tunnels.size(); ++i) {
-      if (config_.tunnels[i].service_listen) config_.tunnels[i].service_listen = service(i);
-    }
-    auto engine =
-        gw::Engine::create(config_, tai_now_ns(), gw::ShardSpec{0, config_.shards, kEpoch});
-    ASSERT_TRUE(engine) << engine.error().message;
-    engine_ = std::move(*engine);
-    control_name_ = testing::unique_socket_name(config_.name);
-    auto control = gw::ControlServer::start(control_name_);
-    ASSERT_TRUE(control) << control.error().message;
-    control_ = std::move(*control);
-    context_.emplace(gw::RunContext{*engine_, config_, control_.get(), stop_, nullptr});
-    thread_ = std::thread([this] { outcome_ = gateway_->run(*context_); });
-  }
-  void stop() {
-    stop_.store(true);
-    if (thread_.joinable()) {
-      thread_.join();
-      EXPECT_TRUE(outcome_) << outcome_.error().message;
-    }
-  }
-  [[nodiscard]] std::string request(const char* text) const {
-    auto answer = gw::control_request(control_name_, text, 10'000);
-    EXPECT_TRUE(answer) << answer.error().message;
-    return answer ? *answer : std::string();
-  }
-  [[nodiscard]] json::value stats() const { return json::parse(request(R"({"cmd":"stats"})")); }
-  // Shard k's own stats document (after stop()).
-  [[nodiscard]] json::value shard_stats(uint32_t k) const {
-    const gw::Engine* engine = k == 0 ? engine_.get() : gateway_->shard_engine(k);
-    EXPECT_NE(engine, nullptr);
-    return engine != nullptr ? json::parse(engine->stats_json(tai_now_ns())) : json::value();
-  }
-
- private:
-  gw::GatewayConfig config_;
-  std::unique_ptr<Gateway> gateway_;
-  std::unique_ptr<gw::Engine> engine_;
-  std::unique_ptr<gw::ControlServer> control_;
-  std::string control_name_;
-  std::atomic<bool> stop_{false};
-  std::optional<gw::RunContext> context_;
-  std::thread thread_;
-  common::Result<void> outcome_;
-};
 
 // Two tunnels on one WAN port: id 1 (owned by shard 1 of 2) in slots 0..49, id 2 (shard 0) in
 // 50..99 of a 20 ms cycle: windows of 10 ms, so a loaded machine's late loop turn does not
@@ -231,8 +157,8 @@ TEST_P(UringShardPair, EachTunnelIsCarriedByItsOwnerShard) {
   for (auto& tunnel : config_a.tunnels) tunnel.service_listen = loopback(0);
   config_b.tunnels[0].service_deliver = app1.local;
   config_b.tunnels[1].service_deliver = app2.local;
-  ShardSite a(config_a);
-  ShardSite b(config_b, param.steer);
+  Site a(config_a);
+  Site b(config_b, Gateway::OpenOptions{param.steer});
   ASSERT_TRUE(a.opened() && b.opened());
   a.config().peers[0].endpoint = b.wan();
   b.config().peers[0].endpoint = a.wan();
@@ -246,7 +172,7 @@ TEST_P(UringShardPair, EachTunnelIsCarriedByItsOwnerShard) {
     for (uint32_t t = 0; t < 2; ++t) {
       std::string payload = "tunnel " + std::to_string(t + 1) + " datagram " + std::to_string(i);
       payload.resize(100 + (i * 7) % 900, static_cast<char>('a' + i % 26));
-      ASSERT_TRUE(sender.send_to(a.service(t), payload.data(), payload.size()));
+      ASSERT_TRUE(sender.send_to(*a.service(t), payload.data(), payload.size()));
       sent[t].push_back(payload);
     }
     if (i % 16 == 15) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // pacing only
@@ -259,8 +185,7 @@ TEST_P(UringShardPair, EachTunnelIsCarriedByItsOwnerShard) {
       if ((readable[t].revents & POLLIN) == 0) continue;
       const auto datagram = (t == 0 ? app1 : app2).receive(0);
       if (datagram) {
-        received[t].emplace_back(reinterpret_cast<const char*>(datagram->data()),
-                                 datagram->size());
+        received[t].emplace_back(reinterpret_cast<const char*>(datagram->data()), datagram->size());
       }
     }
   }
@@ -281,7 +206,7 @@ TEST_P(UringShardPair, EachTunnelIsCarriedByItsOwnerShard) {
 
   a.stop();
   b.stop();
-  for (ShardSite* site : {&a, &b}) {
+  for (Site* site : {&a, &b}) {
     uint64_t misdirected = 0, dispatched = 0, received_here = 0;
     for (uint32_t k = 0; k < 2; ++k) {
       const ShardStats backend = site->gateway().shard_stats(k);
@@ -292,16 +217,16 @@ TEST_P(UringShardPair, EachTunnelIsCarriedByItsOwnerShard) {
       const json::value stats = site->shard_stats(k);
       if (::testing::Test::HasFailure()) {
         std::cerr << (site == &a ? "A" : "B") << " shard " << k << ": "
-                  << json::serialize(stats.at("drops")) << "\n tunnel 2: "
-                  << json::serialize(stats.at("tunnels").at(1).at("tx")) << "\n"
+                  << json::serialize(stats.at("drops"))
+                  << "\n tunnel 2: " << json::serialize(stats.at("tunnels").at(1).at("tx")) << "\n"
                   << json::serialize(stats.at("tunnels").at(1).at("rx").at("on_time")) << "\n";
       }
       for (uint32_t t = 0; t < 2; ++t) {  // tunnel id t + 1 is owned by shard (t + 1) % 2
         const bool owner = (t + 1) % 2 == k;
-        const int64_t sent_here = counter(stats, {"tunnels", std::to_string(t), "tx",
-                                                  "sent_on_time_packets"});
-        const int64_t accepted = counter(stats, {"tunnels", std::to_string(t), "rx",
-                                                 "accepted_on_time_packets"});
+        const int64_t sent_here =
+            counter(stats, {"tunnels", std::to_string(t), "tx", "sent_on_time_packets"});
+        const int64_t accepted =
+            counter(stats, {"tunnels", std::to_string(t), "rx", "accepted_on_time_packets"});
         if (site == &a) {
           EXPECT_EQ(sent_here, owner ? kPerTunnel : 0) << "A shard " << k << " tunnel " << t + 1;
           EXPECT_EQ(accepted, 0);
@@ -313,7 +238,8 @@ TEST_P(UringShardPair, EachTunnelIsCarriedByItsOwnerShard) {
     }
     EXPECT_EQ(dispatched, received_here);
     if (site == &b && !param.steer) {
-      EXPECT_GT(misdirected, 0u) << "without the program a tunnel's datagrams reach the wrong shard";
+      EXPECT_GT(misdirected, 0u)
+          << "without the program a tunnel's datagrams reach the wrong shard";
     } else if (!param.offloads) {
       EXPECT_EQ(misdirected, 0u) << (site == &a ? "A" : "B");
     }
@@ -347,7 +273,7 @@ TEST(UringShardTun, PacketsReadByAnotherShardAreDispatchedToTheOwner) {
       config.tun.routes.push_back(*route);
       config.tunnels[t].dst_prefixes = {*route};
     }
-    ShardSite a(config);
+    Site a(config);
     ASSERT_TRUE(a.opened());
     testing::set_ipv4_address("dtws0", "10.77.0.1");
     a.start();
@@ -402,16 +328,9 @@ TEST(UringShardTun, PacketsReadByAnotherShardAreDispatchedToTheOwner) {
     ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&local), sizeof local), 0);
     for (uint32_t t = 0; t < 2; ++t) {
       const std::string text = "pong " + std::to_string(t + 1);
-      const Bytes inner = testing::ipv4_udp(t == 0 ? "10.20.1.5" : "10.20.2.5", "10.77.0.1",
-                                            9000, 7777, text);
-      wire::TunnelHeader header;
-      header.type = static_cast<uint8_t>(wire::DataType::kIpv4);
-      header.tunnel_id = t + 1;
-      header.payload_length = static_cast<uint16_t>(inner.size());
-      header.tx_time_ns = tai_now_ns();
-      Bytes outer(wire::kHeaderSize);
-      ASSERT_EQ(wire::encode(header, outer).status, wire::EncodeStatus::kOk);
-      outer.insert(outer.end(), inner.begin(), inner.end());
+      const Bytes outer = testing::tunnel_frame(
+          t + 1, wire::DataType::kIpv4,
+          testing::ipv4_udp(t == 0 ? "10.20.1.5" : "10.20.2.5", "10.77.0.1", 9000, 7777, text));
       ASSERT_TRUE(peer.send_to(a.wan(), outer.data(), outer.size()));
     }
     std::vector<std::string> pongs;

@@ -36,12 +36,12 @@ namespace detwan::dataplane::uring {
 namespace {
 
 using testing::counter;
+using testing::ipv4_udp;
 using testing::loopback;
 using testing::loopback6;
 using testing::Site;
 using testing::tai_now_ns;
 using testing::TestSocket;
-using testing::ipv4_udp;
 using Bytes = std::vector<std::byte>;
 
 Bytes random_payload(std::mt19937& random, size_t size, uint32_t index) {
@@ -341,15 +341,8 @@ TEST(UringGateway, TunPacketsCrossTheTunnel) {
     local.sin_port = htons(7777);
     ::inet_pton(AF_INET, "10.77.0.1", &local.sin_addr);
     ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&local), sizeof local), 0);
-    const Bytes inner = ipv4_udp("10.20.2.5", "10.77.0.1", 9999, 7777, "pong");
-    wire::TunnelHeader header;
-    header.type = static_cast<uint8_t>(wire::DataType::kIpv4);
-    header.tunnel_id = 7;
-    header.payload_length = static_cast<uint16_t>(inner.size());
-    header.tx_time_ns = tai_now_ns();
-    Bytes outer(wire::kHeaderSize);
-    ASSERT_EQ(wire::encode(header, outer).status, wire::EncodeStatus::kOk);
-    outer.insert(outer.end(), inner.begin(), inner.end());
+    const Bytes outer = testing::tunnel_frame(
+        7, wire::DataType::kIpv4, ipv4_udp("10.20.2.5", "10.77.0.1", 9999, 7777, "pong"));
     ASSERT_TRUE(peer.send_to(a.wan(), outer.data(), outer.size()));
     char received[16] = {};
     pollfd readable{listener.get(), POLLIN, 0};
