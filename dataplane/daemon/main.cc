@@ -128,10 +128,13 @@ int command_run(const RunSettings& settings) {
   log->info("effective configuration ({}):\n{}", config.source, gw::describe(config));
   install_signal_handlers();
 
-  // dpdk.lcores: this engine is shard 0; the backend creates the others with the same epoch.
+  // dpdk.lcores / gateway.shards (uring): this engine is shard 0; the backend creates the others
+  // with the same epoch.
   gw::ShardSpec shard;
-  if (config.backend == gw::Backend::kDpdk && config.dpdk.lcores.size() > 1) {
-    shard.count = static_cast<uint32_t>(config.dpdk.lcores.size());
+  const bool dpdk_shards = config.backend == gw::Backend::kDpdk && config.dpdk.lcores.size() > 1;
+  const bool uring_shards = config.backend == gw::Backend::kUring && config.shards > 1;
+  if (dpdk_shards || uring_shards) {
+    shard.count = dpdk_shards ? static_cast<uint32_t>(config.dpdk.lcores.size()) : config.shards;
     std::random_device random;
     while (shard.epoch == 0) {
       shard.epoch = (uint64_t{random()} << 32) | random();

@@ -53,7 +53,8 @@ uint32_t u32_field(const ConfigNode& map, std::string_view key, uint32_t fallbac
 
 void parse_gateway_section(const ConfigNode& node, GatewayConfig* config) {
   node.check_keys({"name", "backend", "timing", "cpu", "control_socket", "admin_socket",
-                   "admin_mode", "admin_uids", "buffers", "batch", "wan_gso", "wan_gro"});
+                   "admin_mode", "admin_uids", "buffers", "batch", "wan_gso", "wan_gro", "shards",
+                   "shard_cpus"});
   config->name = name_value(node.child("name"));
   config->backend = choice(node, "backend", Backend::kUring,
                            {{"uring", Backend::kUring}, {"dpdk", Backend::kDpdk}});
@@ -108,6 +109,14 @@ void parse_gateway_section(const ConfigNode& node, GatewayConfig* config) {
   config->batch = u32_field(node, "batch", 32, 1, 1024);
   config->wan_gso = node.get_bool("wan_gso", true);
   config->wan_gro = node.get_bool("wan_gro", true);
+  config->shards = u32_field(node, "shards", 1, 1, kMaxUringShards);
+  if (const auto cpus = node.maybe_child("shard_cpus")) {
+    if (!cpus->is_sequence()) cpus->fail("a list of CPU numbers like [2, 3], one per shard");
+    for (const ConfigNode& item : cpus->items()) {
+      const auto cpu = static_cast<uint32_t>(item.as_int(0, 1023));
+      config->shard_cpus.push_back(cpu);
+    }
+  }
 }
 
 bool valid_interface_name(std::string_view name) {

@@ -191,7 +191,12 @@ struct GatewayConfig {
   std::string admin_socket;
   uint32_t admin_mode = 0600;
   std::vector<uint32_t> admin_uids;
-  uint32_t buffer_count = 8192;       // packet buffers of the uring backend
+  uint32_t buffer_count = 8192;       // packet buffers of the uring backend (per shard)
+  // uring backend: the gateway runs as `shards` engines on as many datapath threads (shard.h,
+  // dataplane/uring/shards.h), 1..64; shard k's thread pinned to shard_cpus[k] when the list is
+  // given (its size is `shards`; not with `cpu` >= 0). The dpdk backend uses dpdk.lcores.
+  uint32_t shards = 1;
+  std::vector<uint32_t> shard_cpus;
   uint32_t batch = 32;                // rx/tx burst size
   // uring backend: frames due together to one peer leave in one sendmsg with UDP_SEGMENT
   // (dataplane/uring/wan_batch.h); false = one sendmsg per frame.
@@ -209,6 +214,7 @@ struct GatewayConfig {
 };
 
 inline constexpr std::size_t kMaxOwnerBytes = 64;
+inline constexpr uint32_t kMaxUringShards = 64;  // gateway.shards
 
 common::Result<GatewayConfig> load_gateway_config(const std::string& path);
 common::Result<GatewayConfig> load_gateway_config_string(const std::string& yaml,

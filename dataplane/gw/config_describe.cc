@@ -168,9 +168,8 @@ void describe_tunnel(std::string* out, const GatewayConfig& config, const Tunnel
   *out += fmt::format("    queue: {}\n", tunnel.queue_frames);
   *out += fmt::format("    max_wait: {}{}\n", format_duration_ns(tunnel.max_wait_ns),
                       tunnel.max_wait_ns == 0 ? "  # no limit" : "");
-  *out += fmt::format("    missed_slot: {}\n", tunnel.missed_slot == sched::MissedSlot::kDrop
-                                                   ? "drop"
-                                                   : "next-window");
+  *out += fmt::format("    missed_slot: {}\n",
+                      tunnel.missed_slot == sched::MissedSlot::kDrop ? "drop" : "next-window");
   *out += fmt::format("    bound: {}{}\n", format_duration_ns(tunnel.bound_ns),
                       tunnel.bound_ns == 0 ? "  # deliver on receipt" : "");
   *out += fmt::format("    late: {}\n", late_name(tunnel.late));
@@ -193,8 +192,8 @@ void describe_tunnel(std::string* out, const GatewayConfig& config, const Tunnel
   if (tunnel.protection) {
     *out += "    protection:\n";
     *out += fmt::format("      peer: {}\n", quoted(tunnel.protection->peer));
-    *out += fmt::format("      slots: {}\n",
-                        quoted(sched::format_slot_list(tunnel.protection->slots)));
+    *out +=
+        fmt::format("      slots: {}\n", quoted(sched::format_slot_list(tunnel.protection->slots)));
   }
   if (tunnel.auth) {
     // Secrets are never printed: the keys by id and fingerprint (first 8 bytes of SHA-256).
@@ -239,6 +238,12 @@ std::string describe(const GatewayConfig& config) {
   out += fmt::format("  batch: {}\n", config.batch);
   out += fmt::format("  wan_gso: {}\n", config.wan_gso ? "true" : "false");
   out += fmt::format("  wan_gro: {}\n", config.wan_gro ? "true" : "false");
+  out += fmt::format("  shards: {}{}\n", config.shards,
+                     config.shards > 1 ? "  # threads; tunnel id mod shards owns a tunnel" : "");
+  if (!config.shard_cpus.empty()) {
+    out += fmt::format("  shard_cpus: [{}]  # shard k on shard_cpus[k]\n",
+                       fmt::join(config.shard_cpus, ", "));
+  }
   out += "tun:\n";
   out += fmt::format("  enabled: {}\n", config.tun.enabled ? "true" : "false");
   out += fmt::format("  name: {}\n", quoted(config.tun.name));

@@ -38,6 +38,20 @@ void validate_gateway(const GatewayConfig& config, const FieldLocator& at) {
                         "socket needs its own path",
                         config.admin_socket));
   }
+  if (config.backend == Backend::kDpdk && (config.shards > 1 || !config.shard_cpus.empty())) {
+    at.fail(config.shards > 1 ? "gateway.shards" : "gateway.shard_cpus",
+            "a setting of the uring backend; backend dpdk runs its shards on dpdk.lcores");
+  }
+  if (!config.shard_cpus.empty() && config.shard_cpus.size() != config.shards) {
+    at.fail("gateway.shard_cpus",
+            fmt::format("{} CPUs for {} shards (gateway.shards): give one CPU per shard",
+                        config.shard_cpus.size(), config.shards));
+  }
+  if (!config.shard_cpus.empty() && config.cpu >= 0) {
+    at.fail(
+        "gateway.shard_cpus",
+        fmt::format("give either gateway.cpu ({}) or gateway.shard_cpus, not both", config.cpu));
+  }
   if (config.backend != Backend::kDpdk) {
     if (config.dpdk.lcores.size() > 1) {
       at.fail("dpdk.lcores", "several lcores (shards) need backend dpdk");

@@ -158,7 +158,8 @@ std::string merge_shard_stats(const std::vector<Engine*>& shards, int64_t now_ns
 }
 
 std::string answer_sharded_request(const std::vector<Engine*>& shards, std::string_view request,
-                                   int64_t now_ns, const ControlChannel& channel) {
+                                   int64_t now_ns, const ControlChannel& channel,
+                                   const std::function<std::string()>& backend) {
   Engine& lead = *shards[0];
   json::error_code error;
   const json::value parsed = json::parse(request, error);
@@ -169,7 +170,10 @@ std::string answer_sharded_request(const std::vector<Engine*>& shards, std::stri
   if (name == "stats" && parsed.as_object().size() == 1) {
     ++lead.control_io().requests;
     try {
-      return merge_shard_stats(shards, now_ns);
+      if (!backend) return merge_shard_stats(shards, now_ns);
+      json::value merged = json::parse(merge_shard_stats(shards, now_ns));
+      merged.as_object()["backend_shards"] = json::parse(backend());
+      return json::serialize(merged);
     } catch (const std::exception& e) {
       return control_error_json(fmt::format("internal error: {}", e.what()));
     }

@@ -16,6 +16,7 @@
 //              and shard 0's (the same configuration passes the same checks).
 //   others     shard 0's answer (config, tunnels: every shard holds the same configuration).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,8 +35,11 @@ namespace detwan::dataplane::gw {
 // The merged stats of shards[0..N) (shards[k] is shard k of N).
 [[nodiscard]] std::string merge_shard_stats(const std::vector<Engine*>& shards, int64_t now_ns);
 
+// `backend` (optional): the backend's per-shard counters as a JSON value (text), added to the
+// merged stats document as "backend_shards" (the uring backend's loop and dispatch counters).
 [[nodiscard]] std::string answer_sharded_request(const std::vector<Engine*>& shards,
                                                  std::string_view request, int64_t now_ns,
-                                                 const ControlChannel& channel);
+                                                 const ControlChannel& channel,
+                                                 const std::function<std::string()>& backend = {});
 
 }  // namespace detwan::dataplane::gw

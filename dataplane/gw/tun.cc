@@ -134,7 +134,39 @@ common::Result<common::UniqueFd> open_netlink(const std::string& device) {
 
 }  // namespace
 
-common::Result<TunDevice> TunDevice::open(const TunConfig& config, bool offload) {
+namespace {
+
+// Attaches `fd` (an open /dev/net/tun) to the device `name` with `flags`, and with offload sets
+// the virtio-net header size and the offloads (both per device; repeating them per queue is
+// harmless). The TUN_F_* flags taken, or an error naming the step.
+common::Result<unsigned> attach_queue(int fd, const std::string& name, short flags, bool offload,
+                                      ifreq* request) {
+  *request = ifreq{};
+  request->ifr_flags = flags;
+  std::memcpy(request->ifr_name, name.data(), name.size());
+  if (::ioctl(fd, TUNSETIFF, request) != 0) {
+    return std::unexpected(device_error(name, "TUNSETIFF", errno));
+  }
+  unsigned offloads = 0;
+  if (offload) {
+    int header_bytes = kVnetHeaderBytes;
+    if (::ioctl(fd, TUNSETVNETHDRSZ, &header_bytes) != 0) {
+      return std::unexpected(device_error(name, "TUNSETVNETHDRSZ", errno));
+    }
+    for (const unsigned candidate :
+         {unsigned{TUN_F_CSUM | TUN_F_USO4 | TUN_F_USO6}, unsigned{TUN_F_CSUM}, 0u}) {
+      if (::ioctl(fd, TUNSETOFFLOAD, candidate) == 0) {
+        offloads = candidate;
+        break;
+      }
+    }
+  }
+  return offloads;
+}
+
+}  // namespace
+
+common::Result<TunDevice> TunDevice::open(const TunConfig& config, bool offload, uint32_t queues) {
   const std::string& requested = config.name;
   if (requested.empty() || requested.size() >= IFNAMSIZ) {
     return common::make_error(common::ErrorCode::kInvalidArgument,
@@ -147,27 +179,24 @@ common::Result<TunDevice> TunDevice::open(const TunConfig& config, bool offload)
   if (!device.fd_.valid()) {
     return std::unexpected(device_error(requested, "open /dev/net/tun", errno));
   }
+  const auto flags = static_cast<short>(IFF_TUN | IFF_NO_PI | (offload ? IFF_VNET_HDR : 0) |
+                                        (queues > 1 ? IFF_MULTI_QUEUE : 0));
   ifreq request{};
-  request.ifr_flags = IFF_TUN | IFF_NO_PI | (offload ? IFF_VNET_HDR : 0);
-  std::memcpy(request.ifr_name, requested.data(), requested.size());
-  if (::ioctl(device.fd_.get(), TUNSETIFF, &request) != 0) {
-    return std::unexpected(device_error(requested, "TUNSETIFF", errno));
-  }
-  if (offload) {
-    int header_bytes = kVnetHeaderBytes;
-    if (::ioctl(device.fd_.get(), TUNSETVNETHDRSZ, &header_bytes) != 0) {
-      return std::unexpected(device_error(requested, "TUNSETVNETHDRSZ", errno));
-    }
-    device.vnet_header_bytes_ = kVnetHeaderBytes;
-    for (const unsigned flags :
-         {unsigned{TUN_F_CSUM | TUN_F_USO4 | TUN_F_USO6}, unsigned{TUN_F_CSUM}, 0u}) {
-      if (::ioctl(device.fd_.get(), TUNSETOFFLOAD, flags) == 0) {
-        device.offloads_ = flags;
-        break;
-      }
-    }
-  }
+  auto first = attach_queue(device.fd_.get(), requested, flags, offload, &request);
+  if (!first) return std::unexpected(first.error());
+  device.offloads_ = *first;
+  if (offload) device.vnet_header_bytes_ = kVnetHeaderBytes;
   device.name_.assign(request.ifr_name, strnlen(request.ifr_name, IFNAMSIZ));
+  for (uint32_t k = 1; k < queues; ++k) {  // the same device by its name as created
+    common::UniqueFd queue(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
+    if (!queue.valid()) {
+      return std::unexpected(device_error(device.name_, "open /dev/net/tun (queue)", errno));
+    }
+    ifreq queue_request{};
+    auto attached = attach_queue(queue.get(), device.name_, flags, offload, &queue_request);
+    if (!attached) return std::unexpected(attached.error());
+    device.queue_fds_.push_back(std::move(queue));
+  }
   device.if_index_ = static_cast<int>(::if_nametoindex(device.name_.c_str()));
   if (device.if_index_ == 0) {
     return std::unexpected(device_error(device.name_, "if_nametoindex", errno));
@@ -218,6 +247,7 @@ common::Result<TunDevice> TunDevice::open(const TunConfig& config, bool offload)
 
 TunDevice::TunDevice(TunDevice&& other) noexcept
     : fd_(std::move(other.fd_)),
+      queue_fds_(std::move(other.queue_fds_)),
       netlink_fd_(std::move(other.netlink_fd_)),
       name_(std::move(other.name_)),
       if_index_(std::exchange(other.if_index_, 0)),
@@ -230,6 +260,7 @@ TunDevice& TunDevice::operator=(TunDevice&& other) noexcept {
   if (this != &other) {
     close();
     fd_ = std::move(other.fd_);
+    queue_fds_ = std::move(other.queue_fds_);
     netlink_fd_ = std::move(other.netlink_fd_);
     name_ = std::move(other.name_);
     if_index_ = std::exchange(other.if_index_, 0);
@@ -251,6 +282,7 @@ void TunDevice::close() noexcept {
   }
   routes_.clear();
   netlink_fd_.reset();
+  queue_fds_.clear();
   fd_.reset();
 }
 

@@ -52,7 +52,12 @@ class TunDevice {
   // which the reader segments and completes (dataplane/uring/tun_offload.h). A kernel that
   // refuses USO gets checksum offload only; one that refuses both gets none (offloads() says
   // which), the header stays.
-  static common::Result<TunDevice> open(const TunConfig& config, bool offload = false);
+  // queues > 1 (the uring backend's shards): IFF_MULTI_QUEUE, and one file descriptor per queue
+  // (queue_fd(k)), each opened and attached like the first; the kernel spreads what the host
+  // routes into the device over the queues by flow hash, and a write on any queue reaches the
+  // host. queues == 1: a single-queue device, as before.
+  static common::Result<TunDevice> open(const TunConfig& config, bool offload = false,
+                                        uint32_t queues = 1);
 
   TunDevice(TunDevice&& other) noexcept;
   TunDevice& operator=(TunDevice&& other) noexcept;
@@ -66,6 +71,13 @@ class TunDevice {
 
   [[nodiscard]] int fd() const noexcept { return fd_.get(); }
   [[nodiscard]] bool is_open() const noexcept { return fd_.valid(); }
+  [[nodiscard]] uint32_t queue_count() const noexcept {
+    return fd_.valid() ? static_cast<uint32_t>(queue_fds_.size()) + 1 : 0;
+  }
+  // Queue k's file descriptor (k < queue_count(); queue 0 is fd()).
+  [[nodiscard]] int queue_fd(uint32_t k) const noexcept {
+    return k == 0 ? fd_.get() : queue_fds_[k - 1].get();
+  }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] int if_index() const noexcept { return if_index_; }
   [[nodiscard]] uint32_t mtu_bytes() const noexcept { return mtu_bytes_; }
@@ -80,7 +92,8 @@ class TunDevice {
   TunDevice() = default;
 
   common::UniqueFd fd_;
-  common::UniqueFd netlink_fd_;  // NETLINK_ROUTE socket of the device's namespace
+  std::vector<common::UniqueFd> queue_fds_;  // queues 1.. of a multi-queue device
+  common::UniqueFd netlink_fd_;              // NETLINK_ROUTE socket of the device's namespace
   std::string name_;
   int if_index_ = 0;
   uint32_t mtu_bytes_ = 0;

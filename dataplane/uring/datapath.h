@@ -32,6 +32,7 @@ enum class Op : uint8_t {
                       // 1: admin)
   kWanGsoSend = 7,    // sendmsg with UDP_SEGMENT on WAN port `object`; `buffer`: the GsoSend
   kTunRunWrite = 8,   // writev of a UDP GSO run to the TUN device; `buffer`: the TunRun
+  kWake = 9,          // POLL_ADD on this shard's eventfd (shards.h): a ring filled, or a pause
 };
 
 inline constexpr uint64_t pack(Op op, uint32_t object, uint32_t buffer) noexcept {
@@ -129,6 +130,29 @@ class Datapath {
   // kOk when the engine holds the buffer now.
   common::Status wan_datagram(uint32_t port, const sockaddr_storage& from, uint32_t buffer,
                               uint32_t length, int64_t now_ns) noexcept;
+  // The two without the shard check: the packet belongs to this shard.
+  common::Status submit_tun(uint32_t buffer, uint32_t length, int64_t now_ns) noexcept;
+  common::Status owned_wan_datagram(uint32_t port, const gw::Endpoint& from, uint32_t buffer,
+                                    uint32_t length, int64_t now_ns) noexcept;
+
+  // ---- several shards (shards.h; shard_datapath.cc, setup in shards.cc) ----
+  common::Result<void> prepare_shard();
+  // A packet of another shard's tunnel: copied into its owner's ring (or counted lost), true.
+  // False: this shard's (or no tunnel's: the engine here counts it).
+  bool dispatch_tun_st(uint32_t buffer, uint32_t length) noexcept;
+  bool dispatch_wan_st(uint32_t port, const sockaddr_storage& from, uint32_t buffer,
+                       uint32_t length) noexcept;
+  // Shards k > 0 at the top of each turn: waits while shard 0 answers a request; true if it did.
+  bool wait_if_paused_st() noexcept;
+  // Each turn: peer sync (at most every gw::kPeerSyncIntervalNs), the incoming rings drained.
+  void shard_turn_st(int64_t now_ns) noexcept;
+  // Before the wait: wakes the owners whose rings this turn filled; true if an incoming ring
+  // still holds entries (then the loop must not sleep).
+  bool end_turn_st() noexcept;
+  void arm_wake() noexcept;
+  void on_wake() noexcept;
+  // One control server's poll: with several shards, shard 0 answers for all of them, paused.
+  void serve_control_st(gw::ControlServer& server, int64_t now_ns);
 
   GatewayState& state_;
   BufferPool& pool_;
@@ -147,6 +171,11 @@ class Datapath {
   int32_t open_batch_ = -1;        // the GsoSend frames join, -1: none
   int32_t open_tun_run_ = -1;      // the TunRun packets join, -1: none
   uint32_t tun_header_bytes_ = 0;  // the TUN device's virtio-net header in front of each packet
+  // Several shards (nullptr / 0 otherwise).
+  ShardGroup* group_ = nullptr;
+  uint64_t wake_pending_ = 0;  // bit k: shard k's ring went from empty to not this turn
+  bool wake_armed_ = false;
+  int64_t next_peer_sync_ns_ = 0;
 };
 
 }  // namespace detwan::dataplane::uring

@@ -12,8 +12,10 @@
 #include <sched.h>
 
 #include "common/logging.h"
+#include "common/reuseport_steering.h"
 #include "dataplane/uring/datapath.h"
 #include "dataplane/uring/gateway_state.h"
+#include "dataplane/uring/shards.h"
 #include "dataplane/uring/timing.h"
 
 namespace detwan::dataplane::uring {
@@ -78,7 +80,7 @@ void open_large_receives(GatewayState& state) {
     }
   }
   size_t receives = size_t{ports} * state.wan_receive_depth;
-  if (state.tun && state.tun->vnet_header_bytes() > 0) receives += kLocalReceiveDepth;
+  if (state.tun_fd >= 0 && state.tun_header_bytes > 0) receives += kLocalReceiveDepth;
   state.large_memory.assign(receives * kLargeBufferBytes, std::byte{0});
   state.large_receives.assign(receives, LargeReceive{});
   for (size_t i = 0; i < receives; ++i) {
@@ -123,9 +125,11 @@ common::Result<void> Datapath::prepare() {
     const gw::TunnelConfig& tunnel = config.tunnels[i];
     const ServiceSockets& sockets = state_.services[i];
     const uint32_t index = engine_.tunnel_index(tunnel.id);
+    // A tunnel's service sockets belong to the shard that owns it (shards.h).
+    const bool owned = gw::shard_of_tunnel(tunnel.id, engine_.shard().count) == state_.shard;
     if (index == gw::Engine::kNoTunnel || index >= services_.size() ||
-        tunnel.service_listen.has_value() != sockets.listen.has_value() ||
-        tunnel.service_deliver.has_value() != sockets.deliver.has_value()) {
+        (owned && tunnel.service_listen.has_value()) != sockets.listen.has_value() ||
+        (owned && tunnel.service_deliver.has_value()) != sockets.deliver.has_value()) {
       return common::make_error(common::ErrorCode::kConfig,
                                 "uring gateway: tunnel " + std::to_string(tunnel.id) +
                                     " differs between open and run (or the engine lacks it)");
@@ -136,10 +140,9 @@ common::Result<void> Datapath::prepare() {
                                 kLocalReceiveDepth, 0});
     }
   }
-  if (state_.tun) {
-    sources_.push_back(
-        Source{SourceKind::kTun, state_.tun->fd(), nullptr, 0, kLocalReceiveDepth, 0});
-    tun_header_bytes_ = state_.tun->vnet_header_bytes();
+  if (state_.tun_fd >= 0) {
+    sources_.push_back(Source{SourceKind::kTun, state_.tun_fd, nullptr, 0, kLocalReceiveDepth, 0});
+    tun_header_bytes_ = state_.tun_header_bytes;
     if (tun_header_bytes_ > 0) {
       sources_.back().large = true;
       sources_.back().large_first = large_next;
@@ -149,17 +152,18 @@ common::Result<void> Datapath::prepare() {
   state_.tun_runs.assign(kTunRunRecords, TunRun{});
   state_.tun_gso = tun_header_bytes_ > 0;
   state_.gso_enabled.assign(state_.wan.size(), config.wan_gso ? 1 : 0);
-  if (config.cpu >= 0) {
+  if (state_.cpu >= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);
-    CPU_SET(config.cpu, &set);
+    CPU_SET(state_.cpu, &set);
     if (const int error = pthread_setaffinity_np(pthread_self(), sizeof set, &set); error != 0) {
       return common::make_error(common::ErrorCode::kInvalidArgument,
-                                "cpu " + std::to_string(config.cpu) +
-                                    ": cannot pin the datapath thread: " + std::strerror(error));
+                                "cpu " + std::to_string(state_.cpu) + ": cannot pin shard " +
+                                    std::to_string(state_.shard) +
+                                    "'s datapath thread: " + std::strerror(error));
     }
   }
-  return {};
+  return prepare_shard();
 }
 
 common::Result<void> run_datapath(GatewayState& state, gw::RunContext& context) {
@@ -179,16 +183,32 @@ common::Result<void> run_datapath(GatewayState& state, gw::RunContext& context) 
   return {};
 }
 
-common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& config) {
+namespace {
+
+// Shard `shard` of `count`: its buffers, its WAN sockets (after shard 0's, on the ports shard 0
+// got: `first`), the service sockets of the tunnels it owns, its TUN queue (shard 0 opens the
+// device with every queue), its ring.
+common::Result<std::unique_ptr<GatewayState>> open_shard(const gw::GatewayConfig& config,
+                                                         uint32_t shard, uint32_t count,
+                                                         const GatewayState* first) {
   auto state = std::make_unique<GatewayState>();
   state->config = config;
+  state->shard = shard;
+  if (!config.shard_cpus.empty()) {
+    state->cpu = static_cast<int>(config.shard_cpus.at(shard));
+  } else if (shard == 0) {
+    state->cpu = config.cpu;
+  }
   const uint32_t batch = std::max<uint32_t>(config.batch, 1);
   state->wan_receive_depth = std::clamp<uint32_t>(batch / 2, 1, kMaxWanReceiveDepth);
+  const auto owned = [&](const gw::TunnelConfig& tunnel) {
+    return gw::shard_of_tunnel(tunnel.id, count) == shard;
+  };
 
   uint32_t receives = static_cast<uint32_t>(config.wan_ports.size()) * state->wan_receive_depth;
   if (config.tun.enabled) receives += kLocalReceiveDepth;
   for (const gw::TunnelConfig& tunnel : config.tunnels) {
-    if (tunnel.service_listen) receives += kLocalReceiveDepth;
+    if (tunnel.service_listen && owned(tunnel)) receives += kLocalReceiveDepth;
   }
   // The receives hold their buffers all the time; the engine's queues need the rest.
   if (config.buffer_count < 2 * receives) {
@@ -202,20 +222,24 @@ common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& 
   if (!pool) return std::unexpected(pool.error());
   state->pool.emplace(std::move(*pool));
 
-  for (const gw::WanPortConfig& port : config.wan_ports) {
-    auto socket = UdpSocket::bind(port.local, true, "WAN port '" + port.name + "'");
+  for (size_t i = 0; i < config.wan_ports.size(); ++i) {
+    const gw::WanPortConfig& port = config.wan_ports[i];
+    std::string what = "WAN port '" + port.name + "'";
+    if (count > 1) what += " (shard " + std::to_string(shard) + ")";
+    auto socket = UdpSocket::bind(first != nullptr ? first->wan[i].local() : port.local, true, what,
+                                  count > 1);
     if (!socket) return std::unexpected(socket.error());
     state->wan.push_back(std::move(*socket));
   }
   for (const gw::TunnelConfig& tunnel : config.tunnels) {
     ServiceSockets sockets;
     const std::string what = "tunnel " + std::to_string(tunnel.id) + " service port";
-    if (tunnel.service_listen) {
+    if (tunnel.service_listen && owned(tunnel)) {
       auto socket = UdpSocket::bind(*tunnel.service_listen, false, what);
       if (!socket) return std::unexpected(socket.error());
       sockets.listen.emplace(std::move(*socket));
     }
-    if (tunnel.service_deliver) {
+    if (tunnel.service_deliver && owned(tunnel)) {
       sockets.deliver = tunnel.service_deliver;
       // The listen socket sends too when it can reach the deliver endpoint.
       const bool listen_reaches =
@@ -228,34 +252,103 @@ common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& 
     }
     state->services.push_back(std::move(sockets));
   }
-  if (config.tun.enabled) {
-    auto tun = gw::TunDevice::open(config.tun, config.tun.offload);
+  if (config.tun.enabled && shard == 0) {
+    auto tun = gw::TunDevice::open(config.tun, config.tun.offload, count);
     if (!tun) return std::unexpected(tun.error());
     state->tun.emplace(std::move(*tun));
   }
+  const GatewayState& owner = shard == 0 ? *state : *first;
+  if (owner.tun) {
+    state->tun_fd = owner.tun->queue_fd(shard);
+    state->tun_header_bytes = owner.tun->vnet_header_bytes();
+  }
   open_large_receives(*state);
   if (auto ring = open_ring(*state, receives); !ring) return std::unexpected(ring.error());
-  return std::unique_ptr<Gateway>(new Gateway(std::move(state)));
+  return state;
 }
 
-Gateway::Gateway(std::unique_ptr<GatewayState> state) : state_(std::move(state)) {}
+}  // namespace
+
+common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& config) {
+  return open(config, OpenOptions{});
+}
+
+common::Result<std::unique_ptr<Gateway>> Gateway::open(const gw::GatewayConfig& config,
+                                                       const OpenOptions& options) {
+  const uint32_t count = std::max<uint32_t>(config.shards, 1);
+  if (count > gw::kMaxUringShards ||
+      (!config.shard_cpus.empty() && config.shard_cpus.size() != count)) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              "field 'gateway.shards': " + std::to_string(count) + " shards with " +
+                                  std::to_string(config.shard_cpus.size()) + " shard_cpus (1.." +
+                                  std::to_string(gw::kMaxUringShards) +
+                                  " shards, one CPU each or none)");
+  }
+  auto shards = std::make_unique<GatewayShards>();
+  for (uint32_t k = 0; k < count; ++k) {
+    auto state = open_shard(config, k, count, k == 0 ? nullptr : shards->states[0].get());
+    if (!state) return std::unexpected(state.error());
+    shards->states.push_back(std::move(*state));
+  }
+  if (count > 1) {
+    GatewayState& first = *shards->states[0];
+    if (options.steer_wan) {
+      for (size_t i = 0; i < first.wan.size(); ++i) {
+        auto steered = common::attach_reuseport_steering(
+            first.wan[i].fd(), common::ReuseportKey{static_cast<uint32_t>(wire::kTunnelIdOffset)},
+            count, "WAN port '" + config.wan_ports[i].name + "'");
+        if (!steered) return std::unexpected(steered.error());
+      }
+    }
+    shards->group =
+        std::make_unique<ShardGroup>(count, static_cast<uint32_t>(config.peers.size()),
+                                     static_cast<uint32_t>(first.pool->whole(0).size()));
+    for (auto& state : shards->states) {
+      state->group = shards->group.get();
+      shards->group->states.push_back(state.get());
+    }
+  }
+  return std::unique_ptr<Gateway>(new Gateway(std::move(shards)));
+}
+
+Gateway::Gateway(std::unique_ptr<GatewayShards> shards) : shards_(std::move(shards)) {}
 Gateway::~Gateway() = default;
 
-gw::Endpoint Gateway::wan_endpoint(size_t port) const { return state_->wan.at(port).local(); }
+gw::Endpoint Gateway::wan_endpoint(size_t port) const {
+  return shards_->states[0]->wan.at(port).local();
+}
 
 std::optional<gw::Endpoint> Gateway::service_endpoint(size_t tunnel) const {
-  const ServiceSockets& sockets = state_->services.at(tunnel);
+  const auto count = static_cast<uint32_t>(shards_->states.size());
+  const uint32_t owner =
+      gw::shard_of_tunnel(shards_->states[0]->config.tunnels.at(tunnel).id, count);
+  const ServiceSockets& sockets = shards_->states[owner]->services.at(tunnel);
   if (!sockets.listen) return std::nullopt;
   return sockets.listen->local();
 }
 
+uint32_t Gateway::shard_count() const { return static_cast<uint32_t>(shards_->states.size()); }
+
+const gw::Engine* Gateway::shard_engine(uint32_t shard) const {
+  if (shard == 0 || shard > shards_->engines.size()) return nullptr;
+  return shards_->engines[shard - 1].get();
+}
+
+ShardStats Gateway::shard_stats(uint32_t shard) const {
+  const ShardCounters& c = shards_->states.at(shard)->counters;
+  return ShardStats{c.loop_iterations, c.tun_dispatched,   c.wan_misdirected,
+                    c.dispatched,      c.dispatch_dropped, c.dispatch_received};
+}
+
 common::Result<void> Gateway::run(gw::RunContext& context) {
-  if (state_->ran) {
+  GatewayState& first = *shards_->states[0];
+  if (first.ran) {
     return common::make_error(common::ErrorCode::kInvalidArgument,
                               "uring gateway: run() may be called once per open()");
   }
-  state_->ran = true;
-  return run_datapath(*state_, context);
+  first.ran = true;
+  if (shards_->group == nullptr) return run_datapath(first, context);
+  return run_shards(*shards_, context);
 }
 
 common::Result<void> run(gw::RunContext& context) {

@@ -22,6 +22,7 @@
 // Errors: setup returns an Error naming the device or endpoint; the loop itself never fails
 // (errors are counted in engine.port_io()/local_io()).
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 
@@ -31,14 +32,34 @@
 
 namespace detwan::dataplane::uring {
 
-struct GatewayState;  // gateway_state.h
+struct GatewayShards;  // shards.h
+
+// Several shards (config.shards > 1, dataplane/uring/shards.h): each shard's own counters.
+struct ShardStats {
+  uint64_t loop_iterations = 0;
+  uint64_t tun_dispatched = 0;     // TUN packets this shard read for another shard's tunnel
+  uint64_t wan_misdirected = 0;    // WAN datagrams of another shard's tunnel that reached it
+  uint64_t dispatched = 0;         // both, handed to the owner's dispatch ring
+  uint64_t dispatch_dropped = 0;   // both, lost to a full ring
+  uint64_t dispatch_received = 0;  // taken from the others' rings into this shard's engine
+};
 
 class Gateway {
  public:
+  struct OpenOptions {
+    // Several shards: attach the reuseport program that steers WAN datagrams to the owner of
+    // their tunnel. false (tests only): the kernel's 4-tuple hash picks the socket, and the
+    // datagrams that reach another shard are dispatched (ShardStats::wan_misdirected).
+    bool steer_wan = true;
+  };
   // Opens the packet buffers, one UDP socket per WAN port, one per tunnel with a service port
   // (plus a sending socket where the service_deliver endpoint's family differs), the TUN device
-  // if config.tun.enabled, and the ring. Errors: kConfig (sizes), kIo (naming what failed).
+  // if config.tun.enabled, and the ring; with config.shards = N > 1, all of it per shard
+  // (shards.h: N sockets per WAN port in one reuseport group, an N-queue TUN device, a tunnel's
+  // service sockets in its owner shard). Errors: kConfig (sizes), kIo (naming what failed).
   static common::Result<std::unique_ptr<Gateway>> open(const gw::GatewayConfig& config);
+  static common::Result<std::unique_ptr<Gateway>> open(const gw::GatewayConfig& config,
+                                                       const OpenOptions& options);
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
@@ -51,11 +72,23 @@ class Gateway {
   // Runs the datapath on the calling thread until context.stop is set, then cancels every
   // operation in flight. context.config must have the same WAN ports (count, address family)
   // and tunnels (ids, service ports) as the config given to open(); kConfig otherwise.
+  // Several shards: context.engine must have been created as shard 0 of N (gw::ShardSpec, with
+  // an epoch); run() creates shards 1.. from context.config with its epoch, runs them on threads
+  // of their own and shard 0 (and context.control/admin, for the whole gateway) here, and
+  // returns when all have stopped.
   common::Result<void> run(gw::RunContext& context);
 
+  [[nodiscard]] uint32_t shard_count() const;
+  // Shard k's engine (k >= 1), created by run() and kept until the Gateway is destroyed;
+  // nullptr before run() and for shard 0 (context.engine). Read it once run() returned.
+  [[nodiscard]] const gw::Engine* shard_engine(uint32_t shard) const;
+  // Shard k's backend counters; read once run() returned (or from the control socket's stats,
+  // "backend_shards").
+  [[nodiscard]] ShardStats shard_stats(uint32_t shard) const;
+
  private:
-  explicit Gateway(std::unique_ptr<GatewayState> state);
-  std::unique_ptr<GatewayState> state_;
+  explicit Gateway(std::unique_ptr<GatewayShards> shards);
+  std::unique_ptr<GatewayShards> shards_;
 };
 
 // open(context.config), then run(context).

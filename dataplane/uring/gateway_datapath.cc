@@ -137,6 +137,9 @@ void Datapath::on_completion(uint64_t data, int32_t result, int64_t now_ns) noex
     case Op::kTunRunWrite:
       on_tun_run_write(buffer, result);
       return;
+    case Op::kWake:
+      on_wake();
+      return;
   }
 }
 
@@ -212,6 +215,11 @@ void Datapath::on_receive(uint32_t source_id, uint32_t buffer, int32_t result,
 
 common::Status Datapath::tun_packet(uint32_t buffer, uint32_t length, int64_t now_ns) noexcept {
   ++engine_.local_io().tun_rx_packets;
+  if (group_ != nullptr && dispatch_tun_st(buffer, length)) return common::Status::kDropped;
+  return submit_tun(buffer, length, now_ns);
+}
+
+common::Status Datapath::submit_tun(uint32_t buffer, uint32_t length, int64_t now_ns) noexcept {
   BufferInfo& info = pool_.info(buffer);
   info.length = length;
   const auto version = length > 0 ? std::to_integer<uint8_t>(pool_.payload(buffer)[0]) >> 4 : 0;
@@ -225,6 +233,15 @@ common::Status Datapath::tun_packet(uint32_t buffer, uint32_t length, int64_t no
 
 common::Status Datapath::wan_datagram(uint32_t port, const sockaddr_storage& from, uint32_t buffer,
                                       uint32_t length, int64_t now_ns) noexcept {
+  if (group_ != nullptr && dispatch_wan_st(port, from, buffer, length)) {
+    return common::Status::kDropped;  // a copy went to the owner: this buffer is free again
+  }
+  return owned_wan_datagram(port, from_sockaddr(from), buffer, length, now_ns);
+}
+
+common::Status Datapath::owned_wan_datagram(uint32_t port, const gw::Endpoint& from,
+                                            uint32_t buffer, uint32_t length,
+                                            int64_t now_ns) noexcept {
   gw::PortIo& io = engine_.port_io(port);
   if (length > pool_.whole(buffer).size()) {
     ++io.rx_errors;  // truncated: larger than any port's MTU allows
@@ -234,7 +251,7 @@ common::Status Datapath::wan_datagram(uint32_t port, const sockaddr_storage& fro
   io.rx_bytes += length;
   gw::RxInfo rx;
   const common::Status status = engine_.on_wan_datagram_st(
-      port, from_sockaddr(from), buffer, pool_.whole(buffer).first(length), now_ns, &rx);
+      port, from, buffer, pool_.whole(buffer).first(length), now_ns, &rx);
   if (status == common::Status::kOk) {
     BufferInfo& info = pool_.info(buffer);
     info.offset = rx.payload_offset;
@@ -378,12 +395,14 @@ template <typename Timing>
 void Datapath::loop(Timing& timing) {
   for (uint32_t i = 0; i < sources_.size(); ++i) arm(i);
   arm_control();
+  arm_wake();
   const bool has_control = controls_[0] != nullptr || controls_[1] != nullptr;
   int64_t next_control_ns = timing.now_ns();
   auto transmit_sink = [this](const gw::TxEmit& emit) { transmit(emit); };
   auto deliver_sink = [this](const gw::RxEmit& emit) { deliver(emit); };
 
   while (!context_.stop.load(std::memory_order_relaxed)) {
+    if (group_ != nullptr && wait_if_paused_st()) continue;  // shard 0 answered a request
     // Frames already due leave before new ones are submitted: after a stall of the thread the
     // schedulers' wheels move up to now first, so a new departure is never beyond their horizon.
     const int64_t reap_ns = timing.now_ns();
@@ -391,6 +410,7 @@ void Datapath::loop(Timing& timing) {
     flush_wan_batch();
     reap(reap_ns);
     const int64_t now_ns = timing.now_ns();
+    if (group_ != nullptr) shard_turn_st(now_ns);
     engine_.poll_control_st(now_ns);
     engine_.poll_rx_st(now_ns, deliver_sink);
     flush_tun_run();
@@ -400,7 +420,7 @@ void Datapath::loop(Timing& timing) {
       bool connected = false;
       for (gw::ControlServer* server : controls_) {
         if (server == nullptr) continue;
-        server->poll_st(engine_, now_ns);  // a write may change the tunnels here
+        serve_control_st(*server, now_ns);  // a write may change the tunnels here
         connected = connected || server->has_connections();
       }
       control_ready_ = false;
@@ -412,6 +432,7 @@ void Datapath::loop(Timing& timing) {
     arm_starved();
     int64_t deadline_ns = std::min(engine_.next_event_ns(), next_control_ns);
     if (starved_) deadline_ns = std::min(deadline_ns, now_ns + kStarvedRetryNs);
+    if (group_ != nullptr && end_turn_st()) deadline_ns = now_ns;  // rings still hold packets
     timing.wait(ring_, deadline_ns);
   }
 }

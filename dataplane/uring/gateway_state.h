@@ -35,6 +35,21 @@ struct ServiceSockets {
   }
 };
 
+struct ShardGroup;  // shards.h
+
+// A shard's backend counters (shards.h): read by shard 0 while the others are paused, and
+// after the threads ended.
+struct ShardCounters {
+  uint64_t loop_iterations = 0;
+  uint64_t tun_dispatched = 0;      // TUN packets read here for another shard's tunnel
+  uint64_t wan_misdirected = 0;     // WAN datagrams of another shard's tunnel received here
+  uint64_t dispatched = 0;          // both, handed to the owner's dispatch ring
+  uint64_t dispatch_dropped = 0;    // both, lost: the owner's ring was full
+  uint64_t dispatch_received = 0;   // taken from the other shards' rings into this engine
+  uint64_t dispatch_no_buffer = 0;  // left in a ring for a later turn: no free buffer here
+};
+
+// One shard's share of the gateway (one per shard; a gateway of one shard has one).
 struct GatewayState {
   GatewayState() = default;
   GatewayState(const GatewayState&) = delete;
@@ -49,7 +64,13 @@ struct GatewayState {
   std::optional<BufferPool> pool;
   std::vector<UdpSocket> wan;            // config.wan_ports order
   std::vector<ServiceSockets> services;  // config.tunnels order
-  std::optional<gw::TunDevice> tun;
+  std::optional<gw::TunDevice> tun;      // shard 0 only: the device and every queue's descriptor
+  int tun_fd = -1;                       // this shard's TUN queue, -1: no TUN device
+  uint32_t tun_header_bytes = 0;         // its virtio-net header in front of each packet
+  uint32_t shard = 0;                    // this shard's index (shard.h)
+  ShardGroup* group = nullptr;           // nullptr: a gateway of one shard
+  int cpu = -1;                          // pin the datapath thread here; -1: no pinning
+  ShardCounters counters;
   uint32_t wan_receive_depth = 1;
   // UDP GSO batches (wan_batch.h), here rather than in the loop's state because a send in flight
   // points at them until io_uring_queue_exit(); gso_enabled per WAN port (config.wan_gso, and

@@ -49,7 +49,7 @@ common::Result<UdpSocket> UdpSocket::unbound(bool ipv6, std::string_view what) {
 }
 
 common::Result<UdpSocket> UdpSocket::bind(const gw::Endpoint& local, bool wan,
-                                          std::string_view what) {
+                                          std::string_view what, bool reuse_port) {
   const std::string where = std::string(what) + " (" + gw::format_endpoint(local) + ")";
   UdpSocket socket;
   socket.ipv6_ = local.ipv6;
@@ -62,6 +62,10 @@ common::Result<UdpSocket> UdpSocket::bind(const gw::Endpoint& local, bool wan,
     if (::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only) != 0) {
       return std::unexpected(socket_error(where, "IPV6_V6ONLY", errno));
     }
+  }
+  const int on = 1;
+  if (reuse_port && ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0) {
+    return std::unexpected(socket_error(where, "SO_REUSEPORT", errno));
   }
   const int bytes = wan ? kWanSocketBufferBytes : kServiceSocketBufferBytes;
   set_buffer(fd, SO_RCVBUF, SO_RCVBUFFORCE, bytes);

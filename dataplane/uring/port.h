@@ -39,7 +39,11 @@ class UdpSocket {
   // Binds `local` (port 0: a free port). `what` names the socket in errors ("WAN port 'wan1'").
   // wan: don't-fragment (tunnels never rely on IP fragmentation), kWanSocketBufferBytes;
   // otherwise kServiceSocketBufferBytes.
-  static common::Result<UdpSocket> bind(const gw::Endpoint& local, bool wan, std::string_view what);
+  // reuse_port: SO_REUSEPORT before the bind, so the shards' sockets of one WAN port form a
+  // reuseport group (dataplane/uring/shards.h); the first binds `local` (port 0: a free port),
+  // the others the port it got.
+  static common::Result<UdpSocket> bind(const gw::Endpoint& local, bool wan, std::string_view what,
+                                        bool reuse_port = false);
   // An unbound socket (the kernel picks a source port on the first send), for sending only.
   static common::Result<UdpSocket> unbound(bool ipv6, std::string_view what);
 

@@ -237,7 +237,7 @@ void Datapath::on_tun_read(uint32_t source_id, uint32_t record, int32_t result,
 void Datapath::write_tun(uint32_t buffer) noexcept {
   const BufferInfo& info = pool_.info(buffer);
   io_uring_sqe* sqe = nullptr;
-  if (!state_.tun || info.offset < tun_header_bytes_ || (sqe = get_sqe()) == nullptr) {
+  if (state_.tun_fd < 0 || info.offset < tun_header_bytes_ || (sqe = get_sqe()) == nullptr) {
     ++engine_.local_io().tun_tx_errors;
     pool_.release(buffer);
     return;
@@ -246,13 +246,13 @@ void Datapath::write_tun(uint32_t buffer) noexcept {
   // written into the bytes before the payload (the tunnel header's room).
   std::byte* start = pool_.payload(buffer) - tun_header_bytes_;
   std::memset(start, 0, tun_header_bytes_);
-  io_uring_prep_write(sqe, state_.tun->fd(), start, info.length + tun_header_bytes_, 0);
+  io_uring_prep_write(sqe, state_.tun_fd, start, info.length + tun_header_bytes_, 0);
   io_uring_sqe_set_data64(sqe, pack(Op::kTunWrite, 0, buffer));
 }
 
 void Datapath::queue_tun(uint32_t buffer) noexcept {
   const BufferInfo& info = pool_.info(buffer);
-  if (!state_.tun_gso || !state_.tun || info.offset < tun_header_bytes_) {
+  if (!state_.tun_gso || state_.tun_fd < 0 || info.offset < tun_header_bytes_) {
     write_tun(buffer);
     return;
   }
@@ -319,7 +319,7 @@ void Datapath::flush_tun_run() noexcept {
                        run.segment_bytes, run.payload_bytes);
   run.vectors[0] = {packet - tun_header_bytes_,
                     tun_header_bytes_ + run.header_bytes + run.segment_bytes};
-  io_uring_prep_writev(sqe, state_.tun->fd(), run.vectors, run.count, 0);
+  io_uring_prep_writev(sqe, state_.tun_fd, run.vectors, run.count, 0);
   io_uring_sqe_set_data64(sqe, pack(Op::kTunRunWrite, 0, record));
 }
 

@@ -1,9 +1,10 @@
-"""The lab with DPDK gateways spread over two cores (`tools/testbed up --dataplane dpdk
---gw-shards 2`, dpdk.lcores [0, 1]): three sites, so that each gateway's two tunnels belong to
-different shards (tunnel id mod 2: 12 -> shard 0, 13 and 23 -> shard 1). Pings cross every
-tunnel through detwan-gw's whole path (TUN read by shard 0, passed to the owner, slots, WAN
-through net_af_packet queue pairs, the far gateway's shards), and `detwan-gw stats` answers for
-the whole gateway. Correctness only, never speed.
+"""The lab with gateways spread over two cores (`tools/testbed up --dataplane dpdk|uring
+--gw-shards 2`): dpdk on lcores 0 and 1 (dpdk.lcores), uring on two threads (gateway.shards: 2,
+WAN sockets steered by tunnel id in one reuseport group, a two-queue TUN device). Three sites, so
+that each gateway's two tunnels belong to different shards (tunnel id mod 2: 12 -> shard 0, 13
+and 23 -> shard 1). Pings cross every tunnel through detwan-gw's whole path (TUN, dispatch to
+the owner where the packet was read by the other shard, slots, WAN, the far gateway's shards),
+and `detwan-gw stats` answers for the whole gateway. Correctness only, never speed.
 """
 from __future__ import annotations
 
@@ -26,22 +27,27 @@ gw_stats = labutil.gw_stats
 ping = labutil.ping_replies
 
 
-def need_dpdk_gateway() -> None:
+def need_gateway(dataplane: str) -> None:
     if not os.access(labutil.gw_binary(), os.X_OK):
         pytest.fail(f"{labutil.gw_binary()} is not built: run ninja -C {labutil.build_dir()}")
-    if not labutil.gw_built_with_dpdk():
+    if dataplane == "dpdk" and not labutil.gw_built_with_dpdk():
         pytest.skip("detwan-gw was built without DPDK (libdpdk-dev not found by meson)")
 
 
+# What each backend logs when it starts its shards.
+STARTED = {"dpdk": "2 shards on lcores 0, 1", "uring": "2 shards on threads pinned to"}
+
+
 @pytest.mark.netns
-def test_two_shards_carry_every_tunnel_and_answer_for_the_whole_gateway(wanem_ready):
-    need_dpdk_gateway()
-    with labutil.lab("--sites", "3", "--dataplane", "dpdk", "--gw-shards", "2",
+@pytest.mark.parametrize("dataplane", ["dpdk", "uring"])
+def test_two_shards_carry_every_tunnel_and_answer_for_the_whole_gateway(wanem_ready, dataplane):
+    need_gateway(dataplane)
+    with labutil.lab("--sites", "3", "--dataplane", dataplane, "--gw-shards", "2",
                      "--wan", WAN) as st:
         sites = {s["name"]: s for s in st["sites"]}
         for s in st["sites"]:
             log = open(s["gateway"]["log"], encoding="utf-8").read()
-            assert "2 shards on lcores 0, 1" in log, log[-2000:]
+            assert STARTED[dataplane] in log, log[-2000:]
         # a -> b over tunnel 12 (shard 0 everywhere), a -> c over 13 and b -> c over 23 (shard 1).
         for src, dst in (("a", "b"), ("a", "c"), ("b", "c")):
             replies = ping(src, sites[dst]["tunnel_addr"], 40)
@@ -59,6 +65,10 @@ def test_two_shards_carry_every_tunnel_and_answer_for_the_whole_gateway(wanem_re
             res = labutil.tb("gw", site, "--", "stats", "--prometheus", timeout=20)
             assert res.returncode == 0, res.stderr
             assert "\ndetwan_gw_shards 2\n" in res.stdout, res.stdout[:2000]
+            if dataplane == "uring":  # the backend's own counters, one entry per shard
+                backend = stats["backend_shards"]
+                assert [b["shard"] for b in backend] == [0, 1], backend
+                assert all(b["dispatch_dropped"] == 0 for b in backend), backend
             for tunnel_id in tunnels:
                 sent = [line for line in res.stdout.splitlines() if line.startswith(
                     f'detwan_gw_tunnel_tx_sent_packets_total{{tunnel="{tunnel_id}"')]

@@ -111,8 +111,8 @@ def add_up_parser(sub) -> None:
                    help=f"run the gateways SCHED_FIFO at priority N, 0 = normal scheduling "
                    f"(default {gateway.DEFAULT_RT_PRIORITY} with --timing low-cpu, 0 with busy)")
     g.add_argument("--gw-shards", type=int, metavar="N",
-                   help="with --dataplane dpdk: run every gateway as N shards on lcores "
-                   "0..N-1 (dpdk.lcores; tunnel id mod N picks a tunnel's shard)")
+                   help="run every gateway as N shards (tunnel id mod N picks a tunnel's shard): "
+                   "dpdk, on lcores 0..N-1 (dpdk.lcores); uring, N threads (gateway.shards)")
     g.add_argument("--gw-cmd", help="gateway command instead of the built detwan-gw "
                    "(also $DETWAN_GW_CMD); for development only")
     g.add_argument("--agents", action="store_true",
@@ -236,8 +236,9 @@ def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
         backend=args.dataplane, tunnel_rate=args.tunnel_rate or gateway.DEFAULT_TUNNEL_RATE,
         bound=args.bound, timing=args.timing or "low-cpu", shaper_rate=args.shaper_rate,
         slots=args.tunnel_slots, rt_priority=args.gw_rt_priority, shards=args.gw_shards or 1)
-    if args.gw_shards is not None and (args.dataplane != "dpdk" or not 1 <= args.gw_shards <= 8):
-        err(f"--gw-shards {args.gw_shards}: needs --dataplane dpdk and 1..8 shards")
+    if args.gw_shards is not None and (args.dataplane not in ("dpdk", "uring")
+                                       or not 1 <= args.gw_shards <= 8):
+        err(f"--gw-shards {args.gw_shards}: needs --dataplane dpdk or uring and 1..8 shards")
         return 2
     if args.gw_rt_priority is not None and not 0 <= args.gw_rt_priority <= 99:
         err(f"--gw-rt-priority {args.gw_rt_priority}: must be in [0, 99]")

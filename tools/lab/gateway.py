@@ -178,8 +178,8 @@ class GatewayOptions:
     shaper_rate: str | None = None  # space the tunnel's frames at this rate (None: no shaper)
     slots: int | None = None    # slots 0..slots-1 of every tunnel (None: as few as the rate needs)
     rt_priority: int | None = None  # SCHED_FIFO priority (None: 10 for low-cpu, 0 for busy)
-    # dpdk: the gateway as this many shards (dpdk.lcores [0 .. shards-1]; each net_af_packet
-    # device then has one queue pair per shard). 1: one lcore.
+    # The gateway as this many shards: dpdk, dpdk.lcores [0 .. shards-1] (each net_af_packet
+    # device then has one queue pair per shard); uring, gateway.shards (threads). 1: one.
     shards: int = 1
     # --agents: the gateways start without tunnels, with an admin socket, a WAN port and a peer
     # on every path, and route each other site's whole tunnel prefix into their TUN device;
@@ -282,6 +282,7 @@ def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spe
         f"  backend: {options.backend}",
         f"  timing: {options.timing}",
         "  cpu: -1",
+        *uring_shard_lines(options),
         '  control_socket: ""          # the default, abstract @detwan-gw of this namespace',
         f"  admin_socket: {_q(str(admin_socket(site)))}   # writes: root only (mode 0600)",
         "tun:",
@@ -320,6 +321,14 @@ def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spe
     return "\n".join(lines) + "\n"
 
 
+def uring_shard_lines(options: GatewayOptions) -> list[str]:
+    """The uring backend's shards (gateway.shards; dpdk puts them in dpdk.lcores). Not pinned:
+    the lab shares its CPUs with everything else."""
+    if options.backend != "uring" or options.shards <= 1:
+        return []
+    return [f"  shards: {options.shards}          # tunnel id mod {options.shards} owns a tunnel"]
+
+
 def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], TunnelPlan],
                   options: GatewayOptions) -> str:
     """The YAML configuration of `site`'s gateway (the format of dataplane/gw/config.h)."""
@@ -333,6 +342,7 @@ def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], Tunne
         f"  backend: {options.backend}",
         f"  timing: {options.timing}",
         "  cpu: -1",
+        *uring_shard_lines(options),
         '  control_socket: ""          # the default, abstract @detwan-gw of this namespace',
         "tun:",
         "  enabled: true",

@@ -427,5 +427,30 @@ TEST(ConfigValidate, DpdkLcoresNameTheShards) {
   EXPECT_THAT(load_error(base + "dpdk: {lcores: [1024]}\n"), HasSubstr("dpdk.lcores[0]"));
 }
 
+TEST(ConfigValidate, UringShardsNameTheField) {
+  const GatewayConfig two =
+      load_ok(with_line(2, "  name: site-a\n  shards: 2\n  shard_cpus: [0, 1]"));
+  EXPECT_EQ(two.shards, 2u);
+  EXPECT_EQ(two.shard_cpus, (std::vector<uint32_t>{0, 1}));
+  const GatewayConfig again = load_ok(describe(two));  // describe() writes them back
+  EXPECT_EQ(again.shards, two.shards);
+  EXPECT_EQ(again.shard_cpus, two.shard_cpus);
+  EXPECT_EQ(load_ok(std::string(kBase)).shards, 1u);
+  EXPECT_THAT(load_error(with_line(2, "  name: site-a\n  shards: 0")),
+              HasSubstr("field 'gateway.shards'"));
+  EXPECT_THAT(load_error(with_line(2, "  name: site-a\n  shards: 65")),
+              HasSubstr("field 'gateway.shards'"));
+  EXPECT_THAT(load_error(with_line(2, "  name: site-a\n  shards: 2\n  shard_cpus: [0]")),
+              HasSubstr("field 'gateway.shard_cpus': 1 CPUs for 2 shards"));
+  EXPECT_THAT(
+      load_error(with_line(2, "  name: site-a\n  shards: 2\n  shard_cpus: [0, 1]\n  cpu: 3")),
+      HasSubstr("field 'gateway.shard_cpus': give either gateway.cpu (3) or"));
+  EXPECT_THAT(load_error(with_line(2, "  name: site-a\n  shard_cpus: 3")),
+              HasSubstr("a list of CPU numbers"));
+  EXPECT_THAT(load_error(with_line(2, "  name: site-a\n  backend: dpdk\n  shards: 2")),
+              HasSubstr("field 'gateway.shards': a setting of the uring backend; backend dpdk runs "
+                        "its shards on dpdk.lcores"));
+}
+
 }  // namespace
 }  // namespace detwan::dataplane::gw

@@ -90,36 +90,8 @@ std::vector<wire::TunnelHeader> forwarded(const Site& site, const TestSocket& pe
 // An IPv4/UDP packet from 10.20.3.5:9999 to 10.77.0.1:7777 carrying `data`, in a frame of
 // tunnel `id` as the peer would send it.
 Bytes frame_from_peer(uint32_t id, std::string_view data) {
-  Bytes inner(28 + data.size());
-  auto* p = reinterpret_cast<uint8_t*>(inner.data());
-  p[0] = 0x45;
-  p[2] = static_cast<uint8_t>(inner.size() >> 8);
-  p[3] = static_cast<uint8_t>(inner.size());
-  p[8] = 64;
-  p[9] = IPPROTO_UDP;
-  ::inet_pton(AF_INET, "10.20.3.5", p + 12);
-  ::inet_pton(AF_INET, "10.77.0.1", p + 16);
-  uint32_t sum = 0;
-  for (int i = 0; i < 20; i += 2) sum += static_cast<uint32_t>(p[i] << 8 | p[i + 1]);
-  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-  p[10] = static_cast<uint8_t>(~sum >> 8);
-  p[11] = static_cast<uint8_t>(~sum);
-  p[20] = 9999 >> 8;
-  p[21] = 9999 & 0xFF;
-  p[22] = 7777 >> 8;
-  p[23] = 7777 & 0xFF;
-  p[24] = static_cast<uint8_t>((8 + data.size()) >> 8);
-  p[25] = static_cast<uint8_t>(8 + data.size());
-  std::memcpy(p + 28, data.data(), data.size());
-  wire::TunnelHeader header;
-  header.type = static_cast<uint8_t>(wire::DataType::kIpv4);
-  header.tunnel_id = id;
-  header.payload_length = static_cast<uint16_t>(inner.size());
-  header.tx_time_ns = tai_now_ns();
-  Bytes outer(wire::kHeaderSize);
-  EXPECT_EQ(wire::encode(header, outer).status, wire::EncodeStatus::kOk);
-  outer.insert(outer.end(), inner.begin(), inner.end());
-  return outer;
+  return testing::tunnel_frame(id, wire::DataType::kIpv4,
+                               testing::ipv4_udp("10.20.3.5", "10.77.0.1", 9999, 7777, data));
 }
 
 boost::json::value admin(const std::string& path, const std::string& request) {

@@ -36,6 +36,7 @@ namespace detwan::dataplane::uring {
 namespace {
 
 using testing::counter;
+using testing::ipv4_udp;
 using testing::loopback;
 using testing::loopback6;
 using testing::Site;
@@ -289,38 +290,6 @@ TEST_P(UringGatewayDscp, FramesCarryTheHeaderAndTheirDscp) {
 INSTANTIATE_TEST_SUITE_P(IpVersions, UringGatewayDscp, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Ipv6" : "Ipv4"; });
 
-uint16_t ip_checksum(const uint8_t* data, size_t size) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i + 1 < size; i += 2) sum += static_cast<uint32_t>(data[i] << 8 | data[i + 1]);
-  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
-// An IPv4/UDP packet (UDP checksum 0: none) from `source` to `destination`.
-Bytes ipv4_udp(const char* source, const char* destination, uint16_t source_port,
-               uint16_t destination_port, std::string_view data) {
-  Bytes packet(28 + data.size());
-  auto* p = reinterpret_cast<uint8_t*>(packet.data());
-  p[0] = 0x45;
-  p[2] = static_cast<uint8_t>(packet.size() >> 8);
-  p[3] = static_cast<uint8_t>(packet.size());
-  p[8] = 64;
-  p[9] = IPPROTO_UDP;
-  ::inet_pton(AF_INET, source, p + 12);
-  ::inet_pton(AF_INET, destination, p + 16);
-  const uint16_t sum = ip_checksum(p, 20);
-  p[10] = static_cast<uint8_t>(sum >> 8);
-  p[11] = static_cast<uint8_t>(sum);
-  p[20] = static_cast<uint8_t>(source_port >> 8);
-  p[21] = static_cast<uint8_t>(source_port);
-  p[22] = static_cast<uint8_t>(destination_port >> 8);
-  p[23] = static_cast<uint8_t>(destination_port);
-  p[24] = static_cast<uint8_t>((8 + data.size()) >> 8);
-  p[25] = static_cast<uint8_t>(8 + data.size());
-  std::memcpy(p + 28, data.data(), data.size());
-  return packet;
-}
-
 // The TUN side through the ring, in a private network namespace: a host datagram routed into
 // the gateway's TUN device leaves as a tunnel frame of type ipv4 carrying the whole IP packet; a
 // tunnel frame of type ipv4 from the peer is written to the TUN device and reaches a host socket.
@@ -372,15 +341,8 @@ TEST(UringGateway, TunPacketsCrossTheTunnel) {
     local.sin_port = htons(7777);
     ::inet_pton(AF_INET, "10.77.0.1", &local.sin_addr);
     ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&local), sizeof local), 0);
-    const Bytes inner = ipv4_udp("10.20.2.5", "10.77.0.1", 9999, 7777, "pong");
-    wire::TunnelHeader header;
-    header.type = static_cast<uint8_t>(wire::DataType::kIpv4);
-    header.tunnel_id = 7;
-    header.payload_length = static_cast<uint16_t>(inner.size());
-    header.tx_time_ns = tai_now_ns();
-    Bytes outer(wire::kHeaderSize);
-    ASSERT_EQ(wire::encode(header, outer).status, wire::EncodeStatus::kOk);
-    outer.insert(outer.end(), inner.begin(), inner.end());
+    const Bytes outer = testing::tunnel_frame(
+        7, wire::DataType::kIpv4, ipv4_udp("10.20.2.5", "10.77.0.1", 9999, 7777, "pong"));
     ASSERT_TRUE(peer.send_to(a.wan(), outer.data(), outer.size()));
     char received[16] = {};
     pollfd readable{listener.get(), POLLIN, 0};

@@ -28,12 +28,16 @@ inline int64_t tai_now_ns() {
   return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
 }
 
+inline constexpr uint64_t kShardEpoch = 0x5eed'0001'0002'0003;
+
 // One gateway: opened (sockets bound) first, so the other side can be told its endpoints, then
 // started on its own thread.
 class Site {
  public:
-  explicit Site(gw::GatewayConfig config) : config_(std::move(config)) {
-    auto gateway = Gateway::open(config_);
+  // config.shards > 1: a sharded gateway (its engine shard 0 of N with kShardEpoch).
+  explicit Site(gw::GatewayConfig config, Gateway::OpenOptions options = {})
+      : config_(std::move(config)) {
+    auto gateway = Gateway::open(config_, options);
     EXPECT_TRUE(gateway) << gateway.error().message;
     if (gateway) gateway_ = std::move(*gateway);
   }
@@ -54,7 +58,8 @@ class Site {
     for (size_t i = 0; i < config_.tunnels.size(); ++i) {
       if (config_.tunnels[i].service_listen) config_.tunnels[i].service_listen = service(i);
     }
-    auto engine = gw::Engine::create(config_, tai_now_ns());
+    const gw::ShardSpec shard{0, config_.shards, config_.shards > 1 ? kShardEpoch : 0};
+    auto engine = gw::Engine::create(config_, tai_now_ns(), shard);
     ASSERT_TRUE(engine) << engine.error().message;
     engine_ = std::move(*engine);
     control_name_ = unique_socket_name(config_.name);
@@ -81,11 +86,24 @@ class Site {
     }
   }
 
+  // A request's answer over the control socket, "" (and a failure) if none came.
+  std::string request(std::string_view text) const {
+    auto answer = gw::control_request(control_name_, text, 10'000);
+    EXPECT_TRUE(answer) << answer.error().message;
+    return answer ? *answer : std::string();
+  }
   // The engine's stats, asked over the control socket like `detwan-gw stats --json` does.
   boost::json::value stats() const {
-    auto answer = gw::control_request(control_name_, R"({"cmd":"stats"})", 10'000);
-    EXPECT_TRUE(answer) << answer.error().message;
-    return answer ? boost::json::parse(*answer) : boost::json::value();
+    const std::string answer = request(R"({"cmd":"stats"})");
+    return answer.empty() ? boost::json::value() : boost::json::parse(answer);
+  }
+  Gateway& gateway() { return *gateway_; }
+  // Shard k's own stats document (shard k >= 1 exists once started; read it after stop()).
+  boost::json::value shard_stats(uint32_t k) const {
+    const gw::Engine* engine = k == 0 ? engine_.get() : gateway_->shard_engine(k);
+    EXPECT_NE(engine, nullptr);
+    return engine != nullptr ? boost::json::parse(engine->stats_json(tai_now_ns()))
+                             : boost::json::value();
   }
 
   // Asks for stats until `done(stats)` holds (a counter the loop updates when a completion is

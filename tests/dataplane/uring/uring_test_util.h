@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -23,6 +25,7 @@
 
 #include "common/unique_fd.h"
 #include "dataplane/gw/config.h"
+#include "dataplane/wire/header.h"
 #include "tests/common/private_netns.h"
 
 namespace detwan::dataplane::uring::testing {
@@ -167,5 +170,55 @@ struct TestSocket {
     return data;
   }
 };
+
+inline uint16_t ip_checksum(const uint8_t* data, size_t size) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i + 1 < size; i += 2) sum += static_cast<uint32_t>(data[i] << 8 | data[i + 1]);
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// An IPv4/UDP packet (UDP checksum 0: none) from `source` to `destination`.
+inline std::vector<std::byte> ipv4_udp(const char* source, const char* destination,
+                                       uint16_t source_port, uint16_t destination_port,
+                                       std::string_view data) {
+  std::vector<std::byte> packet(28 + data.size());
+  auto* p = reinterpret_cast<uint8_t*>(packet.data());
+  p[0] = 0x45;
+  p[2] = static_cast<uint8_t>(packet.size() >> 8);
+  p[3] = static_cast<uint8_t>(packet.size());
+  p[8] = 64;
+  p[9] = IPPROTO_UDP;
+  ::inet_pton(AF_INET, source, p + 12);
+  ::inet_pton(AF_INET, destination, p + 16);
+  const uint16_t sum = ip_checksum(p, 20);
+  p[10] = static_cast<uint8_t>(sum >> 8);
+  p[11] = static_cast<uint8_t>(sum);
+  p[20] = static_cast<uint8_t>(source_port >> 8);
+  p[21] = static_cast<uint8_t>(source_port);
+  p[22] = static_cast<uint8_t>(destination_port >> 8);
+  p[23] = static_cast<uint8_t>(destination_port);
+  p[24] = static_cast<uint8_t>((8 + data.size()) >> 8);
+  p[25] = static_cast<uint8_t>(8 + data.size());
+  std::memcpy(p + 28, data.data(), data.size());
+  return packet;
+}
+
+// A tunnel frame as a peer sends it: the header (type, tunnel id, payload length, sent now by
+// CLOCK_TAI), then `inner`.
+inline std::vector<std::byte> tunnel_frame(uint32_t tunnel_id, wire::DataType type,
+                                           const std::vector<std::byte>& inner) {
+  timespec now{};
+  clock_gettime(CLOCK_TAI, &now);
+  wire::TunnelHeader header;
+  header.type = static_cast<uint8_t>(type);
+  header.tunnel_id = tunnel_id;
+  header.payload_length = static_cast<uint16_t>(inner.size());
+  header.tx_time_ns = static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  std::vector<std::byte> outer(wire::kHeaderSize);
+  EXPECT_EQ(wire::encode(header, outer).status, wire::EncodeStatus::kOk);
+  outer.insert(outer.end(), inner.begin(), inner.end());
+  return outer;
+}
 
 }  // namespace detwan::dataplane::uring::testing
