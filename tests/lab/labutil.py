@@ -150,3 +150,32 @@ def wanem_port_drops(pair: str, path: int = 1) -> int:
 
 
 wait_for_line = measure.wait_for_line
+
+
+def allreduce_job(args: list[str], sites: int = 2, ranks_per_site: int = 2,
+                  **popen) -> subprocess.Popen:
+    """`detwan-bench allreduce --lab --no-setup --json` over the lab that is up, started (not
+    waited for: finish_job)."""
+    env = dict(os.environ, DETWAN_BUILD_DIR=str(build_dir()))
+    return subprocess.Popen([str(build_dir() / "tools/bench/detwan-bench"), "allreduce", "--lab",
+                             "--no-setup", "--sites", str(sites), "--ranks-per-site",
+                             str(ranks_per_site), "--json", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            stdin=subprocess.DEVNULL, **popen)
+
+
+def finish_job(p: subprocess.Popen, timeout: float) -> tuple[int, dict, str]:
+    """Waits (bounded) for an allreduce_job: return code, its JSON report ({} if none), stderr.
+    A job still running at the timeout is a hang: terminated, and the test fails."""
+    import pytest  # only the tests use this module with pytest
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        out, err = p.communicate(timeout=30)
+        pytest.fail(f"detwan-bench did not finish within {timeout:g} s (a hang):\n{err[-3000:]}")
+    try:
+        doc = json.loads(out)
+    except json.JSONDecodeError:
+        doc = {}
+    return p.returncode, doc, err

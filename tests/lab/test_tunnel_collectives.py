@@ -11,7 +11,6 @@ One 2-site lab (module-scoped, always torn down). Correctness only, never speed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,7 +25,6 @@ from lab import cross, gateway, reserve  # noqa: E402
 
 WAN = "delay=5ms,rate=100mbit,queue=256kb"
 RESERVE_BPS = 40_000_000
-BENCH = "tools/bench/detwan-bench"
 
 
 @pytest.fixture(scope="module")
@@ -36,25 +34,10 @@ def lab(wanem_ready):
 
 
 def bench(args: list[str], timeout: float, **popen) -> subprocess.Popen:
-    env = dict(os.environ, DETWAN_BUILD_DIR=str(labutil.build_dir()))
-    return subprocess.Popen([str(labutil.build_dir() / BENCH), "allreduce", "--lab", "--no-setup",
-                             "--sites", "2", "--ranks-per-site", "2", "--json", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            stdin=subprocess.DEVNULL, **popen)
+    return labutil.allreduce_job(args, **popen)
 
 
-def finish(p: subprocess.Popen, timeout: float) -> tuple[int, dict, str]:
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.terminate()
-        out, err = p.communicate(timeout=30)
-        pytest.fail(f"detwan-bench did not finish within {timeout:g} s (a hang):\n{err[-3000:]}")
-    try:
-        doc = json.loads(out)
-    except json.JSONDecodeError:
-        doc = {}
-    return p.returncode, doc, err
+finish = labutil.finish_job
 
 
 def tunnel_counters(site: str, tunnel_id: int) -> dict:
