@@ -21,7 +21,7 @@ namespace detwan::dataplane::dpdk {
 namespace {
 
 constexpr uint32_t kPoolCacheSize = 256;
-constexpr uint32_t kVlanRoomBytes = 4;  // room for one tag in received frames
+constexpr uint32_t kVlanRoomBytes = 4;        // room for one tag in received frames
 constexpr unsigned kDispatchRingSize = 4096;  // per shard and direction (a power of two)
 
 std::string pool_name() {
@@ -89,20 +89,20 @@ common::Result<void> open_shared(SharedState& shared, Gateway::Impl& first,
   const uint32_t data_room =
       RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(largest_frame, RTE_MBUF_DEFAULT_DATAROOM);
   if (data_room > UINT16_MAX) {
-    return common::make_error(common::ErrorCode::kConfig,
-                              fmt::format("an MTU of {} bytes needs mbufs above 64 KiB",
-                                          largest_frame));
+    return common::make_error(
+        common::ErrorCode::kConfig,
+        fmt::format("an MTU of {} bytes needs mbufs above 64 KiB", largest_frame));
   }
   const std::string name = pool_name();
   shared.pool = rte_pktmbuf_pool_create(
       name.c_str(), config.dpdk.mbuf_count, std::min(kPoolCacheSize, config.dpdk.mbuf_count / 2), 0,
       static_cast<uint16_t>(data_room), static_cast<int>(rte_socket_id()));
   if (shared.pool == nullptr) {
-    return std::unexpected(rte_error(
-        common::ErrorCode::kIo,
-        fmt::format("mbuf pool of {} buffers of {} bytes (field 'dpdk.mbufs'; without "
-                    "hugepages give the EAL more memory with -m)",
-                    config.dpdk.mbuf_count, data_room)));
+    return std::unexpected(
+        rte_error(common::ErrorCode::kIo,
+                  fmt::format("mbuf pool of {} buffers of {} bytes (field 'dpdk.mbufs'; without "
+                              "hugepages give the EAL more memory with -m)",
+                              config.dpdk.mbuf_count, data_room)));
   }
   first.pool = shared.pool;
   shared.shard_count = shard_count;
@@ -119,9 +119,7 @@ common::Result<void> open_shared(SharedState& shared, Gateway::Impl& first,
     shared.wan_ports.push_back(std::move(*port));
   }
   if (shard_count > 1) {
-    for (uint32_t i = 0; i < first.engine.peer_count(); ++i) {
-      shared.peers.push_back(std::make_unique<SharedState::PeerBoard>());
-    }
+    shared.peers = std::make_unique<gw::PeerBoards>(first.engine.peer_count());
     for (uint32_t k = 0; k < shard_count; ++k) {
       for (auto* rings : {&shared.wan_in, &shared.local_in}) {
         const std::string ring_name =
@@ -231,11 +229,11 @@ namespace {
 
 std::string eth_json(const EthPort& port, bool with_frame_drops) {
   const EthCounters c = port.total_counters();
-  std::string text = fmt::format(
-      R"("port_id":{},"rx_packets":{},"rx_bytes":{},"tx_packets":{},"tx_bytes":{},)"
-      R"("tx_failed":{},"encap_failed":{})",
-      port.port_id(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.tx_failed,
-      c.encap_failed);
+  std::string text =
+      fmt::format(R"("port_id":{},"rx_packets":{},"rx_bytes":{},"tx_packets":{},"tx_bytes":{},)"
+                  R"("tx_failed":{},"encap_failed":{})",
+                  port.port_id(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.tx_failed,
+                  c.encap_failed);
   if (with_frame_drops) {
     text += R"(,"frame_drops":{)";
     for (int i = 1; i < kFrameDropCount; ++i) {

@@ -275,20 +275,9 @@ uint32_t Gateway::Impl::release_st(int64_t now_ns) noexcept {
 }
 
 void Gateway::Impl::sync_peers_st(int64_t now_ns) noexcept {
-  constexpr int64_t kPeerSyncIntervalNs = 100'000;
   if (now_ns < next_peer_sync_ns) return;
-  next_peer_sync_ns = now_ns + kPeerSyncIntervalNs;
-  for (uint32_t i = 0; i < shared->peers.size(); ++i) {
-    SharedState::PeerBoard& board = *shared->peers[i];
-    std::unique_lock lock(board.mutex, std::try_to_lock);
-    if (!lock.owns_lock()) continue;  // the other side is at it: next time
-    if (engine.leads_peer(i)) {
-      board.sync = engine.peer_sync_st(i);
-      board.published = true;
-    } else if (board.published) {
-      engine.adopt_peer_st(i, board.sync);
-    }
-  }
+  next_peer_sync_ns = now_ns + gw::kPeerSyncIntervalNs;
+  if (shared->peers) shared->peers->sync_st(engine);
 }
 
 uint32_t Gateway::poll_once_st(int64_t now_ns) noexcept {

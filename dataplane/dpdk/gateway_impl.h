@@ -4,7 +4,6 @@
 #include <array>
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "dataplane/dpdk/frame.h"
 #include "dataplane/dpdk/gateway.h"
 #include "dataplane/dpdk/port.h"
+#include "dataplane/gw/shard_sync.h"
 #include "dataplane/gw/tun.h"
 
 namespace detwan::dataplane::dpdk {
@@ -78,20 +78,11 @@ struct SharedState {
   uint32_t shard_count = 1;
   std::vector<rte_ring*> wan_in;    // per shard: WAN frames (hash.usr = WAN port index)
   std::vector<rte_ring*> local_in;  // per shard: host packets, ready to submit
-  // Per peer: what its lead shard last published (gw::PeerSync), for the other shards. A
-  // try-lock on either side: a shard never waits for another.
-  struct PeerBoard {
-    std::mutex mutex;
-    gw::PeerSync sync;
-    bool published = false;
-  };
-  std::vector<std::unique_ptr<PeerBoard>> peers;
-  // Shard 0 answers a control request with the other shards paused (PauseOthers,
-  // gateway_loop.cc): `pause_requested` asks, each shard k > 0 counts itself in `paused` while
-  // it waits, and leaves `running` when its loop ends.
-  std::atomic<bool> pause_requested{false};
-  std::atomic<uint32_t> paused{0};
-  std::atomic<uint32_t> running{0};
+  // Per peer: what its lead shard last published, for the other shards (gw/shard_sync.h).
+  std::unique_ptr<gw::PeerBoards> peers;
+  // Shard 0 answers a control request with the other shards paused (gw/shard_sync.h; a new
+  // one for each run_shards()).
+  std::unique_ptr<gw::ShardPause> pause;
 };
 
 // The outer-header tag kept in mbuf->hash.usr between submit/receive and transmit/release:

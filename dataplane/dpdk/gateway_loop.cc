@@ -2,50 +2,21 @@
 // on their lcores. Per iteration: poll_once_st (gateway_datapath.cc), the control sockets at
 // their cadence, the low-cpu idle sleep; a shard other than 0 also stops while shard 0 answers
 // a control request.
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <rte_launch.h>
 #include <rte_lcore.h>
-#include <rte_pause.h>
 #include <time.h>
 
 #include "common/clock.h"
 #include "dataplane/dpdk/gateway_impl.h"
 #include "dataplane/gw/control_server.h"
 #include "dataplane/gw/shard_control.h"
+#include "dataplane/gw/shard_sync.h"
 
 namespace detwan::dataplane::dpdk {
 namespace {
-
-// Shard 0 answering a control request: every other shard still running waits in
-// wait_while_paused() until the answer is made (see SharedState). Returns at `stop` too: the
-// shards leave their loops then and touch nothing more.
-class PauseOthers {
- public:
-  PauseOthers(SharedState& shared, const std::atomic<bool>& stop) : shared_(shared) {
-    if (shared_.shard_count <= 1) return;
-    // A pause that just ended: wait until every shard has left it, so that `paused` counts
-    // only shards that see this one.
-    while (shared_.paused.load(std::memory_order_acquire) != 0 && !stop.load()) rte_pause();
-    shared_.pause_requested.store(true, std::memory_order_release);
-    while (shared_.paused.load(std::memory_order_acquire) <
-               shared_.running.load(std::memory_order_acquire) &&
-           !stop.load()) {
-      rte_pause();
-    }
-  }
-  ~PauseOthers() { shared_.pause_requested.store(false, std::memory_order_release); }
-  PauseOthers(const PauseOthers&) = delete;
-  PauseOthers& operator=(const PauseOthers&) = delete;
-
- private:
-  SharedState& shared_;
-};
-
-void wait_while_paused(SharedState& shared, const std::atomic<bool>& stop) {
-  shared.paused.fetch_add(1, std::memory_order_acq_rel);
-  while (shared.pause_requested.load(std::memory_order_acquire) && !stop.load()) rte_pause();
-  shared.paused.fetch_sub(1, std::memory_order_acq_rel);
-}
 
 // The low-cpu idle sleep: until the engine's next event, at most the idle cap (a packet may
 // arrive meanwhile; there is no descriptor to wait on).
@@ -103,10 +74,8 @@ void Gateway::run_shard_st(std::atomic<bool>& stop, const TscTaiClock& clock,
   int64_t next_control_ns = 0;
   int64_t last_work_ns = clock.now_ns();
   while (!stop.load(std::memory_order_relaxed)) {
-    if (impl.shard != 0 && shared.pause_requested.load(std::memory_order_acquire)) {
-      wait_while_paused(shared, stop);
-      continue;
-    }
+    // Shard 0 is answering a control request: wait, touching nothing, until it is done.
+    if (impl.shard != 0 && shared.pause->wait_if_requested(stop)) continue;
     const int64_t now_ns = clock.now_ns();
     const uint32_t work = poll_once_st(now_ns);
     if (work != 0) last_work_ns = now_ns;
@@ -116,7 +85,7 @@ void Gateway::run_shard_st(std::atomic<bool>& stop, const TscTaiClock& clock,
         const gw::ControlChannel channel = server->channel();
         // The other shards are paused only while a request is answered, not for every poll.
         server->poll_st(now_ns, [&](std::string_view request) {
-          const PauseOthers pause(shared, stop);
+          const gw::PauseScope pause(*shared.pause, stop, {});
           return gw::answer_sharded_request(engines, request, now_ns, channel);
         });
         server->report_refused_peers(impl.engine);
@@ -125,7 +94,7 @@ void Gateway::run_shard_st(std::atomic<bool>& stop, const TscTaiClock& clock,
     }
     if (low_cpu && work == 0) idle_sleep(impl, clock.now_ns(), last_work_ns);
   }
-  if (impl.shard != 0) shared.running.fetch_sub(1, std::memory_order_acq_rel);
+  if (impl.shard != 0) shared.pause->leave();
 }
 
 namespace {
@@ -175,7 +144,7 @@ common::Result<void> run_shards(std::vector<std::unique_ptr<Gateway>>& shards,
     }
   }
   SharedState& shared = *shards[0]->impl_->shared;
-  shared.running.store(count - 1);
+  shared.pause = std::make_unique<gw::ShardPause>(count);
   const TscTaiClock clock;
   std::vector<ShardArgs> args(count);
   common::Result<void> outcome;
@@ -188,7 +157,7 @@ common::Result<void> run_shards(std::vector<std::unique_ptr<Gateway>>& shards,
       outcome = common::make_error(common::ErrorCode::kUnavailable,
                                    fmt::format("field 'dpdk.lcores': lcore {} is busy", lcores[k]));
       stop.store(true);
-      shared.running.fetch_sub(count - (k > 0 ? k : 1));  // shards that never start
+      for (uint32_t never = std::max(k, 1u); never < count; ++never) shared.pause->leave();
       break;
     }
   }
