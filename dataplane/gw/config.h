@@ -13,6 +13,7 @@
 // dpdk). docs/gateway.md ("Configuration") lists every rule.
 // All durations are ns, rates bit/s, sizes bytes (units in the names).
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,7 +48,12 @@ struct Endpoint {
   bool ipv6 = false;
   uint8_t address[16] = {};
   uint16_t port = 0;
-  friend bool operator==(const Endpoint&, const Endpoint&) = default;
+  // Compared per WAN datagram (the source check): the 16 address bytes at once, not the byte
+  // loop a defaulted comparison of the array compiles to.
+  friend bool operator==(const Endpoint& a, const Endpoint& b) noexcept {
+    return a.port == b.port && a.ipv6 == b.ipv6 &&
+           std::memcmp(a.address, b.address, sizeof a.address) == 0;
+  }
 };
 
 struct PortRange {
@@ -57,33 +63,33 @@ struct PortRange {
 };
 
 struct DpdkPortConfig {
-  std::string device;         // PCI address ("0000:3b:00.0") or vdev name as given in eal args
-  std::string local_mac;      // "" = the port's own MAC
-  std::string next_hop_mac;   // MAC the encapsulated frames are addressed to (required)
+  std::string device;        // PCI address ("0000:3b:00.0") or vdev name as given in eal args
+  std::string local_mac;     // "" = the port's own MAC
+  std::string next_hop_mac;  // MAC the encapsulated frames are addressed to (required)
   uint16_t rx_queue_size = 1024;
   uint16_t tx_queue_size = 1024;
   friend bool operator==(const DpdkPortConfig&, const DpdkPortConfig&) = default;
 };
 
 struct WanPortConfig {
-  std::string name;               // unique, e.g. "wan1"
-  Endpoint local;                 // UDP endpoint the gateway sends from and listens on
-  uint64_t line_rate_bps = 0;     // the link's rate the slots divide (> 0)
-  uint32_t mtu_bytes = 1500;      // IP MTU of the WAN link (576..9216)
-  int64_t cycle_ns = 1'000'000;   // cycle length C, a multiple of slot_count
-  uint32_t slot_count = 100;      // S
-  int64_t guard_ns = 0;           // < slot length
-  int64_t base_time_ns = 0;       // cycles start at base_time + k*C (TAI ns)
-  uint8_t best_effort_dscp = 0;   // DSCP of best-effort (and downgraded) frames
+  std::string name;              // unique, e.g. "wan1"
+  Endpoint local;                // UDP endpoint the gateway sends from and listens on
+  uint64_t line_rate_bps = 0;    // the link's rate the slots divide (> 0)
+  uint32_t mtu_bytes = 1500;     // IP MTU of the WAN link (576..9216)
+  int64_t cycle_ns = 1'000'000;  // cycle length C, a multiple of slot_count
+  uint32_t slot_count = 100;     // S
+  int64_t guard_ns = 0;          // < slot length
+  int64_t base_time_ns = 0;      // cycles start at base_time + k*C (TAI ns)
+  uint8_t best_effort_dscp = 0;  // DSCP of best-effort (and downgraded) frames
   uint32_t capacity_frames = 65536;
   std::optional<DpdkPortConfig> dpdk;  // required when the backend is dpdk
   friend bool operator==(const WanPortConfig&, const WanPortConfig&) = default;
 };
 
 struct PeerConfig {
-  std::string name;          // unique
-  std::string wan_port;      // name of the WanPortConfig it is reached through
-  Endpoint endpoint;         // the peer gateway's UDP endpoint on that port
+  std::string name;      // unique
+  std::string wan_port;  // name of the WanPortConfig it is reached through
+  Endpoint endpoint;     // the peer gateway's UDP endpoint on that port
   // Receiver clock - sender clock; nullopt = estimate by two-way exchange ("auto").
   std::optional<int64_t> clock_offset_ns;
   int64_t time_exchange_interval_ns = 1'000'000'000;
@@ -107,7 +113,7 @@ struct TunnelProtection {
 // packet is sealed with `tx_key`; every key held may open. Two keys exist only while a key is
 // being rotated. Secrets are never printed (describe() and tunnels_json() show fingerprints).
 struct TunnelKey {
-  uint8_t id = 0;     // 1 .. 255, names the key in configuration and stats (not on the wire)
+  uint8_t id = 0;  // 1 .. 255, names the key in configuration and stats (not on the wire)
   aead::Key secret{};
   friend bool operator==(const TunnelKey&, const TunnelKey&) = default;
 };
@@ -119,26 +125,26 @@ struct TunnelAuth {
 };
 
 struct TunnelConfig {
-  uint32_t id = 0;             // 1 .. 2^32-1, unique in the gateway, the same at both ends
-  std::string peer;            // PeerConfig name
+  uint32_t id = 0;   // 1 .. 2^32-1, unique in the gateway, the same at both ends
+  std::string peer;  // PeerConfig name
   // Free label of whoever manages the tunnel (a control agent writes "agent:NAME"), at most
   // kMaxOwnerBytes, no control characters; "" = none. Not used by the datapath.
   std::string owner;
-  uint64_t rate_bps = 0;       // reserved rate (policer rate)
-  std::vector<uint32_t> slots; // owned slots on the peer's WAN port
-  uint64_t burst_bytes = 0;    // policer depth; 0 = auto (sched::TunnelTxPolicy)
+  uint64_t rate_bps = 0;        // reserved rate (policer rate)
+  std::vector<uint32_t> slots;  // owned slots on the peer's WAN port
+  uint64_t burst_bytes = 0;     // policer depth; 0 = auto (sched::TunnelTxPolicy)
   sched::OverRateAction over_rate = sched::OverRateAction::kDrop;
   uint64_t shaper_rate_bps = 0;  // 0 = no shaper beyond the slots and the policer
   uint32_t queue_frames = 1024;
-  int64_t max_wait_ns = 0;     // 0 = no limit
+  int64_t max_wait_ns = 0;  // 0 = no limit
   // A frame the datapath dequeues too late to end inside its window: moved to the tunnel's next
   // window (default) or dropped; counted either way, never sent outside the tunnel's slots.
   sched::MissedSlot missed_slot = sched::MissedSlot::kNextWindow;
-  int64_t bound_ns = 0;        // on-time delivery bound; 0 = deliver on receipt
+  int64_t bound_ns = 0;  // on-time delivery bound; 0 = deliver on receipt
   sched::LateAction late = sched::LateAction::kDeliver;
   int64_t max_hold_ns = 1'000'000'000;
   uint32_t playout_capacity_frames = 4096;
-  uint8_t dscp = 46;           // DSCP of the tunnel's encapsulated frames (EF)
+  uint8_t dscp = 46;  // DSCP of the tunnel's encapsulated frames (EF)
   uint32_t replay_window_bits = 4096;
   // Traffic that enters the tunnel from the TUN interface: destination in one of dst_prefixes
   // and, if udp_ports is not empty, UDP with the destination port in one of the ranges.
@@ -180,7 +186,7 @@ struct GatewayConfig {
   std::string name;
   Backend backend = Backend::kUring;
   TimingMode timing = TimingMode::kLowCpu;
-  int cpu = -1;                       // pin the datapath thread; -1 = no pinning
+  int cpu = -1;  // pin the datapath thread; -1 = no pinning
   // Unix socket of the control channel: a path, or "@name" for an abstract socket (per network
   // namespace). "" = "@detwan-gw", so `detwan-gw stats` run in the gateway's namespace finds it.
   std::string control_socket;
@@ -191,13 +197,13 @@ struct GatewayConfig {
   std::string admin_socket;
   uint32_t admin_mode = 0600;
   std::vector<uint32_t> admin_uids;
-  uint32_t buffer_count = 8192;       // packet buffers of the uring backend (per shard)
+  uint32_t buffer_count = 8192;  // packet buffers of the uring backend (per shard)
   // uring backend: the gateway runs as `shards` engines on as many datapath threads (shard.h,
   // dataplane/uring/shards.h), 1..64; shard k's thread pinned to shard_cpus[k] when the list is
   // given (its size is `shards`; not with `cpu` >= 0). The dpdk backend uses dpdk.lcores.
   uint32_t shards = 1;
   std::vector<uint32_t> shard_cpus;
-  uint32_t batch = 32;                // rx/tx burst size
+  uint32_t batch = 32;  // rx/tx burst size
   // uring backend: frames due together to one peer leave in one sendmsg with UDP_SEGMENT
   // (dataplane/uring/wan_batch.h); false = one sendmsg per frame.
   bool wan_gso = true;

@@ -19,11 +19,19 @@ class [[nodiscard]] Decoded {
   [[nodiscard]] constexpr bool ok() const noexcept { return ok_; }
   constexpr explicit operator bool() const noexcept { return ok_; }
 
+  // Turns this result into a rejection (a decoder that fills its result in place and returns
+  // that one object on every path, so the compiler builds it in the caller's slot: NRVO).
+  constexpr void reject(DropReason reason) noexcept {
+    reason_ = reason;
+    ok_ = false;
+  }
+
   // Why the input was rejected. Only meaningful when !ok().
   [[nodiscard]] constexpr DropReason error() const noexcept { return reason_; }
 
-  // The parsed value. Only meaningful when ok(); on an error it is a value-initialized T
-  // (reading it is a caller bug, never undefined behaviour).
+  // The parsed value. Only meaningful when ok(); on an error it is a value-initialized T, or
+  // what the decoder had filled in before it rejected the input (reading it is a caller bug,
+  // never undefined behaviour).
   [[nodiscard]] constexpr const T& value() const noexcept { return value_; }
   [[nodiscard]] constexpr T& value() noexcept { return value_; }
   constexpr const T& operator*() const noexcept { return value_; }

@@ -344,6 +344,11 @@ TEST(UringShardTun, PacketsReadByAnotherShardAreDispatchedToTheOwner) {
     }
     std::sort(pongs.begin(), pongs.end());
     EXPECT_EQ(pongs, (std::vector<std::string>{"pong 1", "pong 2"}));
+    // A TUN write is counted when its completion is reaped, which may come after the host
+    // already has the packet: wait (bounded) until both are, then stop.
+    (void)a.stats_when([](const json::value& stats) {
+      return counter(stats, {"local", "tun_tx_packets"}) == 2;
+    });
 
     a.stop();
     uint64_t tun_dispatched = 0, dispatched = 0, received_here = 0;
