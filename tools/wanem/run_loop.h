@@ -5,7 +5,6 @@
 #include <cstring>
 #include <utility>
 
-
 #include "common/clock.h"
 #include "tools/wanem/backend.h"
 #include "tools/wanem/forwarder.h"
