@@ -280,7 +280,11 @@ class DatagramEndpoint final : public DatagramEndpointBase {
                                       paths.size() > 1 ? fmt::format(" ({} paths)", paths.size()) : "");
     proto::ConnectionConfig config;
     config.role = proto::Role::kClient;
-    config.connection_id = random_() | 1;  // never 0
+    // Random in every bit, and never 0 in its low 32 bits (the short form's id): the receiving
+    // endpoint's lanes steer by id mod N (transport/udp/lane_steering.h). An id forced odd used
+    // only the odd lanes: with threads=2 every connection landed on lane 1.
+    config.connection_id = random_();
+    while (static_cast<uint32_t>(config.connection_id) == 0) config.connection_id = random_();
     config.options = options;
     config.rx_pool = &shared->rx_pool;
     auto [it, inserted] = conns_.emplace(

@@ -143,6 +143,34 @@ TEST_F(UdpLanes, ChannelsOfOneEndpointRunOnDifferentProgressThreads) {
   EXPECT_EQ(threads.count(std::this_thread::get_id()), 0u);
 }
 
+// Connections are spread over every lane of a server: the ids' low bits are random (an id
+// forced odd left lanes 0 and 2 of 4 without a single connection). 48 connections leave a lane
+// empty with odds 4 x (3/4)^48, about 4e-6.
+TEST_F(UdpLanes, ConnectionsReachEveryLaneOfTheServer) {
+  constexpr int kChannels = 48;
+  auto server_endpoint = udp::make_endpoint(laned(4));
+  ASSERT_TRUE(server_endpoint) << server_endpoint.error().message;
+  auto* server_lanes = dynamic_cast<udp::LanedEndpoint*>(server_endpoint->get());
+  ASSERT_NE(server_lanes, nullptr);
+  auto address = (*server_endpoint)->listen("127.0.0.1:0");
+  ASSERT_TRUE(address) << address.error().message;
+  auto client_endpoint = udp::make_endpoint(laned(2));
+  ASSERT_TRUE(client_endpoint) << client_endpoint.error().message;
+  std::vector<std::unique_ptr<Channel>> clients, servers;
+  for (int i = 0; i < kChannels; ++i) {
+    auto channel = (*client_endpoint)->connect(*address, fast_options(), kConnectNs);
+    ASSERT_TRUE(channel) << channel.error().message;
+    clients.push_back(std::move(*channel));
+    auto accepted = (*server_endpoint)->accept(kConnectNs);
+    ASSERT_TRUE(accepted) << accepted.error().message;
+    servers.push_back(std::move(*accepted));
+  }
+  for (size_t lane = 0; lane < server_lanes->lane_count(); ++lane) {
+    EXPECT_GT(server_lanes->lane_counters(lane).connections_accepted, 0u) << "lane " << lane;
+  }
+  EXPECT_EQ(server_lanes->counters().connections_accepted, static_cast<uint64_t>(kChannels));
+}
+
 // Two-path channels into a 4-thread server: each path is its own client socket (its own
 // 4-tuple), so the kernel's default reuseport hash would hand the paths of one channel to
 // different lanes, which do not know the connection and drop its datagrams. Steered by
