@@ -47,6 +47,23 @@ class UdpLanes : public ::testing::Test {
     const BackendInfo info = udp::backend_info();
     if (!info.usable) GTEST_SKIP() << "udp backend unusable: " << info.reason;
   }
+
+  // A server of `threads` lanes listening on 127.0.0.1 (call under ASSERT_NO_FATAL_FAILURE).
+  struct Server {
+    std::unique_ptr<Endpoint> endpoint;
+    udp::LanedEndpoint* lanes = nullptr;
+    std::string address;
+  };
+  static void listen_laned(uint32_t threads, Server* server) {
+    auto endpoint = udp::make_endpoint(laned(threads));
+    ASSERT_TRUE(endpoint) << endpoint.error().message;
+    server->endpoint = std::move(*endpoint);
+    server->lanes = dynamic_cast<udp::LanedEndpoint*>(server->endpoint.get());
+    ASSERT_NE(server->lanes, nullptr);
+    auto address = server->endpoint->listen("127.0.0.1:0");
+    ASSERT_TRUE(address) << address.error().message;
+    server->address = *address;
+  }
 };
 
 // The program's choice, computed the way the kernel runs it, on encoded datagrams.
@@ -148,12 +165,11 @@ TEST_F(UdpLanes, ChannelsOfOneEndpointRunOnDifferentProgressThreads) {
 // empty with odds 4 x (3/4)^48, about 4e-6.
 TEST_F(UdpLanes, ConnectionsReachEveryLaneOfTheServer) {
   constexpr int kChannels = 48;
-  auto server_endpoint = udp::make_endpoint(laned(4));
-  ASSERT_TRUE(server_endpoint) << server_endpoint.error().message;
-  auto* server_lanes = dynamic_cast<udp::LanedEndpoint*>(server_endpoint->get());
-  ASSERT_NE(server_lanes, nullptr);
-  auto address = (*server_endpoint)->listen("127.0.0.1:0");
-  ASSERT_TRUE(address) << address.error().message;
+  Server server;
+  ASSERT_NO_FATAL_FAILURE(listen_laned(4, &server));
+  auto* server_endpoint = &server.endpoint;
+  auto* server_lanes = server.lanes;
+  const std::string* address = &server.address;
   auto client_endpoint = udp::make_endpoint(laned(2));
   ASSERT_TRUE(client_endpoint) << client_endpoint.error().message;
   std::vector<std::unique_ptr<Channel>> clients, servers;
@@ -178,12 +194,11 @@ TEST_F(UdpLanes, ConnectionsReachEveryLaneOfTheServer) {
 // the channels are spread over several lanes.
 TEST_F(UdpLanes, EveryPathOfAMultipathChannelReachesTheLaneThatOwnsIt) {
   constexpr int kChannels = 8;
-  auto server_endpoint = udp::make_endpoint(laned(4));
-  ASSERT_TRUE(server_endpoint) << server_endpoint.error().message;
-  auto* server_lanes = dynamic_cast<udp::LanedEndpoint*>(server_endpoint->get());
-  ASSERT_NE(server_lanes, nullptr);
-  auto address = (*server_endpoint)->listen("127.0.0.1:0");
-  ASSERT_TRUE(address) << address.error().message;
+  Server server;
+  ASSERT_NO_FATAL_FAILURE(listen_laned(4, &server));
+  auto* server_endpoint = &server.endpoint;
+  auto* server_lanes = server.lanes;
+  const std::string* address = &server.address;
   auto client_endpoint = udp::make_endpoint(laned(3));
   ASSERT_TRUE(client_endpoint) << client_endpoint.error().message;
   ChannelOptions options = fast_options();
