@@ -320,12 +320,8 @@ TEST(UringShardTun, PacketsReadByAnotherShardAreDispatchedToTheOwner) {
     EXPECT_EQ(frames[1], kFlows);
 
     // The peer -> tunnels 1 and 2 -> the device (written by each owner on its own queue).
-    common::UniqueFd listener(::socket(AF_INET, SOCK_DGRAM, 0));
-    sockaddr_in local{};
-    local.sin_family = AF_INET;
-    local.sin_port = htons(7777);
-    ::inet_pton(AF_INET, "10.77.0.1", &local.sin_addr);
-    ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&local), sizeof local), 0);
+    common::UniqueFd listener;
+    ASSERT_NO_FATAL_FAILURE(testing::bind_udp_v4("10.77.0.1", 7777, &listener));
     for (uint32_t t = 0; t < 2; ++t) {
       const std::string text = "pong " + std::to_string(t + 1);
       const Bytes outer = testing::tunnel_frame(

@@ -335,12 +335,8 @@ TEST(UringGateway, TunPacketsCrossTheTunnel) {
     EXPECT_EQ(std::memcmp(ip + 28, "ping", 4), 0);
 
     // The peer -> tunnel 7 -> TUN -> a host socket on 10.77.0.1:7777.
-    common::UniqueFd listener(::socket(AF_INET, SOCK_DGRAM, 0));
-    sockaddr_in local{};
-    local.sin_family = AF_INET;
-    local.sin_port = htons(7777);
-    ::inet_pton(AF_INET, "10.77.0.1", &local.sin_addr);
-    ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&local), sizeof local), 0);
+    common::UniqueFd listener;
+    ASSERT_NO_FATAL_FAILURE(testing::bind_udp_v4("10.77.0.1", 7777, &listener));
     const Bytes outer = testing::tunnel_frame(
         7, wire::DataType::kIpv4, ipv4_udp("10.20.2.5", "10.77.0.1", 9999, 7777, "pong"));
     ASSERT_TRUE(peer.send_to(a.wan(), outer.data(), outer.size()));

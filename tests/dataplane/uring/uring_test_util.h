@@ -96,6 +96,18 @@ inline gw::GatewayConfig site_config(const std::string& name, const std::string&
   return config;
 }
 
+// A UDP socket bound to `address`:`port` (IPv4), for a host application behind the TUN device.
+// Fails the test naming the errno otherwise (call under ASSERT_NO_FATAL_FAILURE).
+inline void bind_udp_v4(const char* address, uint16_t port, common::UniqueFd* socket) {
+  *socket = common::UniqueFd(::socket(AF_INET, SOCK_DGRAM, 0));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_port = htons(port);
+  ASSERT_EQ(::inet_pton(AF_INET, address, &local.sin_addr), 1) << address;
+  ASSERT_EQ(::bind(socket->get(), reinterpret_cast<sockaddr*>(&local), sizeof local), 0)
+      << address << ":" << port << ": " << std::strerror(errno);
+}
+
 // Gives interface `device` the IPv4 address `address` (the host's own address on a TUN device:
 // the source of what it routes there). Fails the test naming the errno otherwise.
 inline void set_ipv4_address(const char* device, const char* address) {
