@@ -101,9 +101,10 @@ class GateControlList {
   // Earliest start >= earliest at which a frame of `bytes` can leave inside one of the owner's
   // windows and end by its usable end; later windows if it does not fit the current one.
   // Returns false (nothing written) if the owner has no window that fits such a frame, or
-  // bytes is 0 or above max_frame_bytes.
+  // bytes is 0 or above max_frame_bytes. With `window`, also the window the frame leaves in
+  // (an owner of every slot: one window from INT64_MIN to INT64_MAX).
   [[nodiscard]] bool find_departure(OwnerIndex owner, uint32_t bytes, LinkTime earliest,
-                                    Departure* out) const noexcept;
+                                    Departure* out, Window* window = nullptr) const noexcept;
   // Same, in whole nanoseconds: the first ns at or after the exact start; kNever if none.
   [[nodiscard]] int64_t earliest_departure_ns(OwnerIndex owner, uint32_t bytes,
                                               int64_t t_ns) const noexcept;

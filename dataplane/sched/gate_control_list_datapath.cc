@@ -48,13 +48,17 @@ uint64_t GateControlList::first_window_ending_after(const Owner& owner, int64_t 
 }
 
 bool GateControlList::find_departure(OwnerIndex owner_index, uint32_t bytes, LinkTime earliest,
-                                     Departure* out) const noexcept {
+                                     Departure* out, Window* window) const noexcept {
   if (owner_index >= owners_.size() || bytes == 0 || bytes > config_.max_frame_bytes) return false;
   const Owner& owner = owners_[owner_index];
   const uint64_t bits = uint64_t{bytes} * 8;
   if (owner.always_open) {
     *out = Departure{earliest, add_bits(earliest, bits, config_.line_rate_bps),
                      std::numeric_limits<int64_t>::max()};
+    if (window != nullptr) {
+      *window = Window{std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                       std::numeric_limits<int64_t>::max()};
+    }
     return true;
   }
   const uint64_t n = owner.windows.size();
@@ -69,6 +73,7 @@ bool GateControlList::find_departure(OwnerIndex owner_index, uint32_t bytes, Lin
     const LinkTime end = add_bits(start, bits, config_.line_rate_bps);
     if (end <= LinkTime::at(w.usable_end_ns)) {
       *out = Departure{start, end, w.usable_end_ns};
+      if (window != nullptr) *window = w;
       return true;
     }
   }

@@ -257,6 +257,13 @@ class TxScheduler {
     OwnerIndex owner = kNoOwner;
     uint64_t tag = 0;
   };
+  // A slot slot_position() found: [start_ns, end_ns); empty (0, 0) until then.
+  struct SlotCache {
+    int64_t start_ns = 0;
+    int64_t end_ns = 0;
+    int64_t cycle_id = 0;
+    uint32_t slot = 0;
+  };
   // An owner's policy and state, without its counters (cheap to build for a change).
   struct OwnerRules {
     OwnerRules(const TunnelTxPolicy& policy, uint64_t reserved_rate_bps, uint64_t burst_bytes,
@@ -270,6 +277,11 @@ class TxScheduler {
     MissedSlot missed_slot = MissedSlot::kNextWindow;
     uint32_t held = 0;
     LinkTime next_free;  // end of the owner's last scheduled frame
+    // Per-packet caches, empty in a new owner (so after every change of list): the window the
+    // owner's last frame left in (departure()) and the slot of its last dequeued frame
+    // (slot_position()).
+    Window open_window;
+    SlotCache slot_cache;
   };
   struct OwnerState : OwnerRules {
     OwnerState(OwnerRules&& rules, TxCounters&& moved_counters) noexcept
@@ -303,22 +315,20 @@ class TxScheduler {
   // port and on the owner, refuse an unknown tunnel (owner kNoOwner) or a bad size. kOk, or the
   // status to return (the reason counted).
   common::Status offer(OwnerIndex owner, uint32_t bytes, int64_t* now_ns) noexcept;
-  // gcl_.position_at(t_ns) without its divisions when t_ns lies in the slot of the last call
-  // (consecutive departures mostly do).
-  SlotPosition slot_position(int64_t t_ns) noexcept;
+  // gcl_.position_at(t_ns) without its divisions when t_ns lies in the cached slot (an
+  // owner's consecutive departures mostly do: the cache is per owner).
+  SlotPosition slot_position(SlotCache& cache, int64_t t_ns) const noexcept;
+  // gcl_.find_departure() for the owner, the open-window fast path first: a frame that would
+  // start inside the window its owner's last frame left in, and ends by its usable end, leaves
+  // at `earliest` -- what the search answers then (the window holding a time is the first
+  // ending after it) -- without the search and its divisions.
+  bool departure(OwnerState& state, OwnerIndex owner, uint32_t bytes, LinkTime earliest,
+                 Departure* out) const noexcept;
   // A frame that missed its window: into the owner's next window if the policy allows and it
   // fits (true), else counted as dropped (false).
   bool reschedule_missed(Entry& entry, int64_t now_ns) noexcept;
 
   GateControlList gcl_;
-  // The slot slot_position() found last: [start_ns, end_ns), empty after a change of list.
-  struct SlotCache {
-    int64_t start_ns = 0;
-    int64_t end_ns = 0;
-    int64_t cycle_id = 0;
-    uint32_t slot = 0;
-  };
-  SlotCache slot_cache_;
   Wheel wheel_;
   Wheel spare_;                     // same geometry as wheel_, empty: what the next change fills
   std::vector<OwnerState> owners_;  // gcl owner order: tunnels, then best effort (back())

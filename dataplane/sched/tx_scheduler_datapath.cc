@@ -31,8 +31,8 @@ Status TxScheduler::offer(OwnerIndex owner, uint32_t bytes, int64_t* now_ns) noe
   return Status::kOk;
 }
 
-Status TxScheduler::enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes,
-                            int64_t now_ns, uint64_t tag) noexcept {
+Status TxScheduler::enqueue(uint32_t tunnel_id, uint64_t handle, uint32_t bytes, int64_t now_ns,
+                            uint64_t tag) noexcept {
   const OwnerIndex owner = gcl_.find_owner(tunnel_id);
   if (const Status offered = offer(owner, bytes, &now_ns); offered != Status::kOk) return offered;
   OwnerState& state = owners_[owner];
@@ -79,7 +79,9 @@ Status TxScheduler::schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t hand
     earliest = std::max(earliest, LinkTime::at(conform_ns));
   }
   Departure departure;
-  if (!gcl_.find_departure(owner, bytes, earliest, &departure)) return drop(state, TxDrop::kNoSlot);
+  if (!this->departure(state, owner, bytes, earliest, &departure)) {
+    return drop(state, TxDrop::kNoSlot);
+  }
   const int64_t departure_ns = departure.start.ceil_ns();
   if (departure_ns - now_ns > state.max_wait_ns) return drop(state, TxDrop::kMaxWait);
 
@@ -147,7 +149,7 @@ bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
     if (now_ns <= entry.deadline_ns || !reschedule_missed(entry, now_ns)) break;
   }
   OwnerState& state = owners_[entry.owner];
-  const SlotPosition position = slot_position(departure_ns);
+  const SlotPosition position = slot_position(state.slot_cache, departure_ns);
   frame->handle = entry.handle;
   frame->bytes = entry.bytes;
   frame->tunnel_id = entry.tunnel_id;
@@ -172,8 +174,7 @@ bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
   return true;
 }
 
-SlotPosition TxScheduler::slot_position(int64_t t_ns) noexcept {
-  SlotCache& c = slot_cache_;
+SlotPosition TxScheduler::slot_position(SlotCache& c, int64_t t_ns) const noexcept {
   if (t_ns >= c.start_ns && t_ns < c.end_ns) {
     return SlotPosition{c.cycle_id, c.slot, t_ns - c.start_ns};
   }
@@ -183,6 +184,19 @@ SlotPosition TxScheduler::slot_position(int64_t t_ns) noexcept {
   c.cycle_id = position.cycle_id;
   c.slot = position.slot;
   return position;
+}
+
+bool TxScheduler::departure(OwnerState& state, OwnerIndex owner, uint32_t bytes, LinkTime earliest,
+                            Departure* out) const noexcept {
+  const Window& w = state.open_window;
+  if (earliest.ns >= w.start_ns && earliest.ns < w.end_ns) {
+    const LinkTime end = add_bits(earliest, uint64_t{bytes} * 8, gcl_.config().line_rate_bps);
+    if (end <= LinkTime::at(w.usable_end_ns)) {
+      *out = Departure{earliest, end, w.usable_end_ns};
+      return true;
+    }
+  }
+  return gcl_.find_departure(owner, bytes, earliest, out, &state.open_window);
 }
 
 bool TxScheduler::reschedule_missed(Entry& entry, int64_t now_ns) noexcept {
@@ -200,9 +214,8 @@ bool TxScheduler::reschedule_missed(Entry& entry, int64_t now_ns) noexcept {
       departure.usable_end_ns == kNever
           ? kNever
           : std::max(departure_ns,
-                     departure.usable_end_ns -
-                         ceil_serialisation_ns(uint64_t{entry.bytes} * 8,
-                                               gcl_.config().line_rate_bps));
+                     departure.usable_end_ns - ceil_serialisation_ns(uint64_t{entry.bytes} * 8,
+                                                                     gcl_.config().line_rate_bps));
   if (wheel_.insert(departure_ns, entry) != WheelInsert::kOk) {
     entry = original;
     return false;

@@ -150,7 +150,6 @@ void TxScheduler::commit(Change&& change) noexcept {
   // From here on the change holds the old list and owners (their counters moved out).
   owners_.swap(change.owners_);
   std::swap(gcl_, change.gcl_);
-  slot_cache_ = SlotCache{};
   spare_counters_.swap(spares);
 
   // Frames handed back earlier and not taken yet stay first in line.

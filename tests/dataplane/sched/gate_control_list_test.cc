@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -249,6 +250,7 @@ TEST(GateControlListTest, MatchesBruteForceOracleOnRandomSchedules) {
   Random rng(20240917);
   const uint64_t rates[] = {1'000'000'000, 2'500'000'000, 3'000'000'000, 10'000'000'000};
   int checked = 0;
+  int inside_checked = 0;
   for (int round = 0; round < 60; ++round) {
     GclConfig config;
     config.slot_count = static_cast<uint32_t>(rng.between(1, 24));
@@ -287,14 +289,40 @@ TEST(GateControlListTest, MatchesBruteForceOracleOnRandomSchedules) {
             << "round " << round << " owner " << id << " bytes " << bytes << " t " << t;
         if (got != kNever) {
           Departure d;
-          ASSERT_TRUE(gcl.find_departure(owner, bytes, LinkTime::at(t), &d));
+          Window w;
+          ASSERT_TRUE(gcl.find_departure(owner, bytes, LinkTime::at(t), &d, &w));
           ASSERT_EQ(oracle.check(id, got, d.end.ceil_ns()), "");
+          // The window it names holds the departure, and what the scheduler's open-window
+          // fast path assumes holds: from any time inside that window, a frame that ends by
+          // its usable end leaves at once (tx_scheduler.h, departure()).
+          ASSERT_LE(w.start_ns, d.start.ns);
+          ASSERT_LE(d.end, LinkTime::at(w.usable_end_ns));
+          ASSERT_EQ(d.usable_end_ns, w.usable_end_ns);
+          if (w.start_ns != std::numeric_limits<int64_t>::min()) {  // not an owner of every slot
+            const int64_t inside =
+                w.start_ns + static_cast<int64_t>(
+                                 rng.between(0, static_cast<uint64_t>(w.end_ns - w.start_ns - 1)));
+            const auto bytes2 = static_cast<uint32_t>(rng.between(1, 1518));
+            const LinkTime end2 =
+                add_bits(LinkTime::at(inside), uint64_t{bytes2} * 8, config.line_rate_bps);
+            Departure d2;
+            ASSERT_TRUE(gcl.find_departure(owner, bytes2, LinkTime::at(inside), &d2));
+            if (end2 <= LinkTime::at(w.usable_end_ns)) {
+              EXPECT_EQ(d2.start, LinkTime::at(inside));
+              EXPECT_EQ(d2.end, end2);
+              EXPECT_EQ(d2.usable_end_ns, w.usable_end_ns);
+              ++inside_checked;
+            } else {
+              EXPECT_GT(d2.start.ns, w.usable_end_ns - 1);  // a later window
+            }
+          }
           ++checked;
         }
       }
     }
   }
   EXPECT_GT(checked, 10'000);
+  EXPECT_GT(inside_checked, 1'000);
 }
 
 TEST(SlotListTest, ParsesAndFormatsRanges) {

@@ -1,5 +1,6 @@
 #include "dataplane/sched/timing_wheel.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -125,6 +126,109 @@ TEST(TimingWheelTest, MatchesAnOrderedReferenceUnderRandomLoad) {
     ASSERT_EQ(wheel.next_ts_ns(), reference.empty() ? kNone : reference.begin()->first);
   }
   EXPECT_GT(popped, 50'000u);
+}
+
+// The in-order run (timing_wheel.h): an entry no earlier than the run's last skips the
+// buckets; an earlier one goes into them.
+TEST(TimingWheelTest, InOrderEntriesSkipTheBuckets) {
+  TimingWheel<int> wheel(100, 64, 16, 0);
+  ASSERT_EQ(wheel.insert(100, 1), WheelInsert::kOk);
+  ASSERT_EQ(wheel.insert(100, 2), WheelInsert::kOk);  // equal: still in order
+  ASSERT_EQ(wheel.insert(350, 3), WheelInsert::kOk);
+  EXPECT_EQ(wheel.bucketed_size(), 0u);
+  ASSERT_EQ(wheel.insert(200, 4), WheelInsert::kOk);  // before the run's last: a bucket
+  EXPECT_EQ(wheel.bucketed_size(), 1u);
+  ASSERT_EQ(wheel.insert(360, 5), WheelInsert::kOk);  // after both: the run again
+  ASSERT_EQ(wheel.insert(360, 6), WheelInsert::kOk);
+  EXPECT_EQ(wheel.bucketed_size(), 1u);
+  EXPECT_EQ(wheel.next_ts_ns(), 100);
+  EXPECT_EQ(drain(wheel, 1'000), (std::vector<std::pair<int64_t, int>>{
+                                     {100, 1}, {100, 2}, {200, 4}, {350, 3}, {360, 5}, {360, 6}}));
+  EXPECT_EQ(wheel.bucketed_size(), 0u);
+  EXPECT_TRUE(wheel.empty());
+}
+
+// The run changes no answer: a wheel with it and one without (every entry in the buckets) get
+// the same inserts and extractions -- mostly in timestamp order, as a scheduler makes them,
+// with late, early, equal and past timestamps among them, extractions in small batches that
+// leave due entries behind, and clears -- and must agree on every result, the entries and
+// their order, the size, the next timestamp and the horizon.
+TEST(TimingWheelTest, TheInOrderRunAnswersExactlyAsTheBucketsAlone) {
+  Random rng(17);
+  constexpr int64_t kGranularity = 250;
+  constexpr uint32_t kCapacity = 24;
+  TimingWheel<int> run(kGranularity, 64, kCapacity, 1'000);
+  TimingWheel<int> buckets(kGranularity, 64, kCapacity, 1'000, /*in_order_run=*/false);
+  int64_t now = 1'000;
+  int64_t last_ts = now;
+  int value = 0;
+  uint64_t popped = 0, beyond = 0, full = 0, ran = 0, bucketed = 0;
+  for (int step = 0; step < 300'000; ++step) {
+    const auto choice = rng.between(0, 99);
+    if (choice < 55) {
+      int64_t ts = 0;
+      const auto kind = rng.between(0, 9);
+      if (kind < 6) {
+        ts = std::max(now, last_ts) + static_cast<int64_t>(rng.between(0, 40));  // in order
+      } else if (kind < 7) {
+        ts = last_ts;  // equal to the last
+      } else if (kind < 8) {
+        ts = now - static_cast<int64_t>(rng.between(0, 3'000));  // past
+      } else if (kind < 9) {
+        ts = now + static_cast<int64_t>(rng.between(0, 2'000));  // anywhere soon
+      } else {
+        ts = now + static_cast<int64_t>(rng.between(10'000, 20'000));  // near the horizon
+      }
+      const uint32_t bucketed_before = run.bucketed_size();
+      const WheelInsert result = run.insert(ts, value);
+      ASSERT_EQ(buckets.insert(ts, value), result) << step;
+      if (result == WheelInsert::kOk) {
+        last_ts = ts;
+        ++value;
+        if (run.bucketed_size() > bucketed_before) {
+          ++bucketed;
+        } else {
+          ++ran;
+        }
+      }
+      beyond += result == WheelInsert::kBeyondHorizon;
+      full += result == WheelInsert::kFull;
+    } else if (choice < 99) {
+      now += static_cast<int64_t>(rng.between(0, 300));
+      const auto batch = rng.between(1, 4);  // may leave due entries behind
+      for (uint64_t i = 0; i < batch; ++i) {
+        int64_t ts = 0, other_ts = 0;
+        int v = 0, other_v = 0;
+        const bool got = run.pop_due(now, &ts, &v);
+        ASSERT_EQ(buckets.pop_due(now, &other_ts, &other_v), got) << step;
+        if (!got) break;
+        ASSERT_EQ(ts, other_ts) << step;
+        ASSERT_EQ(v, other_v) << step;
+        ++popped;
+      }
+    } else {
+      now += static_cast<int64_t>(rng.between(0, 50'000));
+      last_ts = now;
+      run.clear(now);
+      buckets.clear(now);
+    }
+    ASSERT_EQ(run.size(), buckets.size()) << step;
+    ASSERT_EQ(run.next_ts_ns(), buckets.next_ts_ns()) << step;
+    ASSERT_EQ(run.horizon_end_ns(), buckets.horizon_end_ns()) << step;
+    if (step % 1'000 == 0) {
+      std::vector<std::pair<int64_t, int>> a, b;
+      run.for_each([&](int64_t ts, const int& v) { a.emplace_back(ts, v); });
+      buckets.for_each([&](int64_t ts, const int& v) { b.emplace_back(ts, v); });
+      ASSERT_EQ(a, b) << step;
+      ASSERT_EQ(run.last_ts_ns(), buckets.last_ts_ns());
+    }
+  }
+  // Every path was taken: the run and the buckets, the horizon and the capacity.
+  EXPECT_GT(ran, 30'000u);
+  EXPECT_GT(bucketed, 10'000u);
+  EXPECT_GT(beyond, 100u);
+  EXPECT_GT(full, 100u);
+  EXPECT_GT(popped, 100'000u);
 }
 
 // A wheel cleared after use (entries left in it, its cursor moved around the ring, nodes taken
