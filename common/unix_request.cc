@@ -7,8 +7,6 @@
 
 #include <fmt/format.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/unique_fd.h"
@@ -24,39 +22,54 @@ int64_t monotonic_ms() {
 
 }  // namespace
 
-Result<std::string> unix_request(std::string_view socket, std::string_view request, int timeout_ms,
-                                 size_t max_answer_bytes) {
-  const std::string name(socket);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  const bool abstract = !name.empty() && name.front() == '@';
-  const std::string_view bytes =
-      abstract ? std::string_view(name).substr(1) : std::string_view(name);
-  if (bytes.empty() || bytes.size() > sizeof(address.sun_path) - 1) {
-    return make_error(
-        ErrorCode::kInvalidArgument,
-        fmt::format("socket '{}': must be 1..{} characters", name, sizeof(address.sun_path) - 1));
+Result<UnixAddress> unix_address(std::string_view name) {
+  UnixAddress result;
+  result.address.sun_family = AF_UNIX;
+  result.abstract = !name.empty() && name.front() == '@';
+  const std::string_view bytes = result.abstract ? name.substr(1) : name;
+  // sun_path holds the path plus its NUL, or the abstract name after its leading NUL.
+  const size_t limit = sizeof(result.address.sun_path) - 1;
+  if (bytes.empty() || bytes.size() > limit) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("socket '{}': the {} must be 1..{} characters", name,
+                                  result.abstract ? "abstract name after '@'" : "path", limit));
   }
-  const size_t offset = abstract ? 1 : 0;
-  std::memcpy(address.sun_path + offset, bytes.data(), bytes.size());
-  const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + offset +
-                                             bytes.size() + (abstract ? 0 : 1));
+  const size_t offset = result.abstract ? 1 : 0;
+  std::memcpy(result.address.sun_path + offset, bytes.data(), bytes.size());
+  result.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + offset + bytes.size() +
+                                         (result.abstract ? 0 : 1));
+  return result;
+}
+
+Result<std::string> unix_request(std::string_view socket, std::string_view request, int timeout_ms,
+                                 size_t max_answer_bytes, std::string_view server) {
+  const std::string name(socket);
+  // What the errors call the other end: "/run/x.sock", or "detwan-gw on /run/x.sock".
+  const std::string who = server.empty() ? name : fmt::format("{} on {}", server, name);
+  auto address = unix_address(name);
+  if (!address) return std::unexpected(address.error());
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) {
     return make_error(ErrorCode::kIo, fmt::format("socket '{}': {}", name, std::strerror(errno)));
   }
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0) {
+  if (::connect(fd.get(), address->get(), address->length) != 0) {
     const int error = errno;
-    return make_error(ErrorCode::kUnavailable,
-                      error == EAGAIN
-                          ? fmt::format("{} is busy (its connection backlog is full)", name)
-                          : fmt::format("nothing listens on {}: {}", name, std::strerror(error)));
+    if (error == EAGAIN) {
+      return make_error(ErrorCode::kUnavailable,
+                        fmt::format("{} is busy (its connection backlog is full)", who));
+    }
+    return make_error(
+        ErrorCode::kUnavailable,
+        server.empty()
+            ? fmt::format("nothing listens on {}: {}", name, std::strerror(error))
+            : fmt::format("no {} listening on {}: {}", server, name, std::strerror(error)));
   }
   const int64_t deadline_ms = monotonic_ms() + timeout_ms;
   auto timed_out = [&] {
     return make_error(ErrorCode::kTimeout,
-                      fmt::format("no answer on {} within {} ms", name, timeout_ms));
+                      fmt::format("no answer from {} within {} ms", who, timeout_ms));
   };
+  // Waits until fd is ready for `events`; false on timeout.
   auto wait_for = [&](short events) {
     for (;;) {
       const int64_t left_ms = deadline_ms - monotonic_ms();
@@ -77,9 +90,11 @@ Result<std::string> unix_request(std::string_view socket, std::string_view reque
       written += static_cast<size_t>(sent);
     } else if (sent < 0 && (errno == EAGAIN || errno == EINTR)) {
       if (!wait_for(POLLOUT)) return timed_out();
+    } else if (sent < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      break;  // the server answered without reading (a refused peer): read that answer
     } else {
       return make_error(ErrorCode::kIo,
-                        fmt::format("sending to {}: {}", name, std::strerror(errno)));
+                        fmt::format("sending to {}: {}", who, std::strerror(errno)));
     }
   }
   std::string answer;
@@ -90,22 +105,24 @@ Result<std::string> unix_request(std::string_view socket, std::string_view reque
       answer.append(buffer, static_cast<size_t>(got));
       if (answer.size() > max_answer_bytes) {
         return make_error(ErrorCode::kIo,
-                          fmt::format("answer from {} exceeds {} bytes", name, max_answer_bytes));
+                          fmt::format("answer from {} exceeds {} bytes", who, max_answer_bytes));
       }
       continue;
     }
-    if (got == 0) break;
+    if (got == 0) break;  // the server closes after answering
     if (errno == EINTR) continue;
+    // Closed with our request unread (a refused peer): Linux resets after the answer.
+    if (errno == ECONNRESET && !answer.empty()) break;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_for(POLLIN)) return timed_out();
       continue;
     }
     return make_error(ErrorCode::kIo,
-                      fmt::format("reading from {}: {}", name, std::strerror(errno)));
+                      fmt::format("reading from {}: {}", who, std::strerror(errno)));
   }
   if (answer.empty()) {
     return make_error(ErrorCode::kUnavailable,
-                      fmt::format("{} closed the connection without answering", name));
+                      fmt::format("{} closed the connection without answering", who));
   }
   if (answer.back() == '\n') answer.pop_back();
   return answer;

@@ -2,57 +2,22 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <utility>
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
 
+#include "common/unix_request.h"
 #include "dataplane/gw/config.h"
 #include "dataplane/gw/engine.h"
 
 namespace detwan::dataplane::gw {
 namespace {
-
-// A sockaddr_un for a path or an "@abstract" name, with its exact length.
-struct UnixAddress {
-  sockaddr_un address{};
-  socklen_t length = 0;
-  bool abstract = false;
-};
-
-common::Result<UnixAddress> make_address(const std::string& name) {
-  UnixAddress result;
-  result.address.sun_family = AF_UNIX;
-  result.abstract = !name.empty() && name.front() == '@';
-  const std::string_view bytes =
-      result.abstract ? std::string_view(name).substr(1) : std::string_view(name);
-  // sun_path holds the path plus its NUL, or the abstract name after its leading NUL.
-  const size_t limit = sizeof(result.address.sun_path) - 1;
-  if (bytes.empty() || bytes.size() > limit) {
-    return common::make_error(common::ErrorCode::kInvalidArgument,
-                              "control socket '" + name + "': the " +
-                                  (result.abstract ? "abstract name after '@'" : "path") +
-                                  " must be 1.." + std::to_string(limit) + " characters");
-  }
-  const size_t offset = result.abstract ? 1 : 0;
-  std::memcpy(result.address.sun_path + offset, bytes.data(), bytes.size());
-  result.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + offset + bytes.size() +
-                                         (result.abstract ? 0 : 1));
-  return result;
-}
-
-const sockaddr* as_sockaddr(const UnixAddress& address) {
-  return reinterpret_cast<const sockaddr*>(&address.address);
-}
-
 
 std::string uid_list(std::vector<uint32_t> uids) {
   std::sort(uids.begin(), uids.end());
@@ -62,17 +27,11 @@ std::string uid_list(std::vector<uint32_t> uids) {
   return out;
 }
 
-bool someone_listens(const UnixAddress& address) {
+bool someone_listens(const common::UnixAddress& address) {
   common::UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!probe.valid()) return false;
   // A full backlog (EAGAIN) also means a live listener.
-  return ::connect(probe.get(), as_sockaddr(address), address.length) == 0 || errno == EAGAIN;
-}
-
-int64_t monotonic_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return ::connect(probe.get(), address.get(), address.length) == 0 || errno == EAGAIN;
 }
 
 }  // namespace
@@ -92,7 +51,7 @@ common::Result<std::unique_ptr<ControlServer>> ControlServer::start(
                                     std::to_string(options.mode) + " has bits beyond 07777");
     }
   }
-  auto address = make_address(name);
+  auto address = common::unix_address(name);
   if (!address) return std::unexpected(address.error());
   if (!address->abstract) {
     struct stat info {};
@@ -114,7 +73,7 @@ common::Result<std::unique_ptr<ControlServer>> ControlServer::start(
     return common::make_error(common::ErrorCode::kIo,
                               "control socket '" + name + "': socket: " + std::strerror(errno));
   }
-  if (::bind(fd.get(), as_sockaddr(*address), address->length) != 0) {
+  if (::bind(fd.get(), address->get(), address->length) != 0) {
     const int error = errno;
     if (error == EADDRINUSE) {
       return common::make_error(
@@ -252,7 +211,7 @@ bool ControlServer::serve(Connection& connection, int64_t now_ns, const Responde
       answer = respond(connection.input);          // last line without '\n'
     } else if (now_ns >= connection.deadline_ns) {
       answer = control_error_json("no complete request line within " +
-                          std::to_string(kRequestTimeoutNs / 1'000'000) + " ms");
+                                  std::to_string(kRequestTimeoutNs / 1'000'000) + " ms");
     } else {
       return true;  // wait for more
     }
@@ -294,84 +253,8 @@ bool ControlServer::flush(Connection& connection) {
 
 common::Result<std::string> control_request(std::string_view configured, std::string_view request,
                                             int timeout_ms) {
-  const std::string name = control_socket_name(configured);
-  auto address = make_address(name);
-  if (!address) return std::unexpected(address.error());
-  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) {
-    return common::make_error(common::ErrorCode::kIo,
-                              "control socket '" + name + "': socket: " + std::strerror(errno));
-  }
-  if (::connect(fd.get(), as_sockaddr(*address), address->length) != 0) {
-    const int error = errno;
-    if (error == EAGAIN) {
-      return common::make_error(
-          common::ErrorCode::kUnavailable,
-          "detwan-gw on " + name + " is busy (its connection backlog is full)");
-    }
-    return common::make_error(common::ErrorCode::kUnavailable,
-                              "no detwan-gw listening on " + name + ": " + std::strerror(error));
-  }
-  const int64_t deadline_ms = monotonic_ms() + timeout_ms;
-  auto timed_out = [&] {
-    return common::make_error(
-        common::ErrorCode::kTimeout,
-        "no answer from detwan-gw on " + name + " within " + std::to_string(timeout_ms) + " ms");
-  };
-  // Waits until fd is ready for `events`; false on timeout.
-  auto wait_for = [&](short events) {
-    for (;;) {
-      const int64_t left_ms = deadline_ms - monotonic_ms();
-      if (left_ms <= 0) return false;
-      pollfd descriptor{fd.get(), events, 0};
-      const int ready = ::poll(&descriptor, 1, static_cast<int>(left_ms));
-      if (ready > 0) return true;
-      if (ready < 0 && errno != EINTR) return false;
-    }
-  };
-
-  std::string line(request);
-  line += '\n';
-  size_t written = 0;
-  while (written < line.size()) {
-    const ssize_t sent =
-        ::send(fd.get(), line.data() + written, line.size() - written, MSG_NOSIGNAL);
-    if (sent > 0) {
-      written += static_cast<size_t>(sent);
-    } else if (sent < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!wait_for(POLLOUT)) return timed_out();
-    } else if (sent < 0 && (errno == EPIPE || errno == ECONNRESET)) {
-      break;  // the gateway answered without reading (a refused peer): read that answer
-    } else {
-      return common::make_error(common::ErrorCode::kIo,
-                                "sending to detwan-gw on " + name + ": " + std::strerror(errno));
-    }
-  }
-  std::string answer;
-  char buffer[16384];
-  for (;;) {
-    const ssize_t got = ::recv(fd.get(), buffer, sizeof buffer, 0);
-    if (got > 0) {
-      answer.append(buffer, static_cast<size_t>(got));
-      continue;
-    }
-    if (got == 0) break;  // the gateway closes after answering
-    if (errno == EINTR) continue;
-    // Closed with our request unread (a refused peer): Linux resets after the answer.
-    if (errno == ECONNRESET && !answer.empty()) break;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_for(POLLIN)) return timed_out();
-      continue;
-    }
-    return common::make_error(common::ErrorCode::kIo,
-                              "reading from detwan-gw on " + name + ": " + std::strerror(errno));
-  }
-  if (answer.empty()) {
-    return common::make_error(common::ErrorCode::kUnavailable,
-                              "detwan-gw on " + name + " closed the connection without answering");
-  }
-  if (answer.back() == '\n') answer.pop_back();
-  return answer;
+  return common::unix_request(control_socket_name(configured), request, timeout_ms,
+                              common::kUnixAnswerLimitBytes, "detwan-gw");
 }
 
 }  // namespace detwan::dataplane::gw

@@ -134,7 +134,7 @@ TEST_F(UnixRequestTest, NoAnswerWithinTheTimeout) {
   server.join();
   ASSERT_FALSE(answer.has_value());
   EXPECT_EQ(answer.error().code, ErrorCode::kTimeout);
-  EXPECT_NE(answer.error().message.find("no answer on " + path + " within 50 ms"),
+  EXPECT_NE(answer.error().message.find("no answer from " + path + " within 50 ms"),
             std::string::npos)
       << answer.error().message;
 }

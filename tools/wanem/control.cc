@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/unix_request.h"
 #include "tools/wanem/session.h"
 
 namespace detwan::wanem {
@@ -19,18 +20,6 @@ namespace {
 
 std::string errno_text(std::string_view what, const std::string& path) {
   return std::string(what) + " '" + path + "': " + std::strerror(errno);
-}
-
-common::Result<sockaddr_un> make_address(const std::string& path) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
-    return common::make_error(common::ErrorCode::kInvalidArgument,
-                              "control socket path '" + path + "': must be 1.." +
-                                  std::to_string(sizeof(address.sun_path) - 1) + " characters");
-  }
-  std::memcpy(address.sun_path, path.data(), path.size());
-  return address;
 }
 
 // Reads until '\n' or EOF, at most max_bytes, waiting at most timeout_ms in total per poll.
@@ -66,8 +55,12 @@ bool write_all(int fd, std::string_view data) {
 
 common::Result<std::unique_ptr<ControlServer>> ControlServer::start(const std::string& path,
                                                                     PostQueue& posts) {
-  auto address = make_address(path);
+  auto address = common::unix_address(path);
   if (!address) return std::unexpected(address.error());
+  if (address->abstract) {
+    return common::make_error(common::ErrorCode::kInvalidArgument,
+                              "control socket '" + path + "': must be a filesystem path");
+  }
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return common::make_error(common::ErrorCode::kIo, errno_text("socket", path));
 
@@ -79,14 +72,13 @@ common::Result<std::unique_ptr<ControlServer>> ControlServer::start(const std::s
     }
     // A socket file: live if somebody accepts on it, stale otherwise.
     UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&*address), sizeof *address) ==
-        0) {
+    if (::connect(probe.get(), address->get(), address->length) == 0) {
       return common::make_error(common::ErrorCode::kAlreadyExists,
                                 "control socket '" + path + "' is in use by another instance");
     }
     ::unlink(path.c_str());
   }
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*address), sizeof *address) != 0) {
+  if (::bind(fd.get(), address->get(), address->length) != 0) {
     return common::make_error(common::ErrorCode::kIo, errno_text("bind", path));
   }
   if (::listen(fd.get(), 8) != 0) {
@@ -158,27 +150,8 @@ void ControlServer::handle_connection_ct(int fd) {
 
 common::Result<std::string> control_request(const std::string& path, std::string_view request,
                                             int timeout_ms) {
-  auto address = make_address(path);
-  if (!address) return std::unexpected(address.error());
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return common::make_error(common::ErrorCode::kIo, errno_text("socket", path));
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*address), sizeof *address) != 0) {
-    return common::make_error(common::ErrorCode::kUnavailable,
-                              errno_text("cannot connect to control socket", path) +
-                                  " (is detwan-wanem running with --control?)");
-  }
-  std::string line(request);
-  line += '\n';
-  if (!write_all(fd.get(), line)) {
-    return common::make_error(common::ErrorCode::kIo, errno_text("send to", path));
-  }
-  std::string response;
-  if (!read_line(fd.get(), response, 16 * 1024 * 1024, timeout_ms)) {
-    return common::make_error(common::ErrorCode::kTimeout, "no answer from control socket '" +
-                                                               path + "' within " +
-                                                               std::to_string(timeout_ms) + " ms");
-  }
-  return response;
+  return common::unix_request(path, request, timeout_ms, ControlServer::kMaxAnswerBytes,
+                              "detwan-wanem");
 }
 
 }  // namespace detwan::wanem

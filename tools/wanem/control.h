@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "common/status.h"
-#include "tools/wanem/post_queue.h"
 #include "common/unique_fd.h"
+#include "tools/wanem/post_queue.h"
 
 namespace detwan::wanem {
 
@@ -25,6 +25,7 @@ class ControlServer {
   static constexpr int kReplyTimeoutMs = 5000;
   static constexpr int kRequestTimeoutMs = 2000;
   static constexpr size_t kMaxRequestBytes = 64 * 1024;
+  static constexpr size_t kMaxAnswerBytes = 16 * 1024 * 1024;  // what control_request() reads
 
   // Binds `path` (replacing a stale socket file nobody listens on; refusing a live one) and
   // starts the control thread.
@@ -46,8 +47,9 @@ class ControlServer {
   std::thread thread_;
 };
 
-// Client side: sends one request object and returns the response text. Errors (no such socket,
-// no answer within timeout_ms) come back as Result errors naming the path.
+// Client side: sends one request object and returns the response text (common::unix_request).
+// Errors name the path: "no detwan-wanem listening on /run/wanem.sock: Connection refused",
+// "no answer from detwan-wanem on /run/wanem.sock within 10000 ms".
 common::Result<std::string> control_request(const std::string& path, std::string_view request,
                                             int timeout_ms = 10000);
 
