@@ -119,6 +119,26 @@ common::Result<void> open_shared(SharedState& shared, Gateway::Impl& first,
     shared.wan_ports.push_back(std::move(*port));
   }
   if (shard_count > 1) {
+    for (uint32_t i = 0; i < config.wan_ports.size(); ++i) {
+      const EthPort& port = *shared.wan_ports[i];
+      std::unique_ptr<FlowSteering> steering;
+      std::string note;
+      if (port.rx_queue_count() < shard_count) {
+        note = fmt::format("{}: {} RX queue(s) for {} shards: no flow rules", port.label(),
+                           port.rx_queue_count(), shard_count);
+      } else if (auto installed = FlowSteering::install(port.port_id(), port.label(),
+                                                        config.wan_ports[i].local, shard_count);
+                 installed) {
+        steering = std::move(*installed);
+        note = fmt::format("{}: {} flow rules", port.label(), steering->rule_count());
+      } else {
+        note = installed.error().message;
+      }
+      shared.wan_steering.push_back(std::move(steering));
+      shared.wan_steering_note.push_back(std::move(note));
+    }
+  }
+  if (shard_count > 1) {
     shared.peers = std::make_unique<gw::PeerBoards>(first.engine.peer_count());
     for (uint32_t k = 0; k < shard_count; ++k) {
       for (auto* rings : {&shared.wan_in, &shared.local_in}) {
@@ -140,7 +160,8 @@ common::Result<void> open_shared(SharedState& shared, Gateway::Impl& first,
 }  // namespace
 
 SharedState::~SharedState() {
-  wan_ports.clear();  // devices first: they may hold buffered mbufs of the pool
+  wan_steering.clear();  // rules before their devices
+  wan_ports.clear();     // devices first: they may hold buffered mbufs of the pool
   local.port.reset();
   for (auto* rings : {&wan_in, &local_in}) {
     for (rte_ring* ring : *rings) {
@@ -247,13 +268,23 @@ std::string eth_json(const EthPort& port, bool with_frame_drops) {
 
 }  // namespace
 
+const std::vector<std::string>& Gateway::wan_steering_notes() const noexcept {
+  return impl_->shared->wan_steering_note;
+}
+
 std::string Gateway::counters_json() const {
   const Impl& impl = *impl_;
   std::string text = R"({"wan_ports":[)";
   for (std::size_t i = 0; i < impl.wan.size(); ++i) {
-    text += fmt::format(R"({}{{"name":"{}","device":"{}",{}}})", i > 0 ? "," : "",
-                        impl.config.wan_ports[i].name, impl.wan[i].device,
-                        eth_json(*impl.wan[i].port, true));
+    // How its frames reach their owner shard: "flow_rules" (the device steers them),
+    // "dispatch" (RSS at best, then the dispatch rings), or "none" with one shard.
+    const SharedState& shared = *impl.shared;
+    const char* steering = i >= shared.wan_steering.size() ? "none"
+                           : shared.wan_steering[i]        ? "flow_rules"
+                                                           : "dispatch";
+    text += fmt::format(R"({}{{"name":"{}","device":"{}",{},"rx_steering":"{}"}})",
+                        i > 0 ? "," : "", impl.config.wan_ports[i].name, impl.wan[i].device,
+                        eth_json(*impl.wan[i].port, true), steering);
   }
   text += "],";
   if (impl.local.port) {
@@ -313,6 +344,9 @@ common::Result<void> run_sharded(gw::RunContext& context) {
   }
   auto shards = Gateway::open_shards(engines, config);
   if (!shards) return std::unexpected(shards.error());
+  for (const std::string& note : (*shards)[0]->wan_steering_notes()) {
+    log->info("receive steering: {}", note);
+  }
   log->info("{} shards on lcores {} (tunnel id mod {} picks the shard), {}", count,
             fmt::join(config.dpdk.lcores, ", "), count,
             config.timing == gw::TimingMode::kBusy ? "busy polling" : "low-cpu idle sleeps");

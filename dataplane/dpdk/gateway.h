@@ -35,8 +35,8 @@ class TscTaiClock;  // gateway_impl.h
 // IPv4/IPv6 (the Ethernet header is stripped and the IP packet submitted like a TUN read);
 // released IP packets leave with an Ethernet header from the port's MAC to `peer_mac`.
 struct LocalPortOptions {
-  std::string device;     // ethdev name, e.g. "net_ring_host0"
-  std::string peer_mac;   // destination MAC of released packets (required)
+  std::string device;    // ethdev name, e.g. "net_ring_host0"
+  std::string peer_mac;  // destination MAC of released packets (required)
   uint16_t rx_queue_size = 1024;
   uint16_t tx_queue_size = 1024;
 };
@@ -53,7 +53,7 @@ struct GatewayOptions {
   // the engine holds is released on time: its release is the next event).
   int64_t idle_sleep_ns = 50'000;
   int64_t idle_sleep_max_ns = 1'000'000;
-  bool checksum_offload = true;    // use the device's IPv4/UDP checksum offloads if it has them
+  bool checksum_offload = true;  // use the device's IPv4/UDP checksum offloads if it has them
 };
 
 // The longest idle sleep of the low-cpu loop after `idle_ns` without work: idle / 8, at least
@@ -96,8 +96,10 @@ class Gateway {
   // the devices (each shard has queue k of every device: its own TX queue, and RX queue k where
   // the device has one) and the host side (shard 0 reads TUN and the service sockets). A shard
   // passes a packet whose tunnel another shard owns to that shard's ring (software dispatch);
-  // where the device steers the tunnel's frames to the owner's RX queue (RSS, flow rules, or the
-  // peer's shard k sending on queue k) nothing is passed. The schedule stays exact: see shard.h.
+  // where the device steers the tunnel's frames to the owner's RX queue (flow rules installed
+  // here when the shard count is a power of two and the device takes them, flow_steering.h; or
+  // the peer's shard k sending on queue k) nothing is passed. The schedule stays exact: see
+  // shard.h.
   static common::Result<std::vector<std::unique_ptr<Gateway>>> open_shards(
       const std::vector<gw::Engine*>& engines, const gw::GatewayConfig& config,
       const GatewayOptions& options = {});
@@ -125,9 +127,14 @@ class Gateway {
 
   [[nodiscard]] BackendCounters counters() const noexcept;
   // {"wan_ports":[{"name":..,"device":..,"port_id":..,"rx_packets":..,...,
-  //  "frame_drops":{"other_mac":0,...}}],"local":{...},"no_buffer":..,...}
+  //  "frame_drops":{"other_mac":0,...},"rx_steering":"flow_rules"|"dispatch"|"none"}],
+  //  "local":{...},"no_buffer":..,...}
   [[nodiscard]] std::string counters_json() const;
   [[nodiscard]] uint16_t wan_port_id(uint32_t port_index) const noexcept;
+  // With several shards, per WAN port: how its frames reach their owner shard (flow_steering.h):
+  // "wan_ports[0] (wan0): 2 flow rules", or why the device does not steer them (then RSS and the
+  // dispatch rings do). Empty with one shard.
+  [[nodiscard]] const std::vector<std::string>& wan_steering_notes() const noexcept;
   [[nodiscard]] rte_mempool* pool() const noexcept;
   // UDP port the service socket of tunnel_index is bound to (0 if it has none, or the tunnel was
   // added at run time: service sockets exist only for the file's tunnels); for tests that bind

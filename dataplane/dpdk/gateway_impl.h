@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/unique_fd.h"
+#include "dataplane/dpdk/flow_steering.h"
 #include "dataplane/dpdk/frame.h"
 #include "dataplane/dpdk/gateway.h"
 #include "dataplane/dpdk/port.h"
@@ -74,6 +75,11 @@ struct SharedState {
 
   rte_mempool* pool = nullptr;
   std::vector<std::unique_ptr<EthPort>> wan_ports;  // by WAN port index
+  // By WAN port index, with several shards: the flow rules that steer its frames to their owner
+  // shard's RX queue (null where the device refused them: RSS and dispatch only), and what
+  // happened, for the log and counters_json() ("4 flow rules" or the refusal).
+  std::vector<std::unique_ptr<FlowSteering>> wan_steering;
+  std::vector<std::string> wan_steering_note;
   LocalSide local;
   uint32_t shard_count = 1;
   std::vector<rte_ring*> wan_in;    // per shard: WAN frames (hash.usr = WAN port index)

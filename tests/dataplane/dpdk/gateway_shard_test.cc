@@ -145,6 +145,15 @@ TEST(GatewayShards, ShardZeroDispatchesAndEachTunnelLeavesFromItsOwner) {
       }
     }
   }
+  // net_ring has no flow API: the gateway tried the flow rules (flow_steering.h), says why they
+  // are not there, and its WAN frames are steered by the dispatch rings instead.
+  for (Side* side : {&a, &b}) {
+    const auto& notes = side->shards[0]->wan_steering_notes();
+    ASSERT_EQ(notes.size(), 1u);
+    EXPECT_THAT(notes[0], ::testing::HasSubstr("the device refuses the flow rule of shard 0"));
+    EXPECT_THAT(side->shards[1]->counters_json(),
+                ::testing::HasSubstr(R"("rx_steering":"dispatch")"));
+  }
   // Shard 0 of A passed shard 1's host packets on, shard 0 of B its WAN frames; nothing lost.
   const BackendCounters a0 = a.shards[0]->counters(), b0 = b.shards[0]->counters();
   EXPECT_GE(a0.dispatched, kPerTunnel * kTunnels / 2);  // + B's control packets for tunnel 1
