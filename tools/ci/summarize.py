@@ -7,10 +7,16 @@ write their report where meson tells them (<build dir>/<test name>.xml) and are 
 no report (a crash, a timeout) counts as one failure, so nothing disappears from the count.
 Exit status 1 when anything failed.
 """
+import collections
 import json
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
+
+# GoogleTest prints a GTEST_SKIP() as "file:line: Skipped", the message, then the "[  SKIPPED ]"
+# line; its JSON report (1.12) keeps no message, so the reasons come from the output meson kept.
+GTEST_SKIP = re.compile(r": Skipped\n(.*?)\n\[  SKIPPED \] ", re.S)
 
 
 def gtest_counts(path):
@@ -31,7 +37,8 @@ def gtest_counts(path):
     return passed, failed, skipped, failures
 
 
-def junit_counts(path):
+def junit_counts(path, reasons=None):
+    """Counts; with `reasons` (a Counter), also each skipped case's message (pytest writes it)."""
     root = ET.parse(path).getroot()
     passed = failed = skipped = 0
     failures = []
@@ -42,13 +49,18 @@ def junit_counts(path):
             failures.append(name)
         elif case.find("skipped") is not None or case.get("status") == "notrun":
             skipped += 1
+            message = case.find("skipped").get("message") if case.find("skipped") is not None else ""
+            if reasons is not None and message:
+                reasons[message.strip()] += 1
         else:
             passed += 1
     return passed, failed, skipped, failures
 
 
-def summarize_dir(label, results_dir, testlog, totals, failures):
-    """Adds one results directory (and the meson testlog of the build that produced it)."""
+def summarize_dir(label, results_dir, testlog, totals, failures, skip_reasons):
+    """Adds one results directory (and the meson testlog of the build that produced it);
+    skip_reasons[label] counts why tests were skipped."""
+    reasons = skip_reasons.setdefault(label, collections.Counter())
     reported = {}  # gtest binary name -> failures in its report
     names = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
     for name in names:
@@ -58,7 +70,7 @@ def summarize_dir(label, results_dir, testlog, totals, failures):
                 counts = gtest_counts(path)
                 reported[name[: -len(".json")]] = counts[1]
             elif name.endswith(".xml"):
-                counts = junit_counts(path)
+                counts = junit_counts(path, reasons)
             else:
                 continue
         except (ValueError, ET.ParseError, OSError) as err:
@@ -74,6 +86,9 @@ def summarize_dir(label, results_dir, testlog, totals, failures):
         build_dir = os.path.dirname(os.path.dirname(os.path.abspath(testlog)))
         with open(testlog, encoding="utf-8") as f:
             entries = [json.loads(line) for line in f if line.strip()]
+        for entry in entries:
+            for message in GTEST_SKIP.findall(entry.get("stdout") or ""):
+                reasons[message.strip()] += 1
         for entry in entries:
             exe = os.path.basename((entry.get("command") or entry.get("cmd") or [""])[0])
             xml = os.path.join(build_dir, f"{entry.get('name', '')}.xml")
@@ -105,15 +120,19 @@ def main():
     """Arguments: LABEL=RESULTS_DIR[:MESON_TESTLOG] ..."""
     totals = [0, 0, 0]
     failures = []
+    skip_reasons = {}
     for arg in sys.argv[1:]:
         label, _, rest = arg.partition("=")
         results_dir, _, testlog = rest.partition(":")
         summarize_dir(f"{label}/" if label else "", results_dir, testlog or None, totals,
-                      failures)
+                      failures, skip_reasons)
     for name in failures:
         print(f"  FAILED: {name}")
-    # The closing line CI reads is exactly "N passed, N failed"; skips go on the line before.
-    print(f"  ({totals[2]} skipped: see the reasons above)")
+    # The closing line CI reads is exactly "N passed, N failed"; skips go on the lines before.
+    print(f"  {totals[2]} skipped" + (", why:" if totals[2] else ""))
+    for label, reasons in skip_reasons.items():
+        for message, count in sorted(reasons.items()):
+            print(f"    {label.rstrip('/') or 'tests'}: {count} x {message}")
     print(f"{totals[0]} passed, {totals[1]} failed")
     return 1 if totals[1] else 0
 
