@@ -34,6 +34,7 @@ import sys
 import tempfile
 
 from lab import compare, cross, measure, reserve
+from lab.runs import Runs, last_json, run_group, set_cc, tail
 from lab.transport import MIN_QUEUE_BYTES, wan_spec
 from lab.units import (parse_duration_ns, parse_fraction, parse_rate_bps, parse_share,
                        parse_size_bytes)
@@ -107,22 +108,22 @@ def row_of(size: int, impl: str, path: str, wan: str, loss: float, bound_s: floa
     return row
 
 
-def run_detwan(runs: compare.Runs, args, binary: str, size: int, riding: str | None) -> tuple:
+def run_detwan(runs: Runs, args, binary: str, size: int, riding: str | None) -> tuple:
     argv = [binary, "allreduce", "--lab", "--no-setup", "--sites", "2", "--ranks-per-site",
             str(args.ranks_per_site), "--timeout", f"{args.timeout_per_run:g}", "--json",
             *compare.sweep_args(size, args)]
     argv += ["--reservation", riding] if riding else ["--best-effort"]
-    outs, killed = compare.run_group(runs, [argv], args.timeout_per_run + 60)
+    outs, killed = run_group(runs, [argv], args.timeout_per_run + 60)
     if killed:
         return None, killed
     rc, out, err = outs[0]
-    got, reason = compare.parse_row(compare.last_json(out), size)
+    got, reason = compare.parse_row(last_json(out), size)
     if got is None:
-        reason = f"{reason} (detwan-bench exit {rc}): {compare.tail(err)}"
+        reason = f"{reason} (detwan-bench exit {rc}): {tail(err)}"
     return got, reason
 
 
-def run_baseline(runs: compare.Runs, args, impl: str, bins: dict, sites: list[dict],
+def run_baseline(runs: Runs, args, impl: str, bins: dict, sites: list[dict],
                  size: int) -> tuple:
     where = compare.rank_sites(sites, args.ranks_per_site)
     if impl == "gloo":
@@ -167,7 +168,7 @@ def run_loss(runs, args, bins, loss: float, doc: dict) -> None:
     log(f"tools/testbed up {' '.join(up)}")
     with measure.own_lab(*up) as st:
         sites = compare.lab_sites(st, 2)
-        readback = compare.set_cc([s["host_ns"] for s in sites], args.cc)
+        readback = set_cc([s["host_ns"] for s in sites], args.cc)
         url = st["agents"][0]["url"]
         with reserve.reserved_pairs(url, [s["name"] for s in sites], args.reserve,
                                     burst_bytes=args.reserve_burst) as made:
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                       "warmup": args.warmup, "cc": args.cc,
                       "ranks_per_site": args.ranks_per_site, "mtu_bytes": args.mtu}}
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="detwan-compare-wan-"))
-    runs = compare.Runs(workdir)
+    runs = Runs(workdir)
     saved = {s: signal.signal(s, compare._raise_terminated) for s in (signal.SIGTERM,
                                                                       signal.SIGHUP)}
     status = 0
