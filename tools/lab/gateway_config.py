@@ -260,6 +260,24 @@ def dpdk_section(site: Site, paths: list, options: "GatewayOptions") -> list[str
     return ["dpdk:", "  eal: [" + ", ".join(_q(a) for a in eal) + "]", "  mbufs: 8191", lcores]
 
 
+def wan_port_lines(site: Site, p: WanPath, k: int, line_bps: int, mtu: int,
+                   options: GatewayOptions) -> list[str]:
+    """One entry of wan_ports: the site's end of WAN path p, the k-th port of its gateway."""
+    lines = [
+        f"  - name: {wan_port_name(p)}",
+        f"    local: {_q(f'{p.gateway_addr(site)}:{TUNNEL_PORT}')}",
+        f"    line_rate: {format_rate(line_bps)}",
+        f"    mtu: {mtu}",
+        f"    cycle: {format_duration(CYCLE_NS)}",
+        f"    slots: {SLOT_COUNT}",
+        f"    guard: {format_duration(GUARD_NS)}",
+    ]
+    if options.backend == "dpdk":
+        lines.append(f"    dpdk: {{device: net_af_packet{k}, "
+                     f"next_hop_mac: {_q(mac_for(p.gateway_if(p.peer(site))))}}}")
+    return lines
+
+
 def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spec_for) -> str:
     """--agents: `site`'s gateway without tunnels, with an admin socket, a WAN port and a peer on
     every path (detwan-agent adds the tunnels at run time)."""
@@ -286,18 +304,7 @@ def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spe
         lines += dpdk_section(site, paths, options)
     lines.append("wan_ports:")
     for k, p in enumerate(paths):
-        lines += [
-            f"  - name: {wan_port_name(p)}",
-            f"    local: {_q(f'{p.gateway_addr(site)}:{TUNNEL_PORT}')}",
-            f"    line_rate: {format_rate(line_rate_bps(spec_for(p)))}",
-            f"    mtu: {options.wan_mtu}",
-            f"    cycle: {format_duration(CYCLE_NS)}",
-            f"    slots: {SLOT_COUNT}",
-            f"    guard: {format_duration(GUARD_NS)}",
-        ]
-        if options.backend == "dpdk":
-            lines.append(f"    dpdk: {{device: net_af_packet{k}, "
-                         f"next_hop_mac: {_q(mac_for(p.gateway_if(p.peer(site))))}}}")
+        lines += wan_port_lines(site, p, k, line_rate_bps(spec_for(p)), options.wan_mtu, options)
     lines.append("peers:")
     for p in paths:
         far = p.peer(site)
@@ -345,19 +352,7 @@ def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], Tunne
         lines += dpdk_section(site, [plan.path for plan in mine], options)
     lines.append("wan_ports:")
     for k, plan in enumerate(mine):
-        p = plan.path
-        lines += [
-            f"  - name: {wan_port_name(p)}",
-            f"    local: {_q(f'{p.gateway_addr(site)}:{TUNNEL_PORT}')}",
-            f"    line_rate: {format_rate(plan.line_rate_bps)}",
-            f"    mtu: {WAN_MTU_BYTES}",
-            f"    cycle: {format_duration(CYCLE_NS)}",
-            f"    slots: {SLOT_COUNT}",
-            f"    guard: {format_duration(GUARD_NS)}",
-        ]
-        if options.backend == "dpdk":
-            lines.append(f"    dpdk: {{device: net_af_packet{k}, "
-                         f"next_hop_mac: {_q(mac_for(p.gateway_if(p.peer(site))))}}}")
+        lines += wan_port_lines(site, plan.path, k, plan.line_rate_bps, WAN_MTU_BYTES, options)
     lines.append("peers:")
     for plan in mine:
         p = plan.path
