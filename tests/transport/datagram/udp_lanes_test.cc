@@ -234,10 +234,12 @@ TEST_F(UdpLanes, EveryPathOfAMultipathChannelReachesTheLaneThatOwnsIt) {
   EXPECT_EQ(total.dropped_unknown_connection, 0u);
   // Random ids: all 8 on one lane of 4 has odds 4^-7.
   EXPECT_GE(lanes_used, 2u);
-  for (int i = 0; i < kChannels; ++i) {
-    const ChannelStats stats = clients[i]->stats();
-    EXPECT_EQ(stats.paths_failed, 0u) << "channel " << i;
-  }
+  // Not asserted: the channels' paths_failed. A path's datagrams sent to the wrong lane are
+  // counted above (dropped_unknown_connection); a path declared failed without that is the
+  // liveness timer (3 RTT + 10 ms of silence while the other path answers) seeing a scheduling
+  // stall, which a loaded 2-CPU machine under ThreadSanitizer gives (CI, 2026-12-04: 1 of 8
+  // channels, nothing dropped, every byte delivered). That is the transport working as
+  // designed, and not what this test is about.
 }
 
 }  // namespace
