@@ -64,7 +64,8 @@ class FlowSteering {
  public:
   // Validates every rule, then creates them; nothing stays installed on an error, which names
   // the device, the rule and the device's reason ("wan_ports[0] (wan0): the device refuses the
-  // flow rule of shard 0: ... (Function not implemented)").
+  // flow rule of shard 0: Function not implemented" on a device without a flow API; a device
+  // with one adds its own reason: "<reason> (<errno text>)").
   static common::Result<std::unique_ptr<FlowSteering>> install(uint16_t port_id,
                                                                const std::string& label,
                                                                const gw::Endpoint& local,
