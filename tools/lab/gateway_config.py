@@ -260,6 +260,19 @@ def dpdk_section(site: Site, paths: list, options: "GatewayOptions") -> list[str
     return ["dpdk:", "  eal: [" + ", ".join(_q(a) for a in eal) + "]", "  mbufs: 8191", lcores]
 
 
+def gateway_section_lines(site: Site, options: GatewayOptions) -> list[str]:
+    """The `gateway:` section both configurations start with (without the admin socket)."""
+    return [
+        "gateway:",
+        f"  name: {site.name}",
+        f"  backend: {options.backend}",
+        f"  timing: {options.timing}",
+        "  cpu: -1",
+        *uring_shard_lines(options),
+        '  control_socket: ""          # the default, abstract @detwan-gw of this namespace',
+    ]
+
+
 def wan_port_lines(site: Site, p: WanPath, k: int, line_bps: int, mtu: int,
                    options: GatewayOptions) -> list[str]:
     """One entry of wan_ports: the site's end of WAN path p, the k-th port of its gateway."""
@@ -286,13 +299,7 @@ def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spe
     lines = [
         f"# detwan-gw of lab site {site.name}, written by tools/testbed up --dataplane "
         f"{options.backend} --agents (tools/lab/gateway.py): no tunnels, detwan-agent adds them",
-        "gateway:",
-        f"  name: {site.name}",
-        f"  backend: {options.backend}",
-        f"  timing: {options.timing}",
-        "  cpu: -1",
-        *uring_shard_lines(options),
-        '  control_socket: ""          # the default, abstract @detwan-gw of this namespace',
+        *gateway_section_lines(site, options),
         f"  admin_socket: {_q(str(admin_socket(site)))}   # writes: root only (mode 0600)",
         "tun:",
         "  enabled: true",
@@ -335,13 +342,7 @@ def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], Tunne
     lines = [
         f"# detwan-gw of lab site {site.name}, written by tools/testbed up --dataplane "
         f"{options.backend} (tools/lab/gateway.py)",
-        "gateway:",
-        f"  name: {site.name}",
-        f"  backend: {options.backend}",
-        f"  timing: {options.timing}",
-        "  cpu: -1",
-        *uring_shard_lines(options),
-        '  control_socket: ""          # the default, abstract @detwan-gw of this namespace',
+        *gateway_section_lines(site, options),
         "tun:",
         "  enabled: true",
         f"  name: {TUN_NAME}",
