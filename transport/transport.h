@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "transport/security.h"
 
 namespace detwan::transport {
 
@@ -210,6 +211,10 @@ struct EndpointOptions {
   // No progress thread: the owning thread drives the endpoint with Endpoint::progress() (see
   // "Inline progress" above). udp and loopback; the other backends refuse it (kInvalidArgument).
   bool inline_progress = false;
+  // Who may talk to this endpoint (transport/security.h): the key its channels, accepted and
+  // connected, authenticate with. Network backends refuse to run without a key unless the
+  // mode is kNone.
+  Security security;
 };
 
 }  // namespace detwan::transport
