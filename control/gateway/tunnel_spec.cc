@@ -89,6 +89,8 @@ json::object TunnelSpec::to_request() const {
     }
     request["auth"] =
         json::object{{"cipher", cipher}, {"keys", std::move(key_list)}, {"tx_key", tx_key}};
+  } else {
+    request["auth"] = "none";  // the gateway refuses a tunnel that does not say it
   }
   return request;
 }

@@ -82,6 +82,12 @@ common::Result<AeadKey> AeadKey::create(Cipher cipher, const Key& key) {
   return AeadKey(cipher, std::move(contexts));
 }
 
+bool AeadKey::rekey(const Key& key) noexcept {
+  const auto* raw = reinterpret_cast<const unsigned char*>(key.data());
+  return EVP_EncryptInit_ex(contexts_->seal, nullptr, nullptr, raw, nullptr) == 1 &&
+         EVP_DecryptInit_ex(contexts_->open, nullptr, nullptr, raw, nullptr) == 1;
+}
+
 AeadKey::AeadKey(Cipher cipher, std::unique_ptr<Contexts> contexts) noexcept
     : cipher_(cipher), contexts_(std::move(contexts)) {}
 AeadKey::AeadKey(AeadKey&&) noexcept = default;

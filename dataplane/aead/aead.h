@@ -54,6 +54,9 @@ class AeadKey {
   ~AeadKey();
 
   [[nodiscard]] Cipher cipher() const noexcept { return cipher_; }
+  // Replaces the key in the existing contexts (same cipher): no allocation of ours, no
+  // exceptions. False only if OpenSSL fails; the key is then unusable until a rekey succeeds.
+  bool rekey(const Key& key) noexcept;
 
   // Encrypts `text` in place and writes the tag. False only if OpenSSL fails.
   bool seal(const Nonce& nonce, std::span<const std::byte> aad, std::span<std::byte> text,

@@ -205,6 +205,8 @@ void describe_tunnel(std::string* out, const GatewayConfig& config, const Tunnel
                           aead::fingerprint(key.secret));
     }
     *out += fmt::format("      tx_key: {}\n", tunnel.auth->tx_key);
+  } else {
+    *out += "    auth: none  # unauthenticated, in clear (asked for by name)\n";
   }
   comment(out, "    ", tunnel_derived(config, tunnel));
 }

@@ -269,7 +269,20 @@ TunnelConfig parse_tunnel(const ConfigNode& node) {
   if (const auto protection = node.maybe_child("protection")) {
     parse_protection(*protection, &tunnel);
   }
-  if (const auto auth = node.maybe_child("auth")) parse_auth(*auth, &tunnel);
+  // Secure by default: a tunnel without keys must say so by name.
+  const auto auth = node.maybe_child("auth");
+  if (!auth) {
+    node.fail(
+        "field 'auth' is missing: a tunnel carries keys (auth: {cipher, keys: [{id, "
+        "secret_file}], tx_key}) or says 'auth: none' to run unauthenticated and in clear");
+  }
+  if (auth->is_scalar()) {
+    if (auth->as_string() != "none") {
+      auth->fail(fmt::format("'{}': expected keys (a map) or 'none'", auth->as_string()));
+    }
+  } else {
+    parse_auth(*auth, &tunnel);
+  }
   return tunnel;
 }
 

@@ -3,9 +3,10 @@
 // and the per-peer control state. Everything the datapath uses is allocated here.
 #include "dataplane/gw/engine.h"
 
+#include <openssl/rand.h>
+
 #include <algorithm>
 #include <cassert>
-#include <random>
 #include <set>
 #include <string>
 #include <utility>
@@ -109,6 +110,9 @@ common::Result<PeerState> make_peer(const GatewayConfig& config, uint32_t index,
   state.next_time_request_ns = start_ns;
   state.next_keepalive_ns = start_ns;
   state.playout_offset_ns = peer.clock_offset_ns.value_or(0);
+  auto window = wire::make_replay_window(kControlReplayWindowBits);
+  if (!window) return config_error(where + window.error().message);
+  state.control_replay.emplace(std::move(*window));
   return state;
 }
 
@@ -116,7 +120,7 @@ common::Result<PeerState> make_peer(const GatewayConfig& config, uint32_t index,
 
 common::Result<TunnelSetup> tunnel_setup(const GatewayConfig& config,
                                          const std::vector<PeerState>& peers,
-                                         const TunnelConfig& tunnel) {
+                                         const TunnelConfig& tunnel, AuthEnv& env) {
   const std::string where = fmt::format("tunnel {}: ", tunnel.id);
   uint32_t peer = kNoIndex;
   for (uint32_t p = 0; p < config.peers.size(); ++p) {
@@ -152,7 +156,7 @@ common::Result<TunnelSetup> tunnel_setup(const GatewayConfig& config,
     return config_error(where + ok.error().message);
   }
   if (tunnel.auth) {
-    auto auth = make_auth(*tunnel.auth, nullptr);
+    auto auth = make_auth(*tunnel.auth, tunnel.id, peers[peer].epoch, nullptr, env);
     if (!auth) return config_error(where + auth.error().message);
     setup.auth = std::move(*auth);
   }
@@ -185,6 +189,7 @@ common::Result<TunnelState> make_tunnel(TunnelSetup setup) {
       .replay = std::move(*replay),
       .replay_drops = {},
       .next_sequence = 0,
+      .peer_epoch = setup.auth ? setup.auth->peer_epoch : 0,
       .counters = {},
       .auth = std::move(setup.auth),
   };
@@ -192,8 +197,8 @@ common::Result<TunnelState> make_tunnel(TunnelSetup setup) {
 
 common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
                                         const std::vector<PeerState>& peers,
-                                        const TunnelConfig& tunnel) {
-  auto setup = tunnel_setup(config, peers, tunnel);
+                                        const TunnelConfig& tunnel, AuthEnv& env) {
+  auto setup = tunnel_setup(config, peers, tunnel, env);
   if (!setup) return std::unexpected(setup.error());
   return make_tunnel(std::move(*setup));
 }
@@ -222,18 +227,24 @@ void restart_tunnel(TunnelState& drained, TunnelSetup&& setup) noexcept {
   drained.protect_port = setup.protect_port;
   drained.replay_drops = {};
   drained.next_sequence = 0;
-  drained.peer_epoch = 0;
+  drained.peer_epoch = setup.auth ? setup.auth->peer_epoch : 0;
   drained.counters = {};
   drained.auth = std::move(setup.auth);
 }
 
 namespace {
 
-// A random 64-bit value, never 0: the session epoch, also shown as the boot id.
-uint64_t random_epoch() {
-  std::random_device random;
-  const uint64_t value = (uint64_t{random()} << 32) ^ random();
-  return value == 0 ? 1 : value;
+// A random 64-bit value from the CSPRNG, never 0: the session epoch, also shown as the boot id.
+// It is a key schedule input (aead/key_schedule.h): a new one per start means new keys.
+common::Result<uint64_t> random_epoch() {
+  uint64_t value = 0;
+  while (value == 0) {
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(&value), sizeof value) != 1) {
+      return common::make_error(common::ErrorCode::kInternal,
+                                "cannot draw a session epoch: OpenSSL's random generator failed");
+    }
+  }
+  return value;
 }
 
 }  // namespace
@@ -279,6 +290,16 @@ std::string_view to_string(EngineDrop reason) noexcept {
       return "auth_truncated";
     case EngineDrop::kAuthFailed:
       return "auth_failed";
+    case EngineDrop::kReflected:
+      return "reflected";
+    case EngineDrop::kAuthAwaitingPeer:
+      return "auth_awaiting_peer";
+    case EngineDrop::kAuthRateLimited:
+      return "auth_rate_limited";
+    case EngineDrop::kControlReplayed:
+      return "control_replayed";
+    case EngineDrop::kControlStale:
+      return "control_stale";
     case EngineDrop::kCount:
       break;
   }
@@ -316,8 +337,20 @@ common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& conf
     if (!peer) return std::unexpected(peer.error());
     impl->peers.push_back(std::move(*peer));
   }
+  if (shard.epoch != 0) {
+    impl->epoch = shard.epoch;
+  } else {
+    auto epoch = random_epoch();
+    if (!epoch) return std::unexpected(epoch.error());
+    impl->epoch = *epoch;
+  }
+  impl->boot_id = fmt::format("{:016x}", impl->epoch);
+  auto deriver = aead::KeyDeriver::create();
+  if (!deriver) return std::unexpected(deriver.error());
+  impl->deriver = std::make_unique<aead::KeyDeriver>(std::move(*deriver));
+  impl->auth_env = AuthEnv{impl->epoch, 1, impl->deriver.get()};
   for (uint32_t i = 0; i < c.tunnels.size(); ++i) {
-    auto tunnel = make_tunnel(c, impl->peers, c.tunnels[i]);
+    auto tunnel = make_tunnel(c, impl->peers, c.tunnels[i], impl->auth_env);
     if (!tunnel) return std::unexpected(tunnel.error());
     impl->tunnel_ids.emplace_back(tunnel->id, i);
     impl->tunnels.push_back(std::move(*tunnel));
@@ -325,8 +358,6 @@ common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& conf
   std::sort(impl->tunnel_ids.begin(), impl->tunnel_ids.end());
   impl->held_playouts.assign((impl->tunnels.size() * 2 + 63) / 64 + 1, 0);
   impl->choose_control_tunnels();
-  impl->epoch = shard.epoch != 0 ? shard.epoch : random_epoch();
-  impl->boot_id = fmt::format("{:016x}", impl->epoch);
   auto classifier = Classifier::create(c.tunnels);
   if (!classifier) return std::unexpected(classifier.error());
   impl->classifier = std::move(*classifier);

@@ -54,7 +54,14 @@ enum class EngineDrop : uint8_t {
   kAuthUnexpected,  // flag A on a tunnel without keys
   kAuthTruncated,   // flag A and a payload shorter than the tag
   kAuthFailed,      // no key of the tunnel opens it (forged, corrupted, replayed into another
-                    // tunnel or header)
+                    // tunnel or header, sealed for another epoch or direction)
+  kReflected,       // a control packet carrying this gateway's own epoch (its own, sent back)
+  kAuthAwaitingPeer,  // data on an authenticated tunnel before the peer's epoch is known
+  kAuthRateLimited,   // a control packet from an unknown epoch beyond the candidate key rate
+  // The control exchange (docs/wire-format.md, "Keepalive"); also counted per peer.
+  kControlReplayed,  // a control packet whose sequence number was seen (or is too old)
+  kControlStale,     // a control packet from an epoch not accepted as the peer's (an earlier
+                     // boot's keepalive replayed, or a time packet of another epoch)
   kCount
 };
 inline constexpr int kEngineDropCount = static_cast<int>(EngineDrop::kCount);

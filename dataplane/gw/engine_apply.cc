@@ -59,7 +59,7 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
       taken[index] = true;
     }
     index_of[i] = index;
-    auto setup = tunnel_setup(*next, m.peers, tunnel);
+    auto setup = tunnel_setup(*next, m.peers, tunnel, m.auth_env);
     if (!setup) return std::unexpected(setup.error());
     if (index < m.tunnels.size() && fits(m.tunnels[index], *setup)) {
       restarted.emplace_back(index, std::move(*setup));
@@ -77,7 +77,8 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
     const uint32_t index = m.find_tunnel(tunnel.id);
     std::unique_ptr<TunnelAuthState> auth;
     if (tunnel.auth) {
-      auto made = make_auth(*tunnel.auth, m.tunnels[index].auth.get());
+      auto made = make_auth(*tunnel.auth, tunnel.id, m.tunnels[index].peer_epoch,
+                            m.tunnels[index].auth.get(), m.auth_env);
       if (!made) return std::unexpected(internal(fmt::format("tunnel {}", tunnel.id), made.error()));
       auth = std::move(*made);
     }

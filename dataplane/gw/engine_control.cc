@@ -3,6 +3,8 @@
 // exceptions, no logging. Control packets travel in the slots of the peer's first tunnel (its
 // "control tunnel", chosen again when tunnels change at run time), past the tunnel's policer,
 // from a fixed outbox allocated at create().
+#include <openssl/rand.h>
+
 #include <algorithm>
 #include <variant>
 
@@ -64,6 +66,14 @@ bool Engine::Impl::emit_control(uint32_t slot, const sched::TxFrame& frame, int6
 
   wire::ControlBody body = entry.body;
   if (auto* request = std::get_if<wire::TimeRequest>(&body)) {
+    // An unpredictable exchange id (CSPRNG): a response is matched to an outstanding request by
+    // it, so an off-path sender cannot guess one (unauthenticated tunnels) and a response of an
+    // earlier exchange is never taken for this one.
+    uint64_t id = 0;
+    while (id == 0) {
+      if (RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof id) != 1) return false;
+    }
+    request->exchange_id = id;
     request->t1_ns = now_ns;
     peer.outstanding[peer.outstanding_next] = request->exchange_id;
     peer.outstanding_next = (peer.outstanding_next + 1) % kOutstandingExchanges;
@@ -72,14 +82,17 @@ bool Engine::Impl::emit_control(uint32_t slot, const sched::TxFrame& frame, int6
   } else if (auto* keepalive = std::get_if<wire::Keepalive>(&body)) {
     keepalive->counter = peer.keepalive_counter + 1;
     keepalive->interval_ns = peer_cfg.keepalive_interval_ns;
-    keepalive->last_rx_counter = peer.last_rx_keepalive;
+    // What we last heard on this path (its epoch accepted or not): the answer a restarted peer
+    // needs to prove its new epoch is live (on_control).
+    keepalive->last_rx_counter = peer.heard_counter;
     keepalive->epoch = epoch;
+    keepalive->echo_epoch = peer.heard_epoch;
   }
   wire::TunnelHeader header;
   header.tunnel_id = tunnel.id;
   header.path_id = path_to(tunnel, entry.peer);
   header.sequence = peer.control_sequence;
-  header.cycle_id = static_cast<uint64_t>(frame.cycle_id);
+  header.cycle_id = epoch;  // a control packet's cycle_id is its sender's epoch
   header.tx_time_ns = now_ns;
   TunnelAuthState* auth = tunnels[tunnel_index].auth.get();
   if (auth != nullptr) {
@@ -90,7 +103,7 @@ bool Engine::Impl::emit_control(uint32_t slot, const sched::TxFrame& frame, int6
   if (encoded.status != wire::EncodeStatus::kOk) return false;  // only with now_ns < 0
   std::size_t size = encoded.size;
   if (auth != nullptr) {  // sealed like data (counted seal_failed if that ever fails)
-    size = seal_frame(*auth, control_scratch, encoded.size - wire::kHeaderSize);
+    size = seal_frame(*auth, control_scratch, encoded.size - wire::kHeaderSize, true);
     if (size == 0) return false;
   }
 
@@ -102,6 +115,7 @@ bool Engine::Impl::emit_control(uint32_t slot, const sched::TxFrame& frame, int6
   } else {
     ++peer.keepalive_counter;
     ++peer.counters.keepalives_sent;
+    peer.last_keepalive_sent_ns = now_ns;
   }
   header.flags = auth != nullptr ? wire::kFlagControl | wire::kFlagAuth : wire::kFlagControl;
   header.type = static_cast<uint8_t>(wire::type_of(body));
@@ -142,9 +156,52 @@ void Engine::Impl::set_playout_offset(PeerState& peer, int64_t offset_ns) noexce
   }
 }
 
-void Engine::Impl::on_control(uint32_t peer_index, const wire::ControlBody& body,
-                              int64_t now_ns) noexcept {
+bool Engine::Impl::fresh_answer(const PeerState& peer, const wire::Keepalive& k) const noexcept {
+  // It answers our keepalives of this boot, and one of the last few: at least
+  // kMinFreshKeepalives, and as many as fit in the peer's dead_after (a path slow enough to
+  // need more is dead anyway). A keepalive the peer sent before it restarted answers one of ours
+  // from back then: by the time it could be replayed, we have sent more than that since.
+  if (k.echo_epoch != epoch || k.last_rx_counter == 0 ||
+      k.last_rx_counter > peer.keepalive_counter) {
+    return false;
+  }
+  const PeerConfig& config = peer_config(peer);
+  const auto lag = std::max<uint64_t>(
+      kMinFreshKeepalives,
+      static_cast<uint64_t>(config.dead_after_ns / config.keepalive_interval_ns) + 2);
+  return peer.keepalive_counter - k.last_rx_counter <= lag;
+}
+
+void Engine::Impl::hurry_keepalive(PeerState& peer, int64_t now_ns) noexcept {
+  const int64_t interval = peer_config(peer).keepalive_interval_ns;
+  const int64_t soonest = peer.last_keepalive_sent_ns == kNeverNs
+                              ? now_ns
+                              : std::max(now_ns, peer.last_keepalive_sent_ns + interval / 8);
+  if (soonest < peer.next_keepalive_ns) {
+    peer.next_keepalive_ns = soonest;
+    ++peer.counters.early_keepalives;
+  }
+}
+
+bool Engine::Impl::on_control(uint32_t peer_index, const wire::ControlBody& body,
+                              uint64_t sender_epoch, uint64_t sequence, int64_t now_ns) noexcept {
   PeerState& peer = peers[peer_index];
+  const auto refuse = [&](uint64_t& counter, EngineDrop reason) {
+    ++counter;
+    count(reason);
+    return false;
+  };
+  // Rules of docs/wire-format.md ("Keepalive"). Packets of the peer's current epoch pass the
+  // control replay window; another epoch is only ever accepted from a keepalive.
+  const bool current = peer.epoch != 0 && sender_epoch == peer.epoch;
+  if (current) {
+    if (wire::drop_reason(peer.control_replay->check_and_update(sequence))) {
+      return refuse(peer.counters.control_replayed, EngineDrop::kControlReplayed);
+    }
+  } else if (!std::holds_alternative<wire::Keepalive>(body)) {
+    return refuse(peer.counters.control_stale, EngineDrop::kControlStale);
+  }
+
   if (const auto* request = std::get_if<wire::TimeRequest>(&body)) {
     ++peer.counters.time_requests_received;
     // t3 is filled in when the response leaves (emit_control).
@@ -157,17 +214,33 @@ void Engine::Impl::on_control(uint32_t peer_index, const wire::ControlBody& body
     const auto sample = wire::clock_sample(*response, now_ns);
     if (response->exchange_id == 0 || match == peer.outstanding.end() || !sample) {
       ++peer.counters.time_responses_ignored;
-      return;
+      return false;
     }
     *match = 0;
     peer.clock.add(*sample, now_ns);
     apply_offset(peer);
   } else if (const auto* keepalive = std::get_if<wire::Keepalive>(&body)) {
+    if (keepalive->epoch != peer.heard_epoch) peer.heard_counter = 0;
+    peer.heard_epoch = keepalive->epoch;
+    peer.heard_counter = std::max(peer.heard_counter, keepalive->counter);
+    if (!current) {
+      // A first epoch is taken as it comes (nothing of the peer's is held yet: if it was an
+      // earlier boot's keepalive replayed, the peer's next keepalive replaces it, below). A
+      // change of epoch only from a keepalive that answers one of our recent ones: a
+      // keepalive of the peer's earlier boot, replayed, answers none of them.
+      if (peer.epoch != 0 && !fresh_answer(peer, *keepalive)) {
+        hurry_keepalive(peer, now_ns);  // our challenge, for a peer that really restarted
+        return refuse(peer.counters.control_stale, EngineDrop::kControlStale);
+      }
+      on_peer_epoch(peer_index, keepalive->epoch, keepalive->counter);
+      (void)peer.control_replay->check_and_update(sequence);
+    }
     ++peer.counters.keepalives_received;
-    on_peer_epoch(peer_index, keepalive->epoch, keepalive->counter);
     peer.last_rx_keepalive = std::max(peer.last_rx_keepalive, keepalive->counter);
     peer.peer_last_rx_counter = keepalive->last_rx_counter;
+    if (keepalive->echo_epoch != epoch) hurry_keepalive(peer, now_ns);  // it does not know us
   }
+  return true;
 }
 
 void Engine::Impl::on_peer_epoch(uint32_t peer_index, uint64_t epoch,
@@ -176,10 +249,11 @@ void Engine::Impl::on_peer_epoch(uint32_t peer_index, uint64_t epoch,
   if (peer.epoch == epoch) return;
   if (peer.epoch != 0) {  // restarted: its counters and exchange ids start again too
     ++peer.counters.restarts;
-    peer.last_rx_keepalive = counter;
     peer.outstanding = {};
   }
+  peer.last_rx_keepalive = counter;
   peer.epoch = epoch;
+  peer.control_replay->reset();
   for (TunnelState& tunnel : tunnels) {
     if (tunnel.peer != peer_index && tunnel.protect_peer != peer_index) continue;
     if (tunnel.peer_epoch == epoch) continue;  // its other path said so already
@@ -188,6 +262,9 @@ void Engine::Impl::on_peer_epoch(uint32_t peer_index, uint64_t epoch,
       ++tunnel.counters.peer_restarts;
     }
     tunnel.peer_epoch = epoch;
+    // New data keys and the peer's control key for its new epoch; on an OpenSSL failure the
+    // tunnel has no data keys (its packets are refused, counted), never the old ones.
+    if (tunnel.auth) (void)set_peer_epoch(*tunnel.auth, epoch, *deriver);
   }
 }
 
@@ -203,7 +280,8 @@ int64_t Engine::Impl::next_control_event_ns() const noexcept {
     // A peer whose last tunnel was removed still goes down when it falls silent.
     if (peer.up) t = std::min(t, saturating_add(peer.last_rx_ns, peer_config(peer).dead_after_ns));
     if (peer.control_tunnel == kNoIndex || !leads(peer)) continue;
-    t = std::min({t, peer.next_time_request_ns, peer.next_keepalive_ns});
+    t = std::min(t, peer.next_keepalive_ns);
+    if (peer.epoch != 0) t = std::min(t, peer.next_time_request_ns);  // none before (poll)
   }
   return t;
 }
@@ -219,16 +297,19 @@ void Engine::poll_control_st(int64_t now_ns) noexcept {
     }
     if (peer.control_tunnel == kNoIndex) continue;  // no tunnel: nothing to exchange on
     if (!m.leads(peer)) continue;                   // another shard exchanges with it
-    if (now_ns >= peer.next_time_request_ns) {
-      m.queue_control(i, wire::TimeRequest{peer.next_exchange_id++, 0}, now_ns);
-      peer.next_time_request_ns =
-          advance(peer.next_time_request_ns, config.time_exchange_interval_ns, now_ns);
-    }
     if (now_ns >= peer.next_keepalive_ns) {
-      // Counter, interval and last_rx_counter are filled in when it leaves (emit_control).
-      m.queue_control(i, wire::Keepalive{1, config.keepalive_interval_ns, 0}, now_ns);
+      // Counter, interval, echo and last_rx_counter are filled in when it leaves (emit_control).
+      m.queue_control(i, wire::Keepalive{1, config.keepalive_interval_ns, 0, m.epoch, 0}, now_ns);
       peer.next_keepalive_ns =
           advance(peer.next_keepalive_ns, config.keepalive_interval_ns, now_ns);
+    }
+    // A time request is answered within the peer's epoch only: none before its epoch is known
+    // (the first leaves right after the first keepalive that brings it).
+    if (now_ns >= peer.next_time_request_ns && peer.epoch != 0) {
+      // Exchange id and t1 are filled in when it leaves (emit_control).
+      m.queue_control(i, wire::TimeRequest{1, 0}, now_ns);
+      peer.next_time_request_ns =
+          advance(peer.next_time_request_ns, config.time_exchange_interval_ns, now_ns);
     }
   }
 }

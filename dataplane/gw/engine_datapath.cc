@@ -49,6 +49,7 @@ Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_pack
   }
   TunnelState& tunnel = m.tunnels[route.tunnel_index];
   PortState& port = m.ports[tunnel.port];
+  if (!m.can_seal(tunnel)) return Status::kDropped;  // counted
   if (ip_packet.size() + tunnel.trailer_bytes() > port.max_payload_bytes) {
     m.count(EngineDrop::kTooBig);
     return Status::kDropped;
@@ -88,6 +89,7 @@ Status Engine::submit_service_st(uint32_t tunnel_index, uint64_t handle, uint32_
     return Status::kDropped;
   }
   PortState& port = m.ports[tunnel.port];
+  if (!m.can_seal(tunnel)) return Status::kDropped;  // counted
   if (payload_bytes + tunnel.trailer_bytes() > port.max_payload_bytes) {
     m.count(EngineDrop::kTooBig);
     return Status::kDropped;
@@ -232,7 +234,7 @@ std::size_t Engine::encode_frame_st(const TxEmit& emit, wire::DataType type,
   header.payload_length = static_cast<uint16_t>(payload_bytes + trailer);
   if (wire::encode(header, frame).status != wire::EncodeStatus::kOk) return 0;
   if (auth == nullptr) return wire::kHeaderSize + payload_bytes;
-  return seal_frame(*auth, frame, payload_bytes);  // 0 (counted) if the tag does not fit
+  return seal_frame(*auth, frame, payload_bytes, false);  // 0 (counted): no key, or no room
 }
 
 Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, uint64_t handle,
@@ -271,9 +273,17 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
     m.count(EngineDrop::kUnknownPath);
     return Status::kDropped;
   }
+  // A control packet names its sender's epoch: ours is our own packet sent back (refused before
+  // any work, authenticated tunnel or not).
+  if (packet.header.is_control() && packet.header.cycle_id == m.epoch) {
+    ++peer.counters.control_reflected;
+    if (tunnel.auth) ++tunnel.auth->counters.drops[static_cast<int>(AuthDrop::kReflected)];
+    m.count(EngineDrop::kReflected);
+    return Status::kDropped;
+  }
   // Authentication, before the packet touches any state (replay window, playout, clock).
   if (tunnel.auth || packet.header.is_auth()) {
-    if (!m.open(tunnel, udp_payload, &packet)) return Status::kDropped;
+    if (!m.open(tunnel, peer_index, udp_payload, &packet, now_ns)) return Status::kDropped;
   }
   if (packet.header.is_control()) {
     const auto body = wire::decode_control(packet);
@@ -281,8 +291,11 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
       port.rx_drops.add(body.error());
       return Status::kMalformed;
     }
+    if (!m.on_control(peer_index, *body, packet.header.cycle_id, packet.header.sequence,
+                      now_ns)) {
+      return Status::kDropped;  // refused and counted: moves no state, not even liveness
+    }
     m.mark_alive(peer, now_ns);
-    m.on_control(peer_index, *body, now_ns);
     return Status::kBusy;  // consumed: the caller frees the buffer
   }
   ++tunnel.counters.path_rx_packets[path];

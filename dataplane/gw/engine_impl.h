@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +38,15 @@ inline constexpr uint32_t kOutstandingExchanges = 4;
 // some slack for a burst of requests from the peer), at least kMinControlOutbox.
 inline constexpr uint32_t kControlOutboxPerPeer = 8;
 inline constexpr uint32_t kMinControlOutbox = 64;
+// An authenticated control packet from an epoch that is neither the peer's nor the candidate's
+// costs an HKDF (a candidate key): at most one per this long per peer path.
+inline constexpr int64_t kCandidateSpacingNs = 10'000'000;
+// The control packets' replay window per peer path (sequence numbers of its current epoch).
+inline constexpr uint32_t kControlReplayWindowBits = 64;
+// A keepalive claiming a new epoch answers one of our own keepalives: its last_rx_counter is
+// at most this many behind our latest (and at least this many, whatever the interval, so a
+// slow path still restarts), or the claim is refused as stale (see fresh_answer()).
+inline constexpr uint64_t kMinFreshKeepalives = 4;
 
 struct PortState {
   uint32_t config_index = 0;
@@ -110,6 +120,13 @@ struct PeerCounters {
   uint64_t up_transitions = 0;
   uint64_t down_transitions = 0;
   uint64_t restarts = 0;  // keepalives with a new session epoch (the peer gateway restarted)
+  // Refused control packets (docs/wire-format.md, "Keepalive"): replayed within an epoch,
+  // reflected (our own epoch), from an epoch not accepted (stale), time responses to no
+  // outstanding request (time_responses_ignored above).
+  uint64_t control_replayed = 0;
+  uint64_t control_reflected = 0;
+  uint64_t control_stale = 0;
+  uint64_t early_keepalives = 0;  // sent ahead of the interval: the peer did not know our epoch
 };
 
 struct PeerState {
@@ -120,14 +137,21 @@ struct PeerState {
   int64_t last_rx_ns = kNeverNs;
   int64_t next_time_request_ns = 0;
   int64_t next_keepalive_ns = 0;
-  uint64_t next_exchange_id = 1;
-  std::array<uint64_t, kOutstandingExchanges> outstanding{};  // exchange ids; 0 = free
+  std::array<uint64_t, kOutstandingExchanges> outstanding{};  // exchange ids (random); 0 = free
   uint32_t outstanding_next = 0;
   uint64_t keepalive_counter = 0;     // last sent
   uint64_t last_rx_keepalive = 0;     // highest counter received from the peer
   uint64_t peer_last_rx_counter = 0;  // what the peer says it received from us
   uint64_t control_sequence = 0;
   uint64_t epoch = 0;  // the peer's session epoch from its keepalives; 0: none heard yet
+  // The last epoch and keepalive counter heard from the peer on this path, accepted or not:
+  // what our keepalives echo (echo_epoch, last_rx_counter), so that a peer whose new epoch we
+  // have not accepted yet can prove it answers us now.
+  uint64_t heard_epoch = 0;
+  uint64_t heard_counter = 0;
+  std::optional<wire::ReplayWindow> control_replay;  // control sequence numbers of `epoch`
+  int64_t next_candidate_ns = kNeverNs;
+  int64_t last_keepalive_sent_ns = kNeverNs;
   ClockFilter clock;
   int64_t playout_offset_ns = 0;  // receiver - sender, applied to the tunnels' playouts
   PeerCounters counters;
@@ -160,6 +184,9 @@ struct Engine::Impl {
   std::vector<std::pair<uint32_t, uint32_t>> tunnel_ids;
   uint64_t generation = 0;  // +1 per successful apply_st
   uint64_t epoch = 0;       // this gateway's session epoch (keepalives), random per create()
+  // The tunnel key schedule (aead/key_schedule.h) and the numbering of transmit sessions.
+  std::unique_ptr<aead::KeyDeriver> deriver;
+  AuthEnv auth_env;
   ShardSpec shard;          // which shard of the gateway this engine is (shard.h)
   std::string boot_id;      // the epoch as 16 hex digits
   ControlIo control;
@@ -168,7 +195,7 @@ struct Engine::Impl {
   std::vector<ControlSlot> outbox;
   std::array<uint64_t, kEngineDropCount> drops{};
   LocalIo local;
-  std::array<std::byte, wire::kHeaderSize + wire::kTimeResponseBodySize + aead::kTagBytes>
+  std::array<std::byte, wire::kHeaderSize + wire::kMaxControlBodySize + aead::kTagBytes>
       control_scratch{};
 
   [[nodiscard]] uint32_t find_tunnel(uint32_t id) const noexcept;
@@ -195,12 +222,28 @@ struct Engine::Impl {
   // Builds the control packet of an outbox slot the scheduler released; false if it has none.
   bool emit_control(uint32_t slot, const sched::TxFrame& frame, int64_t now_ns,
                     TxEmit* emit) noexcept;
-  // A control packet from peer `peer` on one of its control tunnel's paths.
-  void on_control(uint32_t peer, const wire::ControlBody& body, int64_t now_ns) noexcept;
-  // Authenticates a WAN packet of `tunnel` (it has keys, or the packet has flag A): opens it
-  // in place and trims packet->payload to the plaintext. False: dropped and counted (engine
-  // and tunnel). engine_auth_datapath.cc.
-  bool open(TunnelState& tunnel, std::span<std::byte> datagram, wire::PacketView* packet) noexcept;
+  // A control packet from peer `peer` (one path of a tunnel), its header's epoch and sequence
+  // (authenticated if the tunnel is): applies the rules of docs/wire-format.md ("Keepalive").
+  // False: refused and counted (replayed, stale epoch, unanswered time response).
+  bool on_control(uint32_t peer, const wire::ControlBody& body, uint64_t epoch,
+                  uint64_t sequence, int64_t now_ns) noexcept;
+  // Authenticates a WAN packet of `tunnel` from peer path `peer` (it has keys, or the packet
+  // has flag A): opens it in place and trims packet->payload to the plaintext. False: dropped
+  // and counted (engine and tunnel). engine_auth_datapath.cc.
+  bool open(TunnelState& tunnel, uint32_t peer, std::span<std::byte> datagram,
+            wire::PacketView* packet, int64_t now_ns) noexcept;
+  // Whether a keepalive's echo answers one of our recent keepalives on this path.
+  [[nodiscard]] bool fresh_answer(const PeerState& peer, const wire::Keepalive& k) const noexcept;
+  // Sends a keepalive soon (at most 8 per interval): the peer does not know our epoch yet.
+  void hurry_keepalive(PeerState& peer, int64_t now_ns) noexcept;
+  // An authenticated tunnel seals data only with keys toward the peer's current epoch: false
+  // (counted auth_awaiting_peer) until that epoch is known.
+  bool can_seal(TunnelState& tunnel) noexcept {
+    if (!tunnel.auth || tunnel.auth->has_data_keys()) return true;
+    ++tunnel.auth->counters.drops[static_cast<int>(AuthDrop::kAwaitingPeer)];
+    count(EngineDrop::kAuthAwaitingPeer);
+    return false;
+  }
   void mark_alive(PeerState& peer, int64_t now_ns) noexcept;
   void apply_offset(PeerState& peer) noexcept;
   void set_playout_offset(PeerState& peer, int64_t offset_ns) noexcept;
@@ -226,15 +269,16 @@ struct TunnelSetup {
   sched::PlayoutConfig best_effort;  // bound 0
   std::unique_ptr<TunnelAuthState> auth;
 };
-// Errors name the tunnel.
+// Errors name the tunnel. An authenticated tunnel gets its keys from `env`, toward the epoch
+// its peer has in `peers` (if known).
 common::Result<TunnelSetup> tunnel_setup(const GatewayConfig& config,
                                          const std::vector<PeerState>& peers,
-                                         const TunnelConfig& tunnel);
+                                         const TunnelConfig& tunnel, AuthEnv& env);
 // A new tunnel state (allocates two playouts and a replay window); errors name the tunnel.
 common::Result<TunnelState> make_tunnel(TunnelSetup setup);
 common::Result<TunnelState> make_tunnel(const GatewayConfig& config,
                                         const std::vector<PeerState>& peers,
-                                        const TunnelConfig& tunnel);
+                                        const TunnelConfig& tunnel, AuthEnv& env);
 // Whether a drained tunnel index (nothing held) has the storage `setup` needs: playouts of its
 // playout_capacity_frames and a replay window of its replay_window_bits.
 [[nodiscard]] bool fits(const TunnelState& drained, const TunnelSetup& setup) noexcept;

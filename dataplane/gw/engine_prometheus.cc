@@ -326,6 +326,12 @@ std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t 
                 ac.sealed_packets);
       e.counter("detwan_gw_tunnel_auth_opened_packets_total",
                 "Packets a key of the tunnel opened (data and control)", labels, ac.opened_packets);
+      e.counter("detwan_gw_tunnel_auth_key_derivations_total",
+                "Keys derived for a new peer epoch (HKDF; docs/wire-format.md, Key schedule)",
+                labels, ac.key_derivations);
+      e.counter("detwan_gw_tunnel_auth_candidate_derivations_total",
+                "Control keys derived for a control packet from an unknown peer epoch", labels,
+                ac.candidate_derivations);
       for (int r = 0; r < kAuthDropCount; ++r) {
         Labels with_reason = labels;
         with_reason.emplace_back("reason", std::string(to_string(static_cast<AuthDrop>(r))));
@@ -393,6 +399,19 @@ std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t 
     e.counter("detwan_gw_peer_restarts_total",
               "Keepalives with a new session epoch: the peer gateway restarted", labels,
               c.restarts);
+    for (const auto& [reason, value] :
+         {std::pair{"replayed", c.control_replayed}, std::pair{"reflected", c.control_reflected},
+          std::pair{"stale", c.control_stale}}) {
+      Labels with_reason = labels;
+      with_reason.emplace_back("reason", reason);
+      e.counter("detwan_gw_peer_control_refused_total",
+                "Control packets refused: replayed in the epoch, our own sent back, or from an "
+                "epoch not accepted (an earlier boot's)",
+                with_reason, value);
+    }
+    e.counter("detwan_gw_peer_early_keepalives_total",
+              "Keepalives sent ahead of the interval: the peer did not know our epoch", labels,
+              c.early_keepalives);
   }
   LocalIo io = m.local;
   for (uint32_t k = 1; k < count; ++k) add_io(io, shards[k]->impl_->local);

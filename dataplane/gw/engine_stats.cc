@@ -162,6 +162,12 @@ std::string Engine::stats_json(int64_t now_ns) const {
                           {"seal_failed", ac.seal_failed},
                           {"opened_packets", ac.opened_packets},
                           {"new_sessions", ac.new_sessions},
+                          {"peer_epoch", t.auth->peer_epoch == 0
+                                             ? json::value(nullptr)
+                                             : json::value(fmt::format("{:016x}",
+                                                                       t.auth->peer_epoch))},
+                          {"key_derivations", ac.key_derivations},
+                          {"candidate_derivations", ac.candidate_derivations},
                           {"drops", std::move(drops)}};
     } else if (c.auth_unexpected_packets != 0) {
       auth = json::object{{"drops", json::object{{"auth_unexpected", c.auth_unexpected_packets}}}};
@@ -223,8 +229,12 @@ std::string Engine::stats_json(int64_t now_ns) const {
                                        {"responses_ignored", c.time_responses_ignored}}},
         {"keepalive", json::object{{"sent", c.keepalives_sent},
                                    {"received", c.keepalives_received},
+                                   {"early", c.early_keepalives},
                                    {"last_rx_counter", p.last_rx_keepalive},
                                    {"peer_last_rx_counter", p.peer_last_rx_counter}}},
+        {"control_refused", json::object{{"replayed", c.control_replayed},
+                                         {"reflected", c.control_reflected},
+                                         {"stale", c.control_stale}}},
     });
   }
   root["peers"] = std::move(peers);

@@ -7,7 +7,10 @@
 // receiver clock - sender clock, and bound_ns >= the path's worst-case latency. The WAN's
 // jitter is absorbed; what remains is the receiver's own scheduling error (playout_error_ns).
 //
-//  * bound_ns == 0: no playout; every packet is released on receipt and never counted late.
+//  * bound_ns == 0 ("in time"): no playout; every packet is released on receipt and never
+//    counted late. Its sender time (tx + offset) must still lie within max_hold_ns of its arrival
+//    (stale / too_early otherwise), as an on-time packet's target must: a packet captured and
+//    replayed later than that is refused whatever the replay window says.
 //  * A packet arriving after its target (arrival > target) is late: counted (late_packets,
 //    lateness_ns), then released at once (LateAction::kDeliver) or dropped (kDrop, counted).
 //  * A packet whose target is more than max_hold_ns ahead of its arrival (a garbled timestamp or

@@ -69,7 +69,16 @@ Status Playout::push(uint64_t handle, uint32_t bytes, int64_t tx_timestamp_ns,
       release_ns = target_ns;
     }
   }
-  if (config_.bound_ns == 0) counters_.wan_delay_ns.record(saturating_sub(now_ns, sender_time));
+  if (config_.bound_ns == 0) {
+    // In time: no hold, but the same window around the sender's time as an on-time target.
+    if (saturating_sub(now_ns, sender_time) > config_.max_hold_ns) {
+      return drop(PlayoutDrop::kStale);
+    }
+    if (saturating_sub(sender_time, now_ns) > config_.max_hold_ns) {
+      return drop(PlayoutDrop::kTooEarly);
+    }
+    counters_.wan_delay_ns.record(saturating_sub(now_ns, sender_time));
+  }
   if (size_ == config_.capacity_frames) return drop(PlayoutDrop::kBufferFull);
   if (late) ++counters_.late_delivered;
 

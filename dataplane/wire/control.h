@@ -5,7 +5,12 @@
 //
 //   time request  (32 bytes): exchange_id, t1, 16 reserved bytes (zero)
 //   time response (32 bytes): exchange_id, t1 (echoed), t2, t3
-//   keepalive     (32 bytes): counter, interval_ns, last_rx_counter, epoch
+//   keepalive     (40 bytes): counter, interval_ns, last_rx_counter, epoch, echo_epoch
+//
+// Every control packet's header carries the sender's session epoch in its cycle_id field (a
+// control packet leaves in no cycle of its own): an authenticated receiver picks the key that
+// opens it from that epoch, refuses its own epoch (a reflection) before any work, and a
+// keepalive's body epoch must equal it (bad_control otherwise).
 //
 // The two-way time exchange is NTP's: A sends a request at t1 (A's clock); B receives it at t2
 // and answers at t3 (B's clock); A receives the answer at t4 (A's clock, not on the wire). The
@@ -26,7 +31,8 @@ namespace detwan::dataplane::wire {
 
 inline constexpr std::size_t kTimeRequestBodySize = 32;
 inline constexpr std::size_t kTimeResponseBodySize = 32;
-inline constexpr std::size_t kKeepaliveBodySize = 32;
+inline constexpr std::size_t kKeepaliveBodySize = 40;
+inline constexpr std::size_t kMaxControlBodySize = 40;
 
 // Keepalive interval range a receiver accepts (1 us .. 1 h).
 inline constexpr int64_t kMinKeepaliveIntervalNs = 1'000;
@@ -55,6 +61,11 @@ struct Keepalive {
   // The sender's session epoch: drawn at random (never 0) each time the gateway starts. A new
   // value from a peer means the peer restarted: its sequence numbers start again.
   uint64_t epoch = 1;
+  // The receiver's epoch as the sender last heard it (0: none yet). With last_rx_counter it
+  // answers the receiver's recent keepalives, which is how a receiver tells a peer that really
+  // restarted from a keepalive of an earlier boot replayed to it (docs/wire-format.md,
+  // "Keepalive").
+  uint64_t echo_epoch = 0;
 
   friend constexpr bool operator==(const Keepalive&, const Keepalive&) = default;
 };
@@ -72,13 +83,14 @@ using ControlBody = std::variant<TimeRequest, TimeResponse, Keepalive>;
 
 // Parses the body of a packet decode() accepted. Checks, in order: the packet is a control
 // packet (bad_flags) of a known type (bad_type), the payload has the type's size
-// (control_length), reserved bytes are zero (reserved_set), then validate(body).
+// (control_length), reserved bytes are zero (reserved_set), the header's epoch (cycle_id) is
+// not 0 and a keepalive's body epoch equals it (bad_control), then validate(body).
 [[nodiscard]] Decoded<ControlBody> decode_control(const PacketView& packet) noexcept;
 
 // Writes header + body to the front of `out`. The header's flags (C, and A if `header` has it),
 // type and payload_length (the body's size: an authenticated packet is sealed next, which adds
-// the tag) are set from the body; tunnel_id, path_id, sequence, cycle_id, tx_time_ns and
-// session come from `header`.
+// the tag) are set from the body; tunnel_id, path_id, sequence, cycle_id (the sender's epoch,
+// != 0), tx_time_ns and session come from `header`.
 // kInvalidHeader if the header or the body would be dropped by a receiver. Writes nothing
 // unless it returns kOk; size is kHeaderSize + body_size(type_of(body)).
 EncodeResult encode_control(const TunnelHeader& header, const ControlBody& body,

@@ -16,6 +16,7 @@ constexpr std::size_t kField0 = 0;
 constexpr std::size_t kField1 = 8;
 constexpr std::size_t kField2 = 16;
 constexpr std::size_t kField3 = 24;
+constexpr std::size_t kField4 = 32;
 
 // Timestamps travel as uint64; values >= 2^63 become negative int64 and fail validation.
 int64_t load_time(const std::byte* p) noexcept { return static_cast<int64_t>(load_be64(p)); }
@@ -37,6 +38,7 @@ void write_body(const ControlBody& body, std::byte* p) noexcept {
     store_time(p + kField1, ka->interval_ns);
     store_be64(p + kField2, ka->last_rx_counter);
     store_be64(p + kField3, ka->epoch);
+    store_be64(p + kField4, ka->echo_epoch);
   }
 }
 
@@ -95,6 +97,7 @@ Decoded<ControlBody> decode_control(const PacketView& packet) noexcept {
   const ControlType type = h.control_type();
   if (!is_known(type)) return DropReason::kBadType;
   if (packet.payload.size() != body_size(type)) return DropReason::kControlLength;
+  if (h.cycle_id == 0) return DropReason::kBadControl;  // the sender's epoch
 
   const std::byte* p = packet.payload.data();
   switch (type) {
@@ -106,9 +109,12 @@ Decoded<ControlBody> decode_control(const PacketView& packet) noexcept {
     case ControlType::kTimeResponse:
       return checked(TimeResponse{load_be64(p + kField0), load_time(p + kField1),
                                   load_time(p + kField2), load_time(p + kField3)});
-    case ControlType::kKeepalive:
-      return checked(Keepalive{load_be64(p + kField0), load_time(p + kField1),
-                               load_be64(p + kField2), load_be64(p + kField3)});
+    case ControlType::kKeepalive: {
+      const Keepalive ka{load_be64(p + kField0), load_time(p + kField1), load_be64(p + kField2),
+                         load_be64(p + kField3), load_be64(p + kField4)};
+      if (ka.epoch != h.cycle_id) return DropReason::kBadControl;
+      return checked(ka);
+    }
   }
   return DropReason::kBadType;  // unreachable: is_known(type) above
 }
@@ -121,7 +127,10 @@ EncodeResult encode_control(const TunnelHeader& header, const ControlBody& body,
   h.flags = kFlagControl | (header.flags & kFlagAuth);  // A: the caller seals it next
   h.type = static_cast<uint8_t>(type);
   h.payload_length = static_cast<uint16_t>(size);
-  if (validate(h) || validate(body)) return {EncodeStatus::kInvalidHeader, 0};
+  if (validate(h) || validate(body) || h.cycle_id == 0) return {EncodeStatus::kInvalidHeader, 0};
+  if (const auto* ka = std::get_if<Keepalive>(&body); ka != nullptr && ka->epoch != h.cycle_id) {
+    return {EncodeStatus::kInvalidHeader, 0};
+  }
   if (out.size() < kHeaderSize + size) return {EncodeStatus::kNoSpace, 0};
   if (encode(h, out).status != EncodeStatus::kOk) return {EncodeStatus::kInvalidHeader, 0};
   write_body(body, out.data() + kHeaderSize);

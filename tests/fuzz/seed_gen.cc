@@ -271,7 +271,7 @@ tunnels:
       tx_key: 2
 )"));
   write_seed("config", "tunnel-item",
-             with_selector(1, R"({"id":1001,"peer":"site-b","owner":"agent:lab","rate":"10mbit",)"
+             with_selector(1, R"({"id":1001,"peer":"site-b","auth":"none","owner":"agent:lab","rate":"10mbit",)"
                               R"("slots":[50,51,52],"burst":"64kb","over_rate":"best-effort",)"
                               R"("bound":"4ms","late":"drop","max_hold":"1s","replay_window":128,)"
                               R"("match":{"dst":["10.30.0.0/16"],"udp_ports":["5201-5210",9000]}})"));

@@ -39,7 +39,10 @@ Bytes packet(TunnelHeader h, std::size_t payload = 0) {
 
 Bytes control(const ControlBody& body) {
   Bytes b(kHeaderSize + 64);
-  const EncodeResult r = encode_control(base(), body, b);
+  TunnelHeader h = base();
+  // A control packet's cycle_id is its sender's epoch (a keepalive's own).
+  if (const auto* ka = std::get_if<Keepalive>(&body)) h.cycle_id = ka->epoch;
+  const EncodeResult r = encode_control(h, body, b);
   if (r.status != EncodeStatus::kOk) std::abort();
   b.resize(r.size);
   return b;

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include <fmt/format.h>
@@ -126,8 +127,11 @@ class FakeGateways final : public gateway::GatewayClient {
                             {"dscp", t.at("dscp")},
                             {"match", t.at("match")}};
     if (const auto* protection = t.if_contains("protection")) out["protection"] = *protection;
-    // Keys as detwan-gw shows them: by id and fingerprint, never the secret.
-    if (const auto* auth = t.if_contains("auth")) {
+    // Keys as detwan-gw shows them: by id and fingerprint, never the secret. A tunnel must say
+    // "auth" (keys, or "none" by name) as detwan-gw requires; "none" shows as no "auth".
+    const auto* auth = t.if_contains("auth");
+    if (auth == nullptr) throw std::runtime_error("tunnel without 'auth' (detwan-gw refuses it)");
+    if (auth->is_object()) {
       boost::json::array keys;
       for (const auto& key : auth->at("keys").as_array()) {
         keys.push_back(boost::json::object{

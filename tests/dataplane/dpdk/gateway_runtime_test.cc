@@ -98,10 +98,10 @@ TEST_F(RuntimeTest, TunnelAddedThenRemovedOverTheAdminSockets) {
   EXPECT_EQ(carry("10.20.2.9:6000", 5, 200), 5u);
 
   const std::string add_a =
-      R"({"cmd":"add_tunnel","tunnel":{"id":8,"peer":"b","rate":"100mbit","slots":"60-69",)"
+      R"({"cmd":"add_tunnel","tunnel":{"id":8,"peer":"b","auth":"none","rate":"100mbit","slots":"60-69",)"
       R"("match":{"dst":["10.20.5.0/24"]}}})";
   const std::string add_b =
-      R"({"cmd":"add_tunnel","tunnel":{"id":8,"peer":"a","rate":"100mbit","slots":"60-69"}})";
+      R"({"cmd":"add_tunnel","tunnel":{"id":8,"peer":"a","auth":"none","rate":"100mbit","slots":"60-69"}})";
   EXPECT_EQ(boost::json::serialize(ask(0, add_a)),
             R"({"ok":true,"generation":1,"added":[8],"modified":[],"removed":[]})");
   EXPECT_EQ(ask(1, add_b).at("generation").to_number<uint64_t>(), 1u);

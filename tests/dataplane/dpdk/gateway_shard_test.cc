@@ -279,7 +279,7 @@ TEST(GatewayShards, RunWithTwoLcoresServesDataAndControl) {
     prometheus_answer = metrics ? *metrics : metrics.error().message;
     auto applied = gw::control_request(
         a.admin_socket,
-        R"({"cmd":"apply","add":[{"id":3,"peer":"b","rate":"100mbit","slots":"80-89"}]})", 5000);
+        R"({"cmd":"apply","add":[{"id":3,"peer":"b","auth":"none","rate":"100mbit","slots":"80-89"}]})", 5000);
     apply_answer = applied ? *applied : applied.error().message;
     auto after = gw::control_request(a.control_socket, R"({"cmd":"stats"})", 5000);
     stats_after = after ? *after : after.error().message;

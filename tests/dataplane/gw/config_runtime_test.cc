@@ -49,21 +49,22 @@ class ConfigRuntime : public ::testing::Test {
   }
   static TunnelConfig b(uint32_t id, const std::string& slots) {
     return item(R"({"id":)" + std::to_string(id) +
-                R"(,"peer":"site-b","rate":"10mbit","owner":"agent:x","slots":")" + slots +
+                R"(,"peer":"site-b","auth":"none","rate":"10mbit","owner":"agent:x","slots":")" + slots +
                 R"(","match":{"dst":["10.30.)" + std::to_string(id % 250) + R"(.0/24"]}})");
   }
 };
 
 TEST_F(ConfigRuntime, AJsonItemReadsLikeAYamlEntry) {
   const TunnelConfig t =
-      item(R"({"id":1001,"peer":"site-b","owner":"agent:lab","rate":"10mbit","slots":[50,51,52],)"
+      item(R"({"id":1001,"peer":"site-b","auth":"none","owner":"agent:lab","rate":"10mbit","slots":[50,51,52],)"
            R"("burst":"64kb","over_rate":"best-effort","shaper_rate":"1gbit","queue":16,)"
            R"("max_wait":"1ms","missed_slot":"drop","bound":"4ms","late":"drop","max_hold":"1s",)"
            R"("playout_capacity":7,"dscp":10,"replay_window":128,)"
            R"("match":{"dst":["10.30.0.0/16"],"udp_ports":["5201-5210",9000]}})");
   const GatewayConfig yaml = load_ok(
       std::string(kBase) +
-      "  - {id: 1001, peer: site-b, owner: \"agent:lab\", rate: 10mbit, slots: [50, 51, 52],\n"
+      "  - {id: 1001, peer: site-b, auth: none, owner: \"agent:lab\", rate: 10mbit,\n"
+      "     slots: [50, 51, 52],\n"
       "     burst: 64kb, over_rate: best-effort, shaper_rate: 1gbit, queue: 16, max_wait: 1ms,\n"
       "     missed_slot: drop, bound: 4ms, late: drop, max_hold: 1s, playout_capacity: 7,\n"
       "     dscp: 10, replay_window: 128,\n"
@@ -75,26 +76,26 @@ TEST_F(ConfigRuntime, AJsonItemReadsLikeAYamlEntry) {
 }
 
 TEST_F(ConfigRuntime, MalformedItemsNameTheItemAndTheField) {
-  EXPECT_EQ(item_error(R"({"id":1001,"peer":"site-b","rate":"10mbit","slots":"50","colour":1})",
+  EXPECT_EQ(item_error(R"({"id":1001,"peer":"site-b","auth":"none","rate":"10mbit","slots":"50","colour":1})",
                        "add[0] (tunnel 1001)"),
             "add[0] (tunnel 1001): field 'colour': unknown key 'colour' (allowed: id, peer, "
             "owner, rate, slots, burst, over_rate, shaper_rate, queue, max_wait, missed_slot, "
             "bound, late, max_hold, playout_capacity, dscp, replay_window, match, service, protection, "
       "auth)");
-  EXPECT_THAT(item_error(R"({"id":1001,"peer":"site-b","rate":"4gbt","slots":"50"})",
+  EXPECT_THAT(item_error(R"({"id":1001,"peer":"site-b","auth":"none","rate":"4gbt","slots":"50"})",
                          "modify[2] (tunnel 1001)"),
               HasSubstr("modify[2] (tunnel 1001): field 'rate': "));
   EXPECT_EQ(item_error(R"({"id":1001,"rate":"10mbit","slots":"50"})", "add[0] (tunnel 1001)"),
             "add[0] (tunnel 1001): field 'peer': missing required field");
-  EXPECT_THAT(item_error(R"({"id":0,"peer":"site-b","rate":"10mbit","slots":"50"})", "add[0]"),
+  EXPECT_THAT(item_error(R"({"id":0,"peer":"site-b","auth":"none","rate":"10mbit","slots":"50"})", "add[0]"),
               HasSubstr("add[0]: field 'id': expected an integer in [1, 4294967295], got '0'"));
-  EXPECT_THAT(item_error(R"({"id":1001,"peer":"site-b","rate":"10mbit","slots":"50",)"
+  EXPECT_THAT(item_error(R"({"id":1001,"peer":"site-b","auth":"none","rate":"10mbit","slots":"50",)"
                          R"("owner":")" +
                              std::string(65, 'o') + R"("})",
                          "add[0] (tunnel 1001)"),
               HasSubstr("add[0] (tunnel 1001): field 'owner': 65 bytes: an owner is at most 64"));
   EXPECT_THAT(item_error(R"([1,2])", "add[3]"), HasSubstr("add[3]: expected a tunnel as a JSON"));
-  EXPECT_THAT(item_error(R"({"id":1001,"peer":"site-b","rate":"10mbit","slots":{"a":1}})",
+  EXPECT_THAT(item_error(R"({"id":1001,"peer":"site-b","auth":"none","rate":"10mbit","slots":{"a":1}})",
                          "add[0] (tunnel 1001)"),
               HasSubstr("add[0] (tunnel 1001): field 'slots': "));
 }

@@ -2,7 +2,12 @@
 // example file, and the derived helpers. Validation rules are in config_validate_test.cc.
 #include "dataplane/gw/config.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -190,7 +195,7 @@ TEST(ConfigLoad, MinimalConfigGetsEveryStructDefault) {
       "gateway: {name: a}\n"
       "wan_ports: [{name: w, local: 10.0.0.1:0, line_rate: 1gbit}]\n"
       "peers: [{name: p, wan_port: w, endpoint: 10.0.0.2:4789}]\n"
-      "tunnels: [{id: 1, peer: p, rate: 10mbit, slots: 0-9}]\n");
+      "tunnels: [{id: 1, peer: p, rate: 10mbit, slots: 0-9, auth: none}]\n");
   WanPortConfig port;
   port.name = "w";
   port.local = *parse_endpoint("10.0.0.1:0");
@@ -304,7 +309,7 @@ TEST(ConfigDescribe, RoundTripsEveryNonDefaultValue) {
       "     over_rate: best-effort, shaper_rate: 1gbit, queue: 16, max_wait: 1ms, bound: 4ms,\n"
       "     late: drop, max_hold: 4ms, playout_capacity: 7, dscp: 0, replay_window: 65536,\n"
       "     match: {dst: [\"fd00:9::/32\", 192.0.2.0/24], udp_ports: [1, 65535, 100-200]},\n"
-      "     service: {deliver: \"[::1]:9\"}}\n";
+      "     service: {deliver: \"[::1]:9\"}, auth: none}\n";
   const GatewayConfig config = load_ok(yaml);
   ASSERT_EQ(config.wan_ports.size(), 1u);
   EXPECT_EQ(config.control_socket, "@gw \"x\"");
@@ -352,8 +357,25 @@ std::string example_path() {
   return std::string(root != nullptr ? root : ".") + "/docs/examples/gateway.yaml";
 }
 
+// The example's tunnels read their secrets from /etc/detwan/keys: the test writes three keys
+// into a directory of its own (mode 0600) and loads the example with that directory instead.
 TEST(ConfigExample, DocsExampleLoadsAndRoundTrips) {
-  auto config = load_gateway_config(example_path());
+  std::ifstream in(example_path());
+  ASSERT_TRUE(in) << example_path();
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::filesystem::path keys =
+      std::filesystem::temp_directory_path() / ("detwan-example-keys-" + std::to_string(getpid()));
+  std::filesystem::create_directories(keys);
+  for (const char* name : {"tunnel-7.key", "tunnel-8.key", "tunnel-9.key"}) {
+    std::ofstream(keys / name) << std::string(64, name[7]) << "\n";
+    std::filesystem::permissions(keys / name, std::filesystem::perms::owner_read |
+                                                  std::filesystem::perms::owner_write);
+  }
+  for (std::size_t at = 0; (at = text.find("/etc/detwan/keys", at)) != std::string::npos;) {
+    text.replace(at, 16, keys.string());
+  }
+  auto config = load_gateway_config_string(text, example_path());
+  std::filesystem::remove_all(keys);
   ASSERT_TRUE(config) << config.error().message;
   EXPECT_EQ(config->wan_ports.size(), 2u);
   EXPECT_EQ(config->peers.size(), 2u);
@@ -364,12 +386,24 @@ TEST(ConfigExample, DocsExampleLoadsAndRoundTrips) {
     udp_ports = udp_ports || !tunnel.udp_ports.empty();
     downgrade = downgrade || tunnel.over_rate == sched::OverRateAction::kBestEffort;
     bound = bound || tunnel.bound_ns > 0;
+    // The normal case: every tunnel authenticated, its secret read from its file.
+    ASSERT_TRUE(tunnel.auth.has_value()) << tunnel.id;
+    EXPECT_EQ(tunnel.auth->keys.at(0).secret,
+              *aead::key_from_hex(std::string(64, static_cast<char>('0' + tunnel.id))));
   }
   EXPECT_TRUE(service);
   EXPECT_TRUE(udp_ports);
   EXPECT_TRUE(downgrade);
   EXPECT_TRUE(bound);
-  EXPECT_EQ(round_trip(*config), *config);
+  // describe() never prints a secret (only its fingerprint), so the keys do not round-trip:
+  // everything else does.
+  const std::string described = describe(*config);
+  EXPECT_EQ(described.find(std::string(64, '7')), std::string::npos);
+  EXPECT_NE(described.find(aead::fingerprint(config->tunnels[0].auth->keys[0].secret)),
+            std::string::npos);
+  GatewayConfig without_keys = *config;
+  for (TunnelConfig& tunnel : without_keys.tunnels) tunnel.auth.reset();
+  EXPECT_EQ(round_trip(without_keys), without_keys);
 }
 
 // ---- derived helpers ----

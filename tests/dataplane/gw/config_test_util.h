@@ -46,17 +46,20 @@ inline constexpr std::string_view kBase =
     "    slots: 0-11\n"                                                  // 28
     "    bound: 5ms\n"                                                   // 29
     "    match: {dst: [10.20.2.0/24]}\n"                                 // 30
-    "  - id: 9\n"                                                        // 31
-    "    peer: site-b\n"                                                 // 32
-    "    rate: 200mbit\n"                                                // 33
-    "    slots: 20-41\n"                                                 // 34
-    "    over_rate: best-effort\n"                                       // 35
-    "    match: {dst: [10.20.3.0/24], udp_ports: [5201-5210, 9000]}\n"   // 36
-    "  - id: 11\n"                                                       // 37
-    "    peer: site-c\n"                                                 // 38
-    "    rate: 1gbit\n"                                                  // 39
-    "    slots: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"                    // 40
-    "    service: {listen: 127.0.0.1:5000, deliver: 127.0.0.1:6000}\n";  // 41
+    "    auth: none\n"                                                   // 31
+    "  - id: 9\n"                                                        // 32
+    "    peer: site-b\n"                                                 // 33
+    "    rate: 200mbit\n"                                                // 34
+    "    slots: 20-41\n"                                                 // 35
+    "    over_rate: best-effort\n"                                       // 36
+    "    match: {dst: [10.20.3.0/24], udp_ports: [5201-5210, 9000]}\n"   // 37
+    "    auth: none\n"                                                   // 38
+    "  - id: 11\n"                                                       // 39
+    "    peer: site-c\n"                                                 // 40
+    "    rate: 1gbit\n"                                                  // 41
+    "    slots: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"                    // 42
+    "    service: {listen: 127.0.0.1:5000, deliver: 127.0.0.1:6000}\n"   // 43
+    "    auth: none\n";                                                  // 44
 
 // kBase with line `line` (1-based) replaced by `text` (which may hold several lines).
 inline std::string replace_line(std::string_view base, int line, std::string_view text) {

@@ -75,8 +75,8 @@ TEST(ConfigValidate, NegativeDurationsOnlyForTheClockOffset) {
 TEST(ConfigValidate, EnumsListTheirValues) {
   EXPECT_EQ(load_error(with_line(2, "  name: site-a\n  backend: xdp")),
             "gw.yaml:3:12: field 'gateway.backend': 'xdp' is not one of: uring, dpdk");
-  EXPECT_EQ(load_error(with_line(35, "    over_rate: downgrade")),
-            "gw.yaml:35:16: field 'tunnels[1].over_rate': 'downgrade' is not one of: drop, "
+  EXPECT_EQ(load_error(with_line(36, "    over_rate: downgrade")),
+            "gw.yaml:36:16: field 'tunnels[1].over_rate': 'downgrade' is not one of: drop, "
             "best-effort");
   EXPECT_EQ(load_error(with_line(29, "    late: hold")),
             "gw.yaml:29:11: field 'tunnels[0].late': 'hold' is not one of: deliver, drop");
@@ -104,8 +104,8 @@ TEST(ConfigValidate, DuplicateNamesAndIds) {
             "wan_ports[0])");
   EXPECT_EQ(load_error(with_line(21, "  - name: site-b")),
             "gw.yaml:21:11: field 'peers[1].name': duplicate peer name 'site-b' (also peers[0])");
-  EXPECT_EQ(load_error(with_line(31, "  - id: 7")),
-            "gw.yaml:31:9: field 'tunnels[1].id': duplicate tunnel id 7 (also tunnels[0])");
+  EXPECT_EQ(load_error(with_line(32, "  - id: 7")),
+            "gw.yaml:32:9: field 'tunnels[1].id': duplicate tunnel id 7 (also tunnels[0])");
 }
 
 TEST(ConfigValidate, UnknownReferences) {
@@ -149,8 +149,8 @@ TEST(ConfigValidate, PrefixesWithHostBitsAreErrors) {
 }
 
 TEST(ConfigValidate, DuplicateLocalEndpoints) {
-  EXPECT_EQ(load_error(with_line(41, "    service: {listen: 10.101.12.1:4789}")),
-            "gw.yaml:41:23: field 'tunnels[2].service.listen': 10.101.12.1:4789 is the local "
+  EXPECT_EQ(load_error(with_line(43, "    service: {listen: 10.101.12.1:4789}")),
+            "gw.yaml:43:23: field 'tunnels[2].service.listen': 10.101.12.1:4789 is the local "
             "endpoint of WAN port 'wan1'");
   EXPECT_THAT(load_error(with_line(14, "    local: 10.101.12.1:4789")),
               HasSubstr("field 'wan_ports[1].local': 10.101.12.1:4789 is also the local endpoint "
@@ -208,21 +208,21 @@ TEST(ConfigValidate, SlotOutOfRange) {
   EXPECT_THAT(load_error(with_line(28, "    slots: 0-70000")),
               StartsWith("gw.yaml:28:12: field 'tunnels[0].slots': '0-70000': slot 70000 out of "
                          "range"));
-  EXPECT_THAT(load_error(with_line(40, "    slots: [0, 1, x]")),
-              StartsWith("gw.yaml:40:19: field 'tunnels[2].slots[2]': expected an integer"));
+  EXPECT_THAT(load_error(with_line(42, "    slots: [0, 1, x]")),
+              StartsWith("gw.yaml:42:19: field 'tunnels[2].slots[2]': expected an integer"));
 }
 
 TEST(ConfigValidate, SlotClaimedByTwoTunnelsNamesBoth) {
-  EXPECT_EQ(load_error(with_line(34, "    slots: 11-32")),
-            "gw.yaml:34:12: field 'tunnels[1].slots': slot 11 of WAN port 'wan1' is claimed by "
+  EXPECT_EQ(load_error(with_line(35, "    slots: 11-32")),
+            "gw.yaml:35:12: field 'tunnels[1].slots': slot 11 of WAN port 'wan1' is claimed by "
             "two tunnels: tunnel 7 (tunnels[0]) and tunnel 9 (tunnels[1])");
   EXPECT_EQ(load_error(with_line(28, "    slots: 0-11,5")),
             "gw.yaml:28:12: field 'tunnels[0].slots': slot 5 is listed twice");
 }
 
 TEST(ConfigValidate, ReservedRatesAboveTheLineRate) {
-  EXPECT_EQ(load_error(with_line(33, "    rate: 950mbit")),
-            "gw.yaml:33:11: field 'tunnels[1].rate': the reserved rates on WAN port 'wan1' add "
+  EXPECT_EQ(load_error(with_line(34, "    rate: 950mbit")),
+            "gw.yaml:34:11: field 'tunnels[1].rate': the reserved rates on WAN port 'wan1' add "
             "up to 1.05gbit (tunnels 7, 9), above its line rate 1gbit");
 }
 
@@ -235,7 +235,7 @@ TEST(ConfigValidate, SlotsThatCannotCarryTheRateSuggestHowMany) {
   EXPECT_THAT(load_error(with_line(28, "    slots: \"\"")),
               AllOf(HasSubstr("tunnel 7: its 0 of 100 slots carry 0bit"),
                     HasSubstr("it needs at least 12 consecutive slots")));
-  EXPECT_THAT(load_error(with_line(34, "    slots: 20-40")),
+  EXPECT_THAT(load_error(with_line(35, "    slots: 20-40")),
               HasSubstr("field 'tunnels[1].slots': tunnel 9: reserved rate 200mbit exceeds"));
 }
 
@@ -249,8 +249,8 @@ TEST(ConfigValidate, FragmentedSlotsLoseAGuardAndAFramePerWindow) {
 }
 
 TEST(ConfigValidate, DowngradeNeedsUnreservedSlots) {
-  EXPECT_EQ(load_error(with_line(34, "    slots: 12-99")),
-            "gw.yaml:35:16: field 'tunnels[1].over_rate': over_rate best-effort needs unreserved "
+  EXPECT_EQ(load_error(with_line(35, "    slots: 12-99")),
+            "gw.yaml:36:16: field 'tunnels[1].over_rate': over_rate best-effort needs unreserved "
             "slots, but every slot of WAN port 'wan1' is owned by a tunnel");
 }
 
@@ -260,12 +260,13 @@ TEST(ConfigValidate, TimingWheelLimitIsMappedToMaxWait) {
       "wan_ports: [{name: w, local: 10.0.0.1:1, line_rate: 1gbit, cycle: 1us, slots: 8}]\n"
       "peers: [{name: p, wan_port: w, endpoint: 10.0.0.2:1}]\n"
       "tunnels:\n"
-      "  - {id: 1, peer: p, rate: 1mbit, slots: 0-7, max_wait: 1s}\n";
+      "  - {id: 1, peer: p, rate: 1mbit, slots: 0-7, max_wait: 1s, auth: none}\n";
   EXPECT_THAT(load_error(yaml),
               AllOf(StartsWith("gw.yaml:5:57: field 'tunnels[0].max_wait': tx scheduler: the "
                                "timing wheel would need"),
                     HasSubstr("buckets")));
-  load_ok(replace_line(yaml, 5, "  - {id: 1, peer: p, rate: 1mbit, slots: 0-7, max_wait: 1ms}"));
+  load_ok(
+      replace_line(yaml, 5, "  - {id: 1, peer: p, rate: 1mbit, slots: 0-7, max_wait: 1ms, auth: none}"));
 }
 
 // ---- tunnel policies ----
@@ -335,7 +336,7 @@ TEST(ConfigValidate, GatewaySection) {
 
 TEST(ConfigValidate, OverlappingMatchesNeedDisjointUdpPorts) {
   EXPECT_EQ(load_error(with_line(30, "    match: {dst: [10.20.0.0/16]}")),
-            "gw.yaml:36:19: field 'tunnels[1].match.dst[0]': 10.20.3.0/24 of tunnel 9 overlaps "
+            "gw.yaml:37:19: field 'tunnels[1].match.dst[0]': 10.20.3.0/24 of tunnel 9 overlaps "
             "10.20.0.0/16 of tunnel 7 (tunnels[0].match.dst[0]) and tunnel 7 has no udp_ports "
             "(it matches every packet to the prefix): a packet could match both; give them "
             "disjoint udp_ports");
@@ -350,32 +351,32 @@ TEST(ConfigValidate, OverlappingMatchesNeedDisjointUdpPorts) {
 
 TEST(ConfigValidate, UdpPortLists) {
   EXPECT_EQ(
-      load_error(with_line(36, "    match: {dst: [10.20.3.0/24], udp_ports: [5201-5210, 5205]}")),
-      "gw.yaml:36:57: field 'tunnels[1].match.udp_ports[1]': UDP ports 5205 overlap "
+      load_error(with_line(37, "    match: {dst: [10.20.3.0/24], udp_ports: [5201-5210, 5205]}")),
+      "gw.yaml:37:57: field 'tunnels[1].match.udp_ports[1]': UDP ports 5205 overlap "
       "5201-5210 listed before");
-  EXPECT_THAT(load_error(with_line(36, "    match: {dst: [10.20.3.0/24], udp_ports: [0]}")),
+  EXPECT_THAT(load_error(with_line(37, "    match: {dst: [10.20.3.0/24], udp_ports: [0]}")),
               HasSubstr("field 'tunnels[1].match.udp_ports[0]': '0': expected a UDP port in [1, "
                         "65535]"));
-  EXPECT_THAT(load_error(with_line(36, "    match: {dst: [10.20.3.0/24], udp_ports: [20-10]}")),
+  EXPECT_THAT(load_error(with_line(37, "    match: {dst: [10.20.3.0/24], udp_ports: [20-10]}")),
               HasSubstr("'20-10': range ends before it starts"));
-  EXPECT_THAT(load_error(with_line(36, "    match: {udp_ports: [9000]}")),
+  EXPECT_THAT(load_error(with_line(37, "    match: {udp_ports: [9000]}")),
               HasSubstr("field 'tunnels[1].match.udp_ports': udp_ports narrows match.dst, which is "
                         "empty"));
 }
 
 TEST(ConfigValidate, ServiceSidesAreOptionalButNotBothAbsent) {
-  const GatewayConfig listen_only = load_ok(with_line(41, "    service: {listen: 127.0.0.1:5000}"));
+  const GatewayConfig listen_only = load_ok(with_line(43, "    service: {listen: 127.0.0.1:5000}"));
   EXPECT_TRUE(listen_only.tunnels[2].service_listen);
   EXPECT_FALSE(listen_only.tunnels[2].service_deliver);
   const GatewayConfig deliver_only =
-      load_ok(with_line(41, "    service: {deliver: \"[::1]:6000\"}"));
+      load_ok(with_line(43, "    service: {deliver: \"[::1]:6000\"}"));
   EXPECT_FALSE(deliver_only.tunnels[2].service_listen);
   EXPECT_TRUE(deliver_only.tunnels[2].service_deliver->ipv6);
-  EXPECT_EQ(load_error(with_line(41, "    service: {}")),
-            "gw.yaml:41:14: field 'tunnels[2].service': a service needs 'listen' (send side), "
+  EXPECT_EQ(load_error(with_line(43, "    service: {}")),
+            "gw.yaml:43:14: field 'tunnels[2].service': a service needs 'listen' (send side), "
             "'deliver' (receive side) or both");
-  EXPECT_EQ(load_error(with_line(41, "    service: {deliver: 127.0.0.1:0}")),
-            "gw.yaml:41:24: field 'tunnels[2].service.deliver': the delivery UDP port must not "
+  EXPECT_EQ(load_error(with_line(43, "    service: {deliver: 127.0.0.1:0}")),
+            "gw.yaml:43:24: field 'tunnels[2].service.deliver': the delivery UDP port must not "
             "be 0");
 }
 

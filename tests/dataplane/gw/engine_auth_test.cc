@@ -145,7 +145,10 @@ TEST_P(EngineAuth, CorruptedAndTruncatedPacketsAreNeverDelivered) {
       EXPECT_GT(delivered, flows[0].accepted * 8 / 10);
     }
   }
-  EXPECT_GT(damaged[0], 10u);  // the baseline really delivers damage
+  // The baseline really delivers damage (few packets: a corrupted sequence number soon slides
+  // its window, and everything after is too_old, as the unauthenticated tunnel's documented
+  // weakness says).
+  EXPECT_GT(damaged[0], 0u);
   EXPECT_EQ(damaged[1], 0u);
   EXPECT_GT(refused_by_auth, 50u);
 }
@@ -308,16 +311,15 @@ TEST_P(EngineAuth, ARestartedGatewayIsAcceptedAgain) {
   const auto b = stats(*g, 1);
   EXPECT_EQ(auth_count(b, "new_sessions"), 2u);
   EXPECT_EQ(tunnel7(b).at("rx").at("peer_restarts").to_number<uint64_t>(), 1u);
-  // The last packet before the restart, replayed long after: its sequence number is above the
-  // new session's (the window, reset by the restart, calls it new) and its tag is genuine, but
-  // its timestamp is beyond max_hold (1 s): refused as stale, not delivered.
+  // The last packet before the restart, replayed after it: its tag is genuine, but under the
+  // keys of a's earlier epoch (docs/wire-format.md, "Key schedule"), so it does not even open.
   ASSERT_EQ(last_before.size(), 1u);
-  g->run_until(kStartNs + 1'300 * kMs);
+  const uint64_t failed = auth_drop(b, "auth_failed");
+  g->run_until(kStartNs + 300 * kMs);
   g->inject_wan(1, 0, last_before[0].source, last_before[0].bytes);
-  g->run_until(kStartNs + 1'310 * kMs);
+  g->run_until(kStartNs + 310 * kMs);
   const auto late = stats(*g, 1);
-  EXPECT_EQ(tunnel7(late).at("rx").at("on_time").at("dropped").at("stale").to_number<uint64_t>(),
-            1u);
+  EXPECT_EQ(auth_drop(late, "auth_failed"), failed + 1);
   EXPECT_EQ(rx.log.repeated(), 0u);
 }
 

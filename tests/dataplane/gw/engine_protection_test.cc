@@ -190,7 +190,8 @@ constexpr std::string_view kTwoPaths =
     "    peer: b\n"
     "    rate: 100mbit\n"
     "    slots: 0-11\n"
-    "    match: {dst: [10.20.2.0/24]}\n";
+    "    match: {dst: [10.20.2.0/24]}\n"
+    "    auth: none\n";
 
 std::string with_protection(std::string_view text) {
   return std::string(kTwoPaths) + "    protection: " + std::string(text) + "\n";

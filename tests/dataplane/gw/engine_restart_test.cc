@@ -113,6 +113,7 @@ TEST(EngineRestart, AForgedKeepaliveWithEpochZeroIsRefused) {
   g->run_until(kStartNs + 20 * kMs);
   wire::TunnelHeader h;
   h.tunnel_id = 7;
+  h.cycle_id = 1;  // a control packet's cycle_id is its sender's epoch
   h.tx_time_ns = g->engine_now_ns(0);
   Bytes datagram(wire::kHeaderSize + wire::kKeepaliveBodySize);
   ASSERT_EQ(wire::encode_control(h, wire::Keepalive{99, 5 * kMs, 0, 0}, datagram).status,

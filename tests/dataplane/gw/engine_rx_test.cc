@@ -52,11 +52,16 @@ wire::TunnelHeader data_header(uint32_t tunnel, uint64_t sequence, int64_t tx_ns
   return h;
 }
 
+// A control packet of the peer's boot with epoch 1 (a keepalive's default): its header names
+// that epoch (cycle_id) and numbers control packets in order (the control replay window).
 Bytes control(const wire::ControlBody& body, uint32_t tunnel = 7) {
+  static uint64_t sequence = 0;
   wire::TunnelHeader h;
   h.tunnel_id = tunnel;
   h.tx_time_ns = kStart;
-  Bytes b(wire::kHeaderSize + 32);
+  h.cycle_id = 1;
+  h.sequence = sequence++;
+  Bytes b(wire::kHeaderSize + wire::kMaxControlBodySize);
   const auto r = wire::encode_control(h, body, b);
   EXPECT_EQ(r.status, wire::EncodeStatus::kOk);
   b.resize(r.size);
@@ -130,12 +135,22 @@ TEST(EngineRx, TimeRequestsAreAnsweredWithTheirReceiveAndTransmitTimes) {
   const Endpoint peer = e->config().peers[0].endpoint;
   RxInfo info;
   const int64_t t2 = kStart + 100 * kUs;  // inside tunnel 7's window
+  // Time requests are answered within the peer's current epoch only: a time request of an
+  // epoch not (yet) the peer's is refused; its keepalive makes the epoch the peer's.
+  EXPECT_EQ(receive(*e, 0, peer, 1, control(wire::TimeRequest{41, 122}), t2, &info),
+            Status::kDropped);
+  EXPECT_EQ(e->drops(EngineDrop::kControlStale), 1u);
+  EXPECT_EQ(receive(*e, 0, peer, 1, control(wire::Keepalive{1, 5 * kMs, 0}), t2, &info),
+            Status::kBusy);
   EXPECT_EQ(receive(*e, 0, peer, 1, control(wire::TimeRequest{42, 123}), t2, &info), Status::kBusy);
   std::vector<Bytes> sent;
   int64_t sent_at = 0;
   const int64_t t = e->scheduler(0).next_event_ns();
   (void)e->poll_tx_st(t, [&](const TxEmit& x) {
     ASSERT_TRUE(x.control);
+    const auto p = wire::decode(x.bytes);
+    ASSERT_TRUE(p.ok());
+    if (p->header.control_type() != wire::ControlType::kTimeResponse) return;  // keepalives
     sent.emplace_back(x.bytes.begin(), x.bytes.end());
     sent_at = t;
   });
@@ -153,7 +168,7 @@ TEST(EngineRx, TimeRequestsAreAnsweredWithTheirReceiveAndTransmitTimes) {
   // A response to no outstanding request is ignored by the estimator.
   EXPECT_EQ(receive(*e, 0, peer, 1, control(wire::TimeResponse{999, kStart, kStart, kStart}),
                     kStart + 200 * kUs, &info),
-            Status::kBusy);
+            Status::kDropped);
   EXPECT_EQ(e->peer_status(0).clock_samples, 0u);
   EXPECT_NE(e->stats_json(kStart + 200 * kUs).find("\"responses_ignored\":1"), std::string::npos);
 }

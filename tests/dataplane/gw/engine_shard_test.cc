@@ -324,7 +324,7 @@ TEST_F(ShardControlTest, MergedPrometheusTakesEachTunnelFromItsOwnerAndSumsThePo
 TEST_F(ShardControlTest, ARunTimeChangeReachesEveryShard) {
   namespace json = boost::json;
   const std::string request =
-      R"({"cmd":"apply","add":[{"id":12,"peer":"site-b","rate":"50mbit","slots":"16-17"}]})";
+      R"({"cmd":"apply","add":[{"id":12,"peer":"site-b","auth":"none","rate":"50mbit","slots":"16-17"}]})";
   const json::value answer = json::parse(answer_sharded_request(site_a_, request, now(), admin_));
   ASSERT_FALSE(answer.as_object().contains("error")) << json::serialize(answer);
   for (uint32_t k = 0; k < kShards; ++k) {

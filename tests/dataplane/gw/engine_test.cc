@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "dataplane/wire/control.h"
@@ -279,39 +280,72 @@ TEST(EngineTx, MissedSlotFramesThatMayNotWaitAreHandedBackNotSent) {
   }
 }
 
-TEST(EngineControl, TimeRequestAndKeepaliveLeaveAtOnceInTheControlTunnel) {
+TEST(EngineControl, AKeepaliveLeavesAtOnceAndTheTimeExchangeOnceThePeersEpochIsKnown) {
   auto e = make(0);
-  EXPECT_EQ(e->next_event_ns(), kStart);  // first exchange immediately
+  EXPECT_EQ(e->next_event_ns(), kStart);  // first keepalive immediately
   Harness h(*e);
-  const auto out = h.run_tx(kStart + 10 * kUs, /*control=*/true);
-  ASSERT_EQ(out.size(), 2u);
-  for (const Emitted& x : out) {
+  const auto first = h.run_tx(kStart + 10 * kUs, /*control=*/true);
+  ASSERT_EQ(first.size(), 1u);  // no time request before the peer's epoch is known
+  const auto check_header = [&](const Emitted& x) {
     EXPECT_TRUE(x.emit.control);
     EXPECT_EQ(x.emit.header.tunnel_id, 7u);
     EXPECT_EQ(x.emit.tunnel_index, 0u);
     EXPECT_FALSE(x.emit.best_effort);
     const auto packet = wire::decode(x.datagram);
-    ASSERT_TRUE(packet.ok()) << to_string(packet.error());
-    EXPECT_TRUE(packet->header.is_control());
+    EXPECT_TRUE(packet.ok() && packet->header.is_control());
     EXPECT_EQ(packet->header.tx_time_ns, x.now_ns);
-    const auto body = wire::decode_control(*packet);
-    ASSERT_TRUE(body.ok());
-    if (const auto* request = std::get_if<wire::TimeRequest>(&*body)) {
+    // A control packet's cycle_id is its sender's epoch (the boot id).
+    EXPECT_EQ(fmt::format("{:016x}", packet->header.cycle_id), e->boot_id());
+    return packet.ok() ? wire::decode_control(*packet) : wire::Decoded<wire::ControlBody>(
+                                                              wire::DropReason::kTooShort);
+  };
+  const auto body = check_header(first[0]);
+  ASSERT_TRUE(body.ok());
+  const auto* keepalive = std::get_if<wire::Keepalive>(&*body);
+  ASSERT_NE(keepalive, nullptr);
+  EXPECT_EQ(keepalive->counter, 1u);
+  EXPECT_EQ(keepalive->interval_ns, 5 * kMs);
+  EXPECT_EQ(keepalive->last_rx_counter, 0u);
+  EXPECT_EQ(keepalive->echo_epoch, 0u);  // nothing heard yet
+  EXPECT_EQ(e->next_event_ns(), kStart + 5 * kMs);  // the next keepalive one interval later
+
+  // The peer's keepalive (epoch 0xB0, answering ours): its epoch becomes the peer's, our next
+  // keepalive echoes it, and the first time request leaves with an unpredictable exchange id.
+  wire::TunnelHeader ph;
+  ph.tunnel_id = 7;
+  ph.cycle_id = 0xB0;
+  ph.tx_time_ns = kStart;
+  Bytes peer_keepalive(wire::kHeaderSize + wire::kKeepaliveBodySize);
+  ASSERT_EQ(wire::encode_control(ph, wire::Keepalive{1, 5 * kMs, 1, 0xB0, 0}, peer_keepalive)
+                .status,
+            wire::EncodeStatus::kOk);
+  RxInfo info;
+  ASSERT_EQ(e->on_wan_datagram_st(0, e->config().peers[0].endpoint, 1, peer_keepalive,
+                                  kStart + 1 * kMs, &info),
+            Status::kBusy);
+  const auto next = h.run_tx(kStart + 1 * kMs + 10 * kUs, /*control=*/true);
+  ASSERT_EQ(next.size(), 2u);  // an early keepalive (it did not know us), the time request
+  bool saw_request = false, saw_keepalive = false;
+  for (const Emitted& x : next) {
+    const auto b = check_header(x);
+    ASSERT_TRUE(b.ok());
+    if (const auto* request = std::get_if<wire::TimeRequest>(&*b)) {
+      saw_request = true;
       EXPECT_EQ(request->t1_ns, x.now_ns);
-      EXPECT_EQ(request->exchange_id, 1u);
-    } else {
-      const auto* keepalive = std::get_if<wire::Keepalive>(&*body);
-      ASSERT_NE(keepalive, nullptr);
-      EXPECT_EQ(keepalive->counter, 1u);
-      EXPECT_EQ(keepalive->interval_ns, 5 * kMs);
-      EXPECT_EQ(keepalive->last_rx_counter, 0u);
+      EXPECT_NE(request->exchange_id, 0u);
+      EXPECT_NE(request->exchange_id, 1u);  // drawn, not counted
+    } else if (const auto* k = std::get_if<wire::Keepalive>(&*b)) {
+      saw_keepalive = true;
+      EXPECT_EQ(k->counter, 2u);
+      EXPECT_EQ(k->echo_epoch, 0xB0u);
+      EXPECT_EQ(k->last_rx_counter, 1u);
     }
   }
-  // The next ones are due one interval later.
-  EXPECT_EQ(e->next_event_ns(), kStart + 5 * kMs);
+  EXPECT_TRUE(saw_request && saw_keepalive);
   // Control sequence numbers count per peer.
-  EXPECT_EQ(wire::decode(out[0].datagram)->header.sequence, 0u);
-  EXPECT_EQ(wire::decode(out[1].datagram)->header.sequence, 1u);
+  EXPECT_EQ(wire::decode(first[0].datagram)->header.sequence, 0u);
+  EXPECT_EQ(wire::decode(next[0].datagram)->header.sequence, 1u);
+  EXPECT_EQ(wire::decode(next[1].datagram)->header.sequence, 2u);
 }
 
 // next_tx_burst_st hands over what poll_tx_st does, in the same order, with every control frame
@@ -366,7 +400,9 @@ TEST(EngineTx, BurstsHandOverWhatPollsDoAndAControlFrameEndsItsBurst) {
   const std::vector<Out> polled = run(0, &unused, &unused_largest);
   uint32_t controls = 0;
   for (const Out& x : polled) controls += x.control ? 1 : 0;
-  EXPECT_GE(controls, 4u);  // the exchange ran (at 0, 5 and 10 ms)
+  // The keepalives ran (at 0, 5 and 10 ms; no time request: this engine has no peer that
+  // answers, so the peer's epoch stays unknown).
+  EXPECT_GE(controls, 3u);
   EXPECT_GE(polled.size(), 50u);
   for (const uint32_t size : {1u, 3u, 32u}) {
     uint32_t control_not_last = 0;
@@ -392,7 +428,7 @@ TEST(EngineControl, APeerWithoutTunnelExchangesNothingAndSaysSo) {
   EXPECT_FALSE(e.peer_status(1).has_control_tunnel);
   Harness h(e);
   const auto out = h.run_tx(kStart + 10 * kUs, /*control=*/true);
-  EXPECT_EQ(out.size(), 2u);  // site-b's request and keepalive only
+  EXPECT_EQ(out.size(), 1u);  // site-b's keepalive only (no time request before its epoch)
   for (const Emitted& x : out) EXPECT_EQ(*x.emit.destination, c.peers[0].endpoint);
   const std::string stats = e.stats_json(kStart + 10 * kUs);
   EXPECT_NE(stats.find("\"name\":\"site-c\",\"port\":\"wan1\",\"state\":\"down\","

@@ -215,7 +215,7 @@ class WriteRequests : public ::testing::Test {
     return std::string(answer.at("error").as_string());
   }
   static constexpr const char* kTunnel =
-      R"({"id":1001,"peer":"site-b","owner":"agent:t","rate":"10mbit","slots":"60-69"})";
+      R"({"id":1001,"peer":"site-b","auth":"none","owner":"agent:t","rate":"10mbit","slots":"60-69"})";
 
   GatewayConfig config_;
   std::unique_ptr<Engine> engine_;
@@ -253,10 +253,10 @@ TEST_F(WriteRequests, MalformedAppliesAreRefusedNamingTheItemAndField) {
   EXPECT_EQ(refusal(R"({"cmd":"apply"})"),
             "apply changes nothing: give \"add\", \"modify\" or \"remove\"");
   EXPECT_EQ(refusal(R"({"cmd":"apply","add":{"id":1}})"), "\"add\" must be a list of tunnels");
-  EXPECT_THAT(refusal(R"({"cmd":"apply","add":[{"id":1001,"peer":"site-b","rate":"10mbit",)"
+  EXPECT_THAT(refusal(R"({"cmd":"apply","add":[{"id":1001,"peer":"site-b","auth":"none","rate":"10mbit",)"
                       R"("slots":"60-69","colour":"red"}]})"),
               HasSubstr("add[0] (tunnel 1001): field 'colour': unknown key 'colour'"));
-  EXPECT_EQ(refusal(R"({"cmd":"apply","add":[{"id":1001,"peer":"site-b","rate":"10mbit",)"
+  EXPECT_EQ(refusal(R"({"cmd":"apply","add":[{"id":1001,"peer":"site-b","auth":"none","rate":"10mbit",)"
                     R"("slots":"60-69,120"}]})"),
             "add[0] (tunnel 1001): field 'slots': slot 120 out of range [0, 100) of WAN port "
             "'wan1'");
@@ -266,14 +266,14 @@ TEST_F(WriteRequests, MalformedAppliesAreRefusedNamingTheItemAndField) {
             "remove[1]: no tunnel 99 to remove (tunnels: 7)");
   EXPECT_EQ(refusal(R"({"cmd":"apply","remove":["7"]})"),
             "remove[0]: expected a tunnel id (an integer 1..4294967295), got \"7\"");
-  EXPECT_THAT(refusal(R"({"cmd":"modify_tunnel","tunnel":{"id":7,"peer":"site-b",)"
+  EXPECT_THAT(refusal(R"({"cmd":"modify_tunnel","tunnel":{"id":7,"peer":"site-b","auth":"none",)"
                       R"("rate":"100mbit","slots":"0-49","replay_window":128}})"),
               HasSubstr("modify[0] (tunnel 7): field 'replay_window': cannot change at run time "
                         "(4096 -> 128)"));
-  EXPECT_THAT(refusal(R"({"cmd":"modify_tunnel","tunnel":{"id":8,"peer":"site-b",)"
+  EXPECT_THAT(refusal(R"({"cmd":"modify_tunnel","tunnel":{"id":8,"peer":"site-b","auth":"none",)"
                       R"("rate":"100mbit","slots":"0-49"}})"),
               HasSubstr("modify[0] (tunnel 8): field 'id': no tunnel 8 to modify"));
-  EXPECT_EQ(refusal(R"({"cmd":"add_tunnel","tunnel":{"id":1001,"peer":"site-b",)"
+  EXPECT_EQ(refusal(R"({"cmd":"add_tunnel","tunnel":{"id":1001,"peer":"site-b","auth":"none",)"
                     R"("rate":"10mbit","slots":"60","service":{"deliver":"127.0.0.1:9"}}})"),
             "add[0] (tunnel 1001): field 'service': service ports are set in the configuration "
             "file only");
@@ -312,7 +312,7 @@ TEST_F(WriteRequests, AddModifyRemoveOverTheProtocol) {
   EXPECT_EQ(tunnels.at("wan_ports").at(0).at("slot_count").to_number<uint32_t>(), 100u);
   EXPECT_EQ(tunnels.at("peers").at(0).at("endpoint").as_string(), "127.0.0.1:4790");
 
-  auto applied = ok(R"({"cmd":"apply","if_generation":1,"modify":[{"id":1001,"peer":"site-b",)"
+  auto applied = ok(R"({"cmd":"apply","if_generation":1,"modify":[{"id":1001,"peer":"site-b","auth":"none",)"
                     R"("rate":"20mbit","slots":[60,61,62,63,64,65,66,67,68,69,70]}],)"
                     R"("remove":[7]})");
   EXPECT_EQ(boost::json::serialize(applied),

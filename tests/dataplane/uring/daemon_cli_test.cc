@@ -139,6 +139,7 @@ class DetwanGw : public ::testing::Test {
            rate +
            "\n"
            "    slots: 0-49\n"
+           "    auth: none\n"
            "    service:\n"
            "      listen: 127.0.0.1:0\n"
            "      deliver: 127.0.0.1:9\n";
@@ -260,7 +261,7 @@ TEST_F(DetwanGw, TunnelsAndApplyOnAGatewayStartedWithoutTunnels) {
   EXPECT_NE(run({"tunnels", "--control", name}).out.find("no tunnels"), std::string::npos);
 
   const std::string add =
-      R"({"add":[{"id":1001,"peer":"site-b","owner":"agent:cli","rate":"10mbit",)"
+      R"({"add":[{"id":1001,"peer":"site-b","auth":"none","owner":"agent:cli","rate":"10mbit",)"
       R"("slots":"60-69"}]})";
   // The read-only socket refuses it (status 2), naming where writes go.
   const Outcome refused = run({"apply", "--control", name, add});
@@ -281,7 +282,7 @@ TEST_F(DetwanGw, TunnelsAndApplyOnAGatewayStartedWithoutTunnels) {
 
   // A request from a file; a refused one exits 2 and prints the answer with the generation.
   const std::string bad = write("bad.json", R"({"cmd":"modify_tunnel","tunnel":{"id":1001,)"
-                                            R"("peer":"site-b","rate":"10mbit","slots":"160"}})");
+                                            R"("peer":"site-b","auth":"none","rate":"10mbit","slots":"160"}})");
   const Outcome refused_file = run({"apply", "--control", admin, "@" + bad});
   EXPECT_EQ(refused_file.status, 2);
   EXPECT_EQ(boost::json::parse(refused_file.out).at("generation").to_number<uint64_t>(), 1u);

@@ -143,7 +143,7 @@ TEST(UringGatewayRuntime, TunnelAddedAndRemovedOverTheAdminSocket) {
     EXPECT_GE(counter(before, {"drops", "no_route"}), 1);
 
     auto added =
-        admin(admin_path, R"({"cmd":"apply","if_generation":0,"add":[{"id":8,"peer":"site-b",)"
+        admin(admin_path, R"({"cmd":"apply","if_generation":0,"add":[{"id":8,"peer":"site-b","auth":"none",)"
                           R"("owner":"agent:test","rate":"50mbit","slots":"50-99",)"
                           R"("match":{"dst":["10.20.3.0/24"]}}]})");
     EXPECT_EQ(boost::json::serialize(added),

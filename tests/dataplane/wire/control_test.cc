@@ -21,7 +21,14 @@ using testing::sample_header;
 
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 
-Bytes control_packet(const ControlBody& body, TunnelHeader h = sample_header()) {
+// A control packet's header carries its sender's epoch in cycle_id: a keepalive's own epoch.
+TunnelHeader header_for(const ControlBody& body, TunnelHeader h = sample_header()) {
+  if (const auto* ka = std::get_if<Keepalive>(&body)) h.cycle_id = ka->epoch;
+  return h;
+}
+
+Bytes control_packet(const ControlBody& body, TunnelHeader base = sample_header()) {
+  const TunnelHeader h = header_for(body, base);
   Bytes out(kHeaderSize + 64);
   const EncodeResult r = encode_control(h, body, out);
   EXPECT_EQ(r.status, EncodeStatus::kOk);
@@ -44,7 +51,7 @@ DropReason body_reason(const Bytes& bytes) {
 TEST(ControlLayout, BodySizes) {
   EXPECT_EQ(body_size(ControlType::kTimeRequest), 32u);
   EXPECT_EQ(body_size(ControlType::kTimeResponse), 32u);
-  EXPECT_EQ(body_size(ControlType::kKeepalive), 32u);
+  EXPECT_EQ(body_size(ControlType::kKeepalive), 40u);
   EXPECT_EQ(body_size(ControlType{0}), 0u);
   EXPECT_EQ(body_size(ControlType{4}), 0u);
   // No amplification: a response is never larger than its request.
@@ -78,12 +85,15 @@ TEST(ControlLayout, GoldenBodies) {
   EXPECT_EQ(get_be(resp, kHeaderSize + 16, 8), 200u);
   EXPECT_EQ(get_be(resp, kHeaderSize + 24, 8), 300u);
 
-  const Bytes ka = control_packet(Keepalive{0xAABB, 5'000'000, 0xAABA, 0x0102030405060708});
-  ASSERT_EQ(ka.size(), kHeaderSize + 32);
+  const Bytes ka =
+      control_packet(Keepalive{0xAABB, 5'000'000, 0xAABA, 0x0102030405060708, 0x3132333435363738});
+  ASSERT_EQ(ka.size(), kHeaderSize + 40);
   EXPECT_EQ(get_be(ka, kHeaderSize + 0, 8), 0xAABBu);
   EXPECT_EQ(get_be(ka, kHeaderSize + 8, 8), 5'000'000u);
   EXPECT_EQ(get_be(ka, kHeaderSize + 16, 8), 0xAABAu);
   EXPECT_EQ(get_be(ka, kHeaderSize + 24, 8), 0x0102030405060708u);
+  EXPECT_EQ(get_be(ka, kHeaderSize + 32, 8), 0x3132333435363738u);
+  EXPECT_EQ(get_be(ka, kCycleIdOffset, 8), 0x0102030405060708u);  // the epoch, in the clear
 }
 
 TEST(ControlRoundTrip, BoundaryValues) {
@@ -94,7 +104,7 @@ TEST(ControlRoundTrip, BoundaryValues) {
       TimeResponse{~uint64_t{0}, kI64Max, kI64Max, kI64Max},
       TimeResponse{1, kI64Max, 0, 0},  // t1 vs t2 unconstrained: clocks may differ arbitrarily
       Keepalive{1, kMinKeepaliveIntervalNs, 0},
-      Keepalive{~uint64_t{0}, kMaxKeepaliveIntervalNs, ~uint64_t{0}, ~uint64_t{0}},
+      Keepalive{~uint64_t{0}, kMaxKeepaliveIntervalNs, ~uint64_t{0}, ~uint64_t{0}, ~uint64_t{0}},
   };
   for (std::size_t i = 0; i < bodies.size(); ++i) {
     const Bytes b = control_packet(bodies[i]);
@@ -126,7 +136,7 @@ TEST(ControlRoundTrip, SeededRandomBodies) {
                          kMinKeepaliveIntervalNs +
                              static_cast<int64_t>(
                                  rng() % (kMaxKeepaliveIntervalNs - kMinKeepaliveIntervalNs + 1)),
-                         rng()};
+                         rng(), rng() | 1, rng()};
     }
     TunnelHeader h = sample_header();
     h.path_id = static_cast<uint8_t>(rng());
@@ -207,6 +217,16 @@ TEST(ControlDecode, OutOfRangeValues) {
   Bytes no_epoch = control_packet(Keepalive{1, kMinKeepaliveIntervalNs, 0});
   put_be(no_epoch, kHeaderSize + 24, 0, 8);  // epoch 0
   EXPECT_EQ(body_reason(no_epoch), DropReason::kBadControl);
+  Bytes other_epoch = control_packet(Keepalive{1, kMinKeepaliveIntervalNs, 0, 7});
+  put_be(other_epoch, kHeaderSize + 24, 8, 8);  // the body's epoch is not the header's
+  EXPECT_EQ(body_reason(other_epoch), DropReason::kBadControl);
+  for (const ControlBody& body : {ControlBody{TimeRequest{1, 2}},
+                                  ControlBody{TimeResponse{1, 2, 3, 4}},
+                                  ControlBody{Keepalive{1, kMinKeepaliveIntervalNs, 0, 7}}}) {
+    Bytes no_sender = control_packet(body);
+    put_be(no_sender, kCycleIdOffset, 0, 8);  // a control packet's header epoch 0
+    EXPECT_EQ(body_reason(no_sender), DropReason::kBadControl);
+  }
   for (uint64_t interval : {uint64_t{0}, uint64_t(kMinKeepaliveIntervalNs - 1),
                             uint64_t(kMaxKeepaliveIntervalNs + 1), ~uint64_t{0}}) {
     Bytes k = control_packet(Keepalive{1, kMinKeepaliveIntervalNs, 0});
@@ -222,10 +242,16 @@ TEST(ControlEncode, RefusesBadBodiesAndShortBuffers) {
             EncodeStatus::kInvalidHeader);
   EXPECT_EQ(encode_control(sample_header(), TimeResponse{1, 1, 5, 4}, out).status,
             EncodeStatus::kInvalidHeader);
-  EXPECT_EQ(encode_control(sample_header(), Keepalive{0, 1'000'000, 0}, out).status,
+  EXPECT_EQ(encode_control(header_for(Keepalive{}), Keepalive{0, 1'000'000, 0}, out).status,
             EncodeStatus::kInvalidHeader);
-  EXPECT_EQ(encode_control(sample_header(), Keepalive{1, 0, 0}, out).status,
+  EXPECT_EQ(encode_control(header_for(Keepalive{}), Keepalive{1, 0, 0}, out).status,
             EncodeStatus::kInvalidHeader);
+  // The sender's epoch: never 0, and a keepalive's header and body agree on it.
+  EXPECT_EQ(encode_control(sample_header(), Keepalive{1, 1'000'000, 0, 5}, out).status,
+            EncodeStatus::kInvalidHeader);
+  TunnelHeader no_epoch = sample_header();
+  no_epoch.cycle_id = 0;
+  EXPECT_EQ(encode_control(no_epoch, TimeRequest{1, 1}, out).status, EncodeStatus::kInvalidHeader);
   TunnelHeader no_tunnel = sample_header();
   no_tunnel.tunnel_id = 0;
   EXPECT_EQ(encode_control(no_tunnel, TimeRequest{1, 1}, out).status, EncodeStatus::kInvalidHeader);
@@ -237,7 +263,7 @@ TEST(ControlEncode, RefusesBadBodiesAndShortBuffers) {
   EXPECT_EQ(r.size, 0u);
   EXPECT_EQ(short_out, Bytes(kHeaderSize + 31, std::byte{0x5A}));
   Bytes ka_out(kHeaderSize + kKeepaliveBodySize);
-  EXPECT_EQ(encode_control(sample_header(), Keepalive{1, 1'000'000, 0}, ka_out).size,
+  EXPECT_EQ(encode_control(header_for(Keepalive{}), Keepalive{1, 1'000'000, 0}, ka_out).size,
             kHeaderSize + kKeepaliveBodySize);
 }
 

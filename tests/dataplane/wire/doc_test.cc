@@ -189,7 +189,7 @@ TEST_F(WireDoc, ControlBodyLayouts) {
   const Body bodies[] = {
       {"Time request — type", ControlType::kTimeRequest, {"exchange_id", "t1", "reserved"}},
       {"Time response — type", ControlType::kTimeResponse, {"exchange_id", "t1", "t2", "t3"}},
-      {"Keepalive — type", ControlType::kKeepalive, {"counter", "interval_ns", "last_rx_counter", "epoch"}},
+      {"Keepalive — type", ControlType::kKeepalive, {"counter", "interval_ns", "last_rx_counter", "epoch", "echo_epoch"}},
   };
   // "<name> — type <T>, <N> bytes:" (std::regex avoided: g++ 12 warns inside it under ASan).
   auto parse_title = [](const std::string& line, int& type, std::size_t& size) {
