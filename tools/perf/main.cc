@@ -62,7 +62,7 @@ int run_cli(int argc, char** argv) {
   server_cmd->add_flag("-v,--verbose", server.verbose, "log each session");
   server_cmd->add_flag("--json", server.json, "print counters as JSON on exit");
   double server_max_time_s = static_cast<double>(server.limits.max_duration_ns) / 1e9;
-  std::string server_max_rate = std::to_string(server.limits.max_send_bps);
+  std::string server_max_rate = std::to_string(server.limits.max_send_bps) + "bit";
   server_cmd->add_option("--max-time", server_max_time_s, "longest test a client may ask (s)")
       ->check(CLI::Range(0.01, 86400.0))
       ->capture_default_str();
@@ -153,7 +153,7 @@ int run_cli(int argc, char** argv) {
   reflect_cmd->add_option("--duration", reflect_duration_s, "stop after S seconds (0: never)")
       ->check(CLI::Range(0.0, 31'536'000.0));
   reflect_cmd->add_flag("--json", reflect.json, "print counters as JSON on exit");
-  std::string reflect_rate = std::to_string(reflect.rate_per_source_bps);
+  std::string reflect_rate = std::to_string(reflect.rate_per_source_bps) + "bit";
   reflect_cmd
       ->add_option("--rate-per-source", reflect_rate,
                    "replies to one source address at most this rate (e.g. 10mbit; payload and "
