@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <fmt/format.h>
 
 #include "common/unix_request.h"
 #include "dataplane/gw/config.h"
@@ -32,6 +34,67 @@ bool someone_listens(const common::UnixAddress& address) {
   if (!probe.valid()) return false;
   // A full backlog (EAGAIN) also means a live listener.
   return ::connect(probe.get(), address.get(), address.length) == 0 || errno == EAGAIN;
+}
+
+common::Error admin_error(common::ErrorCode code, const std::string& path, const std::string& what,
+                          int error) {
+  return common::Error{code, "admin socket '" + path + "': " + what + ": " + std::strerror(error)};
+}
+
+// Binds `fd` to the filesystem path `path` so that the socket file has exactly `mode` from the
+// instant it can be reached, without chmod() on the final path. chmod(path) after bind() acts on
+// whatever the path names by then (a symlink someone who may write the directory swapped in)
+// and is a second step after the file exists. Instead:
+//  1. fchmod(fd, mode) on the unbound socket: Linux creates the file with the socket inode's
+//     mode minus the umask (unix_bind), so it is never wider than asked, not even for an instant
+//     (AdminSocket.ModeIsSetOnTheDescriptorAndTheFileIsNeverWider checks it);
+//  2. the bind happens inside a fresh 0700 directory of ours beside the final path (mkdtemp):
+//     nobody else can reach the file there, so the bits the umask removed are restored there
+//     by name safely (nobody else can swap that entry), and the result is checked with lstat;
+//  3. rename() puts the finished socket at its path in one step; then the caller listens
+//     (connecting needs a listener anyway). The temporary directory goes.
+// Not umask(): it is process-wide, and the gateway may have other threads by now.
+common::Result<void> bind_admin_socket(int fd, const std::string& path, mode_t mode) {
+  if (::fchmod(fd, mode) != 0) {
+    return std::unexpected(admin_error(common::ErrorCode::kIo, path, "fchmod", errno));
+  }
+  const size_t slash = path.rfind('/');
+  std::string directory = path.substr(0, slash + 1) + ".detwan-gw.XXXXXX";
+  if (::mkdtemp(directory.data()) == nullptr) {
+    return std::unexpected(admin_error(common::ErrorCode::kIo, path,
+                                       "cannot create a private directory beside it", errno));
+  }
+  const std::string staging = directory + "/s";
+  const auto fail = [&](common::Error error) -> common::Result<void> {
+    ::unlink(staging.c_str());
+    ::rmdir(directory.c_str());
+    return std::unexpected(std::move(error));
+  };
+  auto address = common::unix_address(staging);
+  if (!address) {
+    return fail(common::Error{common::ErrorCode::kInvalidArgument,
+                              "admin socket '" + path +
+                                  "': the path is too long to bind it in a private directory "
+                                  "first (" + address.error().message + ")"});
+  }
+  if (::bind(fd, address->get(), address->length) != 0) {
+    return fail(admin_error(common::ErrorCode::kIo, path, "bind", errno));
+  }
+  if (::chmod(staging.c_str(), mode) != 0) {
+    return fail(admin_error(common::ErrorCode::kIo, path, "chmod in the private directory", errno));
+  }
+  struct stat info {};
+  if (::lstat(staging.c_str(), &info) != 0 || !S_ISSOCK(info.st_mode) ||
+      (info.st_mode & 07777) != mode) {
+    return fail(common::Error{common::ErrorCode::kIo,
+                              "admin socket '" + path + "': its file did not get mode " +
+                                  fmt::format("{:04o}", mode)});
+  }
+  if (::rename(staging.c_str(), path.c_str()) != 0) {
+    return fail(admin_error(common::ErrorCode::kIo, path, "rename into place", errno));
+  }
+  ::rmdir(directory.c_str());
+  return {};
 }
 
 }  // namespace
@@ -73,7 +136,12 @@ common::Result<std::unique_ptr<ControlServer>> ControlServer::start(
     return common::make_error(common::ErrorCode::kIo,
                               "control socket '" + name + "': socket: " + std::strerror(errno));
   }
-  if (::bind(fd.get(), address->get(), address->length) != 0) {
+  if (options.admin) {
+    if (auto bound = bind_admin_socket(fd.get(), name, static_cast<mode_t>(options.mode));
+        !bound) {
+      return std::unexpected(bound.error());
+    }
+  } else if (::bind(fd.get(), address->get(), address->length) != 0) {
     const int error = errno;
     if (error == EADDRINUSE) {
       return common::make_error(
@@ -82,13 +150,6 @@ common::Result<std::unique_ptr<ControlServer>> ControlServer::start(
     }
     return common::make_error(common::ErrorCode::kIo,
                               "control socket '" + name + "': bind: " + std::strerror(error));
-  }
-  // The admin socket's permissions are set before anyone can connect (nothing listens yet).
-  if (options.admin && ::chmod(name.c_str(), static_cast<mode_t>(options.mode)) != 0) {
-    const int error = errno;
-    ::unlink(name.c_str());
-    return common::make_error(common::ErrorCode::kIo,
-                              "admin socket '" + name + "': chmod: " + std::strerror(error));
   }
   if (::listen(fd.get(), 16) != 0) {
     const int error = errno;

@@ -14,8 +14,10 @@
 // Anything else is answered {"error":"..."} naming what was wrong. Every answer ends with '\n'.
 //
 // Two kinds of socket, one server each: the control socket (read-only; anyone who can reach it
-// reads) and the admin socket (reads and writes): a filesystem path made mode `mode` between
-// bind and listen, whose peers are checked with SO_PEERCRED on accept; a uid other than 0, the
+// reads) and the admin socket (reads and writes): a filesystem path that has mode `mode` from
+// the instant it exists (set on the descriptor before bind, bound in a private directory and
+// renamed into place: never chmod on the final path), whose peers are checked with SO_PEERCRED
+// on accept; a uid other than 0, the
 // gateway's euid and `allowed_uids` is answered an error and closed before its request is read.
 //
 // Names: a filesystem path ("/run/detwan-gw.sock"), or "@name" for an abstract socket, which
@@ -85,7 +87,8 @@ class ControlServer {
   // Binds and listens on `name` (see control_socket_name; "" is the default). Refuses a name a
   // live gateway listens on (kAlreadyExists); replaces a stale socket file nobody listens on;
   // refuses a path that exists and is not a socket. An admin server refuses an abstract or
-  // relative name (kInvalidArgument) and chmods its file to options.mode before listening.
+  // relative name (kInvalidArgument); its file has options.mode before anyone can reach it
+  // (control_server.cc, bind_admin_socket, says how), whatever the process umask.
   static common::Result<std::unique_ptr<ControlServer>> start(
       std::string_view name, const ControlServerOptions& options = {});
   ~ControlServer();  // closes every connection; unlinks a filesystem socket it created
