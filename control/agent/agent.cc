@@ -77,6 +77,14 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
     }
     auto r = reservation::from_json(value.as_object());
     if (!r) return std::unexpected(r.error());
+    for (const reservation::TunnelKey& key : r->keys.keys) {
+      if (key.secret_hex.empty()) {
+        return common::make_error(
+            common::ErrorCode::kIo,
+            fmt::format("journal {}: reservation {} has key {} without its secret",
+                        impl->topology.agent.journal, r->id, key.id));
+      }
+    }
     impl->next_key = std::max(impl->next_key, r->key + 1);
     impl->next_tunnel_id = std::max(impl->next_tunnel_id, r->tunnel_id);
     if (!reservation::is_final(r->state)) impl->tunnel_ids_in_use.insert(r->tunnel_id);
@@ -337,11 +345,22 @@ void Agent::Impl::advance_key_rotations(int64_t now_ns) {
         next.keys.rotation == reservation::KeyRotation::kNone
             ? std::string("key rotation done")
             : fmt::format("key rotation: {}", reservation::to_string(next.keys.rotation));
+    const bool done = next.keys.rotation == reservation::KeyRotation::kNone;
     if (auto ok = commit_transition(std::move(next), state, reason, nullptr); !ok) {
       common::logger("detwan-agent")
           ->warn("{}: key rotation step not journaled ({}); retried at the next report", id,
                  ok.error().message);
       return;
+    }
+    // The old key has left the reservation's row (its freed bytes zeroed: secure_delete); now
+    // also the WAL frames of the earlier versions of that row.
+    if (done) {
+      if (auto erased = journal->erase_freed(); !erased) {
+        common::logger("detwan-agent")
+            ->warn("{}: the old key's bytes are still in the journal's WAL ({}); erased at the "
+                   "next completed rotation",
+                   id, erased.error().message);
+      }
     }
   }
   update_desired(now_ns);  // the next step's keys to the gateways

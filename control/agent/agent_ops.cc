@@ -350,10 +350,13 @@ Outcome<json::object> Agent::rotate_key(const std::string& id) {
     }
   }
   const std::string state(reservation::to_string(r->state));
+  const bool done = next.keys.rotation == reservation::KeyRotation::kNone;
   if (auto ok = m.commit_transition(std::move(next), state, "key rotation started", nullptr);
       !ok) {
     return std::unexpected(ok.error());
   }
+  // Replaced at once: the old key's bytes go from the journal's WAL too (agent.cc, on_report).
+  if (done) (void)m.journal->erase_freed();
   m.update_desired(now);
   m.timer_wake.notify_all();
   return m.view(*m.find(id));

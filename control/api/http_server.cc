@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -20,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/secret_file.h"
 
 namespace detwan::control::api {
 namespace asio = boost::asio;
@@ -62,11 +62,11 @@ std::string error_body(std::string_view code, std::string_view message) {
 }  // namespace
 
 common::Result<std::vector<Token>> load_tokens(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return common::make_error(common::ErrorCode::kConfig,
-                              fmt::format("tokens file {}: cannot be read", path));
-  }
+  // Bearer tokens are secrets: root's or the agent's own, private to the owner, checked on the
+  // opened descriptor (common/secret_file.h).
+  auto text = common::read_secret_file(path, "tokens file", size_t{1} << 20);
+  if (!text) return std::unexpected(text.error());
+  std::istringstream in(*text);
   std::vector<Token> tokens;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {

@@ -1,6 +1,8 @@
 #include "control/journal/journal.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -32,6 +34,49 @@ CREATE TABLE IF NOT EXISTS requests (
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, body TEXT NOT NULL);
 )sql";
 
+// The events keep every transition for audit and replay (journal-check), but never a key: a
+// tunnel key is in the journal only while it is the current or the previous one of its
+// reservation, in the `reservations` row. The secrets are removed as the row is written; the
+// fingerprints stay. (A reservation holds at most two keys, during a rotation.)
+constexpr const char* kWithoutSecrets =
+    "CASE WHEN json_valid(?6) THEN json_remove(?6, '$.tunnel_keys.keys[3].secret', "
+    "'$.tunnel_keys.keys[2].secret', '$.tunnel_keys.keys[1].secret', "
+    "'$.tunnel_keys.keys[0].secret') ELSE ?6 END";
+
+// Creates the journal file readable and writable by its owner only, or makes an existing one
+// so, on the descriptor (not chmod by path: the path could name another file by then), before
+// SQLite opens it. A journal owned by another user is refused: it is not ours to trust.
+common::Result<void> make_private(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                        S_IRUSR | S_IWUSR);
+  if (fd < 0) {
+    return common::make_error(common::ErrorCode::kIo, fmt::format("journal {}: cannot open: {}",
+                                                                  path, std::strerror(errno)));
+  }
+  struct stat info {};
+  common::Result<void> result;
+  if (::fstat(fd, &info) != 0) {
+    result = common::make_error(common::ErrorCode::kIo,
+                                fmt::format("journal {}: fstat: {}", path, std::strerror(errno)));
+  } else if (!S_ISREG(info.st_mode)) {
+    result = common::make_error(common::ErrorCode::kConfig,
+                                fmt::format("journal {}: not a regular file", path));
+  } else if (info.st_uid != ::geteuid()) {
+    result = common::make_error(
+        common::ErrorCode::kConfig,
+        fmt::format("journal {} belongs to uid {}, not to the agent's uid {}: refused", path,
+                    info.st_uid, ::geteuid()));
+  } else if ((info.st_mode & 07777) != (S_IRUSR | S_IWUSR) &&
+             ::fchmod(fd, S_IRUSR | S_IWUSR) != 0) {
+    result = common::make_error(
+        common::ErrorCode::kIo,
+        fmt::format("journal {}: cannot make it private (fchmod 0600): {}", path,
+                    std::strerror(errno)));
+  }
+  ::close(fd);
+  return result;
+}
+
 std::string column_text(sqlite3_stmt* statement, int column) {
   const unsigned char* text = sqlite3_column_text(statement, column);
   return text == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(text));
@@ -60,23 +105,28 @@ common::Result<void> Journal::exec(const char* sql) {
 
 common::Result<std::unique_ptr<Journal>> Journal::open(const std::string& path, bool sync_full,
                                                        const std::string& domain) {
+  // It holds the tunnel keys of encrypted reservations: readable by the agent's user only
+  // (SQLite gives its -wal and -shm files the same mode).
+  if (path != ":memory:") {
+    if (auto ok = make_private(path); !ok) return std::unexpected(ok.error());
+  }
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   std::unique_ptr<Journal> journal(new Journal(path, db));
   if (rc != SQLITE_OK) return std::unexpected(journal->error("cannot open"));
-  // It holds the tunnel keys of encrypted reservations: readable by the agent's user only
-  // (SQLite gives its -wal and -shm files the same mode).
-  if (path != ":memory:" && ::chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0) {
-    return common::make_error(common::ErrorCode::kIo,
-                              fmt::format("journal {}: cannot make it private (chmod 0600): {}",
-                                          path, std::strerror(errno)));
-  }
   sqlite3_busy_timeout(db, 5000);
+  // secure_delete: what a write frees (a replaced reservation row with its previous keys) is
+  // overwritten with zeros, not left in a free page of the file.
   for (const char* sql :
-       {"PRAGMA journal_mode=WAL;",
+       {"PRAGMA secure_delete=ON;", "PRAGMA journal_mode=WAL;",
         sync_full ? "PRAGMA synchronous=FULL;" : "PRAGMA synchronous=NORMAL;", kSchema}) {
     if (auto ok = journal->exec(sql); !ok) return std::unexpected(ok.error());
+  }
+  // A journal written before the events lost their secrets: remove them now, rebuild the file
+  // without its free pages and empty the WAL, so no old key is left anywhere in it.
+  if (auto scrubbed = journal->scrub_event_secrets(); !scrubbed) {
+    return std::unexpected(scrubbed.error());
   }
   // Schema version and domain: a journal of another domain is refused, not mixed in.
   sqlite3_stmt* read = nullptr;
@@ -113,10 +163,12 @@ common::Result<std::unique_ptr<Journal>> Journal::open(const std::string& path, 
                               fmt::format("journal {} has schema version {}, this agent writes {}",
                                           path, found_version, kSchemaVersion));
   }
+  const std::string insert_event =
+      fmt::format("INSERT INTO events (at_unix_ns, id, from_state, to_state, reason, body) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5, {})",
+                  kWithoutSecrets);
   const std::pair<sqlite3_stmt**, const char*> statements[] = {
-      {&journal->insert_event_,
-       "INSERT INTO events (at_unix_ns, id, from_state, to_state, reason, body) "
-       "VALUES (?, ?, ?, ?, ?, ?)"},
+      {&journal->insert_event_, insert_event.c_str()},
       {&journal->upsert_reservation_,
        "INSERT OR REPLACE INTO reservations (id, body) VALUES (?, ?)"},
       {&journal->insert_request_,
@@ -219,6 +271,38 @@ common::Result<void> Journal::record(const Event& event, uint64_t next_key,
     return committed;
   }
   ++commits_;
+  return {};
+}
+
+common::Result<void> Journal::scrub_event_secrets() {
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT count(*) FROM events WHERE json_valid(body) AND "
+                         "json_extract(body, '$.tunnel_keys.keys[0].secret') IS NOT NULL",
+                         -1, &s, nullptr) != SQLITE_OK) {
+    return std::unexpected(error("read events"));
+  }
+  const int64_t with_secrets = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+  sqlite3_finalize(s);
+  if (with_secrets == 0) return {};
+  // kWithoutSecrets with the row's own body where the insert has its parameter ?6.
+  std::string expression = kWithoutSecrets;
+  for (size_t at = expression.find("?6"); at != std::string::npos; at = expression.find("?6", at)) {
+    expression.replace(at, 2, "body");
+  }
+  const std::string sql = fmt::format("UPDATE events SET body = {};", expression);
+  if (auto ok = exec(sql.c_str()); !ok) return ok;
+  if (auto ok = exec("VACUUM;"); !ok) return ok;
+  return erase_freed();
+}
+
+common::Result<void> Journal::erase_freed() {
+  // TRUNCATE: every frame is copied into the database and the WAL file is cut to 0 bytes, so
+  // the earlier versions of a page (with a key since replaced) are gone from it too.
+  int log_frames = 0, checkpointed = 0;
+  const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, &log_frames,
+                                           &checkpointed);
+  if (rc != SQLITE_OK) return std::unexpected(error("checkpoint (erase old keys from the WAL)"));
   return {};
 }
 

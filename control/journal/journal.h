@@ -6,12 +6,19 @@
 //   reservations(id, body)             the current JSON of every reservation
 //   events(seq, at_unix_ns, id, from_state, to_state, reason, body)
 //                                      one row per transition, with the reservation after it
+//                                      without its key secrets (fingerprints only)
 //   requests(client_request_id, fingerprint, reservation_id, at_unix_ns)
 //                                      idempotency: a repeated request finds its reservation
 //   pools(name, body)                  registered compute pools (control/compute/pool.h)
 // record() writes one transition (event + current body + optional request row + next key) in
 // one transaction: after it returns, a kill -9 of the agent loses nothing it reported. With
 // sync "normal" (the default) a power loss may lose the last transactions; "full" fsyncs each.
+//
+// Keys (docs/control.md, "Journal"): a tunnel key secret is only ever in the `reservations` row
+// of its reservation, so the journal holds a reservation's current key and, during a rotation,
+// the previous one. secure_delete zeroes what a write frees; erase_freed() (called by the agent
+// when a rotation completes) empties the WAL, whose frames hold earlier page versions. The file
+// is created 0600 on its descriptor; a journal of another uid is refused.
 //
 // Threading: one owner (the agent's core, under its lock). Errors name the file and the
 // SQLite message.
@@ -67,6 +74,9 @@ class Journal {
                                             const RequestRecord* request);
   // Registers (body) or removes (nullptr) a compute pool; one statement, committed on return.
   [[nodiscard]] common::Result<void> put_pool(const std::string& name, const std::string* body);
+  // Checkpoints and truncates the WAL: nothing a past transaction replaced (an old key) is left
+  // in the journal's files. Fails (kIo) while another connection reads (retry later).
+  [[nodiscard]] common::Result<void> erase_freed();
   // Every event in order (journal check, tests).
   [[nodiscard]] common::Result<void> for_each_event(const std::function<void(const Event&)>& f);
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
@@ -75,6 +85,7 @@ class Journal {
  private:
   Journal(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
   common::Result<void> exec(const char* sql);
+  common::Result<void> scrub_event_secrets();
   common::Error error(const std::string& what) const;
 
   std::string path_;

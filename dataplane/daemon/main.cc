@@ -146,8 +146,11 @@ int command_run(const RunSettings& settings) {
   read_only.admin_socket_hint = config.admin_socket;
   auto control = gw::ControlServer::start(config.control_socket, read_only);
   if (!control) return fail(control.error(), exit_code_for(control.error()));
-  log->info("control socket {} (detwan-gw stats --control {})", (*control)->name(),
-            (*control)->name());
+  log->info("control socket {} (detwan-gw stats --control {}; budget: {} answer per poll, {} "
+            "bytes per poll, {} requests/s per uid after {})",
+            (*control)->name(), (*control)->name(), read_only.max_answers_per_poll,
+            read_only.max_write_bytes_per_poll, read_only.client_requests_per_s,
+            read_only.client_burst);
   std::unique_ptr<gw::ControlServer> admin;
   if (!config.admin_socket.empty()) {
     gw::ControlServerOptions options;

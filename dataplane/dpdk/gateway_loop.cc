@@ -88,7 +88,7 @@ void Gateway::run_shard_st(std::atomic<bool>& stop, const TscTaiClock& clock,
           const gw::PauseScope pause(*shared.pause, stop, {});
           return gw::answer_sharded_request(engines, request, now_ns, channel);
         });
-        server->report_refused_peers(impl.engine);
+        server->report_counters(impl.engine);
       }
       next_control_ns = now_ns + impl.options.control_poll_interval_ns;
     }

@@ -1,13 +1,12 @@
 // Loading one tunnel of the gateway configuration (the `tunnels:` list items).
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "common/secret_file.h"
 #include "common/units.h"
 #include "dataplane/gw/config_internal.h"
 #include "dataplane/sched/gate_control_list.h"
@@ -115,14 +114,14 @@ void parse_protection(const ConfigNode& node, TunnelConfig* tunnel) {
   tunnel->protection = std::move(protection);
 }
 
-// A key file holds the 64 hex digits (surrounding white space ignored). It should be readable
-// by the gateway's user only; the gateway does not insist (docs/gateway.md, "auth").
+// A key file holds the 64 hex digits (surrounding white space ignored). It must belong to root
+// or to the gateway's user and be private to its owner (common/secret_file.h: checked on the
+// opened descriptor; docs/gateway.md, "auth").
 std::string read_secret_file(const ConfigNode& node) {
   const std::string path = node.as_string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) node.fail(fmt::format("cannot read key file '{}'", path));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.size() > 4096) node.fail(fmt::format("key file '{}' is not a key", path));
+  auto read = common::read_secret_file(path, "key file");
+  if (!read) node.fail(read.error().message);
+  const std::string& text = *read;
   const auto first = text.find_first_not_of(" \t\r\n");
   const auto last = text.find_last_not_of(" \t\r\n");
   return first == std::string::npos ? std::string() : text.substr(first, last - first + 1);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <fmt/format.h>
 
 #include "common/unix_request.h"
 #include "dataplane/gw/config.h"
@@ -32,6 +34,67 @@ bool someone_listens(const common::UnixAddress& address) {
   if (!probe.valid()) return false;
   // A full backlog (EAGAIN) also means a live listener.
   return ::connect(probe.get(), address.get(), address.length) == 0 || errno == EAGAIN;
+}
+
+common::Error admin_error(common::ErrorCode code, const std::string& path, const std::string& what,
+                          int error) {
+  return common::Error{code, "admin socket '" + path + "': " + what + ": " + std::strerror(error)};
+}
+
+// Binds `fd` to the filesystem path `path` so that the socket file has exactly `mode` from the
+// instant it can be reached, without chmod() on the final path. chmod(path) after bind() acts on
+// whatever the path names by then (a symlink someone who may write the directory swapped in)
+// and is a second step after the file exists. Instead:
+//  1. fchmod(fd, mode) on the unbound socket: Linux creates the file with the socket inode's
+//     mode minus the umask (unix_bind), so it is never wider than asked, not even for an instant
+//     (AdminSocket.ModeIsSetOnTheDescriptorAndTheFileIsNeverWider checks it);
+//  2. the bind happens inside a fresh 0700 directory of ours beside the final path (mkdtemp):
+//     nobody else can reach the file there, so the bits the umask removed are restored there
+//     by name safely (nobody else can swap that entry), and the result is checked with lstat;
+//  3. rename() puts the finished socket at its path in one step; then the caller listens
+//     (connecting needs a listener anyway). The temporary directory goes.
+// Not umask(): it is process-wide, and the gateway may have other threads by now.
+common::Result<void> bind_admin_socket(int fd, const std::string& path, mode_t mode) {
+  if (::fchmod(fd, mode) != 0) {
+    return std::unexpected(admin_error(common::ErrorCode::kIo, path, "fchmod", errno));
+  }
+  const size_t slash = path.rfind('/');
+  std::string directory = path.substr(0, slash + 1) + ".detwan-gw.XXXXXX";
+  if (::mkdtemp(directory.data()) == nullptr) {
+    return std::unexpected(admin_error(common::ErrorCode::kIo, path,
+                                       "cannot create a private directory beside it", errno));
+  }
+  const std::string staging = directory + "/s";
+  const auto fail = [&](common::Error error) -> common::Result<void> {
+    ::unlink(staging.c_str());
+    ::rmdir(directory.c_str());
+    return std::unexpected(std::move(error));
+  };
+  auto address = common::unix_address(staging);
+  if (!address) {
+    return fail(common::Error{common::ErrorCode::kInvalidArgument,
+                              "admin socket '" + path +
+                                  "': the path is too long to bind it in a private directory "
+                                  "first (" + address.error().message + ")"});
+  }
+  if (::bind(fd, address->get(), address->length) != 0) {
+    return fail(admin_error(common::ErrorCode::kIo, path, "bind", errno));
+  }
+  if (::chmod(staging.c_str(), mode) != 0) {
+    return fail(admin_error(common::ErrorCode::kIo, path, "chmod in the private directory", errno));
+  }
+  struct stat info {};
+  if (::lstat(staging.c_str(), &info) != 0 || !S_ISSOCK(info.st_mode) ||
+      (info.st_mode & 07777) != mode) {
+    return fail(common::Error{common::ErrorCode::kIo,
+                              "admin socket '" + path + "': its file did not get mode " +
+                                  fmt::format("{:04o}", mode)});
+  }
+  if (::rename(staging.c_str(), path.c_str()) != 0) {
+    return fail(admin_error(common::ErrorCode::kIo, path, "rename into place", errno));
+  }
+  ::rmdir(directory.c_str());
+  return {};
 }
 
 }  // namespace
@@ -73,7 +136,12 @@ common::Result<std::unique_ptr<ControlServer>> ControlServer::start(
     return common::make_error(common::ErrorCode::kIo,
                               "control socket '" + name + "': socket: " + std::strerror(errno));
   }
-  if (::bind(fd.get(), address->get(), address->length) != 0) {
+  if (options.admin) {
+    if (auto bound = bind_admin_socket(fd.get(), name, static_cast<mode_t>(options.mode));
+        !bound) {
+      return std::unexpected(bound.error());
+    }
+  } else if (::bind(fd.get(), address->get(), address->length) != 0) {
     const int error = errno;
     if (error == EADDRINUSE) {
       return common::make_error(
@@ -82,13 +150,6 @@ common::Result<std::unique_ptr<ControlServer>> ControlServer::start(
     }
     return common::make_error(common::ErrorCode::kIo,
                               "control socket '" + name + "': bind: " + std::strerror(error));
-  }
-  // The admin socket's permissions are set before anyone can connect (nothing listens yet).
-  if (options.admin && ::chmod(name.c_str(), static_cast<mode_t>(options.mode)) != 0) {
-    const int error = errno;
-    ::unlink(name.c_str());
-    return common::make_error(common::ErrorCode::kIo,
-                              "admin socket '" + name + "': chmod: " + std::strerror(error));
   }
   if (::listen(fd.get(), 16) != 0) {
     const int error = errno;
@@ -115,9 +176,14 @@ ControlChannel ControlServer::channel() const {
   return ControlChannel{options_.admin, name_, options_.admin ? name_ : options_.admin_socket_hint};
 }
 
-void ControlServer::report_refused_peers(Engine& engine) noexcept {
-  engine.control_io().refused_peers += refused_peers_ - refused_peers_reported_;
+void ControlServer::report_counters(Engine& engine) noexcept {
+  ControlIo& io = engine.control_io();
+  io.refused_peers += refused_peers_ - refused_peers_reported_;
+  io.deferred += deferred_ - deferred_reported_;
+  io.rate_limited += rate_limited_ - rate_limited_reported_;
   refused_peers_reported_ = refused_peers_;
+  deferred_reported_ = deferred_;
+  rate_limited_reported_ = rate_limited_;
 }
 
 void ControlServer::poll_st(Engine& engine, int64_t now_ns) {
@@ -125,17 +191,52 @@ void ControlServer::poll_st(Engine& engine, int64_t now_ns) {
   poll_st(now_ns, [&engine, &answering, now_ns](std::string_view request) {
     return answer_control_request(engine, request, now_ns, answering);
   });
-  report_refused_peers(engine);
+  report_counters(engine);
 }
 
-std::string ControlServer::check_peer(int fd) const {
+bool ControlServer::client_admits(uint32_t uid, int64_t now_ns) noexcept {
+  if (options_.admin || options_.client_requests_per_s == 0) return true;
+  ClientRate* entry = nullptr;
+  for (ClientRate& c : clients_) {
+    if (c.used && c.uid == uid) {
+      entry = &c;
+      break;
+    }
+  }
+  if (entry == nullptr) {
+    // A new uid takes a free entry or the least recently seen one (which then starts afresh:
+    // at most kRatedClients uids are tracked, each still bounded by the per-poll budget).
+    entry = &clients_[0];
+    for (ClientRate& c : clients_) {
+      if (!c.used) {
+        entry = &c;
+        break;
+      }
+      if (c.last_ns < entry->last_ns) entry = &c;
+    }
+    *entry = ClientRate{uid, true, now_ns, now_ns};
+  }
+  entry->last_ns = now_ns;
+  // GCRA: one answer every `interval`, up to `burst` back to back.
+  const int64_t interval_ns = 1'000'000'000 / options_.client_requests_per_s;
+  const int64_t tolerance_ns =
+      interval_ns * static_cast<int64_t>(std::max<uint32_t>(options_.client_burst, 1) - 1);
+  const int64_t tat_ns = std::max(entry->tat_ns, now_ns);
+  if (tat_ns - now_ns > tolerance_ns) return false;
+  entry->tat_ns = tat_ns + interval_ns;
+  return true;
+}
+
+std::string ControlServer::check_peer(int fd, uint32_t* uid_out) const {
   ucred credentials{};
   socklen_t length = sizeof credentials;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) {
-    return "cannot read the peer's credentials on the admin socket " + name_ + ": " +
+    return "cannot read the peer's credentials on the control socket " + name_ + ": " +
            std::strerror(errno);
   }
   const uint32_t uid = credentials.uid;
+  *uid_out = uid;
+  if (!options_.admin) return "";
   const uint32_t own = ::geteuid();
   if (uid == 0 || uid == own) return "";
   for (const uint32_t allowed : options_.allowed_uids) {
@@ -148,7 +249,10 @@ std::string ControlServer::check_peer(int fd) const {
 }
 
 void ControlServer::poll_st(int64_t now_ns, const Responder& respond) {
+  answers_left_ = options_.max_answers_per_poll;
+  write_bytes_left_ = options_.max_write_bytes_per_poll;
   accept_pending(now_ns);
+  // In accept order: the oldest waiting request is answered first.
   std::erase_if(connections_,
                 [&](Connection& connection) { return !serve(connection, now_ns, respond); });
 }
@@ -161,15 +265,14 @@ void ControlServer::accept_pending(int64_t now_ns) {
     Connection connection;
     connection.fd = std::move(fd);
     connection.deadline_ns = now_ns + kRequestTimeoutNs;
-    if (options_.admin) {
-      // Refused before its request is read: the answer goes out, then the connection closes.
-      std::string refusal = check_peer(connection.fd.get());
-      if (!refusal.empty()) {
-        ++refused_peers_;
-        connection.answering = true;
-        connection.refused = true;
-        connection.output = control_error_json(refusal) + "\n";
-      }
+    // Admin: a uid that may not write is refused before its request is read (the answer goes
+    // out, then the connection closes). Both: the uid is the client its rate is counted for.
+    std::string refusal = check_peer(connection.fd.get(), &connection.uid);
+    if (!refusal.empty()) {
+      if (options_.admin) ++refused_peers_;
+      connection.answering = true;
+      connection.refused = true;
+      connection.output = control_error_json(refusal) + "\n";
     }
     connections_.push_back(std::move(connection));
   }
@@ -200,15 +303,37 @@ bool ControlServer::serve(Connection& connection, int64_t now_ns, const Responde
     const size_t newline = connection.input.find('\n');
     std::string answer;
     const size_t limit = options_.max_request_bytes;
-    if (newline != std::string::npos && newline <= limit) {
-      connection.input.resize(newline);
-      if (!connection.input.empty() && connection.input.back() == '\r') connection.input.pop_back();
-      answer = respond(connection.input);
+    const bool complete_line = newline != std::string::npos && newline <= limit;
+    const bool last_line = !complete_line && connection.input.size() <= limit && eof &&
+                           !connection.input.empty();
+    if (complete_line || last_line) {
+      // The budget: an answer is the costly part (docs/gateway.md).
+      if (answers_left_ == 0 || !client_admits(connection.uid, now_ns)) {
+        const bool over_rate = answers_left_ != 0;
+        bool& counted = over_rate ? connection.rate_limited : connection.deferred;
+        if (!counted) {
+          counted = true;
+          ++(over_rate ? rate_limited_ : deferred_);
+        }
+        if (now_ns < connection.deadline_ns) return true;  // its turn comes at a later poll
+        answer = control_error_json(
+            "busy: the control socket's budget is spent (" +
+            std::to_string(options_.client_requests_per_s) +
+            " requests/s per uid, one answer per poll); try again");
+      } else {
+        --answers_left_;
+        if (complete_line) {
+          connection.input.resize(newline);
+          if (!connection.input.empty() && connection.input.back() == '\r') {
+            connection.input.pop_back();
+          }
+        }
+        answer = respond(connection.input);  // a last line may come without '\n'
+      }
     } else if (connection.input.size() > limit) {
       answer = control_error_json("request longer than " + std::to_string(limit) + " bytes");
     } else if (eof) {
-      if (connection.input.empty()) return false;  // connected and left without asking
-      answer = respond(connection.input);          // last line without '\n'
+      return false;  // connected and left without asking
     } else if (now_ns >= connection.deadline_ns) {
       answer = control_error_json("no complete request line within " +
                                   std::to_string(kRequestTimeoutNs / 1'000'000) + " ms");
@@ -234,14 +359,16 @@ bool ControlServer::serve(Connection& connection, int64_t now_ns, const Responde
   return now_ns < connection.deadline_ns;  // a reader that stopped reading is dropped
 }
 
-// Writes what the socket takes; true when everything is written or the peer is gone.
 bool ControlServer::flush(Connection& connection) {
   while (connection.written < connection.output.size()) {
-    const ssize_t sent =
-        ::send(connection.fd.get(), connection.output.data() + connection.written,
-               connection.output.size() - connection.written, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (write_bytes_left_ == 0) return false;  // the rest at the next poll
+    const size_t chunk =
+        std::min(connection.output.size() - connection.written, write_bytes_left_);
+    const ssize_t sent = ::send(connection.fd.get(), connection.output.data() + connection.written,
+                                chunk, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (sent > 0) {
       connection.written += static_cast<size_t>(sent);
+      write_bytes_left_ -= static_cast<size_t>(sent);
       continue;
     }
     if (sent < 0 && errno == EINTR) continue;

@@ -14,8 +14,10 @@
 // Anything else is answered {"error":"..."} naming what was wrong. Every answer ends with '\n'.
 //
 // Two kinds of socket, one server each: the control socket (read-only; anyone who can reach it
-// reads) and the admin socket (reads and writes): a filesystem path made mode `mode` between
-// bind and listen, whose peers are checked with SO_PEERCRED on accept; a uid other than 0, the
+// reads) and the admin socket (reads and writes): a filesystem path that has mode `mode` from
+// the instant it exists (set on the descriptor before bind, bound in a private directory and
+// renamed into place: never chmod on the final path), whose peers are checked with SO_PEERCRED
+// on accept; a uid other than 0, the
 // gateway's euid and `allowed_uids` is answered an error and closed before its request is read.
 //
 // Names: a filesystem path ("/run/detwan-gw.sock"), or "@name" for an abstract socket, which
@@ -28,6 +30,19 @@
 // those whose deadline (kRequestTimeoutNs from accept, and again from the answer) has passed.
 // The loop calls it when fd() is readable, at least every 10 ms, and more often while
 // has_connections() (a connection's own socket is not watched by the loop).
+//
+// Budget (docs/gateway.md, "The control channel's share of the datapath"): answering is the
+// only costly part (a stats document is built from the engine, on this thread; a sharded
+// gateway pauses its other shards meanwhile), so one poll_st() answers at most
+// max_answers_per_poll requests and writes at most max_write_bytes_per_poll bytes; the rest
+// waits for the next poll (counted `deferred` once per request). On the read-only socket each
+// client uid (SO_PEERCRED) also gets at most client_requests_per_s answers per second after a
+// burst of client_burst (GCRA, exact in integer ns): a request beyond it is held until its
+// turn (counted `rate_limited`), not refused, so a polling script just slows down. A request
+// still held at its deadline is answered {"error":"busy: ..."}. So a local client hammering
+// `stats` costs the datapath at most client_requests_per_s answers per second per uid, and
+// never more than one answer between two polls.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -69,6 +84,12 @@ struct ControlServerOptions {
   std::vector<uint32_t> allowed_uids;  // besides 0 and the gateway's euid
   size_t max_request_bytes = 4096;     // longer request lines are refused
   std::string admin_socket_hint;       // read-only socket: where writes go, for its refusal
+  // The budget (above). The per-uid rate applies to the read-only socket only (the admin
+  // socket's peers are authorised by uid); 0 = no rate.
+  size_t max_answers_per_poll = 1;
+  size_t max_write_bytes_per_poll = 256 * 1024;
+  uint32_t client_requests_per_s = 50;
+  uint32_t client_burst = 50;
 };
 
 class ControlServer {
@@ -85,7 +106,8 @@ class ControlServer {
   // Binds and listens on `name` (see control_socket_name; "" is the default). Refuses a name a
   // live gateway listens on (kAlreadyExists); replaces a stale socket file nobody listens on;
   // refuses a path that exists and is not a socket. An admin server refuses an abstract or
-  // relative name (kInvalidArgument) and chmods its file to options.mode before listening.
+  // relative name (kInvalidArgument); its file has options.mode before anyone can reach it
+  // (control_server.cc, bind_admin_socket, says how), whatever the process umask.
   static common::Result<std::unique_ptr<ControlServer>> start(
       std::string_view name, const ControlServerOptions& options = {});
   ~ControlServer();  // closes every connection; unlinks a filesystem socket it created
@@ -98,14 +120,18 @@ class ControlServer {
   [[nodiscard]] bool admin() const noexcept { return options_.admin; }
   // Admin connections refused by uid since start.
   [[nodiscard]] uint64_t refused_peers() const noexcept { return refused_peers_; }
+  // Requests that waited for a later poll (answer or byte budget) / for their uid's rate.
+  [[nodiscard]] uint64_t deferred() const noexcept { return deferred_; }
+  [[nodiscard]] uint64_t rate_limited() const noexcept { return rate_limited_; }
 
   // Serves the engine's requests (answer_control_request; refused peers are also counted in
   // engine.control_io()). Never blocks.
   void poll_st(Engine& engine, int64_t now_ns);
   // What answer_control_request needs to know about this socket.
   [[nodiscard]] ControlChannel channel() const;
-  // Adds the peers refused since the last report to engine.control_io().refused_peers.
-  void report_refused_peers(Engine& engine) noexcept;
+  // Adds the refused peers, deferred and rate-limited requests since the last report to
+  // engine.control_io().
+  void report_counters(Engine& engine) noexcept;
   // The same with any responder.
   void poll_st(int64_t now_ns, const Responder& respond);
 
@@ -115,25 +141,47 @@ class ControlServer {
     int64_t deadline_ns = 0;
     bool answering = false;  // false: reading the request; true: writing `output`
     bool refused = false;    // admin: a peer whose uid may not use the socket
+    bool deferred = false;   // counted in deferred_ (once per request)
+    bool rate_limited = false;  // counted in rate_limited_ (once per request)
+    uint32_t uid = 0;        // SO_PEERCRED at accept
     std::string input;
     std::string output;
     size_t written = 0;
   };
+  // One client uid's rate (GCRA): the theoretical arrival time of its next answer.
+  struct ClientRate {
+    uint32_t uid = 0;
+    bool used = false;
+    int64_t tat_ns = 0;
+    int64_t last_ns = 0;
+  };
+  static constexpr size_t kRatedClients = 16;  // least recently seen uid's entry is reused
 
   ControlServer(std::string name, common::UniqueFd listen_fd, ControlServerOptions options);
   void accept_pending(int64_t now_ns);
-  // Admin: the refusal for a peer, or "" if it may use the socket.
-  [[nodiscard]] std::string check_peer(int fd) const;
+  // The peer's uid into *uid; admin: the refusal for a peer, or "" if it may use the socket.
+  [[nodiscard]] std::string check_peer(int fd, uint32_t* uid) const;
   // Returns false when the connection is finished (to be closed).
   bool serve(Connection& connection, int64_t now_ns, const Responder& respond);
-  static bool flush(Connection& connection);
+  // Writes what the socket and this poll's byte budget take; true when all is written or the
+  // peer is gone.
+  bool flush(Connection& connection);
+  // True when `uid` may have an answer at now_ns (its token is then taken).
+  bool client_admits(uint32_t uid, int64_t now_ns) noexcept;
 
   std::string name_;
   common::UniqueFd listen_fd_;
   ControlServerOptions options_;
   std::vector<Connection> connections_;
   uint64_t refused_peers_ = 0;
-  uint64_t refused_peers_reported_ = 0;  // already added to an engine's control_io()
+  uint64_t deferred_ = 0;
+  uint64_t rate_limited_ = 0;
+  // Already added to an engine's control_io().
+  uint64_t refused_peers_reported_ = 0, deferred_reported_ = 0, rate_limited_reported_ = 0;
+  // This poll's budget.
+  size_t answers_left_ = 0;
+  size_t write_bytes_left_ = 0;
+  std::array<ClientRate, kRatedClients> clients_{};
 };
 
 // Client side: connects to `name` ("" = the default), sends `request` plus '\n' and returns the

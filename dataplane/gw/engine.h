@@ -93,6 +93,8 @@ struct ControlIo {
   uint64_t refused_peers = 0;   // admin socket connections refused by uid (SO_PEERCRED)
   uint64_t applied = 0;         // writes that changed the gateway
   uint64_t refused_writes = 0;  // writes refused (bad request, stale generation, read-only socket)
+  uint64_t deferred = 0;      // requests answered at a later poll: the per-poll budget was spent
+  uint64_t rate_limited = 0;  // requests held because their uid was over its rate (read-only)
 };
 
 // What a successful apply_st() did.

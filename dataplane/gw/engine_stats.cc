@@ -242,7 +242,9 @@ std::string Engine::stats_json(int64_t now_ns) const {
   root["control"] = json::object{{"requests", m.control.requests},
                                  {"refused_peers", m.control.refused_peers},
                                  {"applied", m.control.applied},
-                                 {"refused_writes", m.control.refused_writes}};
+                                 {"refused_writes", m.control.refused_writes},
+                                 {"deferred", m.control.deferred},
+                                 {"rate_limited", m.control.rate_limited}};
   return json::serialize(root);
 }
 

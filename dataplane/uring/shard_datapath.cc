@@ -145,7 +145,7 @@ void Datapath::serve_control_st(gw::ControlServer& server, int64_t now_ns) {
     return gw::answer_sharded_request(group.engines, request, now_ns, channel,
                                       [&group] { return group.counters_json(); });
   });
-  server.report_refused_peers(engine_);
+  server.report_counters(engine_);
 }
 
 }  // namespace detwan::dataplane::uring

@@ -84,7 +84,8 @@ void check_stamp(const uint8_t* data, size_t size) {
   constexpr size_t kGuard = 16;
   std::vector<uint8_t> reply(data, data + size);
   reply.resize(size + kGuard, 0xA5);
-  const stamp::TlvReflectResult result = stamp::reflect_tlvs(reply.data(), size, size & 0xFF);
+  const stamp::TlvReflectResult result =
+      stamp::reflect_tlvs(reply.data(), size, size & 0xFF, (size & 1) != 0);
   FUZZ_CHECK(result.requested_dscp >= -1 && result.requested_dscp < 64);
   FUZZ_CHECK(std::memcmp(reply.data(), data, stamp::kBaseBytes) == 0);
   for (size_t i = size; i < size + kGuard; ++i) FUZZ_CHECK(reply[i] == 0xA5);

@@ -115,19 +115,38 @@ def test_reflector_answers_scapy_sender_packets():
             assert float(rep.ts) >= float(rep.ts_rx)
             assert abs(float(rep.ts_rx) - ntp_now()) < 5
 
-            # Larger packet: same size back; a shorter (TWAMP Light, 14 bytes): the base packet.
+            # Larger packet: same size back. A reply is never larger than its request: a
+            # 14-byte TWAMP Light packet would need 44 back, so it gets nothing (counted); a
+            # 41-byte one gets the reflector packet's 41 bytes.
             big = bytes(Sender(seq=7, ts=ntp_now(), ssid=4321)) + bytes(56)
             assert len(exchange(sock, refl.port, big)) == 100
-            short = raw_req[:14]
-            data = exchange(sock, refl.port, short)
-            assert len(data) == 44
-            assert Reflector(data).seq_sender == 1234
+            sock.sendto(raw_req[:14], ("127.0.0.1", refl.port))
+            data = exchange(sock, refl.port, raw_req[:41])
+            assert len(data) == 41  # the first reply on the socket: none came for 14 bytes
+            assert Reflector(data + bytes(3)).seq_sender == 1234
             sock.sendto(b"\x01\x02\x03", ("127.0.0.1", refl.port))  # garbage: ignored
             assert Reflector(exchange(sock, refl.port, raw_req)).seq == 1234
         counters = refl.stop()
-        assert counters["received"] == 5
+        assert counters["received"] == 6
         assert counters["reflected"] == 4
         assert counters["malformed"]["too_short"] == 1
+        assert counters["refused_short"] == 1
+        assert counters["twamp_light"] == 1
+    finally:
+        refl.kill()
+
+
+def test_reflector_answers_short_packets_only_when_asked():
+    """--answer-short: RFC 8762 4.6's base packet for a 14-byte TWAMP Light request."""
+    refl = RunningReflector("--answer-short")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            raw_req = bytes(Sender(seq=99, ts=ntp_now(), ssid=1))
+            data = exchange(sock, refl.port, raw_req[:14])
+            assert len(data) == 44
+            assert Reflector(data).seq_sender == 99
+        counters = refl.stop()
+        assert counters["refused_short"] == 0
         assert counters["twamp_light"] == 1
     finally:
         refl.kill()

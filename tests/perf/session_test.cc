@@ -315,7 +315,8 @@ TEST_F(SessionTest, HelloOfAnotherVersionIsRejected) {
   start_server();
   common::UniqueFd fd = connect_control(server_->port());
   ASSERT_TRUE(fd.valid());
-  const std::string hello = R"({"type":"hello","version":2,"spec":{}})"
+  // Version 1 (before the hello token): refused by name.
+  const std::string hello = R"({"type":"hello","version":1,"spec":{}})"
                             "\n";
   ASSERT_EQ(::send(fd.get(), hello.data(), hello.size(), 0), static_cast<ssize_t>(hello.size()));
   std::string reply;
@@ -332,7 +333,7 @@ TEST_F(SessionTest, ServerEndsTheSessionOfAVanishedClient) {
   ASSERT_TRUE(fd.valid());
   // A valid hello, then silence: no UDP hello, no start.
   const std::string hello =
-      R"({"type":"hello","version":1,"spec":{"mode":"stream","direction":"forward",)"
+      R"({"type":"hello","version":2,"spec":{"mode":"stream","direction":"forward",)"
       R"("schedule":"periodic","pps":100,"bitrate_bps":0,"burst_packets":1,"size_bytes":64,)"
       R"("duration_ns":1000000000,"bound_ns":0,"interval_ns":0,"dscp":-1,"seed":1,)"
       R"("want_packets":false}})"
@@ -365,8 +366,9 @@ TEST(SessionClientTest, ServerWithoutUdpGivesAClearTimeout) {
     ::setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     char buf[4096];
     if (::recv(conn.get(), buf, sizeof(buf), 0) <= 0) return;
-    const std::string accept = R"({"type":"accept","session":7,"udp_port":9})"
-                               "\n";
+    const std::string accept =
+        R"({"type":"accept","session":7,"udp_port":9,"token":"000102030405060708090a0b0c0d0e0f"})"
+        "\n";
     (void)::send(conn.get(), accept.data(), accept.size(), MSG_NOSIGNAL);
     while (::recv(conn.get(), buf, sizeof(buf), 0) > 0) {
     }
@@ -415,7 +417,8 @@ TEST(SessionClientTest, SilentServerCountsAsVanished) {
       if (n > 0) control.append(buf, static_cast<size_t>(n));
       if (!accepted && control.find('\n') != std::string::npos) {
         const std::string accept = R"({"type":"accept","session":7,"udp_port":)" +
-                                   std::to_string(ntohs(udp_addr.sin_port)) + "}\n";
+                                   std::to_string(ntohs(udp_addr.sin_port)) +
+                                   R"(,"token":"000102030405060708090a0b0c0d0e0f"})" + "\n";
         (void)::send(conn.get(), accept.data(), accept.size(), MSG_NOSIGNAL);
         accepted = true;
       }

@@ -196,8 +196,10 @@ TEST(StampSession, PtpTimestampsBothEnds) {
   expect_consistent_delays(*r);
 }
 
-TEST(StampSession, DscpViaClassOfServiceTlv) {
-  RunningReflector reflector({});
+TEST(StampSession, DscpViaClassOfServiceTlvWhenHonoured) {
+  StampReflectOptions honouring;
+  honouring.honour_dscp = true;
+  RunningReflector reflector(honouring);
   StampSenderOptions o = sender_options("127.0.0.1", reflector.port(), 3);
   o.dscp = 10;  // AF11
   auto r = run_stamp_session(o);
@@ -209,6 +211,24 @@ TEST(StampSession, DscpViaClassOfServiceTlv) {
   const StampReflectorCounters c = reflector.finish();
   EXPECT_EQ(c.dscp_received[10], 3u);
   EXPECT_EQ(c.dscp_received[0], 0u);
+  EXPECT_EQ(c.dscp_not_honoured, 0u);
+}
+
+// By default a request does not choose its reply's DSCP: the reply keeps the reflector's own
+// (0 here), the TLV's RP says DSCP1 was not applied, and the refusal is counted.
+TEST(StampSession, RequestedDscpIsNotHonouredByDefault) {
+  RunningReflector reflector({});
+  StampSenderOptions o = sender_options("127.0.0.1", reflector.port(), 3);
+  o.dscp = 46;  // EF: what a forged request would like its reflections to ride on
+  auto r = run_stamp_session(o);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->received, 3u);
+  EXPECT_EQ(r->dscp_at_reflector, 46);  // the reflector still reports what it saw
+  EXPECT_EQ(r->dscp_received, 0);       // but its replies leave with its own DSCP
+  const StampReflectorCounters c = reflector.finish();
+  EXPECT_EQ(c.dscp_received[46], 3u);
+  EXPECT_EQ(c.dscp_not_honoured, 3u);
+  EXPECT_EQ(c.reflected, 3u);
 }
 
 // A scripted stateful reflector: drops the request with sender seq 3 (forward loss), does not
@@ -389,18 +409,89 @@ TEST(StampReflector, SymmetricSizeCopiesTheRemainder) {
   EXPECT_EQ(std::memcmp(reply2.data() + 44, p.data() + 44, 156), 0);
 }
 
-TEST(StampReflector, ShorterTwampLightPacketsGetTheBasePacket) {
+// A reply is never larger than its request: TWAMP Light requests of 41..43 bytes get the base
+// packet cut to their size; shorter ones would need a larger reply and get none (counted).
+TEST(StampReflector, ReplyIsNeverLargerThanTheRequest) {
   RunningReflector reflector({});
+  Client c(AF_INET, reflector.port());
+  for (size_t size : {size_t{14}, size_t{30}, size_t{40}}) {
+    c.send(sender_packet(static_cast<uint32_t>(size), 0, size));
+  }
+  for (size_t size : {size_t{41}, size_t{43}, size_t{44}, size_t{45}}) {
+    c.send(sender_packet(static_cast<uint32_t>(size), 0, size));
+    const auto reply = c.receive();  // in order: the refused ones sent no reply before it
+    ASSERT_EQ(reply.size(), size);
+    EXPECT_EQ(decode(reply).sender_seq, size);
+  }
+  pollfd pfd{c.fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&pfd, 1, 0), 0);  // nothing else came back
+  const StampReflectorCounters counters = reflector.finish();
+  EXPECT_EQ(counters.refused_short, 3u);
+  EXPECT_EQ(counters.twamp_light, 2u);
+  EXPECT_EQ(counters.reflected, 4u);
+}
+
+// --answer-short: the RFC 8762 4.6 behaviour, asked for by name.
+TEST(StampReflector, AnswerShortGivesShortRequestsTheBasePacket) {
+  StampReflectOptions o;
+  o.answer_short = true;
+  RunningReflector reflector(o);
   Client c(AF_INET, reflector.port());
   for (size_t size : {size_t{14}, size_t{30}, size_t{43}}) {
     c.send(sender_packet(static_cast<uint32_t>(size), 0, size));
     const auto reply = c.receive();
-    ASSERT_EQ(reply.size(), 44u) << size;
+    // 43 bytes hold the whole TWAMP Light reflector packet: that one stays symmetric.
+    ASSERT_EQ(reply.size(), size == 43 ? 43u : 44u) << size;
     EXPECT_EQ(decode(reply).sender_seq, size);
   }
   const StampReflectorCounters counters = reflector.finish();
   EXPECT_EQ(counters.twamp_light, 3u);
   EXPECT_EQ(counters.reflected, 3u);
+  EXPECT_EQ(counters.refused_short, 0u);
+}
+
+// One source gets at most its burst, then the rate: 100 back-to-back 1000-byte requests against
+// a 10-reply burst and a rate of one 1028-byte reply per 80 s are answered exactly 10 times
+// (the test takes well under 80 s, so no token comes back meanwhile). Another source
+// (127.0.0.2) has its own budget: its request, sent last, is answered, and since one socket
+// queue serves both, its answer also says every request before it was handled.
+TEST(StampReflector, RepliesToOneSourceAreRateLimited) {
+  StampReflectOptions o;
+  o.rate_per_source_bps = 100;           // 12.5 bytes/s
+  o.burst_per_source_bytes = 10 * 1028;  // 10 replies of 1000 bytes + IPv4/UDP headers
+  RunningReflector reflector(o);
+  Client c(AF_INET, reflector.port());
+  constexpr uint32_t kRequests = 100;
+  for (uint32_t seq = 0; seq < kRequests; ++seq) c.send(sender_packet(seq, 5, 1000));
+
+  common::UniqueFd other(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2
+  ASSERT_EQ(::bind(other.get(), reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(reflector.port());
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const auto marker = sender_packet(999, 6, 44);
+  ASSERT_EQ(::sendto(other.get(), marker.data(), marker.size(), 0,
+                     reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+            44);
+  pollfd marker_reply{other.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&marker_reply, 1, 5000), 1);
+
+  for (uint32_t k = 0; k < 10; ++k) {
+    const auto reply = c.receive();
+    ASSERT_EQ(reply.size(), 1000u);
+    EXPECT_EQ(decode(reply).sender_seq, k);
+  }
+  pollfd pfd{c.fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&pfd, 1, 0), 0);  // no 11th reply
+  const StampReflectorCounters counters = reflector.finish();
+  EXPECT_EQ(counters.received, kRequests + 1);
+  EXPECT_EQ(counters.reflected, 11u);
+  EXPECT_EQ(counters.rate_limited, kRequests - 10);
+  EXPECT_EQ(counters.sources_shared, 0u);
 }
 
 TEST(StampReflector, GarbageIsCountedAndIgnored) {

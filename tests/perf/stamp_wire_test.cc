@@ -241,7 +241,7 @@ TEST(StampTlv, ReflectorFillsCosFlagsUnknownAndTruncated) {
   p[60] = 0;
   p[61] = 100;
   const int tos = (46 << 2) | 1;  // DSCP 46, ECN ECT(1)
-  const TlvReflectResult r = reflect_tlvs(p.data(), p.size(), tos);
+  const TlvReflectResult r = reflect_tlvs(p.data(), p.size(), tos, /*apply_dscp1=*/true);
   EXPECT_EQ(r.requested_dscp, 10);
   EXPECT_TRUE(r.malformed);
   EXPECT_EQ(r.tlvs, 2);
@@ -259,9 +259,21 @@ TEST(StampTlv, ReflectorFillsCosFlagsUnknownAndTruncated) {
   EXPECT_EQ(p[58], kTlvFlagMalformed);     // M
 }
 
+// A reflector that does not honour DSCP1 says so in RP (1) and keeps DSCP1 as asked.
+TEST(StampTlv, ReflectorThatKeepsItsOwnDscpSetsRp) {
+  std::vector<uint8_t> p(44 + 8, 0);
+  ASSERT_EQ(write_cos_tlv(p.data(), p.size(), 44, 46), 8u);
+  const TlvReflectResult r = reflect_tlvs(p.data(), p.size(), 0, /*apply_dscp1=*/false);
+  EXPECT_EQ(r.requested_dscp, 46);
+  const CosValue c = read_cos_value(p.data() + 48);
+  EXPECT_EQ(c.dscp1, 46);
+  EXPECT_EQ(c.dscp2, 0);
+  EXPECT_EQ(c.rp, kCosRpNotApplied);
+}
+
 TEST(StampTlv, ZeroPaddingIsLeftAlone) {
   std::vector<uint8_t> p(100, 0);
-  const TlvReflectResult r = reflect_tlvs(p.data(), p.size(), 0xB8);
+  const TlvReflectResult r = reflect_tlvs(p.data(), p.size(), 0xB8, true);
   EXPECT_EQ(r.requested_dscp, -1);
   EXPECT_EQ(r.tlvs, 0);
   for (uint8_t b : p) ASSERT_EQ(b, 0);
@@ -286,7 +298,8 @@ TEST(StampTlv, GarbageNeverReadsOutOfBounds) {
     CosValue c;
     (void)find_cos_tlv(p.data(), size, &c);
     if (size > kBaseBytes) {
-      const TlvReflectResult t = reflect_tlvs(p.data(), size, static_cast<int>(rng() % 256));
+      const TlvReflectResult t =
+          reflect_tlvs(p.data(), size, static_cast<int>(rng() % 256), (rng() & 1) != 0);
       ASSERT_LE(t.tlvs * kTlvHeaderBytes, size - kBaseBytes);
     }
   }

@@ -67,7 +67,8 @@ common::Result<std::unique_ptr<ClientPath>> open_path(const ClientOptions& optio
   // A lost SYN is resent after 1 s, then 3 s (Linux): a connect gets at least 3.5 s so that one
   // lost SYN on a lossy path is not "cannot reach", whatever --peer-timeout is.
   constexpr int64_t kMinConnectTimeoutNs = 3'500'000'000;
-  auto fd = connect_tcp(host, options.port, std::max(options.peer_timeout_ns, kMinConnectTimeoutNs));
+  auto fd = connect_tcp(host, options.port, std::max(options.peer_timeout_ns, kMinConnectTimeoutNs),
+                        options.bind);
   if (!fd) {
     return make_error(fd.error().code, "cannot reach server " + target + ": " + fd.error().message);
   }
@@ -95,8 +96,11 @@ common::Result<std::unique_ptr<ClientPath>> open_path(const ClientOptions& optio
   }
   auto session = get_int(*reply, "session");
   auto udp_port = get_int(*reply, "udp_port");
+  auto token_text = get_string(*reply, "token");
+  const std::optional<HelloToken> token =
+      token_text ? parse_token(*token_text) : std::optional<HelloToken>{};
   if (!type || *type != "accept" || !session || !udp_port || *udp_port <= 0 || *udp_port > 65535 ||
-      *session < 0 || *session > 0xFFFFFFFFLL) {
+      *session < 0 || *session > 0xFFFFFFFFLL || !token) {
     return make_error(ErrorCode::kIo, "server " + target + ": unexpected reply to the hello");
   }
   path->session = static_cast<uint32_t>(*session);
@@ -134,12 +138,13 @@ common::Result<std::unique_ptr<ClientPath>> open_path(const ClientOptions& optio
     return std::unexpected(e.error());
   }
 
-  // UDP hello until acknowledged: proves the path and lets the server learn our address.
+  // UDP hello until acknowledged: proves the path and lets the server learn our port (through
+  // NAT); the token shows the hello comes from the control connection's owner.
   DatagramReader reader(8, 512);
   const int64_t give_up = monotonic_ns() + options.peer_timeout_ns;
   for (uint64_t seq = 0;; ++seq) {
     (void)send_packet(path->udp->fd(), nullptr, 0,
-                      Packet{Kind::kHello, path->session, seq, realtime_ns(), 0, 0}, kHeaderBytes);
+                      make_hello(path->session, seq, realtime_ns(), *token), kHeaderBytes);
     Packet ack;
     int64_t rx = 0;
     // Any hello's ack will do (an earlier one may arrive late).

@@ -1,6 +1,7 @@
 #include "tools/perf/control.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netdb.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -83,6 +86,89 @@ common::Result<void> validate_spec(const TestSpec& s) {
   return {};
 }
 
+common::Result<void> check_server_limits(const TestSpec& s, const ServerLimits& limits) {
+  if (s.duration_ns > limits.max_duration_ns) {
+    return invalid(fmt::format(
+        "spec.duration_ns: {} ({:g} s) is above this server's limit of {:g} s (detwan-perf "
+        "server --max-time); ask -t {:g} or less",
+        s.duration_ns, s.duration_ns / 1e9, limits.max_duration_ns / 1e9,
+        limits.max_duration_ns / 1e9));
+  }
+  if (!sends_reverse(s)) return {};  // the server only receives: the client pays for the rate
+  if (s.mode == Mode::kThroughput && s.bitrate_bps == 0) {
+    return invalid(fmt::format(
+        "spec.bitrate_bps: 0 asks the server to send unpaced; it sends at most {} bit/s "
+        "(detwan-perf server --max-rate): ask -b {} or less",
+        limits.max_send_bps, limits.max_send_bps));
+  }
+  if (s.pps > limits.max_send_pps) {
+    return invalid(fmt::format(
+        "spec.pps: the server would send {} packets/s; its limit is {} (detwan-perf server "
+        "--max-pps)",
+        s.pps, limits.max_send_pps));
+  }
+  // Both at most 10^7 and 65507: the product fits in 64 bits.
+  const uint64_t send_bps = s.pps * uint64_t{s.size_bytes} * 8;
+  if (send_bps > limits.max_send_bps) {
+    return invalid(fmt::format(
+        "spec: the server would send {} bit/s ({} packets/s of {} bytes); its limit is {} bit/s "
+        "(detwan-perf server --max-rate)",
+        send_bps, s.pps, s.size_bytes, limits.max_send_bps));
+  }
+  const uint64_t burst_bytes = uint64_t{s.burst_packets} * s.size_bytes;
+  if (s.schedule == ScheduleKind::kBurst && s.mode == Mode::kStream &&
+      burst_bytes > limits.max_burst_bytes) {
+    return invalid(fmt::format(
+        "spec.burst_packets: bursts of {} packets of {} bytes ({} bytes) are above the {} "
+        "bytes the server sends back to back",
+        s.burst_packets, s.size_bytes, burst_bytes, limits.max_burst_bytes));
+  }
+  return {};
+}
+
+common::Result<HelloToken> new_hello_token() {
+  std::array<unsigned char, 16> bytes{};
+  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+    return make_error(ErrorCode::kInternal,
+                      "cannot draw a session token: OpenSSL's random generator failed");
+  }
+  HelloToken token;
+  for (size_t i = 0; i < 8; ++i) {
+    token.high = (token.high << 8) | bytes[i];
+    token.low = (token.low << 8) | bytes[8 + i];
+  }
+  return token;
+}
+
+std::string format_token(const HelloToken& token) {
+  return fmt::format("{:016x}{:016x}", token.high, token.low);
+}
+
+std::optional<HelloToken> parse_token(std::string_view text) {
+  if (text.size() != 32) return std::nullopt;
+  HelloToken token;
+  for (size_t i = 0; i < 32; ++i) {
+    const char c = text[i];
+    uint64_t digit = 0;
+    if (c >= '0' && c <= '9') {
+      digit = static_cast<uint64_t>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      digit = static_cast<uint64_t>(c - 'a' + 10);
+    } else {
+      return std::nullopt;
+    }
+    uint64_t& half = i < 16 ? token.high : token.low;
+    half = (half << 4) | digit;
+  }
+  return token;
+}
+
+bool tokens_equal(const HelloToken& a, const HelloToken& b) noexcept {
+  const uint64_t x[2] = {a.high, a.low};
+  const uint64_t y[2] = {b.high, b.low};
+  return CRYPTO_memcmp(x, y, sizeof(x)) == 0;
+}
+
 uint64_t max_packets_for(const TestSpec& s) {
   if (s.mode == Mode::kThroughput && s.bitrate_bps == 0) return kMaxPacketsPerDirection;
   const double tracked =
@@ -103,6 +189,44 @@ std::string format_address(const probe::SocketAddress& a) {
     return fmt::format("[{}]:{}", text, ntohs(v6->sin6_port));
   }
   return "?";
+}
+
+namespace {
+
+// The 16-byte form of an address (IPv4 as IPv4-mapped IPv6); false for other families.
+bool ip_bytes(const sockaddr_storage& a, in6_addr* out) noexcept {
+  if (a.ss_family == AF_INET) {
+    *out = in6_addr{};
+    out->s6_addr[10] = 0xff;
+    out->s6_addr[11] = 0xff;
+    std::memcpy(&out->s6_addr[12], &reinterpret_cast<const sockaddr_in*>(&a)->sin_addr, 4);
+    return true;
+  }
+  if (a.ss_family == AF_INET6) {
+    *out = reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string format_ip(const sockaddr_storage& a) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&a)->sin_addr, text, sizeof(text));
+  } else if (a.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr, text,
+              sizeof(text));
+  } else {
+    return "?";
+  }
+  return text;
+}
+
+bool same_ip(const sockaddr_storage& a, const sockaddr_storage& b) noexcept {
+  in6_addr x{}, y{};
+  return ip_bytes(a, &x) && ip_bytes(b, &y) && std::memcmp(&x, &y, sizeof(x)) == 0;
 }
 
 bool same_address(const sockaddr_storage& a, socklen_t a_len, const sockaddr_storage& b,
@@ -141,7 +265,7 @@ common::Result<probe::SocketAddress> peer_address(int fd) {
 }
 
 common::Result<common::UniqueFd> connect_tcp(const std::string& host, uint16_t port,
-                                             int64_t timeout_ns) {
+                                             int64_t timeout_ns, const std::string& bind) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -158,6 +282,23 @@ common::Result<common::UniqueFd> connect_tcp(const std::string& host, uint16_t p
     if (!fd.valid()) {
       last_error = errno_text("socket");
       continue;
+    }
+    if (!bind.empty()) {
+      probe::SocketAddress local;
+      try {
+        local = probe::parse_address(bind, 0);
+      } catch (const common::Failure& e) {
+        last_error = e.error().message;
+        continue;
+      }
+      if (local.storage.ss_family != ai->ai_family) {
+        last_error = "--bind " + bind + ": not the address family of " + host;
+        continue;
+      }
+      if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&local.storage), local.length) != 0) {
+        last_error = errno_text(("bind to " + bind).c_str());
+        continue;
+      }
     }
     if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
       if (errno != EINPROGRESS) {

@@ -1,10 +1,10 @@
 // detwan-perf: one-way delay, delay variation, loss and reordering, per direction, at tail
 // percentiles; side by side over two paths; STAMP (RFC 8762) sender and reflector. docs/perf.md.
 //
-//   detwan-perf server [-p PORT] [-B ADDR] [-1]
+//   detwan-perf server [-p PORT] [-B ADDR] [-1] [--max-time S] [--max-rate RATE] [--json]
 //   detwan-perf client HOST [-p PORT] [-t S] [--pps N | -b RATE] [--reverse | --bidir]
 //                      [--throughput | --pingpong] [--compare HOST2] [--json] ...
-//   detwan-perf stamp-reflect [-p PORT] [--stateful]
+//   detwan-perf stamp-reflect [-p PORT] [--stateful] [--rate-per-source RATE] [--honour-dscp]
 //   detwan-perf stamp HOST [-p PORT] [-c COUNT] [--json]
 #include <cstdio>
 #include <exception>
@@ -60,6 +60,21 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   server_cmd->add_flag("-v,--verbose", server.verbose, "log each session");
+  server_cmd->add_flag("--json", server.json, "print counters as JSON on exit");
+  double server_max_time_s = static_cast<double>(server.limits.max_duration_ns) / 1e9;
+  std::string server_max_rate = std::to_string(server.limits.max_send_bps) + "bit";
+  server_cmd->add_option("--max-time", server_max_time_s, "longest test a client may ask (s)")
+      ->check(CLI::Range(0.01, 86400.0))
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--max-rate", server_max_rate,
+                   "fastest stream the server sends (reverse/bidir), UDP payload bits/s (1gbit)")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--max-pps", server.limits.max_send_pps,
+                   "most packets/s of a stream the server sends")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{10'000'000}))
+      ->capture_default_str();
 
   // client
   ClientOptions client;
@@ -138,6 +153,23 @@ int run_cli(int argc, char** argv) {
   reflect_cmd->add_option("--duration", reflect_duration_s, "stop after S seconds (0: never)")
       ->check(CLI::Range(0.0, 31'536'000.0));
   reflect_cmd->add_flag("--json", reflect.json, "print counters as JSON on exit");
+  std::string reflect_rate = std::to_string(reflect.rate_per_source_bps) + "bit";
+  reflect_cmd
+      ->add_option("--rate-per-source", reflect_rate,
+                   "replies to one source address at most this rate (e.g. 10mbit; payload and "
+                   "IP/UDP headers)")
+      ->capture_default_str();
+  reflect_cmd
+      ->add_option("--burst-per-source", reflect.burst_per_source_bytes,
+                   "bytes of replies a source may get back to back")
+      ->check(CLI::Range(uint64_t{1500}, uint64_t{1} << 30))
+      ->capture_default_str();
+  reflect_cmd->add_flag("--honour-dscp", reflect.honour_dscp,
+                        "let a Class of Service TLV choose the reply's DSCP (off: the reply "
+                        "keeps the reflector's own)");
+  reflect_cmd->add_flag("--answer-short", reflect.answer_short,
+                        "answer requests under 41 bytes with the 44-byte base packet (a reply "
+                        "larger than its request)");
 
   // stamp
   StampSenderOptions stamp;
@@ -180,6 +212,13 @@ int run_cli(int argc, char** argv) {
 
   if (server_cmd->parsed()) {
     server.peer_timeout_ns = seconds_to_ns(server_timeout_s);
+    server.limits.max_duration_ns = seconds_to_ns(server_max_time_s);
+    auto max_rate = common::parse_rate_bps(server_max_rate);
+    if (!max_rate || *max_rate == 0) {
+      throw CLI::ValidationError("--max-rate", max_rate ? std::string("must be above 0")
+                                                        : max_rate.error().message);
+    }
+    server.limits.max_send_bps = *max_rate;
     return run_server(server);
   }
   if (client_cmd->parsed()) {
@@ -212,6 +251,12 @@ int run_cli(int argc, char** argv) {
   if (reflect_cmd->parsed()) {
     reflect.timestamp = kTimestamps.at(reflect_ts);
     reflect.duration_ns = seconds_to_ns(reflect_duration_s);
+    auto rate = common::parse_rate_bps(reflect_rate);
+    if (!rate || *rate == 0) {
+      throw CLI::ValidationError("--rate-per-source",
+                                 rate ? std::string("must be above 0") : rate.error().message);
+    }
+    reflect.rate_per_source_bps = *rate;
     return run_stamp_reflect(reflect);
   }
   stamp.timestamp = kTimestamps.at(stamp_ts);

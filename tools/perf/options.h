@@ -62,12 +62,25 @@ struct ClientOptions {
   std::string plot_path;          // .svg or .png: delay over time and delay CDF
 };
 
+// What a server agrees to do for one client (docs/perf.md, "Limits"): a test longer than
+// max_duration_ns is refused, and so is a stream the server would send (reverse, bidir) faster
+// than max_send_bps (UDP payload: pps x size x 8) or max_send_pps, unpaced (throughput -b 0),
+// or in bursts of more than max_burst_bytes. The refusal names the field and the limit.
+struct ServerLimits {
+  int64_t max_duration_ns = 600'000'000'000;  // 10 minutes
+  uint64_t max_send_bps = 1'000'000'000;
+  uint64_t max_send_pps = 1'000'000;
+  uint64_t max_burst_bytes = 1 << 20;
+};
+
 struct ServerOptions {
   std::string bind;               // "" = every address (IPv6 dual stack, else IPv4)
   uint16_t port = kDefaultPort;
   bool one_off = false;           // serve one client (its sessions), then exit
   int64_t peer_timeout_ns = 3'000'000'000;
   bool verbose = false;
+  bool json = false;              // on exit: counters as JSON on stdout
+  ServerLimits limits;
 };
 
 enum class StampTimestamp : uint8_t { kNtp, kPtp };
@@ -79,6 +92,15 @@ struct StampReflectOptions {
   StampTimestamp timestamp = StampTimestamp::kNtp;
   int64_t duration_ns = 0;        // 0: until interrupted
   bool json = false;              // on exit: counters as JSON
+  // What a request can make the reflector send (docs/perf.md): replies to one source IP at most
+  // rate_per_source_bps (UDP payload + IP/UDP headers) after a burst of burst_per_source_bytes;
+  // a reply never larger than its request (requests under the 41-byte TWAMP Light reflector
+  // packet are refused unless answer_short); the reply's DSCP is the reflector's own unless
+  // honour_dscp lets a Class of Service TLV choose it.
+  uint64_t rate_per_source_bps = 10'000'000;
+  uint64_t burst_per_source_bytes = 65'536;
+  bool answer_short = false;
+  bool honour_dscp = false;
 };
 
 struct StampSenderOptions {

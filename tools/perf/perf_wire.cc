@@ -39,6 +39,19 @@ DecodeResult decode(const uint8_t* buf, size_t size, Packet* out) noexcept {
   return DecodeResult::kOk;
 }
 
+HelloToken hello_token_of(const Packet& hello) noexcept {
+  return HelloToken{static_cast<uint64_t>(hello.t_b), static_cast<uint64_t>(hello.t_c)};
+}
+
+Packet make_hello(uint32_t session, uint64_t seq, int64_t t_a, const HelloToken& token) noexcept {
+  return Packet{Kind::kHello,
+                session,
+                seq,
+                t_a,
+                static_cast<int64_t>(token.high),
+                static_cast<int64_t>(token.low)};
+}
+
 const char* to_string(DecodeResult r) noexcept {
   switch (r) {
     case DecodeResult::kOk:

@@ -10,12 +10,15 @@
 //       12    4  reserved, zero
 //       16    8  sequence number
 //       24    8  t_a: data: sender's transmit time (CLOCK_REALTIME ns); sync request/reply: t1
-//       32    8  t_b: sync reply: t2 (server receive time); fin: data packets sent; else 0
-//       40    8  t_c: sync reply: t3 (server transmit time); else 0
+//       32    8  t_b: sync reply: t2 (server receive time); fin: data packets sent;
+//                   hello: the session token's first 8 bytes; else 0
+//       40    8  t_c: sync reply: t3 (server transmit time); hello: the token's last 8 bytes;
+//                   else 0
 //   data packets are padded with zeros to the test's size (>= kHeaderBytes).
 //
 // Kinds: kHello (client to server, from the client's UDP socket: lets the server learn the
-// client's address through NAT), kHelloAck, kData, kSyncRequest, kSyncReply, kFin (the sender
+// client's UDP port through NAT; it carries the 128-bit token of the control connection's
+// accept, and only counts from the control connection's own IP address), kHelloAck, kData, kSyncRequest, kSyncReply, kFin (the sender
 // is done; sent a few times). A packet of another session, of another tool or a truncated one is
 // "malformed": counted and ignored.
 //
@@ -40,6 +43,14 @@ enum class Kind : uint8_t {
   kFin = 6,
 };
 
+// The per-session secret a server hands out in its accept (control connection) and a client's
+// UDP hello carries back in t_b/t_c: a hello without it moves nothing (docs/perf.md).
+struct HelloToken {
+  uint64_t high = 0;
+  uint64_t low = 0;
+  friend bool operator==(const HelloToken&, const HelloToken&) = default;
+};
+
 struct Packet {
   Kind kind = Kind::kData;
   uint32_t session = 0;
@@ -52,6 +63,11 @@ struct Packet {
 // Writes `packet` padded to `size` bytes (kHeaderBytes <= size <= buf_size). Returns the bytes
 // written, 0 if it does not fit.
 size_t encode(const Packet& packet, uint8_t* buf, size_t buf_size, size_t size) noexcept;
+
+// The token a hello carries (t_b, t_c), and a hello carrying `token`.
+[[nodiscard]] HelloToken hello_token_of(const Packet& hello) noexcept;
+[[nodiscard]] Packet make_hello(uint32_t session, uint64_t seq, int64_t t_a,
+                                const HelloToken& token) noexcept;
 
 enum class DecodeResult : uint8_t { kOk, kTooShort, kBadMagic, kBadVersion, kBadKind };
 [[nodiscard]] DecodeResult decode(const uint8_t* buf, size_t size, Packet* out) noexcept;

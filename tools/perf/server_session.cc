@@ -1,6 +1,7 @@
 #include "tools/perf/server_session.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <optional>
 #include <thread>
@@ -38,6 +39,8 @@ class ServerSession {
   SessionEnd loop();
   void drain_udp();
   void on_datagram(const DatagramReader& r, int i);
+  void on_hello(const DatagramReader& r, int i, const Packet& p);
+  void refuse_hello(HelloRefusal why, const sockaddr_storage& from);
   // Returns an end reason when the message ends the session.
   std::optional<SessionEnd> on_message(const json::object& m);
   void read_clock(const json::object& m);
@@ -68,9 +71,15 @@ class ServerSession {
   std::vector<PacketRecord> packets_;
   bool packets_truncated_ = false;
 
+  // Who may get packets: only the control connection's peer (its IP), at the UDP port its
+  // hello came from, and only a hello that carries token_ (handed out on the control
+  // connection) counts. A spoofed hello moves nothing (docs/perf.md, "Who gets packets").
+  probe::SocketAddress control_peer_;
+  HelloToken token_;
   sockaddr_storage client_{};
   socklen_t client_length_ = 0;
   bool have_client_ = false;
+  std::array<bool, kHelloRefusals> refusal_logged_{};
 
   int64_t correction_ns_ = 0;
   bool started_ = false, done_ = false;
@@ -116,7 +125,16 @@ SessionEnd ServerSession::negotiate() {
   if (auto valid = validate_spec(*spec); !valid) {
     return reject(SessionEnd::kRejected, valid.error().message);
   }
+  if (auto within = check_server_limits(*spec, options_.limits); !within) {
+    return reject(SessionEnd::kOverLimits, within.error().message);
+  }
   spec_ = *spec;
+  auto peer = peer_address(control_.fd());
+  if (!peer) return reject(SessionEnd::kFailed, "server: " + peer.error().message);
+  control_peer_ = *peer;
+  auto token = new_hello_token();
+  if (!token) return reject(SessionEnd::kFailed, "server: " + token.error().message);
+  token_ = *token;
   if (auto linger = get_int(*hello, "linger_ns"); linger) {
     linger_ns_ = std::clamp<int64_t>(*linger, 0, kMaxLingerNs);
   }
@@ -152,42 +170,64 @@ SessionEnd ServerSession::negotiate() {
     packets_.reserve(std::min<uint64_t>(max_packets_, kMaxPacketRecords));
   }
   if (counters_.last_udp_port != nullptr) counters_.last_udp_port->store(udp_port);
-  if (auto sent =
-          control_.send(json::object{{"type", "accept"}, {"session", id_}, {"udp_port", udp_port}});
+  if (auto sent = control_.send(json::object{{"type", "accept"},
+                                             {"session", id_},
+                                             {"udp_port", udp_port},
+                                             {"token", format_token(token_)}});
       !sent) {
     return SessionEnd::kVanished;
   }
-  log(fmt::format(
-      "accepted {} {} from {}, udp port {}", to_string(spec_.mode), to_string(spec_.direction),
-      peer_address(control_.fd()) ? format_address(*peer_address(control_.fd())) : "?", udp_port));
+  log(fmt::format("accepted {} {} from {}, udp port {}", to_string(spec_.mode),
+                  to_string(spec_.direction), format_address(control_peer_), udp_port));
   return SessionEnd::kServed;
+}
+
+void ServerSession::refuse_hello(HelloRefusal why, const sockaddr_storage& from) {
+  const auto index = static_cast<size_t>(why);
+  if (counters_.refused_hellos != nullptr) ++counters_.refused_hellos[index];
+  // One line per reason and session: a flood of forged hellos does not flood the log.
+  if (!refusal_logged_[index]) {
+    refusal_logged_[index] = true;
+    log(fmt::format("refused a UDP hello from {} ({}; the control connection is from {}); "
+                    "further ones are only counted",
+                    format_ip(from), to_string(why), format_ip(control_peer_.storage)));
+  }
+}
+
+void ServerSession::on_hello(const DatagramReader& r, int i, const Packet& p) {
+  const sockaddr_storage& from = r.from(i);
+  if (p.session != id_) return refuse_hello(HelloRefusal::kSession, from);
+  if (!tokens_equal(hello_token_of(p), token_)) return refuse_hello(HelloRefusal::kToken, from);
+  if (!same_ip(from, control_peer_.storage)) return refuse_hello(HelloRefusal::kSource, from);
+  // Before the test the latest hello wins (NAT rebinding of the port); once started the
+  // reverse sender reads the address, so it stays fixed.
+  if (!started_) {
+    client_ = from;
+    client_length_ = r.from_length(i);
+    have_client_ = true;
+  } else if (!same_address(from, r.from_length(i), client_, client_length_)) {
+    return refuse_hello(HelloRefusal::kLate, from);
+  }
+  last_heard_ns_ = monotonic_ns();
+  (void)send_packet(udp_->fd(), &client_, client_length_,
+                    Packet{Kind::kHelloAck, id_, p.seq, p.t_a, 0, 0}, kHeaderBytes);
 }
 
 void ServerSession::on_datagram(const DatagramReader& r, int i) {
   Packet p;
-  if (r.truncated(i) || decode(r.data(i), r.size(i), &p) != DecodeResult::kOk || p.session != id_) {
+  if (r.truncated(i) || decode(r.data(i), r.size(i), &p) != DecodeResult::kOk) {
     malformed();
     return;
   }
+  if (p.kind == Kind::kHello) return on_hello(r, i, p);
+  if (p.session != id_) {
+    malformed();
+    return;
+  }
+  // Everything else counts only from the address a valid hello established.
   const bool from_client =
       have_client_ && same_address(r.from(i), r.from_length(i), client_, client_length_);
   switch (p.kind) {
-    case Kind::kHello: {
-      // Before the test the latest hello wins (NAT rebinding); once started the reverse
-      // sender reads the address, so it stays fixed.
-      if (!started_) {
-        client_ = r.from(i);
-        client_length_ = r.from_length(i);
-        have_client_ = true;
-      } else if (!from_client) {
-        malformed();
-        return;
-      }
-      last_heard_ns_ = monotonic_ns();
-      (void)send_packet(udp_->fd(), &client_, client_length_,
-                        Packet{Kind::kHelloAck, id_, p.seq, p.t_a, 0, 0}, kHeaderBytes);
-      return;
-    }
     case Kind::kSyncRequest: {
       if (!from_client) break;
       last_heard_ns_ = monotonic_ns();
@@ -383,6 +423,20 @@ SessionEnd ServerSession::run() {
 }
 
 }  // namespace
+
+const char* to_string(HelloRefusal why) noexcept {
+  switch (why) {
+    case HelloRefusal::kSession:
+      return "another session's id";
+    case HelloRefusal::kToken:
+      return "without this session's token";
+    case HelloRefusal::kSource:
+      return "not the control connection's address";
+    case HelloRefusal::kLate:
+      return "another port after the start";
+  }
+  return "?";
+}
 
 SessionEnd run_server_session(common::UniqueFd control_fd, uint32_t session_id,
                               const ServerOptions& options, const std::atomic<bool>& stop,

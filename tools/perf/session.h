@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include <boost/json.hpp>
+
 #include "common/status.h"
 #include "tools/perf/metrics.h"
 #include "tools/perf/options.h"
@@ -33,15 +35,28 @@ using IntervalSink =
 common::Result<TestReport> run_test(const ClientOptions& options, const IntervalSink& sink = {},
                                     const std::atomic<bool>* stop = nullptr);
 
+// UDP hellos that moved nothing, per reason (server_session.h, HelloRefusal).
+struct RefusedHellos {
+  uint64_t session = 0;  // named another session
+  uint64_t token = 0;    // without this session's token
+  uint64_t source = 0;   // from an IP other than the control connection's peer
+  uint64_t late = 0;     // from another port after the test started
+  [[nodiscard]] uint64_t total() const noexcept { return session + token + source + late; }
+};
+
 struct ServerCounters {
   uint64_t sessions_served = 0;    // sessions that returned a result
   uint64_t sessions_vanished = 0;  // the client went silent or closed mid-session
   uint64_t rejected_requests = 0;  // bad hello / spec: error reply sent, connection closed
+  uint64_t over_limits = 0;        // of those: a spec beyond the server's limits
   uint64_t malformed_control = 0;  // undecodable or unexpected control lines
   uint64_t malformed_packets = 0;  // foreign, truncated or undecodable UDP datagrams
   uint64_t active_sessions = 0;
   uint16_t last_udp_port = 0;  // UDP port of the latest session (tests aim datagrams at it)
+  RefusedHellos refused_hellos;
 };
+// The counters as the server's --json prints them on exit (docs/perf.md).
+boost::json::object server_counters_json(const ServerCounters& counters);
 
 // The detwan-perf server: accepts control connections on one TCP port and runs each session on
 // its own threads. start() binds (port 0: any free port, see port()) and returns at once; the

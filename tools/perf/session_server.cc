@@ -1,4 +1,5 @@
 // detwan-perf server: the accept loop, one thread per session (server_session.cc), counters.
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -49,14 +50,15 @@ struct Server::Impl {
   std::condition_variable finished_cv;
   bool finished = false;
 
-  std::atomic<uint64_t> served{0}, vanished{0}, rejected{0}, malformed_control{0},
+  std::atomic<uint64_t> served{0}, vanished{0}, rejected{0}, over_limits{0}, malformed_control{0},
       malformed_packets{0}, active{0};
+  std::array<std::atomic<uint64_t>, kHelloRefusals> refused_hellos{};
   std::atomic<uint16_t> last_udp_port{0};
 };
 
 void Server::Impl::serve(common::UniqueFd fd, Slot* slot) {
   const uint32_t id = next_id++;
-  SessionCounters counters{&malformed_packets, &last_udp_port};
+  SessionCounters counters{&malformed_packets, &last_udp_port, refused_hellos.data()};
   slot->thread = std::thread([this, slot, id, fd = std::move(fd), counters]() mutable {
     const SessionEnd end = run_server_session(std::move(fd), id, options, stop, counters);
     switch (end) {
@@ -65,6 +67,10 @@ void Server::Impl::serve(common::UniqueFd fd, Slot* slot) {
         break;
       case SessionEnd::kRejected:
         ++rejected;
+        break;
+      case SessionEnd::kOverLimits:
+        ++rejected;
+        ++over_limits;
         break;
       case SessionEnd::kMalformedControl:
         ++malformed_control;
@@ -168,11 +174,36 @@ ServerCounters Server::counters() const {
   c.sessions_served = impl_->served.load();
   c.sessions_vanished = impl_->vanished.load();
   c.rejected_requests = impl_->rejected.load();
+  c.over_limits = impl_->over_limits.load();
   c.malformed_control = impl_->malformed_control.load();
   c.malformed_packets = impl_->malformed_packets.load();
   c.active_sessions = impl_->active.load();
   c.last_udp_port = impl_->last_udp_port.load();
+  const auto refused = [this](HelloRefusal why) {
+    return impl_->refused_hellos[static_cast<size_t>(why)].load();
+  };
+  c.refused_hellos.session = refused(HelloRefusal::kSession);
+  c.refused_hellos.token = refused(HelloRefusal::kToken);
+  c.refused_hellos.source = refused(HelloRefusal::kSource);
+  c.refused_hellos.late = refused(HelloRefusal::kLate);
   return c;
+}
+
+boost::json::object server_counters_json(const ServerCounters& c) {
+  return {{"schema", "detwan-perf-server"},
+          {"version", 1},
+          {"sessions_served", c.sessions_served},
+          {"sessions_vanished", c.sessions_vanished},
+          {"rejected_requests", c.rejected_requests},
+          {"over_limits", c.over_limits},
+          {"malformed_control", c.malformed_control},
+          {"malformed_packets", c.malformed_packets},
+          {"refused_hellos",
+           {{"total", c.refused_hellos.total()},
+            {"session", c.refused_hellos.session},
+            {"token", c.refused_hellos.token},
+            {"source", c.refused_hellos.source},
+            {"late", c.refused_hellos.late}}}};
 }
 
 namespace {
@@ -195,19 +226,29 @@ int run_server(const ServerOptions& options) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   // Scripts wait for this line before they start a client.
-  std::fprintf(stderr, "detwan-perf server: listening on %s port %u\n",
-               options.bind.empty() ? "all addresses" : options.bind.c_str(),
-               static_cast<unsigned>(server.port()));
+  const ServerLimits& limits = options.limits;
+  fmt::print(stderr,
+             "detwan-perf server: listening on {} port {} (tests up to {:g} s; streams it sends "
+             "up to {} bit/s and {} packets/s, paced)\n",
+             options.bind.empty() ? "all addresses" : options.bind, server.port(),
+             limits.max_duration_ns / 1e9, limits.max_send_bps, limits.max_send_pps);
   std::fflush(stderr);
   server.wait(&g_server_stop);
   server.stop();
   const ServerCounters c = server.counters();
   if (options.verbose) {
     fmt::print(stderr,
-               "detwan-perf server: sessions served {}, vanished {}, rejected {}, malformed "
-               "control {}, malformed packets {}\n",
-               c.sessions_served, c.sessions_vanished, c.rejected_requests, c.malformed_control,
-               c.malformed_packets);
+               "detwan-perf server: sessions served {}, vanished {}, rejected {} ({} over the "
+               "limits), malformed control {}, malformed packets {}, refused UDP hellos {} "
+               "(session {}, token {}, source {}, late {})\n",
+               c.sessions_served, c.sessions_vanished, c.rejected_requests, c.over_limits,
+               c.malformed_control, c.malformed_packets, c.refused_hellos.total(),
+               c.refused_hellos.session, c.refused_hellos.token, c.refused_hellos.source,
+               c.refused_hellos.late);
+  }
+  if (options.json) {
+    std::printf("%s\n", boost::json::serialize(server_counters_json(c)).c_str());
+    std::fflush(stdout);
   }
   return 0;
 }

@@ -32,6 +32,12 @@ void set_int_option(int fd, int level, int name, int value, const char* what) {
   }
 }
 
+int64_t monotonic_now_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
 std::string peer_text(const in6_addr& address, uint16_t port) {
   char text[INET6_ADDRSTRLEN] = {};
   if (IN6_IS_ADDR_V4MAPPED(&address)) {
@@ -45,7 +51,17 @@ std::string peer_text(const in6_addr& address, uint16_t port) {
 }  // namespace
 
 StampReflector::StampReflector(const StampReflectOptions& options)
-    : options_(options), sessions_(kMaxSessions), rx_buf_(65536), tx_buf_(65536) {
+    : options_(options),
+      sessions_(kMaxSessions),
+      rx_buf_(65536),
+      tx_buf_(65536),
+      limiter_(std::max<uint64_t>(options.rate_per_source_bps, 1),
+               std::max<uint64_t>(options.burst_per_source_bytes, 1)) {
+  if (options.rate_per_source_bps == 0 || options.burst_per_source_bytes == 0) {
+    throw common::Failure(common::Error{
+        common::ErrorCode::kInvalidArgument,
+        "STAMP reflector: the reply rate and burst per source must be above 0"});
+  }
   probe::SocketAddress local;
   if (options.bind.empty()) {
     // Dual stack (:: accepts IPv4 as mapped addresses) where IPv6 exists, else IPv4 only.
@@ -205,11 +221,41 @@ void StampReflector::on_datagram(size_t size, const sockaddr_storage& from, sock
     ++counters_.malformed_too_short;
     return;
   }
-  // RFC 8762 4.6: a shorter (TWAMP Light) packet gets the base packet; a longer one a packet of
-  // the same size whose bytes past the base are the request's (TLVs or padding).
-  const size_t reply_bytes = size >= stamp::kBaseBytes ? size : stamp::kBaseBytes;
-  if (size < stamp::kBaseBytes) ++counters_.twamp_light;
   if (tos >= 0) ++counters_.dscp_received[static_cast<size_t>(tos >> 2) & 63];
+  // A reply is never larger than its request (RFC 8762 symmetric size), so the reflector
+  // amplifies nothing: a longer request gets a reply of its own size whose bytes past the base
+  // are the request's (TLVs or padding); a TWAMP Light request of 41..43 bytes gets the base
+  // packet cut to its size (bytes 41..43 are MBZ); a shorter one would need a larger reply and
+  // is refused unless answer_short (RFC 8762 4.6: the base packet).
+  size_t reply_bytes = size;
+  if (size < stamp::kTwampLightReflectorMinBytes) {
+    if (!options_.answer_short) {
+      ++counters_.refused_short;
+      return;
+    }
+    reply_bytes = stamp::kBaseBytes;
+  }
+  if (size < stamp::kBaseBytes) ++counters_.twamp_light;
+  // The source's reply budget (UDP payload and IP/UDP headers), before any session state moves:
+  // a refused request is as if lost on the way in.
+  in6_addr source{};
+  const bool v4 = from.ss_family == AF_INET ||
+                  IN6_IS_ADDR_V4MAPPED(&reinterpret_cast<const sockaddr_in6*>(&from)->sin6_addr);
+  if (from.ss_family == AF_INET) {
+    source.s6_addr[10] = 0xff;
+    source.s6_addr[11] = 0xff;
+    std::memcpy(&source.s6_addr[12], &reinterpret_cast<const sockaddr_in*>(&from)->sin_addr, 4);
+  } else {
+    source = reinterpret_cast<const sockaddr_in6*>(&from)->sin6_addr;
+  }
+  const uint64_t shared_before = limiter_.shared();
+  const auto wire_bytes = static_cast<uint32_t>(reply_bytes + (v4 ? 28 : 48));
+  const bool admitted = limiter_.admit(source, wire_bytes, monotonic_now_ns());
+  counters_.sources_shared += limiter_.shared() - shared_before;
+  if (!admitted) {
+    ++counters_.rate_limited;
+    return;
+  }
   Session* session = session_for(from, request.ssid, rx_ns);
   if (session == nullptr) ++counters_.sessions_overflow;
 
@@ -227,9 +273,16 @@ void StampReflector::on_datagram(size_t size, const sockaddr_storage& from, sock
   if (size > stamp::kBaseBytes) {
     std::memcpy(out + stamp::kBaseBytes, rx_buf_.data() + stamp::kBaseBytes,
                 size - stamp::kBaseBytes);
-    const stamp::TlvReflectResult tlvs = stamp::reflect_tlvs(out, size, tos);
+    const stamp::TlvReflectResult tlvs =
+        stamp::reflect_tlvs(out, size, tos, options_.honour_dscp);
     if (tlvs.malformed) ++counters_.tlv_malformed;
     requested_dscp = tlvs.requested_dscp;
+    if (requested_dscp >= 0 && !options_.honour_dscp) {
+      // The reply leaves with the reflector's own DSCP: a request does not pick the class its
+      // reply takes through the network (RP = 1 in the TLV says so).
+      ++counters_.dscp_not_honoured;
+      requested_dscp = -1;
+    }
   }
 
   // adjtimex() state changes slowly: refresh it once a second, not per packet.
@@ -248,8 +301,6 @@ void StampReflector::on_datagram(size_t size, const sockaddr_storage& from, sock
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   if (requested_dscp >= 0) {  // Class of Service TLV: the DSCP the sender asked for the reply
-    const bool v4 = from.ss_family == AF_INET ||
-                    IN6_IS_ADDR_V4MAPPED(&reinterpret_cast<const sockaddr_in6*>(&from)->sin6_addr);
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
@@ -299,6 +350,13 @@ boost::json::object StampReflector::counters_json() const {
           {"tlv_malformed", c.tlv_malformed},
           {"send_errors", c.send_errors},
           {"sessions_overflow", c.sessions_overflow},
+          {"refused_short", c.refused_short},
+          {"rate_limited", c.rate_limited},
+          {"sources_shared", c.sources_shared},
+          {"dscp_not_honoured", c.dscp_not_honoured},
+          {"honour_dscp", options_.honour_dscp},
+          {"rate_per_source_bps", options_.rate_per_source_bps},
+          {"burst_per_source_bytes", options_.burst_per_source_bytes},
           {"sessions", std::move(sessions)}};
 }
 
@@ -318,22 +376,25 @@ int run_stamp_reflect(const StampReflectOptions& options) {
     return 1;
   }
   StampReflector reflector(options);
-  std::fprintf(stderr,
-               "detwan-perf: STAMP reflector (%s, %s timestamps) listening on UDP port %u\n",
-               options.stateful ? "stateful" : "stateless",
-               options.timestamp == StampTimestamp::kPtp ? "PTP" : "NTP", reflector.port());
+  fmt::print(stderr,
+             "detwan-perf: STAMP reflector ({}, {} timestamps) listening on UDP port {} (replies "
+             "per source up to {} bit/s after {} bytes; DSCP {}; requests under 41 bytes {})\n",
+             options.stateful ? "stateful" : "stateless",
+             options.timestamp == StampTimestamp::kPtp ? "PTP" : "NTP", reflector.port(),
+             options.rate_per_source_bps, options.burst_per_source_bytes,
+             options.honour_dscp ? "as the request asks" : "the reflector's own",
+             options.answer_short ? "answered with 44" : "refused");
   std::fflush(stderr);
   reflector.run(signal_fd.get());
   if (options.json) {
     std::printf("%s\n", boost::json::serialize(reflector.counters_json()).c_str());
   } else {
     const StampReflectorCounters c = reflector.counters();
-    std::printf(
-        "received %llu, reflected %llu, malformed %llu, TWAMP Light (short) %llu, "
-        "sessions %zu\n",
-        static_cast<unsigned long long>(c.received), static_cast<unsigned long long>(c.reflected),
-        static_cast<unsigned long long>(c.malformed()),
-        static_cast<unsigned long long>(c.twamp_light), c.sessions.size());
+    fmt::print(
+        "received {}, reflected {}, malformed {}, TWAMP Light (short) {}, sessions {}; refused: "
+        "short {}, rate limited {}; DSCP not honoured {}\n",
+        c.received, c.reflected, c.malformed(), c.twamp_light, c.sessions.size(), c.refused_short,
+        c.rate_limited, c.dscp_not_honoured);
   }
   std::fflush(stdout);
   return 0;

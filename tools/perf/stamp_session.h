@@ -19,6 +19,7 @@
 #include "common/unique_fd.h"
 #include "tools/perf/metrics.h"
 #include "tools/perf/options.h"
+#include "tools/perf/stamp_limiter.h"
 #include "tools/perf/stamp_wire.h"
 
 namespace detwan::perf {
@@ -45,11 +46,17 @@ struct StampReflectorCounters {
   uint64_t send_errors = 0;
   std::array<uint64_t, 64> dscp_received{};  // requests per DSCP (IP_RECVTOS / IPV6_RECVTCLASS)
   uint64_t sessions_overflow = 0;  // table full, none idle: reflected statelessly, not counted
+  // What a request could not make the reflector send (docs/perf.md):
+  uint64_t refused_short = 0;      // < 41 bytes: the reply would be larger (not answer_short)
+  uint64_t rate_limited = 0;       // the source's reply budget was spent: not answered
+  uint64_t sources_shared = 0;     // replies budgeted by the shared bucket (source table full)
+  uint64_t dscp_not_honoured = 0;  // a Class of Service TLV asked for a DSCP (not honour_dscp)
   std::vector<StampSessionCount> sessions;
   [[nodiscard]] uint64_t malformed() const noexcept { return malformed_too_short; }
 };
 
-// Session-Reflector. Construction binds the socket (throws common::Failure naming the address);
+// Session-Reflector. Construction binds the socket (throws common::Failure naming the address,
+// or kInvalidArgument for a zero rate or burst per source);
 // run() serves on the calling thread until stop() (any thread), the duration of the options, or
 // a readable `extra_stop_fd` (a signalfd). counters() is exact after run() returned.
 class StampReflector {
@@ -93,6 +100,7 @@ class StampReflector {
   StampReflectorCounters counters_;
   stamp::LocalClockState clock_;  // adjtimex(), refreshed once a second
   int64_t clock_read_ns_ = 0;
+  stamp::SourceLimiter limiter_;
   std::atomic<bool> stopping_{false};
 };
 

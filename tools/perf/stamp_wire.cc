@@ -209,7 +209,8 @@ CosValue read_cos_value(const uint8_t* value) noexcept {
   return c;
 }
 
-TlvReflectResult reflect_tlvs(uint8_t* reply, size_t size, int received_tos) noexcept {
+TlvReflectResult reflect_tlvs(uint8_t* reply, size_t size, int received_tos,
+                              bool apply_dscp1) noexcept {
   TlvReflectResult result;
   size_t offset = kBaseBytes;
   while (offset < size) {
@@ -231,9 +232,10 @@ TlvReflectResult reflect_tlvs(uint8_t* reply, size_t size, int received_tos) noe
       } else {
         CosValue cos = read_cos_value(value);
         result.requested_dscp = cos.dscp1;
-        // Keep DSCP1 and the reserved bits; DSCP2 and ECN: as received; RP 0: DSCP1 is
-        // applied to the reflected packet.
+        // Keep DSCP1 and the reserved bits; DSCP2 and ECN: as received; RP: 0 when DSCP1 is
+        // applied to the reflected packet, 1 when it is not.
         uint32_t v = common::load_be32(value) & 0xfc00ffffu;
+        if (!apply_dscp1) v |= uint32_t{kCosRpNotApplied} << 16;
         if (received_tos >= 0) {
           const uint32_t tos = static_cast<uint8_t>(received_tos);
           v |= (tos >> 2) << 20;  // DSCP2

@@ -147,15 +147,19 @@ struct CosValue {
 
 // Reflector side, on the reply buffer whose bytes [kBaseBytes, size) were copied from the
 // request: marks unknown TLV types U and a truncated TLV M, and fills the Class of Service
-// TLV's DSCP2/ECN with the received TOS byte (received_tos < 0: unknown, left 0). A remainder
-// that starts with a zero type byte is padding (TWAMP Light, or no TLVs) and is left as is.
-// Returns DSCP1 of a Class of Service TLV (the DSCP asked for the reply), -1 without one.
+// TLV's DSCP2/ECN with the received TOS byte (received_tos < 0: unknown, left 0) and its RP
+// with 0 when the reflector applies DSCP1 to the reply (`apply_dscp1`), 1 when its policy does
+// not (RFC 8972 5.2: DSCP1 is used only where local policy permits). A remainder that starts
+// with a zero type byte is padding (TWAMP Light, or no TLVs) and is left as is. Returns DSCP1
+// of a Class of Service TLV (the DSCP asked for the reply), -1 without one.
 struct TlvReflectResult {
   int requested_dscp = -1;
   uint16_t tlvs = 0;
   bool malformed = false;
 };
-TlvReflectResult reflect_tlvs(uint8_t* reply, size_t size, int received_tos) noexcept;
+inline constexpr uint8_t kCosRpNotApplied = 1;
+TlvReflectResult reflect_tlvs(uint8_t* reply, size_t size, int received_tos,
+                              bool apply_dscp1) noexcept;
 
 // Finds the first Class of Service TLV in packet[kBaseBytes, size). False when absent.
 [[nodiscard]] bool find_cos_tlv(const uint8_t* packet, size_t size, CosValue* out) noexcept;

@@ -2,9 +2,13 @@
 // (which show only its fingerprint), never shows the secret in its API, keeps it in its
 // journal across a restart, and rotates it in three steps, each taken only once both gateways
 // have the previous one in place.
+#include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "control/reservation/tunnel_keys.h"
 #include "tests/control/agent/agent_test_util.h"
@@ -132,6 +136,74 @@ TEST_F(AgentFixture, RotationStepsOnlyWhenBothGatewaysHaveThePreviousStep) {
   const auto refused = agent->rotate_key(id_of(reserve_ok(plain)));
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().code, "not_encrypted");
+}
+
+// Every byte of the journal's files.
+std::string journal_bytes(const std::string& path) {
+  std::string bytes;
+  for (const std::string& file : {path, path + "-wal", path + "-shm"}) {
+    std::ifstream in(file, std::ios::binary);
+    bytes.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return bytes;
+}
+
+// The secrets of a reservation as its journal row holds them (read on a second connection).
+std::vector<std::string> journaled_secrets(const std::string& path, const std::string& id) {
+  sqlite3* db = nullptr;
+  std::vector<std::string> secrets;
+  EXPECT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, "SELECT body FROM reservations WHERE id = ?", -1, &s, nullptr),
+            SQLITE_OK);
+  sqlite3_bind_text(s, 1, id.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s) == SQLITE_ROW) {
+    const auto body =
+        boost::json::parse(reinterpret_cast<const char*>(sqlite3_column_text(s, 0))).as_object();
+    for (const auto& key : body.at("tunnel_keys").at("keys").as_array()) {
+      secrets.emplace_back(key.at("secret").as_string());
+    }
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return secrets;
+}
+
+// Two rotations through the agent: afterwards no byte of the first key, nor of the second, is
+// in any of the journal's files (events keep fingerprints; the replaced row's bytes are zeroed
+// and the WAL emptied when a rotation completes); the current key is.
+TEST_F(AgentFixture, TheJournalKeepsNoKeyOfACompletedRotation) {
+  auto r = request("a", "b", 20'000'000);
+  r.spec.encrypt = "aes-256-gcm";
+  r.provision = true;
+  const std::string id = id_of(reserve_ok(r));
+  agent->reconcile_now();
+  std::vector<std::string> history = journaled_secrets(journal, id);
+  ASSERT_EQ(history.size(), 1u);
+  ASSERT_EQ(history[0].size(), 64u);
+  for (int rotation = 0; rotation < 2; ++rotation) {
+    ASSERT_TRUE(agent->rotate_key(id).has_value());
+    for (int step = 0; step < 8 && agent->get(id)->at("tunnel_keys").at("rotation") != "none";
+         ++step) {
+      realtime.advance_ns(2 * kSecond);  // past the grace before the old key is dropped
+      agent->reconcile_now();
+    }
+    ASSERT_EQ(agent->get(id)->at("tunnel_keys").at("rotation"), "none");
+    const std::vector<std::string> now = journaled_secrets(journal, id);
+    ASSERT_EQ(now.size(), 1u);
+    history.push_back(now[0]);
+  }
+  ASSERT_EQ(history.size(), 3u);
+  EXPECT_NE(history[0], history[1]);
+  const std::string bytes = journal_bytes(journal);
+  EXPECT_EQ(bytes.find(history[0]), std::string::npos) << "the first key is still in the journal";
+  EXPECT_EQ(bytes.find(history[1]), std::string::npos) << "the second key is still in the journal";
+  EXPECT_NE(bytes.find(history[2]), std::string::npos);  // the scan does see the current one
+  // A restarted agent still has the current key and programs it.
+  agent.reset();
+  open();
+  agent->reconcile_now();
+  EXPECT_TRUE(active(id));
 }
 
 }  // namespace

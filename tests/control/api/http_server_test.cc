@@ -356,9 +356,12 @@ class TokensTest : public ::testing::Test {
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }
+  // A tokens file as an operator keeps it: the owner's only (0600).
   std::string write_file(const std::string& name, const std::string& text) {
     const std::string path = dir_ + "/" + name;
     std::ofstream(path) << text;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read |
+                                           std::filesystem::perms::owner_write);
     return path;
   }
   std::string dir_;
@@ -435,6 +438,23 @@ TEST_F(TokensTest, LoadTokensErrorsNameTheLine) {
   // A server with a broken tokens file does not start.
   HttpServerOptions options = loopback_options();
   options.tokens_file = dir_ + "/short";
+  EchoHandler echo;
+  EXPECT_FALSE(HttpServer::start(options, echo.handler()).has_value());
+}
+
+// A tokens file others may read (or write) is refused, naming its owner and mode; the server
+// does not start with it.
+TEST_F(TokensTest, ATokensFileOthersMayReadIsRefused) {
+  const std::string path = write_file("open", std::string("read ") + kReadToken + "\n");
+  std::filesystem::permissions(path, std::filesystem::perms(0644));
+  const auto refused = load_tokens(path);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("tokens file '" + path + "'"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("mode 0644"), std::string::npos)
+      << refused.error().message;
+  HttpServerOptions options = loopback_options();
+  options.tokens_file = path;
   EchoHandler echo;
   EXPECT_FALSE(HttpServer::start(options, echo.handler()).has_value());
 }

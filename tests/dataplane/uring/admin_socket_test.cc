@@ -8,11 +8,14 @@
 #include <functional>
 #include <future>
 #include <string>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,6 +83,65 @@ TEST(AdminSocket, FileGetsItsModeBeforeListeningAndTheGatewaysOwner) {
     EXPECT_EQ(info.st_mode & 07777, mode);
     EXPECT_EQ(info.st_uid, ::geteuid());
   }
+}
+
+// The kernel behaviour bind_admin_socket relies on: fchmod() on an unbound AF_UNIX socket sets
+// the mode bind() gives the file (minus the umask), so the file is never wider than asked.
+TEST(AdminSocket, KernelCreatesTheFileWithTheDescriptorsMode) {
+  TempDir dir;
+  const std::string path = dir.file("probe.sock");
+  const mode_t saved = ::umask(0022);
+  for (const mode_t mode : {mode_t{0600}, mode_t{0660}, mode_t{0666}}) {
+    common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::fchmod(fd.get(), mode), 0) << std::strerror(errno);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    ::unlink(path.c_str());
+    ASSERT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    struct stat info {};
+    ASSERT_EQ(::lstat(path.c_str(), &info), 0);  // right after bind: never wider than asked
+    EXPECT_EQ(info.st_mode & 07777, mode & ~mode_t{0022}) << std::oct << mode;
+  }
+  ::umask(saved);
+}
+
+// Whatever the umask, the admin socket ends with exactly its mode (restored in the private
+// directory, not by chmod on the final path), and the private directory is gone.
+TEST(AdminSocket, ModeIsSetOnTheDescriptorWhateverTheUmask) {
+  TempDir dir;
+  const mode_t saved = ::umask(0);
+  for (const mode_t umask_bits : {mode_t{0}, mode_t{0022}, mode_t{0077}}) {
+    ::umask(umask_bits);
+    for (const uint32_t mode : {0600u, 0660u, 0666u}) {
+      const std::string path = dir.file("admin.sock");
+      auto server = ControlServer::start(path, admin_options(mode));
+      ASSERT_TRUE(server) << server.error().message;
+      struct stat info {};
+      ASSERT_EQ(::lstat(path.c_str(), &info), 0);
+      EXPECT_TRUE(S_ISSOCK(info.st_mode));
+      EXPECT_EQ(info.st_mode & 07777, mode) << "umask " << std::oct << umask_bits;
+      // It answers at its final path (renamed after bind).
+      std::promise<common::Result<std::string>> asked;
+      auto answer = asked.get_future();
+      std::thread client([&] { asked.set_value(control_request(path, R"({"cmd":"stats"})")); });
+      const auto got = serve_until(**server, answer, [](std::string_view) {
+        return std::string("{\"answered\":true}");
+      });
+      client.join();
+      ASSERT_TRUE(got) << got.error().message;
+      EXPECT_EQ(*got, "{\"answered\":true}");
+      server->reset();  // unlinks the file
+    }
+  }
+  ::umask(saved);
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(dir.file("")))) {
+    ++entries;
+  }
+  EXPECT_EQ(entries, 0u);  // no private directory left behind
 }
 
 TEST(AdminSocket, OnlyAbsolutePathsAreAdminSockets) {
