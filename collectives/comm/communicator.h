@@ -33,14 +33,15 @@ class UniqueId {
   // else the host's first non-loopback IPv4 address, else 127.0.0.1).
   static Result<UniqueId> create_root(const std::string& listen_host = "",
                                       int64_t root_timeout_ns = 600'000'000'000);
-  // "tcp://HOST:PORT" (rank 0 hosts the root there) or "file:///DIR" (shared directory).
+  // "tcp://HOST:PORT" (rank 0 hosts the root there; DETWAN_BOOTSTRAP_SECRET) or
+  // "file:///DIR#SECRET" (shared directory; 32-64 hex digits).
   static Result<UniqueId> from_string(const std::string& spec);
   static Result<UniqueId> from_bytes(const std::array<char, kUniqueIdBytes>& bytes);
   [[nodiscard]] std::array<char, kUniqueIdBytes> to_bytes() const;
-  [[nodiscard]] std::string to_string() const;  // the spec form, e.g. "tcp://10.0.1.2:5555#a1b2"
+  [[nodiscard]] std::string to_string() const;  // e.g. "tcp://10.0.1.2:5555#<32 hex>"
 
  private:
-  std::string spec_;  // "tcp://host:port", "file:///dir"; plus "#<hex nonce>"
+  std::string spec_;  // "tcp://host:port", "file:///dir"; plus "#<hex secret>"
 };
 
 struct CommConfig {
@@ -53,6 +54,10 @@ struct CommConfig {
   Algorithm algorithm = Algorithm::kAuto;
   int64_t chunk_bytes = 0;                   // 0 = the cost model's choice
   bool deterministic = false;
+  // Every channel of the communicator is authenticated with a key derived from the bootstrap
+  // secret (docs/collectives.md, "Who may talk to a rank"); with encrypt its payload is
+  // encrypted as well, end to end. DETWAN_ENCRYPT=1.
+  bool encrypt = false;
   std::string intra_backend = "shm";
   std::string inter_backend = "udp";
   std::string listen_host;                   // empty: as UniqueId::create_root
@@ -72,9 +77,9 @@ struct CommConfig {
   int64_t reservation_poll_ns = 1'000'000'000;  // how often the watcher asks the agent
 
   // Defaults overridden by DETWAN_SITE, DETWAN_TIMEOUT_MS, DETWAN_WAN_RATE, DETWAN_ALGO,
-  // DETWAN_CHUNK_BYTES, DETWAN_DETERMINISTIC, DETWAN_INTRA_BACKEND, DETWAN_INTER_BACKEND,
-  // DETWAN_LISTEN_HOST, DETWAN_MTU, DETWAN_WAN_RTT, DETWAN_PEER_TIMEOUT_MS,
-  // DETWAN_RESERVATION, DETWAN_AGENT, DETWAN_AGENT_TOKEN, DETWAN_RESERVATION_POLL_MS.
+  // DETWAN_CHUNK_BYTES, DETWAN_DETERMINISTIC, DETWAN_ENCRYPT, DETWAN_INTRA_BACKEND,
+  // DETWAN_INTER_BACKEND, DETWAN_LISTEN_HOST, DETWAN_MTU, DETWAN_WAN_RTT,
+  // DETWAN_PEER_TIMEOUT_MS, DETWAN_RESERVATION, DETWAN_AGENT, DETWAN_AGENT_TOKEN, DETWAN_RESERVATION_POLL_MS.
   // kConfig naming the variable on a bad value.
   static Result<CommConfig> from_environment();
   // Every field, one line, for the start-up log.

@@ -54,7 +54,7 @@ Result<UniqueId> UniqueId::create_root(const std::string& listen_host, int64_t r
   }
   if (host.empty()) host = first_external_ipv4();
   if (host.empty()) host = "127.0.0.1";
-  // "tcp://" + host + ":65535#" + 32 nonce digits must fit, checked before a root starts.
+  // "tcp://" + host + ":65535#" + 32 secret digits must fit, checked before a root starts.
   if (host.size() + 6 + 2 + 6 + 1 + 32 > kMaxSpecChars) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("listen host '{}' is too long for the {}-byte unique id", host,
