@@ -19,13 +19,14 @@
 //                           root on HOST:PORT itself (SO_REUSEADDR) before joining; the others
 //                           retry connecting until it is up. The secret is
 //                           $DETWAN_BOOTSTRAP_SECRET, the same on every rank; without it the
-//                           join is refused (fixed_address_secret).
+//                           join is refused (environment_secret).
 //   file:///DIR#SECRET      each rank writes one record (mode 0600, ending in an HMAC keyed by
 //                           the secret) atomically (temporary file, then link; an existing file
 //                           is an error, never overwritten) and polls until all nranks exist; a
 //                           record that does not verify is refused. File names derive from the
 //                           secret without revealing it. Each rank then leaves a ".done" mark;
-//                           whoever sees every mark removes all the files. No secret: refused.
+//                           whoever sees every mark removes all the files. Without "#SECRET"
+//                           the secret is $DETWAN_BOOTSTRAP_SECRET; without either: refused.
 //                           local_host(): $DETWAN_LISTEN_HOST or 127.0.0.1.
 //
 // The root serves one exchange: nranks is fixed by the first valid join; a join with another

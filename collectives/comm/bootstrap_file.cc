@@ -262,17 +262,17 @@ Result<void> check_directory(const Spec& spec) {
 }  // namespace
 
 Result<std::unique_ptr<Bootstrap>> join_file(const Spec& spec, int rank, int nranks) {
-  if (!spec.secret) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("bootstrap {}: a file rendezvous needs a secret: "
-                                  "{}#SECRET with {} to {} hex digits, the same for every rank "
-                                  "(e.g. `openssl rand -hex 16`); without one, anyone who can "
-                                  "write the directory could join as any rank",
-                                  spec.name(), spec.name(), kMinSecretChars, kMaxSecretChars));
+  std::string secret;
+  if (spec.secret) {
+    secret = *spec.secret;
+  } else {
+    auto from_env = environment_secret(spec);  // no secret at all: refused, naming both ways
+    if (!from_env) return std::unexpected(from_env.error());
+    secret = *from_env;
   }
   if (auto ok = check_directory(spec); !ok) return std::unexpected(ok.error());
   // Bound to "file", not to the path: ranks may mount the shared directory at different paths.
-  auto keys = RendezvousKeys::make(*spec.secret, "file");
+  auto keys = RendezvousKeys::make(secret, "file");
   if (!keys) return std::unexpected(keys.error());
   auto prefix = keys->file_prefix();
   if (!prefix) return std::unexpected(prefix.error());

@@ -73,9 +73,9 @@ Result<std::string> recv_exact(int fd, size_t n, int64_t deadline_ns);
 // the peer closes first, kTimeout at the deadline.
 Result<std::string> recv_frame(int fd, size_t max_bytes, int64_t deadline_ns);
 
-// The secret of a fixed-address tcp://HOST:PORT rendezvous: $DETWAN_BOOTSTRAP_SECRET, 32 to 64
-// hex digits, the same on every rank (lower-cased). kInvalidArgument naming the variable when
-// it is missing or malformed.
-Result<std::string> fixed_address_secret(const Spec& spec);
+// The secret of a spec without "#SECRET" (a fixed-address tcp://HOST:PORT, or file:///DIR):
+// $DETWAN_BOOTSTRAP_SECRET, 32 to 64 hex digits, the same on every rank (lower-cased).
+// kInvalidArgument naming the variable when it is missing or malformed.
+Result<std::string> environment_secret(const Spec& spec);
 
 }  // namespace detwan::collectives::bootstrap

@@ -165,7 +165,7 @@ Result<std::unique_ptr<Bootstrap>> join_tcp(const Spec& spec, int rank, int nran
   } else {
     // Fixed-address mode (MASTER_ADDR:PORT style): the secret comes from the environment,
     // the same on every rank; nobody created a root, so rank 0 hosts it.
-    auto from_env = fixed_address_secret(spec);
+    auto from_env = environment_secret(spec);
     if (!from_env) return std::unexpected(from_env.error());
     secret = *from_env;
     if (rank == 0) {

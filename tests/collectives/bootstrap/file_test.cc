@@ -80,12 +80,33 @@ TEST_F(FileBootstrap, OneToEightRanksWithDifferentBlobs) {
 }
 
 TEST_F(FileBootstrap, WithoutASecretIsRefused) {
+  ::unsetenv("DETWAN_BOOTSTRAP_SECRET");
   auto joined = join_bootstrap("file://" + dir_, 0, 1, kSecondNs);
   ASSERT_FALSE(joined.has_value());
   EXPECT_EQ(joined.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(joined.error().message.find("a file rendezvous needs a secret"), std::string::npos)
       << joined.error().message;
   EXPECT_TRUE(dir_empty());
+}
+
+TEST_F(FileBootstrap, TheSecretMayComeFromTheEnvironment) {
+  // As for a fixed tcp address: keeps the secret off the command line (`ps` shows it).
+  ::setenv("DETWAN_BOOTSTRAP_SECRET", secret("e5").c_str(), 1);
+  auto results = on_threads<Blobs>(2, [&](int rank) {
+    return join_and_exchange("file://" + dir_, rank, 2, 20 * kSecondNs);
+  });
+  ::unsetenv("DETWAN_BOOTSTRAP_SECRET");
+  for (const auto& result : results) {
+    ASSERT_TRUE(result.has_value()) << result.error().message;
+    EXPECT_EQ(*result, expected_blobs(2));
+  }
+  // The same rendezvous as the one named with "#<that secret>": same key, same file names.
+  auto named = join_bootstrap(spec("e5"), 0, 1, kSecondNs);
+  ::setenv("DETWAN_BOOTSTRAP_SECRET", secret("e5").c_str(), 1);
+  auto from_env = join_bootstrap("file://" + dir_, 0, 1, kSecondNs);
+  ::unsetenv("DETWAN_BOOTSTRAP_SECRET");
+  ASSERT_TRUE(named && from_env);
+  EXPECT_EQ((*named)->communicator_key(), (*from_env)->communicator_key());
 }
 
 TEST_F(FileBootstrap, RecordsAreThisUsersOnlyAndNeverShowTheSecret) {
