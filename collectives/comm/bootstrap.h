@@ -83,5 +83,8 @@ Result<std::unique_ptr<Bootstrap>> join_bootstrap(const std::string& spec, int r
 // "tcp://HOST:PORT#SECRET" with a fresh random secret. The thread serves one exchange of any
 // nranks (fixed by the first join) and exits when it is done or after timeout_ns.
 Result<std::string> start_bootstrap_root(const std::string& host, int64_t timeout_ns);
+// The same with a given secret (32-64 hex digits; kInvalidArgument otherwise).
+Result<std::string> start_bootstrap_root(const std::string& host, int64_t timeout_ns,
+                                         const std::string& secret);
 
 }  // namespace detwan::collectives

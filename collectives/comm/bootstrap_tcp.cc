@@ -224,6 +224,13 @@ Result<std::unique_ptr<Bootstrap>> join_tcp(const Spec& spec, int rank, int nran
 }  // namespace bootstrap
 
 Result<std::string> start_bootstrap_root(const std::string& host, int64_t timeout_ns) {
+  auto secret = bootstrap::make_secret();
+  if (!secret) return std::unexpected(secret.error());
+  return start_bootstrap_root(host, timeout_ns, *secret);
+}
+
+Result<std::string> start_bootstrap_root(const std::string& host, int64_t timeout_ns,
+                                         const std::string& secret) {
   if (host.empty()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "bootstrap root: empty host (name the address other ranks reach)");
@@ -232,19 +239,21 @@ Result<std::string> start_bootstrap_root(const std::string& host, int64_t timeou
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("bootstrap root: timeout_ns must be > 0, got {}", timeout_ns));
   }
-  auto secret = bootstrap::make_secret();
-  if (!secret) return std::unexpected(secret.error());
+  // The secret as a spec would carry it: checked (and lower-cased) by the spec parser.
+  auto checked = bootstrap::parse_spec("tcp://" + bootstrap::join_host_port(host, 1) + "#" +
+                                       secret);
+  if (!checked) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("bootstrap root: {}", checked.error().message));
+  }
   auto listener = bootstrap::listen_tcp(host, 0, /*reuse_address=*/false);
   if (!listener) {
     return make_error(listener.error().code,
                       fmt::format("bootstrap root: {}", listener.error().message));
   }
-  bootstrap::Spec spec;
-  spec.kind = bootstrap::Spec::Kind::kTcp;
-  spec.host = host;
+  bootstrap::Spec spec = *checked;
   spec.port = listener->port;
-  spec.secret = *secret;
-  auto started = bootstrap::start_root_thread(std::move(*listener), spec.name(), *secret,
+  auto started = bootstrap::start_root_thread(std::move(*listener), spec.name(), *spec.secret,
                                               timeout_ns);
   if (!started) return std::unexpected(started.error());
   return spec.to_string();

@@ -33,6 +33,15 @@ class UniqueId {
   // else the host's first non-loopback IPv4 address, else 127.0.0.1).
   static Result<UniqueId> create_root(const std::string& listen_host = "",
                                       int64_t root_timeout_ns = 600'000'000'000);
+  // As create_root, with `secret` (32-64 hex digits, e.g. $DETWAN_BOOTSTRAP_SECRET, which every
+  // rank has) instead of a random one, so that the id handed to the other ranks can be
+  // without_secret(): a launcher's store or command line then never carries the secret.
+  static Result<UniqueId> create_root_with_secret(const std::string& secret,
+                                                  const std::string& listen_host = "",
+                                                  int64_t root_timeout_ns = 600'000'000'000);
+  // The id without its "#SECRET": joined with $DETWAN_BOOTSTRAP_SECRET (as a fixed address,
+  // which only rank 0 serves: give it to the other ranks only).
+  [[nodiscard]] UniqueId without_secret() const;
   // "tcp://HOST:PORT" (rank 0 hosts the root there; DETWAN_BOOTSTRAP_SECRET) or
   // "file:///DIR#SECRET" (shared directory; 32-64 hex digits).
   static Result<UniqueId> from_string(const std::string& spec);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,6 +37,29 @@ TEST(UniqueId, CreateRootRoundTripsThroughBytesAndServesAnExchange) {
     ASSERT_TRUE(result.has_value()) << result.error().message;
     EXPECT_EQ(*result, testing::expected_blobs(3));
   }
+}
+
+TEST(UniqueId, ARootWithTheSharedSecretLetsTheIdTravelWithoutIt) {
+  auto id = UniqueId::create_root_with_secret(kSecret32, "127.0.0.1", 20 * kSecondNs);
+  ASSERT_TRUE(id.has_value()) << id.error().message;
+  EXPECT_TRUE(id->to_string().ends_with("#" + kSecret32)) << id->to_string();
+  const std::string published = id->without_secret().to_string();
+  EXPECT_EQ(published.find('#'), std::string::npos) << published;
+  ::setenv("DETWAN_BOOTSTRAP_SECRET", kSecret32.c_str(), 1);
+  // Rank 0 joins with the whole id; the others with the published one and their environment.
+  auto results = testing::on_threads<Result<std::vector<std::string>>>(3, [&](int rank) {
+    return testing::join_and_exchange(rank == 0 ? id->to_string() : published, rank, 3,
+                                      20 * kSecondNs);
+  });
+  ::unsetenv("DETWAN_BOOTSTRAP_SECRET");
+  for (const auto& result : results) {
+    ASSERT_TRUE(result.has_value()) << result.error().message;
+    EXPECT_EQ(*result, testing::expected_blobs(3));
+  }
+  auto short_secret = UniqueId::create_root_with_secret("abcd", "127.0.0.1", kSecondNs);
+  ASSERT_FALSE(short_secret.has_value());
+  EXPECT_NE(short_secret.error().message.find("32 to 64 hex digits"), std::string::npos)
+      << short_secret.error().message;
 }
 
 TEST(UniqueId, CreateRootPicksAHostByItself) {
