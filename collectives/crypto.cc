@@ -29,7 +29,9 @@ struct MacDeleter {
 template <typename T>
 using Owned = std::unique_ptr<T, MacDeleter>;
 
-const auto* bytes_of(std::string_view s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+const auto* bytes_of(std::string_view s) {
+  return reinterpret_cast<const unsigned char*>(s.data());
+}
 
 std::array<unsigned char, 12> gcm_nonce(uint64_t counter) {
   std::array<unsigned char, 12> nonce{};
@@ -40,8 +42,7 @@ std::array<unsigned char, 12> gcm_nonce(uint64_t counter) {
 }  // namespace
 
 Result<void> random_bytes(std::span<std::byte> out) {
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) !=
-      1) {
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1) {
     return openssl_failed("RAND_bytes");
   }
   return {};
@@ -64,8 +65,8 @@ Result<Mac> hmac_sha256(std::string_view key, std::initializer_list<std::string_
   Owned<EVP_MAC_CTX> ctx(EVP_MAC_CTX_new(mac.get()));
   if (!ctx) return openssl_failed("EVP_MAC_CTX_new");
   char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_END};
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_END};
   if (EVP_MAC_init(ctx.get(), bytes_of(key), key.size(), params) != 1) {
     return openssl_failed("EVP_MAC_init");
   }
@@ -76,8 +77,8 @@ Result<Mac> hmac_sha256(std::string_view key, std::initializer_list<std::string_
   }
   Mac out{};
   size_t length = 0;
-  if (EVP_MAC_final(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &length,
-                    out.size()) != 1 ||
+  if (EVP_MAC_final(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &length, out.size()) !=
+          1 ||
       length != out.size()) {
     return openssl_failed("EVP_MAC_final");
   }
@@ -92,17 +93,16 @@ Result<void> hkdf_sha256(std::string_view ikm, std::string_view salt, std::strin
   if (!ctx) return openssl_failed("EVP_KDF_CTX_new");
   char digest[] = "SHA256";
   // OSSL_PARAM takes non-const pointers; OpenSSL only reads these buffers.
-  OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<char*>(ikm.data()),
-                                        ikm.size()),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<char*>(salt.data()),
-                                        salt.size()),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, const_cast<char*>(info.data()),
-                                        info.size()),
-      OSSL_PARAM_END};
-  if (EVP_KDF_derive(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), out.size(),
-                     params) != 1) {
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+                         OSSL_PARAM_construct_octet_string(
+                             OSSL_KDF_PARAM_KEY, const_cast<char*>(ikm.data()), ikm.size()),
+                         OSSL_PARAM_construct_octet_string(
+                             OSSL_KDF_PARAM_SALT, const_cast<char*>(salt.data()), salt.size()),
+                         OSSL_PARAM_construct_octet_string(
+                             OSSL_KDF_PARAM_INFO, const_cast<char*>(info.data()), info.size()),
+                         OSSL_PARAM_END};
+  if (EVP_KDF_derive(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), out.size(), params) !=
+      1) {
     return openssl_failed("HKDF");
   }
   return {};
@@ -116,8 +116,8 @@ Result<Key> derive_key(std::string_view ikm, std::string_view salt, std::string_
 
 std::string field(std::string_view bytes) {
   const auto n = static_cast<uint32_t>(bytes.size());
-  std::string out{static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                  static_cast<char>(n >> 8), static_cast<char>(n)};
+  std::string out{static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                  static_cast<char>(n)};
   out.append(bytes);
   return out;
 }
@@ -132,9 +132,8 @@ Result<std::string> seal(const Key& key, uint64_t counter, std::string_view aad,
     return openssl_failed("AES-256-GCM init");
   }
   int length = 0;
-  if (!aad.empty() &&
-      EVP_EncryptUpdate(ctx.get(), nullptr, &length, bytes_of(aad), static_cast<int>(aad.size())) !=
-          1) {
+  if (!aad.empty() && EVP_EncryptUpdate(ctx.get(), nullptr, &length, bytes_of(aad),
+                                        static_cast<int>(aad.size())) != 1) {
     return openssl_failed("AES-256-GCM aad");
   }
   std::string out(plaintext.size() + kTagBytes, '\0');
@@ -164,9 +163,8 @@ Result<std::string> open(const Key& key, uint64_t counter, std::string_view aad,
     return openssl_failed("AES-256-GCM init");
   }
   int length = 0;
-  if (!aad.empty() &&
-      EVP_DecryptUpdate(ctx.get(), nullptr, &length, bytes_of(aad), static_cast<int>(aad.size())) !=
-          1) {
+  if (!aad.empty() && EVP_DecryptUpdate(ctx.get(), nullptr, &length, bytes_of(aad),
+                                        static_cast<int>(aad.size())) != 1) {
     return openssl_failed("AES-256-GCM aad");
   }
   const size_t body = sealed.size() - kTagBytes;

@@ -135,11 +135,10 @@ Result<Nonce> decode_hello(std::string_view bytes) {
 }
 
 Result<Challenge> decode_challenge(std::string_view bytes) {
-  return decode_fixed<Challenge>(bytes, kChallengeBytes, kChallengeMagic, "challenge",
-                                 [](Reader& in, Challenge& v) {
-                                   return in.bytes(v.nonce) && in.bytes(v.salt) &&
-                                          in.bytes(v.proof);
-                                 });
+  return decode_fixed<Challenge>(
+      bytes, kChallengeBytes, kChallengeMagic, "challenge", [](Reader& in, Challenge& v) {
+        return in.bytes(v.nonce) && in.bytes(v.salt) && in.bytes(v.proof);
+      });
 }
 
 Result<crypto::Mac> decode_proof(std::string_view bytes) {
@@ -186,8 +185,7 @@ std::string encode_answer_ok(const std::vector<std::string>& blobs) {
 }
 
 std::string encode_answer_error(const Error& error) {
-  const std::string_view message =
-      std::string_view(error.message).substr(0, kMaxErrorMessageBytes);
+  const std::string_view message = std::string_view(error.message).substr(0, kMaxErrorMessageBytes);
   Writer out;
   put_header(out, kAnswerMagic);
   out.u8(1);

@@ -37,18 +37,18 @@ bool exists(const std::string& path) {
 std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
 Result<void> write_new_file(const std::string& path, std::string_view bytes) {
-  common::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                             0600));
+  common::UniqueFd fd(
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) {
-    return make_error(ErrorCode::kIo, fmt::format("cannot create {}: {}", path,
-                                                  std::strerror(errno)));
+    return make_error(ErrorCode::kIo,
+                      fmt::format("cannot create {}: {}", path, std::strerror(errno)));
   }
   while (!bytes.empty()) {
     const ssize_t n = ::write(fd.get(), bytes.data(), bytes.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return make_error(ErrorCode::kIo, fmt::format("cannot write {}: {}", path,
-                                                    std::strerror(errno)));
+      return make_error(ErrorCode::kIo,
+                        fmt::format("cannot write {}: {}", path, std::strerror(errno)));
     }
     bytes.remove_prefix(static_cast<size_t>(n));
   }
@@ -179,8 +179,8 @@ class FileBootstrap final : public Bootstrap {
                              st.st_uid, ::geteuid()));
     }
     if (static_cast<uint64_t>(st.st_size) > kMaxRecordBytes) {
-      return bad(fmt::format("{} bytes, more than a record can be ({})", st.st_size,
-                             kMaxRecordBytes));
+      return bad(
+          fmt::format("{} bytes, more than a record can be ({})", st.st_size, kMaxRecordBytes));
     }
     std::string bytes(static_cast<size_t>(st.st_size), '\0');
     size_t have = 0;
@@ -191,12 +191,14 @@ class FileBootstrap final : public Bootstrap {
       have += static_cast<size_t>(n);
     }
     if (bytes.size() < crypto::kMacBytes) return bad("too short to be a record");
-    const std::string_view record = std::string_view(bytes).substr(0, bytes.size() - crypto::kMacBytes);
+    const std::string_view record =
+        std::string_view(bytes).substr(0, bytes.size() - crypto::kMacBytes);
     auto mac = keys_.file_mac(base_name(path), record);
     if (!mac) return std::unexpected(mac.error());
     if (!crypto::equal(crypto::view(*mac), std::string_view(bytes).substr(record.size()))) {
-      return bad("not written with the job's secret (altered, planted by another process, or "
-                 "left by a run with another secret): refused");
+      return bad(
+          "not written with the job's secret (altered, planted by another process, or "
+          "left by a run with another secret): refused");
     }
     auto join = decode_join(record);
     if (!join) return bad(join.error().message);

@@ -304,9 +304,9 @@ Result<std::string> recv_frame(int fd, size_t max_bytes, int64_t deadline_ns) {
   if (auto ok = recv_until(fd, header, 4, deadline_ns); !ok) return std::unexpected(ok.error());
   const uint32_t length = read_length_prefix(header);
   if (length > max_bytes) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("a frame of {} bytes exceeds the limit of {}", length,
-                                  max_bytes));
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("a frame of {} bytes exceeds the limit of {}", length, max_bytes));
   }
   std::string body;
   body.reserve(length);
@@ -320,16 +320,18 @@ Result<std::string> environment_secret(const Spec& spec) {
   const char* env = std::getenv("DETWAN_BOOTSTRAP_SECRET");
   const std::string hint =
       spec.kind == Spec::Kind::kTcp
-          ? fmt::format("bootstrap {}: a fixed-address rendezvous needs a shared secret: set "
-                        "DETWAN_BOOTSTRAP_SECRET to the same 32-64 hex digits on every rank "
-                        "(e.g. `openssl rand -hex 16`), or let one process create the id "
-                        "(detwanGetUniqueId), which carries one",
-                        spec.name())
-          : fmt::format("bootstrap {}: a file rendezvous needs a secret: {}#SECRET or "
-                        "DETWAN_BOOTSTRAP_SECRET, 32-64 hex digits, the same for every rank "
-                        "(e.g. `openssl rand -hex 16`); without one, anyone who can write the "
-                        "directory could join as any rank",
-                        spec.name(), spec.name());
+          ? fmt::format(
+                "bootstrap {}: a fixed-address rendezvous needs a shared secret: set "
+                "DETWAN_BOOTSTRAP_SECRET to the same 32-64 hex digits on every rank "
+                "(e.g. `openssl rand -hex 16`), or let one process create the id "
+                "(detwanGetUniqueId), which carries one",
+                spec.name())
+          : fmt::format(
+                "bootstrap {}: a file rendezvous needs a secret: {}#SECRET or "
+                "DETWAN_BOOTSTRAP_SECRET, 32-64 hex digits, the same for every rank "
+                "(e.g. `openssl rand -hex 16`); without one, anyone who can write the "
+                "directory could join as any rank",
+                spec.name(), spec.name());
   if (env == nullptr || *env == '\0') return make_error(ErrorCode::kInvalidArgument, hint);
   std::string secret(env);
   for (char& c : secret) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -6,21 +6,21 @@
 namespace detwan::collectives::bootstrap {
 
 Result<RendezvousKeys> RendezvousKeys::make(std::string_view secret, std::string binding) {
-  auto proof_key = crypto::derive_key(secret, "",
-                                      "detwan bootstrap v2 proof" + crypto::field(binding));
+  auto proof_key =
+      crypto::derive_key(secret, "", "detwan bootstrap v2 proof" + crypto::field(binding));
   if (!proof_key) return std::unexpected(proof_key.error());
-  auto file_key = crypto::derive_key(secret, "", "detwan bootstrap v2 file" + crypto::field(binding));
+  auto file_key =
+      crypto::derive_key(secret, "", "detwan bootstrap v2 file" + crypto::field(binding));
   if (!file_key) return std::unexpected(file_key.error());
   return RendezvousKeys(std::string(secret), std::move(binding), *proof_key, *file_key);
 }
 
 Result<crypto::Mac> RendezvousKeys::proof(Prover who, const Nonce& joiner, const Nonce& root,
                                           const Salt& salt) const {
-  const std::string_view label = who == Prover::kRoot ? "detwan bootstrap v2 root proof"
-                                                      : "detwan bootstrap v2 joiner proof";
-  return crypto::hmac_sha256(crypto::view(proof_key_),
-                             {crypto::field(label), crypto::view(joiner), crypto::view(root),
-                              crypto::view(salt)});
+  const std::string_view label =
+      who == Prover::kRoot ? "detwan bootstrap v2 root proof" : "detwan bootstrap v2 joiner proof";
+  return crypto::hmac_sha256(crypto::view(proof_key_), {crypto::field(label), crypto::view(joiner),
+                                                        crypto::view(root), crypto::view(salt)});
 }
 
 Result<SessionKeys> RendezvousKeys::session(const Nonce& joiner, const Nonce& root) const {
@@ -44,9 +44,9 @@ Result<crypto::Key> RendezvousKeys::communicator_key(std::string_view salt) cons
 
 Result<crypto::Mac> RendezvousKeys::file_mac(std::string_view file_name,
                                              std::string_view record) const {
-  return crypto::hmac_sha256(crypto::view(file_key_),
-                             {crypto::field("detwan bootstrap v2 file record"),
-                              crypto::field(file_name), record});
+  return crypto::hmac_sha256(
+      crypto::view(file_key_),
+      {crypto::field("detwan bootstrap v2 file record"), crypto::field(file_name), record});
 }
 
 Result<std::string> RendezvousKeys::file_prefix() const {
@@ -63,8 +63,7 @@ Result<std::string> RendezvousKeys::file_prefix() const {
   return out;
 }
 
-Result<std::string> seal_frame(const crypto::Key& key, uint64_t counter,
-                               std::string_view payload) {
+Result<std::string> seal_frame(const crypto::Key& key, uint64_t counter, std::string_view payload) {
   const std::string prefix =
       length_prefix(static_cast<uint32_t>(payload.size() + crypto::kTagBytes));
   auto sealed = crypto::seal(key, counter, prefix, payload);

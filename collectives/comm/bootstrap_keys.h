@@ -61,8 +61,7 @@ class RendezvousKeys {
 
 // Sealed frame: u32 length | AES-256-GCM(key, counter, aad = the 4 length bytes, payload).
 // Each direction of a connection has its own key and counts its frames from 0.
-Result<std::string> seal_frame(const crypto::Key& key, uint64_t counter,
-                               std::string_view payload);
+Result<std::string> seal_frame(const crypto::Key& key, uint64_t counter, std::string_view payload);
 // `body`: the bytes after the length prefix (the length is body.size()). kInvalidArgument if
 // it does not authenticate.
 Result<std::string> open_frame(const crypto::Key& key, uint64_t counter, std::string_view body);

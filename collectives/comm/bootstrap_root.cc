@@ -222,8 +222,8 @@ class RootServer {
       Challenge challenge;
       challenge.salt = salt_;
       if (!crypto::random_bytes(challenge.nonce)) return refuse_stranger(client, stats_->malformed);
-      auto proof = keys_.proof(RendezvousKeys::Prover::kRoot, client.joiner_nonce,
-                               challenge.nonce, salt_);
+      auto proof =
+          keys_.proof(RendezvousKeys::Prover::kRoot, client.joiner_nonce, challenge.nonce, salt_);
       if (!proof) return refuse_stranger(client, stats_->malformed);
       challenge.proof = *proof;
       client.root_nonce = challenge.nonce;
@@ -238,8 +238,8 @@ class RootServer {
     if (got.size() < kProofBytes) return;
     auto proof = decode_proof(got);
     if (!proof) return refuse_stranger(client, stats_->malformed);
-    auto expected = keys_.proof(RendezvousKeys::Prover::kJoiner, client.joiner_nonce,
-                                client.root_nonce, salt_);
+    auto expected =
+        keys_.proof(RendezvousKeys::Prover::kJoiner, client.joiner_nonce, client.root_nonce, salt_);
     if (!expected || !crypto::equal(crypto::view(*expected), crypto::view(*proof))) {
       return refuse_stranger(client, stats_->wrong_proof);
     }
@@ -266,8 +266,8 @@ class RootServer {
     if (client.in.size() < 4) return;
     const uint32_t length = read_length_prefix(client.in);
     if (length > kMaxJoinFrameBytes) {
-      return reject(client, fmt::format("a join frame of {} bytes exceeds the limit of {}",
-                                        length, kMaxJoinFrameBytes));
+      return reject(client, fmt::format("a join frame of {} bytes exceeds the limit of {}", length,
+                                        kMaxJoinFrameBytes));
     }
     if (client.in.size() < frame_bytes_wanted(client)) return;
     auto payload = open_frame(client.keys.to_root, 0, std::string_view(client.in).substr(4));
@@ -289,8 +289,8 @@ class RootServer {
                                         join.nranks, nranks_));
     }
     if (join.rank < 0 || join.rank >= join.nranks) {
-      return reject(client, fmt::format("rank {} is out of range for nranks {}", join.rank,
-                                        join.nranks));
+      return reject(client,
+                    fmt::format("rank {} is out of range for nranks {}", join.rank, join.nranks));
     }
     if (nranks_ < 0) {
       nranks_ = join.nranks;  // the first good join fixes the communicator size
@@ -360,8 +360,8 @@ class RootServer {
   void fail_unjoined() {
     std::string message;
     if (nranks_ < 0) {
-      message = fmt::format("bootstrap {}: no rank joined within {}", name_,
-                            format_seconds(timeout_ns_));
+      message =
+          fmt::format("bootstrap {}: no rank joined within {}", name_, format_seconds(timeout_ns_));
     } else {
       std::vector<int> missing;
       for (int rank = 0; rank < nranks_; ++rank) {
@@ -418,15 +418,14 @@ class RootServer {
 
 Result<std::shared_ptr<const RootStats>> start_root_thread(Listener listener, std::string name,
                                                            const std::string& secret,
-                                                           int64_t timeout_ns,
-                                                           RootLimits limits) {
+                                                           int64_t timeout_ns, RootLimits limits) {
   auto keys = RendezvousKeys::make(secret, name);
   if (!keys) return std::unexpected(keys.error());
   Salt salt{};
   if (auto ok = crypto::random_bytes(salt); !ok) return std::unexpected(ok.error());
   auto stats = std::make_shared<RootStats>();
-  auto server = std::make_unique<RootServer>(std::move(listener), std::move(name),
-                                             std::move(*keys), salt, timeout_ns, limits, stats);
+  auto server = std::make_unique<RootServer>(std::move(listener), std::move(name), std::move(*keys),
+                                             salt, timeout_ns, limits, stats);
   std::thread([server = std::move(server)]() mutable {
     server->run();
     server.reset();  // reports, then marks the stats done

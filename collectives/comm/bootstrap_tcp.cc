@@ -56,8 +56,8 @@ class TcpBootstrap final : public Bootstrap {
                         fmt::format("{}: sending the join: {}", where, sent.error().message));
     }
     // The answer's size is bounded by what this job can need: nranks blobs at their bound.
-    auto body = recv_frame(fd.get(), max_answer_payload_bytes(nranks_) + crypto::kTagBytes,
-                           deadline_ns);
+    auto body =
+        recv_frame(fd.get(), max_answer_payload_bytes(nranks_) + crypto::kTagBytes, deadline_ns);
     if (!body) {
       if (body.error().code == ErrorCode::kTimeout) {
         return make_error(ErrorCode::kTimeout,
@@ -69,9 +69,8 @@ class TcpBootstrap final : public Bootstrap {
                           fmt::format("{}: the root's answer: {} (for {} ranks)", where,
                                       body.error().message, nranks_));
       }
-      return make_error(body.error().code,
-                        fmt::format("{}: {} (did the root time out or exit?)", where,
-                                    body.error().message));
+      return make_error(body.error().code, fmt::format("{}: {} (did the root time out or exit?)",
+                                                       where, body.error().message));
     }
     auto payload = open_frame(session_.keys.to_joiner, 0, *body);
     if (!payload) {
@@ -113,8 +112,8 @@ std::unexpected<Error> root_unproven(const std::string& where, std::string_view 
 
 // One attempt on a connected socket. nullopt: the other end closed before its challenge (the
 // root may have dropped the connection to make room, or be restarting): connect again.
-Result<std::optional<Session>> handshake(int fd, const RendezvousKeys& keys,
-                                         int64_t deadline_ns, const std::string& where) {
+Result<std::optional<Session>> handshake(int fd, const RendezvousKeys& keys, int64_t deadline_ns,
+                                         const std::string& where) {
   Nonce mine{};
   if (auto ok = crypto::random_bytes(mine); !ok) return std::unexpected(ok.error());
   if (auto sent = send_all(fd, encode_hello(mine), deadline_ns); !sent) {
@@ -134,14 +133,13 @@ Result<std::optional<Session>> handshake(int fd, const RendezvousKeys& keys,
     return root_unproven(where, fmt::format("it answered {} bytes that are not a challenge: {}",
                                             bytes->size(), challenge.error().message));
   }
-  auto expected = keys.proof(RendezvousKeys::Prover::kRoot, mine, challenge->nonce,
-                             challenge->salt);
+  auto expected =
+      keys.proof(RendezvousKeys::Prover::kRoot, mine, challenge->nonce, challenge->salt);
   if (!expected) return std::unexpected(expected.error());
   if (!crypto::equal(crypto::view(*expected), crypto::view(challenge->proof))) {
     return root_unproven(where, "its proof does not verify");
   }
-  auto proof = keys.proof(RendezvousKeys::Prover::kJoiner, mine, challenge->nonce,
-                          challenge->salt);
+  auto proof = keys.proof(RendezvousKeys::Prover::kJoiner, mine, challenge->nonce, challenge->salt);
   if (!proof) return std::unexpected(proof.error());
   if (auto sent = send_all(fd, encode_proof(*proof), deadline_ns); !sent) {
     return make_error(sent.error().code,
@@ -187,11 +185,10 @@ Result<std::unique_ptr<Bootstrap>> join_tcp(const Spec& spec, int rank, int nran
     auto fd = connect_tcp(spec.host, spec.port, deadline_ns, where);
     if (!fd) {
       if (fd.error().code != ErrorCode::kTimeout) return std::unexpected(fd.error());
-      return make_error(ErrorCode::kTimeout,
-                        fmt::format("{} within {}{}", fd.error().message,
-                                    format_seconds(timeout_ns),
-                                    closed_early == 0
-                                        ? ""
+      return make_error(
+          ErrorCode::kTimeout,
+          fmt::format("{} within {}{}", fd.error().message, format_seconds(timeout_ns),
+                      closed_early == 0 ? ""
                                         : fmt::format(" ({} connection{} closed before the "
                                                       "root's challenge)",
                                                       closed_early, closed_early == 1 ? "" : "s")));
@@ -240,8 +237,8 @@ Result<std::string> start_bootstrap_root(const std::string& host, int64_t timeou
                       fmt::format("bootstrap root: timeout_ns must be > 0, got {}", timeout_ns));
   }
   // The secret as a spec would carry it: checked (and lower-cased) by the spec parser.
-  auto checked = bootstrap::parse_spec("tcp://" + bootstrap::join_host_port(host, 1) + "#" +
-                                       secret);
+  auto checked =
+      bootstrap::parse_spec("tcp://" + bootstrap::join_host_port(host, 1) + "#" + secret);
   if (!checked) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("bootstrap root: {}", checked.error().message));
@@ -253,8 +250,8 @@ Result<std::string> start_bootstrap_root(const std::string& host, int64_t timeou
   }
   bootstrap::Spec spec = *checked;
   spec.port = listener->port;
-  auto started = bootstrap::start_root_thread(std::move(*listener), spec.name(), *spec.secret,
-                                              timeout_ns);
+  auto started =
+      bootstrap::start_root_thread(std::move(*listener), spec.name(), *spec.secret, timeout_ns);
   if (!started) return std::unexpected(started.error());
   return spec.to_string();
 }

@@ -88,8 +88,8 @@ struct CommConfig {
   // Defaults overridden by DETWAN_SITE, DETWAN_TIMEOUT_MS, DETWAN_WAN_RATE, DETWAN_ALGO,
   // DETWAN_CHUNK_BYTES, DETWAN_DETERMINISTIC, DETWAN_ENCRYPT, DETWAN_INTRA_BACKEND,
   // DETWAN_INTER_BACKEND, DETWAN_LISTEN_HOST, DETWAN_MTU, DETWAN_WAN_RTT,
-  // DETWAN_PEER_TIMEOUT_MS, DETWAN_RESERVATION, DETWAN_AGENT, DETWAN_AGENT_TOKEN, DETWAN_RESERVATION_POLL_MS.
-  // kConfig naming the variable on a bad value.
+  // DETWAN_PEER_TIMEOUT_MS, DETWAN_RESERVATION, DETWAN_AGENT, DETWAN_AGENT_TOKEN,
+  // DETWAN_RESERVATION_POLL_MS. kConfig naming the variable on a bad value.
   static Result<CommConfig> from_environment();
   // Every field, one line, for the start-up log.
   [[nodiscard]] std::string describe() const;

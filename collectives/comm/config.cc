@@ -122,8 +122,9 @@ std::string CommConfig::describe() const {
       deterministic ? 1 : 0, intra_backend,
       intra_backend_config.empty() ? "" : "[" + intra_backend_config + "]", inter_backend,
       inter_backend_config.empty() ? "" : "[" + inter_backend_config + "]",
-      encrypt ? "encrypted" : "authenticated", listen_host.empty() ? "auto" : listen_host, mtu_bytes,
-      common::format_duration_ns(peer_timeout_ns), common::format_duration_ns(setup_timeout_ns),
+      encrypt ? "encrypted" : "authenticated", listen_host.empty() ? "auto" : listen_host,
+      mtu_bytes, common::format_duration_ns(peer_timeout_ns),
+      common::format_duration_ns(setup_timeout_ns),
       reservation.empty() ? std::string()
                           : fmt::format(" reservation={} agent={}", reservation, agent_url));
 }

@@ -49,10 +49,12 @@ std::string listen_address(const std::string& backend, const std::string& host) 
   return host + ":0";
 }
 
-Result<std::unique_ptr<transport::Endpoint>> open_endpoint(
-    const std::string& role, const std::string& backend, const transport::ChannelOptions& accept,
-    const std::string& backend_config, const transport::Security& security,
-    const EndpointFactory& make_endpoint) {
+Result<std::unique_ptr<transport::Endpoint>> open_endpoint(const std::string& role,
+                                                           const std::string& backend,
+                                                           const transport::ChannelOptions& accept,
+                                                           const std::string& backend_config,
+                                                           const transport::Security& security,
+                                                           const EndpointFactory& make_endpoint) {
   const BackendSpec spec = backend_spec(backend, backend_config);
   transport::EndpointOptions options;
   options.accept_options = accept;
@@ -230,10 +232,10 @@ Result<std::optional<WanReservations>> reservations_for(int rank, const CommConf
 }  // namespace
 
 transport::Security communicator_security(const CommKey& key, const CommConfig& config) {
-  return transport::Security::keyed(key,
-                                    config.encrypt ? transport::SecurityMode::kEncrypt
-                                                   : transport::SecurityMode::kAuthenticate,
-                                    "detwan collectives v1");
+  return transport::Security::keyed(
+      key,
+      config.encrypt ? transport::SecurityMode::kEncrypt : transport::SecurityMode::kAuthenticate,
+      "detwan collectives v1");
 }
 
 Result<CommKey> split_key(const CommKey& parent, uint64_t split_index, int color,
@@ -293,8 +295,8 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(
     }
   }
 
-  auto intra = open_endpoint("intra", config.intra_backend, same_site,
-                             config.intra_backend_config, security, make_endpoint);
+  auto intra = open_endpoint("intra", config.intra_backend, same_site, config.intra_backend_config,
+                             security, make_endpoint);
   if (!intra) return std::unexpected(intra.error());
   impl->intra_endpoint = std::move(*intra);
   auto inter = open_endpoint("inter", config.inter_backend, accepted_other,

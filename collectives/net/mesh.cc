@@ -136,10 +136,10 @@ class Acceptor {
         const ErrorCode code = channel.error().code;
         if (code == ErrorCode::kTimeout) continue;
         if (code == ErrorCode::kInvalidArgument) {  // our own misuse (accept before listen)
-          return make_error(code, fmt::format("rank {}: waiting for lower ranks to connect "
-                                              "({}): {}",
-                                              rank_, endpoint_->backend_name(),
-                                              channel.error().message));
+          return make_error(code,
+                            fmt::format("rank {}: waiting for lower ranks to connect "
+                                        "({}): {}",
+                                        rank_, endpoint_->backend_name(), channel.error().message));
         }
         // A connection that failed in the backend's own handshake: not the peer awaited.
         refuse(stats_ ? &stats_->bad_hellos : nullptr, "a connection", channel.error().message);
@@ -192,14 +192,14 @@ class Acceptor {
   std::unexpected<Error> timed_out(const std::vector<int>& awaited) const {
     std::string ranks;
     for (int r : awaited) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    return make_error(ErrorCode::kTimeout,
-                      fmt::format("rank {}: waiting for lower ranks to connect ({}): rank{} {} "
-                                  "never connected{}",
-                                  rank_, endpoint_->backend_name(),
-                                  awaited.size() == 1 ? "" : "s", ranks,
-                                  refused_ == 0 ? std::string()
-                                                : fmt::format(" ({} hello{} refused)", refused_,
-                                                              refused_ == 1 ? "" : "s")));
+    return make_error(
+        ErrorCode::kTimeout,
+        fmt::format("rank {}: waiting for lower ranks to connect ({}): rank{} {} "
+                    "never connected{}",
+                    rank_, endpoint_->backend_name(), awaited.size() == 1 ? "" : "s", ranks,
+                    refused_ == 0 ? std::string()
+                                  : fmt::format(" ({} hello{} refused)", refused_,
+                                                refused_ == 1 ? "" : "s")));
   }
 
   int rank_;
@@ -224,8 +224,7 @@ Result<std::vector<std::byte>> mesh_hello(const MeshKey& key, int rank, int peer
   return hello;
 }
 
-Result<Channels> connect_mesh(int rank, const Topology& topology,
-                              const MeshEndpoints& endpoints,
+Result<Channels> connect_mesh(int rank, const Topology& topology, const MeshEndpoints& endpoints,
                               const std::vector<RankAddresses>& addresses,
                               const ChannelOptionsFor& options_for, const MeshKey& key,
                               int64_t timeout_ns, MeshStats* stats) {

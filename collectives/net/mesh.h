@@ -48,8 +48,8 @@ using MeshKey = std::array<std::byte, 32>;
 
 // Hellos an acceptor refused (tests read them; each is also logged as a warning).
 struct MeshStats {
-  std::atomic<uint64_t> bad_hellos{0};      // not a hello, or its MAC does not verify
-  std::atomic<uint64_t> unexpected_rank{0}; // verifies, but names a rank not awaited here
+  std::atomic<uint64_t> bad_hellos{0};       // not a hello, or its MAC does not verify
+  std::atomic<uint64_t> unexpected_rank{0};  // verifies, but names a rank not awaited here
 };
 
 // channels[r] for every r != rank; channels[rank] = nullptr.

@@ -129,11 +129,10 @@ ProcessGroupDetwan::ProcessGroupDetwan(const c10::intrusive_ptr<c10d::Store>& st
     // in the id.
     const char* shared = std::getenv("DETWAN_BOOTSTRAP_SECRET");
     const bool secret_shared = shared != nullptr && *shared != '\0';
-    auto id = secret_shared
-                  ? collectives::UniqueId::create_root_with_secret(shared, config->listen_host,
-                                                                   config->setup_timeout_ns)
-                  : collectives::UniqueId::create_root(config->listen_host,
-                                                       config->setup_timeout_ns);
+    auto id = secret_shared ? collectives::UniqueId::create_root_with_secret(
+                                  shared, config->listen_host, config->setup_timeout_ns)
+                            : collectives::UniqueId::create_root(config->listen_host,
+                                                                 config->setup_timeout_ns);
     TORCH_CHECK(id.has_value(), "detwan process group: rank 0 could not start the bootstrap "
                 "root: ", id.error().message);
     id_bytes = id->to_bytes();

@@ -69,14 +69,12 @@ void check_spec(std::string_view text) {
   }
   if (spec->kind == Spec::Kind::kTcp) FUZZ_CHECK(spec->port >= 1 && spec->port <= 65535);
   if (spec->secret) {
-    FUZZ_CHECK(spec->secret->size() >= kMinSecretChars &&
-               spec->secret->size() <= kMaxSecretChars);
+    FUZZ_CHECK(spec->secret->size() >= kMinSecretChars && spec->secret->size() <= kMaxSecretChars);
   }
   const auto spec2 = parse_spec(spec->to_string());
   FUZZ_CHECK(spec2.has_value());
-  FUZZ_CHECK(spec2->kind == spec->kind && spec2->host == spec->host &&
-             spec2->port == spec->port && spec2->dir == spec->dir &&
-             spec2->secret == spec->secret);
+  FUZZ_CHECK(spec2->kind == spec->kind && spec2->host == spec->host && spec2->port == spec->port &&
+             spec2->dir == spec->dir && spec2->secret == spec->secret);
 }
 
 void check_handshake(std::string_view bytes) {

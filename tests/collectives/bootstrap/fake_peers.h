@@ -25,8 +25,7 @@ namespace detwan::collectives::testing {
 
 // Speaks the joining side by hand: handshake, one sealed join, one sealed answer.
 inline Result<std::vector<std::string>> raw_join(const bootstrap::Spec& spec,
-                                                 const bootstrap::Join& join,
-                                                 int64_t timeout_ns) {
+                                                 const bootstrap::Join& join, int64_t timeout_ns) {
   namespace b = bootstrap;
   const int64_t deadline = b::now_ns() + timeout_ns;
   auto keys = b::RendezvousKeys::make(*spec.secret, spec.name());
@@ -42,8 +41,8 @@ inline Result<std::vector<std::string>> raw_join(const bootstrap::Spec& spec,
   if (!bytes) return std::unexpected(bytes.error());
   auto challenge = b::decode_challenge(*bytes);
   if (!challenge) return std::unexpected(challenge.error());
-  auto proof = keys->proof(b::RendezvousKeys::Prover::kJoiner, mine, challenge->nonce,
-                           challenge->salt);
+  auto proof =
+      keys->proof(b::RendezvousKeys::Prover::kJoiner, mine, challenge->nonce, challenge->salt);
   auto session = keys->session(mine, challenge->nonce);
   auto sealed = b::seal_frame(session->to_root, 0, b::encode_join(join));
   if (auto ok = b::send_all(fd->get(), b::encode_proof(*proof) + *sealed, deadline); !ok) {
@@ -192,8 +191,8 @@ class FakeRoot {
     if (!keys || !joiner_nonce) return;
     b::Challenge challenge;
     (void)crypto::random_bytes(challenge.nonce);
-    challenge.proof = *keys->proof(b::RendezvousKeys::Prover::kRoot, *joiner_nonce,
-                                   challenge.nonce, challenge.salt);
+    challenge.proof = *keys->proof(b::RendezvousKeys::Prover::kRoot, *joiner_nonce, challenge.nonce,
+                                   challenge.salt);
     (void)b::send_all(fd, b::encode_challenge(challenge), guard());
     (void)take(fd, b::kProofBytes);
     const std::string length = take(fd, 4);

@@ -27,9 +27,7 @@ using testing::on_threads;
 using Blobs = Result<std::vector<std::string>>;
 
 // A distinct 128-bit secret per use ("<tag>" padded with zeros to 32 hex digits).
-std::string secret(const std::string& tag) {
-  return tag + std::string(32 - tag.size(), '0');
-}
+std::string secret(const std::string& tag) { return tag + std::string(32 - tag.size(), '0'); }
 
 class FileBootstrap : public ::testing::Test {
  protected:
@@ -92,9 +90,8 @@ TEST_F(FileBootstrap, WithoutASecretIsRefused) {
 TEST_F(FileBootstrap, TheSecretMayComeFromTheEnvironment) {
   // As for a fixed tcp address: keeps the secret off the command line (`ps` shows it).
   ::setenv("DETWAN_BOOTSTRAP_SECRET", secret("e5").c_str(), 1);
-  auto results = on_threads<Blobs>(2, [&](int rank) {
-    return join_and_exchange("file://" + dir_, rank, 2, 20 * kSecondNs);
-  });
+  auto results = on_threads<Blobs>(
+      2, [&](int rank) { return join_and_exchange("file://" + dir_, rank, 2, 20 * kSecondNs); });
   ::unsetenv("DETWAN_BOOTSTRAP_SECRET");
   for (const auto& result : results) {
     ASSERT_TRUE(result.has_value()) << result.error().message;
@@ -180,8 +177,7 @@ TEST_F(FileBootstrap, ASymbolicLinkIsNeverFollowed) {
   std::filesystem::create_symlink(dir_ + "/elsewhere", path_of("5e1f", 1));
   auto mine = join_and_exchange(spec("5e1f"), 0, 2, 20 * kSecondNs);
   ASSERT_FALSE(mine.has_value());
-  EXPECT_NE(mine.error().message.find("cannot open"), std::string::npos)
-      << mine.error().message;
+  EXPECT_NE(mine.error().message.find("cannot open"), std::string::npos) << mine.error().message;
 }
 
 TEST_F(FileBootstrap, LocalHostFollowsTheEnvironment) {

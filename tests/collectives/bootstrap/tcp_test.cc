@@ -135,14 +135,13 @@ TEST_P(Squatter, LearnsNothingAndRedirectsNoOne) {
 
 INSTANTIATE_TEST_SUITE_P(
     TcpBootstrap, Squatter,
-    ::testing::Values(
-        SquatterCase{"garbage", FakeRoot::Behaviour::kGarbage, "not a challenge"},
-        SquatterCase{"random_proof", FakeRoot::Behaviour::kRandomProof,
-                     "its proof does not verify"},
-        SquatterCase{"replayed_challenge", FakeRoot::Behaviour::kReplayChallenge,
-                     "its proof does not verify"},
-        SquatterCase{"relay_to_another_root", FakeRoot::Behaviour::kRelayToGenuine,
-                     "its proof does not verify"}),
+    ::testing::Values(SquatterCase{"garbage", FakeRoot::Behaviour::kGarbage, "not a challenge"},
+                      SquatterCase{"random_proof", FakeRoot::Behaviour::kRandomProof,
+                                   "its proof does not verify"},
+                      SquatterCase{"replayed_challenge", FakeRoot::Behaviour::kReplayChallenge,
+                                   "its proof does not verify"},
+                      SquatterCase{"relay_to_another_root", FakeRoot::Behaviour::kRelayToGenuine,
+                                   "its proof does not verify"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(TcpBootstrap, ASquatterThatSaysNothingGetsNothing) {
@@ -188,9 +187,8 @@ TEST(TcpBootstrap, AJoinerWithAnotherSecretIsRefusedAndTheGenuineRanksComplete) 
   EXPECT_EQ(after.error().code, ErrorCode::kUnavailable) << after.error().message;
   EXPECT_EQ(root.stats->wrong_proof.load(), 1u);
   // The genuine ranks complete.
-  auto results = on_threads<Blobs>(2, [&](int rank) {
-    return join_and_exchange(root.spec, rank, 2, 20 * kSecondNs);
-  });
+  auto results = on_threads<Blobs>(
+      2, [&](int rank) { return join_and_exchange(root.spec, rank, 2, 20 * kSecondNs); });
   for (const auto& result : results) {
     ASSERT_TRUE(result.has_value()) << result.error().message;
     EXPECT_EQ(*result, expected_blobs(2));
@@ -222,9 +220,8 @@ TEST(TcpBootstrap, AFloodOfConnectionsThatNeverProveDoesNotStopTheGenuineRanks) 
     }
   });
   while (opened.load() < 300) std::this_thread::yield();
-  auto results = on_threads<Blobs>(4, [&](int rank) {
-    return join_and_exchange(root.spec, rank, 4, 50 * kSecondNs);
-  });
+  auto results = on_threads<Blobs>(
+      4, [&](int rank) { return join_and_exchange(root.spec, rank, 4, 50 * kSecondNs); });
   stop.store(true);
   flood.join();
   for (const auto& result : results) {
@@ -333,11 +330,11 @@ TEST(TcpBootstrap, FixedAddressWithAnotherSecretIsRefused) {
   const int port = free_port();
   const std::string spec = "tcp://127.0.0.1:" + std::to_string(port);
   WithSecret secret(kSecret);
-  auto rank0 = std::async(std::launch::async,
-                          [&] { return join_and_exchange(spec, 0, 2, 20 * kSecondNs); });
+  auto rank0 =
+      std::async(std::launch::async, [&] { return join_and_exchange(spec, 0, 2, 20 * kSecondNs); });
   // A stranger with another secret (given in the spec) is refused; the real rank 1 completes.
-  auto stranger = join_and_exchange(spec + "#ffeeddccbbaa99887766554433221100", 1, 2,
-                                    10 * kSecondNs);
+  auto stranger =
+      join_and_exchange(spec + "#ffeeddccbbaa99887766554433221100", 1, 2, 10 * kSecondNs);
   ASSERT_FALSE(stranger.has_value());
   EXPECT_NE(stranger.error().message.find(kUnproven), std::string::npos)
       << stranger.error().message;
@@ -364,8 +361,7 @@ TEST(TcpBootstrap, FixedAddressPortInUseIsAnError) {
 TEST(TcpBootstrap, RankOutOfRangeAndTooManyRanksAreRejectedByTheRoot) {
   auto root = start_test_root(5 * kSecondNs);
   // join_bootstrap validates its own arguments, so speak the protocol by hand.
-  for (const auto& [join, expected] :
-       std::vector<std::pair<bootstrap::Join, std::string>>{
+  for (const auto& [join, expected] : std::vector<std::pair<bootstrap::Join, std::string>>{
            {{5, 4, "x"}, "rank 5 is out of range for nranks 4"},
            {{0, bootstrap::kMaxRanks + 1, "x"}, "joined with nranks 65537 (1..65536)"}}) {
     auto answer = testing::raw_join(root.parsed, join, 5 * kSecondNs);

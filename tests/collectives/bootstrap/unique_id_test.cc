@@ -70,10 +70,10 @@ TEST(UniqueId, CreateRootPicksAHostByItself) {
 }
 
 TEST(UniqueId, FromStringAcceptsAndNormalises) {
-  for (const std::string& spec : std::vector<std::string>{
-           "tcp://10.0.0.1:5000", "tcp://10.0.0.1:5000#" + kSecret32,
-           "tcp://[::1]:29500#" + kSecret64, "tcp://master-0.local:1", "file:///tmp",
-           "file:///shared/job7#" + kSecret32}) {
+  for (const std::string& spec :
+       std::vector<std::string>{"tcp://10.0.0.1:5000", "tcp://10.0.0.1:5000#" + kSecret32,
+                                "tcp://[::1]:29500#" + kSecret64, "tcp://master-0.local:1",
+                                "file:///tmp", "file:///shared/job7#" + kSecret32}) {
     auto id = UniqueId::from_string(spec);
     ASSERT_TRUE(id.has_value()) << spec << ": " << id.error().message;
     EXPECT_EQ(id->to_string(), spec);

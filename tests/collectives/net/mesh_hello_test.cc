@@ -29,8 +29,8 @@ MeshKey other_key() {
 
 std::unique_ptr<transport::Endpoint> loopback_endpoint(std::string* address) {
   transport::EndpointOptions options;
-  options.security = transport::Security::keyed(test_mesh_key(),
-                                                transport::SecurityMode::kAuthenticate, "test");
+  options.security =
+      transport::Security::keyed(test_mesh_key(), transport::SecurityMode::kAuthenticate, "test");
   auto endpoint = transport::make_endpoint("loopback", options);
   EXPECT_TRUE(endpoint.has_value());
   auto listened = (*endpoint)->listen("");
@@ -70,9 +70,9 @@ struct TwoRanks {
                                     MeshStats* stats = nullptr) {
     transport::Endpoint* endpoint = rank == 0 ? rank0.get() : rank1.get();
     return std::async(std::launch::async, [=, this] {
-      return connect_mesh(rank, topology, {endpoint, endpoint}, addresses,
-                          [](int) { return transport::ChannelOptions{}; }, key, timeout_ns,
-                          stats);
+      return connect_mesh(
+          rank, topology, {endpoint, endpoint}, addresses,
+          [](int) { return transport::ChannelOptions{}; }, key, timeout_ns, stats);
     });
   }
 };
@@ -84,9 +84,9 @@ TEST(MeshHello, ForgedAndMisdirectedHellosAreRefusedAndTheGenuinePeerConnects) {
   // Strangers call rank 1 first, each claiming rank 0.
   std::string rogue_address;
   auto rogue = loopback_endpoint(&rogue_address);
-  const auto wrong_key = *mesh_hello(other_key(), 0, 1);           // another communicator
-  const auto for_another = *mesh_hello(test_mesh_key(), 0, 2);     // made for rank 2 (replayed)
-  const auto not_awaited = *mesh_hello(test_mesh_key(), 7, 1);     // a rank not lower than 1
+  const auto wrong_key = *mesh_hello(other_key(), 0, 1);        // another communicator
+  const auto for_another = *mesh_hello(test_mesh_key(), 0, 2);  // made for rank 2 (replayed)
+  const auto not_awaited = *mesh_hello(test_mesh_key(), 7, 1);  // a rank not lower than 1
   const auto garbage = bytes_of(std::string_view("dtwnmesh\0\0\0\0", 12));  // the old hello
   std::vector<std::unique_ptr<transport::Channel>> strangers;
   for (const auto* hello : {&wrong_key, &for_another, &not_awaited, &garbage}) {
