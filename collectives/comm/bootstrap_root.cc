@@ -4,17 +4,22 @@
 // its proof verifies, a connection gets a fixed buffer of kChallengeBytes and a deadline
 // (RootLimits), and the root answers nothing but its challenge; nothing a stranger sends makes
 // it allocate. It reports problems to the ranks (sealed error answers) and, once, as a line on
-// stderr when it exits: being detached, it may still run while the process exits and tears the
-// logger down, so it never uses the process's logger.
+// stderr when it exits: it may still run while the process exits and tears the logger down, so
+// it never uses the process's logger. Root threads are joined at exit (RootThreads), before
+// OpenSSL's own atexit clean-up frees what they use.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -38,8 +43,9 @@ constexpr int64_t kListenerPauseNs = 20'000'000;
 class RootServer {
  public:
   RootServer(Listener listener, std::string name, RendezvousKeys keys, Salt salt,
-             int64_t timeout_ns, RootLimits limits, std::shared_ptr<RootStats> stats)
-      : listener_(std::move(listener)),
+             int64_t timeout_ns, RootLimits limits, std::shared_ptr<RootStats> stats, int stop_fd)
+      : stop_fd_(stop_fd),
+        listener_(std::move(listener)),
         name_(std::move(name)),
         keys_(std::move(keys)),
         salt_(salt),
@@ -63,15 +69,17 @@ class RootServer {
       }
       std::vector<pollfd> fds;
       const bool listening = now >= listener_paused_until_ns_;
+      fds.push_back({stop_fd_, POLLIN, 0});
       fds.push_back({listener_.fd.get(), static_cast<short>(listening ? POLLIN : 0), 0});
       for (const auto& client : clients_) fds.push_back({client->fd.get(), POLLIN, 0});
       if (::poll(fds.data(), fds.size(), poll_timeout_ms(now)) < 0 && errno != EINTR) {
         fail_all(Error{ErrorCode::kIo, fmt::format("bootstrap {}: root poll failed", name_)});
         return;
       }
-      if (fds[0].revents != 0) accept_all();
-      for (size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents != 0 && !clients_[i - 1]->closed) read_from(*clients_[i - 1]);
+      if (fds[0].revents != 0) return;  // the process is exiting
+      if (fds[1].revents != 0) accept_all();
+      for (size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents != 0 && !clients_[i - 2]->closed) read_from(*clients_[i - 2]);
       }
       expire_handshakes();
       drop_closed();
@@ -396,6 +404,7 @@ class RootServer {
     (void)!::write(STDERR_FILENO, line.data(), line.size());
   }
 
+  const int stop_fd_;  // readable once the process exits (RootThreads)
   Listener listener_;
   const std::string name_;
   const RendezvousKeys keys_;
@@ -414,6 +423,55 @@ class RootServer {
   std::string first_rejection_;
 };
 
+// Every root thread of the process. A root may outlive the code that started it (the process
+// that made the id does not wait for the ranks), so at exit the threads still running are told
+// to stop and joined: this object is made after OpenSSL initialised itself (a root needs its
+// keys first), so its destructor runs before OpenSSL's atexit clean-up, which would free what
+// a running root uses.
+class RootThreads {
+ public:
+  static RootThreads& instance() {
+    static RootThreads threads;
+    return threads;
+  }
+
+  void start(std::unique_ptr<RootServer> server) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(running_, [](Running& r) {
+      if (!r.done->load()) return false;
+      r.thread.join();
+      return true;
+    });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread thread([server = std::move(server), done]() mutable {
+      server->run();
+      server.reset();  // reports, then marks the stats done
+      done->store(true);
+    });
+    running_.push_back(Running{std::move(thread), std::move(done)});
+  }
+
+  [[nodiscard]] int stop_fd() const { return stop_.get(); }
+
+  ~RootThreads() {
+    const uint64_t one = 1;
+    (void)!::write(stop_.get(), &one, sizeof(one));
+    std::lock_guard lock(mutex_);
+    for (Running& r : running_) r.thread.join();
+  }
+
+ private:
+  struct Running {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  RootThreads() : stop_(::eventfd(0, EFD_CLOEXEC)) {}
+
+  std::mutex mutex_;
+  std::vector<Running> running_;
+  common::UniqueFd stop_;
+};
+
 }  // namespace
 
 Result<std::shared_ptr<const RootStats>> start_root_thread(Listener listener, std::string name,
@@ -424,12 +482,14 @@ Result<std::shared_ptr<const RootStats>> start_root_thread(Listener listener, st
   Salt salt{};
   if (auto ok = crypto::random_bytes(salt); !ok) return std::unexpected(ok.error());
   auto stats = std::make_shared<RootStats>();
-  auto server = std::make_unique<RootServer>(std::move(listener), std::move(name), std::move(*keys),
-                                             salt, timeout_ns, limits, stats);
-  std::thread([server = std::move(server)]() mutable {
-    server->run();
-    server.reset();  // reports, then marks the stats done
-  }).detach();
+  RootThreads& threads = RootThreads::instance();
+  if (threads.stop_fd() < 0) {
+    return make_error(ErrorCode::kInternal,
+                      fmt::format("bootstrap {}: eventfd: {}", name, std::strerror(errno)));
+  }
+  threads.start(std::make_unique<RootServer>(std::move(listener), std::move(name),
+                                             std::move(*keys), salt, timeout_ns, limits, stats,
+                                             threads.stop_fd()));
   return std::shared_ptr<const RootStats>(std::move(stats));
 }
 

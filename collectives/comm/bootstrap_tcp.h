@@ -33,10 +33,11 @@ struct RootStats {
   std::atomic<bool> done{false};                // the root thread has exited
 };
 
-// Serves one exchange on `listener` from a detached thread (bootstrap_root.cc). `name` is the
-// rendezvous as every rank names it ("tcp://10.0.0.1:5000"): it prefixes every error message
-// and is bound into every proof. The thread owns all its state and exits after answering or
-// at timeout_ns. kInternal if OpenSSL cannot derive the keys or draw the salt.
+// Serves one exchange on `listener` from a thread of its own (bootstrap_root.cc; one still
+// running when the process exits is stopped and joined). `name` is the rendezvous as every
+// rank names it ("tcp://10.0.0.1:5000"): it prefixes every error message and is bound into
+// every proof. The thread owns all its state and exits after answering or at timeout_ns.
+// kInternal if OpenSSL cannot derive the keys or draw the salt.
 Result<std::shared_ptr<const RootStats>> start_root_thread(Listener listener, std::string name,
                                                            const std::string& secret,
                                                            int64_t timeout_ns,
