@@ -13,10 +13,10 @@ Result<std::unique_ptr<Bootstrap>> join_bootstrap(const std::string& spec_text, 
                                                   int nranks, int64_t timeout_ns) {
   auto spec = bootstrap::parse_spec(spec_text);
   if (!spec) return std::unexpected(spec.error());
-  if (nranks < 1) {
+  if (nranks < 1 || nranks > bootstrap::kMaxRanks) {
     return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("bootstrap {}: nranks must be >= 1, got {}", spec->name(),
-                                  nranks));
+                      fmt::format("bootstrap {}: nranks must be 1..{}, got {}", spec->name(),
+                                  bootstrap::kMaxRanks, nranks));
   }
   if (rank < 0 || rank >= nranks) {
     return make_error(ErrorCode::kInvalidArgument,

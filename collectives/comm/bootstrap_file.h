@@ -1,5 +1,5 @@
 #pragma once
-// Private to the bootstrap: the shared-directory rendezvous (file:///DIR#NONCE).
+// Private to the bootstrap: the shared-directory rendezvous (file:///DIR#SECRET).
 #include <cstdint>
 #include <memory>
 

@@ -15,19 +15,26 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "collectives/crypto.h"
 #include "common/byte_order.h"
 
 namespace detwan::collectives::bootstrap {
 namespace {
 
+// The spec as errors show it: never with its secret.
+std::string redacted(std::string_view text) {
+  const size_t hash = text.find('#');
+  if (hash == std::string_view::npos) return std::string(text);
+  return std::string(text.substr(0, hash)) + "#<secret>";
+}
+
 std::unexpected<Error> bad_spec(std::string_view text, std::string_view why) {
   return make_error(ErrorCode::kInvalidArgument,
-                    fmt::format("bad bootstrap spec '{}': {}", text, why));
+                    fmt::format("bad bootstrap spec '{}': {}", redacted(text), why));
 }
 
 bool is_hex(char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }
@@ -57,73 +64,6 @@ Result<addrinfo*> resolve(const std::string& host, int port, bool passive) {
   return result;
 }
 
-// Byte codec over a string: big-endian integers, bounds-checked reads.
-class Writer {
- public:
-  void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void u16(uint16_t v) { put(v, 2); }
-  void u32(uint32_t v) { put(v, 4); }
-  void bytes(std::string_view v) { out_.append(v); }
-  std::string take() { return std::move(out_); }
-
- private:
-  void put(uint32_t v, int n) {
-    for (int i = n - 1; i >= 0; --i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-  }
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  bool u8(uint8_t& v) {
-    if (in_.size() < 1) return false;
-    v = static_cast<uint8_t>(in_[0]);
-    in_.remove_prefix(1);
-    return true;
-  }
-  bool u16(uint16_t& v) {
-    if (in_.size() < 2) return false;
-    v = common::load_be16(reinterpret_cast<const uint8_t*>(in_.data()));
-    in_.remove_prefix(2);
-    return true;
-  }
-  bool u32(uint32_t& v) {
-    if (in_.size() < 4) return false;
-    v = common::load_be32(reinterpret_cast<const uint8_t*>(in_.data()));
-    in_.remove_prefix(4);
-    return true;
-  }
-  bool bytes(size_t n, std::string& v) {
-    if (in_.size() < n) return false;
-    v.assign(in_.substr(0, n));
-    in_.remove_prefix(n);
-    return true;
-  }
-  [[nodiscard]] bool done() const { return in_.empty(); }
-
- private:
-  std::string_view in_;
-};
-
-constexpr std::string_view kJoinMagic = "DWBJ";
-constexpr std::string_view kAnswerMagic = "DWBA";
-
-std::unexpected<Error> malformed(std::string_view what, std::string_view why) {
-  return make_error(ErrorCode::kInvalidArgument, fmt::format("malformed {}: {}", what, why));
-}
-
-Result<void> check_header(Reader& in, std::string_view magic, std::string_view what) {
-  std::string got;
-  if (!in.bytes(magic.size(), got) || got != magic) return malformed(what, "no magic");
-  uint8_t version = 0;
-  if (!in.u8(version)) return malformed(what, "truncated");
-  if (version != kWireVersion) {
-    return malformed(what, fmt::format("version {}, expected {}", version, kWireVersion));
-  }
-  return {};
-}
-
 }  // namespace
 
 std::string Spec::name() const {
@@ -131,7 +71,7 @@ std::string Spec::name() const {
   return "tcp://" + join_host_port(host, port);
 }
 
-std::string Spec::to_string() const { return nonce ? name() + "#" + *nonce : name(); }
+std::string Spec::to_string() const { return secret ? name() + "#" + *secret : name(); }
 
 Result<Spec> parse_spec(std::string_view text) {
   Spec spec;
@@ -146,14 +86,19 @@ Result<Spec> parse_spec(std::string_view text) {
     return bad_spec(text, "expected tcp://HOST:PORT or file:///DIR");
   }
   if (const size_t hash = rest.find('#'); hash != std::string_view::npos) {
-    std::string_view nonce = rest.substr(hash + 1);
+    std::string_view secret = rest.substr(hash + 1);
     rest = rest.substr(0, hash);
-    if (nonce.empty() || nonce.size() > kMaxNonceChars || !std::ranges::all_of(nonce, is_hex)) {
-      return bad_spec(text, fmt::format("nonce must be 1..{} hex digits", kMaxNonceChars));
+    if (secret.size() < kMinSecretChars || secret.size() > kMaxSecretChars ||
+        !std::ranges::all_of(secret, is_hex)) {
+      return bad_spec(text,
+                      fmt::format("the secret after '#' must be {} to {} hex digits (got {} "
+                                  "characters{}): e.g. `openssl rand -hex 16`",
+                                  kMinSecretChars, kMaxSecretChars, secret.size(),
+                                  std::ranges::all_of(secret, is_hex) ? "" : ", not all hex"));
     }
-    std::string lower(nonce);
+    std::string lower(secret);
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    spec.nonce = std::move(lower);
+    spec.secret = std::move(lower);
   }
   if (spec.kind == Spec::Kind::kFile) {
     if (!rest.starts_with('/')) return bad_spec(text, "the directory must be absolute");
@@ -213,12 +158,7 @@ std::string format_seconds(int64_t ns) {
   return fmt::format("{:g} s", static_cast<double>(ns) / 1e9);
 }
 
-std::string make_nonce() {
-  std::random_device device;
-  std::string out;
-  for (int i = 0; i < 4; ++i) out += fmt::format("{:08x}", static_cast<uint32_t>(device()));
-  return out;
-}
+Result<std::string> make_secret() { return crypto::random_hex(kMinSecretChars / 2); }
 
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string out;
@@ -327,189 +267,83 @@ Result<void> send_all(int fd, std::string_view data, int64_t deadline_ns) {
   return {};
 }
 
-Result<std::string> recv_frame(int fd, uint32_t max_bytes, int64_t deadline_ns) {
+namespace {
+
+// Appends to `buffer` until it holds `want` bytes.
+Result<void> recv_until(int fd, std::string& buffer, size_t want, int64_t deadline_ns) {
+  while (buffer.size() < want) {
+    char chunk[65536];
+    const size_t room = std::min(sizeof(chunk), want - buffer.size());
+    const ssize_t n = ::recv(fd, chunk, room, MSG_DONTWAIT);
+    if (n > 0) {
+      buffer.append(chunk, static_cast<size_t>(n));
+      continue;
+    }
+    if (n == 0) return make_error(ErrorCode::kUnavailable, "connection closed before a full frame");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return make_error(ErrorCode::kUnavailable, fmt::format("recv: {}", errno_text(errno)));
+    }
+    if (now_ns() >= deadline_ns) return make_error(ErrorCode::kTimeout, "no answer in time");
+    pollfd pfd{fd, POLLIN, 0};
+    ::poll(&pfd, 1, poll_timeout_ms(deadline_ns));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::string> recv_exact(int fd, size_t n, int64_t deadline_ns) {
   std::string buffer;
-  size_t want = 4;
-  bool have_header = false;
-  while (true) {
-    while (buffer.size() < want) {
-      char chunk[65536];
-      const size_t room = std::min(sizeof(chunk), want - buffer.size());
-      const ssize_t n = ::recv(fd, chunk, room, MSG_DONTWAIT);
-      if (n > 0) {
-        buffer.append(chunk, static_cast<size_t>(n));
-        continue;
-      }
-      if (n == 0) {
-        return make_error(ErrorCode::kUnavailable, "connection closed before a full frame");
-      }
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return make_error(ErrorCode::kUnavailable, fmt::format("recv: {}", errno_text(errno)));
-      }
-      if (now_ns() >= deadline_ns) return make_error(ErrorCode::kTimeout, "no answer in time");
-      pollfd pfd{fd, POLLIN, 0};
-      ::poll(&pfd, 1, poll_timeout_ms(deadline_ns));
-    }
-    if (have_header) return buffer.substr(4);
-    const uint32_t length = common::load_be32(reinterpret_cast<const uint8_t*>(buffer.data()));
-    if (length > max_bytes) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("frame of {} bytes exceeds the limit of {}", length,
-                                    max_bytes));
-    }
-    have_header = true;
-    want = 4 + static_cast<size_t>(length);
-    buffer.reserve(want);
-  }
+  if (auto ok = recv_until(fd, buffer, n, deadline_ns); !ok) return std::unexpected(ok.error());
+  return buffer;
 }
 
-std::string encode_join(const Join& join) {
-  Writer out;
-  out.bytes(kJoinMagic);
-  out.u8(kWireVersion);
-  out.u16(static_cast<uint16_t>(join.nonce.size()));
-  out.bytes(join.nonce);
-  out.u32(static_cast<uint32_t>(join.rank));
-  out.u32(static_cast<uint32_t>(join.nranks));
-  out.u32(static_cast<uint32_t>(join.blob.size()));
-  out.bytes(join.blob);
-  return out.take();
+Result<std::string> recv_frame(int fd, size_t max_bytes, int64_t deadline_ns) {
+  std::string header;
+  if (auto ok = recv_until(fd, header, 4, deadline_ns); !ok) return std::unexpected(ok.error());
+  const uint32_t length = read_length_prefix(header);
+  if (length > max_bytes) {
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("a frame of {} bytes exceeds the limit of {}", length, max_bytes));
+  }
+  std::string body;
+  body.reserve(length);
+  if (auto ok = recv_until(fd, body, length, deadline_ns); !ok) {
+    return std::unexpected(ok.error());
+  }
+  return body;
 }
 
-Result<Join> decode_join(std::string_view payload) {
-  Reader in(payload);
-  if (auto ok = check_header(in, kJoinMagic, "join"); !ok) return std::unexpected(ok.error());
-  Join join;
-  uint16_t nonce_len = 0;
-  uint32_t rank = 0;
-  uint32_t nranks = 0;
-  uint32_t blob_len = 0;
-  if (!in.u16(nonce_len) || nonce_len > kMaxNonceChars || !in.bytes(nonce_len, join.nonce) ||
-      !in.u32(rank) || !in.u32(nranks) || !in.u32(blob_len) || blob_len > kMaxBlobBytes ||
-      !in.bytes(blob_len, join.blob) || !in.done()) {
-    return malformed("join", "truncated or oversized");
-  }
-  join.rank = static_cast<int32_t>(rank);
-  join.nranks = static_cast<int32_t>(nranks);
-  return join;
-}
-
-Result<std::optional<std::string>> peek_join_nonce(std::string_view payload_prefix) {
-  Reader in(payload_prefix);
-  std::string magic;
-  uint8_t version = 0;
-  uint16_t nonce_len = 0;
-  if (!in.bytes(kJoinMagic.size(), magic) || !in.u8(version) || !in.u16(nonce_len)) {
-    // Not enough bytes yet -- unless those that came already are not a join.
-    if (!std::string_view(kJoinMagic).starts_with(payload_prefix.substr(0, kJoinMagic.size()))) {
-      return malformed("join", "no magic");
-    }
-    return std::optional<std::string>();
-  }
-  if (magic != kJoinMagic) return malformed("join", "no magic");
-  if (version != kWireVersion) {
-    return malformed("join", fmt::format("version {}, expected {}", version, kWireVersion));
-  }
-  if (nonce_len > kMaxNonceChars) return malformed("join", "oversized nonce");
-  std::string nonce;
-  if (!in.bytes(nonce_len, nonce)) return std::optional<std::string>();
-  return std::optional<std::string>(std::move(nonce));
-}
-
-bool equal_secret(std::string_view a, std::string_view b) noexcept {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    const auto x = static_cast<unsigned char>(i < a.size() ? a[i] : 0);
-    const auto y = static_cast<unsigned char>(i < b.size() ? b[i] : 0);
-    diff = static_cast<unsigned char>(diff | (x ^ y));
-  }
-  return diff == 0;
-}
-
-Result<std::string> fixed_address_secret(const Spec& spec) {
+Result<std::string> environment_secret(const Spec& spec) {
   const char* env = std::getenv("DETWAN_BOOTSTRAP_SECRET");
-  const std::string hint = fmt::format(
-      "bootstrap {}: a fixed-address rendezvous needs a shared secret: set "
-      "DETWAN_BOOTSTRAP_SECRET to the same 32-64 hex digits on every rank (e.g. `openssl rand "
-      "-hex 16`), or let one process create the id (detwanGetUniqueId), whose nonce is the "
-      "secret",
-      spec.name());
+  const std::string hint =
+      spec.kind == Spec::Kind::kTcp
+          ? fmt::format(
+                "bootstrap {}: a fixed-address rendezvous needs a shared secret: set "
+                "DETWAN_BOOTSTRAP_SECRET to the same 32-64 hex digits on every rank "
+                "(e.g. `openssl rand -hex 16`), or let one process create the id "
+                "(detwanGetUniqueId), which carries one",
+                spec.name())
+          : fmt::format(
+                "bootstrap {}: a file rendezvous needs a secret: {}#SECRET or "
+                "DETWAN_BOOTSTRAP_SECRET, 32-64 hex digits, the same for every rank "
+                "(e.g. `openssl rand -hex 16`); without one, anyone who can write the "
+                "directory could join as any rank",
+                spec.name(), spec.name());
   if (env == nullptr || *env == '\0') return make_error(ErrorCode::kInvalidArgument, hint);
   std::string secret(env);
   for (char& c : secret) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const bool hex = std::all_of(secret.begin(), secret.end(), [](char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
   });
-  if (!hex || secret.size() < 32 || secret.size() > kMaxNonceChars) {
+  if (!hex || secret.size() < kMinSecretChars || secret.size() > kMaxSecretChars) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("{} (DETWAN_BOOTSTRAP_SECRET has {} characters{})", hint,
                                   secret.size(), hex ? "" : ", not all hex digits"));
   }
   return secret;
-}
-
-std::string encode_answer_ok(const std::vector<std::string>& blobs) {
-  Writer out;
-  out.bytes(kAnswerMagic);
-  out.u8(kWireVersion);
-  out.u8(0);
-  out.u32(static_cast<uint32_t>(blobs.size()));
-  for (const auto& blob : blobs) {
-    out.u32(static_cast<uint32_t>(blob.size()));
-    out.bytes(blob);
-  }
-  return out.take();
-}
-
-std::string encode_answer_error(const Error& error) {
-  Writer out;
-  out.bytes(kAnswerMagic);
-  out.u8(kWireVersion);
-  out.u8(1);
-  out.u8(static_cast<uint8_t>(error.code));
-  out.u32(static_cast<uint32_t>(error.message.size()));
-  out.bytes(error.message);
-  return out.take();
-}
-
-Result<std::vector<std::string>> decode_answer(std::string_view payload) {
-  Reader in(payload);
-  if (auto ok = check_header(in, kAnswerMagic, "answer"); !ok) return std::unexpected(ok.error());
-  uint8_t status = 0;
-  if (!in.u8(status)) return malformed("answer", "truncated");
-  if (status == 1) {
-    uint8_t code = 0;
-    uint32_t length = 0;
-    std::string message;
-    if (!in.u8(code) || !in.u32(length) || !in.bytes(length, message)) {
-      return malformed("answer", "truncated error");
-    }
-    const auto error_code = code <= static_cast<uint8_t>(ErrorCode::kInternal)
-                                ? static_cast<ErrorCode>(code)
-                                : ErrorCode::kInternal;
-    // The root's own words; an empty one still has to say what happened.
-    if (message.empty()) message = "the bootstrap root refused the join without a reason";
-    return make_error(error_code, std::move(message));
-  }
-  if (status != 0) return malformed("answer", fmt::format("status {}", status));
-  uint32_t count = 0;
-  if (!in.u32(count) || count > payload.size() / 4) return malformed("answer", "bad rank count");
-  std::vector<std::string> blobs(count);
-  for (auto& blob : blobs) {
-    uint32_t length = 0;
-    if (!in.u32(length) || !in.bytes(length, blob)) return malformed("answer", "truncated blob");
-  }
-  if (!in.done()) return malformed("answer", "trailing bytes");
-  return blobs;
-}
-
-std::string frame(std::string_view payload) {
-  std::string out(4, '\0');
-  common::store_be32(reinterpret_cast<uint8_t*>(out.data()), static_cast<uint32_t>(payload.size()));
-  out.append(payload);
-  return out;
 }
 
 }  // namespace detwan::collectives::bootstrap

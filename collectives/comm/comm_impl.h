@@ -3,6 +3,7 @@
 // and the setup helpers shared by create() and split().
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,6 +49,10 @@ struct Communicator::Impl {
   int size = 1;
   CommConfig config;
   std::string listen_host;  // the host the endpoints listen on (children inherit it)
+  // The communicator's key (Bootstrap::communicator_key(); a split child's derives from its
+  // parent's): its channels authenticate with it, and its mesh hellos prove the rank with it.
+  CommKey key{};
+  uint64_t splits = 0;  // split() calls so far: every rank counts the same (split is collective)
   Topology topology;
   NetworkModel model;
   // Destruction order matters: executor (joins) before peers (closes channels) before the
@@ -85,11 +90,27 @@ struct Communicator::Impl {
   Result<void> executor_flush();
 };
 
+// Makes a transport endpoint: transport::make_endpoint, or a test's wrapper around it (which
+// sees the options, e.g. the Security, the communicator hands each endpoint).
+using EndpointFactory = std::function<Result<std::unique_ptr<transport::Endpoint>>(
+    std::string_view backend, const transport::EndpointOptions& options)>;
+
+// What the communicator's endpoints authenticate with: its key, mode kAuthenticate (kEncrypt
+// with config.encrypt), context "detwan collectives v1".
+transport::Security communicator_security(const CommKey& key, const CommConfig& config);
+
+// A split child's key: HKDF(parent key, info "detwan comm v1 split" | split index | color |
+// the child's members as parent ranks, in child rank order). Every member computes the same;
+// another split (another index or color) another.
+Result<CommKey> split_key(const CommKey& parent, uint64_t split_index, int color,
+                          const std::vector<int>& members);
+
 // Setup (setup.cc): endpoints, bootstrap exchange of addresses, topology, mesh, network model.
 // `nranks`/`rank` are this communicator's; the bootstrap must serve exactly that exchange.
-Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootstrap, int rank,
-                                                               int nranks,
-                                                               const CommConfig& config);
+// make_endpoint: empty = transport::make_endpoint.
+Result<std::unique_ptr<Communicator::Impl>> build_communicator(
+    Bootstrap& bootstrap, int rank, int nranks, const CommConfig& config,
+    const EndpointFactory& make_endpoint = {});
 
 // Escaped text of one rank's bootstrap blob: fields joined by '|', '\' escapes '|' and '\'.
 std::string encode_fields(const std::vector<std::string>& fields);

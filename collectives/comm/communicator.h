@@ -33,14 +33,24 @@ class UniqueId {
   // else the host's first non-loopback IPv4 address, else 127.0.0.1).
   static Result<UniqueId> create_root(const std::string& listen_host = "",
                                       int64_t root_timeout_ns = 600'000'000'000);
-  // "tcp://HOST:PORT" (rank 0 hosts the root there) or "file:///DIR" (shared directory).
+  // As create_root, with `secret` (32-64 hex digits, e.g. $DETWAN_BOOTSTRAP_SECRET, which every
+  // rank has) instead of a random one, so that the id handed to the other ranks can be
+  // without_secret(): a launcher's store or command line then never carries the secret.
+  static Result<UniqueId> create_root_with_secret(const std::string& secret,
+                                                  const std::string& listen_host = "",
+                                                  int64_t root_timeout_ns = 600'000'000'000);
+  // The id without its "#SECRET": joined with $DETWAN_BOOTSTRAP_SECRET (as a fixed address,
+  // which only rank 0 serves: give it to the other ranks only).
+  [[nodiscard]] UniqueId without_secret() const;
+  // "tcp://HOST:PORT" (rank 0 hosts the root there; DETWAN_BOOTSTRAP_SECRET) or
+  // "file:///DIR#SECRET" (shared directory; 32-64 hex digits).
   static Result<UniqueId> from_string(const std::string& spec);
   static Result<UniqueId> from_bytes(const std::array<char, kUniqueIdBytes>& bytes);
   [[nodiscard]] std::array<char, kUniqueIdBytes> to_bytes() const;
-  [[nodiscard]] std::string to_string() const;  // the spec form, e.g. "tcp://10.0.1.2:5555#a1b2"
+  [[nodiscard]] std::string to_string() const;  // e.g. "tcp://10.0.1.2:5555#<32 hex>"
 
  private:
-  std::string spec_;  // "tcp://host:port", "file:///dir"; plus "#<hex nonce>"
+  std::string spec_;  // "tcp://host:port", "file:///dir"; plus "#<hex secret>"
 };
 
 struct CommConfig {
@@ -53,6 +63,10 @@ struct CommConfig {
   Algorithm algorithm = Algorithm::kAuto;
   int64_t chunk_bytes = 0;                   // 0 = the cost model's choice
   bool deterministic = false;
+  // Every channel of the communicator is authenticated with a key derived from the bootstrap
+  // secret (docs/collectives.md, "Who may talk to a rank"); with encrypt its payload is
+  // encrypted as well, end to end. DETWAN_ENCRYPT=1.
+  bool encrypt = false;
   std::string intra_backend = "shm";
   std::string inter_backend = "udp";
   std::string listen_host;                   // empty: as UniqueId::create_root
@@ -72,10 +86,10 @@ struct CommConfig {
   int64_t reservation_poll_ns = 1'000'000'000;  // how often the watcher asks the agent
 
   // Defaults overridden by DETWAN_SITE, DETWAN_TIMEOUT_MS, DETWAN_WAN_RATE, DETWAN_ALGO,
-  // DETWAN_CHUNK_BYTES, DETWAN_DETERMINISTIC, DETWAN_INTRA_BACKEND, DETWAN_INTER_BACKEND,
-  // DETWAN_LISTEN_HOST, DETWAN_MTU, DETWAN_WAN_RTT, DETWAN_PEER_TIMEOUT_MS,
-  // DETWAN_RESERVATION, DETWAN_AGENT, DETWAN_AGENT_TOKEN, DETWAN_RESERVATION_POLL_MS.
-  // kConfig naming the variable on a bad value.
+  // DETWAN_CHUNK_BYTES, DETWAN_DETERMINISTIC, DETWAN_ENCRYPT, DETWAN_INTRA_BACKEND,
+  // DETWAN_INTER_BACKEND, DETWAN_LISTEN_HOST, DETWAN_MTU, DETWAN_WAN_RTT,
+  // DETWAN_PEER_TIMEOUT_MS, DETWAN_RESERVATION, DETWAN_AGENT, DETWAN_AGENT_TOKEN,
+  // DETWAN_RESERVATION_POLL_MS. kConfig naming the variable on a bad value.
   static Result<CommConfig> from_environment();
   // Every field, one line, for the start-up log.
   [[nodiscard]] std::string describe() const;

@@ -76,6 +76,11 @@ Result<CommConfig> CommConfig::from_environment() {
     if (!on) return std::unexpected(on.error());
     config.deterministic = *on;
   }
+  if (const char* v = env("DETWAN_ENCRYPT")) {
+    auto on = parse_bool("DETWAN_ENCRYPT", v);
+    if (!on) return std::unexpected(on.error());
+    config.encrypt = *on;
+  }
   if (const char* v = env("DETWAN_INTRA_BACKEND")) config.intra_backend = v;
   if (const char* v = env("DETWAN_INTER_BACKEND")) config.inter_backend = v;
   if (const char* v = env("DETWAN_LISTEN_HOST")) config.listen_host = v;
@@ -106,7 +111,7 @@ Result<CommConfig> CommConfig::from_environment() {
 std::string CommConfig::describe() const {
   return fmt::format(
       "site={} timeout={} wan_rate={} wan_rtt={}{} algorithm={} chunk={} deterministic={} "
-      "intra={}{} inter={}{} listen_host={} mtu={} peer_timeout={} setup_timeout={}{}",
+      "intra={}{} inter={}{} channels={} listen_host={} mtu={} peer_timeout={} setup_timeout={}{}",
       site, common::format_duration_ns(timeout_ns),
       wan_rate_bps > 0 ? common::format_rate_bps(static_cast<uint64_t>(wan_rate_bps))
                        : std::string("best-effort"),
@@ -117,8 +122,9 @@ std::string CommConfig::describe() const {
       deterministic ? 1 : 0, intra_backend,
       intra_backend_config.empty() ? "" : "[" + intra_backend_config + "]", inter_backend,
       inter_backend_config.empty() ? "" : "[" + inter_backend_config + "]",
-      listen_host.empty() ? "auto" : listen_host, mtu_bytes,
-      common::format_duration_ns(peer_timeout_ns), common::format_duration_ns(setup_timeout_ns),
+      encrypt ? "encrypted" : "authenticated", listen_host.empty() ? "auto" : listen_host,
+      mtu_bytes, common::format_duration_ns(peer_timeout_ns),
+      common::format_duration_ns(setup_timeout_ns),
       reservation.empty() ? std::string()
                           : fmt::format(" reservation={} agent={}", reservation, agent_url));
 }

@@ -11,6 +11,7 @@
 #include "collectives/algo/algorithms.h"
 #include "collectives/comm/comm_impl.h"
 #include "collectives/comm/reservation.h"
+#include "collectives/crypto.h"
 #include "collectives/net/mesh.h"
 #include "common/clock.h"
 #include "common/logging.h"
@@ -51,12 +52,16 @@ std::string listen_address(const std::string& backend, const std::string& host) 
 Result<std::unique_ptr<transport::Endpoint>> open_endpoint(const std::string& role,
                                                            const std::string& backend,
                                                            const transport::ChannelOptions& accept,
-                                                           const std::string& backend_config) {
+                                                           const std::string& backend_config,
+                                                           const transport::Security& security,
+                                                           const EndpointFactory& make_endpoint) {
   const BackendSpec spec = backend_spec(backend, backend_config);
   transport::EndpointOptions options;
   options.accept_options = accept;
   options.backend_config = spec.config;
-  auto endpoint = transport::make_endpoint(spec.name, options);
+  options.security = security;
+  auto endpoint = make_endpoint ? make_endpoint(spec.name, options)
+                                : transport::make_endpoint(spec.name, options);
   if (!endpoint) {
     return make_error(endpoint.error().code,
                       fmt::format("{} backend '{}': {}", role, backend, endpoint.error().message));
@@ -226,9 +231,25 @@ Result<std::optional<WanReservations>> reservations_for(int rank, const CommConf
 
 }  // namespace
 
-Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootstrap, int rank,
-                                                               int nranks,
-                                                               const CommConfig& config) {
+transport::Security communicator_security(const CommKey& key, const CommConfig& config) {
+  return transport::Security::keyed(
+      key,
+      config.encrypt ? transport::SecurityMode::kEncrypt : transport::SecurityMode::kAuthenticate,
+      "detwan collectives v1");
+}
+
+Result<CommKey> split_key(const CommKey& parent, uint64_t split_index, int color,
+                          const std::vector<int>& members) {
+  std::string info = "detwan comm v1 split";
+  info += crypto::field(std::to_string(split_index));
+  info += crypto::field(std::to_string(color));
+  for (int member : members) info += crypto::field(std::to_string(member));
+  return crypto::derive_key(crypto::view(parent), "", info);
+}
+
+Result<std::unique_ptr<Communicator::Impl>> build_communicator(
+    Bootstrap& bootstrap, int rank, int nranks, const CommConfig& config,
+    const EndpointFactory& make_endpoint) {
   if (config.site.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "site: empty site name");
   }
@@ -249,6 +270,8 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
   impl->config = config;
   impl->timeout_ns.store(config.timeout_ns);
   impl->listen_host = config.listen_host.empty() ? bootstrap.local_host() : config.listen_host;
+  impl->key = bootstrap.communicator_key();
+  const transport::Security security = communicator_security(impl->key, config);
   const int64_t deadline_ns = now_ns() + config.setup_timeout_ns;
 
   transport::ChannelOptions same_site;
@@ -272,11 +295,12 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
     }
   }
 
-  auto intra = open_endpoint("intra", config.intra_backend, same_site, config.intra_backend_config);
+  auto intra = open_endpoint("intra", config.intra_backend, same_site, config.intra_backend_config,
+                             security, make_endpoint);
   if (!intra) return std::unexpected(intra.error());
   impl->intra_endpoint = std::move(*intra);
-  auto inter =
-      open_endpoint("inter", config.inter_backend, accepted_other, config.inter_backend_config);
+  auto inter = open_endpoint("inter", config.inter_backend, accepted_other,
+                             config.inter_backend_config, security, make_endpoint);
   if (!inter) return std::unexpected(inter.error());
   impl->inter_endpoint = std::move(*inter);
   auto intra_address =
@@ -342,7 +366,7 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(Bootstrap& bootst
   };
   auto channels =
       connect_mesh(rank, topo, {impl->intra_endpoint.get(), impl->inter_endpoint.get()}, addresses,
-                   options_for, std::max<int64_t>(1, deadline_ns - now_ns()));
+                   options_for, impl->key, std::max<int64_t>(1, deadline_ns - now_ns()));
   if (!channels) return std::unexpected(channels.error());
   std::vector<std::string> names(nranks);
   for (int p = 0; p < nranks; ++p) {

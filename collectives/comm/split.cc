@@ -44,10 +44,11 @@ Result<std::vector<std::string>> parent_exchange(Communicator::Impl& parent,
 
 class ParentBootstrap final : public Bootstrap {
  public:
-  ParentBootstrap(Communicator::Impl& parent, std::vector<int> members)
-      : parent_(parent), members_(std::move(members)) {}
+  ParentBootstrap(Communicator::Impl& parent, std::vector<int> members, CommKey key)
+      : parent_(parent), members_(std::move(members)), key_(key) {}
 
   [[nodiscard]] std::string local_host() const override { return parent_.listen_host; }
+  [[nodiscard]] CommKey communicator_key() const override { return key_; }
 
   Result<std::vector<std::string>> exchange(const std::string& mine,
                                             int64_t timeout_ns) override {
@@ -62,6 +63,7 @@ class ParentBootstrap final : public Bootstrap {
  private:
   Communicator::Impl& parent_;
   std::vector<int> members_;  // parent ranks, in child rank order
+  CommKey key_;
 };
 
 }  // namespace
@@ -72,6 +74,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key,
   const CommConfig child_config = config ? *config : parent.config;
   const int n = parent.size;
   const int64_t timeout_ns = child_config.setup_timeout_ns;
+  const uint64_t split_index = parent.splits++;  // the same on every rank: split is collective
 
   std::vector<int64_t> pairs(static_cast<size_t>(2) * n, 0);
   const std::array<int64_t, 2> mine{color < 0 ? -1 : color, key};
@@ -104,7 +107,9 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key,
                       fmt::format("split: rank {} missing from its own color {}", parent.rank,
                                   color));
   }
-  ParentBootstrap bootstrap(parent, members);
+  auto child_key = split_key(parent.key, split_index, color, members);
+  if (!child_key) return std::unexpected(child_key.error());
+  ParentBootstrap bootstrap(parent, members, *child_key);
   auto child = build_communicator(bootstrap, static_cast<int>(me - members.begin()),
                                   static_cast<int>(members.size()), child_config);
   if (!child) return std::unexpected(child.error());

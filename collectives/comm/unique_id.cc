@@ -46,7 +46,10 @@ std::string first_external_ipv4() {
 
 }  // namespace
 
-Result<UniqueId> UniqueId::create_root(const std::string& listen_host, int64_t root_timeout_ns) {
+namespace {
+
+Result<UniqueId> create_root_id(const std::string& listen_host, int64_t root_timeout_ns,
+                                const std::string& secret) {
   std::string host = listen_host;
   if (host.empty()) {
     const char* env = std::getenv("DETWAN_LISTEN_HOST");
@@ -54,16 +57,38 @@ Result<UniqueId> UniqueId::create_root(const std::string& listen_host, int64_t r
   }
   if (host.empty()) host = first_external_ipv4();
   if (host.empty()) host = "127.0.0.1";
-  // "tcp://" + host + ":65535#" + 32 nonce digits must fit, checked before a root starts.
-  if (host.size() + 6 + 2 + 6 + 1 + 32 > kMaxSpecChars) {
+  // "tcp://" + host + ":65535#" + the secret's digits must fit, checked before a root starts.
+  const size_t secret_chars = secret.empty() ? bootstrap::kMinSecretChars : secret.size();
+  if (host.size() + 6 + 2 + 6 + 1 + secret_chars > kMaxSpecChars) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("listen host '{}' is too long for the {}-byte unique id", host,
                                   kUniqueIdBytes));
   }
-  auto spec = start_bootstrap_root(host, root_timeout_ns);
+  auto spec = secret.empty() ? start_bootstrap_root(host, root_timeout_ns)
+                             : start_bootstrap_root(host, root_timeout_ns, secret);
   if (!spec) return std::unexpected(spec.error());
+  return UniqueId::from_string(*spec);
+}
+
+}  // namespace
+
+Result<UniqueId> UniqueId::create_root(const std::string& listen_host, int64_t root_timeout_ns) {
+  return create_root_id(listen_host, root_timeout_ns, "");
+}
+
+Result<UniqueId> UniqueId::create_root_with_secret(const std::string& secret,
+                                                   const std::string& listen_host,
+                                                   int64_t root_timeout_ns) {
+  if (secret.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "create_root_with_secret: empty secret (32-64 hex digits)");
+  }
+  return create_root_id(listen_host, root_timeout_ns, secret);
+}
+
+UniqueId UniqueId::without_secret() const {
   UniqueId id;
-  id.spec_ = std::move(*spec);
+  id.spec_ = spec_.substr(0, spec_.find('#'));
   return id;
 }
 

@@ -4,11 +4,21 @@
 // Each rank owns two endpoints: `intra` (shm/tcp, for ranks of its own site) and `inter` (the
 // detwan transport, for ranks of other sites), both listening before connect_mesh() is called
 // and their addresses published to every rank (the bootstrap's all-gather). Rank i connects to
-// every j > i and accepts from every j < i; the connecting side's first message is a 12-byte
-// hello (magic, its rank) so the acceptor knows who called. Connects run on a helper thread
-// while the calling thread accepts, so no pair of ranks can wait on each other.
+// every j > i and accepts from every j < i; the connecting side's first message is a 48-byte
+// hello that proves who called:
+//   "dtwnmsh2" | u32 caller rank | u32 acceptor rank | HMAC-SHA256(hello key, label | those 16)
+// with hello key = HKDF(communicator key, info "detwan mesh hello v1"). Only a member of the
+// communicator can make one, and one made for another acceptor (or another communicator) does
+// not verify. A hello that does not verify, names a rank that is not lower than the acceptor or
+// that is already connected is refused: its channel is closed, counted (MeshStats) and logged,
+// and the acceptor keeps waiting for the genuine peer until timeout_ns. Hellos are awaited on
+// every accepted channel at once, so a caller that says nothing delays nobody. Connects run on
+// a helper thread while the calling thread accepts, so no pair of ranks can wait on each other.
 //
 // Setup tier: may block up to timeout_ns; errors name the peer and the address.
+#include <array>
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,10 +43,22 @@ struct MeshEndpoints {
 // Channel options for the channel from `rank` to `peer` (rate, paths, timeouts).
 using ChannelOptionsFor = std::function<transport::ChannelOptions(int peer)>;
 
+// The communicator's 32-byte key (Bootstrap::communicator_key()).
+using MeshKey = std::array<std::byte, 32>;
+
+// Hellos an acceptor refused (tests read them; each is also logged as a warning).
+struct MeshStats {
+  std::atomic<uint64_t> bad_hellos{0};       // not a hello, or its MAC does not verify
+  std::atomic<uint64_t> unexpected_rank{0};  // verifies, but names a rank not awaited here
+};
+
 // channels[r] for every r != rank; channels[rank] = nullptr.
 Result<std::vector<std::unique_ptr<transport::Channel>>> connect_mesh(
     int rank, const Topology& topology, const MeshEndpoints& endpoints,
     const std::vector<RankAddresses>& addresses, const ChannelOptionsFor& options_for,
-    int64_t timeout_ns);
+    const MeshKey& key, int64_t timeout_ns, MeshStats* stats = nullptr);
+
+// The hello `rank` sends to `peer` under the communicator key `key` (tests forge from it).
+Result<std::vector<std::byte>> mesh_hello(const MeshKey& key, int rank, int peer);
 
 }  // namespace detwan::collectives

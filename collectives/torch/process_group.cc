@@ -124,11 +124,20 @@ ProcessGroupDetwan::ProcessGroupDetwan(const c10::intrusive_ptr<c10d::Store>& st
   }
   std::array<char, collectives::kUniqueIdBytes> id_bytes{};
   if (rank == 0) {
-    auto id = collectives::UniqueId::create_root(config->listen_host, config->setup_timeout_ns);
+    // With DETWAN_BOOTSTRAP_SECRET (every rank has it) the root uses it, and the store -- which
+    // anyone who reaches it may read -- gets the id without it; else a random secret travels
+    // in the id.
+    const char* shared = std::getenv("DETWAN_BOOTSTRAP_SECRET");
+    const bool secret_shared = shared != nullptr && *shared != '\0';
+    auto id = secret_shared ? collectives::UniqueId::create_root_with_secret(
+                                  shared, config->listen_host, config->setup_timeout_ns)
+                            : collectives::UniqueId::create_root(config->listen_host,
+                                                                 config->setup_timeout_ns);
     TORCH_CHECK(id.has_value(), "detwan process group: rank 0 could not start the bootstrap "
                 "root: ", id.error().message);
     id_bytes = id->to_bytes();
-    store->set(kUniqueIdKey, std::vector<uint8_t>(id_bytes.begin(), id_bytes.end()));
+    const auto published = secret_shared ? id->without_secret().to_bytes() : id_bytes;
+    store->set(kUniqueIdKey, std::vector<uint8_t>(published.begin(), published.end()));
   } else {
     std::vector<uint8_t> got = store->get(kUniqueIdKey);
     TORCH_CHECK(got.size() == id_bytes.size(), "detwan process group: the store's ",

@@ -4,6 +4,9 @@
 //
 // Rendezvous: rank 0 starts the library's bootstrap root and publishes its UniqueId in the
 // process group's store (torchrun's or init_process_group's); the others read it from there.
+// The id carries the rendezvous secret unless every rank has DETWAN_BOOTSTRAP_SECRET: then the
+// root uses that and the store gets the id without it (a store is readable by whoever reaches
+// it).
 // Everything else comes from the environment as for any detwan job (CommConfig::from_environment:
 // DETWAN_SITE, DETWAN_RESERVATION, DETWAN_AGENT, ...); the process group's timeout replaces
 // DETWAN_TIMEOUT_MS.

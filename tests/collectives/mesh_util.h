@@ -44,6 +44,14 @@ struct Mesh {
   ~Mesh() { peers.clear(); }
 };
 
+// The communicator key of the test meshes (a real communicator derives one from its
+// bootstrap secret).
+inline MeshKey test_mesh_key() {
+  MeshKey key{};
+  for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::byte>(0xa0 + i);
+  return key;
+}
+
 // sites: site name of each rank (its size is the rank count). faults: the loopback
 // backend_config ("" = perfect; e.g. "loss=0.01,reorder=0.05,seed=7").
 inline std::unique_ptr<Mesh> make_mesh(const std::vector<std::string>& sites,
@@ -59,6 +67,8 @@ inline std::unique_ptr<Mesh> make_mesh(const std::vector<std::string>& sites,
   std::vector<RankAddresses> addresses(n);
   transport::EndpointOptions options;
   options.backend_config = faults;
+  options.security =
+      transport::Security::keyed(test_mesh_key(), transport::SecurityMode::kAuthenticate, "test");
   options.accept_options.peer_timeout_ns = 20'000'000'000;
   options.accept_options.min_rto_ns = 2'000'000;
   options.accept_options.initial_rtt_ns = 5'000'000;
@@ -80,8 +90,9 @@ inline std::unique_ptr<Mesh> make_mesh(const std::vector<std::string>& sites,
   for (int r = 0; r < n; ++r) {
     futures.push_back(std::async(std::launch::async, [&, r] {
       MeshEndpoints endpoints{mesh->endpoints[r].get(), mesh->endpoints[r].get()};
-      return connect_mesh(r, mesh->topology, endpoints, addresses,
-                          [&](int) { return options.accept_options; }, 30'000'000'000);
+      return connect_mesh(
+          r, mesh->topology, endpoints, addresses, [&](int) { return options.accept_options; },
+          test_mesh_key(), 30'000'000'000);
     }));
   }
   for (int r = 0; r < n; ++r) {

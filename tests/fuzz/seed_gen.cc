@@ -19,7 +19,8 @@
 
 #include <boost/json.hpp>
 
-#include "collectives/comm/bootstrap_io.h"
+#include "collectives/comm/bootstrap_codec.h"
+#include "collectives/comm/bootstrap_keys.h"
 #include "tools/perf/perf_wire.h"
 #include "tools/perf/spec_json.h"
 #include "tools/perf/stamp_wire.h"
@@ -159,26 +160,42 @@ void perf_seeds() {
   write_seed("perf", "hello-throughput", with_selector(2, boost::json::serialize(hello)));
 }
 
-// ---- bootstrap: join and answer frames, specs ----
+// ---- bootstrap: handshake messages, join and answer payloads, sealed frames, specs ----
 void bootstrap_seeds() {
   namespace b = detwan::collectives::bootstrap;
   b::Join join;
-  join.nonce = "0123456789abcdef0123456789abcdef";
   join.rank = 1;
   join.nranks = 4;
-  join.blob = "udp:10.20.1.2:40000;udp:10.20.1.2:40001";
+  join.blob = "a|10.20.1.2:40000|10.20.1.2:40001";
   write_seed("bootstrap", "join", with_selector(0, b::encode_join(join)));
-  join.nonce = "";
   join.blob = "";
   join.rank = 0;
   write_seed("bootstrap", "join-empty", with_selector(0, b::encode_join(join)));
+  // An answer's first byte is the rank count the decoder is asked for.
   write_seed("bootstrap", "answer-ok",
-             with_selector(1, b::encode_answer_ok({"blob-0", "blob-1", "", "blob-3"})));
+             with_selector(1, std::string(1, '\x04') +
+                                  b::encode_answer_ok({"blob-0", "blob-1", "", "blob-3"})));
   detwan::common::Error error{detwan::common::ErrorCode::kInvalidArgument, "rank 3 twice"};
-  write_seed("bootstrap", "answer-error", with_selector(1, b::encode_answer_error(error)));
-  write_seed("bootstrap", "spec-tcp", with_selector(2, "tcp://10.0.0.1:29500#00ff"));
+  write_seed("bootstrap", "answer-error",
+             with_selector(1, std::string(1, '\x02') + b::encode_answer_error(error)));
+  write_seed("bootstrap", "spec-tcp",
+             with_selector(2, "tcp://10.0.0.1:29500#00112233445566778899aabbccddeeff"));
   write_seed("bootstrap", "spec-tcp6", with_selector(2, "tcp://[fd00::1]:29500"));
-  write_seed("bootstrap", "spec-file", with_selector(2, "file:///tmp/detwan-rdv#abcdef01"));
+  write_seed("bootstrap", "spec-file",
+             with_selector(2, "file:///tmp/detwan-rdv#abcdef0123456789abcdef0123456789"));
+  b::Nonce nonce{};
+  for (size_t i = 0; i < nonce.size(); ++i) nonce[i] = static_cast<std::byte>(i);
+  write_seed("bootstrap", "hello", with_selector(3, b::encode_hello(nonce)));
+  b::Challenge challenge;
+  challenge.nonce = nonce;
+  challenge.proof[0] = std::byte{0x5a};
+  write_seed("bootstrap", "challenge", with_selector(3, b::encode_challenge(challenge)));
+  write_seed("bootstrap", "proof", with_selector(3, b::encode_proof(challenge.proof)));
+  // Sealed with the target's key (bytes i * 7 + 1), counter 0: opens in check_sealed.
+  detwan::collectives::crypto::Key key{};
+  for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::byte>(i * 7 + 1);
+  auto sealed = b::seal_frame(key, 0, b::encode_join(join));
+  if (sealed) write_seed("bootstrap", "sealed-join", with_selector(4, sealed->substr(4)));
 }
 
 // ---- agent_api: request sequences ----

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +31,15 @@ namespace fs = std::filesystem;
 
 // After one rank failed, the others get this long to notice and report before being killed.
 constexpr int64_t kGraceNs = 5'000'000'000;
+
+// 128 bits from the kernel's CSPRNG as 32 hex digits; "" if getrandom fails.
+std::string random_secret() {
+  unsigned char bytes[16];
+  if (::getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) return "";
+  std::string hex;
+  for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
+  return hex;
+}
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -67,6 +77,11 @@ class Launcher {
       return fail(fmt::format("mkdtemp for the bootstrap: {}", std::strerror(errno)));
     }
     dir_ = tmpl;
+    // The rendezvous' secret goes to the ranks through their environment (inherited), never
+    // on a command line that `ps` shows to every user.
+    const std::string secret = random_secret();
+    if (secret.empty()) return fail(fmt::format("getrandom: {}", std::strerror(errno)));
+    ::setenv("DETWAN_BOOTSTRAP_SECRET", secret.c_str(), 1);
     const std::string id = "file://" + dir_.string();
 
     sigset_t mask;

@@ -238,8 +238,8 @@ Result<ParsedArgs> parse_collective_args(int argc, const char* const* argv, cons
   app.add_flag("--json", o.json, "print one JSON object (schema detwan-bench-collective)");
   app.add_option("--rank", t.rank, "this process's rank (default DETWAN_RANK)");
   app.add_option("--nranks", t.nranks, "ranks of the job (default DETWAN_NRANKS)");
-  app.add_option("--id", o.id, "rendezvous: tcp://HOST:PORT (rank 0 hosts it) or file:///DIR "
-                 "(default DETWAN_ID)");
+  app.add_option("--id", o.id, "rendezvous: tcp://HOST:PORT (rank 0 hosts it) or file:///DIR, "
+                 "secret in DETWAN_BOOTSTRAP_SECRET (default DETWAN_ID)");
   app.add_option("--site", o.site, "this rank's site (default DETWAN_SITE)");
   app.add_option("--wan-rate", t.wan_rate, "reserved rate per site pair and direction, e.g. "
                  "200mbit (default DETWAN_WAN_RATE)");

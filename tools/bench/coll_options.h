@@ -7,6 +7,7 @@
 //     -n/--iters 20 -w/--warmup_iters 5 -c/--check 1 -a/--algo auto|ring|hd|tree|hier
 //     --chunk BYTES --deterministic --json
 //   one rank of a launched job:  --rank R --nranks N --id tcp://HOST:PORT|file:///DIR
+//                                (the secret: DETWAN_BOOTSTRAP_SECRET)
 //                                (or DETWAN_RANK / DETWAN_NRANKS / DETWAN_ID) [--site S]
 //                                [--wan-rate R] (+ CommConfig::from_environment's DETWAN_*)
 //   all ranks on this host:      --local N [--sites K]   (the default: --local 1)

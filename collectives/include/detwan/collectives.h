@@ -151,8 +151,11 @@ detwanResult_t detwanGetUniqueId(detwanUniqueId* id);
  *   "tcp://HOST:PORT"  rank 0 hosts the root on HOST:PORT (like MASTER_ADDR/MASTER_PORT); every
  *                      rank must have the same secret in DETWAN_BOOTSTRAP_SECRET (32-64 hex
  *                      digits, e.g. `openssl rand -hex 16`): joins without it are refused
- *   "file:///DIR"      ranks meet through files in a shared directory, which must not be
- *                      writable by every user (whoever can write it could join as any rank) */
+ *   "file:///DIR"      ranks meet through files in a shared directory (not writable by every
+ *                      user unless sticky); the secret as above, DETWAN_BOOTSTRAP_SECRET
+ *   either + "#SECRET" the secret in the id itself (32-64 hex digits) instead
+ * The secret never crosses the wire; every channel is authenticated with a key derived from it
+ * (docs/collectives.md, "The bootstrap protocol"). */
 detwanResult_t detwanUniqueIdFromString(const char* spec, detwanUniqueId* id);
 
 detwanResult_t detwanCommInitRank(detwanComm_t* comm, int nranks, detwanUniqueId id, int rank);

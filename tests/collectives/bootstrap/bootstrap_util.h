@@ -1,5 +1,5 @@
 #pragma once
-// Helpers for the bootstrap tests: per-rank blobs (including empty and 1 MiB ones) and running
+// Helpers for the bootstrap tests: per-rank blobs (including empty and largest ones) and running
 // every rank's join + exchange on its own thread.
 #include <cstdint>
 #include <functional>
@@ -9,15 +9,17 @@
 #include <vector>
 
 #include "collectives/comm/bootstrap.h"
+#include "collectives/comm/bootstrap_codec.h"
 
 namespace detwan::collectives::testing {
 
-// Rank 0: empty; rank 1: 1 MiB of seeded random bytes; others: a short distinct text.
+// Rank 0: empty; rank 1: the largest blob allowed, of seeded random bytes; others: a short
+// distinct text.
 inline std::string blob_for_rank(int rank) {
   if (rank == 0) return "";
   if (rank == 1) {
     std::mt19937 random(12345);
-    std::string blob(1u << 20, '\0');
+    std::string blob(bootstrap::kMaxBlobBytes, '\0');
     for (char& c : blob) c = static_cast<char>(random());
     return blob;
   }

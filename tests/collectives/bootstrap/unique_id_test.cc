@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@ namespace {
 
 using testing::kSecondNs;
 using Bytes = std::array<char, kUniqueIdBytes>;
+
+// Secrets of the minimum (128-bit) and maximum (256-bit) length.
+const std::string kSecret32 = "0123456789abcdef0123456789abcdef";
+const std::string kSecret64 = kSecret32 + kSecret32;
 
 TEST(UniqueId, CreateRootRoundTripsThroughBytesAndServesAnExchange) {
   auto id = UniqueId::create_root("127.0.0.1", 20 * kSecondNs);
@@ -34,6 +39,29 @@ TEST(UniqueId, CreateRootRoundTripsThroughBytesAndServesAnExchange) {
   }
 }
 
+TEST(UniqueId, ARootWithTheSharedSecretLetsTheIdTravelWithoutIt) {
+  auto id = UniqueId::create_root_with_secret(kSecret32, "127.0.0.1", 20 * kSecondNs);
+  ASSERT_TRUE(id.has_value()) << id.error().message;
+  EXPECT_TRUE(id->to_string().ends_with("#" + kSecret32)) << id->to_string();
+  const std::string published = id->without_secret().to_string();
+  EXPECT_EQ(published.find('#'), std::string::npos) << published;
+  ::setenv("DETWAN_BOOTSTRAP_SECRET", kSecret32.c_str(), 1);
+  // Rank 0 joins with the whole id; the others with the published one and their environment.
+  auto results = testing::on_threads<Result<std::vector<std::string>>>(3, [&](int rank) {
+    return testing::join_and_exchange(rank == 0 ? id->to_string() : published, rank, 3,
+                                      20 * kSecondNs);
+  });
+  ::unsetenv("DETWAN_BOOTSTRAP_SECRET");
+  for (const auto& result : results) {
+    ASSERT_TRUE(result.has_value()) << result.error().message;
+    EXPECT_EQ(*result, testing::expected_blobs(3));
+  }
+  auto short_secret = UniqueId::create_root_with_secret("abcd", "127.0.0.1", kSecondNs);
+  ASSERT_FALSE(short_secret.has_value());
+  EXPECT_NE(short_secret.error().message.find("32 to 64 hex digits"), std::string::npos)
+      << short_secret.error().message;
+}
+
 TEST(UniqueId, CreateRootPicksAHostByItself) {
   auto id = UniqueId::create_root("", kSecondNs / 10);
   ASSERT_TRUE(id.has_value()) << id.error().message;
@@ -42,9 +70,10 @@ TEST(UniqueId, CreateRootPicksAHostByItself) {
 }
 
 TEST(UniqueId, FromStringAcceptsAndNormalises) {
-  for (const std::string& spec : std::vector<std::string>{
-           "tcp://10.0.0.1:5000", "tcp://10.0.0.1:5000#a1b2", "tcp://[::1]:29500#ff",
-           "tcp://master-0.local:1", "file:///tmp", "file:///shared/job7#0123456789abcdef"}) {
+  for (const std::string& spec :
+       std::vector<std::string>{"tcp://10.0.0.1:5000", "tcp://10.0.0.1:5000#" + kSecret32,
+                                "tcp://[::1]:29500#" + kSecret64, "tcp://master-0.local:1",
+                                "file:///tmp", "file:///shared/job7#" + kSecret32}) {
     auto id = UniqueId::from_string(spec);
     ASSERT_TRUE(id.has_value()) << spec << ": " << id.error().message;
     EXPECT_EQ(id->to_string(), spec);
@@ -52,9 +81,9 @@ TEST(UniqueId, FromStringAcceptsAndNormalises) {
     ASSERT_TRUE(back.has_value()) << spec;
     EXPECT_EQ(back->to_string(), spec);
   }
-  auto upper = UniqueId::from_string("file:///tmp/x/#ABCD");
+  auto upper = UniqueId::from_string("file:///tmp/x/#0123456789ABCDEF0123456789ABCDEF");
   ASSERT_TRUE(upper.has_value());
-  EXPECT_EQ(upper->to_string(), "file:///tmp/x#abcd");
+  EXPECT_EQ(upper->to_string(), "file:///tmp/x#" + kSecret32);
 }
 
 TEST(UniqueId, FromStringRejects) {
@@ -62,13 +91,28 @@ TEST(UniqueId, FromStringRejects) {
            "", "udp://1.2.3.4:5", "tcp://", "tcp://host", "tcp://:5000", "tcp://host:0",
            "tcp://host:65536", "tcp://host:12ab", "tcp://::1:5000", "tcp://host:5000#",
            "tcp://host:5000#xyz", "tcp://ho st:5000", "file://relative", "file:///tmp#",
-           "tcp://h:1#" + std::string(65, 'a'), "file:///" + std::string(130, 'd')}) {
+           "tcp://h:1#" + std::string(65, 'a'), "file:///" + std::string(130, 'd'),
+           "tcp://h:1#abcd", "tcp://h:1#" + std::string(31, 'a'), "file:///tmp#a1b2"}) {
     auto id = UniqueId::from_string(spec);
     EXPECT_FALSE(id.has_value()) << spec;
     if (!id) {
       EXPECT_EQ(id.error().code, ErrorCode::kInvalidArgument) << spec;
     }
   }
+}
+
+TEST(UniqueId, AShortSecretIsRefusedWithoutEchoingIt) {
+  const std::string secret = "a1b2c3d4e5f6";  // 48 bits: guessable
+  auto id = UniqueId::from_string("tcp://10.0.0.1:5000#" + secret);
+  ASSERT_FALSE(id.has_value());
+  EXPECT_NE(id.error().message.find("32 to 64 hex digits"), std::string::npos)
+      << id.error().message;
+  EXPECT_EQ(id.error().message.find(secret), std::string::npos) << id.error().message;
+  // Nor does any other spec error show the secret.
+  auto bad_port = UniqueId::from_string("tcp://10.0.0.1:0#" + kSecret32);
+  ASSERT_FALSE(bad_port.has_value());
+  EXPECT_EQ(bad_port.error().message.find(kSecret32), std::string::npos)
+      << bad_port.error().message;
 }
 
 TEST(UniqueId, GarbageBytesAreRejected) {
@@ -80,7 +124,7 @@ TEST(UniqueId, GarbageBytesAreRejected) {
     ASSERT_FALSE(id.has_value());
     EXPECT_EQ(id.error().message, "bad unique id (no magic)");
   }
-  const Bytes good = UniqueId::from_string("tcp://10.0.0.1:5000#ab")->to_bytes();
+  const Bytes good = UniqueId::from_string("tcp://10.0.0.1:5000#" + kSecret32)->to_bytes();
   auto corrupt = [&](size_t at, char value) {
     Bytes bytes = good;
     bytes[at] = value;
