@@ -135,8 +135,8 @@ class RootServer {
     for (const State state : {State::kHello, State::kProof}) {
       for (auto& client : clients_) {
         if (client->state == state && !client->closed) {
+          stats_->evicted.fetch_add(1);  // before the close, as every count here
           close_now(*client);
-          stats_->evicted.fetch_add(1);
           return true;
         }
       }
@@ -176,8 +176,9 @@ class RootServer {
     for (auto& client : clients_) {
       if (!client->authenticated() && !client->closed &&
           now - client->accepted_ns >= limits_.handshake_timeout_ns) {
-        close_now(*client);
+        // Counted before the close, so whoever sees the close sees the count.
         stats_->handshake_timeouts.fetch_add(1);
+        close_now(*client);
       }
     }
   }
