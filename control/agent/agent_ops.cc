@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/logging.h"
 #include "common/net_address.h"
 #include "common/units.h"
 #include "control/admission/planner.h"
@@ -225,7 +226,7 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   r.paths = reservation::placement_of(t, plan);
   r.bound = plan.bound;
   r.created_ns = now;
-  if (spec.encrypt != "none") {  // its own key, drawn here, journaled, never shown
+  if (spec.encrypt != reservation::kNoCipher) {  // its own key, drawn here, journaled, never shown
     auto keys = reservation::first_keys();
     if (!keys) return std::unexpected(ApiError{500, "internal", keys.error().message, ""});
     r.keys = std::move(*keys);
@@ -237,6 +238,13 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
     return std::unexpected(ok.error());
   }
   ++m.counters.admitted["reserve"];
+  if (spec.encrypt == reservation::kNoCipher) {
+    common::logger("detwan-agent")
+        ->warn(
+            "{} ({} -> {}) runs unencrypted because the request asked for \"encrypt\": "
+            "\"none\": its tunnel packets are neither authenticated nor encrypted",
+            r.id, spec.src, spec.dst);
+  }
   Reservation* stored = m.find(r.id);
   if (request.commit || request.provision) {
     Reservation next = *stored;
@@ -324,10 +332,10 @@ Outcome<json::object> Agent::rotate_key(const std::string& id) {
   Impl& m = *impl_;
   Reservation* r = m.find(id);
   if (r == nullptr) return std::unexpected(not_found(id));
-  if (r->spec.encrypt == "none") {
-    return std::unexpected(ApiError{409, "not_encrypted",
-                                    fmt::format("{} is not encrypted (reserve with \"encrypt\")", id),
-                                    ""});
+  if (r->spec.encrypt == reservation::kNoCipher) {
+    return std::unexpected(ApiError{
+        409, "not_encrypted",
+        fmt::format("{} is not encrypted (it was reserved with \"encrypt\": \"none\")", id), ""});
   }
   if (reservation::is_final(r->state) || r->state == State::kReleased) {
     return std::unexpected(wrong_state(*r, "rotate-key", "held, committed or provisioned"));

@@ -3,6 +3,7 @@
 // time out, advance and asap reservations, modify, and the refusals.
 #include <thread>
 
+#include "control/gateway/tunnel_spec.h"
 #include "dataplane/wire/header.h"
 #include "tests/control/agent/agent_test_util.h"
 
@@ -67,12 +68,16 @@ TEST_F(AgentFixture, ProvisionedReservationProgramsBothGatewaysAndReleaseRemoves
   // The path is the direct link (5 ms), not the 40 ms detour through r.
   EXPECT_EQ(boost::json::serialize(reserved.at("path")), R"(["a","b"])");
   // What a sender into the tunnel must fit and pace with: the link MTU less the gateway's
-  // encapsulation (the dataplane's own figure), and that + Ethernet per frame.
+  // encapsulation (the dataplane's own figure) and the AEAD tag (encrypted by default), and
+  // that + Ethernet per frame.
   const json& tunnel = reserved.at("tunnel").as_object();
+  EXPECT_EQ(reserved.at("encrypt").as_string(), "aes-256-gcm");
   EXPECT_EQ(tunnel.at("mtu_bytes").to_number<uint64_t>(),
-            1500 - dataplane::wire::encap_overhead_bytes(dataplane::wire::IpVersion::kV4));
+            1500 - dataplane::wire::encap_overhead_bytes(dataplane::wire::IpVersion::kV4) -
+                control::gateway::kAeadTagBytes);
   EXPECT_EQ(tunnel.at("frame_overhead_bytes").to_number<uint64_t>(),
-            dataplane::wire::encap_overhead_bytes(dataplane::wire::IpVersion::kV4) + 18);
+            dataplane::wire::encap_overhead_bytes(dataplane::wire::IpVersion::kV4) +
+                control::gateway::kAeadTagBytes + 18);
 
   const auto released = agent->release(id);
   ASSERT_TRUE(released.has_value());
