@@ -73,6 +73,7 @@ class LabConfig:
                                                         self.mtu_bytes, self.mgmt_net)
             return {}
         plans = gateway.plan_tunnels(topo, self.gateway, self.spec_for)
+        gateway.draw_tunnel_keys(self.gateway, [plan.id for plan in plans.values()])
         self.gateway_configs = {s.name: gateway.render_config(s, topo, plans, self.gateway)
                                 for s in topo.sites}
         return plans
@@ -109,6 +110,8 @@ class Lab:
                         "timing": cfg.gateway.timing if cfg.dataplane else None,
                         "shaper_rate": cfg.gateway.shaper_rate if cfg.dataplane else None,
                         "tunnel_slots": cfg.gateway.slots if cfg.dataplane else None,
+                        "encrypt": cfg.gateway.encrypt
+                        if cfg.dataplane and not cfg.agents else None,
                         "gw_rt_priority": cfg.gateway.effective_rt_priority()
                         if cfg.dataplane else None,
                         "agents": cfg.agents, "slurm": cfg.slurm},
@@ -174,7 +177,10 @@ def tunnel_records(lab: Lab) -> list[dict]:
              "line_rate_bps": t.line_rate_bps, "slots": gateway.slot_list(t.slots),
              "guaranteed_rate_bps": gateway.guaranteed_rate_bps(t.slots, t.line_rate_bps),
              "bound_ns": t.bound_ns, "min_path_delay_ns": t.min_path_delay_ns,
-             "dscp": gateway.TUNNEL_DSCP, "port": gateway.TUNNEL_PORT}
+             "dscp": gateway.TUNNEL_DSCP, "port": gateway.TUNNEL_PORT,
+             "encrypt": lab.config.gateway.encrypt,
+             "key_file": str(gateway.key_file(lab.config.gateway, t.id))
+             if lab.config.gateway.encrypt != "none" else None}
             for t in plans.values()]
 
 
@@ -329,6 +335,7 @@ def start_gateways(lab: Lab) -> None:
         return
     if not lab.config.gateway_configs:
         lab.config.plan_gateways(lab.topo)
+    gateway.write_tunnel_keys(lab.config.gateway)  # the files the configurations name
     for s in lab.topo.sites:
         gateway.config_file(s).write_text(lab.config.gateway_configs[s.name], encoding="utf-8")
         if lab.config.dataplane == "dpdk":
