@@ -279,6 +279,10 @@ std::string_view to_string(EngineDrop reason) noexcept {
       return "auth_truncated";
     case EngineDrop::kAuthFailed:
       return "auth_failed";
+    case EngineDrop::kForeignSource:
+      return "foreign_source";
+    case EngineDrop::kForeignInner:
+      return "foreign_inner";
     case EngineDrop::kCount:
       break;
   }

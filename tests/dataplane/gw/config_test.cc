@@ -343,6 +343,18 @@ TEST(ConfigDescribe, SpellsOutDefaultsAndDerivedValues) {
   EXPECT_THAT(text, HasSubstr("delivered at tx timestamp + 5ms"));
 }
 
+TEST(ConfigDescribe, RoundTripsTenantSourcesAndTheForeignSourcePolicy) {
+  const GatewayConfig config =
+      load_ok(with_line(30,
+                        "    match: {dst: [10.20.2.0/24], src: [10.20.1.5/32, 10.20.1.64/26]}\n"
+                        "    foreign_source: best-effort"));
+  const std::string text = describe(config);
+  EXPECT_THAT(text, HasSubstr("      src: [\"10.20.1.5/32\", \"10.20.1.64/26\"]\n"));
+  EXPECT_THAT(text, HasSubstr("    foreign_source: best-effort\n"));
+  EXPECT_THAT(text, HasSubstr("      src: []  # any source\n"));  // tunnel 9
+  EXPECT_EQ(round_trip(config), config);
+}
+
 TEST(ConfigDescribe, IsAFixedPoint) {
   const GatewayConfig config = load_ok(std::string(kBase));
   const std::string once = describe(config);
