@@ -53,10 +53,15 @@ std::string site_list(const model::Topology& t) {
 
 }  // namespace
 
-// The prefixes a reservation's tunnel matches at the gateway of `site` (the far side's).
+// The destinations a reservation's tunnel matches at the gateway of `site` (the far side's
+// hosts), and the sources (its own side's: the tenant).
 static const std::vector<std::string>& match_at(const reservation::Spec& spec,
                                                 const std::string& site) {
   return site == spec.src ? spec.dst_prefixes : spec.src_prefixes;
+}
+static const std::vector<std::string>& sources_at(const reservation::Spec& spec,
+                                                  const std::string& site) {
+  return site == spec.src ? spec.src_prefixes : spec.dst_prefixes;
 }
 
 static bool overlap(const std::vector<std::string>& a, const std::vector<std::string>& b) {
@@ -72,8 +77,9 @@ static bool overlap(const std::vector<std::string>& a, const std::vector<std::st
 
 // Two reservations whose tunnels would classify the same traffic at one gateway at the same
 // time cannot both exist: the gateway would refuse the second tunnel. That is two reservations
-// between the same sites whose destination prefixes at either end overlap, in overlapping
-// windows. Returns the conflicting reservation, or nullptr.
+// between the same sites, in overlapping windows, whose tunnels at one gateway overlap in their
+// destinations and in their sources (tenants on disjoint hosts may share a destination: each
+// packet still matches one tunnel). Returns the conflicting reservation, or nullptr.
 static const Reservation* prefix_conflict(const Agent::Impl& m, const reservation::Spec& spec,
                                           uint64_t ignore_key) {
   for (const auto& [key, r] : m.reservations) {
@@ -82,7 +88,10 @@ static const Reservation* prefix_conflict(const Agent::Impl& m, const reservatio
                            (r.spec.src == spec.dst && r.spec.dst == spec.src);
     if (!same_pair || r.spec.end_ns <= spec.start_ns || spec.end_ns <= r.spec.start_ns) continue;
     for (const std::string& site : {spec.src, spec.dst}) {
-      if (overlap(match_at(spec, site), match_at(r.spec, site))) return &r;
+      if (overlap(match_at(spec, site), match_at(r.spec, site)) &&
+          overlap(sources_at(spec, site), sources_at(r.spec, site))) {
+        return &r;
+      }
     }
   }
   return nullptr;
@@ -200,9 +209,9 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
     ++m.counters.refused["prefix_conflict"];
     return std::unexpected(ApiError{
         409, "prefix_conflict",
-        fmt::format("{} ({}) already carries traffic between sites {} and {} to the same "
-                    "prefixes in an overlapping window; a gateway classifies each packet into one "
-                    "tunnel (give disjoint src_prefixes/dst_prefixes, or another window)",
+        fmt::format("{} ({}) already carries traffic between sites {} and {} between the same "
+                    "hosts in an overlapping window; a gateway classifies each packet into one "
+                    "tunnel (give disjoint src_prefixes or dst_prefixes, or another window)",
                     other->id, reservation::to_string(other->state), spec.src, spec.dst),
         "dst_prefixes"});
   }
