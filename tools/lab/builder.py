@@ -132,6 +132,7 @@ class Lab:
 def site_record(s: Site, lab: Lab | None = None) -> dict:
     rec = {"name": s.name, "index": s.index, "host_ns": s.host_ns, "gateway_ns": s.gateway_ns,
            "best_effort_addr": s.best_effort_addr, "tunnel_addr": s.tunnel_addr,
+           "cotenant_addr": s.cotenant_addr,
            "gateway_addr": s.gateway_lan_addr, "lan_prefix": s.lan_prefix,
            "tunnel_prefix": s.tunnel_prefix, "host_if": s.host_if,
            "gateway_lan_if": s.gateway_lan_if, "cross_ns": s.cross_ns,
@@ -256,6 +257,7 @@ def configure_addresses(lab: Lab) -> None:
     for s in lab.topo.sites:
         ip("addr", "add", f"{s.best_effort_addr}/24", "dev", s.host_if, ns=s.host_ns)
         ip("addr", "add", f"{s.tunnel_addr}/32", "dev", s.host_if, ns=s.host_ns)
+        ip("addr", "add", f"{s.cotenant_addr}/32", "dev", s.host_if, ns=s.host_ns)
         ip("addr", "add", f"{s.gateway_lan_addr}/24", "dev", s.gateway_lan_if, ns=s.gateway_ns)
         ip("addr", "add", f"{s.cross_addr}/24", "dev", s.cross_if, ns=s.cross_ns)
         ip("addr", "add", f"{s.gateway_cross_addr}/24", "dev", s.gateway_cross_if,

@@ -4,7 +4,9 @@ functions; the processes are lab.gateway, which re-exports all of this).
 What this module decides (docs/testbed.md, "Gateways"):
   * one tunnel per pair of sites over WAN path 1, id 10*i + j for sites i < j, the same id at
     both ends; it carries the peer host's tunnel address (10.20.j.2/32), which the gateway routes
-    into its TUN device (tun.routes) instead of the kernel route over path 1;
+    into its TUN device (tun.routes) instead of the kernel route over path 1, from this site's
+    host's tunnel address only (match.src 10.20.i.2/32: the tunnel's tenant; another source is
+    dropped and counted, foreign_source, and the far end delivers only packets between the two);
   * each WAN port's schedule: a 1 ms cycle of 100 slots with a 2 us guard; the line rate is the
     path's emulated `rate=` (the gateway then never bursts faster than the WAN drains), 1 Gbit/s
     without one; the tunnel owns the first slots, as few as sched::GateControlList's guaranteed
@@ -451,6 +453,6 @@ def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], Tunne
         ]
         if options.shaper_rate:
             lines.append(f"    shaper_rate: {options.shaper_rate}")
-        lines.append(f"    match: {{dst: [{peer.tunnel_addr}/32]}}")
+        lines.append(f"    match: {{dst: [{peer.tunnel_addr}/32], src: [{site.tunnel_addr}/32]}}")
         lines += auth_lines(options, plan.id)
     return "\n".join(lines) + "\n"
