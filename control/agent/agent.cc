@@ -257,7 +257,11 @@ void Agent::Impl::update_desired(int64_t now_ns) {
       spec.burst_bytes = r.burst_bytes;
       spec.bound_ns = r.bound.on_time ? r.bound.playout_bound_ns : 0;
       spec.max_hold_ns = std::max<int64_t>(1'000'000'000, 2 * spec.bound_ns);
+      // What this end sends into the tunnel (to the far end's hosts) and from which of its own
+      // hosts (the reservation's tenant): a co-tenant at this site cannot use it, and at this
+      // end only packets between the two tenants leave it (docs/gateway.md, "match").
       spec.match_dst = e == 0 ? r.spec.dst_prefixes : r.spec.src_prefixes;
+      spec.match_src = e == 0 ? r.spec.src_prefixes : r.spec.dst_prefixes;
       spec.reservation = r.id;
       if (r.spec.encrypt != "none") {  // the reservation's keys (tunnel_keys.h)
         spec.cipher = r.spec.encrypt;

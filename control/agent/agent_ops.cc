@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/logging.h"
 #include "common/net_address.h"
 #include "common/units.h"
 #include "control/admission/planner.h"
@@ -52,10 +53,15 @@ std::string site_list(const model::Topology& t) {
 
 }  // namespace
 
-// The prefixes a reservation's tunnel matches at the gateway of `site` (the far side's).
+// The destinations a reservation's tunnel matches at the gateway of `site` (the far side's
+// hosts), and the sources (its own side's: the tenant).
 static const std::vector<std::string>& match_at(const reservation::Spec& spec,
                                                 const std::string& site) {
   return site == spec.src ? spec.dst_prefixes : spec.src_prefixes;
+}
+static const std::vector<std::string>& sources_at(const reservation::Spec& spec,
+                                                  const std::string& site) {
+  return site == spec.src ? spec.src_prefixes : spec.dst_prefixes;
 }
 
 static bool overlap(const std::vector<std::string>& a, const std::vector<std::string>& b) {
@@ -71,8 +77,9 @@ static bool overlap(const std::vector<std::string>& a, const std::vector<std::st
 
 // Two reservations whose tunnels would classify the same traffic at one gateway at the same
 // time cannot both exist: the gateway would refuse the second tunnel. That is two reservations
-// between the same sites whose destination prefixes at either end overlap, in overlapping
-// windows. Returns the conflicting reservation, or nullptr.
+// between the same sites, in overlapping windows, whose tunnels at one gateway overlap in their
+// destinations and in their sources (tenants on disjoint hosts may share a destination: each
+// packet still matches one tunnel). Returns the conflicting reservation, or nullptr.
 static const Reservation* prefix_conflict(const Agent::Impl& m, const reservation::Spec& spec,
                                           uint64_t ignore_key) {
   for (const auto& [key, r] : m.reservations) {
@@ -81,7 +88,10 @@ static const Reservation* prefix_conflict(const Agent::Impl& m, const reservatio
                            (r.spec.src == spec.dst && r.spec.dst == spec.src);
     if (!same_pair || r.spec.end_ns <= spec.start_ns || spec.end_ns <= r.spec.start_ns) continue;
     for (const std::string& site : {spec.src, spec.dst}) {
-      if (overlap(match_at(spec, site), match_at(r.spec, site))) return &r;
+      if (overlap(match_at(spec, site), match_at(r.spec, site)) &&
+          overlap(sources_at(spec, site), sources_at(r.spec, site))) {
+        return &r;
+      }
     }
   }
   return nullptr;
@@ -199,9 +209,9 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
     ++m.counters.refused["prefix_conflict"];
     return std::unexpected(ApiError{
         409, "prefix_conflict",
-        fmt::format("{} ({}) already carries traffic between sites {} and {} to the same "
-                    "prefixes in an overlapping window; a gateway classifies each packet into one "
-                    "tunnel (give disjoint src_prefixes/dst_prefixes, or another window)",
+        fmt::format("{} ({}) already carries traffic between sites {} and {} between the same "
+                    "hosts in an overlapping window; a gateway classifies each packet into one "
+                    "tunnel (give disjoint src_prefixes or dst_prefixes, or another window)",
                     other->id, reservation::to_string(other->state), spec.src, spec.dst),
         "dst_prefixes"});
   }
@@ -225,7 +235,7 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   r.paths = reservation::placement_of(t, plan);
   r.bound = plan.bound;
   r.created_ns = now;
-  if (spec.encrypt != "none") {  // its own key, drawn here, journaled, never shown
+  if (spec.encrypt != reservation::kNoCipher) {  // its own key, drawn here, journaled, never shown
     auto keys = reservation::first_keys();
     if (!keys) return std::unexpected(ApiError{500, "internal", keys.error().message, ""});
     r.keys = std::move(*keys);
@@ -237,6 +247,13 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
     return std::unexpected(ok.error());
   }
   ++m.counters.admitted["reserve"];
+  if (spec.encrypt == reservation::kNoCipher) {
+    common::logger("detwan-agent")
+        ->warn(
+            "{} ({} -> {}) runs unencrypted because the request asked for \"encrypt\": "
+            "\"none\": its tunnel packets are neither authenticated nor encrypted",
+            r.id, spec.src, spec.dst);
+  }
   Reservation* stored = m.find(r.id);
   if (request.commit || request.provision) {
     Reservation next = *stored;
@@ -324,10 +341,10 @@ Outcome<json::object> Agent::rotate_key(const std::string& id) {
   Impl& m = *impl_;
   Reservation* r = m.find(id);
   if (r == nullptr) return std::unexpected(not_found(id));
-  if (r->spec.encrypt == "none") {
-    return std::unexpected(ApiError{409, "not_encrypted",
-                                    fmt::format("{} is not encrypted (reserve with \"encrypt\")", id),
-                                    ""});
+  if (r->spec.encrypt == reservation::kNoCipher) {
+    return std::unexpected(ApiError{
+        409, "not_encrypted",
+        fmt::format("{} is not encrypted (it was reserved with \"encrypt\": \"none\")", id), ""});
   }
   if (reservation::is_final(r->state) || r->state == State::kReleased) {
     return std::unexpected(wrong_state(*r, "rotate-key", "held, committed or provisioned"));

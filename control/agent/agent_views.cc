@@ -46,6 +46,19 @@ json::object Agent::Impl::view(const Reservation& r) const {
   tunnel["frame_overhead_bytes"] = encap + (gateway::kFrameOverheadBytes -
                                             gateway::kEncapOverheadBytes);
   out["tunnel"] = std::move(tunnel);
+  // Secure by default: the cipher in plain sight, and a warning when there is none (a request
+  // asked for "encrypt": "none" by name, or a journal from before the default admitted it).
+  out["encrypt"] = r.spec.encrypt;
+  json::array warnings;
+  if (r.spec.encrypt == reservation::kNoCipher) {
+    warnings.push_back(json::object{
+        {"code", "unencrypted"},
+        {"message", fmt::format("{}'s tunnel is neither authenticated nor encrypted: its packets "
+                                "cross the WAN in clear and anyone on the path can forge them "
+                                "(the request said \"encrypt\": \"none\")",
+                                r.id)}});
+  }
+  out["warnings"] = std::move(warnings);
   return out;
 }
 

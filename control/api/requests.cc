@@ -162,7 +162,9 @@ agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
       }
       r.spec.paths = 2;
     }
-    r.spec.encrypt = text(o, "encrypt", 24).value_or("none");
+    // Secure by default: a tunnel is authenticated and encrypted unless the request says
+    // "none" by name (the answer and the agent's log then say so).
+    r.spec.encrypt = text(o, "encrypt", 24).value_or(std::string(reservation::kDefaultCipher));
     if (!reservation::is_cipher_name(r.spec.encrypt)) {
       bad("encrypt", "must be \"aes-256-gcm\", \"chacha20-poly1305\" or \"none\"");
     }

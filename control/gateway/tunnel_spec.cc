@@ -64,6 +64,12 @@ json::object TunnelSpec::to_request() const {
   for (const uint32_t s : slots) slot_list.push_back(s);
   json::array dst;
   for (const std::string& p : match_dst) dst.push_back(json::string(p));
+  json::object match{{"dst", std::move(dst)}};
+  if (!match_src.empty()) {
+    json::array src;
+    for (const std::string& p : match_src) src.push_back(json::string(p));
+    match["src"] = std::move(src);
+  }
   json::object request{{"id", id},
                       {"peer", peer},
                       {"owner", owner},
@@ -75,7 +81,7 @@ json::object TunnelSpec::to_request() const {
                       {"late", "deliver"},
                       {"max_hold", fmt::format("{}ns", max_hold_ns)},
                       {"dscp", dscp},
-                      {"match", json::object{{"dst", std::move(dst)}}}};
+                      {"match", std::move(match)}};
   if (!protect_peer.empty()) {
     json::array protect_list;
     for (const uint32_t s : protect_slots) protect_list.push_back(s);
@@ -117,14 +123,18 @@ bool TunnelSpec::matches(const json::object& a, std::string* difference) const {
   if (sorted_slots(a.if_contains("slots")) != slots) return differ("slots");
   const json::value* m = a.if_contains("match");
   if (m == nullptr || !m->is_object()) return differ("match");
-  const json::value* dst = m->as_object().if_contains("dst");
-  std::vector<std::string> actual_dst;
-  if (dst != nullptr && dst->is_array()) {
-    for (const json::value& v : dst->as_array()) {
-      if (v.is_string()) actual_dst.emplace_back(v.as_string());
+  const auto prefixes = [&](std::string_view key) {
+    std::vector<std::string> out;
+    const json::value* list = m->as_object().if_contains(key);
+    if (list != nullptr && list->is_array()) {
+      for (const json::value& v : list->as_array()) {
+        if (v.is_string()) out.emplace_back(v.as_string());
+      }
     }
-  }
-  if (actual_dst != match_dst) return differ("match.dst");
+    return out;
+  };
+  if (prefixes("dst") != match_dst) return differ("match.dst");
+  if (prefixes("src") != match_src) return differ("match.src");
   if (!auth_matches(a.if_contains("auth"))) return differ("auth");
   const json::value* protection = a.if_contains("protection");
   if (protect_peer.empty()) return protection == nullptr ? true : differ("protection");

@@ -29,6 +29,9 @@ struct TunnelSpec {
   int64_t max_hold_ns = 1'000'000'000;
   uint32_t dscp = 46;
   std::vector<std::string> match_dst;  // prefixes, as the gateway prints them
+  // The tenant: only these hosts' packets enter the tunnel, and at this end only packets to
+  // them from match_dst leave it (docs/gateway.md, "match"). Empty: any source.
+  std::vector<std::string> match_src;
   // 1+1 protection: the peer (on this gateway) of the disjoint path and the tunnel's slots on
   // its port; "" = unprotected.
   std::string protect_peer;

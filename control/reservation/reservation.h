@@ -51,9 +51,9 @@ struct Spec {
   // disjoint, both booked at the full rate) and the far gateway keeps the first copy. Implies
   // paths >= 2.
   bool protect = false;
-  // Authenticated, encrypted tunnel: "aes-256-gcm", "chacha20-poly1305" or "none". The agent
-  // draws the key (tunnel_keys.h).
-  std::string encrypt = "none";
+  // Authenticated, encrypted tunnel: "aes-256-gcm" (the default), "chacha20-poly1305", or
+  // "none" when a request asks for it by name. The agent draws the key (tunnel_keys.h).
+  std::string encrypt{kDefaultCipher};
   // The traffic the tunnel carries: destinations at each end, within the sites' tunnel
   // prefixes (canonical "10.20.2.2/32" text). Empty in a request: every tunnel prefix of the site.
   std::vector<std::string> src_prefixes;

@@ -255,7 +255,8 @@ common::Result<Reservation> from_json(const json::object& object) {
     out.spec.paths = static_cast<uint32_t>(spec.u64("paths"));
     // Journals written before protection existed have no "protect": none.
     out.spec.protect = spec.o.contains("protect") && spec.str("protect") == "1+1";
-    // Journals written before encryption existed have no "encrypt": none.
+    // Journals written before encryption existed have no "encrypt": they keep running as they
+    // were admitted, unencrypted (only a new request gets the secure default).
     out.spec.encrypt = spec.o.contains("encrypt") ? spec.str("encrypt") : "none";
     if (!is_cipher_name(out.spec.encrypt)) spec.fail("encrypt", "is not a cipher name");
     out.spec.src_prefixes = strings_from(spec, "src_prefixes");

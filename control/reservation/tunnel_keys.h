@@ -40,6 +40,10 @@ struct TunnelKeys {
 
 // "aes-256-gcm", "chacha20-poly1305" or "none".
 [[nodiscard]] bool is_cipher_name(std::string_view name) noexcept;
+// What a reservation is sealed with when its request does not name a cipher (secure by
+// default; "none" only when asked for by name).
+inline constexpr std::string_view kDefaultCipher = "aes-256-gcm";
+inline constexpr std::string_view kNoCipher = "none";
 
 // A new random key (OpenSSL RAND_bytes). kInternal if the generator fails.
 common::Result<TunnelKey> new_tunnel_key(uint8_t id);

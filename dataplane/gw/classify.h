@@ -11,18 +11,28 @@
 //   * IPv6: version 6, 40 + payload length <= the bytes given. The UDP port is read only when the
 //     next header is UDP directly (no extension header, no fragment header) and complete.
 //
-// Classifier: the rules are the tunnels' dst_prefixes with their udp_ports. A packet goes to the
-// first rule, by decreasing prefix length then configuration order, whose prefix contains the
-// destination and whose port ranges contain the UDP destination port (no ranges: any packet).
-// If some prefix contains the destination but no rule matched its port (or it is not UDP), the
-// packet travels as best effort on behalf of the tunnel with the longest such prefix. Otherwise
-// there is no route. Lookup: the rules are grouped by (family, prefix length), longest first;
-// in each group a binary search on the masked destination finds the rules of that exact prefix
-// (configuration order kept), so a packet costs one search per distinct prefix length, not one
-// comparison per rule (64 tunnels with a /32 each: one search of 6 steps instead of 64 scans).
+// Classifier: the rules are the tunnels' dst_prefixes with their udp_ports and src_prefixes. A
+// packet goes to the first rule, by decreasing prefix length then configuration order, whose
+// prefix contains the destination, whose source prefixes contain the source (none: any source)
+// and whose port ranges contain the UDP destination port (no ranges: any packet). If some rule
+// matched destination and source but not the port (or it is not UDP), the packet travels as
+// best effort on behalf of the tunnel with the longest such prefix. If rules matched the
+// destination but none the source, the packet is foreign to them (kForeignSource: a host that
+// is not the tunnel's tenant) and names the tunnel with the longest such prefix, whose
+// foreign_source policy decides (dropped, or best effort). Otherwise there is no route.
+// Lookup: the rules are grouped by (family, prefix length), longest first; in each group a
+// binary search on the masked destination finds the rules of that exact prefix (configuration
+// order kept), so a packet costs one search per distinct prefix length, not one comparison per
+// rule (64 tunnels with a /32 each: one search of 6 steps instead of 64 scans); a rule's source
+// prefixes cost two masked 64-bit compares each.
 //
-// Threading: Classifier is immutable after create(); classify() is a const datapath function
-// (no allocation, no exceptions).
+// The egress check (inner_verdict) of a tenant-bound tunnel (match.src given): a decapsulated
+// packet is delivered only if its destination is inside the tunnel's src_prefixes (this side's
+// tenant) and its source inside its dst_prefixes (the far side's tenant, whose hosts the far
+// gateway admitted). A tunnel without match.src carries any source both ways, unchecked.
+//
+// Threading: Classifier is immutable after create(); classify() and inner_verdict() are const
+// datapath functions (no allocation, no exceptions).
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -37,6 +47,7 @@ namespace detwan::dataplane::gw {
 struct IpInfo {
   bool ipv6 = false;
   uint8_t destination[16] = {};  // network order; IPv4 in the first 4 bytes
+  uint8_t source[16] = {};       // network order; IPv4 in the first 4 bytes
   bool has_udp_port = false;     // a complete UDP header of an unfragmented packet
   uint16_t udp_destination_port = 0;
   uint8_t protocol = 0;   // IPv4 protocol / IPv6 next header
@@ -54,7 +65,24 @@ enum class RouteKind : uint8_t {
   kTunnel = 0,  // in the tunnel's slots
   kBestEffort,  // a tunnel's prefix, port not matched: best effort on behalf of the tunnel
   kNoRoute,
+  // A tunnel's destination prefix, its source outside the tunnel's src_prefixes: the tunnel's
+  // foreign_source policy decides (never its slots).
+  kForeignSource,
 };
+
+// The egress check of one decapsulated packet of a tunnel (see above).
+enum class InnerVerdict : uint8_t {
+  kAllowed = 0,         // inside, or the tunnel is not tenant-bound (no match.src)
+  kForeignSource,       // its source is outside the tunnel's dst_prefixes
+  kForeignDestination,  // its destination is outside the tunnel's src_prefixes
+  kNotIp,               // tenant-bound, and an IP-typed payload that is no IPv4/IPv6 packet
+};
+// `inner`: the decapsulated payload of a data packet of `type` (kDatagram, a service tunnel's:
+// always kAllowed). `foreign_source_allowed`: the source check is skipped (a best-effort packet
+// of a tunnel whose foreign_source policy is best effort); the destination is still checked.
+[[nodiscard]] InnerVerdict inner_verdict(const TunnelConfig& tunnel, wire::DataType type,
+                                         std::span<const std::byte> inner,
+                                         bool foreign_source_allowed) noexcept;
 
 struct Route {
   RouteKind kind = RouteKind::kNoRoute;
@@ -79,13 +107,21 @@ class Classifier {
     uint8_t address[16] = {};  // masked to the prefix length
     uint8_t mask[16] = {};
     uint32_t tunnel_index = 0;
-    uint32_t first_range = 0;  // into ranges_
-    uint32_t range_count = 0;  // 0: any packet
+    uint32_t first_range = 0;   // into ranges_
+    uint32_t range_count = 0;   // 0: any packet
+    uint32_t first_source = 0;  // into sources_
+    uint32_t source_count = 0;  // 0: any source
   };
   // The masked destination as two words (IPv4: the address in `high`).
   struct Key {
     uint64_t high = 0, low = 0;
     friend auto operator<=>(const Key&, const Key&) = default;
+  };
+  // One source prefix of a rule: the masked prefix and its mask, as two words each.
+  struct Source {
+    bool ipv6 = false;
+    Key prefix;
+    Key mask;
   };
   // Rules with one exact prefix: rules_[first, first + count), configuration order.
   struct Run {
@@ -101,12 +137,15 @@ class Classifier {
   };
   [[nodiscard]] static Key key_of(const uint8_t address[16], const uint8_t mask[16]) noexcept;
   [[nodiscard]] bool port_matches(const Rule& rule, const IpInfo& ip) const noexcept;
+  [[nodiscard]] bool source_matches(const Rule& rule, const IpInfo& ip,
+                                    const Key& source) const noexcept;
 
   // By decreasing prefix length, then family, then prefix, then configuration order.
   std::vector<Rule> rules_;
   std::vector<Run> runs_;
   std::vector<Group> groups_;  // by decreasing prefix length
   std::vector<PortRange> ranges_;
+  std::vector<Source> sources_;
 };
 
 }  // namespace detwan::dataplane::gw

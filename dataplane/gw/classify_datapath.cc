@@ -32,7 +32,11 @@ bool parse_ipv4(std::span<const std::byte> p, IpInfo* out) noexcept {
   }
   out->ipv6 = false;
   std::memset(out->destination, 0, sizeof(out->destination));
-  for (std::size_t i = 0; i < 4; ++i) out->destination[i] = byte_at(p, 16 + i);
+  std::memset(out->source, 0, sizeof(out->source));
+  for (std::size_t i = 0; i < 4; ++i) {
+    out->source[i] = byte_at(p, 12 + i);
+    out->destination[i] = byte_at(p, 16 + i);
+  }
   out->protocol = byte_at(p, 9);
   const uint16_t fragment_field = be16_at(p, 6);
   out->fragment = (fragment_field & 0x3FFFu) != 0;  // MF (0x2000) or a fragment offset
@@ -47,7 +51,10 @@ bool parse_ipv6(std::span<const std::byte> p, IpInfo* out) noexcept {
   const std::size_t payload_bytes = be16_at(p, 4);
   if (kIpv6HeaderBytes + payload_bytes > p.size()) return false;
   out->ipv6 = true;
-  for (std::size_t i = 0; i < 16; ++i) out->destination[i] = byte_at(p, 24 + i);
+  for (std::size_t i = 0; i < 16; ++i) {
+    out->source[i] = byte_at(p, 8 + i);
+    out->destination[i] = byte_at(p, 24 + i);
+  }
   out->protocol = byte_at(p, 6);
   out->fragment = out->protocol == kNextHeaderFragment;
   out->has_udp_port = out->protocol == kProtocolUdp && payload_bytes >= kUdpHeaderBytes;
@@ -55,7 +62,88 @@ bool parse_ipv6(std::span<const std::byte> p, IpInfo* out) noexcept {
   return true;
 }
 
+uint64_t be64_of(const uint8_t* p) noexcept {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+// Is `address` (4 bytes for IPv4, 16 for IPv6; nothing further is read) inside one of
+// `prefixes`? Whole words compared under the prefix's mask: no byte loop, no call.
+bool any_contains(const std::vector<Prefix>& prefixes, bool ipv6, const uint8_t* address) noexcept {
+  if (!ipv6) {
+    const uint32_t a = (uint32_t{address[0]} << 24) | (uint32_t{address[1]} << 16) |
+                       (uint32_t{address[2]} << 8) | address[3];
+    for (const Prefix& p : prefixes) {
+      if (p.ipv6 || p.length > 32) continue;
+      const uint32_t mask = p.length == 0 ? 0 : ~uint32_t{0} << (32 - p.length);
+      const uint32_t q = (uint32_t{p.address[0]} << 24) | (uint32_t{p.address[1]} << 16) |
+                         (uint32_t{p.address[2]} << 8) | p.address[3];
+      if (((a ^ q) & mask) == 0) return true;
+    }
+    return false;
+  }
+  const uint64_t high = be64_of(address);
+  const uint64_t low = be64_of(address + 8);
+  for (const Prefix& p : prefixes) {
+    if (!p.ipv6 || p.length > 128) continue;
+    const unsigned length = p.length;
+    const uint64_t mask_high = length == 0 ? 0 : ~uint64_t{0} << (64 - std::min(length, 64u));
+    const uint64_t mask_low = length <= 64 ? 0 : ~uint64_t{0} << (128 - length);
+    if (((high ^ be64_of(p.address)) & mask_high) == 0 &&
+        ((low ^ be64_of(p.address + 8)) & mask_low) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A prefix length above the family's maximum (the configuration refuses it; create() too).
+std::unexpected<common::Error> bad_length(const TunnelConfig& tunnel, const Prefix& prefix,
+                                          unsigned max_length) {
+  return common::make_error(common::ErrorCode::kConfig, "tunnel " + std::to_string(tunnel.id) +
+                                                            ": prefix length " +
+                                                            std::to_string(prefix.length) +
+                                                            " above " + std::to_string(max_length));
+}
+
 }  // namespace
+
+InnerVerdict inner_verdict(const TunnelConfig& tunnel, wire::DataType type,
+                           std::span<const std::byte> inner, bool foreign_source_allowed) noexcept {
+  // Only a tenant-bound tunnel (match.src given) is checked; match.src needs match.dst.
+  if (tunnel.src_prefixes.empty()) return InnerVerdict::kAllowed;
+  if (type != wire::DataType::kIpv4 && type != wire::DataType::kIpv6) return InnerVerdict::kAllowed;
+  // The addresses read in place (no copy), after the lengths parse_ip() checks.
+  const auto* bytes = reinterpret_cast<const uint8_t*>(inner.data());
+  const std::size_t size = inner.size();
+  bool ipv6 = false;
+  const uint8_t* source = nullptr;
+  const uint8_t* destination = nullptr;
+  if (size >= kIpv4MinHeaderBytes && (bytes[0] >> 4) == 4) {
+    const std::size_t header_bytes = std::size_t{bytes[0] & 0x0Fu} * 4;
+    const std::size_t total_bytes = be16_at(inner, 2);
+    if (header_bytes < kIpv4MinHeaderBytes || header_bytes > total_bytes || total_bytes > size) {
+      return InnerVerdict::kNotIp;
+    }
+    source = bytes + 12;
+    destination = bytes + 16;
+  } else if (size >= kIpv6HeaderBytes && (bytes[0] >> 4) == 6) {
+    if (kIpv6HeaderBytes + be16_at(inner, 4) > size) return InnerVerdict::kNotIp;
+    ipv6 = true;
+    source = bytes + 8;
+    destination = bytes + 24;
+  } else {
+    return InnerVerdict::kNotIp;
+  }
+  if (!any_contains(tunnel.src_prefixes, ipv6, destination)) {
+    return InnerVerdict::kForeignDestination;
+  }
+  if (!foreign_source_allowed && !any_contains(tunnel.dst_prefixes, ipv6, source)) {
+    return InnerVerdict::kForeignSource;
+  }
+  return InnerVerdict::kAllowed;
+}
 
 bool parse_ip(std::span<const std::byte> packet, IpInfo* out) noexcept {
   if (packet.empty()) return false;
@@ -88,14 +176,19 @@ common::Result<Classifier> Classifier::create(const std::vector<TunnelConfig>& t
       }
       c.ranges_.push_back(range);
     }
+    const auto first_source = static_cast<uint32_t>(c.sources_.size());
+    for (const Prefix& prefix : tunnel.src_prefixes) {
+      const unsigned max_length = prefix.ipv6 ? 128 : 32;
+      if (prefix.length > max_length) return bad_length(tunnel, prefix, max_length);
+      uint8_t mask[16] = {};
+      for (unsigned bit = 0; bit < prefix.length; ++bit) {
+        mask[bit / 8] = static_cast<uint8_t>(mask[bit / 8] | (0x80u >> (bit % 8)));
+      }
+      c.sources_.push_back(Source{prefix.ipv6, key_of(prefix.address, mask), key_of(mask, mask)});
+    }
     for (const Prefix& prefix : tunnel.dst_prefixes) {
       const unsigned max_length = prefix.ipv6 ? 128 : 32;
-      if (prefix.length > max_length) {
-        return common::make_error(common::ErrorCode::kConfig,
-                                  "tunnel " + std::to_string(tunnel.id) + ": prefix length " +
-                                      std::to_string(prefix.length) + " above " +
-                                      std::to_string(max_length));
-      }
+      if (prefix.length > max_length) return bad_length(tunnel, prefix, max_length);
       Rule rule;
       rule.ipv6 = prefix.ipv6;
       rule.length = prefix.length;
@@ -108,6 +201,8 @@ common::Result<Classifier> Classifier::create(const std::vector<TunnelConfig>& t
       rule.tunnel_index = indices.empty() ? t : indices[t];
       rule.first_range = first_range;
       rule.range_count = static_cast<uint32_t>(tunnel.udp_ports.size());
+      rule.first_source = first_source;
+      rule.source_count = static_cast<uint32_t>(tunnel.src_prefixes.size());
       c.rules_.push_back(rule);
     }
   }
@@ -158,8 +253,30 @@ bool Classifier::port_matches(const Rule& rule, const IpInfo& ip) const noexcept
   return false;
 }
 
+bool Classifier::source_matches(const Rule& rule, const IpInfo& ip,
+                                const Key& source) const noexcept {
+  if (rule.source_count == 0) return true;
+  for (uint32_t i = 0; i < rule.source_count; ++i) {
+    const Source& s = sources_[rule.first_source + i];
+    if (s.ipv6 == ip.ipv6 && (source.high & s.mask.high) == s.prefix.high &&
+        (source.low & s.mask.low) == s.prefix.low) {
+      return true;
+    }
+  }
+  return false;
+}
+
 Route Classifier::classify(const IpInfo& ip) const noexcept {
   const Rule* fallback = nullptr;
+  const Rule* foreign = nullptr;
+  // The source as two words, once (only if some rule names sources).
+  Key source;
+  if (!sources_.empty()) {
+    for (std::size_t i = 0; i < 8; ++i) {
+      source.high = (source.high << 8) | static_cast<uint64_t>(ip.source[i]);
+      source.low = (source.low << 8) | static_cast<uint64_t>(ip.source[8 + i]);
+    }
+  }
   for (const Group& group : groups_) {
     if (group.ipv6 != ip.ipv6) continue;
     const Key key = key_of(ip.destination, group.mask);
@@ -170,11 +287,16 @@ Route Classifier::classify(const IpInfo& ip) const noexcept {
     if (run == last || run->key != key) continue;
     for (uint32_t i = run->first; i < run->first + run->count; ++i) {
       const Rule& rule = rules_[i];
+      if (!source_matches(rule, ip, source)) {
+        if (foreign == nullptr) foreign = &rule;
+        continue;
+      }
       if (port_matches(rule, ip)) return {RouteKind::kTunnel, rule.tunnel_index};
       if (fallback == nullptr) fallback = &rule;
     }
   }
   if (fallback != nullptr) return {RouteKind::kBestEffort, fallback->tunnel_index};
+  if (foreign != nullptr) return {RouteKind::kForeignSource, foreign->tunnel_index};
   return {};
 }
 

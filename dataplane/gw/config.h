@@ -29,6 +29,11 @@
 namespace detwan::dataplane::gw {
 
 enum class Backend : uint8_t { kUring = 0, kDpdk = 1 };
+
+// A packet whose destination matches a tunnel but whose source is outside its src_prefixes
+// (a host that is not the tunnel's tenant): dropped (the default), or sent best effort on the
+// tunnel's behalf, never in its slots; counted either way (docs/gateway.md, "match").
+enum class ForeignSource : uint8_t { kDrop = 0, kBestEffort = 1 };
 // How the datapath waits for its next deadline.
 enum class TimingMode : uint8_t {
   kLowCpu = 0,  // sleep in io_uring_wait_cqe_timeout until the next event (small machines)
@@ -146,10 +151,15 @@ struct TunnelConfig {
   uint32_t playout_capacity_frames = 4096;
   uint8_t dscp = 46;  // DSCP of the tunnel's encapsulated frames (EF)
   uint32_t replay_window_bits = 4096;
-  // Traffic that enters the tunnel from the TUN interface: destination in one of dst_prefixes
-  // and, if udp_ports is not empty, UDP with the destination port in one of the ranges.
+  // Traffic that enters the tunnel from the TUN interface: destination in one of dst_prefixes,
+  // source in one of src_prefixes (empty: any source) and, if udp_ports is not empty, UDP with
+  // the destination port in one of the ranges. A packet to dst_prefixes from another source is
+  // foreign: foreign_source decides. At the egress a decapsulated packet is delivered only if
+  // its source is in dst_prefixes and its destination in src_prefixes (each when not empty).
   std::vector<Prefix> dst_prefixes;
+  std::vector<Prefix> src_prefixes;
   std::vector<PortRange> udp_ports;
+  ForeignSource foreign_source = ForeignSource::kDrop;
   // Optional UDP service port: datagrams received on `service_listen` enter the tunnel as
   // application datagrams; the far gateway sends them from its own service socket to its
   // tunnel's `service_deliver`.

@@ -179,7 +179,11 @@ void describe_tunnel(std::string* out, const GatewayConfig& config, const Tunnel
   *out += fmt::format("    replay_window: {}\n", tunnel.replay_window_bits);
   *out += "    match:\n";
   *out += fmt::format("      dst: {}\n", flow_list(tunnel.dst_prefixes, format_prefix));
+  *out += fmt::format("      src: {}{}\n", flow_list(tunnel.src_prefixes, format_prefix),
+                      tunnel.src_prefixes.empty() ? "  # any source" : "");
   *out += fmt::format("      udp_ports: {}\n", flow_list(tunnel.udp_ports, format_port_range));
+  *out += fmt::format("    foreign_source: {}\n",
+                      tunnel.foreign_source == ForeignSource::kBestEffort ? "best-effort" : "drop");
   if (tunnel.service_listen || tunnel.service_deliver) {
     *out += "    service:\n";
     if (tunnel.service_listen) {

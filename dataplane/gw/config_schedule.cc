@@ -237,6 +237,12 @@ void validate_port_schedule(const GatewayConfig& config, size_t port_index,
                           "port '{}' is owned by a tunnel",
                           port.name));
     }
+    if (config.tunnels[i].foreign_source == ForeignSource::kBestEffort && unreserved == 0) {
+      at.fail(tunnel_path(i) + ".foreign_source",
+              fmt::format("foreign_source best-effort needs unreserved slots, but every slot of "
+                          "WAN port '{}' is owned by a tunnel",
+                          port.name));
+    }
   }
 
   // The whole port's list, then the scheduler's checks of the tunnels' policies

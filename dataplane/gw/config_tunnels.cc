@@ -64,8 +64,14 @@ PortRange parse_port_range(const ConfigNode& node) {
 }
 
 void parse_match(const ConfigNode& node, TunnelConfig* tunnel) {
-  node.check_keys({"dst", "udp_ports"});
+  node.check_keys({"dst", "src", "udp_ports"});
   if (const auto dst = node.maybe_child("dst")) tunnel->dst_prefixes = prefix_list(*dst);
+  if (const auto src = node.maybe_child("src")) {
+    tunnel->src_prefixes = prefix_list(*src);
+    if (!tunnel->src_prefixes.empty() && tunnel->dst_prefixes.empty()) {
+      src->fail("src narrows match.dst, which is empty: list the destination prefixes too");
+    }
+  }
   const auto ports = node.maybe_child("udp_ports");
   if (!ports) return;
   for (const ConfigNode& item : ports->items()) {
@@ -187,8 +193,8 @@ void parse_auth(const ConfigNode& node, TunnelConfig* tunnel) {
 TunnelConfig parse_tunnel(const ConfigNode& node) {
   node.check_keys({"id", "peer", "owner", "rate", "slots", "burst", "over_rate", "shaper_rate",
                    "queue", "max_wait", "missed_slot", "bound", "late", "max_hold",
-                   "playout_capacity", "dscp", "replay_window", "match", "service",
-                   "protection", "auth"});
+                   "playout_capacity", "dscp", "replay_window", "match", "foreign_source",
+                   "service", "protection", "auth"});
   TunnelConfig tunnel;
   tunnel.id = static_cast<uint32_t>(node.child("id").as_int(1, UINT32_MAX));
   tunnel.peer = name_value(node.child("peer"));
@@ -264,6 +270,16 @@ TunnelConfig parse_tunnel(const ConfigNode& node) {
     tunnel.replay_window_bits = static_cast<uint32_t>(bits);
   }
   if (const auto match = node.maybe_child("match")) parse_match(*match, &tunnel);
+  if (const auto foreign = node.maybe_child("foreign_source")) {
+    const std::string text = foreign->as_string();
+    if (text == "drop") {
+      tunnel.foreign_source = ForeignSource::kDrop;
+    } else if (text == "best-effort") {
+      tunnel.foreign_source = ForeignSource::kBestEffort;
+    } else {
+      foreign->fail(fmt::format("'{}' is not one of: drop, best-effort", text));
+    }
+  }
   if (const auto service = node.maybe_child("service")) parse_service(*service, &tunnel);
   if (const auto protection = node.maybe_child("protection")) {
     parse_protection(*protection, &tunnel);

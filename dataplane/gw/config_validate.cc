@@ -327,9 +327,57 @@ bool ranges_overlap(const TunnelConfig& a, const TunnelConfig& b, std::string* w
 
 }  // namespace
 
+// Whether two tunnels' src_prefixes can match one packet's source (empty: any source); *what
+// says how.
+bool sources_overlap(const TunnelConfig& a, const TunnelConfig& b, std::string* what) {
+  if (a.src_prefixes.empty() || b.src_prefixes.empty()) {
+    const TunnelConfig& open = a.src_prefixes.empty() ? a : b;
+    *what = fmt::format("tunnel {} has no match.src (any source)", open.id);
+    return true;
+  }
+  for (const Prefix& x : a.src_prefixes) {
+    for (const Prefix& y : b.src_prefixes) {
+      if (prefixes_overlap(x, y)) {
+        *what = fmt::format("their sources {} and {} overlap", format_prefix(x), format_prefix(y));
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// match.src names the tenant of every family match.dst carries, and no other: a family of dst
+// without a source prefix would make all its traffic foreign, a source family without a
+// destination would never match.
+void validate_source_families(const TunnelConfig& tunnel, const std::string& path,
+                              const FieldLocator& at) {
+  if (tunnel.src_prefixes.empty()) return;
+  for (const bool ipv6 : {false, true}) {
+    const auto has = [ipv6](const std::vector<Prefix>& list) {
+      return std::any_of(list.begin(), list.end(),
+                         [ipv6](const Prefix& p) { return p.ipv6 == ipv6; });
+    };
+    const char* family = ipv6 ? "IPv6" : "IPv4";
+    if (has(tunnel.dst_prefixes) && !has(tunnel.src_prefixes)) {
+      at.fail(path + ".match.src",
+              fmt::format("match.dst has {} prefixes but match.src has none: every {} packet "
+                          "would be foreign; add the {} sources (or leave match.src out: any "
+                          "source)",
+                          family, family, family));
+    }
+    if (has(tunnel.src_prefixes) && !has(tunnel.dst_prefixes)) {
+      at.fail(path + ".match.src",
+              fmt::format("match.src has {} prefixes but match.dst has none: they would never "
+                          "match",
+                          family));
+    }
+  }
+}
+
 void validate_classifiers(const GatewayConfig& config, const FieldLocator& at) {
   for (size_t i = 0; i < config.tunnels.size(); ++i) {
     const TunnelConfig& tunnel = config.tunnels[i];
+    validate_source_families(tunnel, tunnel_path(i), at);
     for (size_t j = 0; j < i; ++j) {
       const TunnelConfig& other = config.tunnels[j];
       for (size_t a = 0; a < tunnel.dst_prefixes.size(); ++a) {
@@ -337,10 +385,14 @@ void validate_classifiers(const GatewayConfig& config, const FieldLocator& at) {
           if (!prefixes_overlap(tunnel.dst_prefixes[a], other.dst_prefixes[b])) continue;
           std::string what;
           if (!ranges_overlap(tunnel, other, &what)) continue;
+          std::string sources;
+          if (!sources_overlap(tunnel, other, &sources)) continue;  // two tenants, one host
+          what += "; " + sources;
           at.fail(
               fmt::format("{}.match.dst[{}]", tunnel_path(i), a),
               fmt::format("{} of tunnel {} overlaps {} of tunnel {} ({}.match.dst[{}]) and "
-                          "{}: a packet could match both; give them disjoint udp_ports",
+                          "{}: a packet could match both; give them disjoint udp_ports or "
+                          "disjoint match.src",
                           format_prefix(tunnel.dst_prefixes[a]), tunnel.id,
                           format_prefix(other.dst_prefixes[b]), other.id, tunnel_path(j), b, what));
         }

@@ -300,6 +300,10 @@ std::string_view to_string(EngineDrop reason) noexcept {
       return "control_replayed";
     case EngineDrop::kControlStale:
       return "control_stale";
+    case EngineDrop::kForeignSource:
+      return "foreign_source";
+    case EngineDrop::kForeignInner:
+      return "foreign_inner";
     case EngineDrop::kCount:
       break;
   }

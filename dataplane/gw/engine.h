@@ -62,6 +62,11 @@ enum class EngineDrop : uint8_t {
   kControlReplayed,  // a control packet whose sequence number was seen (or is too old)
   kControlStale,     // a control packet from an epoch not accepted as the peer's (an earlier
                      // boot's keepalive replayed, or a time packet of another epoch)
+  // A tunnel carries only its tenant (docs/gateway.md, "match"): also counted per tunnel.
+  kForeignSource,  // local packet to a tunnel's dst_prefixes from a source outside its
+                   // src_prefixes, dropped (foreign_source: drop)
+  kForeignInner,   // decapsulated packet whose source is outside the tunnel's dst_prefixes or
+                   // destination outside its src_prefixes (or no IP packet where one is checked)
   kCount
 };
 inline constexpr int kEngineDropCount = static_cast<int>(EngineDrop::kCount);
@@ -190,12 +195,13 @@ class Engine {
 
   // ---- local -> WAN ----
   // An IPv4/IPv6 packet read from the TUN device (ip_packet: the whole packet). Classified by
-  // destination prefix and UDP port (classify.h); policed and queued in its tunnel's slots, or
-  // as best effort on behalf of the tunnel (a prefix matched, its ports did not; or downgraded
-  // by the policer). Frames are scheduled with their size on the wire: payload +
-  // wire::encap_overhead_bytes + 18 (Ethernet header and FCS). kOk: queued (engine holds
-  // handle); kDropped/kMalformed: counted (not_ip, no_route, too_big, or the scheduler's
-  // reason), caller frees; kInvalidArgument: a handle with kControlHandleTag set.
+  // destination prefix, source prefix and UDP port (classify.h); policed and queued in its
+  // tunnel's slots, or as best effort on behalf of the tunnel (a prefix matched, its ports did
+  // not; a foreign source with foreign_source best-effort; or downgraded by the policer).
+  // Frames are scheduled with their size on the wire: payload + wire::encap_overhead_bytes + 18
+  // (Ethernet header and FCS). kOk: queued (engine holds handle); kDropped/kMalformed: counted
+  // (not_ip, no_route, foreign_source, too_big, or the scheduler's reason), caller frees;
+  // kInvalidArgument: a handle with kControlHandleTag set.
   // *info (if not nullptr) says whether the backend should make a copy for a protection path
   // (SubmitInfo); without `info` a protected tunnel's copies are counted replicas_not_made.
   [[nodiscard]] common::Status submit_tun_st(uint64_t handle, std::span<const std::byte> ip_packet,
@@ -246,7 +252,10 @@ class Engine {
   // path id 0, or 1 when protected (unknown_path) -> kDropped. Then authentication, before any
   // state is touched: a tunnel with keys needs flag A and a payload its keys open, which is
   // decrypted in place (auth_missing, auth_truncated, auth_failed); flag A on a tunnel without
-  // keys is auth_unexpected -> kDropped. Data packets: replay window
+  // keys is auth_unexpected -> kDropped. Data packets of a tenant-bound tunnel (match.src): the
+  // inner packet's destination in its src_prefixes and source in its dst_prefixes (a flag-B
+  // packet of a foreign_source best-effort tunnel may have any source) (foreign_inner ->
+  // kDropped, before the replay window moves; classify.h, inner_verdict). Then the replay window
   // (duplicate/too_old -> kDropped, counted on the port and the tunnel; on a protected tunnel a
   // duplicate is the other path's copy: counted eliminated on the tunnel's path, not a drop
   // reason), then the tunnel's playout (flag B: released

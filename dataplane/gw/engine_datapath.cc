@@ -48,6 +48,12 @@ Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_pack
     return Status::kDropped;
   }
   TunnelState& tunnel = m.tunnels[route.tunnel_index];
+  const bool foreign = route.kind == RouteKind::kForeignSource;
+  if (foreign && m.tunnel_config(tunnel).foreign_source == ForeignSource::kDrop) {
+    ++tunnel.counters.foreign_source_dropped_packets;
+    m.count(EngineDrop::kForeignSource);
+    return Status::kDropped;
+  }
   PortState& port = m.ports[tunnel.port];
   if (!m.can_seal(tunnel)) return Status::kDropped;  // counted
   if (ip_packet.size() + tunnel.trailer_bytes() > port.max_payload_bytes) {
@@ -59,8 +65,12 @@ Status Engine::submit_tun_st(uint64_t handle, std::span<const std::byte> ip_pack
   const bool best_effort = route.kind != RouteKind::kTunnel;
   const uint64_t tag = fix_sequence(tunnel, route.tunnel_index, best_effort, info);
   if (!best_effort) return port.scheduler.enqueue(tunnel.id, handle, bytes, now_ns, tag);
-  ++tunnel.counters.best_effort_offered_packets;
-  tunnel.counters.best_effort_offered_bytes += ip_packet.size();
+  if (foreign) {
+    ++tunnel.counters.foreign_source_best_effort_packets;
+  } else {
+    ++tunnel.counters.best_effort_offered_packets;
+    tunnel.counters.best_effort_offered_bytes += ip_packet.size();
+  }
   return port.scheduler.enqueue_best_effort(handle, bytes, now_ns, tunnel.id, tag);
 }
 
@@ -298,6 +308,17 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
     m.mark_alive(peer, now_ns);
     return Status::kBusy;  // consumed: the caller frees the buffer
   }
+  // A tunnel carries only its tenant: a decapsulated packet from a host the far side's tenant
+  // does not own, or to one this side's does not, is dropped before any state moves.
+  const TunnelConfig& config = m.tunnel_config(tunnel);
+  const bool best_effort = packet.header.is_best_effort();
+  if (inner_verdict(config, packet.header.data_type(), packet.payload,
+                    best_effort && config.foreign_source == ForeignSource::kBestEffort) !=
+      InnerVerdict::kAllowed) {
+    ++tunnel.counters.rx_foreign_inner_packets;
+    m.count(EngineDrop::kForeignInner);
+    return Status::kDropped;
+  }
   ++tunnel.counters.path_rx_packets[path];
   const wire::ReplayVerdict verdict = tunnel.replay.check_and_update(packet.header.sequence);
   if (const auto reason = wire::drop_reason(verdict)) {
@@ -313,7 +334,6 @@ Status Engine::on_wan_datagram_st(uint32_t port_index, const Endpoint& source, u
   }
   m.mark_alive(peer, now_ns);
   const auto bytes = static_cast<uint32_t>(packet.payload.size());
-  const bool best_effort = packet.header.is_best_effort();
   sched::Playout& playout = best_effort ? tunnel.best_effort : tunnel.on_time;
   const Status status = playout.push(handle, bytes, packet.header.tx_time_ns, now_ns);
   ++tunnel.counters.path_first_packets[path];

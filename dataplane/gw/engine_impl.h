@@ -79,6 +79,12 @@ struct TunnelCounters {
   uint64_t replicas_sent = 0;  // copies sent on the protection path
   uint64_t replicas_not_made = 0;  // the backend could not copy the packet (no buffer)
   uint64_t auth_unexpected_packets = 0;  // flag A on this tunnel, which has no keys
+  // Not the tunnel's tenant (classify.h): local packets to its dst_prefixes from a source
+  // outside its src_prefixes, dropped or sent best effort by its foreign_source policy (never
+  // in its slots); decapsulated packets whose addresses are outside its prefixes, dropped.
+  uint64_t foreign_source_dropped_packets = 0;
+  uint64_t foreign_source_best_effort_packets = 0;
+  uint64_t rx_foreign_inner_packets = 0;
 };
 
 // One engine tunnel index. Indices are stable: a removed tunnel stays here, inactive, until its

@@ -346,6 +346,20 @@ std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t 
               "Packets to the tunnel's prefixes outside its UDP ports, sent as best effort", labels,
               t.counters.best_effort_offered_packets);
     for (const bool best_effort : {false, true}) {
+      Labels with_action = labels;
+      with_action.emplace_back("action", best_effort ? "best_effort" : "dropped");
+      e.counter(
+          "detwan_gw_tunnel_tx_foreign_source_packets_total",
+          "Packets to the tunnel's prefixes from a source outside its match.src (not its "
+          "tenant), by what its foreign_source policy did",
+          with_action,
+          best_effort ? tc.foreign_source_best_effort_packets : tc.foreign_source_dropped_packets);
+    }
+    e.counter("detwan_gw_tunnel_rx_foreign_inner_packets_total",
+              "Decapsulated packets dropped: source outside the tunnel's match.dst or destination "
+              "outside its match.src",
+              labels, tc.rx_foreign_inner_packets);
+    for (const bool best_effort : {false, true}) {
       Labels with_class = labels;
       with_class.emplace_back("class", best_effort ? "best_effort" : "on_time");
       playout_counters(e, with_class,

@@ -109,11 +109,14 @@ std::string Engine::stats_json(int64_t now_ns) const {
         {"missed_slot_packets", c.missed_slot_packets},
         {"best_effort_offered_packets", c.best_effort_offered_packets},
         {"best_effort_offered_bytes", c.best_effort_offered_bytes},
+        {"foreign_source_dropped_packets", c.foreign_source_dropped_packets},
+        {"foreign_source_best_effort_packets", c.foreign_source_best_effort_packets},
     };
     json::object rx{
         {"accepted_on_time_packets", c.rx_on_time_packets},
         {"accepted_best_effort_packets", c.rx_best_effort_packets},
         {"accepted_bytes", c.rx_bytes},
+        {"foreign_inner_packets", c.rx_foreign_inner_packets},
         {"replay_drops", json::object{{"duplicate", t.replay_drops[wire::DropReason::kDuplicate]},
                                       {"too_old", t.replay_drops[wire::DropReason::kTooOld]}}},
         {"replay_top", nullptr},

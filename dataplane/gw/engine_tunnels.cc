@@ -19,6 +19,8 @@ json::object tunnel_json(const TunnelConfig& t, uint64_t guaranteed_bps) {
   for (const uint32_t slot : t.slots) slots.push_back(slot);
   json::array dst;
   for (const Prefix& prefix : t.dst_prefixes) dst.push_back(json::string(format_prefix(prefix)));
+  json::array src;
+  for (const Prefix& prefix : t.src_prefixes) src.push_back(json::string(format_prefix(prefix)));
   json::array ports;
   for (const PortRange& range : t.udp_ports) {
     ports.push_back(json::string(config_detail::format_port_range(range)));
@@ -41,7 +43,10 @@ json::object tunnel_json(const TunnelConfig& t, uint64_t guaranteed_bps) {
       {"playout_capacity_frames", t.playout_capacity_frames},
       {"dscp", t.dscp},
       {"replay_window_bits", t.replay_window_bits},
-      {"match", json::object{{"dst", std::move(dst)}, {"udp_ports", std::move(ports)}}},
+      {"match",
+       json::object{
+           {"dst", std::move(dst)}, {"src", std::move(src)}, {"udp_ports", std::move(ports)}}},
+      {"foreign_source", t.foreign_source == ForeignSource::kBestEffort ? "best-effort" : "drop"},
       {"guaranteed_rate_bps", guaranteed_bps},
   };
   if (t.service_listen || t.service_deliver) {

@@ -83,6 +83,55 @@ def test_three_site_plan_has_one_tunnel_per_pair_with_the_same_id_at_both_ends()
     assert '"10.101.13.1:4789"' in text_a and '"10.101.13.1:4789"' in text_c  # a's end, c's peer
 
 
+def test_static_tunnels_are_encrypted_with_a_key_per_tunnel_drawn_per_lab(tmp_path):
+    topo = topology.build(3, 1)
+    keys = []
+    for _ in range(2):  # two labs
+        cfg = builder.LabConfig(sites=3, wan_spec="delay=5ms", dataplane="uring")
+        cfg.gateway = gateway.GatewayOptions(key_dir=tmp_path / "keys")
+        cfg.plan_gateways(topo)
+        keys.append(dict(cfg.gateway.tunnel_keys))
+        text_a = cfg.gateway_configs["a"]
+        assert "mtu: 1416" in text_a  # 1500 - 68 - the 16-byte AEAD tag
+        assert text_a.count("cipher: aes-256-gcm") == 2  # a's two tunnels, 12 and 13
+        for t in (12, 13):
+            assert f'secret_file: "{tmp_path}/keys/tunnel-{t}.key"' in text_a
+        # The same key file (content) at both ends of a tunnel, one per tunnel.
+        assert f'tunnel-13.key' in cfg.gateway_configs["c"]
+    assert sorted(keys[0]) == [12, 13, 23]
+    assert all(len(k) == 64 and int(k, 16) >= 0 for k in keys[0].values())
+    assert len(set(keys[0].values())) == 3 and not set(keys[0].values()) & set(keys[1].values())
+    # Rendered again (up renders for its check, then for the run directory): the same keys.
+    again = cfg.gateway.tunnel_keys.copy()
+    cfg.plan_gateways(topo)
+    assert cfg.gateway.tunnel_keys == again
+    gateway.write_tunnel_keys(cfg.gateway)
+    assert (tmp_path / "keys").stat().st_mode & 0o777 == 0o700
+    for t, secret in again.items():
+        f = gateway.key_file(cfg.gateway, t)
+        assert f.read_text().strip() == secret and f.stat().st_mode & 0o777 == 0o600
+
+
+def test_encrypt_none_is_written_as_auth_none_and_only_when_asked():
+    topo = topology.build(2, 1)
+    cfg = builder.LabConfig(sites=2, wan_spec="delay=5ms", dataplane="uring")
+    cfg.gateway = gateway.GatewayOptions(encrypt="none")
+    cfg.plan_gateways(topo)
+    text = cfg.gateway_configs["a"]
+    assert "    auth: none" in text and "secret_file" not in text and "mtu: 1432" in text
+    assert cfg.gateway.tunnel_keys == {}
+    cfg.gateway = gateway.GatewayOptions(encrypt="rot13")
+    with pytest.raises(ValueError, match="--encrypt rot13"):
+        cfg.plan_gateways(topo)
+
+
+def test_encrypt_options_are_checked_before_anything_is_made():
+    res = tb("up", "--encrypt", "none")
+    assert res.returncode == 2 and "--encrypt" in res.stderr and "--dataplane" in res.stderr
+    res = tb("up", "--dataplane", "uring", "--agents", "--no-encrypt")
+    assert res.returncode == 2 and "--encrypt" in res.stderr and "--agents" in res.stderr
+
+
 # ------------------------------------------------------------------------ helpers
 
 gw_built_with_dpdk = labutil.gw_built_with_dpdk
@@ -146,13 +195,16 @@ def test_status_describes_gateways_and_tunnels(gwlab):
         assert s["tunnel_addr"] and s["best_effort_addr"]
     (t,) = st["tunnels"]
     assert t["id"] == TUNNEL_AB and t["path"] == "ab-1" and t["bound_ns"] == 14 * MS
+    assert t["encrypt"] == "aes-256-gcm" and os.path.exists(t["key_file"])
+    assert os.stat(t["key_file"]).st_mode & 0o777 == 0o600
+    assert st["options"]["encrypt"] == "aes-256-gcm"
     assert t["guaranteed_rate_bps"] >= t["rate_bps"] == 100_000_000
     assert all(p["spec"] == WAN + ",prio-dscp=46,prio-queue=256kb" for p in st["paths"])
     # The gateway routes the peer's tunnel address into its TUN device, best effort over path 1.
     route = tb("exec", "a", "--gw", "--", "ip", "route", "get", "10.20.2.2", check=True).stdout
     assert f"dev {gateway.TUN_NAME}" in route
     route = tb("exec", "a", "--gw", "--", "ip", "route", "get", "10.10.2.2", check=True).stdout
-    assert "dev dwtb-ab1-a" in route
+    assert f"dev {topology.PREFIX}ab1-a" in route
     route = tb("exec", "a", "--", "ip", "route", "get", "10.20.2.2", check=True).stdout
     assert "src 10.20.1.2" in route
 
@@ -171,6 +223,16 @@ def test_ping_to_the_tunnel_address_crosses_the_tunnel(gwlab):
     assert b_after["rx_released"] - b_before["rx_released"] >= replies
     assert b_after["tx_sent"] - b_before["tx_sent"] >= replies
     assert a_after["rx_released"] - a_before["rx_released"] >= replies
+    # Encrypted without being asked: every packet sealed by one gateway, opened by the other
+    # with the lab's key (the same fingerprint at both ends), none refused.
+    auth = {s: (x["raw"]["auth"], y["raw"]["auth"]) for s, x, y in
+            (("a", a_before, a_after), ("b", b_before, b_after))}
+    for s, (before, after) in auth.items():
+        assert after["cipher"] == "aes-256-gcm", after
+        assert after["sealed_packets"] - before["sealed_packets"] >= replies, (s, auth)
+        assert after["opened_packets"] - before["opened_packets"] >= replies, (s, auth)
+        assert sum(after["drops"].values()) == 0, (s, after)
+    assert auth["a"][1]["keys"][0]["fingerprint"] == auth["b"][1]["keys"][0]["fingerprint"]
 
 
 @pytest.mark.netns
@@ -308,11 +370,14 @@ def test_overlapping_slots_are_refused_naming_the_field(tmp_path):
     need_backend("uring")
     topo = topology.build(2, 1)
     cfg = builder.LabConfig(wan_spec=WAN, dataplane="uring")
+    cfg.gateway = gateway.GatewayOptions(key_dir=tmp_path / "keys")
     cfg.plan_gateways(topo)
-    # A second tunnel to b on the same port whose slots overlap tunnel 12's.
+    gateway.write_tunnel_keys(cfg.gateway)
+    # A second tunnel to b on the same port whose slots overlap tunnel 12's (encrypted too: a
+    # peer's tunnels are all authenticated or none).
     text = cfg.gateway_configs["a"] + "\n".join([
         "  - id: 99", "    peer: b", "    rate: 10mbit", '    slots: "5-20"',
-        "    match: {dst: [10.20.9.0/24]}", ""])
+        "    match: {dst: [10.20.9.0/24]}", *gateway.auth_lines(cfg.gateway, 12), ""])
     path = tmp_path / "overlap.yaml"
     path.write_text(text, encoding="utf-8")
     status, message = gateway.check_config([str(labutil.gw_binary())], path)

@@ -226,6 +226,10 @@ def test_srun_job_runs_with_its_reservation_and_releases_it(slurmlab):
     r = wait_released(job_id)
     assert r["id"] == a["RES"] and r["state"] == "terminated"
     assert r["min_bandwidth_bps"] == 50_000_000 and {r["src"], r["dst"]} == {"a", "b"}
+    # The plugin never names a cipher: the job's tunnel got the agent's default, authenticated
+    # and encrypted with a key of its own (the pings above went through it).
+    assert r["encrypt"] == "aes-256-gcm" and r["spec"]["encrypt"] == "aes-256-gcm", r
+    assert r["warnings"] == [] and len(r["tunnel_keys"]["keys"]) == 1, r
     assert nothing_booked()
 
 

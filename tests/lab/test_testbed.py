@@ -63,7 +63,7 @@ def test_best_effort_uses_path_1_and_path_2_is_a_disjoint_working_path(lab3):
         a, b = p["sites"]
         route = tb("exec", a, "--gw", "--", "ip", "route", "get",
                         site(lab3, b)["tunnel_addr"], check=True).stdout
-        assert f"dev dwtb-{p['pair']}1-{a}" in route
+        assert f"dev {lab3['prefix']}{p['pair']}1-{a}" in route
         assert ping(a, p["gateway_addrs"][b], gw=True), f"path {p['key']} does not forward"
     # The two paths of a pair are separate namespaces, emulators and veths.
     keys = {(p["wan_ns"], p["pid"], p["control_socket"]) for p in lab3["paths"]}

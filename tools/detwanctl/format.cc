@@ -119,9 +119,14 @@ std::string format_reservation(const json::object& r) {
     }
     if (path_index == 2) break;
   }
-  // Encryption: the cipher and the keys by fingerprint (the agent never shows a secret).
-  if (spec.contains("encrypt") && str(spec, "encrypt") != "none" && r.contains("tunnel_keys") &&
-      r.at("tunnel_keys").is_object()) {
+  // Encryption: the cipher and the keys by fingerprint (the agent never shows a secret); an
+  // unencrypted tunnel says so loudly (it exists only because its request asked by name).
+  const std::string cipher = spec.contains("encrypt") ? str(spec, "encrypt") : "";
+  if (cipher == "none") {
+    out +=
+        "  encrypt   NONE: the tunnel is neither authenticated nor encrypted (requested "
+        "\"encrypt\": \"none\")\n";
+  } else if (!cipher.empty() && r.contains("tunnel_keys") && r.at("tunnel_keys").is_object()) {
     const json::object& k = r.at("tunnel_keys").as_object();
     std::string keys;
     for (const json::value& key : arr(k, "keys")) {
@@ -129,10 +134,9 @@ std::string format_reservation(const json::object& r) {
       keys += fmt::format("{}{} ({})", keys.empty() ? "" : ", ", i64(key.as_object(), "id"),
                           str(key.as_object(), "fingerprint"));
     }
-    out += fmt::format("  encrypt   {}, keys {}, sealing with {}{}\n", str(spec, "encrypt"), keys,
-                       i64(k, "tx_key"),
-                       str(k, "rotation") == "none" ? std::string()
-                                                    : ", rotating: " + str(k, "rotation"));
+    out += fmt::format(
+        "  encrypt   {}, keys {}, sealing with {}{}\n", cipher, keys, i64(k, "tx_key"),
+        str(k, "rotation") == "none" ? std::string() : ", rotating: " + str(k, "rotation"));
   }
   std::string gateways;
   for (const json::value& g : arr(dataplane, "gateways")) {

@@ -4,7 +4,7 @@
 //     reserve --from A --to B --rate R [--src-prefix P]... [--dst-prefix P]... [--burst SIZE]
 //     [--max-latency D] [--max-latency-variation D]
 //             [--max-loss F] [--start TIME] (--end TIME | --duration D) [--asap] [--paths K]
-//             [--protect 1+1] [--encrypt aes-256-gcm|chacha20-poly1305]
+//             [--protect 1+1] [--encrypt aes-256-gcm|chacha20-poly1305|none]
 //             [--hold D] [--commit] [--provision] [--no-wait] [--request-id ID]
 //     commit|abort|release|terminate|rotate-key ID      provision ID [--no-wait]
 //     modify ID [--rate R] [--end TIME | --extend D]
@@ -208,7 +208,8 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "1+1"}));
   reserve
       ->add_option("--encrypt", encrypt,
-                   "authenticate and encrypt the tunnel with a key the agent draws")
+                   "cipher of the tunnel, whose key the agent draws (default aes-256-gcm; "
+                   "'none' only if you must: the tunnel is then unauthenticated)")
       ->check(CLI::IsMember({"none", "aes-256-gcm", "chacha20-poly1305"}));
   reserve->add_option("--hold", hold, "hold timeout before commit, e.g. 2m");
   reserve->add_flag("--commit", commit, "commit at once");

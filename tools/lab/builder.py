@@ -73,6 +73,7 @@ class LabConfig:
                                                         self.mtu_bytes, self.mgmt_net)
             return {}
         plans = gateway.plan_tunnels(topo, self.gateway, self.spec_for)
+        gateway.draw_tunnel_keys(self.gateway, [plan.id for plan in plans.values()])
         self.gateway_configs = {s.name: gateway.render_config(s, topo, plans, self.gateway)
                                 for s in topo.sites}
         return plans
@@ -109,6 +110,8 @@ class Lab:
                         "timing": cfg.gateway.timing if cfg.dataplane else None,
                         "shaper_rate": cfg.gateway.shaper_rate if cfg.dataplane else None,
                         "tunnel_slots": cfg.gateway.slots if cfg.dataplane else None,
+                        "encrypt": cfg.gateway.encrypt
+                        if cfg.dataplane and not cfg.agents else None,
                         "gw_rt_priority": cfg.gateway.effective_rt_priority()
                         if cfg.dataplane else None,
                         "agents": cfg.agents, "slurm": cfg.slurm},
@@ -129,6 +132,7 @@ class Lab:
 def site_record(s: Site, lab: Lab | None = None) -> dict:
     rec = {"name": s.name, "index": s.index, "host_ns": s.host_ns, "gateway_ns": s.gateway_ns,
            "best_effort_addr": s.best_effort_addr, "tunnel_addr": s.tunnel_addr,
+           "cotenant_addr": s.cotenant_addr,
            "gateway_addr": s.gateway_lan_addr, "lan_prefix": s.lan_prefix,
            "tunnel_prefix": s.tunnel_prefix, "host_if": s.host_if,
            "gateway_lan_if": s.gateway_lan_if, "cross_ns": s.cross_ns,
@@ -174,7 +178,10 @@ def tunnel_records(lab: Lab) -> list[dict]:
              "line_rate_bps": t.line_rate_bps, "slots": gateway.slot_list(t.slots),
              "guaranteed_rate_bps": gateway.guaranteed_rate_bps(t.slots, t.line_rate_bps),
              "bound_ns": t.bound_ns, "min_path_delay_ns": t.min_path_delay_ns,
-             "dscp": gateway.TUNNEL_DSCP, "port": gateway.TUNNEL_PORT}
+             "dscp": gateway.TUNNEL_DSCP, "port": gateway.TUNNEL_PORT,
+             "encrypt": lab.config.gateway.encrypt,
+             "key_file": str(gateway.key_file(lab.config.gateway, t.id))
+             if lab.config.gateway.encrypt != "none" else None}
             for t in plans.values()]
 
 
@@ -250,6 +257,7 @@ def configure_addresses(lab: Lab) -> None:
     for s in lab.topo.sites:
         ip("addr", "add", f"{s.best_effort_addr}/24", "dev", s.host_if, ns=s.host_ns)
         ip("addr", "add", f"{s.tunnel_addr}/32", "dev", s.host_if, ns=s.host_ns)
+        ip("addr", "add", f"{s.cotenant_addr}/32", "dev", s.host_if, ns=s.host_ns)
         ip("addr", "add", f"{s.gateway_lan_addr}/24", "dev", s.gateway_lan_if, ns=s.gateway_ns)
         ip("addr", "add", f"{s.cross_addr}/24", "dev", s.cross_if, ns=s.cross_ns)
         ip("addr", "add", f"{s.gateway_cross_addr}/24", "dev", s.gateway_cross_if,
@@ -329,6 +337,7 @@ def start_gateways(lab: Lab) -> None:
         return
     if not lab.config.gateway_configs:
         lab.config.plan_gateways(lab.topo)
+    gateway.write_tunnel_keys(lab.config.gateway)  # the files the configurations name
     for s in lab.topo.sites:
         gateway.config_file(s).write_text(lab.config.gateway_configs[s.name], encoding="utf-8")
         if lab.config.dataplane == "dpdk":

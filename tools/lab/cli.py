@@ -104,6 +104,13 @@ def add_up_parser(sub) -> None:
     g.add_argument("--shaper-rate", metavar="RATE",
                    help="space each tunnel's frames at this rate (>= --tunnel-rate) instead of "
                    "sending them back to back inside its slots")
+    g.add_argument("--encrypt", choices=gateway.CIPHERS, metavar="CIPHER",
+                   help="cipher of every static tunnel, under a random key per tunnel drawn for "
+                   f"this lab (default {gateway.DEFAULT_CIPHER}); 'none' runs them "
+                   "unauthenticated, for benchmarks of the unencrypted path only (with "
+                   "--agents every reservation says its own: detwanctl reserve --encrypt)")
+    g.add_argument("--no-encrypt", dest="encrypt", action="store_const", const="none",
+                   help="the same as --encrypt none")
     g.add_argument("--tunnel-slots", type=int, metavar="N",
                    help=f"every tunnel owns slots 0..N-1 of the {gateway.SLOT_COUNT} of its WAN "
                    "port (default: the fewest that carry --tunnel-rate, plus one)")
@@ -143,6 +150,7 @@ def cmd_up(args) -> int:
                                         ("--bound", args.bound), ("--timing", args.timing),
                                         ("--shaper-rate", args.shaper_rate),
                                         ("--tunnel-slots", args.tunnel_slots),
+                                        ("--encrypt", args.encrypt),
                                         ("--gw-rt-priority", args.gw_rt_priority),
                                         ("--gw-shards", args.gw_shards),
                                         ("--gw-cmd", args.gw_cmd),
@@ -153,7 +161,8 @@ def cmd_up(args) -> int:
         static = [name for name, value in (("--tunnel-rate", args.tunnel_rate),
                                             ("--bound", args.bound),
                                             ("--shaper-rate", args.shaper_rate),
-                                            ("--tunnel-slots", args.tunnel_slots))
+                                            ("--tunnel-slots", args.tunnel_slots),
+                                            ("--encrypt", args.encrypt))
                   if value is not None]
         if static:
             err(f"{', '.join(static)} shape the static tunnels; with --agents every tunnel is "
@@ -168,7 +177,8 @@ def cmd_up(args) -> int:
         return 2
     if args.mtu != 1500 and args.dataplane and not args.agents:
         err(f"--mtu {args.mtu}: the static tunnels of --dataplane are planned for MTU 1500 "
-            "(TUN 1432); add --agents (its gateways follow --mtu), or leave --mtu out")
+            f"(TUN {gateway.TUN_MTU_BYTES}, {gateway.PLAIN_TUN_MTU_BYTES} with --encrypt none); "
+            "add --agents (its gateways follow --mtu), or leave --mtu out")
         return 2
     if gw_only and not args.dataplane:
         err(f"{', '.join(gw_only)} configure the gateways: add --dataplane uring|dpdk")
@@ -235,7 +245,8 @@ def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
     config.gateway = gateway.GatewayOptions(
         backend=args.dataplane, tunnel_rate=args.tunnel_rate or gateway.DEFAULT_TUNNEL_RATE,
         bound=args.bound, timing=args.timing or "low-cpu", shaper_rate=args.shaper_rate,
-        slots=args.tunnel_slots, rt_priority=args.gw_rt_priority, shards=args.gw_shards or 1)
+        slots=args.tunnel_slots, rt_priority=args.gw_rt_priority, shards=args.gw_shards or 1,
+        encrypt=args.encrypt or gateway.DEFAULT_CIPHER)
     if args.gw_shards is not None and (args.dataplane not in ("dpdk", "uring")
                                        or not 1 <= args.gw_shards <= 8):
         err(f"--gw-shards {args.gw_shards}: needs --dataplane dpdk or uring and 1..8 shards")
@@ -263,6 +274,11 @@ def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
                     f"{message}")
                 return 2 if status == 2 else 1
     with tempfile.TemporaryDirectory(prefix="dwtb-gw-check-") as tmp:
+        # The configurations name their key files: checked against copies in tmp (a lab that is
+        # up keeps its own), then rendered again for the run directory with the same keys.
+        config.gateway.key_dir = pathlib.Path(tmp) / "keys"
+        config.plan_gateways(topo)
+        gateway.write_tunnel_keys(config.gateway)
         for site, text in config.gateway_configs.items():
             path = os.path.join(tmp, f"gw-{site}.yaml")
             with open(path, "w", encoding="utf-8") as f:
@@ -272,6 +288,8 @@ def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
                 err(f"the configuration of gateway {site} is refused by detwan-gw --check-config "
                     f"(exit {status}): {message}")
                 return 2 if status == 2 else 1
+    config.gateway.key_dir = gateway.KEY_DIR
+    config.plan_gateways(topo)
     return 0
 
 
@@ -353,7 +371,9 @@ def _print_status(st: dict, out) -> None:
             print(f"  {t['id']}: {'-'.join(t['sites'])} over path {t['path']}  rate "
                   f"{gateway.format_rate(t['rate_bps'])}  slots {t['slots']} of "
                   f"{gateway.SLOT_COUNT} at {gateway.format_rate(t['line_rate_bps'])}  bound "
-                  f"{gateway.format_duration(t['bound_ns'])}", file=out)
+                  f"{gateway.format_duration(t['bound_ns'])}  "
+                  f"{'UNENCRYPTED' if t.get('encrypt') == 'none' else t.get('encrypt')}",
+                  file=out)
     print("WAN paths:", file=out)
     for p in st.get("paths", []):
         alive = p.get("alive")

@@ -7,8 +7,10 @@ most of it. Each site's gateway runs detwan-gw without tunnels; the lab's detwan
 (`detwanctl reserve --provision`) for the rate between the sites with a latency variation below
 the WAN's jitter, so it computes the path's bound, chooses on-time delivery and programs the
 tunnel on both gateways (reserved rate, time slots, release at the bound; the emulator gives the
-tunnel's DSCP the reserved class, as reserved WAN capacity would). The reservation is printed
-with its computed bound. Site b's host runs `detwan-perf server`; site
+tunnel's DSCP the reserved class, as reserved WAN capacity would). The tunnel is authenticated
+and encrypted (the agent's default, AES-256-GCM, a key drawn for the reservation): the demo
+measures the normal case, and checks that both gateways sealed and opened the traffic. The
+reservation is printed with its computed bound and cipher. Site b's host runs `detwan-perf server`; site
 a's host runs `detwan-perf client B_TUNNEL --compare B_BEST_EFFORT`: one schedule, each packet
 sent to both addresses back to back, so
   * the primary path goes through both gateways and the tunnel,
@@ -88,7 +90,13 @@ def run(args, out_dir: pathlib.Path, say) -> dict:
                 str(out_dir / "delay.svg"),
                 "--json-file", str(json_path)], seconds=args.seconds, json_output=False)
         gw_rx = gateway.tunnel_counters(measure.gateway_stats("b"), tunnel_id)
+        auth = {s: gateway.find_tunnel(measure.gateway_stats(s), tunnel_id)["auth"]
+                for s in ("a", "b")}
         wan_stats = measure.wanem_stats("ab", 1)
+    if reservation.get("encrypt") in (None, "none") or not auth["a"] or not auth["b"] or \
+            auth["a"]["sealed_packets"] == 0 or auth["b"]["opened_packets"] == 0:
+        raise RuntimeError(f"the demo's tunnel is not authenticated: reservation encrypt "
+                           f"{reservation.get('encrypt')}, gateways {auth}")
     say("")
     say(text.rstrip())
     owd, wan = gw_rx["one_way_delay_ns"], gw_rx["wan_delay_ns"]
@@ -101,6 +109,8 @@ def run(args, out_dir: pathlib.Path, say) -> dict:
         f"p99.9 {ms(wan['p99_9'])}  max {ms(wan['max'])}")
     say(f"  released {gw_rx['rx_released']}, late {gw_rx['rx_late']} (released at once, "
         f"counted), dropped in playout {gw_rx['rx_dropped']}")
+    say(f"  {auth['b']['cipher']}: gateway a sealed {auth['a']['sealed_packets']}, gateway b "
+        f"opened {auth['b']['opened_packets']}, refused {sum(auth['b']['drops'].values())}")
     say("")
     say("The tunnel's delay sits at the bound: the receiving gateway holds each packet until "
         "its\nsender timestamp + bound, which absorbs the WAN's jitter and the queueing behind "
@@ -109,7 +119,7 @@ def run(args, out_dir: pathlib.Path, say) -> dict:
     say(f"\n== written to {out_dir}: summary.txt, perf.json, delay.svg (delay over time, CDF)")
     return {"spec": args.wan, "bound_ns": bound_ns, "reservation": reservation,
             "perf": json.loads(json_path.read_text()),
-            "gateway_b_tunnel": gw_rx, "wanem": wan_stats}
+            "gateway_b_tunnel": gw_rx, "tunnel_auth": auth, "wanem": wan_stats}
 
 
 def main() -> int:

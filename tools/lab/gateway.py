@@ -16,14 +16,16 @@ import time
 
 # Re-exported: callers name lab.gateway for both sides.
 from lab.gateway_config import (  # noqa: F401
-    BACKENDS, BOUND_MARGIN_NS, CONTROL, CYCLE_NS, DEFAULT_LINE_RATE_BPS, DEFAULT_RT_PRIORITY,
-    DEFAULT_TUNNEL_RATE, ENCAP_OVERHEAD_BYTES, ETHERNET_OVERHEAD_BYTES, GUARD_NS,
+    AEAD_TAG_BYTES, BACKENDS, BOUND_MARGIN_NS, CIPHERS, CONTROL, CYCLE_NS,
+    DEFAULT_CIPHER, DEFAULT_LINE_RATE_BPS, DEFAULT_RT_PRIORITY, DEFAULT_TUNNEL_RATE,
+    ENCAP_OVERHEAD_BYTES, ETHERNET_OVERHEAD_BYTES, GUARD_NS, KEY_DIR, PLAIN_TUN_MTU_BYTES,
     POLICER_BURST_NS, RESERVED_QUEUE, SLOT_COUNT, TIMING_MODES, TUN_MTU_BYTES, TUN_NAME,
-    TUNNEL_DSCP, TUNNEL_PORT, WAN_MTU_BYTES, admin_socket, default_bound_ns, dpdk_section,
-    GatewayOptions, guaranteed_rate_bps, line_rate_bps, max_frame_bytes, path_delay_range_ns,
-    peer_name, plan_tunnels, policer_burst_bytes, render_agent_config, render_config, slot_list,
-    slots_for_rate, spec_tokens, tunnel_id, TunnelPlan, uring_shard_lines, wan_port_name,
-    with_prio_dscp)
+    TUNNEL_DSCP, TUNNEL_PORT, WAN_MTU_BYTES, admin_socket, auth_lines, default_bound_ns,
+    dpdk_section, draw_tunnel_keys, GatewayOptions, guaranteed_rate_bps, key_file,
+    line_rate_bps, max_frame_bytes, path_delay_range_ns, peer_name, plan_tunnels,
+    policer_burst_bytes, render_agent_config, render_config, slot_list, slots_for_rate,
+    spec_tokens, tunnel_id, TunnelPlan, uring_shard_lines, wan_port_name, with_prio_dscp,
+    write_tunnel_keys)
 from lab.netns import LabError, is_alive, process_start_time, run
 from lab.state import RUN_DIR, file_tail, write_pid_file
 from lab.topology import Site, Topology

@@ -4,7 +4,9 @@ functions; the processes are lab.gateway, which re-exports all of this).
 What this module decides (docs/testbed.md, "Gateways"):
   * one tunnel per pair of sites over WAN path 1, id 10*i + j for sites i < j, the same id at
     both ends; it carries the peer host's tunnel address (10.20.j.2/32), which the gateway routes
-    into its TUN device (tun.routes) instead of the kernel route over path 1;
+    into its TUN device (tun.routes) instead of the kernel route over path 1, from this site's
+    host's tunnel address only (match.src 10.20.i.2/32: the tunnel's tenant; another source is
+    dropped and counted, foreign_source, and the far end delivers only packets between the two);
   * each WAN port's schedule: a 1 ms cycle of 100 slots with a 2 us guard; the line rate is the
     path's emulated `rate=` (the gateway then never bursts faster than the WAN drains), 1 Gbit/s
     without one; the tunnel owns the first slots, as few as sched::GateControlList's guaranteed
@@ -12,6 +14,11 @@ What this module decides (docs/testbed.md, "Gateways"):
   * the latency bound (on-time delivery): the path's largest delay (delay + jitter; 4 sigma for
     normal / pareto-normal jitter) + 3 ms, unless --bound is given (0 = deliver on receipt);
   * the clock offset between gateways is 0: every namespace shares the machine's clock;
+  * every static tunnel is authenticated and encrypted (AES-256-GCM) with a random key drawn
+    for this lab (one per tunnel, both ends; a 0600 file in the run directory's keys/, named by
+    the tunnel's `auth.keys[].secret_file`), unless `up --encrypt none` asks for the
+    unencrypted path by name (the tunnels then say `auth: none`); with --agents the agent
+    draws a key per reservation and the TUN MTU leaves room for the AEAD tag;
   * with the dpdk backend, an nftables rule in the gateway namespace drops the tunnel's UDP
     frames at the WAN veth's ingress hook: net_af_packet has already seen them (packet taps run
     before that hook), and the kernel, which has no socket on the port, would otherwise answer
@@ -24,7 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
+import secrets
 
 from lab.state import RUN_DIR
 from lab.topology import Site, Topology, WanPath, mac_for
@@ -36,9 +45,16 @@ TUNNEL_PORT = 4789
 TUN_NAME = "dwtb-tun"
 WAN_MTU_BYTES = 1500
 ENCAP_OVERHEAD_BYTES = 68   # outer IPv4 20 + UDP 8 + tunnel header 40 (docs/wire-format.md)
-# The largest inner packet a WAN frame carries: what the agent reports as a reservation's
-# tunnel.mtu_bytes, so a job that fills it is neither fragmented nor refused at the gateway.
-TUN_MTU_BYTES = WAN_MTU_BYTES - ENCAP_OVERHEAD_BYTES
+AEAD_TAG_BYTES = 16         # after the payload of an authenticated tunnel's packets
+# Tunnel ciphers (docs/gateway.md, "auth"); "none" only when asked for by name.
+CIPHERS = ("aes-256-gcm", "chacha20-poly1305", "none")
+DEFAULT_CIPHER = "aes-256-gcm"
+KEY_ID = 1
+# The largest inner packet a WAN frame carries through an encrypted tunnel: what the agent
+# reports as a reservation's tunnel.mtu_bytes, so a job that fills it is neither fragmented nor
+# refused at the gateway. PLAIN_TUN_MTU_BYTES: through an unencrypted one (`--encrypt none`).
+TUN_MTU_BYTES = WAN_MTU_BYTES - ENCAP_OVERHEAD_BYTES - AEAD_TAG_BYTES
+PLAIN_TUN_MTU_BYTES = WAN_MTU_BYTES - ENCAP_OVERHEAD_BYTES
 CONTROL = "@detwan-gw"      # the daemon's default: an abstract socket per network namespace
 TUNNEL_DSCP = 46            # EF; the emulators get prio-dscp=46 (see with_prio_dscp)
 RESERVED_QUEUE = "256kb"    # the emulators' byte limit for the reserved class (prio-queue)
@@ -158,6 +174,47 @@ def admin_socket(site: Site) -> pathlib.Path:
     return RUN_DIR / f"gw-{site.name}.admin.sock"
 
 
+KEY_DIR = RUN_DIR / "keys"  # the static tunnels' key files (removed by `down`)
+
+
+def key_file(options: "GatewayOptions", tunnel: int) -> pathlib.Path:
+    return options.key_dir / f"tunnel-{tunnel}.key"
+
+
+def draw_tunnel_keys(options: "GatewayOptions", tunnels) -> None:
+    """A random 32-byte key (64 hex digits, Python's CSPRNG) for each tunnel id that has none
+    yet: drawn once per lab, so a configuration rendered again names the same keys."""
+    if options.encrypt == "none":
+        return
+    for t in tunnels:
+        options.tunnel_keys.setdefault(t, secrets.token_hex(32))
+
+
+def write_tunnel_keys(options: "GatewayOptions") -> None:
+    """The key files the configurations name: directory 0700, files 0600, owned by the lab's
+    user (root), as detwan-gw wants a secret_file."""
+    if not options.tunnel_keys:
+        return
+    options.key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(options.key_dir, 0o700)
+    for t, secret in options.tunnel_keys.items():
+        path = key_file(options, t)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(secret + "\n")
+
+
+def auth_lines(options: "GatewayOptions", tunnel: int) -> list[str]:
+    """A static tunnel's `auth:` (docs/gateway.md): its key file, or `none` when asked for."""
+    if options.encrypt == "none":
+        return ["    auth: none                # up --encrypt none: neither authenticated nor "
+                "encrypted"]
+    return ["    auth:",
+            f"      cipher: {options.encrypt}",
+            f"      keys: [{{id: {KEY_ID}, secret_file: {_q(str(key_file(options, tunnel)))}}}]"]
+
+
 # ------------------------------------------------------------------------ the configuration
 
 @dataclasses.dataclass
@@ -179,10 +236,20 @@ class GatewayOptions:
     # IP MTU of the WAN links (the lab's --mtu; --agents only: static tunnels stay at 1500). The
     # TUN device carries what fits after the encapsulation.
     wan_mtu: int = WAN_MTU_BYTES
+    # Static tunnels: the cipher, or "none" (`up --encrypt none`, for the benchmarks of the
+    # unencrypted path); the keys drawn for this lab (tunnel id -> 64 hex digits) and where
+    # their files go. With --agents the agent decides per reservation (encrypted unless a
+    # request says "none").
+    encrypt: str = DEFAULT_CIPHER
+    tunnel_keys: dict[int, str] = dataclasses.field(default_factory=dict)
+    key_dir: pathlib.Path = KEY_DIR
 
     @property
     def tun_mtu(self) -> int:
-        return self.wan_mtu - ENCAP_OVERHEAD_BYTES
+        """What fits after the encapsulation, and the AEAD tag unless every tunnel is plain (the
+        agent's tunnels are encrypted by default: the TUN device leaves room for the tag)."""
+        tag = 0 if (self.encrypt == "none" and not self.agents) else AEAD_TAG_BYTES
+        return self.wan_mtu - ENCAP_OVERHEAD_BYTES - tag
 
     def effective_rt_priority(self) -> int:
         """Gateways that sleep between deadlines run SCHED_FIFO, as detwan-wanem's poll thread
@@ -218,6 +285,8 @@ def plan_tunnels(topo: Topology, options: GatewayOptions,
         parse_rate_bps(options.shaper_rate)
     if options.bound is not None:
         parse_duration_ns(options.bound)
+    if options.encrypt not in CIPHERS:
+        raise ValueError(f"--encrypt {options.encrypt}: expected one of {', '.join(CIPHERS)}")
     plans = {}
     for x in topo.sites:
         for y in topo.sites:
@@ -346,7 +415,7 @@ def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], Tunne
         "tun:",
         "  enabled: true",
         f"  name: {TUN_NAME}",
-        f"  mtu: {TUN_MTU_BYTES}",
+        f"  mtu: {options.tun_mtu}",
         "  routes: [" + ", ".join(f"{p.tunnel_addr}/32" for p in peers) + "]",
     ]
     if options.backend == "dpdk":
@@ -384,5 +453,6 @@ def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], Tunne
         ]
         if options.shaper_rate:
             lines.append(f"    shaper_rate: {options.shaper_rate}")
-        lines.append(f"    match: {{dst: [{peer.tunnel_addr}/32]}}")
+        lines.append(f"    match: {{dst: [{peer.tunnel_addr}/32], src: [{site.tunnel_addr}/32]}}")
+        lines += auth_lines(options, plan.id)
     return "\n".join(lines) + "\n"

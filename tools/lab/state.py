@@ -84,10 +84,13 @@ def remove_runtime_files() -> None:
     """Everything but the logs, which stay for post-mortems until the next `up`."""
     if not RUN_DIR.is_dir():
         return
-    for pattern in ("state.json", "*.pid", "*.sock", ".state-*", "agent-*.db*"):
+    for pattern in ("state.json", "*.pid", "*.sock", ".state-*", "agent-*.db*",
+                    "keys/tunnel-*.key"):
         for f in RUN_DIR.glob(pattern):
             with contextlib.suppress(OSError):
                 f.unlink()
+    with contextlib.suppress(OSError):
+        (RUN_DIR / "keys").rmdir()
 
 
 def remove_logs() -> None:

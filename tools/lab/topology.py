@@ -4,6 +4,8 @@ Plan (site index i = 1..4 for a..d; WAN path k = 1..2 between sites i < j):
 
   site host namespace   dwtb-X-host   veth dwtb-X-h   10.10.i.2/24 best effort
                                                       10.20.i.2/32 tunnel address
+                                                      10.20.i.3/32 a co-tenant's tunnel
+                                                      address (another job on the site)
   site gateway          dwtb-X-gw     veth dwtb-X-g   10.10.i.1/24 (host LAN)
                                       veth dwtb-XYk-X 10.(100+k).(10i+j).{1|2}/30 (WAN path k)
   WAN path k of pair XY dwtb-wan-XY-k veths dwtb-XYk-wX, dwtb-XYk-wY, no IP; detwan-wanem
@@ -85,6 +87,13 @@ class Site:
     @property
     def tunnel_addr(self) -> str:
         return f"{TUNNEL_NET}.{self.index}.2"
+
+    # A second host address in the site's tunnel prefix, on the same host namespace: another
+    # job's (a co-tenant of the site), for the tests that a tunnel carries only its tenant. No
+    # static tunnel carries it; with --agents a reservation may name it (src/dst_prefixes).
+    @property
+    def cotenant_addr(self) -> str:
+        return f"{TUNNEL_NET}.{self.index}.3"
 
     # The cross host: another machine of the site that sends and receives real cross traffic
     # (tools/lab/cross.py), so it competes on the WAN without running in the ranks' hosts.

@@ -45,8 +45,9 @@ TEST_F(AgentFixture, AnEncryptedReservationProgramsOneKeyOnBothGatewaysAndNeverS
   EXPECT_EQ(boost::json::serialize(view).find("secret"), std::string::npos);
   // The sender's MTU leaves room for the tag.
   EXPECT_EQ(view.at("tunnel").at("mtu_bytes").to_number<uint64_t>(), 1500u - 68 - 16);
-  // An unencrypted reservation carries no auth.
+  // An unencrypted reservation (asked for by name) carries no auth.
   auto plain = request("a", "c", 1'000'000, 600 * kSecond, 7);
+  plain.spec.encrypt = "none";
   plain.provision = true;
   const json p = reserve_ok(plain);
   agent->reconcile_now();
@@ -56,6 +57,47 @@ TEST_F(AgentFixture, AnEncryptedReservationProgramsOneKeyOnBothGatewaysAndNeverS
   struct stat st {};
   ASSERT_EQ(::stat(journal.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(AgentFixture, AReservationThatNamesNoCipherIsEncryptedWithAes256Gcm) {
+  // A request as the API parses it when "encrypt" is absent (requests_test checks the parse).
+  auto r = request("a", "b", 20'000'000);
+  r.provision = true;
+  const json reserved = reserve_ok(r);
+  agent->reconcile_now();
+  EXPECT_EQ(reserved.at("encrypt").as_string(), "aes-256-gcm");
+  EXPECT_EQ(reserved.at("spec").at("encrypt").as_string(), "aes-256-gcm");
+  EXPECT_TRUE(reserved.at("warnings").as_array().empty());
+  EXPECT_EQ(reserved.at("tunnel_keys").at("keys").as_array().size(), 1u);
+  const auto tunnel_id = static_cast<uint32_t>(reserved.at("tunnel_id").to_number<uint64_t>());
+  for (const char* gw : {"/fake/gw-a", "/fake/gw-b"}) {
+    const json on = tunnel_on(gw, tunnel_id);
+    ASSERT_TRUE(on.contains("auth")) << gw;
+    EXPECT_EQ(on.at("auth").at("cipher").as_string(), "aes-256-gcm") << gw;
+  }
+}
+
+TEST_F(AgentFixture, AnUnencryptedReservationSaysSoInEveryAnswer) {
+  auto r = request("a", "b", 20'000'000);
+  r.spec.encrypt = "none";
+  r.provision = true;
+  const json reserved = reserve_ok(r);
+  agent->reconcile_now();
+  const std::string id = id_of(reserved);
+  for (const json& view : {reserved, *agent->get(id)}) {
+    EXPECT_EQ(view.at("encrypt").as_string(), "none");
+    const auto& warnings = view.at("warnings").as_array();
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_EQ(warnings[0].at("code").as_string(), "unencrypted");
+    const std::string message(warnings[0].at("message").as_string());
+    EXPECT_NE(message.find(id), std::string::npos) << message;
+    EXPECT_NE(message.find("\"encrypt\": \"none\""), std::string::npos) << message;
+  }
+  EXPECT_TRUE(reserved.at("tunnel_keys").at("keys").as_array().empty());
+  const auto tunnel_id = static_cast<uint32_t>(reserved.at("tunnel_id").to_number<uint64_t>());
+  EXPECT_EQ(auth_of(tunnel_on("/fake/gw-a", tunnel_id)), "");
+  // Without the tag, the sender's MTU is the link's less the encapsulation only.
+  EXPECT_EQ(reserved.at("tunnel").at("mtu_bytes").to_number<uint64_t>(), 1500u - 68);
 }
 
 TEST_F(AgentFixture, ARestartedAgentKeepsTheKey) {
@@ -133,6 +175,7 @@ TEST_F(AgentFixture, RotationStepsOnlyWhenBothGatewaysHaveThePreviousStep) {
   EXPECT_TRUE(active(id));
   // Not encrypted: nothing to rotate.
   auto plain = request("a", "c", 1'000'000, 600 * kSecond, 7);
+  plain.spec.encrypt = "none";
   const auto refused = agent->rotate_key(id_of(reserve_ok(plain)));
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().code, "not_encrypted");

@@ -3,6 +3,7 @@
 // time out, advance and asap reservations, modify, and the refusals.
 #include <thread>
 
+#include "control/gateway/tunnel_spec.h"
 #include "dataplane/wire/header.h"
 #include "tests/control/agent/agent_test_util.h"
 
@@ -56,8 +57,11 @@ TEST_F(AgentFixture, ProvisionedReservationProgramsBothGatewaysAndReleaseRemoves
   EXPECT_EQ(on_b.at("peer").as_string(), "a");
   EXPECT_EQ(on_a.at("owner").as_string(), "agent:lab");
   EXPECT_EQ(on_a.at("rate_bps").to_number<uint64_t>(), 50'000'000u);
-  EXPECT_EQ(boost::json::serialize(on_a.at("match")), R"({"dst":["10.20.2.0/24"]})");
-  EXPECT_EQ(boost::json::serialize(on_b.at("match")), R"({"dst":["10.20.1.0/24"]})");
+  // Each end sends to the far site's prefixes, from its own (the reservation's tenant).
+  EXPECT_EQ(boost::json::serialize(on_a.at("match")),
+            R"({"dst":["10.20.2.0/24"],"src":["10.20.1.0/24"]})");
+  EXPECT_EQ(boost::json::serialize(on_b.at("match")),
+            R"({"dst":["10.20.1.0/24"],"src":["10.20.2.0/24"]})");
   // The slots the reservation reports are the ones each gateway got.
   const auto& ends = reserved.at("paths").as_array()[0].as_object().at("ends").as_array();
   EXPECT_EQ(boost::json::serialize(on_a.at("slots")),
@@ -67,12 +71,16 @@ TEST_F(AgentFixture, ProvisionedReservationProgramsBothGatewaysAndReleaseRemoves
   // The path is the direct link (5 ms), not the 40 ms detour through r.
   EXPECT_EQ(boost::json::serialize(reserved.at("path")), R"(["a","b"])");
   // What a sender into the tunnel must fit and pace with: the link MTU less the gateway's
-  // encapsulation (the dataplane's own figure), and that + Ethernet per frame.
+  // encapsulation (the dataplane's own figure) and the AEAD tag (encrypted by default), and
+  // that + Ethernet per frame.
   const json& tunnel = reserved.at("tunnel").as_object();
+  EXPECT_EQ(reserved.at("encrypt").as_string(), "aes-256-gcm");
   EXPECT_EQ(tunnel.at("mtu_bytes").to_number<uint64_t>(),
-            1500 - dataplane::wire::encap_overhead_bytes(dataplane::wire::IpVersion::kV4));
+            1500 - dataplane::wire::encap_overhead_bytes(dataplane::wire::IpVersion::kV4) -
+                control::gateway::kAeadTagBytes);
   EXPECT_EQ(tunnel.at("frame_overhead_bytes").to_number<uint64_t>(),
-            dataplane::wire::encap_overhead_bytes(dataplane::wire::IpVersion::kV4) + 18);
+            dataplane::wire::encap_overhead_bytes(dataplane::wire::IpVersion::kV4) +
+                control::gateway::kAeadTagBytes + 18);
 
   const auto released = agent->release(id);
   ASSERT_TRUE(released.has_value());
@@ -281,6 +289,72 @@ TEST_F(AgentFixture, SecondReservationBetweenTheSameSitesAtTheSameTimeIsAPrefixC
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().field, "dst_prefixes");
   EXPECT_NE(refused.error().message.find("10.20.2.0/24"), std::string::npos);
+}
+
+// Two jobs between the same sites on different hosts, to the same far host: both admitted,
+// each gateway tunnel bound to its own job's host, so neither can use the other's rate.
+TEST_F(AgentFixture, TwoJobsOnDifferentHostsToOneDestinationGetATunnelEach) {
+  auto job1 = request("a", "b", 10'000'000, 600 * kSecond, 5);
+  auto job2 = request("a", "b", 10'000'000, 600 * kSecond, 6);
+  job2.spec.dst_prefixes = job1.spec.dst_prefixes;  // the same far host 10.20.2.5
+  job1.provision = job2.provision = true;
+  const json r1 = reserve_ok(job1);
+  const json r2 = reserve_ok(job2);
+  agent->reconcile_now();
+  ASSERT_TRUE(active(id_of(r1)) && active(id_of(r2)));
+  for (const auto& [r, host] : {std::pair{&r1, 5}, std::pair{&r2, 6}}) {
+    const auto tunnel = static_cast<uint32_t>(r->at("tunnel_id").to_number<uint64_t>());
+    const json on_a = tunnel_on("/fake/gw-a", tunnel);
+    const json on_b = tunnel_on("/fake/gw-b", tunnel);
+    EXPECT_EQ(boost::json::serialize(on_a.at("match")),
+              fmt::format(R"({{"dst":["10.20.2.5/32"],"src":["10.20.1.{}/32"]}})", host));
+    EXPECT_EQ(boost::json::serialize(on_b.at("match")),
+              fmt::format(R"({{"dst":["10.20.1.{}/32"],"src":["10.20.2.5/32"]}})", host));
+  }
+  // The same hosts again would be the same traffic: refused.
+  auto twice = request("a", "b", 1'000'000, 600 * kSecond, 6);
+  twice.spec.dst_prefixes = job1.spec.dst_prefixes;
+  const auto refused = agent->reserve(twice);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, "prefix_conflict");
+  EXPECT_NE(refused.error().message.find(id_of(r2)), std::string::npos);
+}
+
+// The reconciler's comparison of a gateway's tunnel with the wanted one covers the tenant: a
+// tunnel whose match.src differs (or is missing) is re-programmed.
+TEST(TunnelSpec, MatchesComparesTheSources) {
+  gateway::TunnelSpec spec;
+  spec.id = 7;
+  spec.peer = "b";
+  spec.owner = "agent:lab";
+  spec.rate_bps = 1'000'000;
+  spec.slots = {0, 1};
+  spec.burst_bytes = 3000;
+  spec.match_dst = {"10.20.2.5/32"};
+  spec.match_src = {"10.20.1.5/32"};
+  const json request = spec.to_request();
+  EXPECT_EQ(boost::json::serialize(request.at("match")),
+            R"({"dst":["10.20.2.5/32"],"src":["10.20.1.5/32"]})");
+  // As detwan-gw shows it (tunnels JSON: every match key, numbers in base units).
+  json shown{{"id", 7},
+             {"peer", "b"},
+             {"owner", "agent:lab"},
+             {"rate_bps", 1'000'000},
+             {"burst_bytes", 3000},
+             {"bound_ns", 0},
+             {"max_hold_ns", 1'000'000'000},
+             {"dscp", 46},
+             {"slots", boost::json::array{1, 0}},
+             {"match", boost::json::parse(
+                           R"({"dst":["10.20.2.5/32"],"src":["10.20.1.5/32"],"udp_ports":[]})")}};
+  std::string difference;
+  EXPECT_TRUE(spec.matches(shown, &difference)) << difference;
+  shown["match"] = boost::json::parse(R"({"dst":["10.20.2.5/32"],"src":[],"udp_ports":[]})");
+  EXPECT_FALSE(spec.matches(shown, &difference));
+  EXPECT_EQ(difference, "match.src");
+  spec.match_src.clear();  // a spec without a tenant matches a tunnel without one
+  EXPECT_TRUE(spec.matches(shown, &difference)) << difference;
+  EXPECT_FALSE(spec.to_request().at("match").as_object().contains("src"));
 }
 
 TEST_F(AgentFixture, ModifyChangesRateAndEndInServiceOrChangesNothing) {

@@ -60,6 +60,8 @@ TEST(ParseReserve, DefaultsOfAMinimalBody) {
   EXPECT_EQ(r->hold_timeout_ns, 0);
   EXPECT_FALSE(r->commit);
   EXPECT_TRUE(r->client_request_id.empty());
+  // Secure by default: no "encrypt" is an encrypted, authenticated tunnel.
+  EXPECT_EQ(r->spec.encrypt, "aes-256-gcm");
   // asap with a duration.
   const auto asap = parse_reserve(
       R"({"src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000,"asap":true})");
@@ -94,6 +96,23 @@ TEST(ParseReserve, ProtectOnePlusOneImpliesTwoPathsAndOtherValuesAreRefused) {
                  "\"none\" or \"1+1\"");
   expect_refused(parse_reserve("{" + base + R"(,"protect":"1+1","paths":1})"), "invalid_field",
                  "paths", "2 disjoint paths");
+}
+
+TEST(ParseReserve, EncryptNamesACipherOrNoneByName) {
+  const std::string base = R"("src":"a","dst":"b","min_bandwidth_bps":1000,"duration_ns":1000000)";
+  for (const std::string cipher : {"aes-256-gcm", "chacha20-poly1305", "none"}) {
+    const auto r = parse_reserve("{" + base + R"(,"encrypt":")" + cipher + "\"}");
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    EXPECT_EQ(r->spec.encrypt, cipher);
+  }
+  // null is the same as absent: the default, never "none".
+  const auto null = parse_reserve("{" + base + R"(,"encrypt":null})");
+  ASSERT_TRUE(null.has_value()) << null.error().message;
+  EXPECT_EQ(null->spec.encrypt, "aes-256-gcm");
+  expect_refused(parse_reserve("{" + base + R"(,"encrypt":"aes-128-gcm"})"), "invalid_field",
+                 "encrypt", "\"none\"");
+  expect_refused(parse_reserve("{" + base + R"(,"encrypt":""})"), "invalid_field", "encrypt",
+                 "\"aes-256-gcm\"");
 }
 
 TEST(ParseReserve, UnknownFieldIsNamedWithTheAllowedOnes) {

@@ -130,6 +130,7 @@ void expect_reservation_eq(const Reservation& a, const Reservation& b) {
   EXPECT_EQ(a.spec.max_latency_variation_ns, b.spec.max_latency_variation_ns);
   EXPECT_EQ(a.spec.max_loss, b.spec.max_loss);
   EXPECT_EQ(a.spec.paths, b.spec.paths);
+  EXPECT_EQ(a.spec.encrypt, b.spec.encrypt);
   EXPECT_EQ(a.spec.asap, b.spec.asap);
   EXPECT_EQ(a.spec.start_ns, b.spec.start_ns);
   EXPECT_EQ(a.spec.end_ns, b.spec.end_ns);
@@ -252,6 +253,22 @@ void expect_refused(const json::object& o, const std::vector<std::string>& words
     EXPECT_NE(r.error().message.find(w), std::string::npos)
         << "'" << w << "' not in: " << r.error().message;
   }
+}
+
+TEST(ReservationJson, AJournalFromBeforeEncryptionKeepsItsUnencryptedTunnel) {
+  // Secure by default applies to new requests; a reservation journaled without "encrypt" was
+  // admitted unencrypted and is read back as it was.
+  const auto old = from_json(without({"spec", "encrypt"}));
+  ASSERT_TRUE(old.has_value()) << old.error().message;
+  EXPECT_EQ(old->spec.encrypt, "none");
+  for (const char* cipher : {"none", "aes-256-gcm", "chacha20-poly1305"}) {
+    const auto back = from_json(with({"spec", "encrypt"}, json::string(cipher)));
+    ASSERT_TRUE(back.has_value()) << back.error().message;
+    EXPECT_EQ(back->spec.encrypt, cipher);
+  }
+  expect_refused(with({"spec", "encrypt"}, json::string("rot13")), {"encrypt", "cipher"});
+  // What a new reservation gets when nothing names a cipher.
+  EXPECT_EQ(Reservation{}.spec.encrypt, "aes-256-gcm");
 }
 
 TEST(ReservationJson, MissingFieldsAreNamed) {

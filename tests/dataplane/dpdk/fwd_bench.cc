@@ -22,6 +22,7 @@
 
 #include "common/clock.h"
 #include "dataplane/dpdk/gateway.h"
+#include "dataplane/gw/classify.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/wire/header.h"
 #include "tests/dataplane/dpdk/dpdk_test_util.h"
@@ -47,19 +48,23 @@ struct Options {
   uint32_t tunnels = 64;        // sharded mode
   bool dispatch = false;        // sharded mode: every packet enters on queue 0
   uint32_t ports = 1;           // sharded mode: WAN ports
+  // The tunnel bound to its tenants at both ends (match.src: the hosts' /24s): the source
+  // lookup at A's classifier and the egress check at B run per packet.
+  bool match_src = false;
 };
 
 int usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: dataplane_dpdk_fwd_bench [--seconds S] [--packets N] "
                "[--payload-bytes B] [--wan-devices A,B] "
-               "[--cipher none|aes-256-gcm|chacha20-poly1305] "
+               "[--cipher none|aes-256-gcm|chacha20-poly1305] [--match-src yes] "
                "[--shards N [--tunnels T] [--wan-ports P] [--dispatch yes]] [-- EAL args...]\n",
                why);
   return 2;
 }
 
-gw::GatewayConfig bench_config(bool is_a, const std::string& device, const std::string& cipher) {
+gw::GatewayConfig bench_config(bool is_a, const std::string& device, const std::string& cipher,
+                               bool match_src) {
   gw::GatewayConfig config = pair_config(is_a, device);
   config.dpdk.mbuf_count = 4095;
   config.batch = 32;
@@ -71,6 +76,7 @@ gw::GatewayConfig bench_config(bool is_a, const std::string& device, const std::
   tunnel.queue_frames = 4096;
   tunnel.slots.clear();
   for (uint32_t slot = 0; slot < 100; ++slot) tunnel.slots.push_back(slot);  // endless window
+  if (match_src) tunnel.src_prefixes = {prefix(is_a ? "10.20.1.0/24" : "10.20.2.0/24")};
   if (cipher != "none") {
     gw::TunnelAuth auth;
     auth.cipher = *detwan::dataplane::aead::cipher_from_string(cipher);
@@ -134,10 +140,48 @@ std::string micro_costs(uint32_t payload_bytes) {
   const double decode = cycles_per_call(kRounds, [&](uint32_t) {
     sink = sink + wire::decode(std::span<const std::byte>(frame).subspan(42)).value().header.sequence;
   });
+  // The classifier with 64 tunnels of one /32 each, any source or each bound to its tenant's
+  // /32 (docs/gateway.md, "match"), over packets to all 64; and the egress check.
+  std::vector<gw::TunnelConfig> any(64), bound(64);
+  for (uint32_t t = 0; t < 64; ++t) {
+    any[t].id = bound[t].id = t + 1;
+    any[t].dst_prefixes = {prefix(fmt::format("10.20.2.{}/32", t + 1).c_str())};
+    bound[t].dst_prefixes = any[t].dst_prefixes;
+    bound[t].src_prefixes = {prefix(fmt::format("10.20.1.{}/32", t + 1).c_str())};
+  }
+  const auto any_classifier = gw::Classifier::create(any).value();
+  const auto bound_classifier = gw::Classifier::create(bound).value();
+  std::vector<gw::IpInfo> packets(64);
+  for (uint32_t t = 0; t < 64; ++t) {
+    const auto datagram =
+        host_frame(fmt::format("10.20.1.{}:5000", t + 1).c_str(),
+                   fmt::format("10.20.2.{}:6000", t + 1).c_str(), kHostMacA, payload_bytes, t);
+    (void)gw::parse_ip(std::span<const std::byte>(datagram).subspan(dpdk::kEtherHeaderBytes),
+                       &packets[t]);
+  }
+  const double classify_any = cycles_per_call(kRounds, [&](uint32_t i) {
+    sink = sink + any_classifier.classify(packets[i % 64]).tunnel_index;
+  });
+  const double classify_bound = cycles_per_call(kRounds, [&](uint32_t i) {
+    sink = sink + bound_classifier.classify(packets[i % 64]).tunnel_index;
+  });
+  gw::TunnelConfig egress;  // site b's view of tunnel 1
+  egress.dst_prefixes = {prefix("10.20.1.1/32")};
+  egress.src_prefixes = {prefix("10.20.2.1/32")};
+  const auto inner_frame =
+      host_frame("10.20.1.1:5000", "10.20.2.1:6000", kHostMacA, payload_bytes, 0);
+  const auto inner_ip = std::span<const std::byte>(inner_frame).subspan(dpdk::kEtherHeaderBytes);
+  const double egress_check = cycles_per_call(kRounds, [&](uint32_t) {
+    sink = sink +
+           static_cast<uint64_t>(gw::inner_verdict(egress, wire::DataType::kIpv4, inner_ip, false));
+  });
   return fmt::format(
       R"({{"frame_bytes":{},"encode_header":{:.1f},"build_outer_with_checksums":{:.1f},)"
-      R"("parse_outer_sw_checksums":{:.1f},"parse_outer_offloaded":{:.1f},"decode_header":{:.1f}}})",
-      frame.size(), encode, build, parse, parse_offloaded, decode);
+      R"("parse_outer_sw_checksums":{:.1f},"parse_outer_offloaded":{:.1f},"decode_header":{:.1f},)"
+      R"("classify_64_tunnels_any_source":{:.1f},"classify_64_tunnels_tenant_bound":{:.1f},)"
+      R"("egress_tenant_check":{:.1f}}})",
+      frame.size(), encode, build, parse, parse_offloaded, decode, classify_any, classify_bound,
+      egress_check);
 }
 
 int run_bench(const Options& options) {
@@ -159,10 +203,10 @@ int run_bench(const Options& options) {
     std::fprintf(stderr, "rte_eth_from_rings failed\n");
     return 1;
   }
-  const gw::GatewayConfig config_a =
-      bench_config(true, ring_wan ? "net_ring_benchWanA" : options.wan_a, options.cipher);
-  const gw::GatewayConfig config_b =
-      bench_config(false, ring_wan ? "net_ring_benchWanB" : options.wan_b, options.cipher);
+  const gw::GatewayConfig config_a = bench_config(
+      true, ring_wan ? "net_ring_benchWanA" : options.wan_a, options.cipher, options.match_src);
+  const gw::GatewayConfig config_b = bench_config(
+      false, ring_wan ? "net_ring_benchWanB" : options.wan_b, options.cipher, options.match_src);
   const detwan::common::TscClock tsc;
   const int64_t tai_offset_ns = detwan::common::TaiClock().now_ns() - tsc.now_ns();
   const int64_t start_ns = tsc.now_ns() + tai_offset_ns;
@@ -222,19 +266,19 @@ int run_bench(const Options& options) {
     return static_cast<double>((a1.*field - a0.*field) + (b1.*field - b0.*field)) / per;
   };
   std::printf(
-      R"({"cipher":"%s","seconds":%.3f,"packets_circulating":%u,"inner_frame_bytes":%u,"delivered":%lu,)"
+      R"({"cipher":"%s","match_src":%s,"seconds":%.3f,"packets_circulating":%u,"inner_frame_bytes":%u,"delivered":%lu,)"
       R"("traversals_pps":%.0f,"gateway_forwards_pps":%.0f,"tsc_hz":%lu,)"
       R"("cycles_per_traversal":%.1f,"phase_cycles_per_traversal":{"wan_rx":%.1f,)"
       R"("local_rx":%.1f,"control":%.1f,"transmit":%.1f,"release":%.1f},)"
       R"("tx_failed":%lu,"micro_cycles":%s,"engine_a":%s,"engine_b":%s})"
       "\n",
-      options.cipher.c_str(), elapsed_s, options.packets, dpdk::outer_header_bytes(false) + options.payload_bytes,
+      options.cipher.c_str(), options.match_src ? "true" : "false", elapsed_s, options.packets,
+      dpdk::outer_header_bytes(false) + options.payload_bytes,
       static_cast<unsigned long>(delivered), static_cast<double>(delivered) / elapsed_s,
       2.0 * static_cast<double>(delivered) / elapsed_s, static_cast<unsigned long>(hz),
       static_cast<double>(t - t0) / per, phase(&dpdk::BackendCounters::cycles_wan_rx),
       phase(&dpdk::BackendCounters::cycles_local_rx), phase(&dpdk::BackendCounters::cycles_control),
-      phase(&dpdk::BackendCounters::cycles_transmit),
-      phase(&dpdk::BackendCounters::cycles_release),
+      phase(&dpdk::BackendCounters::cycles_transmit), phase(&dpdk::BackendCounters::cycles_release),
       static_cast<unsigned long>(a1.tx_failed + b1.tx_failed),
       micro_costs(options.payload_bytes).c_str(), (*engine_a)->stats_json(end_ns).c_str(),
       (*engine_b)->stats_json(end_ns).c_str());
@@ -274,6 +318,8 @@ int main(int argc, char** argv) {
         options.ports = static_cast<uint32_t>(std::stoul(value));
       } else if (arg == "--dispatch") {
         options.dispatch = value == "yes";
+      } else if (arg == "--match-src") {
+        options.match_src = value == "yes";
       } else if (arg == "--wan-devices") {
         const auto comma = value.find(',');
         if (comma == std::string::npos) return usage("--wan-devices takes A,B");

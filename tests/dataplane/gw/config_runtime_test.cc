@@ -80,8 +80,8 @@ TEST_F(ConfigRuntime, MalformedItemsNameTheItemAndTheField) {
                        "add[0] (tunnel 1001)"),
             "add[0] (tunnel 1001): field 'colour': unknown key 'colour' (allowed: id, peer, "
             "owner, rate, slots, burst, over_rate, shaper_rate, queue, max_wait, missed_slot, "
-            "bound, late, max_hold, playout_capacity, dscp, replay_window, match, service, protection, "
-      "auth)");
+            "bound, late, max_hold, playout_capacity, dscp, replay_window, match, foreign_source, "
+            "service, protection, auth)");
   EXPECT_THAT(item_error(R"({"id":1001,"peer":"site-b","auth":"none","rate":"4gbt","slots":"50"})",
                          "modify[2] (tunnel 1001)"),
               HasSubstr("modify[2] (tunnel 1001): field 'rate': "));

@@ -2,8 +2,6 @@
 // example file, and the derived helpers. Validation rules are in config_validate_test.cc.
 #include "dataplane/gw/config.h"
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +16,7 @@
 namespace detwan::dataplane::gw {
 namespace {
 
+namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::kBase;
@@ -344,6 +343,18 @@ TEST(ConfigDescribe, SpellsOutDefaultsAndDerivedValues) {
   EXPECT_THAT(text, HasSubstr("delivered at tx timestamp + 5ms"));
 }
 
+TEST(ConfigDescribe, RoundTripsTenantSourcesAndTheForeignSourcePolicy) {
+  const GatewayConfig config =
+      load_ok(with_line(30,
+                        "    match: {dst: [10.20.2.0/24], src: [10.20.1.5/32, 10.20.1.64/26]}\n"
+                        "    foreign_source: best-effort"));
+  const std::string text = describe(config);
+  EXPECT_THAT(text, HasSubstr("      src: [\"10.20.1.5/32\", \"10.20.1.64/26\"]\n"));
+  EXPECT_THAT(text, HasSubstr("    foreign_source: best-effort\n"));
+  EXPECT_THAT(text, HasSubstr("      src: []  # any source\n"));  // tunnel 9
+  EXPECT_EQ(round_trip(config), config);
+}
+
 TEST(ConfigDescribe, IsAFixedPoint) {
   const GatewayConfig config = load_ok(std::string(kBase));
   const std::string once = describe(config);
@@ -357,25 +368,33 @@ std::string example_path() {
   return std::string(root != nullptr ? root : ".") + "/docs/examples/gateway.yaml";
 }
 
-// The example's tunnels read their secrets from /etc/detwan/keys: the test writes three keys
-// into a directory of its own (mode 0600) and loads the example with that directory instead.
+// The example's tunnels name their keys in /etc/detwan/keys/ (as an operator would): loaded
+// with that directory replaced by one holding fresh keys, readable by this user only.
 TEST(ConfigExample, DocsExampleLoadsAndRoundTrips) {
   std::ifstream in(example_path());
   ASSERT_TRUE(in) << example_path();
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::filesystem::path keys =
-      std::filesystem::temp_directory_path() / ("detwan-example-keys-" + std::to_string(getpid()));
-  std::filesystem::create_directories(keys);
-  for (const char* name : {"tunnel-7.key", "tunnel-8.key", "tunnel-9.key"}) {
-    std::ofstream(keys / name) << std::string(64, name[7]) << "\n";
-    std::filesystem::permissions(keys / name, std::filesystem::perms::owner_read |
-                                                  std::filesystem::perms::owner_write);
+  const fs::path keys = fs::path(::testing::TempDir()) / "detwan-example-keys";
+  fs::create_directories(keys);
+  fs::permissions(keys, fs::perms::owner_all, fs::perm_options::replace);
+  for (const char* tunnel : {"7", "8", "9"}) {
+    const fs::path key = keys / (std::string("tunnel-") + tunnel + ".key");
+    std::ofstream(key) << std::string(64, tunnel[0]) << "\n";
+    fs::permissions(key, fs::perms::owner_read | fs::perms::owner_write,
+                    fs::perm_options::replace);
   }
-  for (std::size_t at = 0; (at = text.find("/etc/detwan/keys", at)) != std::string::npos;) {
-    text.replace(at, 16, keys.string());
+  const std::string operator_dir = "secret_file: /etc/detwan/keys";
+  const std::string test_dir = "secret_file: " + keys.string();
+  size_t replaced = 0;
+  for (size_t at = text.find(operator_dir); at != std::string::npos;
+       at = text.find(operator_dir, at + test_dir.size())) {
+    text.replace(at, operator_dir.size(), test_dir);
+    ++replaced;
   }
-  auto config = load_gateway_config_string(text, example_path());
-  std::filesystem::remove_all(keys);
+  EXPECT_EQ(replaced, 3u);  // one key file per tunnel
+  const fs::path copy = keys / "gateway.yaml";
+  std::ofstream(copy) << text;
+  auto config = load_gateway_config(copy.string());
   ASSERT_TRUE(config) << config.error().message;
   EXPECT_EQ(config->wan_ports.size(), 2u);
   EXPECT_EQ(config->peers.size(), 2u);

@@ -338,8 +338,8 @@ TEST(ConfigValidate, OverlappingMatchesNeedDisjointUdpPorts) {
   EXPECT_EQ(load_error(with_line(30, "    match: {dst: [10.20.0.0/16]}")),
             "gw.yaml:37:19: field 'tunnels[1].match.dst[0]': 10.20.3.0/24 of tunnel 9 overlaps "
             "10.20.0.0/16 of tunnel 7 (tunnels[0].match.dst[0]) and tunnel 7 has no udp_ports "
-            "(it matches every packet to the prefix): a packet could match both; give them "
-            "disjoint udp_ports");
+            "(it matches every packet to the prefix); tunnel 9 has no match.src (any source): a "
+            "packet could match both; give them disjoint udp_ports or disjoint match.src");
   EXPECT_THAT(load_error(with_line(30, "    match: {dst: [10.20.3.0/24], udp_ports: [5210-5300]}")),
               HasSubstr("10.20.3.0/24 of tunnel 9 overlaps 10.20.3.0/24 of tunnel 7 "
                         "(tunnels[0].match.dst[0]) and their UDP ports 5201-5210 and 5210-5300 "
@@ -347,6 +347,64 @@ TEST(ConfigValidate, OverlappingMatchesNeedDisjointUdpPorts) {
   const GatewayConfig disjoint =
       load_ok(with_line(30, "    match: {dst: [10.20.0.0/16], udp_ports: [5000-5200, 5211]}"));
   EXPECT_EQ(disjoint.tunnels[0].udp_ports.size(), 2u);
+}
+
+// A tunnel carries only its tenant: match.src, and what to do with the others (foreign_source).
+TEST(ConfigValidate, MatchSourcesNameTheTenant) {
+  const GatewayConfig c =
+      load_ok(with_line(30,
+                        "    match: {dst: [10.20.2.0/24, \"fd20:2::/64\"], src: [10.20.1.5/32, "
+                        "10.20.1.128/25, \"fd20:1::5/128\"]}\n    foreign_source: best-effort"));
+  ASSERT_EQ(c.tunnels[0].src_prefixes.size(), 3u);
+  EXPECT_EQ(format_prefix(c.tunnels[0].src_prefixes[1]), "10.20.1.128/25");
+  EXPECT_TRUE(c.tunnels[0].src_prefixes[2].ipv6);
+  EXPECT_EQ(c.tunnels[0].foreign_source, ForeignSource::kBestEffort);
+  EXPECT_TRUE(c.tunnels[1].src_prefixes.empty());                // any source
+  EXPECT_EQ(c.tunnels[1].foreign_source, ForeignSource::kDrop);  // the default
+  // Errors name the field.
+  EXPECT_THAT(load_error(with_line(30, "    match: {src: [10.20.1.5/32]}")),
+              HasSubstr("field 'tunnels[0].match.src': src narrows match.dst, which is empty"));
+  EXPECT_THAT(load_error(with_line(30, "    match: {dst: [10.20.2.0/24], src: [10.20.1.5/24]}")),
+              HasSubstr("field 'tunnels[0].match.src[0]': '10.20.1.5/24': host bits are set"));
+  EXPECT_THAT(load_error(with_line(30,
+                                   "    match: {dst: [10.20.2.0/24], src: [10.20.1.5/32, "
+                                   "10.20.1.5/32]}")),
+              HasSubstr("field 'tunnels[0].match.src[1]'"));
+  EXPECT_THAT(load_error(with_line(30, "    match: {dst: [10.20.2.0/24], src: [\"fd20:1::/64\"]}")),
+              HasSubstr("field 'tunnels[0].match.src': match.dst has IPv4 prefixes but match.src "
+                        "has none: every IPv4 packet would be foreign"));
+  EXPECT_THAT(
+      load_error(with_line(30,
+                           "    match: {dst: [10.20.2.0/24], src: [10.20.1.0/24, "
+                           "\"fd20:1::/64\"]}")),
+      HasSubstr("field 'tunnels[0].match.src': match.src has IPv6 prefixes but match.dst has "
+                "none: they would never match"));
+  EXPECT_THAT(load_error(with_line(30,
+                                   "    match: {dst: [10.20.2.0/24]}\n    foreign_source: "
+                                   "forward")),
+              HasSubstr("field 'tunnels[0].foreign_source': 'forward' is not one of: drop, "
+                        "best-effort"));
+  // Best effort needs unreserved slots on the port, as over_rate best-effort does.
+  EXPECT_THAT(load_error(replace_line(with_line(34, "    slots: 12-99"), 35,
+                                      "    foreign_source: best-effort")),
+              HasSubstr("field 'tunnels[1].foreign_source': foreign_source best-effort needs "
+                        "unreserved slots"));
+}
+
+TEST(ConfigValidate, TwoTenantsMayShareADestinationWithDisjointSources) {
+  // Tunnel 9 to tunnel 7's prefix, from other hosts: each packet still matches one tunnel.
+  const std::string two =
+      replace_line(with_line(30, "    match: {dst: [10.20.2.0/24], src: [10.20.1.0/25]}"), 36,
+                   "    match: {dst: [10.20.2.0/24], src: [10.20.1.128/25]}");
+  const GatewayConfig c = load_ok(two);
+  EXPECT_EQ(c.tunnels[1].dst_prefixes, c.tunnels[0].dst_prefixes);
+  // Overlapping sources (or one without match.src: any source) cannot be told apart.
+  EXPECT_THAT(
+      load_error(replace_line(two, 36, "    match: {dst: [10.20.2.0/24], src: [10.20.1.0/24]}")),
+      HasSubstr("their sources 10.20.1.0/24 and 10.20.1.0/25 overlap: a packet could match "
+                "both; give them disjoint udp_ports or disjoint match.src"));
+  EXPECT_THAT(load_error(replace_line(two, 36, "    match: {dst: [10.20.2.0/24]}")),
+              HasSubstr("tunnel 9 has no match.src (any source)"));
 }
 
 TEST(ConfigValidate, UdpPortLists) {

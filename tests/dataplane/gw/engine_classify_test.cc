@@ -1,6 +1,8 @@
-// parse_ip() on hostile input and the Classifier's rules (longest prefix, then port range, then
-// best effort on behalf of the longest matching prefix).
+// parse_ip() on hostile input and the Classifier's rules (longest prefix, then source, then port
+// range, then best effort on behalf of the longest matching prefix, then a foreign source); the
+// egress check of decapsulated packets (inner_verdict).
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -178,12 +180,22 @@ TEST(ParseIp, SurvivesMutationsAndRandomBytes) {
   EXPECT_GT(accepted, 0u);
 }
 
-TunnelConfig tunnel(uint32_t id, std::vector<Prefix> prefixes, std::vector<PortRange> ports = {}) {
+TunnelConfig tunnel(uint32_t id, std::vector<Prefix> prefixes, std::vector<PortRange> ports = {},
+                    std::vector<Prefix> sources = {}) {
   TunnelConfig t;
   t.id = id;
   t.dst_prefixes = std::move(prefixes);
   t.udp_ports = std::move(ports);
+  t.src_prefixes = std::move(sources);
   return t;
+}
+
+IpInfo from(IpInfo ip, uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+  ip.source[0] = a;
+  ip.source[1] = b;
+  ip.source[2] = c;
+  ip.source[3] = d;
+  return ip;
 }
 
 IpInfo v4_to(uint8_t a, uint8_t b, uint8_t c, uint8_t d, std::optional<uint16_t> port) {
@@ -272,8 +284,10 @@ TEST(Classifier, EqualPrefixesKeepConfigurationOrderAndHostBitsAreIgnored) {
 }
 
 // The rule the classifier promises, written as the plain scan it replaced: by decreasing prefix
-// length then configuration order, the first rule whose prefix contains the destination and
-// whose ports match; else best effort for the first containing rule; else no route.
+// length then configuration order, the first rule whose prefix contains the destination, whose
+// sources contain the source and whose ports match; else best effort for the first rule that
+// contains destination and source; else a foreign source for the first that contains the
+// destination; else no route.
 Route reference_route(const std::vector<TunnelConfig>& tunnels, const IpInfo& ip) {
   struct Rule {
     uint32_t index;
@@ -286,16 +300,25 @@ Route reference_route(const std::vector<TunnelConfig>& tunnels, const IpInfo& ip
   std::stable_sort(rules.begin(), rules.end(), [](const Rule& a, const Rule& b) {
     return a.prefix->length > b.prefix->length;
   });
-  const Rule* fallback = nullptr;
-  for (const Rule& rule : rules) {
-    const Prefix& p = *rule.prefix;
-    if (p.ipv6 != ip.ipv6) continue;
-    bool inside = true;
-    for (unsigned bit = 0; bit < p.length && inside; ++bit) {
+  const auto inside = [](const Prefix& p, bool ipv6, const uint8_t* address) {
+    if (p.ipv6 != ipv6) return false;
+    for (unsigned bit = 0; bit < p.length; ++bit) {
       const uint8_t m = static_cast<uint8_t>(0x80u >> (bit % 8));
-      inside = (ip.destination[bit / 8] & m) == (p.address[bit / 8] & m);
+      if ((address[bit / 8] & m) != (p.address[bit / 8] & m)) return false;
     }
-    if (!inside) continue;
+    return true;
+  };
+  const Rule* fallback = nullptr;
+  const Rule* foreign = nullptr;
+  for (const Rule& rule : rules) {
+    if (!inside(*rule.prefix, ip.ipv6, ip.destination)) continue;
+    const auto& sources = tunnels[rule.index].src_prefixes;
+    bool source_ok = sources.empty();
+    for (const Prefix& p : sources) source_ok = source_ok || inside(p, ip.ipv6, ip.source);
+    if (!source_ok) {
+      if (foreign == nullptr) foreign = &rule;
+      continue;
+    }
     const auto& ports = tunnels[rule.index].udp_ports;
     bool port_ok = ports.empty();
     for (const PortRange& r : ports) {
@@ -306,12 +329,14 @@ Route reference_route(const std::vector<TunnelConfig>& tunnels, const IpInfo& ip
     if (fallback == nullptr) fallback = &rule;
   }
   if (fallback != nullptr) return {RouteKind::kBestEffort, fallback->index};
+  if (foreign != nullptr) return {RouteKind::kForeignSource, foreign->index};
   return {};
 }
 
 TEST(Classifier, AgreesWithThePlainScanOnRandomTablesAndPackets) {
   std::mt19937 rng(17);
   auto pick = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
+  std::array<int, 4> seen{};  // by RouteKind
   for (int table = 0; table < 200; ++table) {
     // Few distinct address bytes and lengths so that prefixes overlap and repeat.
     std::vector<TunnelConfig> tunnels;
@@ -328,7 +353,14 @@ TEST(Classifier, AgreesWithThePlainScanOnRandomTablesAndPackets) {
       std::vector<PortRange> ports;
       if (pick(2) == 0)
         ports.push_back({static_cast<uint16_t>(pick(4)), static_cast<uint16_t>(4 + pick(4))});
-      tunnels.push_back(tunnel(t + 1, prefixes, ports));
+      std::vector<Prefix> sources;  // a third of the tunnels carry only some sources
+      for (uint32_t k = 0, n = pick(3) == 0 ? 1 + pick(2) : 0; k < n; ++k) {
+        static constexpr uint8_t kLengths[] = {8, 24, 30, 32};
+        sources.push_back(v4_prefix(10, 50, static_cast<uint8_t>(pick(2)),
+                                    static_cast<uint8_t>(pick(6)), kLengths[pick(4)]));
+        if (pick(4) == 0) sources.back() = v6_prefix(static_cast<uint8_t>(50 + pick(2)), 16);
+      }
+      tunnels.push_back(tunnel(t + 1, prefixes, ports, sources));
     }
     auto c = Classifier::create(tunnels);
     ASSERT_TRUE(c.has_value()) << c.error().describe();
@@ -336,11 +368,15 @@ TEST(Classifier, AgreesWithThePlainScanOnRandomTablesAndPackets) {
       IpInfo ip = v4_to(10, static_cast<uint8_t>(pick(3)), static_cast<uint8_t>(pick(3)),
                         static_cast<uint8_t>(pick(5)),
                         pick(4) == 0 ? std::nullopt : std::optional<uint16_t>(pick(10)));
+      ip = from(ip, 10, 50, static_cast<uint8_t>(pick(2)), static_cast<uint8_t>(pick(6)));
       if (pick(5) == 0) {
         ip.ipv6 = true;
         std::memset(ip.destination, 0, sizeof(ip.destination));
         ip.destination[0] = 0xfd;
         ip.destination[1] = static_cast<uint8_t>(pick(3));
+        std::memset(ip.source, 0, sizeof(ip.source));
+        ip.source[0] = 0xfd;
+        ip.source[1] = static_cast<uint8_t>(50 + pick(2));
       }
       const Route want = reference_route(tunnels, ip);
       const Route got = c->classify(ip);
@@ -348,8 +384,167 @@ TEST(Classifier, AgreesWithThePlainScanOnRandomTablesAndPackets) {
       if (want.kind != RouteKind::kNoRoute) {
         ASSERT_EQ(got.tunnel_index, want.tunnel_index) << "table " << table << " packet " << packet;
       }
+      ++seen[static_cast<std::size_t>(want.kind)];
     }
   }
+  // The tables exercised every outcome.
+  for (std::size_t kind = 0; kind < seen.size(); ++kind) EXPECT_GT(seen[kind], 100) << kind;
+}
+
+TEST(Classifier, SourcesPickTheTenantsTunnelAndOthersAreForeign) {
+  // Two jobs at this site (hosts 10.1.0.5 and 10.1.0.6) each reserved 10.2.0.9; a third job
+  // (10.1.0.0/24 hosts .128-.255) reserved all of 10.2.0.0/16; IPv6 alike.
+  Prefix v6_src = v6_prefix(1, 128);
+  v6_src.address[15] = 5;
+  Prefix v6_dst = v6_prefix(2, 128);
+  v6_dst.address[15] = 9;
+  const std::vector<TunnelConfig> tunnels = {
+      tunnel(1, {v4_prefix(10, 2, 0, 9, 32), v6_dst}, {}, {v4_prefix(10, 1, 0, 5, 32), v6_src}),
+      tunnel(2, {v4_prefix(10, 2, 0, 9, 32)}, {}, {v4_prefix(10, 1, 0, 6, 32)}),
+      tunnel(3, {v4_prefix(10, 2, 0, 0, 16)}, {}, {v4_prefix(10, 1, 0, 128, 25)}),
+  };
+  auto c = Classifier::create(tunnels);
+  ASSERT_TRUE(c.has_value()) << c.error().describe();
+  const auto expect = [&](const IpInfo& ip, RouteKind kind, uint32_t index, const char* what) {
+    const Route r = c->classify(ip);
+    EXPECT_EQ(r.kind, kind) << what;
+    if (kind != RouteKind::kNoRoute) {
+      EXPECT_EQ(r.tunnel_index, index) << what;
+    }
+  };
+  const IpInfo to_9 = v4_to(10, 2, 0, 9, 80);
+  expect(from(to_9, 10, 1, 0, 5), RouteKind::kTunnel, 0, "job 1's host: job 1's tunnel");
+  expect(from(to_9, 10, 1, 0, 6), RouteKind::kTunnel, 1, "job 2's host: job 2's tunnel");
+  expect(from(to_9, 10, 1, 0, 200), RouteKind::kTunnel, 2, "job 3's host: its /16 tunnel");
+  expect(from(to_9, 10, 1, 0, 7), RouteKind::kForeignSource, 0,
+         "a co-tenant: foreign, named by the longest prefix (first in configuration order)");
+  expect(from(v4_to(10, 2, 7, 7, 80), 10, 1, 0, 5), RouteKind::kForeignSource, 2,
+         "job 1's host outside job 1's destination: foreign to the /16");
+  expect(from(v4_to(10, 3, 0, 9, 80), 10, 1, 0, 5), RouteKind::kNoRoute, 0, "no prefix");
+  IpInfo v6;
+  v6.ipv6 = true;
+  std::memcpy(v6.destination, v6_dst.address, 16);
+  std::memcpy(v6.source, v6_src.address, 16);
+  expect(v6, RouteKind::kTunnel, 0, "IPv6 tenant");
+  v6.source[15] = 6;
+  expect(v6, RouteKind::kForeignSource, 0, "IPv6 co-tenant");
+  // The IPv4 source bytes of an IPv6 packet never match an IPv4 source prefix.
+  IpInfo mixed = from(to_9, 10, 1, 0, 5);
+  mixed.ipv6 = true;
+  expect(mixed, RouteKind::kNoRoute, 0, "family mismatch");
+}
+
+TEST(Classifier, APortMissOfTheTenantIsBestEffortNotForeign) {
+  const std::vector<TunnelConfig> tunnels = {
+      tunnel(1, {v4_prefix(10, 2, 0, 0, 16)}, {{5000, 5000}}, {v4_prefix(10, 1, 0, 5, 32)})};
+  auto c = Classifier::create(tunnels);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->classify(from(v4_to(10, 2, 0, 1, 5000), 10, 1, 0, 5)).kind, RouteKind::kTunnel);
+  EXPECT_EQ(c->classify(from(v4_to(10, 2, 0, 1, 6000), 10, 1, 0, 5)).kind, RouteKind::kBestEffort);
+  EXPECT_EQ(c->classify(from(v4_to(10, 2, 0, 1, 5000), 10, 1, 0, 6)).kind,
+            RouteKind::kForeignSource);
+}
+
+TEST(ParseIp, SourcesOfBothFamilies) {
+  Bytes v4 = ipv4_packet(kDst, 5001, 60, {});
+  const auto four = parse(v4);
+  ASSERT_TRUE(four);
+  EXPECT_EQ(four->source[0], 10);  // ipv4_packet's source 10.99.0.1
+  EXPECT_EQ(four->source[1], 99);
+  EXPECT_EQ(four->source[3], 1);
+  EXPECT_EQ(four->source[4], 0);
+  Bytes v6 = ipv6_packet(2, 9, 5002, 80, {});
+  v6[8] = std::byte{0xfd};
+  v6[9] = std::byte{1};
+  v6[23] = std::byte{5};
+  const auto six = parse(v6);
+  ASSERT_TRUE(six);
+  EXPECT_EQ(six->source[0], 0xfd);
+  EXPECT_EQ(six->source[1], 1);
+  EXPECT_EQ(six->source[15], 5);
+  EXPECT_EQ(six->destination[15], 9);
+}
+
+// A decapsulated packet of a tenant-bound tunnel at site b (10.2/16): the far side's tenant is
+// 10.1.0.5 (the tunnel's dst_prefixes here), this side's 10.2.0.9 (src_prefixes).
+TEST(InnerVerdict, OnlyTheTenantsAddressesAreDelivered) {
+  TunnelConfig t = tunnel(1, {v4_prefix(10, 1, 0, 5, 32)}, {}, {v4_prefix(10, 2, 0, 9, 32)});
+  const uint8_t to_tenant[4] = {10, 2, 0, 9};
+  const uint8_t to_other[4] = {10, 2, 0, 10};
+  const auto packet = [](const uint8_t dst[4], uint8_t src_last) {
+    Bytes b = ipv4_packet(dst, 5001, 60, {});
+    const uint8_t src[4] = {10, 1, 0, src_last};
+    for (int i = 0; i < 4; ++i) b[12 + i] = std::byte{src[i]};
+    return b;
+  };
+  const auto verdict = [&](const Bytes& b, bool foreign_ok = false,
+                           wire::DataType type = wire::DataType::kIpv4) {
+    return inner_verdict(t, type, b, foreign_ok);
+  };
+  EXPECT_EQ(verdict(packet(to_tenant, 5)), InnerVerdict::kAllowed);
+  EXPECT_EQ(verdict(packet(to_tenant, 6)), InnerVerdict::kForeignSource);
+  EXPECT_EQ(verdict(packet(to_other, 5)), InnerVerdict::kForeignDestination);
+  // A best-effort packet of a foreign_source best-effort tunnel: any source, still our tenant.
+  EXPECT_EQ(verdict(packet(to_tenant, 6), true), InnerVerdict::kAllowed);
+  EXPECT_EQ(verdict(packet(to_other, 6), true), InnerVerdict::kForeignDestination);
+  // Not an IP packet where one is checked; a service datagram is not checked.
+  EXPECT_EQ(verdict(Bytes(60, std::byte{0x11})), InnerVerdict::kNotIp);
+  EXPECT_EQ(verdict(Bytes(3)), InnerVerdict::kNotIp);
+  EXPECT_EQ(verdict(Bytes(60, std::byte{0x11}), false, wire::DataType::kDatagram),
+            InnerVerdict::kAllowed);
+  // IPv6 against IPv4 prefixes: outside.
+  EXPECT_EQ(verdict(ipv6_packet(2, 9, 5002, 80, {}), false, wire::DataType::kIpv6),
+            InnerVerdict::kForeignDestination);
+  // IPv6 tenants.
+  Prefix far = v6_prefix(1, 64);
+  Prefix near = v6_prefix(2, 120);
+  TunnelConfig t6 = tunnel(2, {far}, {}, {near});
+  Bytes v6 = ipv6_packet(2, 9, 5002, 80, {});
+  v6[8] = std::byte{0xfd};
+  v6[9] = std::byte{1};
+  EXPECT_EQ(inner_verdict(t6, wire::DataType::kIpv6, v6, false), InnerVerdict::kAllowed);
+  v6[9] = std::byte{3};
+  EXPECT_EQ(inner_verdict(t6, wire::DataType::kIpv6, v6, false), InnerVerdict::kForeignSource);
+  // A tunnel without match.src is not tenant-bound: nothing is checked.
+  t.src_prefixes.clear();
+  EXPECT_EQ(verdict(packet(to_other, 6)), InnerVerdict::kAllowed);
+  EXPECT_EQ(verdict(Bytes(60, std::byte{0x11})), InnerVerdict::kAllowed);
+}
+
+// inner_verdict's word-wise prefix test against prefix_contains (config.h) on random prefixes of
+// every length and addresses near them, both families.
+TEST(InnerVerdict, AgreesWithPrefixContainsOnRandomPrefixes) {
+  std::mt19937 rng(31);
+  int allowed = 0, foreign = 0;
+  for (int round = 0; round < 20000; ++round) {
+    const bool v6 = rng() % 2 == 0;
+    Prefix near;
+    near.ipv6 = v6;
+    near.length = static_cast<uint8_t>(rng() % ((v6 ? 128 : 32) + 1));
+    uint8_t destination[16] = {};
+    for (int i = 0; i < (v6 ? 16 : 4); ++i) {
+      destination[i] = static_cast<uint8_t>(rng() % 4);
+      near.address[i] = rng() % 4 == 0 ? static_cast<uint8_t>(rng() % 4) : destination[i];
+    }
+    for (unsigned bit = near.length; bit < (v6 ? 128u : 32u); ++bit) {  // host bits clear
+      near.address[bit / 8] = static_cast<uint8_t>(near.address[bit / 8] & ~(0x80u >> (bit % 8)));
+    }
+    Prefix far = near;  // the far tenant: any source of the family
+    far.length = 0;
+    std::memset(far.address, 0, sizeof(far.address));
+    TunnelConfig t = tunnel(1, {far}, {}, {near});
+    Bytes packet = v6 ? ipv6_packet(0, 0, 5002, 80, {}) : ipv4_packet(kDst, 5001, 60, {});
+    const std::size_t at = v6 ? 24 : 16;
+    for (int i = 0; i < (v6 ? 16 : 4); ++i) packet[at + i] = std::byte{destination[i]};
+    const bool want = prefix_contains(near, v6, destination);
+    const InnerVerdict got =
+        inner_verdict(t, v6 ? wire::DataType::kIpv6 : wire::DataType::kIpv4, packet, false);
+    ASSERT_EQ(got, want ? InnerVerdict::kAllowed : InnerVerdict::kForeignDestination)
+        << "round " << round << " length " << int{near.length};
+    ++(want ? allowed : foreign);
+  }
+  EXPECT_GT(allowed, 1000);
+  EXPECT_GT(foreign, 1000);
 }
 
 TEST(Classifier, SetupErrorsNameTheTunnel) {
@@ -365,6 +560,9 @@ TEST(Classifier, SetupErrorsNameTheTunnel) {
   v6_129.length = 129;
   EXPECT_FALSE(Classifier::create({tunnel(14, {v6_129})}).has_value());
   EXPECT_TRUE(Classifier::create({tunnel(15, {v6_prefix(1, 128)})}).has_value());
+  c = Classifier::create({tunnel(16, {v4_prefix(10, 0, 0, 0, 8)}, {}, {too_long})});
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message.find("tunnel 16"), std::string::npos) << c.error().message;
 }
 
 }  // namespace

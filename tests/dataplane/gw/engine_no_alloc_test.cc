@@ -16,6 +16,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include <boost/json.hpp>
+
 #include "dataplane/gw/engine.h"
 #include "tests/common/counting_new.h"
 #include "tests/dataplane/gw/engine_test_util.h"
@@ -67,8 +69,20 @@ TEST_P(EngineNoAllocCipher, DatapathNeverAllocates) {
     o.auth = auth;
   }
   const uint64_t at_setup = g_allocations.load();
-  auto a = Engine::create(testing::site_config(0, o), kStart);
-  auto b = Engine::create(testing::site_config(1, o), kStart);
+  // Tunnel 7 bound to its tenants at both ends (match.src, foreign_source best effort): the
+  // per-packet source lookups and the egress check run too, and a co-tenant's packet below.
+  GatewayConfig config_a = testing::site_config(0, o);
+  GatewayConfig config_b = testing::site_config(1, o);
+  config_a.tunnels[0].src_prefixes = {testing::v4_prefix(10, 99, 0, 0, 16),
+                                      testing::v6_prefix(1, 16)};
+  config_b.tunnels[0].dst_prefixes.push_back(testing::v4_prefix(10, 99, 0, 0, 16));
+  config_b.tunnels[0].src_prefixes = {testing::v4_prefix(10, 2, 0, 0, 16),
+                                      testing::v6_prefix(2, 16)};
+  for (GatewayConfig* c : {&config_a, &config_b}) {
+    c->tunnels[0].foreign_source = ForeignSource::kBestEffort;
+  }
+  auto a = Engine::create(config_a, kStart);
+  auto b = Engine::create(config_b, kStart);
   ASSERT_TRUE(a && b);
   ASSERT_GT(g_allocations.load(), at_setup);  // the counter works: setup allocates
   Engine* engines[2] = {a->get(), b->get()};
@@ -81,10 +95,14 @@ TEST_P(EngineNoAllocCipher, DatapathNeverAllocates) {
   std::vector<Datagram> ring(kBuffers);  // FIFO: the delay is constant
   std::size_t head = 0, tail = 0;
   const uint8_t to7[4] = {10, 2, 0, 1}, to9[4] = {10, 102, 0, 1}, nowhere[4] = {192, 168, 0, 1};
+  Bytes co_tenant = testing::ipv4_packet(to7, 80, 400, {});  // from 10.98.0.1: best effort
+  co_tenant[13] = std::byte{98};
   const Bytes packets[] = {testing::ipv4_packet(to7, 80, 1200, {}),
                            testing::ipv4_packet(to9, 5001, 600, {}),
                            testing::ipv4_packet(to9, 80, 300, {}),  // best effort
-                           testing::ipv4_packet(nowhere, 80, 300, {}), Bytes(7)};
+                           testing::ipv4_packet(nowhere, 80, 300, {}),
+                           Bytes(7),
+                           co_tenant};
   Bytes garbage(50, std::byte{0x5A});
   const Endpoint from_a = engines[0]->config().wan_ports[0].local;
   const Endpoint from_b = engines[1]->config().wan_ports[0].local;
@@ -173,6 +191,11 @@ TEST_P(EngineNoAllocCipher, DatapathNeverAllocates) {
   EXPECT_GT(not_ok, 1000u);
   EXPECT_GT(engines[1]->rx_drops(0)[wire::DropReason::kBadMagic], 1000u);
   EXPECT_TRUE(engines[0]->peer_status(0).up);
+  // The co-tenant's packets went best effort at a and were let in at b by the same policy.
+  const auto tunnels_a = boost::json::parse(engines[0]->stats_json(kStart)).at("tunnels");
+  EXPECT_GT(tunnels_a.at(0).at("tx").at("foreign_source_best_effort_packets").to_number<int>(),
+            100);
+  EXPECT_EQ(engines[1]->drops(EngineDrop::kForeignInner), 0u);
   if (GetParam() != 0) {  // the traffic really was sealed and opened
     const std::string stats = engines[1]->stats_json(kStart + 400 * kMs);
     EXPECT_NE(stats.find("\"opened_packets\":"), std::string::npos);
