@@ -123,7 +123,13 @@ struct ChannelStats {
   uint64_t dropped_malformed = 0;     // truncated / bad header / bad field
   uint64_t dropped_duplicate = 0;     // already received (duplicates and replays)
   uint64_t dropped_foreign = 0;       // other connection id
-  uint64_t dropped_memory = 0;        // first segments of messages beyond max_reassembly_bytes
+  uint64_t dropped_memory = 0;        // segments beyond max_reassembly_bytes (resent later)
+  // Authenticated channels (EndpointOptions::security): datagrams whose tag (or HELLO_ACK MAC)
+  // does not verify, or of the other protocol; and sealed datagrams whose packet number was
+  // seen already or lies below the replay window. Both dropped before touching any state.
+  uint64_t dropped_auth = 0;
+  uint64_t dropped_replay = 0;
+  uint64_t reassembly_bytes = 0;      // memory held now for messages being reassembled
   uint64_t timeouts = 0;              // retransmission timeouts fired
   // Multipath: a path with data in flight and nothing acknowledged for 3 srtt (+ 10 ms) while
   // another path's data is acknowledged is declared failed: its segments are resent on the

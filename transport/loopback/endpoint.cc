@@ -18,7 +18,7 @@ Result<std::unique_ptr<Endpoint>> make_endpoint(const EndpointOptions& options) 
   if (!options_check) return std::unexpected(options_check.error());
   return std::make_unique<datagram::DatagramEndpoint<LoopbackLink>>(
       std::make_unique<LoopbackLink>(*faults), "loopback", options.accept_options,
-      options.inline_progress);
+      options.security, options.inline_progress);
 }
 
 Result<void> partition(const std::string& address, bool partitioned) {

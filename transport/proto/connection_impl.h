@@ -182,6 +182,8 @@ class ConnectionImpl {
   [[nodiscard]] bool failed() const { return failed_; }
   [[nodiscard]] bool established() const { return established_; }
   [[nodiscard]] size_t max_datagram_bytes() const { return max_datagram_bytes_; }
+  [[nodiscard]] size_t segment_bytes() const { return payload_bytes_; }
+  [[nodiscard]] uint64_t reassembly_bytes() const { return reassembly_bytes_; }
   [[nodiscard]] uint64_t connection_id() const { return connection_id_; }
   [[nodiscard]] uint64_t dropped_beyond_window() const { return dropped_window_; }
   void consumed(uint64_t bytes) { unread_bytes_ -= std::min(bytes, unread_bytes_); }
@@ -191,6 +193,14 @@ class ConnectionImpl {
   // connection_datapath.cc
   Status on_datagram(uint32_t path, std::span<const std::byte> datagram, int64_t now_ns);
   Transmit poll_transmit(int64_t now_ns, std::span<std::byte> out);
+  // The bodies of a decoded datagram (views into it, or into rx_plain_).
+  struct Parsed {
+    wire::HelloBody hello;
+    wire::DataBody data;
+    wire::AckBody ack;
+    wire::FecBody fec;
+    wire::CloseBody close;
+  };
   [[nodiscard]] int64_t next_wakeup_ns() const;
 
  private:
@@ -202,6 +212,21 @@ class ConnectionImpl {
   void charge_control(uint32_t path, size_t bytes, int64_t now_ns);  // never paced
   void release_buffers();
   void on_established();
+  // The body of a datagram of type h.type; kMalformed if it does not parse.
+  Status parse_body(const wire::Header& h, std::span<const std::byte> body, Parsed& p);
+  // What a valid datagram of this connection does (after CRC or tag, id and replay checks).
+  Status apply(uint32_t path, const wire::Header& h, Parsed& p, int64_t now_ns);
+  // Authenticated channels (connection_security.cc).
+  void setup_security(const ConnectionConfig& config);
+  Status on_sealed_datagram(uint32_t path, const wire::Header& h, std::span<const std::byte> d,
+                            int64_t now_ns);
+  Status on_sealed_hello(uint32_t path, const wire::Header& h, std::span<const std::byte> d,
+                         int64_t now_ns);
+  size_t build_sealed_hello(int64_t now_ns, uint32_t path, std::span<std::byte> out);
+  // Appends the tag to the `size` plaintext bytes in `out`; returns the sealed size, 0 if
+  // sealing failed (the connection fails).
+  size_t seal_datagram(std::span<std::byte> out, size_t size);
+  Transmit build_transmit(int64_t now_ns, std::span<std::byte> out);  // plaintext
 
   // sender_datapath.cc
   Status on_ack(uint32_t path, const wire::Header& h, const wire::AckBody& ack, int64_t now_ns);
@@ -255,6 +280,21 @@ class ConnectionImpl {
   Status on_fec(uint32_t path, const wire::Header& h, const wire::FecBody& f, int64_t now_ns);
   void fec_try_recover(FecRxBlock& block, uint32_t path, const wire::Header& h, int64_t now_ns);
   [[nodiscard]] size_t fec_symbol_capacity() const;
+
+  // Security (connection_security.cc). tag_bytes_: 16 on an authenticated channel, else 0.
+  SecurityMode mode_ = SecurityMode::kNone;
+  Keyring* keyring_ = nullptr;
+  size_t tag_bytes_ = 0;
+  crypto::Nonce own_nonce_{};   // client: the nonce of its HELLO
+  crypto::Nonce peer_nonce_{};  // client: the server's, from the HELLO_ACK
+  std::optional<crypto::PacketCipher> tx_cipher_;
+  std::optional<crypto::PacketCipher> rx_cipher_;
+  uint64_t tx_packet_number_ = 0;
+  ReplayWindow rx_window_;
+  std::vector<std::byte> rx_plain_;  // kEncrypt: a datagram's decrypted body
+  bool confirm_pending_ = false;     // client: prove the keys to the server at once
+  bool tx_unsealed_ = false;         // the datagram being built carries its own MAC (HELLO)
+  bool peer_runs_plain_ = false;     // client: a plain CLOSE said "security mismatch"
 
   // Configuration.
   Role role_;

@@ -123,14 +123,14 @@ Result<std::unique_ptr<Endpoint>> make_endpoint(const EndpointOptions& options) 
                       options.backend_config, settings->threads));
     }
     auto laned = LanedEndpoint::create(settings->threads, settings->options, make_link,
-                                       options.accept_options);
+                                       options.accept_options, options.security);
     if (!laned) return std::unexpected(laned.error());
     return std::unique_ptr<Endpoint>(std::move(*laned));
   }
   auto link = make_link(settings->options);
   if (!link) return std::unexpected(link.error());
   return std::make_unique<datagram::DatagramEndpoint<UdpLink>>(
-      std::move(*link), "udp", options.accept_options, options.inline_progress);
+      std::move(*link), "udp", options.accept_options, options.security, options.inline_progress);
 }
 
 }  // namespace detwan::transport::udp

@@ -11,7 +11,8 @@ namespace detwan::transport::udp {
 Result<std::unique_ptr<LanedEndpoint>> LanedEndpoint::create(uint32_t lanes,
                                                              LinkOptions link_options,
                                                              const LinkFactory& make_link,
-                                                             const ChannelOptions& accept_options) {
+                                                             const ChannelOptions& accept_options,
+                                                             const Security& security) {
   if (lanes < 2 || lanes > kMaxLanes) {
     return common::make_error(
         ErrorCode::kInvalidArgument,
@@ -22,8 +23,9 @@ Result<std::unique_ptr<LanedEndpoint>> LanedEndpoint::create(uint32_t lanes,
   for (uint32_t i = 0; i < lanes; ++i) {
     auto link = make_link(link_options);
     if (!link) return std::unexpected(link.error());
+    // Each lane derives its own keyring from the key (it holds its thread's OpenSSL contexts).
     endpoint->lanes_.push_back(std::make_unique<Lane>(std::move(*link), "udp", accept_options,
-                                                      false, endpoint->accepted_));
+                                                      security, false, endpoint->accepted_));
   }
   return endpoint;
 }

@@ -37,7 +37,8 @@ class LanedEndpoint final : public datagram::DatagramEndpointBase {
   // link's own error when a ring cannot be created.
   static Result<std::unique_ptr<LanedEndpoint>> create(uint32_t lanes, LinkOptions link_options,
                                                        const LinkFactory& make_link,
-                                                       const ChannelOptions& accept_options);
+                                                       const ChannelOptions& accept_options,
+                                                       const Security& security);
   ~LanedEndpoint() override;
 
   Result<std::string> listen(const std::string& address) override;
