@@ -96,13 +96,14 @@ struct ChannelOptions {
   // estimate), so that it is always >= rate x RTT.
   int64_t recv_window_bytes = 0;
   int64_t max_message_bytes = int64_t{16} << 30;
-  // Memory for messages being received and received-but-not-yet-read: a message's buffer is
-  // allocated at its first segment, sized by the message size the peer names, and counts until
-  // the application takes the message (recv). A new message that would take the total beyond
-  // this waits (its segments are dropped, counted dropped_memory, and resent by the sender:
-  // back-pressure on a receiver that does not read) unless it is the next message to deliver
-  // and nothing is unread (no deadlock); so a peer can hold at most this much plus one message
-  // of max_message_bytes.
+  // Memory for messages being received and received-but-not-yet-read: a message's buffer grows
+  // as its segments arrive (at most 4 MiB ahead of them, never to what the peer announces at
+  // once) and counts until the application takes the message (recv). A segment that would take
+  // the total beyond this waits (it is dropped, counted dropped_memory, and resent by the
+  // sender: back-pressure on a receiver that does not read) unless its message is the next to
+  // deliver and nothing is unread (no deadlock); so a peer can make this channel hold at most
+  // this much plus one message of max_message_bytes, and only by sending it. The endpoint's
+  // EndpointOptions::max_reassembly_bytes bounds all its channels together.
   int64_t max_reassembly_bytes = int64_t{4} << 30;
   // Memory the sender may hold for unacknowledged segments' metadata and FEC parity.
   int64_t send_buffer_bytes = int64_t{256} << 20;
@@ -217,6 +218,11 @@ struct EndpointOptions {
   // No progress thread: the owning thread drives the endpoint with Endpoint::progress() (see
   // "Inline progress" above). udp and loopback; the other backends refuse it (kInvalidArgument).
   bool inline_progress = false;
+  // Memory all of this endpoint's channels together may hold for messages being received and
+  // received-but-unread (udp, loopback; ChannelOptions::max_reassembly_bytes bounds each
+  // channel). Allocated as data arrives, never as announced: a segment that would take the
+  // total beyond this is dropped (dropped_memory) and resent by its sender later.
+  int64_t max_reassembly_bytes = int64_t{16} << 30;
   // Who may talk to this endpoint (transport/security.h): the key its channels, accepted and
   // connected, authenticate with. Network backends refuse to run without a key unless the
   // mode is kNone.

@@ -72,18 +72,23 @@ class DatagramEndpoint final : public DatagramEndpointBase {
 
   // `accepted`: the queue accepted channels go to; endpoints that share one (the udp backend's
   // lanes, transport/udp/lanes.h) serve one accept(). Default: a queue of this endpoint's own.
-  // `security`: the endpoint's key and mode (transport/security.h); without a key a mode other
-  // than kNone makes listen() and connect() fail with a message saying how to give one.
-  DatagramEndpoint(std::unique_ptr<Link> link, std::string backend, ChannelOptions accept_options,
-                   const Security& security, bool inline_progress = false,
-                   std::shared_ptr<AcceptQueue> accepted = nullptr)
+  // From `options`: accept_options, inline_progress, max_reassembly_bytes (`budget`: one that
+  // endpoints sharing `accepted` share too; default: this endpoint's own) and security, the
+  // endpoint's key and mode (transport/security.h): without a key a mode other than kNone
+  // makes listen() and connect() fail with a message saying how to give one.
+  DatagramEndpoint(std::unique_ptr<Link> link, std::string backend, const EndpointOptions& options,
+                   std::shared_ptr<AcceptQueue> accepted = nullptr,
+                   std::shared_ptr<proto::MemoryBudget> budget = nullptr)
       : link_(std::move(link)),
         backend_(std::move(backend)),
-        accept_options_(std::move(accept_options)),
+        accept_options_(options.accept_options),
         queue_(std::make_shared<PostQueue>([link = link_.get()] { link->wake(); })),
         accepted_(accepted ? std::move(accepted) : std::make_shared<AcceptQueue>()),
-        inline_(inline_progress) {
-    auto keyring = proto::Keyring::create(security);
+        budget_(budget ? std::move(budget)
+                       : std::make_shared<proto::MemoryBudget>(static_cast<uint64_t>(
+                             std::max<int64_t>(options.max_reassembly_bytes, 0)))),
+        inline_(options.inline_progress) {
+    auto keyring = proto::Keyring::create(options.security);
     if (keyring) {
       keyring_ = std::move(*keyring);
     } else {
@@ -314,6 +319,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     config.connection_id = *id;
     config.options = options;
     config.rx_pool = &shared->rx_pool;
+    config.endpoint_budget = budget_.get();
     config.keyring = keyring_.get();
     auto [it, inserted] = conns_.emplace(
         key, Conn{Session(config, clock_.now_ns(), shared), std::move(paths), false, false, 0,
@@ -349,6 +355,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     config.connection_id = connection_id;
     config.options = *options;
     config.rx_pool = &shared->rx_pool;
+    config.endpoint_budget = budget_.get();
     config.keyring = keyring_.get();
     config.accepted = accepted;
     std::vector<Path> paths(options->paths.size());
@@ -415,6 +422,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   ChannelOptions accept_options_;
   std::shared_ptr<PostQueue> queue_;
   std::shared_ptr<AcceptQueue> accepted_;
+  std::shared_ptr<proto::MemoryBudget> budget_;  // outlives the connections (declared first)
   common::MonotonicClock clock_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> listening_{false};

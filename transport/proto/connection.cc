@@ -46,7 +46,8 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
       rx_pool_(config.rx_pool),
       created_ns_(now_ns),
       last_peer_rx_ns_(now_ns),
-      last_tx_ns_(now_ns) {
+      last_tx_ns_(now_ns),
+      endpoint_budget_(config.endpoint_budget) {
   if (options_.paths.empty()) {
     PathSpec p;
     p.rate_bps = options_.rate_bps;
@@ -129,6 +130,20 @@ Status ConnectionImpl::queue_message(std::span<const std::byte> message, uint64_
   return Status::kOk;
 }
 
+ConnectionImpl::~ConnectionImpl() {
+  reassembly_bytes_ = 0;
+  unread_bytes_ = 0;
+  settle_budget();
+}
+
+void ConnectionImpl::settle_budget() {
+  const uint64_t held = reassembly_bytes_ + unread_bytes_;
+  if (endpoint_budget_ != nullptr && budget_charged_ > held) {
+    endpoint_budget_->give(budget_charged_ - held);
+  }
+  budget_charged_ = std::min(budget_charged_, held);
+}
+
 std::optional<Event> ConnectionImpl::poll_event() {
   if (events_.empty()) return std::nullopt;
   Event e = std::move(events_.front());
@@ -143,6 +158,8 @@ void ConnectionImpl::release_buffers() {
   lost_queue_.clear();
   in_messages_.clear();
   reassembly_bytes_ = 0;
+  unread_bytes_ = 0;
+  settle_budget();
   rcv_ranges_.clear();
   parity_queue_.clear();
   fec_rx_blocks_.clear();

@@ -24,6 +24,7 @@
 #include "common/status.h"
 #include "transport/buffer_pool.h"
 #include "transport/proto/handshake.h"
+#include "transport/proto/memory_budget.h"
 #include "transport/transport.h"
 
 namespace detwan::transport::proto {
@@ -39,6 +40,10 @@ struct ConnectionConfig {
   // Where received messages' buffers come from (Channel::recycle hands them back); nullptr =
   // a fresh vector each. Must outlive the connection.
   BufferPool* rx_pool = nullptr;
+  // Memory all channels of the endpoint share for messages being received and unread
+  // (EndpointOptions::max_reassembly_bytes); nullptr = no endpoint-wide bound. Must outlive
+  // the connection.
+  MemoryBudget* endpoint_budget = nullptr;
   // Authenticated channels (transport/proto/handshake.h): the endpoint's keys, which must
   // outlive the connection. nullptr, or a keyring of mode kNone: the plain protocol (CRC32C).
   // A client proves the key in its HELLO and checks the server's in the HELLO_ACK.

@@ -136,8 +136,16 @@ struct OutMessage {
 // A message being reassembled, keyed by the seq of its first segment. Segment `index` holds
 // bytes [index * peer segment size, + its length); each seq arrives once (duplicates are
 // dropped by seq), so received_segments == last_index + 1 means every byte is present.
+// Memory as data arrives, never as announced: the buffer's capacity starts at
+// min(announced, kReassemblyReserveBytes) (or a recycled buffer's) and grows kReassemblyGrowth
+// times at a time, up to the announced bound, when a segment lands beyond it; its size covers
+// the highest byte placed so far.
+inline constexpr uint64_t kReassemblyReserveBytes = uint64_t{4} << 20;
+inline constexpr uint64_t kReassemblyGrowth = 8;
 struct InMessage {
-  std::vector<std::byte> bytes;  // sized for last_index + 1 full segments until the last arrives
+  std::vector<std::byte> bytes;
+  uint64_t bound = 0;            // the most it may hold: exact once size_known
+  uint64_t charged = 0;          // capacity counted in reassembly_bytes_ and the budgets
   uint32_t last_index = 0;
   uint32_t received_segments = 0;
   bool size_known = false;  // the last segment arrived: bytes.size() is the message's
@@ -186,7 +194,11 @@ class ConnectionImpl {
   [[nodiscard]] uint64_t reassembly_bytes() const { return reassembly_bytes_; }
   [[nodiscard]] uint64_t connection_id() const { return connection_id_; }
   [[nodiscard]] uint64_t dropped_beyond_window() const { return dropped_window_; }
-  void consumed(uint64_t bytes) { unread_bytes_ -= std::min(bytes, unread_bytes_); }
+  void consumed(uint64_t bytes) {
+    unread_bytes_ -= std::min(bytes, unread_bytes_);
+    settle_budget();
+  }
+  ~ConnectionImpl();
   [[nodiscard]] uint64_t unread_bytes() const { return unread_bytes_; }
   [[nodiscard]] std::vector<uint64_t> path_datagrams_sent() const;
 
@@ -270,6 +282,11 @@ class ConnectionImpl {
   void ack_sent();                                             // no ACK owed any more
   [[nodiscard]] bool ack_owed() const { return ack_now_ || ack_deadline_ns_ != INT64_MAX; }
   [[nodiscard]] uint64_t recv_window_segments() const;
+  // Grows `m` to hold `end` bytes (capacity within its bound, taken from the budgets first);
+  // false if a budget refuses (the segment is dropped, counted dropped_memory).
+  bool reserve_reassembly(InMessage& m, uint64_t end, bool next_to_deliver);
+  // Gives the endpoint budget back what this connection no longer holds.
+  void settle_budget();
 
   // fec_datapath.cc
   void fec_on_new_segment(uint64_t seq, const wire::DataBody& body, int64_t now_ns);
@@ -338,7 +355,9 @@ class ConnectionImpl {
   std::map<uint64_t, uint64_t> rcv_ranges_;  // [start, end) received above rcv_cum_
   uint64_t last_rcv_seq_ = 0;
   std::map<uint64_t, InMessage> in_messages_;
-  uint64_t reassembly_bytes_ = 0;  // sum of in_messages_' buffer sizes
+  uint64_t reassembly_bytes_ = 0;  // sum of in_messages_' charged capacities
+  MemoryBudget* endpoint_budget_ = nullptr;
+  uint64_t budget_charged_ = 0;     // taken from endpoint_budget_: reassembly + unread
   uint64_t unread_bytes_ = 0;      // delivered messages the application has not taken yet
   uint64_t next_deliver_seq_ = 0;  // first seq of the next message to deliver
   int pending_ack_segments_ = 0;

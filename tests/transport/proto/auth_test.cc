@@ -16,6 +16,7 @@
 #include "common/byte_order.h"
 #include "tests/transport/security_util.h"
 #include "transport/proto/connection.h"
+#include "transport/proto/connection_impl.h"
 #include "transport/proto/handshake.h"
 #include "transport/proto/wire.h"
 
@@ -366,11 +367,124 @@ TEST_P(Auth, EncryptHidesThePayload) {
   EXPECT_EQ(seen, GetParam() == SecurityMode::kAuthenticate);
 }
 
+// A DATA of an authenticated peer naming an 8 GiB message makes the receiver hold at most
+// kReassemblyReserveBytes for it, and a segment further into the message only a bounded
+// multiple of what really arrived: memory as data arrives, never as announced.
+TEST_P(Auth, HugeAnnouncementReservesLittle) {
+  Pair p;
+  ASSERT_TRUE(handshake(p, GetParam()));
+  auto cipher = crypto::PacketCipher::create(p.accepted.keys.client_to_server);
+  ASSERT_TRUE(cipher);
+  const size_t unit = p.accepted.peer.segment_bytes;
+  const Bytes payload(unit, std::byte{0x42});
+  uint64_t pn = 1000;
+  auto forge = [&](uint32_t seq, uint32_t index) {
+    wire::Header h;
+    h.version = wire::kVersionSealed;
+    h.connection_id = kConnectionId;
+    h.packet_number = static_cast<uint32_t>(pn);
+    wire::DataBody b;
+    b.seq = seq;
+    b.index = index;
+    b.last_index = static_cast<uint32_t>((uint64_t{8} << 30) / unit);
+    b.payload = payload;
+    Bytes d(2048);
+    const size_t n = wire::encode_data(h, b, d);
+    EXPECT_GT(n, 0u);
+    const auto tag = std::span(d).subspan(n).first<wire::kTagBytes>();
+    const bool ok = GetParam() == SecurityMode::kEncrypt
+                        ? cipher->seal(pn, std::span(d).first(wire::kShortHeaderBytes),
+                                       std::span(d).subspan(wire::kShortHeaderBytes,
+                                                            n - wire::kShortHeaderBytes),
+                                       tag)
+                        : cipher->seal(pn, std::span(d).first(n), {}, tag);
+    EXPECT_TRUE(ok);
+    ++pn;
+    d.resize(n + wire::kTagBytes);
+    return d;
+  };
+  EXPECT_EQ(p.server->on_datagram(0, forge(0, 0), p.now_ns), Status::kOk);
+  EXPECT_GT(p.server->reassembly_bytes(), 0u);
+  EXPECT_LE(p.server->reassembly_bytes(), kReassemblyReserveBytes);
+  EXPECT_EQ(p.server->stats().reassembly_bytes, p.server->reassembly_bytes());
+  // 3,000 segments further (inside the receive window): at most kReassemblyGrowth times more.
+  EXPECT_EQ(p.server->on_datagram(0, forge(3000, 3000), p.now_ns), Status::kOk);
+  EXPECT_LE(p.server->reassembly_bytes(), kReassemblyGrowth * kReassemblyReserveBytes);
+  EXPECT_EQ(p.server->stats().dropped_auth, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, Auth,
                          ::testing::Values(SecurityMode::kAuthenticate, SecurityMode::kEncrypt),
                          [](const ::testing::TestParamInfo<SecurityMode>& info) {
                            return std::string(to_string(info.param));
                          });
+
+}  // namespace
+}  // namespace detwan::transport::proto
+
+namespace detwan::transport::proto {
+namespace {
+
+// The endpoint's budget bounds what all its channels hold: a message's first segment that would
+// take more than it is dropped (dropped_memory) and nothing stays charged; a message that fits
+// is received; closing the channel gives everything back.
+TEST(ReassemblyBudget, EndpointBudgetRefusesGrowthBeyondIt) {
+  MemoryBudget budget(uint64_t{1} << 20);
+  ConnectionConfig config;
+  config.role = Role::kServer;
+  config.connection_id = kConnectionId;
+  config.options = options();
+  config.endpoint_budget = &budget;
+  int64_t now_ns = 1'000'000'000;
+  std::optional<Connection> server(std::in_place, config, now_ns);
+  // The client's HELLO tells the segment size.
+  wire::Header h;
+  h.type = wire::Type::kHello;
+  h.connection_id = kConnectionId;
+  Bytes d(256);
+  wire::HelloBody hello;
+  hello.recv_window_bytes = 1 << 22;
+  hello.segment_bytes = 1000;
+  d.resize(wire::encode_hello(h, hello, d));
+  ASSERT_EQ(server->on_datagram(0, d, now_ns), Status::kOk);
+  auto data = [&](uint32_t seq, uint32_t index, uint32_t last, size_t len) {
+    wire::Header dh;
+    dh.connection_id = kConnectionId;
+    const Bytes payload(len, std::byte{1});
+    wire::DataBody b;
+    b.seq = seq;
+    b.index = index;
+    b.last_index = last;
+    b.payload = payload;
+    Bytes out(2048);
+    out.resize(wire::encode_data(dh, b, out));
+    return out;
+  };
+  // 100 MB announced: the first step (4 MiB) is beyond the 1 MiB budget.
+  EXPECT_EQ(server->on_datagram(0, data(0, 0, 99'999, 1000), now_ns), Status::kDropped);
+  EXPECT_EQ(server->stats().dropped_memory, 1u);
+  EXPECT_EQ(server->reassembly_bytes(), 0u);
+  EXPECT_EQ(budget.used_bytes(), 0u);
+  // A 2,500-byte message fits: received, then read.
+  EXPECT_EQ(server->on_datagram(0, data(0, 0, 2, 1000), now_ns), Status::kOk);
+  EXPECT_EQ(server->on_datagram(0, data(1, 1, 2, 1000), now_ns), Status::kOk);
+  EXPECT_EQ(server->on_datagram(0, data(2, 2, 2, 500), now_ns), Status::kOk);
+  size_t messages = 0;
+  while (auto e = server->poll_event()) {
+    if (e->kind == Event::Kind::kMessage) {
+      EXPECT_EQ(e->message.size(), 2500u);
+      ++messages;
+    }
+  }
+  EXPECT_EQ(messages, 1u);
+  EXPECT_EQ(budget.used_bytes(), 2500u);  // unread
+  server->consumed(2500);
+  EXPECT_EQ(budget.used_bytes(), 0u);
+  EXPECT_EQ(server->on_datagram(0, data(3, 0, 99, 1000), now_ns), Status::kOk);
+  EXPECT_GT(budget.used_bytes(), 0u);
+  server.reset();
+  EXPECT_EQ(budget.used_bytes(), 0u);
+}
 
 }  // namespace
 }  // namespace detwan::transport::proto
