@@ -96,46 +96,4 @@ common::Result<HmacKey> HmacKey::create(const Key& key) {
   return HmacKey(std::move(context));
 }
 
-// ---- PacketCipher ----
-
-PacketCipher::Contexts::~Contexts() {
-  EVP_CIPHER_CTX_free(seal);
-  EVP_CIPHER_CTX_free(open);
-}
-
-PacketCipher::PacketCipher(std::unique_ptr<Contexts> contexts) noexcept
-    : contexts_(std::move(contexts)) {}
-PacketCipher::PacketCipher(PacketCipher&&) noexcept = default;
-PacketCipher& PacketCipher::operator=(PacketCipher&&) noexcept = default;
-PacketCipher::~PacketCipher() = default;
-
-common::Result<PacketCipher> PacketCipher::create() {
-  auto contexts = std::make_unique<Contexts>();
-  contexts->seal = EVP_CIPHER_CTX_new();
-  contexts->open = EVP_CIPHER_CTX_new();
-  if (contexts->seal == nullptr || contexts->open == nullptr ||
-      EVP_EncryptInit_ex(contexts->seal, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
-      EVP_DecryptInit_ex(contexts->open, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
-      EVP_CIPHER_CTX_get_iv_length(contexts->seal) != 12) {
-    return make_error(ErrorCode::kConfig, "cannot set up aes-256-gcm: " + openssl_error());
-  }
-  return PacketCipher(std::move(contexts));
-}
-
-common::Result<PacketCipher> PacketCipher::create(const Key& key) {
-  auto cipher = create();
-  if (!cipher) return cipher;
-  if (!cipher->rekey(key)) {
-    return make_error(ErrorCode::kConfig, "cannot key aes-256-gcm: " + openssl_error());
-  }
-  return cipher;
-}
-
-bool PacketCipher::rekey(const Key& key) noexcept {
-  const auto* raw = reinterpret_cast<const unsigned char*>(key.data());
-  keyed_ = EVP_EncryptInit_ex(contexts_->seal, nullptr, nullptr, raw, nullptr) == 1 &&
-           EVP_DecryptInit_ex(contexts_->open, nullptr, nullptr, raw, nullptr) == 1;
-  return keyed_;
-}
-
 }  // namespace detwan::transport::crypto
