@@ -207,12 +207,15 @@ def run(binary: str, size: str, size_bytes: int, timeout_s: float = 900,
 def security_ab(binary: str, size: str, repetitions: int, timeout_s: float = 900,
                 backend: str = "udp") -> dict:
     """The cost of authenticated channels: transfers with security none, authenticate and
-    encrypt, alternating, `repetitions` rounds on one veth pair. Per mode the median goodput and
+    encrypt, alternating (each round starting with the next mode), `repetitions` rounds on one
+    veth pair. Per mode the median goodput and
     CPU-seconds per GB (sender + receiver), and each against "none" of the same run."""
     runs: list[dict] = []
     with VethPair(f"dtsa{os.getpid()}") as pair:
+        modes = ("none", "authenticate", "encrypt")
         for rep in range(repetitions):
-            for mode in ("none", "authenticate", "encrypt"):
+            # Each round starts with another mode, so no mode always runs first (or last).
+            for mode in modes[rep % 3:] + modes[:rep % 3]:
                 r = run_detwan(pair, binary, size, timeout_s, backend, security=mode)
                 r["round"] = rep
                 runs.append(r)

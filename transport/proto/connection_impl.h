@@ -138,8 +138,10 @@ struct OutMessage {
 // dropped by seq), so received_segments == last_index + 1 means every byte is present.
 // Memory as data arrives, never as announced: the buffer's capacity starts at
 // min(announced, kReassemblyReserveBytes) (or a recycled buffer's) and grows kReassemblyGrowth
-// times at a time, up to the announced bound, when a segment lands beyond it; its size covers
-// the highest byte placed so far.
+// times at a time (to the announced bound at once when that step would reach half of it) when
+// a segment lands beyond it; its size covers the highest byte placed so far. So it holds at
+// most 2 x kReassemblyGrowth times what arrived (and 4 MiB), and moves at most 1/7 of a large
+// message's bytes on the way.
 inline constexpr uint64_t kReassemblyReserveBytes = uint64_t{4} << 20;
 inline constexpr uint64_t kReassemblyGrowth = 8;
 struct InMessage {
