@@ -97,10 +97,11 @@ struct ChannelOptions {
   int64_t recv_window_bytes = 0;
   int64_t max_message_bytes = int64_t{16} << 30;
   // Memory for messages being received and received-but-not-yet-read: a message's buffer grows
-  // as its segments arrive (at most 4 MiB ahead of them, never to what the peer announces at
-  // once) and counts until the application takes the message (recv). A segment that would take
-  // the total beyond this waits (it is dropped, counted dropped_memory, and resent by the
-  // sender: back-pressure on a receiver that does not read) unless its message is the next to
+  // as its segments arrive (64 MiB of address space first, 8x more at a time as data lands
+  // beyond it, never to what the peer announces at once) and counts until the application
+  // takes the message (recv). A segment that would take the total beyond this waits (it is
+  // dropped, counted dropped_memory, and resent by the sender: back-pressure on a receiver
+  // that does not read) unless its message is the next to
   // deliver and nothing is unread (no deadlock); so a peer can make this channel hold at most
   // this much plus one message of max_message_bytes, and only by sending it. The endpoint's
   // EndpointOptions::max_reassembly_bytes bounds all its channels together.

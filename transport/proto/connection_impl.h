@@ -139,11 +139,16 @@ struct OutMessage {
 // Memory as data arrives, never as announced: the buffer's capacity starts at
 // min(announced, kReassemblyReserveBytes) (or a recycled buffer's) and grows kReassemblyGrowth
 // times at a time (to the announced bound at once when that step would reach half of it) when
-// a segment lands beyond it; its size covers the highest byte placed so far. So it holds at
-// most 2 x kReassemblyGrowth times what arrived (and 4 MiB), and moves at most 1/7 of a large
-// message's bytes on the way.
-inline constexpr uint64_t kReassemblyReserveBytes = uint64_t{4} << 20;
+// a segment lands beyond it. That capacity is address space the budgets count; the memory
+// touched is the buffer's size, which covers the highest byte placed so far rounded up by at
+// most kReassemblyFillBytes (zero-filled in steps that large, one memset instead of one per
+// segment). Why 64 MiB: a 64 MiB message that started at 4 MiB and grew cost its receiver
+// ~30 % more CPU than one allocated at once (the reallocation's faults and unmapping, measured
+// on the veth pair; docs/benchmarks.md), while an announcement's first 64 MiB of address space
+// stay untouched until data arrives.
+inline constexpr uint64_t kReassemblyReserveBytes = uint64_t{64} << 20;
 inline constexpr uint64_t kReassemblyGrowth = 8;
+inline constexpr uint64_t kReassemblyFillBytes = uint64_t{1} << 20;
 struct InMessage {
   std::vector<std::byte> bytes;
   uint64_t bound = 0;            // the most it may hold: exact once size_known

@@ -213,7 +213,12 @@ bool ConnectionImpl::reserve_reassembly(InMessage& m, uint64_t end, bool next_to
       m.bytes.reserve(target);  // moves what was placed (at most 1 / kReassemblyGrowth of it)
     }
   }
-  if (m.bytes.size() < end) m.bytes.resize(end);
+  // A fresh buffer's bytes are zero-filled as its size grows: in steps of kReassemblyFillBytes
+  // (within the capacity taken), one large memset instead of one per segment.
+  if (m.bytes.size() < end) {
+    m.bytes.resize(std::min<uint64_t>(m.charged, std::max<uint64_t>(end, m.bytes.size() +
+                                                                          kReassemblyFillBytes)));
+  }
   return true;
 }
 

@@ -460,7 +460,7 @@ TEST(ReassemblyBudget, EndpointBudgetRefusesGrowthBeyondIt) {
     out.resize(wire::encode_data(dh, b, out));
     return out;
   };
-  // 100 MB announced: the first step (4 MiB) is beyond the 1 MiB budget.
+  // 100 MB announced: the first step (min(100 MB, 64 MiB)) is beyond the 1 MiB budget.
   EXPECT_EQ(server->on_datagram(0, data(0, 0, 99'999, 1000), now_ns), Status::kDropped);
   EXPECT_EQ(server->stats().dropped_memory, 1u);
   EXPECT_EQ(server->reassembly_bytes(), 0u);
