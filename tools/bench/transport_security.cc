@@ -1,13 +1,12 @@
 #include "tools/bench/transport_security.h"
 
-#include <sys/stat.h>
-
 #include <cctype>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include "common/strings.h"
 #include "transport/crypto/crypto.h"
@@ -43,7 +42,8 @@ common::Result<transport::SecurityKey> read_key_file(const std::string& path) {
     std::memcpy(key.data(), text.data(), key.size());
     return key;
   }
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())) != 0) text.pop_back();
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())) != 0)
+    text.pop_back();
   if (text.size() == 2 * key.size() &&
       common::decode_hex(text, reinterpret_cast<unsigned char*>(key.data()), key.size())) {
     return key;
@@ -70,7 +70,8 @@ common::Result<transport::Security> security_from(const SecurityFlags& flags) {
   auto key = read_key_file(flags.key_file);
   if (!key) return std::unexpected(key.error());
   return transport::Security::keyed(
-      *key, flags.encrypt ? transport::SecurityMode::kEncrypt : transport::SecurityMode::kAuthenticate,
+      *key,
+      flags.encrypt ? transport::SecurityMode::kEncrypt : transport::SecurityMode::kAuthenticate,
       kContext);
 }
 
@@ -79,7 +80,8 @@ common::Result<transport::Security> in_process_security(const SecurityFlags& fla
   transport::SecurityKey key{};
   if (auto ok = transport::crypto::random_bytes(key); !ok) return std::unexpected(ok.error());
   return transport::Security::keyed(
-      key, flags.encrypt ? transport::SecurityMode::kEncrypt : transport::SecurityMode::kAuthenticate,
+      key,
+      flags.encrypt ? transport::SecurityMode::kEncrypt : transport::SecurityMode::kAuthenticate,
       kContext);
 }
 

@@ -5,10 +5,10 @@
 // channels"). The key is expanded once (create / rekey); per packet only the nonce. One
 // process-wide manager dispatches to the best implementation for the CPU; the single-call GCM
 // functions keep no state in it, so threads share it.
+#include <utility>
+
 #include <intel-ipsec-mb.h>
 #include <openssl/crypto.h>
-
-#include <utility>
 
 #include "transport/crypto/crypto.h"
 #include "transport/crypto/crypto_impl.h"

@@ -1,11 +1,11 @@
 // PacketCipher on OpenSSL 3's EVP AES-256-GCM (built when intel-ipsec-mb is absent): contexts
 // keyed once, per packet only the nonce (the API style of dataplane/aead/aead_datapath.cc).
+#include <climits>
+#include <utility>
+
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
-
-#include <climits>
-#include <utility>
 
 #include "transport/crypto/crypto.h"
 #include "transport/crypto/crypto_impl.h"

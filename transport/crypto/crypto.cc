@@ -1,6 +1,10 @@
 // Setup side of the transport's cryptography: CSPRNG, HKDF, HMAC keys, cipher contexts.
 #include "transport/crypto/crypto.h"
 
+#include <climits>
+#include <string>
+#include <utility>
+
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -8,10 +12,6 @@
 #include <openssl/kdf.h>
 #include <openssl/params.h>
 #include <openssl/rand.h>
-
-#include <climits>
-#include <string>
-#include <utility>
 
 #include "transport/crypto/crypto_impl.h"
 
@@ -49,7 +49,8 @@ common::Result<void> hkdf_sha256(std::span<const std::byte> ikm, std::span<const
   EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
   EVP_KDF_CTX* ctx = kdf != nullptr ? EVP_KDF_CTX_new(kdf) : nullptr;
   EVP_KDF_free(kdf);
-  if (ctx == nullptr) return make_error(ErrorCode::kInternal, "HKDF unavailable: " + openssl_error());
+  if (ctx == nullptr)
+    return make_error(ErrorCode::kInternal, "HKDF unavailable: " + openssl_error());
   char digest[] = "SHA256";
   // OpenSSL takes the octet strings through non-const pointers; it only reads them.
   auto u = [](std::span<const std::byte> s) {
@@ -61,7 +62,8 @@ common::Result<void> hkdf_sha256(std::span<const std::byte> ikm, std::span<const
       OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, u(salt), salt.size()),
       OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, u(info), info.size()),
       OSSL_PARAM_construct_end()};
-  const int ok = EVP_KDF_derive(ctx, reinterpret_cast<unsigned char*>(out.data()), out.size(), params);
+  const int ok =
+      EVP_KDF_derive(ctx, reinterpret_cast<unsigned char*>(out.data()), out.size(), params);
   EVP_KDF_CTX_free(ctx);
   if (ok != 1) return make_error(ErrorCode::kInternal, "HKDF-SHA256 failed: " + openssl_error());
   return {};

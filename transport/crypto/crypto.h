@@ -65,7 +65,7 @@ class HmacKey {
 class PacketCipher {
  public:
   // kConfig naming OpenSSL's complaint when the cipher cannot be set up.
-  static common::Result<PacketCipher> create();              // no key yet: rekey() first
+  static common::Result<PacketCipher> create();  // no key yet: rekey() first
   static common::Result<PacketCipher> create(const Key& key);
   PacketCipher(PacketCipher&&) noexcept;
   PacketCipher& operator=(PacketCipher&&) noexcept;
@@ -87,9 +87,8 @@ class PacketCipher {
   // Checks the tag over `aad` and `text` and decrypts `text` into `plain` (same size; may be
   // `text` itself, or empty when `text` is: authentication only). False if the tag does not
   // match (then `plain` holds garbage).
-  bool open(uint64_t packet_number, std::span<const std::byte> aad,
-            std::span<const std::byte> text, std::span<std::byte> plain,
-            std::span<const std::byte, kTagBytes> tag) noexcept;
+  bool open(uint64_t packet_number, std::span<const std::byte> aad, std::span<const std::byte> text,
+            std::span<std::byte> plain, std::span<const std::byte, kTagBytes> tag) noexcept;
 
  private:
   struct Contexts;

@@ -1,10 +1,10 @@
 // Per-handshake cryptography: the HMAC of HELLOs. No allocation, no exceptions, no logging.
 // (The per-packet AEAD is in cipher_ipsec_mb.cc or cipher_openssl.cc.)
+#include <climits>
+
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
-
-#include <climits>
 
 #include "transport/crypto/crypto.h"
 #include "transport/crypto/crypto_impl.h"

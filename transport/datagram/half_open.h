@@ -23,7 +23,8 @@ namespace detwan::transport::datagram {
 inline constexpr size_t kMaxHalfOpen = 256;
 inline constexpr int64_t kHalfOpenTimeoutNs = 10'000'000'000;
 inline constexpr size_t kMaxAnswers = 64;
-inline constexpr size_t kMaxAnswerBytes = proto::wire::kHeaderBytes + proto::wire::kSealedHelloBodyBytes;
+inline constexpr size_t kMaxAnswerBytes =
+    proto::wire::kHeaderBytes + proto::wire::kSealedHelloBodyBytes;
 
 template <typename Address>
 struct HalfOpen {

@@ -21,7 +21,8 @@ void ConnectionImpl::setup_security(const ConnectionConfig& config) {
   rx_cipher_.emplace(std::move(*rx));
   if (mode_ == SecurityMode::kEncrypt) rx_plain_.resize(max_datagram_bytes_);
   if (role_ == Role::kClient) {
-    if (auto ok = crypto::random_bytes(own_nonce_); !ok) return fail(ok.error().code, ok.error().message);
+    if (auto ok = crypto::random_bytes(own_nonce_); !ok)
+      return fail(ok.error().code, ok.error().message);
     return;
   }
   // Server: the acceptor verified the client's HELLO and its first sealed datagram.
@@ -68,10 +69,10 @@ size_t ConnectionImpl::seal_datagram(std::span<std::byte> out, size_t size) {
   if (wire::decode_header(out.first(size), h) != Status::kOk) return 0;
   const size_t header = wire::header_bytes(h);
   const auto tag = out.subspan(size).first<wire::kTagBytes>();
-  const bool ok =
-      mode_ == SecurityMode::kEncrypt
-          ? tx_cipher_->seal(tx_packet_number_, out.first(header), out.subspan(header, size - header), tag)
-          : tx_cipher_->seal(tx_packet_number_, out.first(size), {}, tag);
+  const bool ok = mode_ == SecurityMode::kEncrypt
+                      ? tx_cipher_->seal(tx_packet_number_, out.first(header),
+                                         out.subspan(header, size - header), tag)
+                      : tx_cipher_->seal(tx_packet_number_, out.first(size), {}, tag);
   if (!ok) {
     fail(ErrorCode::kInternal, "aes-256-gcm failed to seal a datagram");
     return 0;

@@ -41,9 +41,8 @@ Result<std::unique_ptr<Keyring>> Keyring::create(const Security& security) {
   }
   if (security.mode != SecurityMode::kNone && security.mode != SecurityMode::kAuthenticate &&
       security.mode != SecurityMode::kEncrypt) {
-    return common::make_error(ErrorCode::kConfig,
-                              fmt::format("transport security: unknown mode {}",
-                                          static_cast<int>(security.mode)));
+    return common::make_error(ErrorCode::kConfig, fmt::format("transport security: unknown mode {}",
+                                                              static_cast<int>(security.mode)));
   }
   crypto::Key hello{};
   std::vector<std::byte> info;
@@ -66,7 +65,8 @@ bool Keyring::hello_mac(std::span<const std::byte> signed_bytes, const crypto::N
                         crypto::Tag& out) noexcept {
   const std::span<const std::byte> parts[3] = {
       bytes_of(client_nonce == nullptr ? kHelloLabel : kHelloAckLabel), signed_bytes,
-      client_nonce == nullptr ? std::span<const std::byte>() : std::span<const std::byte>(*client_nonce)};
+      client_nonce == nullptr ? std::span<const std::byte>()
+                              : std::span<const std::byte>(*client_nonce)};
   return hello_key_.mac(parts, out);
 }
 
@@ -101,7 +101,8 @@ Status check_hello(Keyring& keyring, std::span<const std::byte> datagram, wire::
     return Status::kMalformed;
   }
   crypto::Tag mac{};
-  if (!keyring.hello_mac(datagram.first(datagram.size() - wire::kHandshakeMacBytes), nullptr, mac) ||
+  if (!keyring.hello_mac(datagram.first(datagram.size() - wire::kHandshakeMacBytes), nullptr,
+                         mac) ||
       !crypto::equal_ct(mac, body.mac)) {
     return Status::kDropped;
   }

@@ -3,8 +3,9 @@
 // "Authenticated channels"). Sans-I/O: the client's Connection and the server's acceptor (the
 // datagram driver's listen path) call these.
 //
-//   HELLO      client -> server  plain HELLO body | mode | nonce_c | MAC_hs("hello", bytes before the MAC)
-//   HELLO_ACK  server -> client  plain HELLO body | mode | nonce_s | MAC_hs("hello-ack", bytes before
+//   HELLO      client -> server  plain HELLO body | mode | nonce_c | MAC_hs("hello", bytes before
+//   the MAC) HELLO_ACK  server -> client  plain HELLO body | mode | nonce_s | MAC_hs("hello-ack",
+//   bytes before
 //                                the MAC, nonce_c)
 //   then       client -> server  any sealed datagram (the client sends a KEEPALIVE at once): the
 //                                server creates the connection only when one opens
@@ -136,7 +137,9 @@ class ReplayWindow {
   }
 
  private:
-  [[nodiscard]] bool test(uint64_t pn) const { return (bits_[(pn / 64) % kWords] >> (pn % 64)) & 1; }
+  [[nodiscard]] bool test(uint64_t pn) const {
+    return (bits_[(pn / 64) % kWords] >> (pn % 64)) & 1;
+  }
   void set(uint64_t pn) { bits_[(pn / 64) % kWords] |= uint64_t{1} << (pn % 64); }
   void clear(uint64_t pn) { bits_[(pn / 64) % kWords] &= ~(uint64_t{1} << (pn % 64)); }
   static constexpr size_t kWords = kBits / 64;

@@ -7,11 +7,12 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
 
 #include "common/byte_order.h"
 #include "transport/tcp/socket_options.h"
@@ -75,8 +76,9 @@ class SealedHandshakeOp : public std::enable_shared_from_this<SealedHandshakeOp>
   // Writes this side's sealed hello (MAC bound to `client_nonce` on the server), then `next`.
   template <typename Next>
   void send_hello(const crypto::Nonce* client_nonce, Next next) {
-    encode_sealed_hello_prefix(static_cast<uint64_t>(std::max<int64_t>(options_.max_message_bytes, 0)),
-                               std::span<std::byte, kHelloBytes>(out_.data(), kHelloBytes));
+    encode_sealed_hello_prefix(
+        static_cast<uint64_t>(std::max<int64_t>(options_.max_message_bytes, 0)),
+        std::span<std::byte, kHelloBytes>(out_.data(), kHelloBytes));
     out_[kHelloBytes] = std::byte{static_cast<uint8_t>(keyring_->mode())};
     std::memcpy(out_.data() + kHelloBytes + 1, own_nonce_.data(), kNonceBytes);
     crypto::Tag mac{};
@@ -135,7 +137,8 @@ class SealedHandshakeOp : public std::enable_shared_from_this<SealedHandshakeOp>
     std::memcpy(peer_nonce.data(), in_.data() + kHelloBytes + 1, kNonceBytes);
     crypto::Tag mac{};
     const std::span<const std::byte> signed_bytes(in_.data(), kSealedHelloBytes - kMacBytes);
-    const std::span<const std::byte> their_mac(in_.data() + kSealedHelloBytes - kMacBytes, kMacBytes);
+    const std::span<const std::byte> their_mac(in_.data() + kSealedHelloBytes - kMacBytes,
+                                               kMacBytes);
     if (!keyring_->mac(signed_bytes, client_ ? &own_nonce_ : nullptr, mac) ||
         !crypto::equal_ct(mac, their_mac)) {
       return finish(common::make_error(
@@ -155,13 +158,12 @@ class SealedHandshakeOp : public std::enable_shared_from_this<SealedHandshakeOp>
     if (!keys) return finish(std::unexpected(keys.error()));
     hello.tx_key = client_ ? keys->first : keys->second;
     hello.rx_key = client_ ? keys->second : keys->first;
-    Error mismatch{ErrorCode::kInvalidArgument,
-                   fmt::format("tcp: security mode mismatch: {} runs '{}', this endpoint '{}'",
-                               peer_,
-                               std::to_integer<uint8_t>(in_[kHelloBytes]) <= 2
-                                   ? to_string(peer_mode)
-                                   : std::string_view("unknown"),
-                               to_string(keyring_->mode()))};
+    Error mismatch{
+        ErrorCode::kInvalidArgument,
+        fmt::format("tcp: security mode mismatch: {} runs '{}', this endpoint '{}'", peer_,
+                    std::to_integer<uint8_t>(in_[kHelloBytes]) <= 2 ? to_string(peer_mode)
+                                                                    : std::string_view("unknown"),
+                    to_string(keyring_->mode()))};
     const bool mode_ok = peer_mode == keyring_->mode();
     if (client_) {
       if (!mode_ok) return finish(std::unexpected(mismatch));
@@ -237,7 +239,8 @@ bool TcpKeyring::mac(std::span<const std::byte> bytes, const crypto::Nonce* clie
                      crypto::Tag& out) {
   const std::span<const std::byte> parts[3] = {
       bytes_of(client_nonce == nullptr ? "tcp-hello" : "tcp-hello-ack"), bytes,
-      client_nonce == nullptr ? std::span<const std::byte>() : std::span<const std::byte>(*client_nonce)};
+      client_nonce == nullptr ? std::span<const std::byte>()
+                              : std::span<const std::byte>(*client_nonce)};
   return hello_key_.mac(parts, out);
 }
 

@@ -27,7 +27,7 @@ class TcpKeyring {
   bool mac(std::span<const std::byte> bytes, const crypto::Nonce* client_nonce, crypto::Tag& out);
   // Keys of a channel: (client to server, server to client).
   Result<std::pair<crypto::Key, crypto::Key>> derive(const crypto::Nonce& client_nonce,
-                                                    const crypto::Nonce& server_nonce) const;
+                                                     const crypto::Nonce& server_nonce) const;
 
  private:
   TcpKeyring(Security security, crypto::HmacKey key);

@@ -1,18 +1,17 @@
 // Authenticated channels through whole endpoints (docs/transport.md "Authenticated channels"),
 // over the loopback and udp backends: secure by default, keys and modes that do not match,
 // and (udp) forged datagrams from a raw socket at the listen address.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <gtest/gtest.h>
-
 #include <cstring>
 #include <future>
 #include <string>
 #include <vector>
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/byte_order.h"
 #include "tests/transport/datagram/channel_test_util.h"
@@ -206,9 +205,9 @@ class RawSocket {
   }
   ~RawSocket() { ::close(fd_); }
   void send(const std::vector<std::byte>& d) {
-    ASSERT_EQ(::sendto(fd_, d.data(), d.size(), 0, reinterpret_cast<const sockaddr*>(&to_),
-                       sizeof to_),
-              static_cast<ssize_t>(d.size()));
+    ASSERT_EQ(
+        ::sendto(fd_, d.data(), d.size(), 0, reinterpret_cast<const sockaddr*>(&to_), sizeof to_),
+        static_cast<ssize_t>(d.size()));
   }
   // Whether anything arrived within `ms`.
   bool answered(int ms) {
@@ -282,9 +281,8 @@ TEST(AuthForged, ForgedHelloAndDataCreateNothing) {
 
   auto client = udp::make_endpoint(with(testing::test_security()));
   ASSERT_TRUE(client);
-  auto connecting = std::async(std::launch::async, [&] {
-    return (*client)->connect(*address, short_options(), kSetupNs);
-  });
+  auto connecting = std::async(
+      std::launch::async, [&] { return (*client)->connect(*address, short_options(), kSetupNs); });
   auto accepted = (*server)->accept(kSetupNs);
   auto connected = connecting.get();
   ASSERT_TRUE(connected && accepted);

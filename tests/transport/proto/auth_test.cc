@@ -2,8 +2,6 @@
 // "Authenticated channels"): the handshake run by hand between a client Connection and the
 // acceptor's functions, then datagrams tampered with, replayed, reflected or forged on their
 // way, and the genuine traffic compared byte for byte.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -12,6 +10,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "common/byte_order.h"
 #include "tests/transport/security_util.h"
@@ -186,15 +186,18 @@ TEST_P(Auth, TamperedReplayedAndReflectedDatagramsAreDroppedAndCounted) {
       ++reflected_to_server;
     }
   };
-  ASSERT_TRUE(run(p, [&] {
-    // Replays of what the server already took.
-    for (const Bytes& d : replayed_pending) {
-      (void)p.server->on_datagram(0, d, p.now_ns);
-      ++replayed;
-    }
-    replayed_pending.clear();
-    return received(p.server_events).size() == messages.size();
-  }, tap));
+  ASSERT_TRUE(run(
+      p,
+      [&] {
+        // Replays of what the server already took.
+        for (const Bytes& d : replayed_pending) {
+          (void)p.server->on_datagram(0, d, p.now_ns);
+          ++replayed;
+        }
+        replayed_pending.clear();
+        return received(p.server_events).size() == messages.size();
+      },
+      tap));
   EXPECT_EQ(received(p.server_events), messages);
   const ChannelStats server = p.server->stats();
   const ChannelStats client = p.client->stats();
@@ -217,10 +220,11 @@ TEST_P(Auth, ReplayBelowTheWindowIsRefused) {
   std::optional<Bytes> first;
   const Bytes message = random_message(8'000'000, 9);  // > 4096 datagrams
   ASSERT_EQ(p.client->queue_message(message, 1), Status::kOk);
-  ASSERT_TRUE(run(p, [&] { return received(p.server_events).size() == 1; },
-                  [&](bool from_client, const Bytes& d, Pair&) {
-                    if (from_client && !first && wire::is_data(d)) first = d;
-                  }));
+  ASSERT_TRUE(run(
+      p, [&] { return received(p.server_events).size() == 1; },
+      [&](bool from_client, const Bytes& d, Pair&) {
+        if (from_client && !first && wire::is_data(d)) first = d;
+      }));
   ASSERT_TRUE(first);
   const uint64_t before = p.server->stats().dropped_replay;
   EXPECT_EQ(p.server->on_datagram(0, *first, p.now_ns), Status::kDropped);
@@ -356,13 +360,14 @@ TEST_P(Auth, EncryptHidesThePayload) {
   std::copy(marker.begin(), marker.end(), message.begin() + 100);  // within segment 0
   ASSERT_EQ(p.client->queue_message(message, 1), Status::kOk);
   bool seen = false;
-  ASSERT_TRUE(run(p, [&] { return received(p.server_events).size() == 1; },
-                  [&](bool from_client, const Bytes& d, Pair&) {
-                    if (from_client &&
-                        std::search(d.begin(), d.end(), marker.begin(), marker.end()) != d.end()) {
-                      seen = true;
-                    }
-                  }));
+  ASSERT_TRUE(run(
+      p, [&] { return received(p.server_events).size() == 1; },
+      [&](bool from_client, const Bytes& d, Pair&) {
+        if (from_client &&
+            std::search(d.begin(), d.end(), marker.begin(), marker.end()) != d.end()) {
+          seen = true;
+        }
+      }));
   EXPECT_EQ(received(p.server_events)[0], message);
   EXPECT_EQ(seen, GetParam() == SecurityMode::kAuthenticate);
 }
@@ -392,12 +397,12 @@ TEST_P(Auth, HugeAnnouncementReservesLittle) {
     const size_t n = wire::encode_data(h, b, d);
     EXPECT_GT(n, 0u);
     const auto tag = std::span(d).subspan(n).first<wire::kTagBytes>();
-    const bool ok = GetParam() == SecurityMode::kEncrypt
-                        ? cipher->seal(pn, std::span(d).first(wire::kShortHeaderBytes),
-                                       std::span(d).subspan(wire::kShortHeaderBytes,
-                                                            n - wire::kShortHeaderBytes),
-                                       tag)
-                        : cipher->seal(pn, std::span(d).first(n), {}, tag);
+    const bool ok =
+        GetParam() == SecurityMode::kEncrypt
+            ? cipher->seal(
+                  pn, std::span(d).first(wire::kShortHeaderBytes),
+                  std::span(d).subspan(wire::kShortHeaderBytes, n - wire::kShortHeaderBytes), tag)
+            : cipher->seal(pn, std::span(d).first(n), {}, tag);
     EXPECT_TRUE(ok);
     ++pn;
     d.resize(n + wire::kTagBytes);

@@ -1,14 +1,13 @@
 // PacketCipher (transport/crypto/crypto.h) is standard AES-256-GCM whichever library was built
 // (intel-ipsec-mb or OpenSSL): a NIST test vector, and tag-only and encrypting seals checked
 // against OpenSSL's EVP for random keys, packet numbers and lengths; a flipped bit never opens.
-#include <openssl/core_names.h>
-#include <openssl/evp.h>
-
-#include <gtest/gtest.h>
-
 #include <cstring>
 #include <random>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
 
 #include "transport/crypto/crypto.h"
 

@@ -2,17 +2,16 @@
 // endpoint's Security mode: a forked child that drops to the user "nobody" can neither connect
 // to this process's listener nor serve a name this process connects to. Needs root (to change
 // uid); skipped otherwise.
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
 #include <pwd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
-
-#include <cstddef>
-#include <cstring>
-#include <string>
 
 #include "transport/shm/endpoint.h"
 

@@ -2,21 +2,20 @@
 // pair carries messages byte-exact in both modes; another key cannot connect either way; a
 // mode mismatch is a clear error; a record tampered with on the way (by a relay between the
 // two) fails the channel with a clear error and delivers nothing of it.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <functional>
-#include <mutex>
 #include <future>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "tests/transport/security_util.h"
 #include "transport/tcp/tcp_endpoint.h"
@@ -166,8 +165,7 @@ class Relay {
   }
   // Starts relaying to `server` ("127.0.0.1:PORT"); returns the relay's address.
   std::string start(const std::string& server) {
-    const auto server_port =
-        static_cast<uint16_t>(std::stoi(server.substr(server.rfind(':') + 1)));
+    const auto server_port = static_cast<uint16_t>(std::stoi(server.substr(server.rfind(':') + 1)));
     thread_ = std::thread([this, server_port] {
       const int client = ::accept(listener_, nullptr, nullptr);
       if (client < 0) return;
