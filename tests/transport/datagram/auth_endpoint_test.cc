@@ -14,10 +14,12 @@
 #include <unistd.h>
 
 #include "common/byte_order.h"
+#include "common/clock.h"
 #include "tests/transport/datagram/channel_test_util.h"
 #include "tests/transport/security_util.h"
 #include "transport/datagram/driver.h"
 #include "transport/loopback/endpoint.h"
+#include "transport/loopback/link.h"
 #include "transport/proto/wire.h"
 #include "transport/udp/endpoint.h"
 
@@ -185,16 +187,17 @@ TEST_P(AuthEndpoint, KeyedChannelsCarryMessagesByteExact) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, AuthEndpoint,
-                         ::testing::Values(BackendCase{"loopback", loopback::make_endpoint, ""},
-                                           BackendCase{"udp", udp::make_endpoint, "127.0.0.1:0"}),
-                         [](const ::testing::TestParamInfo<BackendCase>& info) {
-                           return info.param.name;
-                         });
+// ---- forged datagrams from a raw peer (a UDP socket, or a bare loopback link) ----
 
-// ---- forged datagrams from a raw UDP socket ----
+// Sends hand-made datagrams to a listen address and tells whether anything came back.
+class RawPeer {
+ public:
+  virtual ~RawPeer() = default;
+  virtual void send(const std::vector<std::byte>& d) = 0;
+  virtual bool answered(int ms) = 0;
+};
 
-class RawSocket {
+class RawSocket final : public RawPeer {
  public:
   explicit RawSocket(const std::string& address) {
     fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -203,14 +206,13 @@ class RawSocket {
     to_.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
     ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &to_.sin_addr);
   }
-  ~RawSocket() { ::close(fd_); }
-  void send(const std::vector<std::byte>& d) {
+  ~RawSocket() override { ::close(fd_); }
+  void send(const std::vector<std::byte>& d) override {
     ASSERT_EQ(
         ::sendto(fd_, d.data(), d.size(), 0, reinterpret_cast<const sockaddr*>(&to_), sizeof to_),
         static_cast<ssize_t>(d.size()));
   }
-  // Whether anything arrived within `ms`.
-  bool answered(int ms) {
+  bool answered(int ms) override {
     pollfd p{fd_, POLLIN, 0};
     return ::poll(&p, 1, ms) > 0;
   }
@@ -218,6 +220,40 @@ class RawSocket {
  private:
   int fd_ = -1;
   sockaddr_in to_{};
+};
+
+// The same through the loopback fabric: a bare link (no protocol) with one client socket.
+class RawLoopback final : public RawPeer {
+ public:
+  explicit RawLoopback(const std::string& address) : link_(loopback::FaultConfig{}) {
+    PathSpec path;
+    path.remote = address;
+    auto opened = link_.open_path(path, address);
+    EXPECT_TRUE(opened) << opened.error().message;
+    if (opened) {
+      socket_ = opened->first;
+      to_ = opened->second;
+    }
+  }
+  void send(const std::vector<std::byte>& d) override {
+    std::span<std::byte> buffer = link_.tx_buffer();
+    ASSERT_GE(buffer.size(), d.size());
+    std::memcpy(buffer.data(), d.data(), d.size());
+    ASSERT_EQ(link_.send(socket_, to_, d.size()), common::Status::kOk);
+    link_.flush();
+  }
+  bool answered(int ms) override {
+    bool any = false;
+    const int64_t deadline_ns = common::MonotonicClock().now_ns() + int64_t{ms} * 1'000'000;
+    link_.receive(deadline_ns, [&](datagram::SocketId, const loopback::Port&,
+                                   std::span<const std::byte>) { any = true; });
+    return any;
+  }
+
+ private:
+  loopback::LoopbackLink link_;
+  datagram::SocketId socket_ = 0;
+  loopback::Port to_{};
 };
 
 // Waits (bounded) until the server's published counters show `n` datagrams: the progress
@@ -232,17 +268,23 @@ datagram::DriverCounters await_datagrams(Endpoint& endpoint, uint64_t n) {
   return c;
 }
 
-// A forged HELLO (right format, wrong MAC) and a forged DATA naming an 8 GiB message: the
-// server answers neither, creates nothing (no channel, no half-open entry, no reassembly
-// memory) and counts both; a genuine client then connects and transfers intact.
-TEST(AuthForged, ForgedHelloAndDataCreateNothing) {
-  if (!udp::backend_info().usable) GTEST_SKIP() << udp::backend_info().reason;
-  auto server = udp::make_endpoint(with(testing::test_security()));
+// A forged HELLO (right format, wrong MAC) and a forged DATA naming an 8 GiB message, over udp
+// from a raw socket and over loopback from a bare link: the server answers neither, creates nothing
+// (no channel, no half-open entry, no reassembly memory) and counts both; a genuine client then
+// connects and transfers intact.
+TEST_P(AuthEndpoint, ForgedHelloAndDataCreateNothing) {
+  auto server = GetParam().make(with(testing::test_security()));
   ASSERT_TRUE(server);
-  auto address = (*server)->listen("127.0.0.1:0");
+  auto address = (*server)->listen(GetParam().listen);
   ASSERT_TRUE(address);
   namespace wire = proto::wire;
-  RawSocket raw(*address);
+  std::unique_ptr<RawPeer> peer;
+  if (GetParam().name == "udp") {
+    peer = std::make_unique<RawSocket>(*address);
+  } else {
+    peer = std::make_unique<RawLoopback>(*address);
+  }
+  RawPeer& raw = *peer;
 
   std::vector<std::byte> hello(wire::kHeaderBytes + wire::kSealedHelloBodyBytes);
   wire::Header h;
@@ -279,7 +321,7 @@ TEST(AuthForged, ForgedHelloAndDataCreateNothing) {
   EXPECT_EQ(c.reassembly_bytes, 0u);
   EXPECT_FALSE(raw.answered(100)) << "a forged HELLO was answered";
 
-  auto client = udp::make_endpoint(with(testing::test_security()));
+  auto client = GetParam().make(with(testing::test_security()));
   ASSERT_TRUE(client);
   auto connecting = std::async(
       std::launch::async, [&] { return (*client)->connect(*address, short_options(), kSetupNs); });
@@ -289,6 +331,13 @@ TEST(AuthForged, ForgedHelloAndDataCreateNothing) {
   const auto message = random_bytes(1 << 20, 77);
   testing::expect_transfer(**connected, **accepted, message);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, AuthEndpoint,
+                         ::testing::Values(BackendCase{"loopback", loopback::make_endpoint, ""},
+                                           BackendCase{"udp", udp::make_endpoint, "127.0.0.1:0"}),
+                         [](const ::testing::TestParamInfo<BackendCase>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace detwan::transport
