@@ -51,6 +51,11 @@ class BufferPool {
     return out;
   }
 
+  // A kept buffer with capacity >= capacity_bytes (and not kMaxWasteFactor larger), contents
+  // and size as handed back, counted as reused; else an empty vector. A datagram channel
+  // reassembles into it, growing its size only up to the bytes that really arrived.
+  std::vector<std::byte> take_recycled(size_t capacity_bytes) { return take_kept(capacity_bytes); }
+
   // Keeps `buffer` for a later take() if there is room; else frees it.
   void put(std::vector<std::byte> buffer) {
     const size_t cap = buffer.capacity();

@@ -13,11 +13,12 @@
 //   kNone          no authentication: only when asked for by name (tests of the plain
 //                  protocol, benchmarks of the unauthenticated path)
 //
-// The default is kAuthenticate with no key, which a network backend refuses at
+// The default is kAuthenticate with no key, which udp, tcp and loopback refuse at
 // listen()/connect() with an error saying how to give one: there is no unauthenticated
-// channel unless someone wrote kNone. In-process and same-host backends: loopback accepts any
-// mode (it runs the same protocol, so the same checks); shm admits only peers of the
-// endpoint's own uid (SO_PEERCRED) whatever the mode.
+// channel unless someone wrote kNone. loopback runs every mode (it runs the same protocol, so
+// the same checks, with fault injection) and needs a key like udp; shm admits only peers of the
+// endpoint's own uid (SO_PEERCRED) whatever the mode; verbs ignores the field (inside a site's
+// RDMA fabric).
 #include <array>
 #include <cstddef>
 #include <cstdint>

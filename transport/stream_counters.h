@@ -15,6 +15,7 @@ struct StreamCounters {
   std::atomic<uint64_t> bytes_received{0};
   std::atomic<uint64_t> segments_sent{0};       // verbs: work requests posted
   std::atomic<uint64_t> dropped_malformed{0};   // hostile or broken framing from the peer
+  std::atomic<uint64_t> dropped_auth{0};        // tcp: a record whose tag does not verify
 
   [[nodiscard]] ChannelStats snapshot() const {
     ChannelStats stats;
@@ -24,6 +25,7 @@ struct StreamCounters {
     stats.bytes_received = bytes_received.load(std::memory_order_relaxed);
     stats.segments_sent = segments_sent.load(std::memory_order_relaxed);
     stats.dropped_malformed = dropped_malformed.load(std::memory_order_relaxed);
+    stats.dropped_auth = dropped_auth.load(std::memory_order_relaxed);
     return stats;
   }
 };

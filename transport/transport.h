@@ -96,13 +96,15 @@ struct ChannelOptions {
   // estimate), so that it is always >= rate x RTT.
   int64_t recv_window_bytes = 0;
   int64_t max_message_bytes = int64_t{16} << 30;
-  // Memory for messages being received and received-but-not-yet-read: a message's buffer is
-  // allocated at its first segment, sized by the message size the peer names, and counts until
-  // the application takes the message (recv). A new message that would take the total beyond
-  // this waits (its segments are dropped, counted dropped_memory, and resent by the sender:
-  // back-pressure on a receiver that does not read) unless it is the next message to deliver
-  // and nothing is unread (no deadlock); so a peer can hold at most this much plus one message
-  // of max_message_bytes.
+  // Memory for messages being received and received-but-not-yet-read: a message's buffer grows
+  // as its segments arrive (64 MiB of address space first, 8x more at a time as data lands
+  // beyond it, never to what the peer announces at once) and counts until the application
+  // takes the message (recv). A segment that would take the total beyond this waits (it is
+  // dropped, counted dropped_memory, and resent by the sender: back-pressure on a receiver
+  // that does not read) unless its message is the next to
+  // deliver and nothing is unread (no deadlock); so a peer can make this channel hold at most
+  // this much plus one message of max_message_bytes, and only by sending it. The endpoint's
+  // EndpointOptions::max_reassembly_bytes bounds all its channels together.
   int64_t max_reassembly_bytes = int64_t{4} << 30;
   // Memory the sender may hold for unacknowledged segments' metadata and FEC parity.
   int64_t send_buffer_bytes = int64_t{256} << 20;
@@ -123,7 +125,13 @@ struct ChannelStats {
   uint64_t dropped_malformed = 0;     // truncated / bad header / bad field
   uint64_t dropped_duplicate = 0;     // already received (duplicates and replays)
   uint64_t dropped_foreign = 0;       // other connection id
-  uint64_t dropped_memory = 0;        // first segments of messages beyond max_reassembly_bytes
+  uint64_t dropped_memory = 0;        // segments beyond max_reassembly_bytes (resent later)
+  // Authenticated channels (EndpointOptions::security): datagrams whose tag (or HELLO_ACK MAC)
+  // does not verify, or of the other protocol; and sealed datagrams whose packet number was
+  // seen already or lies below the replay window. Both dropped before touching any state.
+  uint64_t dropped_auth = 0;
+  uint64_t dropped_replay = 0;
+  uint64_t reassembly_bytes = 0;      // memory held now for messages being reassembled
   uint64_t timeouts = 0;              // retransmission timeouts fired
   // Multipath: a path with data in flight and nothing acknowledged for 3 srtt (+ 10 ms) while
   // another path's data is acknowledged is declared failed: its segments are resent on the
@@ -211,6 +219,11 @@ struct EndpointOptions {
   // No progress thread: the owning thread drives the endpoint with Endpoint::progress() (see
   // "Inline progress" above). udp and loopback; the other backends refuse it (kInvalidArgument).
   bool inline_progress = false;
+  // Memory all of this endpoint's channels together may hold for messages being received and
+  // received-but-unread (udp, loopback; ChannelOptions::max_reassembly_bytes bounds each
+  // channel). Allocated as data arrives, never as announced: a segment that would take the
+  // total beyond this is dropped (dropped_memory) and resent by its sender later.
+  int64_t max_reassembly_bytes = int64_t{16} << 30;
   // Who may talk to this endpoint (transport/security.h): the key its channels, accepted and
   // connected, authenticate with. Network backends refuse to run without a key unless the
   // mode is kNone.

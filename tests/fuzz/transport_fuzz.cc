@@ -143,7 +143,7 @@ void check_decoders(Bytes datagram) {
 
 uint64_t drops(const ChannelStats& s) {
   return s.dropped_corrupt + s.dropped_malformed + s.dropped_duplicate + s.dropped_foreign +
-         s.dropped_memory;
+         s.dropped_memory + s.dropped_auth + s.dropped_replay;
 }
 
 // Polls everything the connection wants to send now; each datagram must be well formed.

@@ -28,6 +28,7 @@
 #include "tools/bench/coll_main.h"
 #include "tools/bench/lab_exec.h"
 #include "tools/bench/transport_bench.h"
+#include "tools/bench/transport_security.h"
 
 namespace {
 
@@ -44,6 +45,22 @@ uint64_t size_or_throw(const std::string& what, const std::string& text) {
   auto bytes = common::parse_size_bytes(text);
   if (!bytes) throw CLI::ValidationError(what, bytes.error().message);
   return *bytes;
+}
+
+void add_security_flags(CLI::App* cmd, bench::SecurityFlags& flags) {
+  cmd->add_option("--key-file", flags.key_file,
+                  "the job's key: 32 raw bytes or 64 hex digits, mode 600 (authenticated "
+                  "channels; required unless --insecure)");
+  cmd->add_flag("--encrypt", flags.encrypt, "encrypt payloads too (default: authenticate only)");
+  cmd->add_flag("--insecure", flags.insecure, "unauthenticated channels (security mode none)");
+}
+
+// Both ends in this process (`in_process`): a random key unless --insecure.
+detwan::transport::Security security_or_throw(const bench::SecurityFlags& flags,
+                                              bool in_process = false) {
+  auto security = in_process ? bench::in_process_security(flags) : bench::security_from(flags);
+  if (!security) throw CLI::ValidationError("security", security.error().message);
+  return *security;
 }
 
 bool wants_lab(int argc, char** argv) {
@@ -97,6 +114,8 @@ int run_cli(int argc, char** argv) {
   double send_timeout_s = 900;
   send_cmd->add_option("--timeout", send_timeout_s, "seconds for the whole transfer")
       ->capture_default_str();
+  bench::SecurityFlags send_security;
+  add_security_flags(send_cmd, send_security);
   send_cmd->add_flag("--json", send.json, "print one JSON object");
 
   bench::RecvOptions recv;
@@ -117,6 +136,8 @@ int run_cli(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 64));
   recv_cmd->add_flag("--no-recycle{false}", recv.recycle,
                      "drop each message instead of handing its buffer back (comparisons)");
+  bench::SecurityFlags recv_security;
+  add_security_flags(recv_cmd, recv_security);
   recv_cmd->add_flag("--json", recv.json, "print one JSON object");
 
   bench::PingPongOptions pingpong;
@@ -137,6 +158,9 @@ int run_cli(int argc, char** argv) {
                    "Endpoint::progress)")
       ->check(CLI::IsMember({"callback", "wait", "inline"}))
       ->capture_default_str();
+  bench::SecurityFlags pp_security;
+  pp_cmd->add_flag("--insecure", pp_security.insecure, "unauthenticated channels (mode none)");
+  pp_cmd->add_flag("--encrypt", pp_security.encrypt, "encrypt payloads (default: authenticate)");
   pp_cmd->add_flag("--json", pingpong.json, "print one JSON object");
 
   bench::InfoOptions info;
@@ -144,6 +168,9 @@ int run_cli(int argc, char** argv) {
       "info", "bytes per data datagram of the protocol (measured on 127.0.0.1)");
   info_cmd->add_option("--mtu", info.mtu_bytes, "IP MTU")->capture_default_str();
   info_cmd->add_option("--backend", info.backend, "datagram backend")->capture_default_str();
+  bench::SecurityFlags info_security;
+  info_cmd->add_flag("--insecure", info_security.insecure, "unauthenticated channels (mode none)");
+  info_cmd->add_flag("--encrypt", info_security.encrypt, "encrypt payloads (default: authenticate)");
   info_cmd->add_flag("--json", info.json, "print one JSON object");
 
   try {
@@ -173,18 +200,22 @@ int run_cli(int argc, char** argv) {
         throw CLI::ValidationError("--local-paths", "needs one address per path of --paths");
       }
       send.timeout_ns = static_cast<int64_t>(send_timeout_s * 1e9);
+      send.security = security_or_throw(send_security);
       return bench::run_send(send);
     }
     if (recv_cmd->parsed()) {
       if (!recv_rate_text.empty()) recv.rate_bps = rate_or_throw("--rate", recv_rate_text);
       recv.accept_timeout_ns = static_cast<int64_t>(accept_timeout_s * 1e9);
       recv.timeout_ns = static_cast<int64_t>(recv_timeout_s * 1e9);
+      recv.security = security_or_throw(recv_security);
       return bench::run_recv(recv);
     }
     if (pp_cmd->parsed()) {
       pingpong.size_bytes = size_or_throw("--size", pp_size_text);
+      pingpong.security = security_or_throw(pp_security, true);
       return bench::run_pingpong(pingpong);
     }
+    info.security = security_or_throw(info_security, true);
     return bench::run_info(info);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "transport/security.h"
+
 namespace detwan::bench {
 
 // Wire framing between send and recv, on top of the messages themselves: the sender first sends
@@ -45,6 +47,7 @@ struct SendOptions {
   int mtu_bytes = 1500;
   int64_t timeout_ns = 900'000'000'000;    // whole transfer
   int64_t connect_timeout_ns = 10'000'000'000;
+  transport::Security security;  // --key-file / --encrypt / --insecure (transport_security.h)
   bool json = false;
 };
 
@@ -57,6 +60,7 @@ struct RecvOptions {
   int64_t timeout_ns = 900'000'000'000;
   bool recycle = true;  // hand each checked message back (Channel::recycle), as applications do
   int channels = 1;     // channels to accept, each an independent share of the transfer
+  transport::Security security;  // --key-file / --encrypt / --insecure (transport_security.h)
   bool json = false;
 };
 
@@ -70,12 +74,14 @@ struct PingPongOptions {
   // calling thread waits for each reply (two thread hand-overs per round trip); inline: no
   // progress thread at either end (EndpointOptions::inline_progress).
   std::string progress = "callback";
+  transport::Security security;  // both ends in this process: a random key, or --insecure
   bool json = false;
 };
 
 struct InfoOptions {
   std::string backend = "udp";
   int mtu_bytes = 1500;
+  transport::Security security;  // both ends in this process: a random key, or --insecure
   bool json = false;
 };
 

@@ -68,7 +68,9 @@ size_t payload_run(const std::vector<std::byte>& d, const std::vector<std::byte>
 }
 
 Result<Measured> measure(const InfoOptions& o) {
-  auto server_ep = transport::make_endpoint(o.backend);
+  transport::EndpointOptions endpoint_options;
+  endpoint_options.security = o.security;
+  auto server_ep = transport::make_endpoint(o.backend, endpoint_options);
   if (!server_ep) return std::unexpected(server_ep.error());
   auto addr = (*server_ep)->listen("127.0.0.1:0");
   if (!addr) return std::unexpected(addr.error());
@@ -140,7 +142,7 @@ Result<Measured> measure(const InfoOptions& o) {
   std::thread acceptor([&] { accepted = (*server_ep)->accept(10'000'000'000); });
   transport::ChannelOptions copts;
   copts.mtu_bytes = o.mtu_bytes;
-  auto client_ep = transport::make_endpoint(o.backend);
+  auto client_ep = transport::make_endpoint(o.backend, endpoint_options);
   Result<std::unique_ptr<transport::Channel>> client = std::unexpected(
       client_ep ? common::Error{} : client_ep.error());
   if (client_ep) {

@@ -120,6 +120,7 @@ Samples detwan_pingpong(const PingPongOptions& o, std::string& describe) {
   transport::EndpointOptions endpoint_options;
   const auto [backend, config] = split_backend(o.backend);
   endpoint_options.backend_config = config;
+  endpoint_options.security = o.security;
   auto server_ep = transport::make_endpoint(backend, endpoint_options);
   if (!server_ep) return {{}, 0, 0, server_ep.error().describe()};
   auto addr = (*server_ep)->listen("127.0.0.1:0");
@@ -191,6 +192,7 @@ Samples inline_pingpong(const PingPongOptions& o, std::string& describe) {
   transport::EndpointOptions endpoint_options;
   const auto [backend, config] = split_backend(o.backend);
   endpoint_options.backend_config = config;
+  endpoint_options.security = o.security;
   endpoint_options.inline_progress = true;
   std::promise<Result<std::string>> listening;
   auto listen_address = listening.get_future();

@@ -12,6 +12,7 @@
 #include "tools/bench/transport_bench.h"
 #include "tools/bench/transport_pattern.h"
 #include "tools/bench/transport_report.h"
+#include "transport/datagram/driver.h"
 #include "transport/registry.h"
 
 namespace detwan::bench {
@@ -149,6 +150,8 @@ int run_recv(const RecvOptions& o) {
   eopts.accept_options.mtu_bytes = o.mtu_bytes;
   const auto [backend, config] = split_backend(o.backend);
   eopts.backend_config = config;
+  eopts.security = o.security;
+  doc["security"] = std::string(transport::to_string(o.security.mode));
   auto endpoint = transport::make_endpoint(backend, eopts);
   if (!endpoint) return fail(endpoint.error().describe());
   auto bound = (*endpoint)->listen(o.listen);
@@ -223,6 +226,20 @@ int run_recv(const RecvOptions& o) {
   doc["peer_closed"] = peer_closed;
   if (!done_send_error.empty()) doc["done_send_error"] = done_send_error;
   doc["stats"] = stats_to_json(stats);
+  // The endpoint's own counters (datagram backends): what it refused before any channel saw it.
+  if (const auto* datagram = dynamic_cast<const transport::datagram::DatagramEndpointBase*>(
+          endpoint->get())) {
+    const transport::datagram::DriverCounters c = datagram->counters();
+    doc["endpoint"] = json::object{{"datagrams_received", c.datagrams_received},
+                                   {"dropped_not_transport", c.dropped_not_transport},
+                                   {"dropped_unknown_connection", c.dropped_unknown_connection},
+                                   {"dropped_auth", c.dropped_auth},
+                                   {"dropped_mode_mismatch", c.dropped_mode_mismatch},
+                                   {"handshakes_answered", c.handshakes_answered},
+                                   {"half_open_evicted", c.half_open_evicted},
+                                   {"connections_accepted", c.connections_accepted},
+                                   {"reassembly_bytes", c.reassembly_bytes}};
+  }
   if (!error.empty()) return fail(error);
   if (o.json) {
     print_json(doc);

@@ -44,6 +44,9 @@ json::object stats_to_json(const transport::ChannelStats& s) {
                       {"dropped_malformed", s.dropped_malformed},
                       {"dropped_duplicate", s.dropped_duplicate},
                       {"dropped_foreign", s.dropped_foreign},
+                      {"dropped_memory", s.dropped_memory},
+                      {"dropped_auth", s.dropped_auth},
+                      {"dropped_replay", s.dropped_replay},
                       {"timeouts", s.timeouts},
                       {"srtt_ns", s.srtt_ns},
                       {"rttvar_ns", s.rttvar_ns},
@@ -69,6 +72,8 @@ void add_counters(transport::ChannelStats& into, const transport::ChannelStats& 
   into.dropped_duplicate += from.dropped_duplicate;
   into.dropped_foreign += from.dropped_foreign;
   into.dropped_memory += from.dropped_memory;
+  into.dropped_auth += from.dropped_auth;
+  into.dropped_replay += from.dropped_replay;
   into.timeouts += from.timeouts;
   into.paths_failed += from.paths_failed;
   into.paths_recovered += from.paths_recovered;

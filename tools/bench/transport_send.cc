@@ -246,6 +246,8 @@ int run_send(const SendOptions& o) {
   transport::EndpointOptions eopts;
   const auto [backend, config] = split_backend(o.backend);
   eopts.backend_config = config;
+  eopts.security = o.security;
+  doc["security"] = std::string(transport::to_string(o.security.mode));
   auto endpoint = transport::make_endpoint(backend, eopts);
   if (!endpoint) return fail(endpoint.error().describe());
   std::vector<std::unique_ptr<transport::Channel>> opened(channels);

@@ -31,6 +31,7 @@ import sys
 
 from lab.units import parse_duration_ns, parse_fraction, parse_rate_bps, parse_size_bytes
 from lab import measure, wanem
+from lab.transport_key import MODES as SECURITY_MODES, security_args
 
 PROG = "detwan-bench transport --lab"
 BENCH_BINARY = "tools/bench/detwan-bench"
@@ -126,8 +127,10 @@ def exec_cmd(site: str, gw: bool, argv: list[str]) -> list[str]:
     return [str(measure.TESTBED), "exec", site, *(["--gw"] if gw else []), "--", *argv]
 
 
-def header_info(binary: str, mtu: int) -> dict:
-    res = subprocess.run([binary, "transport", "info", "--json", "--mtu", str(mtu)],
+def header_info(binary: str, mtu: int, security: str = "authenticate") -> dict:
+    res = subprocess.run([binary, "transport", "info", "--json", "--mtu", str(mtu),
+                          *(["--insecure"] if security == "none" else
+                            ["--encrypt"] if security == "encrypt" else [])],
                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     if res.returncode != 0:
         raise BenchError(f"detwan-bench transport info failed: {res.stderr.strip()}")
@@ -149,13 +152,15 @@ def allow_cubic(namespaces: list[str]) -> dict:
 
 def run_detwan(args, binary: str, ends: dict, timeout_s: float) -> tuple[dict, dict]:
     """recv in the receiver's namespace, send from the sender's; returns both JSON reports."""
+    security = security_args(getattr(args, "security", None) or "authenticate")
     recv_cmd = exec_cmd(RECEIVER, ends["gw"], [
         binary, "transport", "recv", "--listen", f"0.0.0.0:{args.port}", "--backend",
-        args.backend, "--mtu", str(args.mtu), "--json", "--timeout", f"{timeout_s:.0f}"])
+        args.backend, "--mtu", str(args.mtu), "--json", "--timeout", f"{timeout_s:.0f}",
+        *security])
     send_argv = [binary, "transport", "send", ends["remotes"][0], "--size", str(args.size),
                  "--message-size", str(args.message_size), "--backend", args.backend,
                  "--mtu", str(args.mtu), "--json", "--timeout", f"{timeout_s:.0f}",
-                 "--inflight", str(args.inflight)]
+                 "--inflight", str(args.inflight), *security]
     if ends["rates"][0] > 0:
         send_argv += ["--rate", f"{ends['rates'][0]}bit"]
     if len(ends["remotes"]) > 1:
@@ -272,6 +277,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fec-k", type=int, default=32)
     p.add_argument("--fec-m", type=int, default=4)
     p.add_argument("--backend", default="udp", help="detwan transport backend (default udp)")
+    p.add_argument("--security", choices=SECURITY_MODES, default="authenticate",
+                   help="the transfer's channel security (a key file is made for the run)")
     p.add_argument("--detwan-rate", type=_arg(parse_rate_bps),
                    help="detwan's reserved rate per path (default: the path rate)")
     p.add_argument("--best-effort", action="store_true",
@@ -314,7 +321,7 @@ def lab_ends(st: dict, paths: int, rates: list[int], port: int) -> dict:
 
 def measure_all(args, binary: str, st: dict, path: dict, reused: bool) -> dict:
     rate, rtt_ns, loss = path["rate_bps"], path["rtt_ns"], path["loss"]
-    info = header_info(binary, args.mtu)
+    info = header_info(binary, args.mtu, args.security)
     header = info["header_bytes"]
     seg_payload = args.mtu - 28 - header
     frame = args.mtu + ETHERNET_BYTES

@@ -18,6 +18,7 @@ import os
 import subprocess
 
 from lab import measure
+from lab.transport_key import security_args
 
 NS_A_SUFFIX, NS_B_SUFFIX = "a", "b"
 ADDR_A, ADDR_B = "10.40.0.1", "10.40.0.2"
@@ -83,11 +84,13 @@ def with_threads(backend: str, threads: int) -> str:
 
 
 def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float,
-               backend: str = "udp", recycle: bool = True, channels: int = 1) -> dict:
+               backend: str = "udp", recycle: bool = True, channels: int = 1,
+               security: str = "authenticate") -> dict:
+    """One transfer; `security`: "authenticate" (default), "encrypt" or "none"."""
     recv = subprocess.Popen(_in(pair.b, [binary, "transport", "recv", "--listen",
                                          f"{ADDR_B}:{DETWAN_PORT}", "--json", "--timeout",
                                          f"{timeout_s:.0f}", "--backend", backend,
-                                         "--channels", str(channels),
+                                         "--channels", str(channels), *security_args(security),
                                          *([] if recycle else ["--no-recycle"])]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
@@ -97,7 +100,8 @@ def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float,
         send = subprocess.Popen(_in(pair.a, [binary, "transport", "send",
                                              f"{ADDR_B}:{DETWAN_PORT}", "--size", size, "--json",
                                              "--timeout", f"{timeout_s:.0f}", "--backend",
-                                             backend, "--channels", str(channels)]),
+                                             backend, "--channels", str(channels),
+                                             *security_args(security)]),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 stdin=subprocess.DEVNULL)
         s_out, s_err = send.communicate(timeout=timeout_s + 60)
@@ -119,7 +123,7 @@ def run_detwan(pair: VethPair, binary: str, size: str, timeout_s: float,
             "cpu_s_per_gb": cpu_s / (nbytes / 1e9) if nbytes else None,
             "cpu_s_per_gb_with_checking": all_cpu_s / (nbytes / 1e9) if nbytes else None,
             "wrong_bytes": received.get("wrong_bytes"), "channels": channels,
-            "backend": backend, "error": None}
+            "backend": backend, "security": security, "error": None}
 
 
 def _iperf3(pair: VethPair, client_args: list[str], timeout_s: float, what: str) -> dict:
@@ -198,3 +202,44 @@ def run(binary: str, size: str, size_bytes: int, timeout_s: float = 900,
         out["bytes_per_cpu_s_over_tcp"] = tcp["cpu_s_per_gb"] / detwan["cpu_s_per_gb"]
         out["goodput_over_tcp"] = detwan["goodput_bps"] / tcp["goodput_bps"]
     return out
+
+
+def security_ab(binary: str, size: str, repetitions: int, timeout_s: float = 900,
+                backend: str = "udp") -> dict:
+    """The cost of authenticated channels: transfers with security none, authenticate and
+    encrypt, alternating (each round starting with the next mode), `repetitions` rounds on one
+    veth pair. Per mode the median goodput and
+    CPU-seconds per GB (sender + receiver), and each against "none" of the same run."""
+    runs: list[dict] = []
+    with VethPair(f"dtsa{os.getpid()}") as pair:
+        modes = ("none", "authenticate", "encrypt")
+        for rep in range(repetitions):
+            # Each round starts with another mode, so no mode always runs first (or last).
+            for mode in modes[rep % 3:] + modes[:rep % 3]:
+                r = run_detwan(pair, binary, size, timeout_s, backend, security=mode)
+                r["round"] = rep
+                runs.append(r)
+
+    def median(values: list[float]) -> float | None:
+        values = sorted(v for v in values if v is not None)
+        if not values:
+            return None
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+    summary: dict = {}
+    for mode in ("none", "authenticate", "encrypt"):
+        ok = [r for r in runs if r["security"] == mode and not r.get("error")]
+        summary[mode] = {"runs": len(ok),
+                         "goodput_bps_median": median([r["goodput_bps"] for r in ok]),
+                         "cpu_s_per_gb_median": median([r["cpu_s_per_gb"] for r in ok]),
+                         "wrong_bytes": sum(r.get("wrong_bytes") or 0 for r in ok)}
+    base = summary["none"]
+    for mode in ("authenticate", "encrypt"):
+        m = summary[mode]
+        if base["goodput_bps_median"] and m["goodput_bps_median"]:
+            m["goodput_over_none"] = m["goodput_bps_median"] / base["goodput_bps_median"]
+        if base["cpu_s_per_gb_median"] and m["cpu_s_per_gb_median"]:
+            m["cpu_per_byte_over_none"] = m["cpu_s_per_gb_median"] / base["cpu_s_per_gb_median"]
+    return {"path": "veth pair, default offloads, best effort", "size": size, "backend": backend,
+            "repetitions": repetitions, "runs": runs, "summary": summary}

@@ -8,9 +8,13 @@
 // posted calls, drains every connection's poll_transmit into the link (one batch per loop), and
 // runs the completion callbacks of the events the connections emitted.
 //
-// Server side: the listen socket's datagrams are demultiplexed by connection id. An unknown id
-// carried by a HELLO creates a Connection(Role::kServer, id) queued for accept(); any other
-// unknown datagram is dropped and counted (counters()). The server answers each path of a
+// Server side: the listen socket's datagrams are demultiplexed by connection id. Plain protocol
+// (Security::none()): an unknown id carried by a HELLO creates a Connection(Role::kServer, id)
+// queued for accept(). Authenticated channels: a HELLO whose MAC verifies gets a HELLO_ACK and
+// a half-open entry (half_open.h); the Connection is created when the client's first sealed
+// datagram opens. A HELLO of the other protocol is answered with the plain protocol's CLOSE
+// "security mismatch" (no bigger than the HELLO). Any other unknown datagram is dropped and
+// counted (counters()). The server answers each path of a
 // channel on the address that path's datagrams came from: the driver numbers the sources of a
 // channel in order of appearance (path 0 = the HELLO's source) up to the server's path count.
 //
@@ -33,7 +37,6 @@
 #include <cstdint>
 #include <future>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -43,6 +46,8 @@
 #include <fmt/format.h>
 
 #include "common/clock.h"
+#include "transport/crypto/crypto.h"
+#include "transport/datagram/half_open.h"
 #include "transport/datagram/link.h"
 #include "transport/datagram/session.h"
 
@@ -67,15 +72,29 @@ class DatagramEndpoint final : public DatagramEndpointBase {
 
   // `accepted`: the queue accepted channels go to; endpoints that share one (the udp backend's
   // lanes, transport/udp/lanes.h) serve one accept(). Default: a queue of this endpoint's own.
-  DatagramEndpoint(std::unique_ptr<Link> link, std::string backend, ChannelOptions accept_options,
-                   bool inline_progress = false, std::shared_ptr<AcceptQueue> accepted = nullptr)
+  // From `options`: accept_options, inline_progress, max_reassembly_bytes (`budget`: one that
+  // endpoints sharing `accepted` share too; default: this endpoint's own) and security, the
+  // endpoint's key and mode (transport/security.h): without a key a mode other than kNone
+  // makes listen() and connect() fail with a message saying how to give one.
+  DatagramEndpoint(std::unique_ptr<Link> link, std::string backend, const EndpointOptions& options,
+                   std::shared_ptr<AcceptQueue> accepted = nullptr,
+                   std::shared_ptr<proto::MemoryBudget> budget = nullptr)
       : link_(std::move(link)),
         backend_(std::move(backend)),
-        accept_options_(std::move(accept_options)),
+        accept_options_(options.accept_options),
         queue_(std::make_shared<PostQueue>([link = link_.get()] { link->wake(); })),
         accepted_(accepted ? std::move(accepted) : std::make_shared<AcceptQueue>()),
-        inline_(inline_progress),
-        random_(std::random_device{}()) {
+        budget_(budget ? std::move(budget)
+                       : std::make_shared<proto::MemoryBudget>(static_cast<uint64_t>(
+                             std::max<int64_t>(options.max_reassembly_bytes, 0)))),
+        inline_(options.inline_progress) {
+    auto keyring = proto::Keyring::create(options.security);
+    if (keyring) {
+      keyring_ = std::move(*keyring);
+    } else {
+      security_error_ = keyring.error();
+      security_error_->message = backend_ + ": " + security_error_->message;
+    }
     if (inline_) return;
     thread_ = std::thread([this] { run(); });
     queue_->set_progress_thread(thread_.get_id());
@@ -103,6 +122,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   }
 
   Result<std::string> listen(const std::string& address) override {
+    if (security_error_) return std::unexpected(*security_error_);
     return run_task<std::string>([this, address]() -> Result<std::string> {
       if (listen_socket_) {
         return common::make_error(ErrorCode::kAlreadyExists,
@@ -112,6 +132,12 @@ class DatagramEndpoint final : public DatagramEndpointBase {
       if (!opened) return std::unexpected(opened.error());
       listen_socket_ = opened->first;
       listen_name_ = opened->second;
+      // What this side's HELLO_ACKs announce: exactly what its accepted channels will use.
+      if (auto normalized = normalize_options(accept_options_, listen_name_)) {
+        own_hello_.recv_window_bytes = static_cast<uint64_t>(proto::receive_window_bytes(*normalized));
+        own_hello_.segment_bytes =
+            static_cast<uint16_t>(proto::segment_payload_bytes(*normalized, keyring_->mode()));
+      }
       listening_.store(true, std::memory_order_release);
       return listen_name_;
     });
@@ -137,6 +163,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   Result<std::unique_ptr<Channel>> connect(const std::string& address,
                                            const ChannelOptions& options,
                                            int64_t timeout_ns) override {
+    if (security_error_) return std::unexpected(*security_error_);
     auto normalized = normalize_options(options, address);
     if (!normalized) return std::unexpected(normalized.error());
     if (auto fits = check_mtu(*normalized); !fits) return std::unexpected(fits.error());
@@ -280,13 +307,20 @@ class DatagramEndpoint final : public DatagramEndpointBase {
                                       paths.size() > 1 ? fmt::format(" ({} paths)", paths.size()) : "");
     proto::ConnectionConfig config;
     config.role = proto::Role::kClient;
-    // Random in every bit, and never 0 in its low 32 bits (the short form's id): the receiving
-    // endpoint's lanes steer by id mod N (transport/udp/lane_steering.h). An id forced odd used
-    // only the odd lanes: with threads=2 every connection landed on lane 1.
-    config.connection_id = random_();
-    while (static_cast<uint32_t>(config.connection_id) == 0) config.connection_id = random_();
+    // From the CSPRNG, random in every bit, and never 0 in its low 32 bits (the short form's
+    // id): the receiving endpoint's lanes steer by id mod N (transport/udp/lane_steering.h). An
+    // id forced odd used only the odd lanes: with threads=2 every connection landed on lane 1.
+    auto id = crypto::random_u64();
+    while (id && static_cast<uint32_t>(*id) == 0) id = crypto::random_u64();
+    if (!id) {
+      for (const Path& path : paths) link_->close_socket(path.socket);
+      return std::unexpected(id.error());
+    }
+    config.connection_id = *id;
     config.options = options;
     config.rx_pool = &shared->rx_pool;
+    config.endpoint_budget = budget_.get();
+    config.keyring = keyring_.get();
     auto [it, inserted] = conns_.emplace(
         key, Conn{Session(config, clock_.now_ns(), shared), std::move(paths), false, false, 0,
                   config.connection_id});
@@ -294,8 +328,9 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     return key;
   }
 
+  // `accepted`: an authenticated channel's handshake (nullptr: the plain protocol).
   void create_server_st(uint64_t connection_id, SocketId socket, const Address& source,
-                        int64_t now_ns) {
+                        int64_t now_ns, const proto::AcceptedHandshake* accepted = nullptr) {
     if (accepted_->size() >= kMaxAcceptBacklog) {
       ++counters_.dropped_accept_backlog;
       return;
@@ -320,6 +355,9 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     config.connection_id = connection_id;
     config.options = *options;
     config.rx_pool = &shared->rx_pool;
+    config.endpoint_budget = budget_.get();
+    config.keyring = keyring_.get();
+    config.accepted = accepted;
     std::vector<Path> paths(options->paths.size());
     paths[0] = Path{socket, source, true};
     conns_.emplace(key, Conn{Session(config, now_ns, shared), std::move(paths), true, false, 0,
@@ -327,6 +365,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     server_by_id_[connection_id] = key;
     server_by_short_id_[static_cast<uint32_t>(connection_id)] = key;
     ++counters_.connections_accepted;
+    publish_counters_st();  // whoever accept()s the channel sees it counted
     accepted_->push(std::make_unique<ChannelHandle>(queue_, std::move(shared)));
   }
 
@@ -346,6 +385,12 @@ class DatagramEndpoint final : public DatagramEndpointBase {
                       int64_t now_ns);
   void on_listen_datagram_st(SocketId socket, const Address& source,
                              std::span<const std::byte> bytes, int64_t now_ns);
+  // Authenticated channels' handshakes (driver_handshake.h).
+  void on_hello_st(SocketId socket, const Address& source, std::span<const std::byte> bytes,
+                   uint8_t version, uint64_t connection_id, int64_t now_ns);
+  void on_half_open_st(const proto::PeekedId& id, std::span<const std::byte> bytes, int64_t now_ns);
+  Answer<Address>* queue_answer_st(SocketId socket, const Address& destination);
+  void send_answers_st();
   uint32_t learn_path_st(Conn& conn, SocketId socket, const Address& source);
 
   void publish_counters_st() {
@@ -377,6 +422,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   ChannelOptions accept_options_;
   std::shared_ptr<PostQueue> queue_;
   std::shared_ptr<AcceptQueue> accepted_;
+  std::shared_ptr<proto::MemoryBudget> budget_;  // outlives the connections (declared first)
   common::MonotonicClock clock_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> listening_{false};
@@ -392,8 +438,13 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   bool in_pass_ = false;      // inline: pass_st() is running (a callback may not re-enter)
   std::vector<Op> ops_;       // posted calls being applied (capacity reused)
   bool stopped_ = false;
-  std::mt19937_64 random_;
   uint64_t next_key_ = 1;
+  std::unique_ptr<proto::Keyring> keyring_;  // nullptr when security_error_ says why
+  std::optional<Error> security_error_;
+  HalfOpenTable<Address> half_open_;
+  proto::wire::HelloBody own_hello_;  // what HELLO_ACKs announce (listen())
+  std::array<Answer<Address>, kMaxAnswers> answers_{};
+  size_t answer_count_ = 0;
   std::optional<SocketId> listen_socket_;
   std::string listen_name_;
   std::unordered_map<uint64_t, Conn> conns_;               // by channel key
@@ -408,4 +459,5 @@ class DatagramEndpoint final : public DatagramEndpointBase {
 
 }  // namespace detwan::transport::datagram
 
-#include "transport/datagram/driver_datapath.h"  // IWYU pragma: export
+#include "transport/datagram/driver_datapath.h"   // IWYU pragma: export
+#include "transport/datagram/driver_handshake.h"  // IWYU pragma: export

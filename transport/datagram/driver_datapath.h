@@ -45,17 +45,24 @@ int64_t DatagramEndpoint<Link>::round_st() {
   int64_t now_ns = clock_.now_ns();
   for (Op& op : ops_) apply_st(op, now_ns);
   ops_.clear();
+  send_answers_st();
   now_ns = clock_.now_ns();
   int64_t deadline_ns = INT64_MAX;
+  uint64_t reassembly_bytes = 0;
   for (auto it = conns_.begin(); it != conns_.end();) {
     deadline_ns = std::min(deadline_ns, service_st(it->second, now_ns));
     callbacks_run_ += it->second.session.take_callbacks_run();
+    if (const proto::Connection* c = it->second.session.connection()) {
+      reassembly_bytes += c->reassembly_bytes();
+    }
     if (finished_st(it->second, now_ns)) {
       it = conns_.erase(it);
     } else {
       ++it;
     }
   }
+  counters_.reassembly_bytes = reassembly_bytes;
+  counters_.half_open = half_open_.size();
   publish_counters_st();
   return deadline_ns;
 }
@@ -217,25 +224,27 @@ void DatagramEndpoint<Link>::on_listen_datagram_st(SocketId socket, const Addres
     return;
   }
   uint64_t key = 0;
-  if (id->short_form) {  // DATA: the low 32 bits of the id
-    auto found = server_by_short_id_.find(static_cast<uint32_t>(id->id));
-    if (found == server_by_short_id_.end()) {
-      ++counters_.dropped_unknown_connection;
-      return;
+  // The channel's key; 0 if none (yet).
+  auto lookup = [&]() -> uint64_t {
+    if (id->short_form) {  // DATA: the low 32 bits of the id
+      auto found = server_by_short_id_.find(static_cast<uint32_t>(id->id));
+      return found == server_by_short_id_.end() ? 0 : found->second;
     }
-    key = found->second;
-  } else {
     auto found = server_by_id_.find(id->id);
-    if (found == server_by_id_.end()) {
-      if (!proto::is_hello(bytes)) {
-        ++counters_.dropped_unknown_connection;
-        return;
-      }
-      create_server_st(id->id, socket, source, now_ns);
-      found = server_by_id_.find(id->id);
-      if (found == server_by_id_.end()) return;
+    return found == server_by_id_.end() ? 0 : found->second;
+  };
+  key = lookup();
+  if (key == 0) {
+    uint8_t version = 0;
+    if (!id->short_form && proto::is_hello(bytes, &version)) {
+      on_hello_st(socket, source, bytes, version, id->id, now_ns);  // plain: creates the channel
+    } else if (keyring_->sealed()) {
+      on_half_open_st(*id, bytes, now_ns);  // creates the channel when the datagram opens
+    } else {
+      ++counters_.dropped_unknown_connection;
     }
-    key = found->second;
+    key = lookup();
+    if (key == 0) return;
   }
   Conn& conn = conns_.at(key);
   proto::Connection* connection = conn.session.connection();

@@ -43,6 +43,21 @@ struct DriverCounters {
   uint64_t dropped_accept_backlog = 0;     // HELLO while too many channels wait for accept()
   uint64_t dropped_id_collision = 0;       // HELLO whose id's low 32 bits a live channel has
   uint64_t connections_accepted = 0;
+  // Authenticated channels (docs/transport.md "Authenticated channels"). dropped_auth: a HELLO
+  // whose MAC does not verify, a half-open channel's datagram that does not open, a datagram of
+  // the other protocol. dropped_mode_mismatch: HELLOs of the other protocol (answered with a
+  // "security mismatch" CLOSE) or of another mode. handshakes_answered: HELLO_ACKs sent.
+  // half_open_evicted: half-open entries displaced by newer HELLOs (table full).
+  // dropped_answers: answers beyond the per-round queue.
+  uint64_t dropped_auth = 0;
+  uint64_t dropped_mode_mismatch = 0;
+  uint64_t handshakes_answered = 0;
+  uint64_t half_open_evicted = 0;
+  uint64_t dropped_answers = 0;
+  // Gauges: half-open handshakes held now; memory of the endpoint's channels for messages being
+  // reassembled (sum of their ChannelStats::reassembly_bytes at the last publication).
+  uint64_t half_open = 0;
+  uint64_t reassembly_bytes = 0;
 
   DriverCounters& operator+=(const DriverCounters& o) {
     datagrams_received += o.datagrams_received;
@@ -51,6 +66,13 @@ struct DriverCounters {
     dropped_accept_backlog += o.dropped_accept_backlog;
     dropped_id_collision += o.dropped_id_collision;
     connections_accepted += o.connections_accepted;
+    dropped_auth += o.dropped_auth;
+    dropped_mode_mismatch += o.dropped_mode_mismatch;
+    handshakes_answered += o.handshakes_answered;
+    half_open_evicted += o.half_open_evicted;
+    dropped_answers += o.dropped_answers;
+    half_open += o.half_open;
+    reassembly_bytes += o.reassembly_bytes;
     return *this;
   }
 };

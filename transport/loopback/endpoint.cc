@@ -17,8 +17,7 @@ Result<std::unique_ptr<Endpoint>> make_endpoint(const EndpointOptions& options) 
   auto options_check = datagram::normalize_options(options.accept_options, "accept");
   if (!options_check) return std::unexpected(options_check.error());
   return std::make_unique<datagram::DatagramEndpoint<LoopbackLink>>(
-      std::make_unique<LoopbackLink>(*faults), "loopback", options.accept_options,
-      options.inline_progress);
+      std::make_unique<LoopbackLink>(*faults), "loopback", options);
 }
 
 Result<void> partition(const std::string& address, bool partitioned) {

@@ -22,6 +22,23 @@ int64_t auto_window_bytes(const ChannelOptions& o) {
 
 }  // namespace
 
+size_t segment_payload_bytes(const ChannelOptions& options, SecurityMode mode) {
+  const size_t max_datagram = static_cast<size_t>(std::clamp(options.mtu_bytes, 256, 65535)) - 28;
+  // A DATA datagram is its 24-byte header + the payload; with FEC, a parity datagram (common
+  // header, FEC fields, a symbol holding a full segment) must fit too; a sealed datagram ends
+  // in its 16-byte tag.
+  const size_t fixed = options.fec.enabled
+                           ? wire::kHeaderBytes + wire::kFecFixedBytes + wire::kDataSymbolFixedBytes
+                           : wire::kDataHeaderBytes;
+  return max_datagram - fixed - (mode == SecurityMode::kNone ? 0 : wire::kTagBytes);
+}
+
+int64_t receive_window_bytes(const ChannelOptions& options) {
+  // The receiver expands a DATA seq's low 32 bits against its cumulative ACK point: its window
+  // stays far below 2^31 segments.
+  return std::min(auto_window_bytes(options), kMaxWindowSegments * kWindowUnitBytes);
+}
+
 ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
     : role_(config.role),
       connection_id_(config.connection_id),
@@ -29,7 +46,8 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
       rx_pool_(config.rx_pool),
       created_ns_(now_ns),
       last_peer_rx_ns_(now_ns),
-      last_tx_ns_(now_ns) {
+      last_tx_ns_(now_ns),
+      endpoint_budget_(config.endpoint_budget) {
   if (options_.paths.empty()) {
     PathSpec p;
     p.rate_bps = options_.rate_bps;
@@ -38,19 +56,17 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
   // A datagram must hold the largest header + body; clamp silly MTUs instead of failing here.
   options_.mtu_bytes = std::clamp(options_.mtu_bytes, 256, 65535);
   max_datagram_bytes_ = static_cast<size_t>(options_.mtu_bytes) - 28;
-  // A DATA datagram is its 24-byte header + the payload; with FEC, a parity datagram (common
-  // header, FEC fields, a symbol holding a full segment) must fit too.
-  const size_t fixed = options_.fec.enabled
-                           ? wire::kHeaderBytes + wire::kFecFixedBytes + wire::kDataSymbolFixedBytes
-                           : wire::kDataHeaderBytes;
-  payload_bytes_ = max_datagram_bytes_ - fixed;
+  if (config.keyring != nullptr && config.keyring->sealed()) {
+    mode_ = config.keyring->mode();
+    keyring_ = config.keyring;
+    tag_bytes_ = wire::kTagBytes;
+  }
+  payload_bytes_ = segment_payload_bytes(options_, mode_);
   // A message has at most 2^28 segments (the DATA header's index fields): at least 48 GB.
   options_.max_message_bytes =
       std::min<int64_t>(options_.max_message_bytes, static_cast<int64_t>(payload_bytes_) *
                                                         (int64_t{wire::kMaxSegmentIndex} + 1));
-  // The receiver expands a DATA seq's low 32 bits against its cumulative ACK point: its window
-  // stays far below 2^31 segments.
-  recv_window_bytes_ = std::min(auto_window_bytes(options_), kMaxWindowSegments * kWindowUnitBytes);
+  recv_window_bytes_ = receive_window_bytes(options_);
   peer_window_bytes_ = static_cast<uint64_t>(recv_window_bytes_);
   options_.fec.data_segments = std::clamp(options_.fec.data_segments, 1, fec::kMaxDataSymbols);
   options_.fec.parity_segments =
@@ -90,6 +106,10 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
     paths_.push_back(std::move(p));
   }
   for (uint32_t i = 0; i < paths_.size(); ++i) update_pacing(i);
+  if (mode_ != SecurityMode::kNone) {
+    setup_security(config);
+    return;
+  }
   if (role_ == Role::kServer) {
     // The server exists because a HELLO arrived: it may send at once.
     established_ = true;
@@ -110,6 +130,20 @@ Status ConnectionImpl::queue_message(std::span<const std::byte> message, uint64_
   return Status::kOk;
 }
 
+ConnectionImpl::~ConnectionImpl() {
+  reassembly_bytes_ = 0;
+  unread_bytes_ = 0;
+  settle_budget();
+}
+
+void ConnectionImpl::settle_budget() {
+  const uint64_t held = reassembly_bytes_ + unread_bytes_;
+  if (endpoint_budget_ != nullptr && budget_charged_ > held) {
+    endpoint_budget_->give(budget_charged_ - held);
+  }
+  budget_charged_ = std::min(budget_charged_, held);
+}
+
 std::optional<Event> ConnectionImpl::poll_event() {
   if (events_.empty()) return std::nullopt;
   Event e = std::move(events_.front());
@@ -124,6 +158,8 @@ void ConnectionImpl::release_buffers() {
   lost_queue_.clear();
   in_messages_.clear();
   reassembly_bytes_ = 0;
+  unread_bytes_ = 0;
+  settle_budget();
   rcv_ranges_.clear();
   parity_queue_.clear();
   fec_rx_blocks_.clear();
@@ -167,6 +203,7 @@ std::vector<uint64_t> ConnectionImpl::path_datagrams_sent() const {
 
 ChannelStats ConnectionImpl::stats() const {
   ChannelStats s = stats_;
+  s.reassembly_bytes = reassembly_bytes_;
   // Path 0 represents the connection's RTT; cwnd sums the best-effort paths.
   s.srtt_ns = paths_.front().rtt.srtt_ns();
   s.rttvar_ns = paths_.front().rtt.rttvar_ns();
@@ -204,6 +241,8 @@ void Connection::close(int64_t now_ns) { impl_->close(now_ns); }
 bool Connection::failed() const { return impl_->failed(); }
 bool Connection::established() const { return impl_->established(); }
 size_t Connection::max_datagram_bytes() const { return impl_->max_datagram_bytes(); }
+size_t Connection::segment_bytes() const { return impl_->segment_bytes(); }
+uint64_t Connection::reassembly_bytes() const { return impl_->reassembly_bytes(); }
 ChannelStats Connection::stats() const { return impl_->stats(); }
 uint64_t Connection::connection_id() const { return impl_->connection_id(); }
 uint64_t Connection::dropped_beyond_window() const { return impl_->dropped_beyond_window(); }
@@ -219,9 +258,11 @@ std::optional<PeekedId> peek_connection_id(std::span<const std::byte> datagram) 
   return PeekedId{h.connection_id, h.short_form};
 }
 
-bool is_hello(std::span<const std::byte> datagram) {
+bool is_hello(std::span<const std::byte> datagram, uint8_t* version) {
   wire::Header h;
-  return wire::decode_header(datagram, h) == Status::kOk && h.type == wire::Type::kHello;
+  if (wire::decode_header(datagram, h) != Status::kOk || h.type != wire::Type::kHello) return false;
+  if (version != nullptr) *version = h.version;
+  return true;
 }
 
 }  // namespace detwan::transport::proto

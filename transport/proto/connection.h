@@ -23,6 +23,8 @@
 
 #include "common/status.h"
 #include "transport/buffer_pool.h"
+#include "transport/proto/handshake.h"
+#include "transport/proto/memory_budget.h"
 #include "transport/transport.h"
 
 namespace detwan::transport::proto {
@@ -38,6 +40,17 @@ struct ConnectionConfig {
   // Where received messages' buffers come from (Channel::recycle hands them back); nullptr =
   // a fresh vector each. Must outlive the connection.
   BufferPool* rx_pool = nullptr;
+  // Memory all channels of the endpoint share for messages being received and unread
+  // (EndpointOptions::max_reassembly_bytes); nullptr = no endpoint-wide bound. Must outlive
+  // the connection.
+  MemoryBudget* endpoint_budget = nullptr;
+  // Authenticated channels (transport/proto/handshake.h): the endpoint's keys, which must
+  // outlive the connection. nullptr, or a keyring of mode kNone: the plain protocol (CRC32C).
+  // A client proves the key in its HELLO and checks the server's in the HELLO_ACK.
+  Keyring* keyring = nullptr;
+  // Server of an authenticated channel: what its acceptor agreed (the channel's keys and the
+  // client's HELLO); the connection starts established. Copied; nullptr on the plain protocol.
+  const AcceptedHandshake* accepted = nullptr;
 };
 
 struct Event {
@@ -74,7 +87,9 @@ class Connection {
   Status queue_message(std::span<const std::byte> message, uint64_t token);
 
   // Feeds one received datagram that arrived on `path` at `now_ns`. Malformed, corrupt,
-  // duplicate, replayed or foreign datagrams return a Status and are counted in stats().
+  // duplicate, replayed or foreign datagrams return a Status and are counted in stats(). On an
+  // authenticated channel a datagram that does not open (dropped_auth) or whose packet number
+  // was seen (dropped_replay) is refused before it touches any other state.
   Status on_datagram(uint32_t path, std::span<const std::byte> datagram, int64_t now_ns);
 
   // Writes the next datagram to send at `now_ns` into `out` (at least max_datagram_bytes()).
@@ -94,6 +109,10 @@ class Connection {
   [[nodiscard]] bool failed() const;
   [[nodiscard]] bool established() const;
   [[nodiscard]] size_t max_datagram_bytes() const;  // options.mtu_bytes - 28 (IPv4 + UDP)
+  // Message bytes per DATA segment (all but a message's last): what the HELLO announces.
+  [[nodiscard]] size_t segment_bytes() const;
+  // Memory held for messages being reassembled (ChannelOptions::max_reassembly_bytes).
+  [[nodiscard]] uint64_t reassembly_bytes() const;
   [[nodiscard]] ChannelStats stats() const;
   [[nodiscard]] uint64_t connection_id() const;
   // Diagnostics beyond ChannelStats: DATA dropped because it lay beyond the receive window,
@@ -109,6 +128,12 @@ class Connection {
   std::unique_ptr<ConnectionImpl> impl_;
 };
 
+// The DATA payload bytes of a channel with these options and mode (every segment of a message
+// but the last has exactly this many), and its receive window: what its HELLO / HELLO_ACK
+// announce. options.paths must be filled (the driver's normalize_options).
+[[nodiscard]] size_t segment_payload_bytes(const ChannelOptions& options, SecurityMode mode);
+[[nodiscard]] int64_t receive_window_bytes(const ChannelOptions& options);
+
 // Connection id of a datagram without validating it further (for a server demultiplexing one
 // socket); std::nullopt if it is not a detwan transport datagram. DATA carries only the id's
 // low 32 bits (short_form): look those up among the connections' low 32 bits.
@@ -117,7 +142,8 @@ struct PeekedId {
   bool short_form = false;
 };
 std::optional<PeekedId> peek_connection_id(std::span<const std::byte> datagram);
-// True if the datagram is a HELLO (a client opening a new connection).
-bool is_hello(std::span<const std::byte> datagram);
+// True if the datagram is a HELLO (a client opening a new connection), of either protocol;
+// `version` (if given) receives its header's version (wire::kVersion or kVersionSealed).
+bool is_hello(std::span<const std::byte> datagram, uint8_t* version = nullptr);
 
 }  // namespace detwan::transport::proto

@@ -136,8 +136,23 @@ struct OutMessage {
 // A message being reassembled, keyed by the seq of its first segment. Segment `index` holds
 // bytes [index * peer segment size, + its length); each seq arrives once (duplicates are
 // dropped by seq), so received_segments == last_index + 1 means every byte is present.
+// Memory as data arrives, never as announced: the buffer's capacity starts at
+// min(announced, kReassemblyReserveBytes) (or a recycled buffer's) and grows kReassemblyGrowth
+// times at a time (to the announced bound at once when that step would reach half of it) when
+// a segment lands beyond it. That capacity is address space the budgets count; the memory
+// touched is the buffer's size, which covers the highest byte placed so far rounded up by at
+// most kReassemblyFillBytes (zero-filled in steps that large, one memset instead of one per
+// segment). Why 64 MiB: a 64 MiB message that started at 4 MiB and grew cost its receiver
+// ~30 % more CPU than one allocated at once (the reallocation's faults and unmapping, measured
+// on the veth pair; docs/benchmarks.md), while an announcement's first 64 MiB of address space
+// stay untouched until data arrives.
+inline constexpr uint64_t kReassemblyReserveBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kReassemblyGrowth = 8;
+inline constexpr uint64_t kReassemblyFillBytes = uint64_t{1} << 20;
 struct InMessage {
-  std::vector<std::byte> bytes;  // sized for last_index + 1 full segments until the last arrives
+  std::vector<std::byte> bytes;
+  uint64_t bound = 0;            // the most it may hold: exact once size_known
+  uint64_t charged = 0;          // capacity counted in reassembly_bytes_ and the budgets
   uint32_t last_index = 0;
   uint32_t received_segments = 0;
   bool size_known = false;  // the last segment arrived: bytes.size() is the message's
@@ -182,15 +197,29 @@ class ConnectionImpl {
   [[nodiscard]] bool failed() const { return failed_; }
   [[nodiscard]] bool established() const { return established_; }
   [[nodiscard]] size_t max_datagram_bytes() const { return max_datagram_bytes_; }
+  [[nodiscard]] size_t segment_bytes() const { return payload_bytes_; }
+  [[nodiscard]] uint64_t reassembly_bytes() const { return reassembly_bytes_; }
   [[nodiscard]] uint64_t connection_id() const { return connection_id_; }
   [[nodiscard]] uint64_t dropped_beyond_window() const { return dropped_window_; }
-  void consumed(uint64_t bytes) { unread_bytes_ -= std::min(bytes, unread_bytes_); }
+  void consumed(uint64_t bytes) {
+    unread_bytes_ -= std::min(bytes, unread_bytes_);
+    settle_budget();
+  }
+  ~ConnectionImpl();
   [[nodiscard]] uint64_t unread_bytes() const { return unread_bytes_; }
   [[nodiscard]] std::vector<uint64_t> path_datagrams_sent() const;
 
   // connection_datapath.cc
   Status on_datagram(uint32_t path, std::span<const std::byte> datagram, int64_t now_ns);
   Transmit poll_transmit(int64_t now_ns, std::span<std::byte> out);
+  // The bodies of a decoded datagram (views into it, or into rx_plain_).
+  struct Parsed {
+    wire::HelloBody hello;
+    wire::DataBody data;
+    wire::AckBody ack;
+    wire::FecBody fec;
+    wire::CloseBody close;
+  };
   [[nodiscard]] int64_t next_wakeup_ns() const;
 
  private:
@@ -202,6 +231,21 @@ class ConnectionImpl {
   void charge_control(uint32_t path, size_t bytes, int64_t now_ns);  // never paced
   void release_buffers();
   void on_established();
+  // The body of a datagram of type h.type; kMalformed if it does not parse.
+  Status parse_body(const wire::Header& h, std::span<const std::byte> body, Parsed& p);
+  // What a valid datagram of this connection does (after CRC or tag, id and replay checks).
+  Status apply(uint32_t path, const wire::Header& h, Parsed& p, int64_t now_ns);
+  // Authenticated channels (connection_security.cc).
+  void setup_security(const ConnectionConfig& config);
+  Status on_sealed_datagram(uint32_t path, const wire::Header& h, std::span<const std::byte> d,
+                            int64_t now_ns);
+  Status on_sealed_hello(uint32_t path, const wire::Header& h, std::span<const std::byte> d,
+                         int64_t now_ns);
+  size_t build_sealed_hello(int64_t now_ns, uint32_t path, std::span<std::byte> out);
+  // Appends the tag to the `size` plaintext bytes in `out`; returns the sealed size, 0 if
+  // sealing failed (the connection fails).
+  size_t seal_datagram(std::span<std::byte> out, size_t size);
+  Transmit build_transmit(int64_t now_ns, std::span<std::byte> out);  // plaintext
 
   // sender_datapath.cc
   Status on_ack(uint32_t path, const wire::Header& h, const wire::AckBody& ack, int64_t now_ns);
@@ -245,6 +289,11 @@ class ConnectionImpl {
   void ack_sent();                                             // no ACK owed any more
   [[nodiscard]] bool ack_owed() const { return ack_now_ || ack_deadline_ns_ != INT64_MAX; }
   [[nodiscard]] uint64_t recv_window_segments() const;
+  // Grows `m` to hold `end` bytes (capacity within its bound, taken from the budgets first);
+  // false if a budget refuses (the segment is dropped, counted dropped_memory).
+  bool reserve_reassembly(InMessage& m, uint64_t end, bool next_to_deliver);
+  // Gives the endpoint budget back what this connection no longer holds.
+  void settle_budget();
 
   // fec_datapath.cc
   void fec_on_new_segment(uint64_t seq, const wire::DataBody& body, int64_t now_ns);
@@ -255,6 +304,21 @@ class ConnectionImpl {
   Status on_fec(uint32_t path, const wire::Header& h, const wire::FecBody& f, int64_t now_ns);
   void fec_try_recover(FecRxBlock& block, uint32_t path, const wire::Header& h, int64_t now_ns);
   [[nodiscard]] size_t fec_symbol_capacity() const;
+
+  // Security (connection_security.cc). tag_bytes_: 16 on an authenticated channel, else 0.
+  SecurityMode mode_ = SecurityMode::kNone;
+  Keyring* keyring_ = nullptr;
+  size_t tag_bytes_ = 0;
+  crypto::Nonce own_nonce_{};   // client: the nonce of its HELLO
+  crypto::Nonce peer_nonce_{};  // client: the server's, from the HELLO_ACK
+  std::optional<crypto::PacketCipher> tx_cipher_;
+  std::optional<crypto::PacketCipher> rx_cipher_;
+  uint64_t tx_packet_number_ = 0;
+  ReplayWindow rx_window_;
+  std::vector<std::byte> rx_plain_;  // kEncrypt: a datagram's decrypted body
+  bool confirm_pending_ = false;     // client: prove the keys to the server at once
+  bool tx_unsealed_ = false;         // the datagram being built carries its own MAC (HELLO)
+  bool peer_runs_plain_ = false;     // client: a plain CLOSE said "security mismatch"
 
   // Configuration.
   Role role_;
@@ -298,7 +362,9 @@ class ConnectionImpl {
   std::map<uint64_t, uint64_t> rcv_ranges_;  // [start, end) received above rcv_cum_
   uint64_t last_rcv_seq_ = 0;
   std::map<uint64_t, InMessage> in_messages_;
-  uint64_t reassembly_bytes_ = 0;  // sum of in_messages_' buffer sizes
+  uint64_t reassembly_bytes_ = 0;  // sum of in_messages_' charged capacities
+  MemoryBudget* endpoint_budget_ = nullptr;
+  uint64_t budget_charged_ = 0;     // taken from endpoint_budget_: reassembly + unread
   uint64_t unread_bytes_ = 0;      // delivered messages the application has not taken yet
   uint64_t next_deliver_seq_ = 0;  // first seq of the next message to deliver
   int pending_ack_segments_ = 0;

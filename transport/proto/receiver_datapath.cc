@@ -105,40 +105,27 @@ Status ConnectionImpl::on_data(uint32_t path, const wire::Header& h, const wire:
       stats_.dropped_malformed++;
       return Status::kMalformed;
     }
-    // The buffer is allocated once, on the message's first segment to arrive, for
-    // last_index + 1 full segments (exact if that segment is the last), within the budget,
-    // which also counts delivered messages the application has not taken yet (back-pressure:
-    // a receiver that does not read stops the sender). The next message to deliver is admitted
-    // beyond it while nothing is unread (no deadlock between messages being reassembled).
-    const uint64_t size = last ? uint64_t{d.last_index} * unit + len
-                               : std::min(max_size, (uint64_t{d.last_index} + 1) * unit);
-    const auto budget = static_cast<uint64_t>(options_.max_reassembly_bytes);
-    const bool next_to_deliver = first == next_deliver_seq_;
-    if ((!next_to_deliver && reassembly_bytes_ + unread_bytes_ + size > budget) ||
-        (next_to_deliver && unread_bytes_ > 0 && unread_bytes_ + size > budget)) {
-      stats_.dropped_memory++;  // not acknowledged: the sender resends it later
-      return Status::kDropped;
-    }
+    // Nothing is allocated for the announcement itself: the buffer grows as segments land
+    // (reserve_reassembly), each step within the budgets.
     it = in_messages_.emplace(first, InMessage{}).first;
-    if (rx_pool_ != nullptr) {
-      it->second.bytes = rx_pool_->take_sized(size);  // a recycled buffer: no zero fill
-    } else {
-      it->second.bytes.resize(size);
-    }
     it->second.last_index = d.last_index;
-    it->second.size_known = last;
-    reassembly_bytes_ += size;
+    it->second.bound = last ? uint64_t{d.last_index} * unit + len
+                            : std::min(max_size, (uint64_t{d.last_index} + 1) * unit);
   }
   InMessage& m = it->second;
   const uint64_t offset = uint64_t{d.index} * unit;
-  if (offset + len > m.bytes.size()) {
+  if (offset + len > m.bound) {
     stats_.dropped_malformed++;  // beyond the size its last segment gave (or max_message_bytes)
     return Status::kMalformed;
   }
+  if (!reserve_reassembly(m, offset + len, first == next_deliver_seq_)) {
+    if (m.received_segments == 0) in_messages_.erase(it);
+    stats_.dropped_memory++;  // not acknowledged: the sender resends it later
+    return Status::kDropped;
+  }
   if (last && !m.size_known) {
-    const uint64_t size = offset + len;
-    reassembly_bytes_ -= m.bytes.size() - size;
-    m.bytes.resize(size);  // shrinks: no reallocation, the bytes already placed stay
+    m.bound = offset + len;
+    if (m.bytes.size() > m.bound) m.bytes.resize(m.bound);  // shrinks: the bytes placed stay
     m.size_known = true;
   }
   if (len > 0) std::memcpy(m.bytes.data() + offset, d.payload.data(), len);
@@ -168,9 +155,11 @@ void ConnectionImpl::deliver_ready() {
   while (!in_messages_.empty()) {
     auto it = in_messages_.begin();
     if (it->first != next_deliver_seq_ || !it->second.complete) return;
+    // Every segment arrived, so the buffer's size is the message's (the last set its bound).
+    it->second.bytes.resize(it->second.bound);
     stats_.messages_received++;
     stats_.bytes_received += it->second.bytes.size();
-    reassembly_bytes_ -= it->second.bytes.size();
+    reassembly_bytes_ -= it->second.charged;
     unread_bytes_ += it->second.bytes.size();  // until consumed() says the application has it
     Event e = make_event(Event::Kind::kMessage);
     e.message = std::move(it->second.bytes);
@@ -178,6 +167,59 @@ void ConnectionImpl::deliver_ready() {
     next_deliver_seq_ = it->first + it->second.last_index + 1;
     in_messages_.erase(it);
   }
+  settle_budget();
+}
+
+bool ConnectionImpl::reserve_reassembly(InMessage& m, uint64_t end, bool next_to_deliver) {
+  if (end <= m.bytes.size()) return true;
+  if (end > m.charged) {
+    std::vector<std::byte> recycled;
+    uint64_t target = 0;
+    if (m.charged == 0 && rx_pool_ != nullptr) {
+      // A recycled buffer big enough for the whole message: its pages are mapped already and
+      // its bytes are overwritten, never zero-filled again.
+      recycled = rx_pool_->take_recycled(m.bound);
+      target = recycled.capacity();
+    }
+    if (target == 0) {
+      // Once the next step would reach half the bound, take the bound: a 64 MiB message grows
+      // 4 -> 64 MiB (4 MiB moved), not 4 -> 32 -> 64 (36 MiB moved).
+      target = kReassemblyGrowth * m.charged >= m.bound / 2
+                   ? m.bound
+                   : std::min(m.bound, std::max({end, kReassemblyReserveBytes,
+                                                 kReassemblyGrowth * m.charged}));
+    }
+    const uint64_t grow = target - m.charged;
+    // The channel's budget counts what is being reassembled and what is unread; the next
+    // message to deliver may go beyond it while nothing is unread (no deadlock between
+    // messages). The endpoint's budget has no exception.
+    const auto budget = static_cast<uint64_t>(options_.max_reassembly_bytes);
+    if ((!next_to_deliver && reassembly_bytes_ + unread_bytes_ + grow > budget) ||
+        (next_to_deliver && unread_bytes_ > 0 && unread_bytes_ + target > budget)) {
+      if (!recycled.empty() && rx_pool_ != nullptr) rx_pool_->put(std::move(recycled));
+      return false;
+    }
+    if (endpoint_budget_ != nullptr && !endpoint_budget_->try_take(grow)) {
+      if (!recycled.empty() && rx_pool_ != nullptr) rx_pool_->put(std::move(recycled));
+      return false;
+    }
+    budget_charged_ += endpoint_budget_ != nullptr ? grow : 0;
+    reassembly_bytes_ += grow;
+    m.charged = target;
+    if (!recycled.empty()) {
+      m.bytes = std::move(recycled);  // as handed back: its size counts as placed bytes
+      if (m.bytes.size() > m.bound) m.bytes.resize(m.bound);
+    } else {
+      m.bytes.reserve(target);  // moves what was placed (at most 1 / kReassemblyGrowth of it)
+    }
+  }
+  // A fresh buffer's bytes are zero-filled as its size grows: in steps of kReassemblyFillBytes
+  // (within the capacity taken), one large memset instead of one per segment.
+  if (m.bytes.size() < end) {
+    m.bytes.resize(std::min<uint64_t>(m.charged, std::max<uint64_t>(end, m.bytes.size() +
+                                                                          kReassemblyFillBytes)));
+  }
+  return true;
 }
 
 size_t ConnectionImpl::build_ack(int64_t now_ns, std::span<std::byte> out) {

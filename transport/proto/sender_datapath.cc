@@ -311,7 +311,8 @@ size_t ConnectionImpl::transmit_segment(uint64_t seq, uint32_t path, int64_t now
   const wire::AckBody* ride = nullptr;
   if (ack_owed() && ack_path_ == path) {
     fill_ack(now_ns, ack);
-    if (wire::kDataHeaderBytes + wire::ack_body_bytes(ack) + s.len <= max_datagram_bytes_) {
+    if (wire::kDataHeaderBytes + wire::ack_body_bytes(ack) + s.len + tag_bytes_ <=
+        max_datagram_bytes_) {
       ride = &ack;
     }
   }
@@ -326,8 +327,8 @@ size_t ConnectionImpl::transmit_segment(uint64_t seq, uint32_t path, int64_t now
   s.path = path;
   s.tx_index = ++p.tx_counter;
   s.in_flight = true;
-  s.wire_bytes = static_cast<uint32_t>(n);
-  p.bytes_in_flight += static_cast<int64_t>(n);
+  s.wire_bytes = static_cast<uint32_t>(n + tag_bytes_);
+  p.bytes_in_flight += static_cast<int64_t>(s.wire_bytes);
   p.inflight_peak_bytes = std::max(p.inflight_peak_bytes, p.bytes_in_flight);
   p.flights.push_back(Flight{seq, s.tx_index});
   p.data_segments_sent++;

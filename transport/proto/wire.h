@@ -15,8 +15,15 @@
 // its offset index * segment size, its length the datagram's remainder. The receiver expands
 // the seq against its cumulative ACK point (windows stay below 2^30 segments).
 //
+// Authenticated channels (docs/transport.md "Authenticated channels") use version 3 of the
+// common header and the same short form, with the CRC32C field holding the low 32 bits of the
+// sender's packet number instead, and a 16-byte AES-GCM tag after the datagram; HELLO and
+// HELLO_ACK carry a mode byte, a fresh 16-byte nonce and a 16-byte MAC after the plain body.
+// The short form has no version byte: a connection knows its mode from its handshake.
+//
 // Decoders bounds-check every field: a datagram from the network is hostile input. Encoders
 // write into a caller buffer and return the number of bytes written (0 = does not fit).
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -26,7 +33,8 @@
 namespace detwan::transport::proto::wire {
 
 inline constexpr uint16_t kMagic = 0xD7A9;
-inline constexpr uint8_t kVersion = 2;
+inline constexpr uint8_t kVersion = 2;        // the plain protocol (SecurityMode::kNone)
+inline constexpr uint8_t kVersionSealed = 3;  // authenticated channels: packet number, tag
 inline constexpr size_t kHeaderBytes = 26;
 inline constexpr size_t kCrcOffset = 22;
 // DATA's short form: first byte kDataMarker | kDataAckBit? | path_id (below kMaxShortPaths).
@@ -55,7 +63,10 @@ enum class Type : uint8_t {
 
 struct Header {
   Type type = Type::kKeepalive;
+  // Encoders: kVersion writes the CRC32C, kVersionSealed the packet number (the caller seals).
+  // Decoders: the common header's version (2 or 3); the short form says kVersion.
   uint8_t version = kVersion;
+  uint32_t packet_number = 0;  // low 32 bits (sealed); decoders read the CRC field into it
   uint8_t path_id = 0;
   uint8_t flags = 0;
   bool short_form = false;  // decoded from DATA's short form: connection_id is 32 bits
@@ -72,6 +83,26 @@ struct HelloBody {
   uint16_t segment_bytes = 0;
 };
 inline constexpr size_t kHelloBodyBytes = 11;
+
+// Version 3 HELLO / HELLO_ACK: the plain body, then the sender's security mode, its fresh nonce
+// and a MAC over everything before it (truncated HMAC-SHA256, transport/proto/handshake.h).
+inline constexpr size_t kHandshakeNonceBytes = 16;
+inline constexpr size_t kHandshakeMacBytes = 16;
+inline constexpr size_t kSealedHelloBodyBytes =
+    kHelloBodyBytes + 1 + kHandshakeNonceBytes + kHandshakeMacBytes;
+struct SealedHelloBody {
+  HelloBody hello;
+  uint8_t mode = 0;  // SecurityMode
+  std::array<std::byte, kHandshakeNonceBytes> nonce{};
+  std::array<std::byte, kHandshakeMacBytes> mac{};
+};
+// The 16-byte AEAD tag after every sealed datagram but HELLO and HELLO_ACK.
+inline constexpr size_t kTagBytes = 16;
+
+// CLOSE reasons. kCloseSecurityMismatch answers, in the plain protocol, a HELLO of the other
+// protocol: the two endpoints disagree on SecurityMode::kNone.
+inline constexpr uint16_t kCloseNormal = 0;
+inline constexpr uint16_t kCloseSecurityMismatch = 1;
 
 // DATA: seq (reused by retransmissions; mod 2^32 on the wire, decoders return it so), then the
 // seq-independent part that FEC protects: the segment's index in its message and the message's
@@ -122,6 +153,10 @@ inline constexpr size_t kCloseBodyBytes = 2;
 
 // Encoders: write header + body, then the CRC. Return bytes written, 0 if `out` is too small.
 [[nodiscard]] size_t encode_hello(const Header& h, const HelloBody& b, std::span<std::byte> out);
+// Version 3 (h.version = kVersionSealed): the MAC field is written as given; the caller
+// computes it over the first size - kHandshakeMacBytes bytes and stores it there.
+[[nodiscard]] size_t encode_sealed_hello(const Header& h, const SealedHelloBody& b,
+                                         std::span<std::byte> out);
 // DATA (short form): h.path_id < kMaxShortPaths, the low 32 bits of h.connection_id, b.index
 // <= b.last_index <= kMaxSegmentIndex; 0 otherwise. With `ack`, that ACK rides along.
 [[nodiscard]] size_t encode_data(const Header& h, const DataBody& b, std::span<std::byte> out,
@@ -154,6 +189,8 @@ inline constexpr size_t kCloseBodyBytes = 2;
 // Body decoders: `body` is the datagram after the header (header_bytes). Views point into the
 // datagram. decode_data takes the short form's body (seq, index, last_index, payload).
 [[nodiscard]] common::Status decode_hello(std::span<const std::byte> body, HelloBody& b);
+[[nodiscard]] common::Status decode_sealed_hello(std::span<const std::byte> body,
+                                                 SealedHelloBody& b);
 // With h.flags & kFlagAck, pass `ack`: the ACK riding on the DATA is decoded into it.
 [[nodiscard]] common::Status decode_data(std::span<const std::byte> body, DataBody& b,
                                          AckBody* ack = nullptr);

@@ -31,10 +31,14 @@ void put_header(const Header& h, std::byte* p) {
   p[5] = std::byte{h.flags};
   store_be64(p + 6, h.connection_id);
   store_be64(p + 14, static_cast<uint64_t>(h.tx_time_ns));
-  store_be32(p + kCrcOffset, 0);
+  store_be32(p + kCrcOffset, h.version == kVersionSealed ? h.packet_number : 0);
 }
 
-size_t seal(std::span<std::byte> out, size_t size, size_t crc_offset = kCrcOffset) {
+// The plain protocol's CRC32C; a sealed datagram keeps its packet number there (the caller
+// appends the tag).
+size_t seal(const Header& h, std::span<std::byte> out, size_t size,
+            size_t crc_offset = kCrcOffset) {
+  if (h.version == kVersionSealed) return size;
   store_be32(out.data() + crc_offset, crc32c(out.first(size)));
   return size;
 }
@@ -81,7 +85,21 @@ size_t encode_hello(const Header& h, const HelloBody& b, std::span<std::byte> ou
   store_be64(p, b.recv_window_bytes);
   p[8] = std::byte{b.version};
   store_be16(p + 9, b.segment_bytes);
-  return seal(out, size);
+  return seal(h, out, size);
+}
+
+size_t encode_sealed_hello(const Header& h, const SealedHelloBody& b, std::span<std::byte> out) {
+  const size_t size = kHeaderBytes + kSealedHelloBodyBytes;
+  if (out.size() < size || h.version != kVersionSealed) return 0;
+  put_header(h, out.data());
+  std::byte* p = out.data() + kHeaderBytes;
+  store_be64(p, b.hello.recv_window_bytes);
+  p[8] = std::byte{b.hello.version};
+  store_be16(p + 9, b.hello.segment_bytes);
+  p[kHelloBodyBytes] = std::byte{b.mode};
+  std::memcpy(p + kHelloBodyBytes + 1, b.nonce.data(), kHandshakeNonceBytes);
+  std::memcpy(p + kHelloBodyBytes + 1 + kHandshakeNonceBytes, b.mac.data(), kHandshakeMacBytes);
+  return size;
 }
 
 size_t encode_data_symbol(const DataBody& b, std::span<std::byte> out) {
@@ -111,14 +129,14 @@ size_t encode_data(const Header& h, const DataBody& b, std::span<std::byte> out,
   p[0] = static_cast<std::byte>(kDataMarker | (ack != nullptr ? kDataAckBit : 0) | h.path_id);
   store_be32(p + 1, static_cast<uint32_t>(h.connection_id));
   store_be32(p + 5, static_cast<uint32_t>(static_cast<uint64_t>(h.tx_time_ns) / 1000));
-  store_be32(p + kShortCrcOffset, 0);
+  store_be32(p + kShortCrcOffset, h.version == kVersionSealed ? h.packet_number : 0);
   store_be32(p + kShortHeaderBytes, static_cast<uint32_t>(b.seq));
   put_indices(p + kShortHeaderBytes + 4, b.index, b.last_index);
   if (ack != nullptr) put_ack(*ack, p + kDataHeaderBytes);
   if (!b.payload.empty()) {
     std::memcpy(p + kDataHeaderBytes + ack_bytes, b.payload.data(), b.payload.size());
   }
-  return seal(out, size, kShortCrcOffset);
+  return seal(h, out, size, kShortCrcOffset);
 }
 
 size_t encode_ack(const Header& h, const AckBody& b, std::span<std::byte> out) {
@@ -126,7 +144,7 @@ size_t encode_ack(const Header& h, const AckBody& b, std::span<std::byte> out) {
   if (out.size() < size) return 0;
   put_header(h, out.data());
   put_ack(b, out.data() + kHeaderBytes);
-  return seal(out, size);
+  return seal(h, out, size);
 }
 
 size_t encode_fec(const Header& h, const FecBody& b, std::span<std::byte> out) {
@@ -140,13 +158,13 @@ size_t encode_fec(const Header& h, const FecBody& b, std::span<std::byte> out) {
   p[10] = std::byte{b.index};
   store_be16(p + 11, static_cast<uint16_t>(b.symbol.size()));
   if (!b.symbol.empty()) std::memcpy(p + kFecFixedBytes, b.symbol.data(), b.symbol.size());
-  return seal(out, size);
+  return seal(h, out, size);
 }
 
 size_t encode_empty(const Header& h, std::span<std::byte> out) {
   if (out.size() < kHeaderBytes) return 0;
   put_header(h, out.data());
-  return seal(out, kHeaderBytes);
+  return seal(h, out, kHeaderBytes);
 }
 
 size_t encode_close(const Header& h, const CloseBody& b, std::span<std::byte> out) {
@@ -154,7 +172,7 @@ size_t encode_close(const Header& h, const CloseBody& b, std::span<std::byte> ou
   if (out.size() < size) return 0;
   put_header(h, out.data());
   store_be16(out.data() + kHeaderBytes, b.reason);
-  return seal(out, size);
+  return seal(h, out, size);
 }
 
 Status decode_header(std::span<const std::byte> d, Header& h) {
@@ -167,13 +185,15 @@ Status decode_header(std::span<const std::byte> d, Header& h) {
     h.flags = (std::to_integer<uint8_t>(d[0]) & kDataAckBit) != 0 ? kFlagAck : 0;
     h.connection_id = load_be32(d.data() + 1);
     h.tx_time_us = load_be32(d.data() + 5);
+    h.packet_number = load_be32(d.data() + kShortCrcOffset);
     h.tx_time_ns = 0;
     return Status::kOk;
   }
   if (d.size() < kHeaderBytes) return Status::kMalformed;
   if (load_be16(d.data()) != kMagic) return Status::kMalformed;
   h.version = std::to_integer<uint8_t>(d[2]);
-  if (h.version != kVersion) return Status::kMalformed;
+  if (h.version != kVersion && h.version != kVersionSealed) return Status::kMalformed;
+  h.packet_number = load_be32(d.data() + kCrcOffset);
   const uint8_t type = std::to_integer<uint8_t>(d[3]);
   if (type < static_cast<uint8_t>(Type::kHello) || type > static_cast<uint8_t>(Type::kClose)) {
     return Status::kMalformed;
@@ -210,6 +230,16 @@ Status decode_hello(std::span<const std::byte> body, HelloBody& b) {
   b.version = std::to_integer<uint8_t>(body[8]);
   b.segment_bytes = load_be16(body.data() + 9);
   if (b.segment_bytes == 0) return Status::kMalformed;
+  return Status::kOk;
+}
+
+Status decode_sealed_hello(std::span<const std::byte> body, SealedHelloBody& b) {
+  if (body.size() != kSealedHelloBodyBytes) return Status::kMalformed;
+  if (decode_hello(body.first(kHelloBodyBytes), b.hello) != Status::kOk) return Status::kMalformed;
+  b.mode = std::to_integer<uint8_t>(body[kHelloBodyBytes]);
+  std::memcpy(b.nonce.data(), body.data() + kHelloBodyBytes + 1, kHandshakeNonceBytes);
+  std::memcpy(b.mac.data(), body.data() + kHelloBodyBytes + 1 + kHandshakeNonceBytes,
+              kHandshakeMacBytes);
   return Status::kOk;
 }
 

@@ -3,12 +3,15 @@
 
 #include <cerrno>
 #include <cstring>
+#include <atomic>
 #include <mutex>
 
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+
+#include <spdlog/spdlog.h>
 
 #include "common/clock.h"
 #include "common/strings.h"
@@ -72,7 +75,7 @@ Result<void> validate_options(const ChannelOptions& options, std::string_view wh
   return {};
 }
 
-class ShmEndpoint final : public Endpoint {
+class ShmEndpoint final : public ShmEndpointBase {
  public:
   ShmEndpoint(EndpointOptions options, ShmConfig config, std::shared_ptr<Progress> progress)
       : options_(std::move(options)), config_(config), progress_(std::move(progress)) {}
@@ -102,6 +105,12 @@ class ShmEndpoint final : public Endpoint {
     for (;;) {
       common::UniqueFd socket(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (socket.valid()) {
+        // Only this job's uid shares memory with us (whatever the Security mode).
+        if (auto ok = check_peer_uid(socket.get(), name_, "a peer of"); !ok) {
+          refused_peers_.fetch_add(1, std::memory_order_relaxed);
+          spdlog::warn("{}", ok.error().message);
+          return std::unexpected(ok.error());
+        }
         auto session = server_handshake(
             std::move(socket), name_,
             static_cast<uint64_t>(options_.accept_options.max_message_bytes), deadline_ns);
@@ -140,6 +149,9 @@ class ShmEndpoint final : public Endpoint {
   }
 
   [[nodiscard]] std::string backend_name() const override { return "shm"; }
+  [[nodiscard]] uint64_t refused_peers() const override {
+    return refused_peers_.load(std::memory_order_relaxed);
+  }
 
  private:
   Result<std::unique_ptr<Channel>> start_channel(Session session, const ChannelOptions& options) {
@@ -157,6 +169,7 @@ class ShmEndpoint final : public Endpoint {
   std::mutex mutex_;           // serialises listen/accept
   common::UniqueFd listener_;  // guarded by mutex_
   std::string name_;           // guarded by mutex_
+  std::atomic<uint64_t> refused_peers_{0};
 };
 
 }  // namespace

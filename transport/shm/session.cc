@@ -185,6 +185,10 @@ Result<Session> client_handshake(const std::string& name, uint64_t ring_bytes,
     return make_error(ErrorCode::kIo,
                       fmt::format("shm: connect to '{}': {}", name, errno_text(error)));
   }
+  // A listener of another user (a squatter on the name) gets nothing: no memory, no doorbells.
+  if (auto ok = check_peer_uid(session.socket.get(), name, "the listener of"); !ok) {
+    return std::unexpected(ok.error());
+  }
 
   UniqueFd memfd(::memfd_create("detwan-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!memfd.valid()) {
@@ -242,6 +246,23 @@ Result<Session> client_handshake(const std::string& name, uint64_t ring_bytes,
   session.own_doorbell = std::move(client_doorbell);
   session.peer_doorbell = std::move(server_doorbell);
   return session;
+}
+
+Result<void> check_peer_uid(int fd, const std::string& name, const char* role) {
+  ucred peer{};
+  socklen_t length = sizeof(peer);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
+    return make_error(ErrorCode::kIo, fmt::format("shm: SO_PEERCRED on '{}': {}", name,
+                                                  errno_text(errno)));
+  }
+  const uid_t own = ::geteuid();
+  if (peer.uid != own) {
+    return make_error(ErrorCode::kUnavailable,
+                      fmt::format("shm: refused {} '{}': uid {} (pid {}); the shm backend admits "
+                                  "only processes of this job's uid {}",
+                                  role, name, peer.uid, peer.pid, own));
+  }
+  return {};
 }
 
 Result<Session> server_handshake(UniqueFd socket, const std::string& name,

@@ -54,6 +54,11 @@ struct Session {
   }
 };
 
+// Only peers of this process's effective uid share memory with it, whatever the endpoint's
+// Security mode: SO_PEERCRED of the connected Unix socket. kUnavailable naming the peer's uid
+// and pid otherwise. `role`: "a peer of" (server side) or "the listener of" (client side).
+Result<void> check_peer_uid(int fd, const std::string& name, const char* role);
+
 // "\0detwan-shm-<name>" (abstract namespace, no file system entry). Names are 1..64 characters
 // of [A-Za-z0-9._-].
 Result<void> validate_name(const std::string& name);

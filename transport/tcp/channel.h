@@ -8,6 +8,9 @@
 //    may still be lost. This is the tcp backend's documented, weaker guarantee.
 //  * Messages already received when the peer closes gracefully are still delivered, then
 //    every further receive fails with kUnavailable.
+//  * Authenticated channels (hello.mode != kNone): every message goes as sealed records
+//    (wire.h); a record whose tag does not verify fails the channel at once (kIo, "failed
+//    authentication"), counted dropped_auth: nothing of it is delivered.
 //  * Reading pauses while more than the receive window (recv_window_bytes, 0 = 4 MiB) of
 //    messages wait for recv_async, so a slow reader pushes back on the sender through TCP.
 #include <memory>
@@ -16,6 +19,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "transport/tcp/io_thread.h"
+#include "transport/tcp/wire.h"
 #include "transport/transport.h"
 
 namespace detwan::transport::tcp {
@@ -24,9 +28,10 @@ class ChannelCore;
 
 class TcpChannel final : public Channel {
  public:
-  // `socket` has completed the hello exchange; `peer_max_message_bytes` is the peer's limit.
+  // `socket` has completed the hello exchange; `hello` is its outcome: the peer's limit
+  // (max_message_bytes) and, on an authenticated channel, the mode and this side's keys.
   TcpChannel(std::shared_ptr<IoThread> io, boost::asio::ip::tcp::socket socket,
-             const ChannelOptions& options, uint64_t peer_max_message_bytes);
+             const ChannelOptions& options, const Hello& hello);
   ~TcpChannel() override;
 
   void send_async(std::span<const std::byte> message, SendCallback done) override;

@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "transport/tcp/channel.h"
 #include "transport/tcp/handshake.h"
+#include "transport/tcp/sealed_handshake.h"
 #include "transport/tcp/socket_options.h"
 #include "transport/tcp/tcp_endpoint.h"
 
@@ -75,7 +76,7 @@ Result<tcp::resolver::results_type> resolve(asio::io_context& io, const std::str
 
 struct Accepted {
   tcp::socket socket;
-  uint64_t peer_max_message_bytes = 0;
+  Hello hello;  // the peer's limit; the mode and keys of an authenticated channel
 };
 
 }  // namespace
@@ -84,8 +85,8 @@ struct Accepted {
 // on the progress thread; the queue and counters are shared with accept() under mutex_.
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
-  Listener(asio::io_context& io, ChannelOptions options)
-      : acceptor_(io), options_(std::move(options)) {}
+  Listener(asio::io_context& io, ChannelOptions options, std::shared_ptr<TcpKeyring> keyring)
+      : acceptor_(io), options_(std::move(options)), keyring_(std::move(keyring)) {}
 
   tcp::acceptor& acceptor() { return acceptor_; }
 
@@ -144,9 +145,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
       common::logger("transport.tcp")->warn("{}", applied.error().message);
       return;
     }
-    start_server_handshake(
-        std::move(socket), options_, options_.peer_timeout_ns,
-        [self = shared_from_this()](Result<Hello> hello, tcp::socket socket) {
+    auto done = [self = shared_from_this()](Result<Hello> hello, tcp::socket socket) {
           if (!hello) {
             common::logger("transport.tcp")->warn("{} (connection dropped)",
                                                   hello.error().message);
@@ -157,13 +156,21 @@ class Listener : public std::enable_shared_from_this<Listener> {
           }
           std::lock_guard lock(self->mutex_);
           if (self->closed_) return;
-          self->ready_.push_back(Accepted{std::move(socket), hello->max_message_bytes});
+          self->ready_.push_back(Accepted{std::move(socket), *hello});
           self->ready_cv_.notify_one();
-        });
+        };
+    if (keyring_) {
+      start_sealed_server_handshake(std::move(socket), options_, options_.peer_timeout_ns,
+                                    keyring_, std::move(done));
+    } else {
+      start_server_handshake(std::move(socket), options_, options_.peer_timeout_ns,
+                             std::move(done));
+    }
   }
 
   tcp::acceptor acceptor_;
   const ChannelOptions options_;
+  const std::shared_ptr<TcpKeyring> keyring_;
 
   mutable std::mutex mutex_;
   std::condition_variable ready_cv_;
@@ -173,10 +180,24 @@ class Listener : public std::enable_shared_from_this<Listener> {
   std::string last_error_;
 };
 
+namespace {
+std::shared_ptr<TcpKeyring> keyring_for(const Security& security, std::optional<Error>& error) {
+  if (security.mode == SecurityMode::kNone) return nullptr;
+  auto keyring = TcpKeyring::create(security);
+  if (!keyring) {
+    error = keyring.error();
+    return nullptr;
+  }
+  return *keyring;
+}
+}  // namespace
+
 TcpEndpoint::TcpEndpoint(const EndpointOptions& options)
     : options_(options),
+      security_error_(),
+      keyring_(keyring_for(options.security, security_error_)),
       io_(std::make_shared<IoThread>()),
-      listener_(std::make_shared<Listener>(io_->context(), options.accept_options)) {}
+      listener_(std::make_shared<Listener>(io_->context(), options.accept_options, keyring_)) {}
 
 TcpEndpoint::~TcpEndpoint() {
   // Queued behind earlier posts; ~IoThread (maybe now, maybe with the last channel) stops after.
@@ -184,6 +205,7 @@ TcpEndpoint::~TcpEndpoint() {
 }
 
 Result<std::string> TcpEndpoint::listen(const std::string& address) {
+  if (security_error_) return std::unexpected(*security_error_);
   auto targets = resolve(io_->context(), address, /*passive=*/true);
   if (!targets) return std::unexpected(targets.error());
   const tcp::endpoint local = targets->begin()->endpoint();
@@ -226,7 +248,7 @@ Result<std::unique_ptr<Channel>> TcpEndpoint::accept(int64_t timeout_ns) {
   auto accepted = listener_->wait(timeout_ns);
   if (!accepted) return std::unexpected(accepted.error());
   return std::make_unique<TcpChannel>(io_, std::move(accepted->socket), options_.accept_options,
-                                      accepted->peer_max_message_bytes);
+                                      accepted->hello);
 }
 
 Result<std::unique_ptr<Channel>> TcpEndpoint::connect(const std::string& address,
@@ -236,6 +258,7 @@ Result<std::unique_ptr<Channel>> TcpEndpoint::connect(const std::string& address
     return common::make_error(ErrorCode::kInvalidArgument,
                               "tcp: connect() called on the progress thread (from a callback)");
   }
+  if (security_error_) return std::unexpected(*security_error_);
   if (options.peer_timeout_ns <= 0 || options.keepalive_interval_ns <= 0) {
     return common::make_error(
         ErrorCode::kInvalidArgument,
@@ -252,12 +275,18 @@ Result<std::unique_ptr<Channel>> TcpEndpoint::connect(const std::string& address
   auto future = promise.get_future();
   // The handshake's own deadline guarantees the promise is fulfilled.
   asio::post(io_->context(), [&, targets = *targets] {
-    start_client_handshake(tcp::socket(io_->context()), targets, options, timeout_ns, address,
-                           [&promise](Result<Hello> hello, tcp::socket socket) {
-                             error_code ignored;
-                             if (!hello) socket.close(ignored);
-                             promise.set_value(Outcome{std::move(hello), std::move(socket)});
-                           });
+    auto done = [&promise](Result<Hello> hello, tcp::socket socket) {
+      error_code ignored;
+      if (!hello) socket.close(ignored);
+      promise.set_value(Outcome{std::move(hello), std::move(socket)});
+    };
+    if (keyring_) {
+      start_sealed_client_handshake(tcp::socket(io_->context()), targets, options, timeout_ns,
+                                    address, keyring_, std::move(done));
+    } else {
+      start_client_handshake(tcp::socket(io_->context()), targets, options, timeout_ns, address,
+                             std::move(done));
+    }
   });
   Outcome outcome = future.get();
   if (!outcome.hello) {
@@ -266,8 +295,7 @@ Result<std::unique_ptr<Channel>> TcpEndpoint::connect(const std::string& address
     }
     return std::unexpected(outcome.hello.error());
   }
-  return std::make_unique<TcpChannel>(io_, std::move(outcome.socket), options,
-                                      outcome.hello->max_message_bytes);
+  return std::make_unique<TcpChannel>(io_, std::move(outcome.socket), options, *outcome.hello);
 }
 
 uint64_t TcpEndpoint::handshakes_rejected() const { return listener_->rejected(); }

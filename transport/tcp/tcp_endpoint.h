@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "transport/tcp/io_thread.h"
@@ -21,6 +22,7 @@
 namespace detwan::transport::tcp {
 
 class Listener;
+class TcpKeyring;
 
 class TcpEndpoint final : public Endpoint {
  public:
@@ -40,6 +42,8 @@ class TcpEndpoint final : public Endpoint {
 
  private:
   EndpointOptions options_;
+  std::optional<Error> security_error_;  // a mode that needs a key and has none (before keyring_)
+  std::shared_ptr<TcpKeyring> keyring_;  // authenticated channels; nullptr with Security::none()
   std::shared_ptr<IoThread> io_;
   std::shared_ptr<Listener> listener_;  // accept loop, accepted queue, rejection counters
   std::string listen_address_;          // set by listen(); "" = not listening

@@ -15,8 +15,26 @@ void encode_hello(const Hello& hello, std::span<std::byte, kHelloBytes> out) {
   common::store_be64(out.data() + 8, hello.max_message_bytes);
 }
 
+void encode_sealed_hello_prefix(uint64_t max_message_bytes, std::span<std::byte, kHelloBytes> out) {
+  std::copy(kSealedHelloMagic.begin(), kSealedHelloMagic.end(), out.begin());
+  common::store_be32(out.data() + 4, kSealedProtocolVersion);
+  common::store_be64(out.data() + 8, max_message_bytes);
+}
+
+bool is_sealed_hello(std::span<const std::byte, kHelloBytes> in) {
+  return std::equal(kSealedHelloMagic.begin(), kSealedHelloMagic.end(), in.begin());
+}
+
 common::Result<Hello> decode_hello(std::span<const std::byte, kHelloBytes> in,
                                    const std::string& peer) {
+  if (is_sealed_hello(in)) {
+    return common::make_error(
+        common::ErrorCode::kInvalidArgument,
+        fmt::format("tcp: security mode mismatch: {} runs authenticated channels ('DWT2') and "
+                    "this endpoint Security::none(): give both ends the job's key "
+                    "(EndpointOptions::security; tools: --key-file)",
+                    peer));
+  }
   if (!std::equal(kHelloMagic.begin(), kHelloMagic.end(), in.begin())) {
     // Printable rendering of what arrived, so "HTTP" or "SSH-" is recognisable in the error.
     std::string shown;

@@ -122,15 +122,14 @@ Result<std::unique_ptr<Endpoint>> make_endpoint(const EndpointOptions& options) 
                       "endpoint is driven by its one owning thread",
                       options.backend_config, settings->threads));
     }
-    auto laned = LanedEndpoint::create(settings->threads, settings->options, make_link,
-                                       options.accept_options);
+    auto laned = LanedEndpoint::create(settings->threads, settings->options, make_link, options);
     if (!laned) return std::unexpected(laned.error());
     return std::unique_ptr<Endpoint>(std::move(*laned));
   }
   auto link = make_link(settings->options);
   if (!link) return std::unexpected(link.error());
   return std::make_unique<datagram::DatagramEndpoint<UdpLink>>(
-      std::move(*link), "udp", options.accept_options, options.inline_progress);
+      std::move(*link), "udp", options);
 }
 
 }  // namespace detwan::transport::udp

@@ -11,7 +11,7 @@ namespace detwan::transport::udp {
 Result<std::unique_ptr<LanedEndpoint>> LanedEndpoint::create(uint32_t lanes,
                                                              LinkOptions link_options,
                                                              const LinkFactory& make_link,
-                                                             const ChannelOptions& accept_options) {
+                                                             const EndpointOptions& options) {
   if (lanes < 2 || lanes > kMaxLanes) {
     return common::make_error(
         ErrorCode::kInvalidArgument,
@@ -19,11 +19,16 @@ Result<std::unique_ptr<LanedEndpoint>> LanedEndpoint::create(uint32_t lanes,
   }
   link_options.listen_lanes = lanes;
   std::unique_ptr<LanedEndpoint> endpoint(new LanedEndpoint());
+  endpoint->budget_ = std::make_shared<proto::MemoryBudget>(
+      static_cast<uint64_t>(std::max<int64_t>(options.max_reassembly_bytes, 0)));
+  EndpointOptions lane_options = options;
+  lane_options.inline_progress = false;
   for (uint32_t i = 0; i < lanes; ++i) {
     auto link = make_link(link_options);
     if (!link) return std::unexpected(link.error());
-    endpoint->lanes_.push_back(std::make_unique<Lane>(std::move(*link), "udp", accept_options,
-                                                      false, endpoint->accepted_));
+    // Each lane derives its own keyring from the key (it holds its thread's OpenSSL contexts).
+    endpoint->lanes_.push_back(std::make_unique<Lane>(std::move(*link), "udp", lane_options,
+                                                      endpoint->accepted_, endpoint->budget_));
   }
   return endpoint;
 }

@@ -37,7 +37,7 @@ class LanedEndpoint final : public datagram::DatagramEndpointBase {
   // link's own error when a ring cannot be created.
   static Result<std::unique_ptr<LanedEndpoint>> create(uint32_t lanes, LinkOptions link_options,
                                                        const LinkFactory& make_link,
-                                                       const ChannelOptions& accept_options);
+                                                       const EndpointOptions& options);
   ~LanedEndpoint() override;
 
   Result<std::string> listen(const std::string& address) override;
@@ -58,6 +58,7 @@ class LanedEndpoint final : public datagram::DatagramEndpointBase {
   LanedEndpoint() = default;
 
   std::shared_ptr<datagram::AcceptQueue> accepted_ = std::make_shared<datagram::AcceptQueue>();
+  std::shared_ptr<proto::MemoryBudget> budget_;  // EndpointOptions::max_reassembly_bytes, shared
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<uint64_t> next_lane_{0};
   std::atomic<bool> listening_{false};

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "transport/registry.h"
+#include "tests/transport/security_util.h"
 #include "transport/transport.h"
 
 namespace detwan::transport {
@@ -30,6 +31,8 @@ struct BackendCase {
   std::string backend;  // registry name
   std::string address;  // listen address
   std::string config;   // EndpointOptions.backend_config
+  // EndpointOptions.security: the test key in this mode (kNone: the plain protocol).
+  SecurityMode mode = SecurityMode::kAuthenticate;
 };
 
 // Readable parameter in failure messages (instead of gtest's byte dump).
@@ -42,6 +45,10 @@ std::string address_for(const std::string& backend) {
 
 BackendCase plain(const std::string& backend) {
   return {backend, backend, address_for(backend), ""};
+}
+
+BackendCase with_mode(const std::string& backend, SecurityMode mode) {
+  return {backend + "_" + std::string(to_string(mode)), backend, address_for(backend), "", mode};
 }
 
 std::vector<std::byte> random_bytes(size_t size, uint64_t seed) {
@@ -75,6 +82,7 @@ class ChannelTest : public ::testing::TestWithParam<BackendCase> {
 
     EndpointOptions options;
     options.backend_config = param.config;
+    options.security = testing::test_security(param.mode);
     auto server = make_endpoint(param.backend, options);
     ASSERT_TRUE(server) << server.error().describe();
     server_endpoint_ = std::move(*server);
@@ -279,6 +287,7 @@ TEST_P(ChannelTest, ConnectWhereNobodyListensFails) {
   {
     EndpointOptions options;
     options.backend_config = GetParam().config;
+    options.security = testing::test_security(GetParam().mode);
     auto gone = make_endpoint(GetParam().backend, options);
     ASSERT_TRUE(gone) << gone.error().describe();
     auto address = (*gone)->listen(GetParam().address);
@@ -314,7 +323,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(plain("udp"), plain("loopback"), plain("tcp"), plain("shm"), plain("verbs"),
                       BackendCase{"loopback_faults", "loopback", "",
                                   "loss=0.02,reorder=0.05,duplicate=0.01,seed=3"},
-                      BackendCase{"udp_threads", "udp", "127.0.0.1:0", "threads=3"}),
+                      BackendCase{"udp_threads", "udp", "127.0.0.1:0", "threads=3"},
+                      with_mode("udp", SecurityMode::kEncrypt),
+                      with_mode("udp", SecurityMode::kNone),
+                      with_mode("loopback", SecurityMode::kEncrypt),
+                      with_mode("tcp", SecurityMode::kEncrypt),
+                      with_mode("tcp", SecurityMode::kNone)),
     [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.label; });
 
 }  // namespace

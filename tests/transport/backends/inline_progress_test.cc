@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/transport/security_util.h"
 #include "transport/registry.h"
 #include "transport/transport.h"
 
@@ -64,6 +65,7 @@ class EchoServer {
  public:
   EchoServer(const InlineCase& param, int count) : count_(count) {
     EndpointOptions options;
+    options.security = testing::test_security();
     options.inline_progress = true;
     options.backend_config = param.config;
     thread_ = std::thread([this, param, options] { run(param, options); });
@@ -148,6 +150,7 @@ class InlineProgressTest : public ::testing::TestWithParam<InlineCase> {
   }
   std::unique_ptr<Endpoint> make_client() {
     EndpointOptions options;
+    options.security = testing::test_security();
     options.inline_progress = true;
     options.backend_config = GetParam().config;
     auto endpoint = make_endpoint(GetParam().backend, options);
@@ -298,7 +301,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<InlineCase>& info) { return info.param.label; });
 
 TEST(InlineProgress, ProgressOnAThreadedEndpointNamesTheOption) {
-  auto endpoint = make_endpoint("loopback", EndpointOptions{});
+  auto endpoint = make_endpoint("loopback", testing::keyed_options());
   ASSERT_TRUE(endpoint) << endpoint.error().message;
   Result<size_t> ran = (*endpoint)->progress(0);
   ASSERT_FALSE(ran);
@@ -308,6 +311,7 @@ TEST(InlineProgress, ProgressOnAThreadedEndpointNamesTheOption) {
 
 TEST(InlineProgress, BackendsWithoutItRefuseTheOption) {
   EndpointOptions options;
+  options.security = testing::test_security();
   options.inline_progress = true;
   for (const char* backend : {"tcp", "shm", "verbs"}) {
     if (!backend_info(backend).usable) continue;  // refused earlier, as unavailable

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/transport/security_util.h"
 #include "tests/transport/datagram/channel_test_util.h"
 #include "transport/datagram/driver.h"
 #include "transport/loopback/endpoint.h"
@@ -31,6 +32,7 @@ ChannelOptions fast_options() {
 
 EndpointOptions endpoint_options(const std::string& config, const ChannelOptions& accept) {
   EndpointOptions options;
+  options.security = testing::test_security();
   options.backend_config = config;
   options.accept_options = accept;
   return options;
@@ -208,14 +210,14 @@ TEST(LoopbackChannel, RecycledBufferHoldsTheNextMessageByteExact) {
 }
 
 TEST(LoopbackBackend, ConnectErrorsNameTheProblem) {
-  auto endpoint = loopback::make_endpoint({});
+  auto endpoint = loopback::make_endpoint(testing::keyed_options());
   ASSERT_TRUE(endpoint);
   auto missing = (*endpoint)->connect("nobody-here", fast_options(), 1'000'000'000);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
   EXPECT_NE(missing.error().message.find("nobody-here"), std::string::npos);
   // A listener that never answers: connect() gives up after its timeout.
-  auto silent = loopback::make_endpoint({});
+  auto silent = loopback::make_endpoint(testing::keyed_options());
   ASSERT_TRUE(silent);
   auto name = (*silent)->listen("");
   ASSERT_TRUE(name);
@@ -231,6 +233,7 @@ TEST(LoopbackBackend, ConnectErrorsNameTheProblem) {
 TEST(LoopbackBackend, StrictConfigAndInfo) {
   EXPECT_TRUE(loopback::backend_info().usable);
   EndpointOptions options;
+  options.security = testing::test_security();
   options.backend_config = "loss=0.1,bogus=2";
   auto endpoint = loopback::make_endpoint(options);
   ASSERT_FALSE(endpoint);

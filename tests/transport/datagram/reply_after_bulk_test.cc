@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/transport/security_util.h"
 #include "tests/transport/datagram/channel_test_util.h"
 #include "transport/loopback/endpoint.h"
 
@@ -34,6 +35,7 @@ constexpr auto kReplyWait = std::chrono::seconds(15);
 
 EndpointOptions endpoint_options(const std::string& config, const ChannelOptions& accept) {
   EndpointOptions options;
+  options.security = testing::test_security();
   options.backend_config = config;
   options.accept_options = accept;
   return options;

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/transport/security_util.h"
 #include "tests/transport/datagram/channel_test_util.h"
 #include "transport/proto/wire.h"
 #include "transport/udp/endpoint.h"
@@ -36,6 +37,7 @@ ChannelOptions fast_options() {
 
 EndpointOptions laned(uint32_t threads) {
   EndpointOptions options;
+  options.security = testing::test_security();
   options.accept_options = fast_options();
   options.backend_config = "threads=" + std::to_string(threads);
   return options;
@@ -103,6 +105,7 @@ TEST(UdpLaneSteering, PicksTheLaneFromTheConnectionIdOfEveryDatagramForm) {
 TEST_F(UdpLanes, RefusesBadThreadCountsAndInlineProgressWithSeveralThreads) {
   for (const char* config : {"threads=0", "threads=65", "threads=two", "threads="}) {
     EndpointOptions options;
+    options.security = testing::test_security();
     options.backend_config = config;
     auto endpoint = udp::make_endpoint(options);
     ASSERT_FALSE(endpoint) << config;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "tests/transport/security_util.h"
 #include "tests/transport/datagram/channel_test_util.h"
 #include "transport/datagram/driver.h"
 #include "transport/udp/endpoint.h"
@@ -36,6 +37,7 @@ ChannelOptions fast_options() {
 
 EndpointOptions server_options() {
   EndpointOptions options;
+  options.security = testing::test_security();
   options.accept_options = fast_options();
   return options;
 }
@@ -49,7 +51,8 @@ class UdpChannel : public ::testing::Test {
 };
 
 TEST_F(UdpChannel, EchoesEmptyOneByteOddAndEightMebibyteMessages) {
-  auto pair = connect_pair(udp::make_endpoint, "127.0.0.1:0", server_options(), {}, fast_options());
+  auto pair = connect_pair(udp::make_endpoint, "127.0.0.1:0", server_options(),
+                           testing::keyed_options(), fast_options());
   ASSERT_TRUE(pair.client && pair.server);
   EXPECT_EQ(pair.address.rfind("127.0.0.1:", 0), 0u);
   EXPECT_NE(pair.address, "127.0.0.1:0");
@@ -70,7 +73,7 @@ TEST_F(UdpChannel, TwoPathChannelOverTwoClientSocketsDeliversByteExact) {
   options.paths[0].remote = *address;
   options.paths[1].remote = *address;
   options.paths[1].local = "127.0.0.1:0";
-  auto client_endpoint = udp::make_endpoint({});
+  auto client_endpoint = udp::make_endpoint(testing::keyed_options());
   ASSERT_TRUE(client_endpoint);
   auto client = (*client_endpoint)->connect(*address, options, 10'000'000'000);
   ASSERT_TRUE(client) << client.error().message;
@@ -103,7 +106,7 @@ TEST_F(UdpChannel, GarbageAtTheListenSocketIsCountedAndHarmless) {
   ::close(fd);
   // The socket is FIFO: by the time a channel opened after the spray has carried a round trip,
   // the garbage has been read and counted.
-  auto client_endpoint = udp::make_endpoint({});
+  auto client_endpoint = udp::make_endpoint(testing::keyed_options());
   ASSERT_TRUE(client_endpoint);
   auto client = (*client_endpoint)->connect(*address, fast_options(), 10'000'000'000);
   ASSERT_TRUE(client) << client.error().message;
@@ -120,6 +123,7 @@ TEST_F(UdpChannel, GarbageAtTheListenSocketIsCountedAndHarmless) {
 
 TEST_F(UdpChannel, StrictConfigAndMtuLimit) {
   EndpointOptions options;
+  options.security = testing::test_security();
   options.backend_config = "loss=0.1";
   auto endpoint = udp::make_endpoint(options);
   ASSERT_FALSE(endpoint);
@@ -137,7 +141,7 @@ TEST_F(UdpChannel, StrictConfigAndMtuLimit) {
   EXPECT_TRUE(udp::make_endpoint(options));
   options.backend_config = "gso=0,gro=0,busy_poll_us=10";
   EXPECT_TRUE(udp::make_endpoint(options));
-  auto plain = udp::make_endpoint({});
+  auto plain = udp::make_endpoint(testing::keyed_options());
   ASSERT_TRUE(plain);
   ChannelOptions jumbo;
   jumbo.mtu_bytes = 20'000;
@@ -156,6 +160,7 @@ TEST_F(UdpChannel, BusyPollingEndpointsDeliverByteExact) {
     EndpointOptions server = server_options();
     server.backend_config = config;
     EndpointOptions client;
+    client.security = testing::test_security();
     client.backend_config = config;
     auto pair = connect_pair(udp::make_endpoint, "127.0.0.1:0", server, client, fast_options());
     ASSERT_TRUE(pair.client && pair.server);
@@ -172,7 +177,8 @@ TEST_F(UdpChannel, BusyPollingEndpointsDeliverByteExact) {
 // a channel and through two plain blocking UDP sockets.
 TEST_F(UdpChannel, PingPongLatencyIsReported) {
   constexpr int kRounds = 300;
-  auto pair = connect_pair(udp::make_endpoint, "127.0.0.1:0", server_options(), {}, fast_options());
+  auto pair = connect_pair(udp::make_endpoint, "127.0.0.1:0", server_options(),
+                           testing::keyed_options(), fast_options());
   ASSERT_TRUE(pair.client && pair.server);
   const common::MonotonicClock clock;
   const auto message = random_bytes(64, 5);

@@ -70,7 +70,15 @@ struct RawPeer {
   }
 };
 
-std::unique_ptr<TcpEndpoint> make_tcp(const EndpointOptions& options = {}) {
+// These tests speak the plain protocol's framing with raw peers: Security::none(), by name
+// (sealed_test.cc tests authenticated channels).
+EndpointOptions plain_options() {
+  EndpointOptions options;
+  options.security = Security::none();
+  return options;
+}
+
+std::unique_ptr<TcpEndpoint> make_tcp(const EndpointOptions& options = plain_options()) {
   return std::make_unique<TcpEndpoint>(options);
 }
 
@@ -97,7 +105,7 @@ ConnectedPair connected_pair() {
 
 TEST(TcpEndpointTest, BackendIsUsableAndRejectsConfig) {
   EXPECT_TRUE(backend_info().usable);
-  EndpointOptions options;
+  EndpointOptions options = plain_options();
   options.backend_config = "loss=0.1";
   auto endpoint = make_endpoint(options);
   ASSERT_FALSE(endpoint);
@@ -186,7 +194,7 @@ TEST(TcpEndpointTest, ConnectRefusedIsUnavailable) {
 }
 
 TEST(TcpEndpointTest, OversizeFrameFailsChannelNamingTheSize) {
-  EndpointOptions options;
+  EndpointOptions options = plain_options();
   options.accept_options.max_message_bytes = 1 << 20;
   auto endpoint = make_tcp(options);
   auto address = endpoint->listen("127.0.0.1:0");
@@ -229,7 +237,7 @@ TEST(TcpEndpointTest, PeerResetIsUnavailable) {
 }
 
 TEST(TcpEndpointTest, SendAbovePeerLimitIsRejectedAndChannelSurvives) {
-  EndpointOptions options;
+  EndpointOptions options = plain_options();
   options.accept_options.max_message_bytes = 1000;
   auto server = make_tcp(options);
   auto address = server->listen("127.0.0.1:0");
@@ -252,7 +260,7 @@ TEST(TcpEndpointTest, SendAbovePeerLimitIsRejectedAndChannelSurvives) {
 }
 
 TEST(TcpEndpointTest, SlowReaderBackPressureLosesNothing) {
-  EndpointOptions options;
+  EndpointOptions options = plain_options();
   options.accept_options.recv_window_bytes = 1000;  // reading pauses after ~2 messages
   auto server = make_tcp(options);
   auto address = server->listen("127.0.0.1:0");
