@@ -96,7 +96,7 @@ using EndpointFactory = std::function<Result<std::unique_ptr<transport::Endpoint
     std::string_view backend, const transport::EndpointOptions& options)>;
 
 // What the communicator's endpoints authenticate with: its key, mode kAuthenticate (kEncrypt
-// with config.encrypt), context "detwan collectives v1".
+// with config.channel_security), context "detwan collectives v1".
 transport::Security communicator_security(const CommKey& key, const CommConfig& config);
 
 // A split child's key: HKDF(parent key, info "detwan comm v1 split" | split index | color |

@@ -18,6 +18,7 @@
 
 #include "collectives/algo/algorithms.h"
 #include "collectives/topology/cost_model.h"
+#include "transport/security.h"
 #include "collectives/types.h"
 
 namespace detwan::collectives {
@@ -64,9 +65,11 @@ struct CommConfig {
   int64_t chunk_bytes = 0;                   // 0 = the cost model's choice
   bool deterministic = false;
   // Every channel of the communicator is authenticated with a key derived from the bootstrap
-  // secret (docs/collectives.md, "Who may talk to a rank"); with encrypt its payload is
-  // encrypted as well, end to end. DETWAN_ENCRYPT=1.
-  bool encrypt = false;
+  // secret (docs/collectives.md, "Who may talk to a rank"); kEncrypt encrypts its payload as
+  // well, end to end (DETWAN_ENCRYPT=1, or DETWAN_CHANNEL_SECURITY=encrypt). kNone -- channels
+  // without authentication, for benchmarks of the plain protocol -- only when asked for by name
+  // (DETWAN_CHANNEL_SECURITY=none; the start-up log warns).
+  transport::SecurityMode channel_security = transport::SecurityMode::kAuthenticate;
   std::string intra_backend = "shm";
   std::string inter_backend = "udp";
   std::string listen_host;                   // empty: as UniqueId::create_root
@@ -86,7 +89,8 @@ struct CommConfig {
   int64_t reservation_poll_ns = 1'000'000'000;  // how often the watcher asks the agent
 
   // Defaults overridden by DETWAN_SITE, DETWAN_TIMEOUT_MS, DETWAN_WAN_RATE, DETWAN_ALGO,
-  // DETWAN_CHUNK_BYTES, DETWAN_DETERMINISTIC, DETWAN_ENCRYPT, DETWAN_INTRA_BACKEND,
+  // DETWAN_CHUNK_BYTES, DETWAN_DETERMINISTIC, DETWAN_ENCRYPT, DETWAN_CHANNEL_SECURITY,
+  // DETWAN_INTRA_BACKEND,
   // DETWAN_INTER_BACKEND, DETWAN_LISTEN_HOST, DETWAN_MTU, DETWAN_WAN_RTT,
   // DETWAN_PEER_TIMEOUT_MS, DETWAN_RESERVATION, DETWAN_AGENT, DETWAN_AGENT_TOKEN,
   // DETWAN_RESERVATION_POLL_MS. kConfig naming the variable on a bad value.

@@ -79,7 +79,19 @@ Result<CommConfig> CommConfig::from_environment() {
   if (const char* v = env("DETWAN_ENCRYPT")) {
     auto on = parse_bool("DETWAN_ENCRYPT", v);
     if (!on) return std::unexpected(on.error());
-    config.encrypt = *on;
+    if (*on) config.channel_security = transport::SecurityMode::kEncrypt;
+  }
+  if (const char* v = env("DETWAN_CHANNEL_SECURITY")) {
+    const std::string_view mode = v;
+    if (mode == "authenticate") {
+      config.channel_security = transport::SecurityMode::kAuthenticate;
+    } else if (mode == "encrypt") {
+      config.channel_security = transport::SecurityMode::kEncrypt;
+    } else if (mode == "none") {
+      config.channel_security = transport::SecurityMode::kNone;
+    } else {
+      return bad("DETWAN_CHANNEL_SECURITY", v, "must be authenticate, encrypt or none");
+    }
   }
   if (const char* v = env("DETWAN_INTRA_BACKEND")) config.intra_backend = v;
   if (const char* v = env("DETWAN_INTER_BACKEND")) config.inter_backend = v;
@@ -122,7 +134,10 @@ std::string CommConfig::describe() const {
       deterministic ? 1 : 0, intra_backend,
       intra_backend_config.empty() ? "" : "[" + intra_backend_config + "]", inter_backend,
       inter_backend_config.empty() ? "" : "[" + inter_backend_config + "]",
-      encrypt ? "encrypted" : "authenticated", listen_host.empty() ? "auto" : listen_host,
+      channel_security == transport::SecurityMode::kEncrypt ? "encrypted"
+      : channel_security == transport::SecurityMode::kNone  ? "UNAUTHENTICATED"
+                                                             : "authenticated",
+      listen_host.empty() ? "auto" : listen_host,
       mtu_bytes, common::format_duration_ns(peer_timeout_ns),
       common::format_duration_ns(setup_timeout_ns),
       reservation.empty() ? std::string()

@@ -181,6 +181,10 @@ Result<NetworkModel> build_model(Peers* peers, const Topology& topology, const C
 void log_start(const Communicator::Impl& impl) {
   auto log = common::logger("collectives");
   log->info("communicator of {} ranks: {}", impl.size, impl.config.describe());
+  if (impl.config.channel_security == transport::SecurityMode::kNone) {
+    log->warn("channels UNAUTHENTICATED: DETWAN_CHANNEL_SECURITY=none asked for it (anyone who "
+              "reaches a rank's endpoints can inject into this job)");
+  }
   log->info("topology: {}", impl.topology.describe());
   std::string inter;
   const int sites = impl.topology.num_sites();
@@ -232,10 +236,7 @@ Result<std::optional<WanReservations>> reservations_for(int rank, const CommConf
 }  // namespace
 
 transport::Security communicator_security(const CommKey& key, const CommConfig& config) {
-  return transport::Security::keyed(
-      key,
-      config.encrypt ? transport::SecurityMode::kEncrypt : transport::SecurityMode::kAuthenticate,
-      "detwan collectives v1");
+  return transport::Security::keyed(key, config.channel_security, "detwan collectives v1");
 }
 
 Result<CommKey> split_key(const CommKey& parent, uint64_t split_index, int color,

@@ -8,6 +8,7 @@
 #include <future>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "collectives/comm/bootstrap.h"
@@ -112,10 +113,10 @@ TEST(CommSecurity, EncryptAskedForInTheEnvironment) {
   auto config = CommConfig::from_environment();
   ::unsetenv("DETWAN_ENCRYPT");
   ASSERT_TRUE(config.has_value());
-  EXPECT_TRUE(config->encrypt);
+  EXPECT_EQ(config->channel_security, transport::SecurityMode::kEncrypt);
   EXPECT_NE(config->describe().find("channels=encrypted"), std::string::npos);
   CommConfig loopback = loopback_config();
-  loopback.encrypt = config->encrypt;
+  loopback.channel_security = config->channel_security;
   Built built = build(1, loopback);
   for (const Opened& opened : built.opened[0]) {
     EXPECT_EQ(opened.security.mode, transport::SecurityMode::kEncrypt);
@@ -125,6 +126,35 @@ TEST(CommSecurity, EncryptAskedForInTheEnvironment) {
   ::unsetenv("DETWAN_ENCRYPT");
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.error().message.find("DETWAN_ENCRYPT"), std::string::npos);
+}
+
+// The unauthenticated channels exist only when asked for by name (benchmarks of the plain
+// protocol); the default is authenticated; a wrong name is refused by name.
+TEST(CommSecurity, ChannelSecurityIsChosenByNameOnly) {
+  auto defaults = CommConfig::from_environment();
+  ASSERT_TRUE(defaults.has_value());
+  EXPECT_EQ(defaults->channel_security, transport::SecurityMode::kAuthenticate);
+  for (const auto& [name, mode, shown] :
+       {std::tuple{"none", transport::SecurityMode::kNone, "channels=UNAUTHENTICATED"},
+        std::tuple{"encrypt", transport::SecurityMode::kEncrypt, "channels=encrypted"},
+        std::tuple{"authenticate", transport::SecurityMode::kAuthenticate,
+                   "channels=authenticated"}}) {
+    ::setenv("DETWAN_CHANNEL_SECURITY", name, 1);
+    auto config = CommConfig::from_environment();
+    ::unsetenv("DETWAN_CHANNEL_SECURITY");
+    ASSERT_TRUE(config.has_value()) << name;
+    EXPECT_EQ(config->channel_security, mode) << name;
+    EXPECT_NE(config->describe().find(shown), std::string::npos) << config->describe();
+    CommConfig loopback = loopback_config();
+    loopback.channel_security = config->channel_security;
+    Built built = build(1, loopback);
+    for (const Opened& opened : built.opened[0]) EXPECT_EQ(opened.security.mode, mode) << name;
+  }
+  ::setenv("DETWAN_CHANNEL_SECURITY", "off", 1);
+  auto bad = CommConfig::from_environment();
+  ::unsetenv("DETWAN_CHANNEL_SECURITY");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("DETWAN_CHANNEL_SECURITY"), std::string::npos);
 }
 
 TEST(CommSecurity, SplitChildrenDeriveTheirOwnKeys) {
