@@ -38,11 +38,15 @@ def call(url: str, method: str, path: str, body: dict | None = None,
 
 def reserve(url: str, src: str, dst: str, rate_bps: int, duration_s: float = 3600,
             burst_bytes: int | None = None, max_latency_ns: int | None = None,
-            protect: str | None = None) -> dict:
+            protect: str | None = None, encrypt: str | None = None) -> dict:
     """Reserves and provisions src<->dst at rate_bps each way; the provisioned reservation.
-    protect="1+1": every packet on two link-disjoint paths (the lab needs --paths 2)."""
+    protect="1+1": every packet on two link-disjoint paths (the lab needs --paths 2). encrypt:
+    the tunnel's cipher, or "none" (by name) for a tunnel in clear; None: the agent's default
+    (encrypted)."""
     body = {"src": src, "dst": dst, "min_bandwidth_bps": int(rate_bps),
             "duration_ns": int(duration_s * 1e9), "provision": True}
+    if encrypt is not None:
+        body["encrypt"] = encrypt
     if protect:
         body["protect"] = protect
     if burst_bytes:
