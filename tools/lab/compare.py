@@ -89,21 +89,26 @@ def _host_ip(s: dict, *args: str) -> subprocess.CompletedProcess:
 
 @contextlib.contextmanager
 def without_tunnel_addrs(sites: list[dict]):
-    """Removes each host's tunnel /32 for the MPI run (see the module doc) and restores it,
-    with the routes that use it as their source (a dataplane lab's route into the tunnel: the
-    kernel drops those with the address)."""
+    """Removes each host's /32s in the tunnel prefix -- its tunnel address and the co-tenant's
+    (topology.py) -- for the MPI run (see the module doc) and restores them, with the routes
+    that use them as their source (a dataplane lab's route into the tunnel: the kernel drops
+    those with the address)."""
     removed = []
     try:
         for s in sites:
-            routes = [line.split() for line in _host_ip(s, "-o", "route", "show").stdout
-                      .splitlines() if f"src {s['tunnel_addr']}" in line]
-            res = _host_ip(s, "addr", "del", f"{s['tunnel_addr']}/32", "dev", s["host_if"])
-            if res.returncode == 0:
-                removed.append((s, routes))
-        yield [s["name"] for s, _ in removed]
+            for key in ("tunnel_addr", "cotenant_addr"):
+                addr = s.get(key)
+                if not addr:
+                    continue
+                routes = [line.split() for line in _host_ip(s, "-o", "route", "show").stdout
+                          .splitlines() if f"src {addr}" in line]
+                res = _host_ip(s, "addr", "del", f"{addr}/32", "dev", s["host_if"])
+                if res.returncode == 0:
+                    removed.append((s, addr, routes))
+        yield sorted({s["name"] for s, _, _ in removed})
     finally:
-        for s, routes in removed:
-            _host_ip(s, "addr", "add", f"{s['tunnel_addr']}/32", "dev", s["host_if"])
+        for s, addr, routes in reversed(removed):
+            _host_ip(s, "addr", "add", f"{addr}/32", "dev", s["host_if"])
             for route in routes:
                 _host_ip(s, "route", "replace", *route)
 
@@ -323,7 +328,7 @@ def run_two_sites(args, runs: Runs, bins: dict, doc: dict) -> None:
                     doc["mpi_workaround"] = {
                         "tunnel_addrs_removed_during_mpi": changed,
                         "why": "Open MPI 4.1 btl tcp publishes one IPv4 address per interface "
-                               "(the host's tunnel /32, not its best-effort address), then drops "
+                               "(a tunnel-prefix /32, not its best-effort address), then drops "
                                "connections from the best-effort address"}
                     seen = {"gloo": sorted(gloo_seen), "mpi": sorted(sampler.seen)}
                     for tool, r in (("gloo", gloo), ("mpi", mpi)):

@@ -77,8 +77,10 @@ TEST_F(AgentClientFixture, FetchReturnsWhatASenderIntoTheTunnelNeeds) {
   EXPECT_GE(g->min_latency_ns, 5'000'000);  // the a-b link's 5 ms
   EXPECT_EQ(g->src_prefixes, std::vector<std::string>{"10.20.1.0/24"});
   EXPECT_EQ(g->dst_prefixes, std::vector<std::string>{"10.20.2.0/24"});
-  EXPECT_EQ(g->mtu_bytes, 1500 - 68);
-  EXPECT_EQ(g->frame_overhead_bytes, 68 + 18);
+  // Encrypted by default: the tunnel's AEAD tag (16 bytes) comes off the inner MTU and is part
+  // of each frame's overhead.
+  EXPECT_EQ(g->mtu_bytes, 1500 - 68 - 16);
+  EXPECT_EQ(g->frame_overhead_bytes, 68 + 18 + 16);
 }
 
 TEST_F(AgentClientFixture, FetchNamesAMissingReservationAndAMissingAgent) {

@@ -64,7 +64,10 @@ TEST(GatewayShards, ShardZeroDispatchesAndEachTunnelLeavesFromItsOwner) {
   for (auto [side, config] : {std::pair{&a, &config_a}, std::pair{&b, &config_b}}) {
     std::vector<gw::Engine*> raw;
     for (uint32_t k = 0; k < kShards; ++k) {
-      auto engine = gw::Engine::create(*config, kStart, gw::ShardSpec{k, kShards, 0x5eed});
+      // One epoch per gateway, the same in its shards; the two gateways' differ (a control
+      // packet carrying the receiver's own epoch is refused as a reflection).
+      auto engine = gw::Engine::create(*config, kStart,
+                                       gw::ShardSpec{k, kShards, side == &a ? 0x5eedu : 0x5eefu});
       ASSERT_TRUE(engine) << engine.error().describe();
       raw.push_back(engine->get());
       side->engines.push_back(std::move(*engine));

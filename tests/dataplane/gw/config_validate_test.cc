@@ -385,7 +385,7 @@ TEST(ConfigValidate, MatchSourcesNameTheTenant) {
               HasSubstr("field 'tunnels[0].foreign_source': 'forward' is not one of: drop, "
                         "best-effort"));
   // Best effort needs unreserved slots on the port, as over_rate best-effort does.
-  EXPECT_THAT(load_error(replace_line(with_line(34, "    slots: 12-99"), 35,
+  EXPECT_THAT(load_error(replace_line(with_line(35, "    slots: 12-99"), 36,
                                       "    foreign_source: best-effort")),
               HasSubstr("field 'tunnels[1].foreign_source': foreign_source best-effort needs "
                         "unreserved slots"));
@@ -394,16 +394,17 @@ TEST(ConfigValidate, MatchSourcesNameTheTenant) {
 TEST(ConfigValidate, TwoTenantsMayShareADestinationWithDisjointSources) {
   // Tunnel 9 to tunnel 7's prefix, from other hosts: each packet still matches one tunnel.
   const std::string two =
-      replace_line(with_line(30, "    match: {dst: [10.20.2.0/24], src: [10.20.1.0/25]}"), 36,
+      replace_line(with_line(30, "    match: {dst: [10.20.2.0/24], src: [10.20.1.0/25]}"), 37,
                    "    match: {dst: [10.20.2.0/24], src: [10.20.1.128/25]}");
   const GatewayConfig c = load_ok(two);
+  ASSERT_EQ(c.tunnels.size(), 3u);
   EXPECT_EQ(c.tunnels[1].dst_prefixes, c.tunnels[0].dst_prefixes);
   // Overlapping sources (or one without match.src: any source) cannot be told apart.
   EXPECT_THAT(
-      load_error(replace_line(two, 36, "    match: {dst: [10.20.2.0/24], src: [10.20.1.0/24]}")),
+      load_error(replace_line(two, 37, "    match: {dst: [10.20.2.0/24], src: [10.20.1.0/24]}")),
       HasSubstr("their sources 10.20.1.0/24 and 10.20.1.0/25 overlap: a packet could match "
                 "both; give them disjoint udp_ports or disjoint match.src"));
-  EXPECT_THAT(load_error(replace_line(two, 36, "    match: {dst: [10.20.2.0/24]}")),
+  EXPECT_THAT(load_error(replace_line(two, 37, "    match: {dst: [10.20.2.0/24]}")),
               HasSubstr("tunnel 9 has no match.src (any source)"));
 }
 
