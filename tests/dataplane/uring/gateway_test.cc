@@ -405,6 +405,7 @@ TEST(UringGateway, AHammeredControlSocketDoesNotStopTheDatapath) {
   std::atomic<bool> carried{false};
   std::atomic<int> answered{0}, failed{0};
   std::vector<std::thread> hammer;
+  const auto began = std::chrono::steady_clock::now();
   for (int t = 0; t < kThreads; ++t) {
     hammer.emplace_back([&] {
       for (int i = 0; i < kRequestsEach || !carried.load(); ++i) {
@@ -424,15 +425,21 @@ TEST(UringGateway, AHammeredControlSocketDoesNotStopTheDatapath) {
   const size_t received = pair.carry(payloads).size();
   carried.store(true);
   for (std::thread& t : hammer) t.join();
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   EXPECT_EQ(received, payloads.size());  // the datapath kept forwarding throughout
   EXPECT_EQ(failed.load(), 0);           // held requests are answered, not refused
   EXPECT_GE(answered.load(), kThreads * kRequestsEach);
   const auto a = pair.a->stats();
   EXPECT_EQ(counter(a, {"tunnels", "0", "tx", "sent_on_time_packets"}),
             static_cast<int64_t>(payloads.size()));
-  // 100 requests of one uid cannot all fit its burst of 50 plus 50/s in the time they took
-  // unless some waited: the rate held some (and the per-poll budget may have deferred others).
-  EXPECT_GE(counter(a, {"control", "rate_limited"}), 1);
+  // 100 requests of one uid cannot all fit its burst of 50 plus 50/s in less than a second
+  // unless some waited: then the rate held some. A slower machine (a sanitizer build) may take
+  // longer than that, when none needs to wait; the exact budget is control_server_test's, in
+  // virtual time.
+  if (elapsed_s < 0.9) {
+    EXPECT_GE(counter(a, {"control", "rate_limited"}), 1) << elapsed_s;
+  }
   EXPECT_GE(counter(a, {"control", "requests"}), answered.load());
 }
 
