@@ -384,6 +384,11 @@ uint32_t Engine::tunnel_index(uint32_t tunnel_id) const noexcept {
 bool Engine::tunnel_active(uint32_t tunnel_index) const noexcept {
   return tunnel_index < impl_->tunnels.size() && impl_->tunnels[tunnel_index].active;
 }
+bool Engine::tunnel_ready(uint32_t tunnel_index) const noexcept {
+  if (!tunnel_active(tunnel_index)) return false;
+  const TunnelState& t = impl_->tunnels[tunnel_index];
+  return !t.auth || t.auth->has_data_keys();
+}
 uint32_t Engine::tunnel_id(uint32_t tunnel_index) const noexcept {
   return tunnel_index < impl_->tunnels.size() ? impl_->tunnels[tunnel_index].id : 0;
 }

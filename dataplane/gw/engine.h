@@ -339,6 +339,10 @@ class Engine {
   [[nodiscard]] uint32_t tunnel_index(uint32_t tunnel_id) const noexcept;  // kNoTunnel if none
   // False for an index whose tunnel was removed (or out of range).
   [[nodiscard]] bool tunnel_active(uint32_t tunnel_index) const noexcept;
+  // Whether the tunnel can carry data now: active, and unauthenticated or holding data keys
+  // (its peer's epoch is known; docs/wire-format.md, "Key schedule"). Until then its local
+  // packets are refused (auth_awaiting_peer).
+  [[nodiscard]] bool tunnel_ready(uint32_t tunnel_index) const noexcept;
   // The tunnel id at an index (also while it drains); 0 if out of range.
   [[nodiscard]] uint32_t tunnel_id(uint32_t tunnel_index) const noexcept;
   [[nodiscard]] uint32_t max_payload_bytes(uint32_t port_index) const noexcept;

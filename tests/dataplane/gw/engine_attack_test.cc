@@ -246,6 +246,7 @@ TEST(EngineAttack, DataWaitsForThePeersEpochThenFlowsInBothDirections) {
   rx.attach(*g);
   // Before any keepalive has come back, A has no data key: its packets are refused at submit,
   // counted, and none leaves unsealed or under a wrong key.
+  EXPECT_FALSE(g->engine(0).tunnel_ready(g->engine(0).tunnel_index(7)));
   std::vector<Flow> early;
   early.push_back(flow(0, 2, 80, 1, 20e6));
   drive(*g, early, kStartNs + 1 * kMs);
@@ -258,6 +259,7 @@ TEST(EngineAttack, DataWaitsForThePeersEpochThenFlowsInBothDirections) {
   EXPECT_FALSE(tunnel(a, 7).at("auth").at("peer_epoch").is_null());
   EXPECT_FALSE(tunnel(b, 7).at("auth").at("peer_epoch").is_null());
   EXPECT_EQ(tunnel(a, 7).at("auth").at("peer_epoch").as_string(), g->engine(1).boot_id());
+  for (uint32_t e = 0; e < 2; ++e) EXPECT_TRUE(g->engine(e).tunnel_ready(g->engine(e).tunnel_index(7)));
   EXPECT_GT(num(a.at("peers").at(0).at("keepalive").at("early")) +
                 num(b.at("peers").at(0).at("keepalive").at("early")),
             0u);
