@@ -1,16 +1,13 @@
 #include "collectives/crypto.h"
 
-#include <openssl/core_names.h>
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/kdf.h>
-#include <openssl/params.h>
-#include <openssl/rand.h>
 
 #include <cstring>
 #include <memory>
 
 #include <fmt/format.h>
+
+#include "common/crypto.h"
 
 namespace detwan::collectives::crypto {
 namespace {
@@ -19,15 +16,11 @@ std::unexpected<Error> openssl_failed(std::string_view what) {
   return make_error(ErrorCode::kInternal, fmt::format("OpenSSL {} failed", what));
 }
 
-struct MacDeleter {
-  void operator()(EVP_MAC* p) const { EVP_MAC_free(p); }
-  void operator()(EVP_MAC_CTX* p) const { EVP_MAC_CTX_free(p); }
-  void operator()(EVP_KDF* p) const { EVP_KDF_free(p); }
-  void operator()(EVP_KDF_CTX* p) const { EVP_KDF_CTX_free(p); }
+struct CipherFree {
   void operator()(EVP_CIPHER_CTX* p) const { EVP_CIPHER_CTX_free(p); }
 };
 template <typename T>
-using Owned = std::unique_ptr<T, MacDeleter>;
+using Owned = std::unique_ptr<T, CipherFree>;
 
 const auto* bytes_of(std::string_view s) {
   return reinterpret_cast<const unsigned char*>(s.data());
@@ -41,12 +34,7 @@ std::array<unsigned char, 12> gcm_nonce(uint64_t counter) {
 
 }  // namespace
 
-Result<void> random_bytes(std::span<std::byte> out) {
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1) {
-    return openssl_failed("RAND_bytes");
-  }
-  return {};
-}
+Result<void> random_bytes(std::span<std::byte> out) { return common::crypto::random_bytes(out); }
 
 Result<std::string> random_hex(size_t n) {
   std::string raw(n, '\0');
@@ -60,52 +48,18 @@ Result<std::string> random_hex(size_t n) {
 }
 
 Result<Mac> hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts) {
-  Owned<EVP_MAC> mac(EVP_MAC_fetch(nullptr, "HMAC", nullptr));
-  if (!mac) return openssl_failed("EVP_MAC_fetch(HMAC)");
-  Owned<EVP_MAC_CTX> ctx(EVP_MAC_CTX_new(mac.get()));
-  if (!ctx) return openssl_failed("EVP_MAC_CTX_new");
-  char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                               OSSL_PARAM_END};
-  if (EVP_MAC_init(ctx.get(), bytes_of(key), key.size(), params) != 1) {
-    return openssl_failed("EVP_MAC_init");
-  }
-  for (std::string_view part : parts) {
-    if (EVP_MAC_update(ctx.get(), bytes_of(part), part.size()) != 1) {
-      return openssl_failed("EVP_MAC_update");
-    }
-  }
-  Mac out{};
-  size_t length = 0;
-  if (EVP_MAC_final(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &length, out.size()) !=
-          1 ||
-      length != out.size()) {
-    return openssl_failed("EVP_MAC_final");
-  }
-  return out;
+  // common::crypto::hmac_sha256 takes a fixed list of byte spans: the parts are concatenated
+  // first (setup-tier inputs of a few hundred bytes).
+  std::string joined;
+  for (const std::string_view part : parts) joined.append(part);
+  return common::crypto::hmac_sha256(std::as_bytes(std::span(key)),
+                                     {std::as_bytes(std::span(joined))});
 }
 
 Result<void> hkdf_sha256(std::string_view ikm, std::string_view salt, std::string_view info,
                          std::span<std::byte> out) {
-  Owned<EVP_KDF> kdf(EVP_KDF_fetch(nullptr, "HKDF", nullptr));
-  if (!kdf) return openssl_failed("EVP_KDF_fetch(HKDF)");
-  Owned<EVP_KDF_CTX> ctx(EVP_KDF_CTX_new(kdf.get()));
-  if (!ctx) return openssl_failed("EVP_KDF_CTX_new");
-  char digest[] = "SHA256";
-  // OSSL_PARAM takes non-const pointers; OpenSSL only reads these buffers.
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
-                         OSSL_PARAM_construct_octet_string(
-                             OSSL_KDF_PARAM_KEY, const_cast<char*>(ikm.data()), ikm.size()),
-                         OSSL_PARAM_construct_octet_string(
-                             OSSL_KDF_PARAM_SALT, const_cast<char*>(salt.data()), salt.size()),
-                         OSSL_PARAM_construct_octet_string(
-                             OSSL_KDF_PARAM_INFO, const_cast<char*>(info.data()), info.size()),
-                         OSSL_PARAM_END};
-  if (EVP_KDF_derive(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), out.size(), params) !=
-      1) {
-    return openssl_failed("HKDF");
-  }
-  return {};
+  return common::crypto::hkdf_sha256(std::as_bytes(std::span(ikm)), std::as_bytes(std::span(salt)),
+                                     std::as_bytes(std::span(info)), out);
 }
 
 Result<Key> derive_key(std::string_view ikm, std::string_view salt, std::string_view info) {
@@ -187,7 +141,7 @@ Result<std::string> open(const Key& key, uint64_t counter, std::string_view aad,
 }
 
 bool equal(std::string_view a, std::string_view b) noexcept {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  return common::crypto::equal_ct(std::as_bytes(std::span(a)), std::as_bytes(std::span(b)));
 }
 
 }  // namespace detwan::collectives::crypto

@@ -1,6 +1,7 @@
 #pragma once
 // Private to collectives/ (the bootstrap, the communicator's keys, the mesh hello): the few
-// OpenSSL 3 primitives they use, never hand-rolled: RAND_bytes, HMAC-SHA256 (EVP_MAC),
+// OpenSSL 3 primitives they use, never hand-rolled (the CSPRNG, HMAC and HKDF are
+// common/crypto.h's, here over strings): RAND_bytes, HMAC-SHA256 (EVP_MAC),
 // HKDF-SHA256 (EVP_KDF), AES-256-GCM (EVP_CIPHER) and a constant-time compare.
 //
 // Setup tier: every call returns Result; an OpenSSL failure is kInternal naming the primitive.

@@ -1,13 +1,13 @@
 #include "control/reservation/tunnel_keys.h"
 
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
 
+#include "common/crypto.h"
 #include "common/strings.h"
 
 namespace detwan::control::reservation {
@@ -39,14 +39,15 @@ bool is_cipher_name(std::string_view name) noexcept {
 }
 
 common::Result<TunnelKey> new_tunnel_key(uint8_t id) {
-  std::array<unsigned char, 32> bytes{};
-  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+  std::array<std::byte, 32> bytes{};
+  if (auto ok = common::crypto::random_bytes(bytes); !ok) {
     return common::make_error(common::ErrorCode::kInternal,
-                              "cannot draw a tunnel key: OpenSSL's random generator failed");
+                              "cannot draw a tunnel key: " + ok.error().message);
   }
   TunnelKey key;
   key.id = id;
-  for (const unsigned char b : bytes) key.secret_hex += fmt::format("{:02x}", b);
+  for (const std::byte b : bytes) key.secret_hex += fmt::format("{:02x}", std::to_integer<int>(b));
+  bytes.fill(std::byte{0});
   return key;
 }
 

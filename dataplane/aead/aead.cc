@@ -1,10 +1,10 @@
 // Setup side of tunnel AEAD: cipher names, key parsing, fingerprints, OpenSSL contexts.
-#include <openssl/err.h>
 #include <openssl/evp.h>
 
 #include <cstdio>
 #include <utility>
 
+#include "common/crypto.h"
 #include "common/strings.h"
 #include "dataplane/aead/aead.h"
 #include "dataplane/aead/aead_impl.h"
@@ -45,17 +45,7 @@ std::string fingerprint(const Key& key) {
   return out;
 }
 
-namespace {
-
-std::string openssl_error() {
-  const unsigned long code = ERR_get_error();
-  if (code == 0) return "unknown OpenSSL error";
-  char text[256];
-  ERR_error_string_n(code, text, sizeof text);
-  return text;
-}
-
-}  // namespace
+using common::crypto::openssl_error;
 
 AeadKey::Contexts::~Contexts() {
   EVP_CIPHER_CTX_free(seal);

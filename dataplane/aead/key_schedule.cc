@@ -2,12 +2,12 @@
 #include "dataplane/aead/key_schedule.h"
 
 #include <openssl/core_names.h>
-#include <openssl/err.h>
 #include <openssl/kdf.h>
 #include <openssl/params.h>
 
 #include <string>
 
+#include "common/crypto.h"
 #include "dataplane/wire/byte_order.h"
 
 namespace detwan::dataplane::aead {
@@ -34,11 +34,8 @@ common::Result<KeyDeriver> KeyDeriver::create() {
   if (kdf != nullptr) context->kdf = EVP_KDF_CTX_new(kdf);
   EVP_KDF_free(kdf);  // the context holds its own reference
   if (context->kdf == nullptr) {
-    const unsigned long code = ERR_get_error();
-    char text[256] = "unknown OpenSSL error";
-    if (code != 0) ERR_error_string_n(code, text, sizeof text);
     return common::make_error(common::ErrorCode::kConfig,
-                              std::string("cannot set up HKDF-SHA256: ") + text);
+                              "cannot set up HKDF-SHA256: " + common::crypto::openssl_error());
   }
   return KeyDeriver(std::move(context));
 }

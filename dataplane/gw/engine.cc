@@ -3,8 +3,6 @@
 // and the per-peer control state. Everything the datapath uses is allocated here.
 #include "dataplane/gw/engine.h"
 
-#include <openssl/rand.h>
-
 #include <algorithm>
 #include <cassert>
 #include <set>
@@ -13,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "common/crypto.h"
 #include "dataplane/gw/engine_impl.h"
 #include "dataplane/sched/gate_control_list.h"
 #include "dataplane/wire/status.h"
@@ -237,14 +236,14 @@ namespace {
 // A random 64-bit value from the CSPRNG, never 0: the session epoch, also shown as the boot id.
 // It is a key schedule input (aead/key_schedule.h): a new one per start means new keys.
 common::Result<uint64_t> random_epoch() {
-  uint64_t value = 0;
-  while (value == 0) {
-    if (RAND_bytes(reinterpret_cast<unsigned char*>(&value), sizeof value) != 1) {
+  for (;;) {
+    auto value = common::crypto::random_u64();
+    if (!value) {
       return common::make_error(common::ErrorCode::kInternal,
-                                "cannot draw a session epoch: OpenSSL's random generator failed");
+                                "cannot draw a session epoch: " + value.error().message);
     }
+    if (*value != 0) return *value;
   }
-  return value;
 }
 
 }  // namespace

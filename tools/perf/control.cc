@@ -5,19 +5,19 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <span>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netdb.h>
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/crypto.h"
 #include "tools/perf/perf_wire.h"
 
 namespace detwan::perf {
@@ -127,17 +127,13 @@ common::Result<void> check_server_limits(const TestSpec& s, const ServerLimits& 
 }
 
 common::Result<HelloToken> new_hello_token() {
-  std::array<unsigned char, 16> bytes{};
-  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+  auto high = common::crypto::random_u64();
+  auto low = common::crypto::random_u64();
+  if (!high || !low) {
     return make_error(ErrorCode::kInternal,
-                      "cannot draw a session token: OpenSSL's random generator failed");
+                      "cannot draw a session token: " + (!high ? high : low).error().message);
   }
-  HelloToken token;
-  for (size_t i = 0; i < 8; ++i) {
-    token.high = (token.high << 8) | bytes[i];
-    token.low = (token.low << 8) | bytes[8 + i];
-  }
-  return token;
+  return HelloToken{*high, *low};
 }
 
 std::string format_token(const HelloToken& token) {
@@ -166,7 +162,7 @@ std::optional<HelloToken> parse_token(std::string_view text) {
 bool tokens_equal(const HelloToken& a, const HelloToken& b) noexcept {
   const uint64_t x[2] = {a.high, a.low};
   const uint64_t y[2] = {b.high, b.low};
-  return CRYPTO_memcmp(x, y, sizeof(x)) == 0;
+  return common::crypto::equal_ct(std::as_bytes(std::span(x)), std::as_bytes(std::span(y)));
 }
 
 uint64_t max_packets_for(const TestSpec& s) {

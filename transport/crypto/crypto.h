@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 
+#include "common/crypto.h"
 #include "common/status.h"
 
 namespace detwan::transport::crypto {
@@ -27,17 +28,11 @@ using Key = std::array<std::byte, kKeyBytes>;
 using Nonce = std::array<std::byte, kNonceBytes>;
 using Tag = std::array<std::byte, kTagBytes>;
 
-// `out` filled from OpenSSL's CSPRNG. kInternal if RAND_bytes fails (an unseeded generator).
-common::Result<void> random_bytes(std::span<std::byte> out);
-// A random 64-bit value from the CSPRNG; aborts nothing: kInternal as above.
-common::Result<uint64_t> random_u64();
-
-// HKDF-SHA256 (RFC 5869), extract-and-expand: `out` = HKDF(salt, ikm, info).
-common::Result<void> hkdf_sha256(std::span<const std::byte> ikm, std::span<const std::byte> salt,
-                                 std::span<const std::byte> info, std::span<std::byte> out);
-
-// Constant-time comparison of two equally long byte strings.
-[[nodiscard]] bool equal_ct(std::span<const std::byte> a, std::span<const std::byte> b) noexcept;
+// The CSPRNG, HKDF-SHA256 and the constant-time comparison are common/crypto.h's.
+using common::crypto::equal_ct;
+using common::crypto::hkdf_sha256;
+using common::crypto::random_bytes;
+using common::crypto::random_u64;
 
 // HMAC-SHA256 under one key, keyed once at create(); mac() re-initialises the context with the
 // same key (no allocation) and writes the first kTagBytes of the MAC over the concatenation of

@@ -16,8 +16,7 @@ struct HmacKey::Context {
   ~Context();
 };
 
-// The oldest error on OpenSSL's queue, as text.
-std::string openssl_error();
+using common::crypto::openssl_error;
 
 // 4 zero bytes | packet number (8, big-endian): the 12-byte AES-GCM nonce of a packet.
 inline std::array<unsigned char, 12> gcm_nonce(uint64_t packet_number) noexcept {
