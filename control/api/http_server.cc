@@ -180,6 +180,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     http::request<http::string_body> request = parser_->release();
     keep_alive_ = request.keep_alive();
+    identity_ = Identity{};
     // Authentication before any work is done for the request.
     if (!server_.tokens.empty()) {
       const bool health = request.method() == http::verb::get && request.target() == "/healthz";
@@ -206,9 +207,13 @@ class Session : public std::enable_shared_from_this<Session> {
           server_.count(&HttpCounters::refused_token);
           return send_error(403, "forbidden", "this token may only read (GET)", keep_alive_);
         }
+        identity_.kind = Identity::Kind::kToken;
+        identity_.may_reserve = match->write;
+        identity_.may_admin = match->write;
       }
     }
     HttpRequest out;
+    out.identity = identity_;
     out.method = std::string(request.method_string());
     out.target = std::string(request.target());
     const size_t q = out.target.find('?');
@@ -274,6 +279,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = true;
+  Identity identity_;  // of the request being handled
 };
 
 }  // namespace

@@ -24,6 +24,24 @@
 
 namespace detwan::control::api {
 
+// Who sent a request, established by the server before the handler runs (docs/control-api.md,
+// "Access"). Routes decide with it what the request may see and change.
+struct Identity {
+  enum class Kind : uint8_t {
+    kAnonymous,  // the agent has no tokens (single-domain lab on loopback)
+    kToken,      // a bearer token from the tokens file
+    kPeer,       // another domain's agent, by its client certificate (mutual TLS)
+  };
+  Kind kind = Kind::kAnonymous;
+  std::string name;    // the token's label, or the peer certificate's subject
+  std::string tenant;  // kToken: the tenant it acts for ("" = every tenant: an admin token)
+  std::string domain;  // kPeer: the domain its certificate names
+  bool may_read = true;
+  bool may_reserve = true;
+  bool may_admin = true;
+  std::vector<std::string> sites;  // kToken: the sites it may reserve between (empty: any)
+};
+
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // path and query, as sent
@@ -32,6 +50,7 @@ struct HttpRequest {
   std::string body;
   std::string content_type;
   std::string client;  // "ip:port"
+  Identity identity;
 };
 
 struct HttpResponse {
@@ -44,6 +63,16 @@ struct HttpResponse {
 using Respond = std::function<void(HttpResponse)>;
 using Handler = std::function<void(HttpRequest, Respond)>;
 
+// TLS on the listening socket (OpenSSL 3 through Boost.Asio). Without cert_file the server
+// speaks plain HTTP. With client_ca_file, clients may present a certificate; a peer agent must
+// (its certificate names its domain), and require_client_cert refuses every client without one.
+struct TlsServerOptions {
+  std::string cert_file;       // PEM chain
+  std::string key_file;        // PEM private key (a secret file: private, ours or root's)
+  std::string client_ca_file;  // CAs whose client certificates are accepted ("" = none)
+  bool require_client_cert = false;
+};
+
 struct HttpServerOptions {
   common::HostPort listen;
   std::vector<common::IpPrefix> allow;
@@ -52,6 +81,7 @@ struct HttpServerOptions {
   uint64_t max_body_bytes = 1 << 20;
   int64_t request_timeout_ns = 10'000'000'000;
   uint32_t threads = 2;
+  TlsServerOptions tls;
 };
 
 struct HttpCounters {

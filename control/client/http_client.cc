@@ -57,7 +57,9 @@ common::Result<Url> parse_url(const std::string& text) {
 common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
                                      const std::string& path, const std::string& body,
                                      const std::string& token, int timeout_ms,
-                                     const std::string& user_agent) {
+                                     const std::string& user_agent,
+                                     const TlsClientOptions* tls) {
+  (void)tls;
   const std::string where =
       fmt::format("http://{}:{}{}{}", url.host, url.port, url.base_path, path);
   try {

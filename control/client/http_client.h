@@ -12,6 +12,15 @@ struct Url {
   std::string host;
   std::string port = "80";
   std::string base_path;  // "" or "/prefix"
+  bool https = false;
+};
+
+// TLS toward an https agent: the CA that signed the agent's certificate (the system's default
+// store if empty) and, for mutual TLS (agent to agent), our own certificate and key.
+struct TlsClientOptions {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
 };
 
 // "http://127.0.0.1:7800", "127.0.0.1:7800", "http://[::1]:7800/agent". https is not supported
@@ -26,6 +35,7 @@ struct HttpAnswer {
 common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
                                      const std::string& path, const std::string& body,
                                      const std::string& token, int timeout_ms,
-                                     const std::string& user_agent = "detwanctl");
+                                     const std::string& user_agent = "detwanctl",
+                                     const TlsClientOptions* tls = nullptr);
 
 }  // namespace detwan::control::client
