@@ -50,6 +50,11 @@ struct ReserveRequest {
   bool commit = false;
   bool provision = false;   // implies commit
   std::string fingerprint;  // canonical form of the request (idempotency)
+  // Who asks (from the API's Identity): the tenant a token acts for ("" = the domain's own
+  // operator), or the foreign domain whose agent asks for a segment (federation, "" = local).
+  // Owner policy (caps per tenant / foreign domain) is checked against them.
+  std::string tenant;
+  std::string requester_domain;
 };
 
 struct ModifyRequest {

@@ -100,6 +100,10 @@ struct Reservation {
   uint64_t key = 0;
   uint64_t version = 1;
   std::string client_request_id;
+  // Who holds it: the tenant whose token reserved it ("" = the domain's operator), and the
+  // foreign domain whose agent asked for it as a segment of a federated reservation ("" = local).
+  std::string tenant;
+  std::string requester_domain;
   State state = State::kHeld;
   std::string reason;  // why it is in its state (terminated: aborted, hold_timeout, end_time,
                        // terminated_by_client; failed: the gateway's message)
