@@ -128,20 +128,22 @@ def create_management(topo: Topology, net: str) -> None:
     release_mgmt_claim(net)
 
 
-def topology_file() -> pathlib.Path:
-    return RUN_DIR / f"agent-{NAME}.yaml"
+# One agent per administrative domain: the lab's single domain "lab", or with --owners one per
+# owner (tools/lab/federation.py), each with its own files named after its domain.
+def topology_file(name: str = NAME) -> pathlib.Path:
+    return RUN_DIR / f"agent-{name}.yaml"
 
 
-def journal_file() -> pathlib.Path:
-    return RUN_DIR / f"agent-{NAME}.db"
+def journal_file(name: str = NAME) -> pathlib.Path:
+    return RUN_DIR / f"agent-{name}.db"
 
 
-def log_file() -> pathlib.Path:
-    return RUN_DIR / f"agent-{NAME}.log"
+def log_file(name: str = NAME) -> pathlib.Path:
+    return RUN_DIR / f"agent-{name}.log"
 
 
-def pid_key() -> str:
-    return f"agent-{NAME}"
+def pid_key(name: str = NAME) -> str:
+    return f"agent-{name}"
 
 
 def link_fields(spec: str) -> dict[str, str]:
@@ -242,43 +244,57 @@ def check_topology(cmd: list[str], path: pathlib.Path) -> tuple[int, str]:
     return res.returncode, (res.stderr.strip() or res.stdout.strip())
 
 
-def start(cmd: list[str]) -> dict:
-    """Starts the agent (root namespace); returns its state record."""
-    argv = [*cmd, "run", "--topology", str(topology_file())]
-    with open(log_file(), "a", encoding="utf-8") as log:
+def start(cmd: list[str], name: str = NAME) -> dict:
+    """Starts the agent of domain `name` (root namespace); returns its state record."""
+    argv = [*cmd, "run", "--topology", str(topology_file(name))]
+    with open(log_file(name), "a", encoding="utf-8") as log:
         log.write("$ " + shlex.join(argv) + "\n")
         log.flush()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     start_time = process_start_time(proc.pid)
-    write_pid_file(pid_key(), proc.pid, start_time)
+    write_pid_file(pid_key(name), proc.pid, start_time)
     return {"pid": proc.pid, "pid_start_time": start_time, "argv": argv,
             "started_unix_ns": time.time_ns()}
 
 
-def get_json(url: str, path: str, timeout_s: float = 5.0) -> dict:
-    with urllib.request.urlopen(url + path, timeout=timeout_s) as answer:
+def tls_context(ca: str | None):
+    """For an https agent: verify it against its owner's CA (None: plain http)."""
+    if not ca:
+        return None
+    import ssl  # pylint: disable=import-outside-toplevel
+    return ssl.create_default_context(cafile=ca)
+
+
+def get_json(url: str, path: str, timeout_s: float = 5.0, ca: str | None = None,
+             token: str | None = None) -> dict:
+    request = urllib.request.Request(url + path)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=timeout_s, context=tls_context(ca)) as answer:
         return json.loads(answer.read().decode())
 
 
-def wait_ready(record: dict, url: str, gateways: int, timeout_s: float = READY_TIMEOUT_S) -> None:
+def wait_ready(record: dict, url: str, gateways: int, timeout_s: float = READY_TIMEOUT_S,
+               name: str = NAME, ca: str | None = None) -> None:
     """Polls (bounded) until /healthz answers and every gateway has been reached once (the
     reconciler's first pass has run); fails early with the end of the log if the agent exits."""
     deadline = time.monotonic() + timeout_s
     problem = "no answer yet"
     while time.monotonic() < deadline:
         if not is_alive(record["pid"], record["pid_start_time"]):
-            raise LabError("detwan-agent exited during start-up:\n" + file_tail(log_file()))
+            raise LabError(f"detwan-agent {name} exited during start-up:\n"
+                           + file_tail(log_file(name)))
         try:
-            health = get_json(url, "/healthz", timeout_s=2)
+            health = get_json(url, "/healthz", timeout_s=2, ca=ca)
             if health.get("gateways_reachable") == gateways:
                 return
             problem = f"{health.get('gateways_reachable')} of {gateways} gateways reached"
         except (OSError, ValueError, urllib.error.URLError) as e:
             problem = str(e)
         time.sleep(0.05)
-    raise LabError(f"detwan-agent not ready within {timeout_s:.0f} s ({problem}):\n"
-                   + file_tail(log_file()))
+    raise LabError(f"detwan-agent {name} not ready within {timeout_s:.0f} s ({problem}):\n"
+                   + file_tail(log_file(name)))
 
 
 def stop(record: dict, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> bool:

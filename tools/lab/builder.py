@@ -12,7 +12,7 @@ import pathlib
 import time
 from typing import Callable
 
-from lab import agent, cross, gateway, netns, slurm, state, topology, wanem
+from lab import agent, cross, federation, gateway, netns, slurm, state, topology, wanem
 from lab.netns import LabError, ip, run, sysctl
 from lab.topology import Site, Topology, WanPath, mac_for
 
@@ -44,6 +44,11 @@ class LabConfig:
     agent_port: int = 0
     mgmt_net: str = ""  # the agent's management network "10.X" (agent.free_mgmt_net)
     agent_topology: str = ""
+    # --owners: an agent per owner (domain), each with its topology, port, CA and tokens
+    # (tools/lab/federation.py); agent_topology/agent_port are then unused.
+    owners: federation.Owners | None = None
+    domain_ports: dict[str, int] = dataclasses.field(default_factory=dict)
+    domain_topologies: dict[str, str] = dataclasses.field(default_factory=dict)
     # --slurm: slurmctld, a slurmd per site and munged; jobs reserve through the agent
     # (tools/lab/slurm.py, docs/slurm.md).
     slurm: bool = False
@@ -69,6 +74,16 @@ class LabConfig:
                 self.agent_port = agent.free_port()
             if not self.mgmt_net:
                 self.mgmt_net = agent.free_mgmt_net()
+            if self.owners is not None:
+                for d in self.owners.domains:
+                    self.domain_ports.setdefault(d, agent.free_port())
+                files = self.domain_files()
+                self.domain_topologies = {
+                    d: federation.render_domain_topology(d, topo, self.owners, self.spec_for,
+                                                         files, agent.journal_file(d),
+                                                         self.mtu_bytes, self.mgmt_net)
+                    for d in self.owners.domains}
+                return {}
             self.agent_topology = agent.render_topology(topo, self.spec_for, self.agent_port,
                                                         self.mtu_bytes, self.mgmt_net)
             return {}
@@ -77,6 +92,9 @@ class LabConfig:
         self.gateway_configs = {s.name: gateway.render_config(s, topo, plans, self.gateway)
                                 for s in topo.sites}
         return plans
+
+    def domain_files(self) -> dict[str, "federation.DomainFiles"]:
+        return {d: federation.DomainFiles(d, self.domain_ports[d]) for d in self.owners.domains}
 
 
 @dataclasses.dataclass
@@ -156,6 +174,20 @@ def agent_records(lab: Lab) -> list[dict]:
     """--agents: the lab's agent (empty without)."""
     if not lab.config.agents:
         return []
+    if lab.config.owners is not None:
+        out = []
+        for d, f in lab.config.domain_files().items():
+            rec = federation.agent_record(d, f, agent.topology_file(d), agent.journal_file(d),
+                                          agent.log_file(d))
+            rec.update({"host_urls": {s.name: f"https://{agent.mgmt_root_addr(lab.config.mgmt_net, s)}"
+                                      f":{f.port}" for s in lab.topo.sites},
+                        "mgmt_net": f"{lab.config.mgmt_net}.0.0/16",
+                        "gateways": len(lab.config.owners.sites_of(d, lab.topo)),
+                        "pid": None, "pid_start_time": None})
+            rec.update({k: v for k, v in lab.agents.get(d, {}).items()
+                        if k in ("pid", "pid_start_time", "started_unix_ns", "argv")})
+            out.append(rec)
+        return out
     rec = {"name": agent.NAME, "url": agent.url_of(lab.config.agent_port),
            # The same agent from each site's host namespace (the management network).
            "host_urls": {s.name: agent.host_url(lab.config.mgmt_net, s, lab.config.agent_port)
@@ -357,6 +389,9 @@ def start_agents(lab: Lab) -> None:
     gateway. Its pid goes on record at once."""
     if not lab.config.agents:
         return
+    if lab.config.owners is not None:
+        _start_domain_agents(lab)
+        return
     if not lab.config.agent_topology:
         lab.config.plan_gateways(lab.topo)
     agent.topology_file().write_text(lab.config.agent_topology, encoding="utf-8")
@@ -365,6 +400,26 @@ def start_agents(lab: Lab) -> None:
     lab.save()
     agent.wait_ready(lab.agents[agent.NAME], agent.url_of(lab.config.agent_port),
                      len(lab.topo.sites))
+
+
+def _start_domain_agents(lab: Lab) -> None:
+    """--owners: the PKI (a CA, certificate and tokens per domain), then every domain's agent;
+    each is ready once it answers and has reached its own gateways."""
+    if not lab.config.domain_topologies:
+        lab.config.plan_gateways(lab.topo)
+    files = lab.config.domain_files()
+    federation.make_pki(files, [agent.mgmt_root_addr(lab.config.mgmt_net, s)
+                                for s in lab.topo.sites])
+    for d, text in lab.config.domain_topologies.items():
+        agent.topology_file(d).write_text(text, encoding="utf-8")
+    agent.create_management(lab.topo, lab.config.mgmt_net)
+    for d in lab.config.owners.domains:
+        lab.agents[d] = agent.start(lab.config.agent_cmd, d)
+        lab.save()
+    for d in lab.config.owners.domains:
+        agent.wait_ready(lab.agents[d], files[d].url,
+                         len(lab.config.owners.sites_of(d, lab.topo)), name=d,
+                         ca=str(files[d].ca))
 
 
 def _ping(ns: str, addr: str) -> bool:

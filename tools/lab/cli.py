@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from lab import agent, builder, cross_cli, gateway, netns, slurm, state, topology, wanem
+from lab import agent, builder, cross_cli, federation, gateway, netns, slurm, state, topology, wanem
 from lab.netns import LabError
 
 PROG = "tools/testbed"
@@ -126,6 +126,13 @@ def add_up_parser(sub) -> None:
                    help="start the gateways without tunnels and run detwan-agent for the lab "
                    "(127.0.0.1, a free port; `status` shows its url): tunnels are reserved "
                    "through it (detwanctl)")
+    g.add_argument("--owners", metavar="SITE:DOMAIN,...",
+                   help="with --agents: sites of different owners, e.g. a:x,b:y,c:z — an agent "
+                   "per owner with its own CA, certificate and tokens, reserving across owners "
+                   "over mutual TLS (docs/federation.md, docs/testbed.md 'Owners')")
+    g.add_argument("--wan-owner", metavar="DOMAIN", default="",
+                   help="with --owners: the WAN links belong to this carrier domain (default: "
+                   "each link to the owner of its first site)")
     g.add_argument("--agent-cmd", help="agent command instead of the built detwan-agent "
                    "(also $DETWAN_AGENT_CMD); for development only")
     g.add_argument("--slurm", action="store_true",
@@ -168,6 +175,16 @@ def cmd_up(args) -> int:
             err(f"{', '.join(static)} shape the static tunnels; with --agents every tunnel is "
                 "reserved through the agent (detwanctl reserve --rate ...)")
             return 2
+    if (args.owners or args.wan_owner) and not args.agents:
+        err("--owners/--wan-owner need --agents (each owner runs its agent): "
+            "up --sites 3 --dataplane uring --agents --owners a:x,b:y,c:z")
+        return 2
+    if args.wan_owner and not args.owners:
+        err("--wan-owner needs --owners (the sites' owners)")
+        return 2
+    if args.owners and args.slurm:
+        err("--owners with --slurm is not supported yet: Slurm reserves through one agent")
+        return 2
     if args.slurm and not args.agents:
         err("--slurm needs --agents (Slurm jobs reserve their WAN path through the agent): "
             "up --dataplane uring --agents --slurm")
@@ -258,12 +275,20 @@ def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
     if args.agents:
         config.agents = True
         config.agent_cmd = agent.agent_command(build, args.agent_cmd)
+        if args.owners:
+            try:
+                config.owners = federation.parse_owners(args.owners, args.wan_owner, topo)
+            except LabError as e:
+                err(str(e))
+                return 2
     try:
         config.plan_gateways(topo)
     except ValueError as e:
         err(str(e))
         return 2
-    if args.agents:
+    # With --owners the domains' files name certificates made at `up` (the agents check their
+    # own topology when they start: a refusal fails `up` with the agent's message).
+    if args.agents and config.owners is None:
         with tempfile.TemporaryDirectory(prefix="dwtb-agent-check-") as tmp:
             path = os.path.join(tmp, "agent.yaml")
             with open(path, "w", encoding="utf-8") as f:
@@ -480,10 +505,11 @@ def cmd_agent(args) -> int:
         if args.action in ("start", "restart"):
             if args.action == "start" and alive:
                 raise LabError(f"agent '{args.name}' is already running (pid {rec['pid']})")
-            started = agent.start(st.get("agent_cmd") or [])
+            started = agent.start(st.get("agent_cmd") or [], rec["name"])
             rec.update(started)
             state.write(st)
-            agent.wait_ready(started, rec["url"], len(st.get("sites", [])))
+            agent.wait_ready(started, rec["url"], rec.get("gateways", len(st.get("sites", []))),
+                             name=rec["name"], ca=rec.get("ca"))
             print(f"agent {args.name}: running, pid {started['pid']}, {rec['url']}")
         state.write(st)
     return 0

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import pathlib
+import shutil
 import tempfile
 
 RUN_DIR = pathlib.Path(os.environ.get("DETWAN_TESTBED_RUN_DIR", "/run/detwan-testbed"))
@@ -91,6 +92,8 @@ def remove_runtime_files() -> None:
                 f.unlink()
     with contextlib.suppress(OSError):
         (RUN_DIR / "keys").rmdir()
+    # --owners: the domains' CAs, certificates and tokens (tools/lab/federation.py).
+    shutil.rmtree(RUN_DIR / "pki", ignore_errors=True)
 
 
 def remove_logs() -> None:
