@@ -220,6 +220,8 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   r.key = m.next_key;
   r.id = fmt::format("r-{}", r.key);
   r.client_request_id = request.client_request_id;
+  r.tenant = request.tenant;
+  r.requester_domain = request.requester_domain;
   r.state = State::kHeld;
   r.spec = spec;
   r.hold_expires_ns =

@@ -12,12 +12,18 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/json.hpp>
 #pragma GCC diagnostic pop
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
+#include "common/crypto.h"
 #include "common/logging.h"
 #include "common/secret_file.h"
 
@@ -48,10 +54,84 @@ common::IpAddress address_of(const asio::ip::address& a) {
 }
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
+  return common::crypto::equal_ct(std::as_bytes(std::span(a.data(), a.size())),
+                                  std::as_bytes(std::span(b.data(), b.size())));
+}
+
+bool valid_label(std::string_view name, bool allow_star) {
+  if (allow_star && name == "*") return true;
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+std::vector<std::string> split_commas(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    out.emplace_back(
+        text.substr(start, comma == std::string_view::npos ? text.npos : comma - start));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// "token=T tenant=N verbs=a,b [sites=x,y] [name=L]"; "" on success, else what is wrong.
+std::string parse_scoped_token(std::istringstream& words, std::string first, Token* out) {
+  bool has_token = false;
+  bool has_tenant = false;
+  bool has_verbs = false;
+  std::string word = std::move(first);
+  do {
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos) return fmt::format("'{}' is not KEY=VALUE", word);
+    const std::string key = word.substr(0, eq);
+    const std::string value = word.substr(eq + 1);
+    if (key == "token") {
+      if (value.size() < 16) return "token= needs a token of at least 16 characters";
+      out->token = value;
+      has_token = true;
+    } else if (key == "tenant") {
+      if (!valid_label(value, true))
+        return fmt::format("tenant '{}' is not * or a name of A-Z a-z 0-9 . _ -", value);
+      out->tenant = value;
+      has_tenant = true;
+    } else if (key == "verbs") {
+      out->may_read = out->may_reserve = out->may_admin = false;
+      for (const std::string& verb : split_commas(value)) {
+        if (verb == "read") {
+          out->may_read = true;
+        } else if (verb == "reserve") {
+          out->may_read = out->may_reserve = true;
+        } else if (verb == "admin") {
+          out->may_read = out->may_reserve = out->may_admin = true;
+        } else {
+          return fmt::format("verb '{}' is not one of read, reserve, admin", verb);
+        }
+      }
+      has_verbs = true;
+    } else if (key == "sites") {
+      out->sites = split_commas(value);
+      for (const std::string& site : out->sites) {
+        if (!valid_label(site, false)) return fmt::format("site '{}' is not a site name", site);
+      }
+    } else if (key == "name") {
+      if (!valid_label(value, false)) return fmt::format("name '{}' is not a label", value);
+      out->name = value;
+    } else {
+      return fmt::format("unknown key '{}' (token, tenant, verbs, sites, name)", key);
+    }
+  } while (words >> word);
+  if (!has_token || !has_tenant || !has_verbs) return "token=, tenant= and verbs= are required";
+  if (out->tenant == "*") {
+    if (!out->may_admin) return "tenant=* (every tenant) needs verbs=...,admin";
+    out->tenant.clear();
+  }
+  out->write = out->may_reserve;
+  return "";
 }
 
 std::string error_body(std::string_view code, std::string_view message) {
@@ -77,21 +157,66 @@ common::Result<std::vector<Token>> load_tokens(const std::string& path) {
     std::string token;
     std::string extra;
     if (!(words >> role)) continue;
-    if (!(words >> token) || (words >> extra) || (role != "read" && role != "write") ||
-        token.size() < 16) {
-      return common::make_error(
-          common::ErrorCode::kConfig,
-          fmt::format("tokens file {}:{}: expected 'read TOKEN' or 'write TOKEN' (a token of at "
-                      "least 16 characters)",
-                      path, number));
+    Token parsed;
+    if (role.find('=') != std::string::npos) {
+      const std::string problem = parse_scoped_token(words, role, &parsed);
+      if (!problem.empty()) {
+        return common::make_error(common::ErrorCode::kConfig,
+                                  fmt::format("tokens file {}:{}: {}", path, number, problem));
+      }
+    } else {
+      if (!(words >> token) || (words >> extra) || (role != "read" && role != "write") ||
+          token.size() < 16) {
+        return common::make_error(
+            common::ErrorCode::kConfig,
+            fmt::format("tokens file {}:{}: expected 'read TOKEN', 'write TOKEN' (a token of at "
+                        "least 16 characters) or 'token=T tenant=N verbs=read[,reserve,admin]'",
+                        path, number));
+      }
+      parsed.token = token;
+      parsed.write = role == "write";
+      parsed.may_reserve = parsed.may_admin = parsed.write;
     }
-    tokens.push_back(Token{token, role == "write"});
+    if (parsed.name.empty()) parsed.name = fmt::format("line {}", number);
+    tokens.push_back(std::move(parsed));
   }
   if (tokens.empty()) {
     return common::make_error(common::ErrorCode::kConfig,
                               fmt::format("tokens file {} has no token", path));
   }
   return tokens;
+}
+
+std::string certificate_domain(const void* x509) {
+  const X509* cert = static_cast<const X509*>(x509);
+  if (cert == nullptr) return "";
+  std::string domain;
+  constexpr std::string_view kPrefix = "detwan://domain/";
+  if (auto* names = static_cast<GENERAL_NAMES*>(
+          X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr))) {
+    for (int i = 0; i < sk_GENERAL_NAME_num(names) && domain.empty(); ++i) {
+      const GENERAL_NAME* name = sk_GENERAL_NAME_value(names, i);
+      if (name->type != GEN_URI) continue;
+      const ASN1_IA5STRING* uri = name->d.uniformResourceIdentifier;
+      const std::string_view text(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
+                                  static_cast<size_t>(ASN1_STRING_length(uri)));
+      if (text.substr(0, kPrefix.size()) == kPrefix) domain = text.substr(kPrefix.size());
+    }
+    GENERAL_NAMES_free(names);
+  }
+  if (domain.empty()) {
+    const X509_NAME* subject = X509_get_subject_name(cert);
+    const int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
+    if (index >= 0) {
+      unsigned char* utf8 = nullptr;
+      const int length =
+          ASN1_STRING_to_UTF8(&utf8, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index)));
+      if (length > 0) domain.assign(reinterpret_cast<char*>(utf8), static_cast<size_t>(length));
+      OPENSSL_free(utf8);
+    }
+  }
+  // A domain is a name (it reaches logs and routes): anything else names no domain.
+  return valid_label(domain, false) ? domain : "";
 }
 
 struct HttpServer::Impl {
@@ -120,6 +245,8 @@ struct HttpServer::Impl {
   // The address it listens on, port resolved: read once before the threads start (the acceptor
   // belongs to them afterwards; reading it from another thread races with the accept).
   common::HostPort bound;
+  // TLS (null: plain HTTP). Before io: sessions hold SSL objects made from it.
+  std::unique_ptr<asio::ssl::context> ssl;
   // Last, so they are destroyed first: ~io_context destroys the sessions still pending, and a
   // session's destructor counts itself out of `connections` above.
   asio::io_context io;
@@ -141,27 +268,160 @@ struct HttpServer::Impl {
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// One connection; Stream is beast::tcp_stream (plain HTTP) or TlsStream.
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
  public:
   Session(tcp::socket socket, HttpServer::Impl& server)
-      : stream_(std::move(socket)), server_(server), strand_(stream_.get_executor()) {}
+      : stream_(make_stream(std::move(socket), server)),
+        server_(server),
+        strand_(stream_.get_executor()) {
+    beast::error_code ignored;
+    const auto remote = lowest().socket().remote_endpoint(ignored);
+    if (!ignored) client_ = fmt::format("{}:{}", remote.address().to_string(), remote.port());
+  }
   ~Session() { --server_.connections; }
 
-  void start() { read(); }
+  void start() {
+    if constexpr (kTls) {
+      // The handshake has the request deadline too: a client that opens TCP and says nothing
+      // is closed at request_timeout.
+      lowest().expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
+      stream_.async_handshake(
+          asio::ssl::stream_base::server,
+          beast::bind_front_handler(&Session::on_handshake, this->shared_from_this()));
+    } else {
+      read();
+    }
+  }
 
  private:
+  static Stream make_stream(tcp::socket socket, HttpServer::Impl& server) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *server.ssl);
+    } else {
+      return Stream(std::move(socket));
+    }
+  }
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+
+  void on_handshake(beast::error_code ec) {
+    if constexpr (kTls) {
+      SSL* ssl = stream_.native_handle();
+      if (ec) {
+        std::string reason = ec.message();
+        bool certificate = false;
+        if (ec.category() == asio::error::get_ssl_category()) {
+          const int why = ERR_GET_REASON(static_cast<unsigned long>(ec.value()));
+          if (why == SSL_R_HTTP_REQUEST || why == SSL_R_HTTPS_PROXY_REQUEST) {
+            reason = "plain HTTP on the TLS port";
+          } else if (why == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+            certificate = true;
+            reason = fmt::format("certificate verify failed: {}",
+                                 X509_verify_cert_error_string(SSL_get_verify_result(ssl)));
+          } else if (why == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
+            certificate = true;
+            reason = "no client certificate (this agent requires one)";
+          }
+        } else if (ec == beast::error::timeout) {
+          reason = "no TLS handshake within the request timeout";
+        }
+        server_.count(certificate ? &HttpCounters::refused_cert : &HttpCounters::refused_tls);
+        common::logger("detwan-agent")->warn("TLS handshake from {} refused: {}", client_, reason);
+        return close();
+      }
+      if (!server_.options.tls.client_ca_file.empty()) {
+        const X509* peer = SSL_get0_peer_certificate(ssl);
+        if (peer != nullptr && SSL_get_verify_result(ssl) == X509_V_OK) {
+          peer_domain_ = certificate_domain(peer);
+          char subject[256] = {0};
+          X509_NAME_oneline(X509_get_subject_name(peer), subject, sizeof subject);
+          peer_name_ = subject;
+          if (peer_domain_.empty()) {
+            server_.count(&HttpCounters::refused_cert);
+            common::logger("detwan-agent")
+                ->warn(
+                    "TLS client {} ({}): its certificate names no domain (SAN URI "
+                    "detwan://domain/NAME or CN); closed",
+                    client_, peer_name_);
+            return close();
+          }
+        }
+      }
+    }
+    read();
+  }
+
   void read() {
     parser_.emplace();
     parser_->header_limit(kHeaderLimitBytes);
     parser_->body_limit(server_.options.max_body_bytes);
-    stream_.expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
+    lowest().expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
     http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&Session::on_read, shared_from_this()));
+                     beast::bind_front_handler(&Session::on_read, this->shared_from_this()));
+  }
+
+  // The request's identity: its token's, else the peer certificate's, else anonymous (no
+  // tokens file). Returns false (and answers) if refused.
+  bool authenticate(const http::request<http::string_body>& request) {
+    identity_ = Identity{};
+    const bool health = request.method() == http::verb::get && request.target() == "/healthz";
+    const auto auth = request[http::field::authorization];
+    const Token* match = nullptr;
+    if (!auth.empty() && !server_.tokens.empty()) {
+      const std::string prefix = "bearer ";  // the scheme name is case-insensitive (RFC 7235)
+      std::string scheme(auth.substr(0, std::min(auth.size(), prefix.size())));
+      for (char& ch : scheme) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (auth.size() > prefix.size() && scheme == prefix) {
+        const std::string given(auth.substr(prefix.size()));
+        for (const Token& t : server_.tokens) {
+          if (constant_time_equal(t.token, given)) match = &t;
+        }
+      }
+    }
+    if (match != nullptr) {
+      identity_.kind = Identity::Kind::kToken;
+      identity_.name = match->name;
+      identity_.tenant = match->tenant;
+      identity_.may_read = match->may_read;
+      identity_.may_reserve = match->may_reserve;
+      identity_.may_admin = match->may_admin;
+      identity_.sites = match->sites;
+      if (!identity_.may_reserve && request.method() != http::verb::get) {
+        server_.count(&HttpCounters::refused_token);
+        common::logger("detwan-agent")
+            ->warn("403 forbidden: token '{}' (tenant '{}') from {} may only read: {} {}",
+                   identity_.name, identity_.tenant, client_, std::string(request.method_string()),
+                   std::string(request.target()));
+        send_error(403, "forbidden", "this token may only read (GET)", keep_alive_);
+        return false;
+      }
+      return true;
+    }
+    if (!peer_domain_.empty() && auth.empty()) {
+      identity_.kind = Identity::Kind::kPeer;
+      identity_.name = peer_name_;
+      identity_.domain = peer_domain_;
+      identity_.may_admin = false;
+      return true;
+    }
+    if (!server_.tokens.empty() && !health) {
+      server_.count(&HttpCounters::refused_token);
+      send_error(401, "unauthorized",
+                 "this agent needs 'Authorization: Bearer TOKEN' (see its tokens_file)",
+                 keep_alive_);
+      return false;
+    }
+    return true;  // anonymous: no tokens file (or GET /healthz)
   }
 
   void on_read(beast::error_code ec, std::size_t) {
     if (ec == http::error::end_of_stream || ec == asio::error::eof ||
-        ec == asio::error::connection_reset) {
+        ec == asio::error::connection_reset || ec == asio::ssl::error::stream_truncated) {
       return close();
     }
     if (ec == http::error::body_limit) {
@@ -180,38 +440,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     http::request<http::string_body> request = parser_->release();
     keep_alive_ = request.keep_alive();
-    identity_ = Identity{};
     // Authentication before any work is done for the request.
-    if (!server_.tokens.empty()) {
-      const bool health = request.method() == http::verb::get && request.target() == "/healthz";
-      if (!health) {
-        const auto auth = request[http::field::authorization];
-        const std::string prefix = "bearer ";  // the scheme name is case-insensitive (RFC 7235)
-        const Token* match = nullptr;
-        std::string scheme(auth.substr(0, std::min(auth.size(), prefix.size())));
-        for (char& ch : scheme)
-          ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        if (auth.size() > prefix.size() && scheme == prefix) {
-          const std::string given(auth.substr(prefix.size()));
-          for (const Token& t : server_.tokens) {
-            if (constant_time_equal(t.token, given)) match = &t;
-          }
-        }
-        if (match == nullptr) {
-          server_.count(&HttpCounters::refused_token);
-          return send_error(401, "unauthorized",
-                            "this agent needs 'Authorization: Bearer TOKEN' (see its tokens_file)",
-                            keep_alive_);
-        }
-        if (!match->write && request.method() != http::verb::get) {
-          server_.count(&HttpCounters::refused_token);
-          return send_error(403, "forbidden", "this token may only read (GET)", keep_alive_);
-        }
-        identity_.kind = Identity::Kind::kToken;
-        identity_.may_reserve = match->write;
-        identity_.may_admin = match->write;
-      }
-    }
+    if (!authenticate(request)) return;
     HttpRequest out;
     out.identity = identity_;
     out.method = std::string(request.method_string());
@@ -221,13 +451,10 @@ class Session : public std::enable_shared_from_this<Session> {
     out.query = q == std::string::npos ? "" : out.target.substr(q + 1);
     out.body = std::move(request.body());
     out.content_type = std::string(request[http::field::content_type]);
-    beast::error_code remote_error;
-    const auto remote = stream_.socket().remote_endpoint(remote_error);
-    if (!remote_error)
-      out.client = fmt::format("{}:{}", remote.address().to_string(), remote.port());
-    stream_.expires_never();  // the handler may wait (provisioning); the client waits with us
+    out.client = client_;
+    lowest().expires_never();  // the handler may wait (provisioning); the client waits with us
     auto pending = std::make_shared<HttpServer::Impl::PendingAnswer>();
-    pending->session = shared_from_this();
+    pending->session = this->shared_from_this();
     server_.track(pending);
     server_.handler(std::move(out), [pending](HttpResponse response) {
       // Exactly once, and never after the server stopped. The post happens under the mutex so
@@ -259,10 +486,10 @@ class Session : public std::enable_shared_from_this<Session> {
     message->body() = std::move(response.body);
     message->keep_alive(keep_alive);
     message->prepare_payload();
-    stream_.expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
+    lowest().expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
     http::async_write(
         stream_, *message,
-        [self = shared_from_this(), message, keep_alive](beast::error_code ec, std::size_t) {
+        [self = this->shared_from_this(), message, keep_alive](beast::error_code ec, std::size_t) {
           if (ec || !keep_alive) return self->close();
           self->read();
         });
@@ -270,17 +497,60 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   HttpServer::Impl& server_;
   asio::strand<asio::any_io_executor> strand_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = true;
-  Identity identity_;  // of the request being handled
+  std::string client_;       // "ip:port"
+  std::string peer_domain_;  // verified client certificate's domain ("" = none)
+  std::string peer_name_;    // its subject
+  Identity identity_;        // of the request being handled
 };
+
+// The server's TLS context: TLS 1.2+ (1.3 preferred), our chain and key (a secret file), and
+// the CAs whose client certificates we accept. Errors name the file and OpenSSL's reason.
+common::Result<std::unique_ptr<asio::ssl::context>> make_server_context(
+    const TlsServerOptions& tls) {
+  auto fail = [](const std::string& what) {
+    return common::make_error(common::ErrorCode::kConfig, what);
+  };
+  auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+  SSL_CTX* native = ctx->native_handle();
+  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                   asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                   asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
+  beast::error_code ec;
+  ctx->use_certificate_chain_file(tls.cert_file, ec);
+  if (ec) return fail(fmt::format("TLS certificate {}: {}", tls.cert_file, ec.message()));
+  if (tls.key_file.empty()) return fail("TLS: a certificate needs its key file (tls.key)");
+  auto key = common::read_secret_file(tls.key_file, "TLS key file", size_t{1} << 16);
+  if (!key) return std::unexpected(key.error());
+  ctx->use_private_key(asio::buffer(*key), asio::ssl::context::pem, ec);
+  OPENSSL_cleanse(key->data(), key->size());
+  if (ec) return fail(fmt::format("TLS key {}: {}", tls.key_file, ec.message()));
+  if (SSL_CTX_check_private_key(native) != 1) {
+    return fail(
+        fmt::format("TLS key {} does not match the certificate {}", tls.key_file, tls.cert_file));
+  }
+  if (!tls.client_ca_file.empty()) {
+    ctx->load_verify_file(tls.client_ca_file, ec);
+    if (ec) return fail(fmt::format("TLS client CA {}: {}", tls.client_ca_file, ec.message()));
+    if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(tls.client_ca_file.c_str())) {
+      SSL_CTX_set_client_CA_list(native, names);
+    }
+    ctx->set_verify_mode(asio::ssl::verify_peer |
+                         (tls.require_client_cert ? asio::ssl::verify_fail_if_no_peer_cert : 0));
+  } else if (tls.require_client_cert) {
+    return fail("TLS: require_client_cert needs client_ca (the CAs whose clients are accepted)");
+  }
+  return ctx;
+}
 
 }  // namespace
 
@@ -303,7 +573,11 @@ void HttpServer::Impl::accept() {
     } else {
       ++connections;
       count(&HttpCounters::accepted);
-      std::make_shared<Session>(std::move(socket), *this)->start();
+      if (ssl) {
+        std::make_shared<Session<TlsStream>>(std::move(socket), *this)->start();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(std::move(socket), *this)->start();
+      }
     }
     accept();
   });
@@ -322,6 +596,14 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
     auto tokens = load_tokens(options.tokens_file);
     if (!tokens) return std::unexpected(tokens.error());
     impl->tokens = std::move(*tokens);
+  }
+  if (!options.tls.cert_file.empty()) {
+    auto ctx = make_server_context(options.tls);
+    if (!ctx) return std::unexpected(ctx.error());
+    impl->ssl = std::move(*ctx);
+  } else if (!options.tls.client_ca_file.empty() || options.tls.require_client_cert) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              "TLS: client_ca / require_client_cert need a certificate (tls.cert)");
   }
   const std::string text = common::format_host_port(options.listen);
   beast::error_code ec;
