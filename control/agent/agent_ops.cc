@@ -9,6 +9,7 @@
 #include "common/units.h"
 #include "control/admission/planner.h"
 #include "control/agent/agent_impl.h"
+#include "control/policy/policy.h"
 #include "control/reservation/reservation_json.h"
 
 namespace detwan::control::agent {
@@ -133,6 +134,36 @@ static Outcome<void> resolve_prefixes(const model::Topology& t, const std::strin
   return {};
 }
 
+// Owner policy (control/policy/policy.h) for a planned request of `tenant` / `requester_domain`:
+// their other reservations holding resources (all but `ignore_key`). Counted by cause.
+static Outcome<void> check_owner_policy(Agent::Impl& m, const std::string& tenant,
+                                        const std::string& requester_domain,
+                                        const reservation::Spec& spec,
+                                        const admission::Plan& plan, uint64_t ignore_key) {
+  if (policy::limits_for(m.topology.policy, tenant, requester_domain) == nullptr) return {};
+  std::vector<policy::Holding> holdings;
+  for (const auto& [key, r] : m.reservations) {
+    if (key == ignore_key || !reservation::holds_resources(r.state) || r.tenant != tenant ||
+        r.requester_domain != requester_domain) {
+      continue;
+    }
+    policy::Holding h{r.id, r.spec.min_bandwidth_bps, r.spec.start_ns, r.spec.end_ns, {}};
+    for (const auto& p : r.paths) h.links.insert(h.links.end(), p.links.begin(), p.links.end());
+    holdings.push_back(std::move(h));
+  }
+  std::vector<std::string> links;
+  for (const auto& p : reservation::placement_of(m.topology, plan)) {
+    links.insert(links.end(), p.links.begin(), p.links.end());
+  }
+  if (auto refusal = policy::check_policy(m.topology.policy, m.topology, tenant, requester_domain,
+                                          spec, links, holdings)) {
+    ++m.counters.refused[refusal->cause];
+    return std::unexpected(
+        ApiError{policy::kPolicyStatus, refusal->cause, refusal->message, refusal->field});
+  }
+  return {};
+}
+
 Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   std::lock_guard lock(impl_->mutex);
   Impl& m = *impl_;
@@ -216,6 +247,10 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
         "dst_prefixes"});
   }
   const admission::Plan& plan = std::get<admission::Plan>(decision);
+  if (auto ok = check_owner_policy(m, request.tenant, request.requester_domain, spec, plan, 0);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
   Reservation r;
   r.key = m.next_key;
   r.id = fmt::format("r-{}", r.key);
@@ -433,6 +468,10 @@ Outcome<json::object> Agent::modify(const std::string& id, const ModifyRequest& 
     return std::unexpected(refusal_error(*refusal));
   }
   const admission::Plan& plan = std::get<admission::Plan>(decision);
+  if (auto ok = check_owner_policy(m, r->tenant, r->requester_domain, spec, plan, r->key); !ok) {
+    m.ledger->book(old);
+    return std::unexpected(ok.error());
+  }
   Reservation next = *r;
   next.spec = spec;
   next.version += 1;
