@@ -583,6 +583,13 @@ void HttpServer::Impl::accept() {
   });
 }
 
+common::Result<void> check_tls_options(const TlsServerOptions& tls) {
+  if (tls.cert_file.empty()) return {};
+  auto ctx = make_server_context(tls);
+  if (!ctx) return std::unexpected(ctx.error());
+  return {};
+}
+
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { stop(); }

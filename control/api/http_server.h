@@ -121,6 +121,10 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The TLS files as start() loads them (certificate, key matching it, a secret key file, client
+// CAs), without listening: `detwan-agent check`. Errors name the file and OpenSSL's reason.
+common::Result<void> check_tls_options(const TlsServerOptions& tls);
+
 // Tokens file (docs/trust.md), one token per line, '#' comments; errors name the line:
 //   read TOKEN | write TOKEN      (old form: read = may_read; write = read+reserve+admin, tenant
 //   "") token=T tenant=NAME|* verbs=read,reserve,admin [sites=a,b] [name=LABEL]   (any order)
