@@ -15,6 +15,7 @@ constexpr const char* kPolicy = R"(policy:
   default: {max_rate: 100mbit, max_reservations: 3}
   tenants:
     small: {max_rate: 20mbit}
+    share: {max_link_share: 10%}
   domains:
     w: {max_rate: 50mbit}
     v: {max_window: 1h}
@@ -247,7 +248,7 @@ TEST_F(AuthorityTest, PolicyIsShownToThoseAllowed) {
     return boost::json::parse(r.body);
   };
   const auto admin = view(token("", true, true));
-  EXPECT_EQ(admin.at("tenants").as_object().size(), 1u);
+  EXPECT_EQ(admin.at("tenants").as_object().size(), 2u);
   EXPECT_EQ(admin.at("domains").as_object().size(), 2u);
   const auto small = view(token("small"));
   EXPECT_EQ(small.at("tenants").at("small").at("max_rate_bps").to_number<uint64_t>(), 20'000'000u);
@@ -283,8 +284,36 @@ TEST_F(AuthorityTest, OwnerPolicyRefusesBeyondTheCapsWithTheirCause) {
   // Releasing one makes room (terminated holds nothing).
   EXPECT_EQ(call(small, "DELETE", "/v1/reservations/" + id).status, 200);
   EXPECT_FALSE(reserve_as(small, "a", "b", 1'000'000, 4).empty());
+  // A cap is checked before the request is planned: policy_rate, not a prefix conflict.
+  const auto over = call(small, "POST", "/v1/reservations", body("a", "b", 30'000'000, 2));
+  EXPECT_EQ(code_of(over), "policy_rate") << over.body;
   // The operator (admin over every tenant) is not capped.
   EXPECT_FALSE(reserve_as(token("", true, true), "a", "b", 150'000'000, 9).empty());
+}
+
+TEST_F(AuthorityTest, LinkShareAndForeignDomainsAreCappedByTheAgent) {
+  // Link ac: 100 Mbit/s, 90 % reservable: tenant "share" may hold 10 % of 90 Mbit/s on it.
+  const Identity share = token("share");
+  EXPECT_FALSE(reserve_as(share, "a", "c", 5'000'000, 1).empty());
+  const auto refused = call(share, "POST", "/v1/reservations", body("a", "c", 5'000'000, 2));
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  EXPECT_EQ(code_of(refused), "policy_link_share");
+  EXPECT_NE(message_of(refused).find("link 'ac'"), std::string::npos) << refused.body;
+  EXPECT_EQ(refused_metric("policy_link_share"), 1u);
+  EXPECT_FALSE(reserve_as(share, "a", "c", 4'000'000, 2).empty());  // 9 Mbit/s: at the cap
+  // A foreign domain's segment (federation sets requester_domain) gets its domain's caps.
+  auto w = request("a", "b", 60'000'000, 600 * kSecond, 5);
+  w.requester_domain = "w";
+  const auto capped = agent->reserve(w);
+  ASSERT_FALSE(capped.has_value());
+  EXPECT_EQ(capped.error().code, "policy_rate");
+  EXPECT_EQ(capped.error().status, 403);
+  EXPECT_NE(capped.error().message.find("domain 'w'"), std::string::npos);
+  w.spec.min_bandwidth_bps = 50'000'000;
+  const auto ok = agent->reserve(w);
+  ASSERT_TRUE(ok.has_value()) << ok.error().message;
+  EXPECT_EQ(ok->at("requester_domain").as_string(), "w");
+  EXPECT_EQ(agent->check_ledger(), "");
 }
 
 }  // namespace
