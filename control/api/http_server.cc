@@ -26,6 +26,7 @@
 #include "common/crypto.h"
 #include "common/logging.h"
 #include "common/secret_file.h"
+#include "control/api/http_internal.h"
 
 namespace detwan::control::api {
 namespace asio = boost::asio;
@@ -58,166 +59,12 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
                                   std::as_bytes(std::span(b.data(), b.size())));
 }
 
-bool valid_label(std::string_view name, bool allow_star) {
-  if (allow_star && name == "*") return true;
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
-  });
-}
-
-std::vector<std::string> split_commas(std::string_view text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    out.emplace_back(
-        text.substr(start, comma == std::string_view::npos ? text.npos : comma - start));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
-// "token=T tenant=N verbs=a,b [sites=x,y] [name=L]"; "" on success, else what is wrong.
-std::string parse_scoped_token(std::istringstream& words, std::string first, Token* out) {
-  bool has_token = false;
-  bool has_tenant = false;
-  bool has_verbs = false;
-  std::string word = std::move(first);
-  do {
-    const size_t eq = word.find('=');
-    if (eq == std::string::npos) return fmt::format("'{}' is not KEY=VALUE", word);
-    const std::string key = word.substr(0, eq);
-    const std::string value = word.substr(eq + 1);
-    if (key == "token") {
-      if (value.size() < 16) return "token= needs a token of at least 16 characters";
-      out->token = value;
-      has_token = true;
-    } else if (key == "tenant") {
-      if (!valid_label(value, true))
-        return fmt::format("tenant '{}' is not * or a name of A-Z a-z 0-9 . _ -", value);
-      out->tenant = value;
-      has_tenant = true;
-    } else if (key == "verbs") {
-      out->may_read = out->may_reserve = out->may_admin = false;
-      for (const std::string& verb : split_commas(value)) {
-        if (verb == "read") {
-          out->may_read = true;
-        } else if (verb == "reserve") {
-          out->may_read = out->may_reserve = true;
-        } else if (verb == "admin") {
-          out->may_read = out->may_reserve = out->may_admin = true;
-        } else {
-          return fmt::format("verb '{}' is not one of read, reserve, admin", verb);
-        }
-      }
-      has_verbs = true;
-    } else if (key == "sites") {
-      out->sites = split_commas(value);
-      for (const std::string& site : out->sites) {
-        if (!valid_label(site, false)) return fmt::format("site '{}' is not a site name", site);
-      }
-    } else if (key == "name") {
-      if (!valid_label(value, false)) return fmt::format("name '{}' is not a label", value);
-      out->name = value;
-    } else {
-      return fmt::format("unknown key '{}' (token, tenant, verbs, sites, name)", key);
-    }
-  } while (words >> word);
-  if (!has_token || !has_tenant || !has_verbs) return "token=, tenant= and verbs= are required";
-  if (out->tenant == "*") {
-    if (!out->may_admin) return "tenant=* (every tenant) needs verbs=...,admin";
-    out->tenant.clear();
-  }
-  out->write = out->may_reserve;
-  return "";
-}
-
 std::string error_body(std::string_view code, std::string_view message) {
   return boost::json::serialize(
       boost::json::object{{"error", boost::json::object{{"code", code}, {"message", message}}}});
 }
 
 }  // namespace
-
-common::Result<std::vector<Token>> load_tokens(const std::string& path) {
-  // Bearer tokens are secrets: root's or the agent's own, private to the owner, checked on the
-  // opened descriptor (common/secret_file.h).
-  auto text = common::read_secret_file(path, "tokens file", size_t{1} << 20);
-  if (!text) return std::unexpected(text.error());
-  std::istringstream in(*text);
-  std::vector<Token> tokens;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    const size_t hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    std::istringstream words(line);
-    std::string role;
-    std::string token;
-    std::string extra;
-    if (!(words >> role)) continue;
-    Token parsed;
-    if (role.find('=') != std::string::npos) {
-      const std::string problem = parse_scoped_token(words, role, &parsed);
-      if (!problem.empty()) {
-        return common::make_error(common::ErrorCode::kConfig,
-                                  fmt::format("tokens file {}:{}: {}", path, number, problem));
-      }
-    } else {
-      if (!(words >> token) || (words >> extra) || (role != "read" && role != "write") ||
-          token.size() < 16) {
-        return common::make_error(
-            common::ErrorCode::kConfig,
-            fmt::format("tokens file {}:{}: expected 'read TOKEN', 'write TOKEN' (a token of at "
-                        "least 16 characters) or 'token=T tenant=N verbs=read[,reserve,admin]'",
-                        path, number));
-      }
-      parsed.token = token;
-      parsed.write = role == "write";
-      parsed.may_reserve = parsed.may_admin = parsed.write;
-    }
-    if (parsed.name.empty()) parsed.name = fmt::format("line {}", number);
-    tokens.push_back(std::move(parsed));
-  }
-  if (tokens.empty()) {
-    return common::make_error(common::ErrorCode::kConfig,
-                              fmt::format("tokens file {} has no token", path));
-  }
-  return tokens;
-}
-
-std::string certificate_domain(const void* x509) {
-  const X509* cert = static_cast<const X509*>(x509);
-  if (cert == nullptr) return "";
-  std::string domain;
-  constexpr std::string_view kPrefix = "detwan://domain/";
-  if (auto* names = static_cast<GENERAL_NAMES*>(
-          X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr))) {
-    for (int i = 0; i < sk_GENERAL_NAME_num(names) && domain.empty(); ++i) {
-      const GENERAL_NAME* name = sk_GENERAL_NAME_value(names, i);
-      if (name->type != GEN_URI) continue;
-      const ASN1_IA5STRING* uri = name->d.uniformResourceIdentifier;
-      const std::string_view text(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
-                                  static_cast<size_t>(ASN1_STRING_length(uri)));
-      if (text.substr(0, kPrefix.size()) == kPrefix) domain = text.substr(kPrefix.size());
-    }
-    GENERAL_NAMES_free(names);
-  }
-  if (domain.empty()) {
-    const X509_NAME* subject = X509_get_subject_name(cert);
-    const int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
-    if (index >= 0) {
-      unsigned char* utf8 = nullptr;
-      const int length =
-          ASN1_STRING_to_UTF8(&utf8, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index)));
-      if (length > 0) domain.assign(reinterpret_cast<char*>(utf8), static_cast<size_t>(length));
-      OPENSSL_free(utf8);
-    }
-  }
-  // A domain is a name (it reaches logs and routes): anything else names no domain.
-  return valid_label(domain, false) ? domain : "";
-}
 
 struct HttpServer::Impl {
   HttpServerOptions options;
@@ -512,46 +359,6 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   Identity identity_;        // of the request being handled
 };
 
-// The server's TLS context: TLS 1.2+ (1.3 preferred), our chain and key (a secret file), and
-// the CAs whose client certificates we accept. Errors name the file and OpenSSL's reason.
-common::Result<std::unique_ptr<asio::ssl::context>> make_server_context(
-    const TlsServerOptions& tls) {
-  auto fail = [](const std::string& what) {
-    return common::make_error(common::ErrorCode::kConfig, what);
-  };
-  auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
-  SSL_CTX* native = ctx->native_handle();
-  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
-  ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
-                   asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
-                   asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
-  beast::error_code ec;
-  ctx->use_certificate_chain_file(tls.cert_file, ec);
-  if (ec) return fail(fmt::format("TLS certificate {}: {}", tls.cert_file, ec.message()));
-  if (tls.key_file.empty()) return fail("TLS: a certificate needs its key file (tls.key)");
-  auto key = common::read_secret_file(tls.key_file, "TLS key file", size_t{1} << 16);
-  if (!key) return std::unexpected(key.error());
-  ctx->use_private_key(asio::buffer(*key), asio::ssl::context::pem, ec);
-  OPENSSL_cleanse(key->data(), key->size());
-  if (ec) return fail(fmt::format("TLS key {}: {}", tls.key_file, ec.message()));
-  if (SSL_CTX_check_private_key(native) != 1) {
-    return fail(
-        fmt::format("TLS key {} does not match the certificate {}", tls.key_file, tls.cert_file));
-  }
-  if (!tls.client_ca_file.empty()) {
-    ctx->load_verify_file(tls.client_ca_file, ec);
-    if (ec) return fail(fmt::format("TLS client CA {}: {}", tls.client_ca_file, ec.message()));
-    if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(tls.client_ca_file.c_str())) {
-      SSL_CTX_set_client_CA_list(native, names);
-    }
-    ctx->set_verify_mode(asio::ssl::verify_peer |
-                         (tls.require_client_cert ? asio::ssl::verify_fail_if_no_peer_cert : 0));
-  } else if (tls.require_client_cert) {
-    return fail("TLS: require_client_cert needs client_ca (the CAs whose clients are accepted)");
-  }
-  return ctx;
-}
-
 }  // namespace
 
 void HttpServer::Impl::accept() {
@@ -583,13 +390,6 @@ void HttpServer::Impl::accept() {
   });
 }
 
-common::Result<void> check_tls_options(const TlsServerOptions& tls) {
-  if (tls.cert_file.empty()) return {};
-  auto ctx = make_server_context(tls);
-  if (!ctx) return std::unexpected(ctx.error());
-  return {};
-}
-
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { stop(); }
@@ -605,7 +405,7 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
     impl->tokens = std::move(*tokens);
   }
   if (!options.tls.cert_file.empty()) {
-    auto ctx = make_server_context(options.tls);
+    auto ctx = detail::make_server_context(options.tls);
     if (!ctx) return std::unexpected(ctx.error());
     impl->ssl = std::move(*ctx);
   } else if (!options.tls.client_ca_file.empty() || options.tls.require_client_cert) {
