@@ -134,6 +134,14 @@ common::Result<std::vector<Token>> load_tokens(const std::string& path) {
       parsed.may_reserve = parsed.may_admin = parsed.write;
     }
     if (parsed.name.empty()) parsed.name = fmt::format("line {}", number);
+    // One token, one identity: a token given twice would act as whichever line matched last.
+    for (const Token& earlier : tokens) {
+      if (earlier.token == parsed.token) {
+        return common::make_error(
+            common::ErrorCode::kConfig,
+            fmt::format("tokens file {}:{}: the same token as {}", path, number, earlier.name));
+      }
+    }
     tokens.push_back(std::move(parsed));
   }
   if (tokens.empty()) {

@@ -46,7 +46,12 @@ Identity peer(const std::string& domain) {
 struct AuthorityTest : AgentFixture {
   std::unique_ptr<api::Handler> handler;
 
-  void SetUp() override {
+  void SetUp() override { reopen(); }
+
+  // Opens (again) the agent on the same journal, with the policy.
+  void reopen() {
+    handler.reset();
+    agent.reset();
     auto topology = model::load_topology_string(lab_topology(journal, kPolicy));
     ASSERT_TRUE(topology.has_value()) << topology.error().message;
     agent::AgentOptions options;
@@ -171,6 +176,18 @@ TEST_F(AuthorityTest, ATenantSeesAndChangesOnlyItsOwnReservations) {
   EXPECT_EQ(state(theirs), "terminated");
   // An unknown id is still the agent's own 404.
   EXPECT_EQ(call(alpha, "GET", "/v1/reservations/r-999").status, 404);
+}
+
+TEST_F(AuthorityTest, TheTenantIsJournaledWithTheReservation) {
+  const std::string mine = reserve_as(token("alpha"), "a", "b", 10'000'000, 1);
+  const std::string ops = reserve_as(token("", true, true), "a", "b", 10'000'000, 2);
+  ASSERT_FALSE(mine.empty());
+  reopen();  // a restart replays the journal
+  EXPECT_EQ(agent->get(mine)->at("tenant").as_string(), "alpha");
+  EXPECT_EQ(agent->get(ops)->at("tenant").as_string(), "");
+  EXPECT_EQ(listed(token("alpha")), std::vector<std::string>{mine});
+  EXPECT_EQ(call(token("beta"), "POST", "/v1/reservations/" + mine + "/abort").status, 403);
+  EXPECT_EQ(call(token("alpha"), "POST", "/v1/reservations/" + mine + "/abort").status, 200);
 }
 
 TEST_F(AuthorityTest, AnotherTenantsClientRequestIdIsNotAWayIn) {

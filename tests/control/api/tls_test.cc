@@ -345,12 +345,16 @@ TEST_F(TlsTest, ScopedTokenLinesWithErrorsNameTheLine) {
   };
   const std::string ok = "token=good-token-0123456789 tenant=t verbs=read\n";
   expect_line("verb", ok + "token=x-token-0123456789ab tenant=t verbs=read,fly\n", 2, "fly");
-  expect_line("star", ok + ok + "token=x-token-0123456789ab tenant=* verbs=read\n", 3, "admin");
+  expect_line("star",
+              ok + "token=y-token-0123456789ab tenant=u verbs=read\n" +
+                  "token=x-token-0123456789ab tenant=* verbs=read\n",
+              3, "admin");
   expect_line("short", "token=short tenant=t verbs=read\n", 1, "16");
   expect_line("nokey", "token=x-token-0123456789ab verbs=read\n", 1, "tenant=");
   expect_line("unknown", "token=x-token-0123456789ab tenant=t verbs=read colour=red\n", 1,
               "colour");
   expect_line("tenant", "token=x-token-0123456789ab tenant=a/b verbs=read\n", 1, "a/b");
+  expect_line("twice", ok + "read good-token-0123456789\n", 2, "the same token as line 1");
   auto loaded = load_tokens(write_file("mixed", "write write-token-0123456789\n" + ok));
   ASSERT_TRUE(loaded.has_value()) << loaded.error().message;
   EXPECT_TRUE((*loaded)[0].may_admin);
