@@ -249,7 +249,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       }
       return true;
     }
-    if (!peer_domain_.empty() && auth.empty()) {
+    // A token that is not ours is refused even beside a certificate (never a way to be a peer).
+    const bool wrong_token = !server_.tokens.empty() && !auth.empty();
+    if (!peer_domain_.empty() && !wrong_token) {
+      // Whatever else it sends, a client with a verified certificate is that peer (never
+      // anonymous, even on an agent without tokens).
       identity_.kind = Identity::Kind::kPeer;
       identity_.name = peer_name_;
       identity_.domain = peer_domain_;

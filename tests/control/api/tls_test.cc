@@ -190,6 +190,12 @@ TEST_F(TlsTest, APeerCertificateNamesTheDomainInTheIdentity) {
   EXPECT_EQ(body.at("domain").as_string(), "y");
   EXPECT_NE(std::string(body.at("name").as_string()).find("CN=agent-y"), std::string::npos);
   EXPECT_FALSE(body.at("may_admin").as_bool());
+  // A header of its own does not make a peer anonymous on an agent without tokens.
+  ok = http_call(url(*server), "GET", "/v1/reservations", "", "made-up-token-0123456789", 5000,
+                 "test", &as_y);
+  ASSERT_TRUE(ok.has_value()) << ok.error().message;
+  EXPECT_EQ(boost::json::parse(ok->body).at("kind").as_int64(),
+            static_cast<int>(Identity::Kind::kPeer));
   // Without a certificate (not required) the same server sees an anonymous client.
   const TlsClientOptions plain{ca_x_.cert_file, "", ""};
   ok = http_call(url(*server), "GET", "/healthz", "", "", 5000, "test", &plain);
@@ -330,6 +336,28 @@ TEST_F(TlsTest, ScopedTokensGiveTheIdentityTheirTenantVerbsAndSites) {
   EXPECT_EQ(a.tenant, "");
   EXPECT_TRUE(a.may_admin);
   EXPECT_TRUE(a.sites.empty());
+}
+
+TEST_F(TlsTest, ATokenDecidesBeforeACertificateAndAWrongOneIsRefused) {
+  IdentityEcho echo;
+  auto o = options(ca_y_.cert_file);
+  o.tokens_file = write_file(
+      "tokens", "token=team-token-0123456789 tenant=job-team verbs=read,reserve name=jobs\n");
+  auto server = HttpServer::start(o, echo.handler());
+  ASSERT_TRUE(server.has_value()) << server.error().message;
+  const TlsClientOptions as_y{ca_x_.cert_file, peer_y_.cert_file, peer_y_.key_file};
+  auto peer = http_call(url(*server), "GET", "/v1/policy", "", "", 5000, "test", &as_y);
+  ASSERT_TRUE(peer.has_value()) << peer.error().message;
+  EXPECT_EQ(boost::json::parse(peer->body).at("domain").as_string(), "y");
+  auto token = http_call(url(*server), "GET", "/v1/reservations", "", "team-token-0123456789", 5000,
+                         "test", &as_y);
+  ASSERT_TRUE(token.has_value()) << token.error().message;
+  EXPECT_EQ(boost::json::parse(token->body).at("tenant").as_string(), "job-team");
+  auto wrong = http_call(url(*server), "GET", "/v1/reservations", "", "made-up-token-0123456789",
+                         5000, "test", &as_y);
+  ASSERT_TRUE(wrong.has_value()) << wrong.error().message;
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_EQ(echo.seen.size(), 2u);
 }
 
 TEST_F(TlsTest, ScopedTokenLinesWithErrorsNameTheLine) {
