@@ -394,6 +394,24 @@ void HttpServer::Impl::accept() {
   });
 }
 
+std::string http_counters_text(const HttpCounters& c) {
+  std::string out =
+      "# HELP detwan_agent_http_connections_total API connections and requests by outcome "
+      "(refused_tls: plain HTTP or a failed TLS handshake; refused_cert: a client certificate "
+      "refused).\n# TYPE detwan_agent_http_connections_total counter\n";
+  const std::pair<const char*, uint64_t> rows[] = {{"accepted", c.accepted},
+                                                   {"refused_address", c.refused_address},
+                                                   {"refused_connections", c.refused_connections},
+                                                   {"refused_token", c.refused_token},
+                                                   {"bad_request", c.bad_requests},
+                                                   {"refused_tls", c.refused_tls},
+                                                   {"refused_cert", c.refused_cert}};
+  for (const auto& [outcome, n] : rows) {
+    out += fmt::format("detwan_agent_http_connections_total{{outcome=\"{}\"}} {}\n", outcome, n);
+  }
+  return out;
+}
+
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { stop(); }

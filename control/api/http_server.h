@@ -100,6 +100,11 @@ struct HttpCounters {
   uint64_t refused_cert = 0;         // client certificate unknown/invalid, or missing when required
 };
 
+// The counters in Prometheus text format, appended to the agent's /metrics:
+// detwan_agent_http_connections_total{outcome="accepted|refused_address|refused_connections|
+// refused_token|bad_request|refused_tls|refused_cert"}.
+std::string http_counters_text(const HttpCounters& counters);
+
 class HttpServer {
  public:
   // Binds and listens (errors name the address); loads the tokens file (errors name its line)

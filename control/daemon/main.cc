@@ -10,6 +10,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -139,9 +140,24 @@ int command_run(const Settings& s) {
   options.max_body_bytes = api_settings.max_body_bytes;
   options.request_timeout_ns = api_settings.request_timeout_ns;
   options.tls = tls_options(api_settings);
-  auto server = api::HttpServer::start(
-      options, api::make_handler(**agent, std::string(api::openapi_document())));
+  // /metrics also shows the server's own counters (TLS and token refusals among them).
+  auto server_ptr = std::make_shared<std::atomic<api::HttpServer*>>(nullptr);
+  api::Handler routes = api::make_handler(**agent, std::string(api::openapi_document()));
+  api::Handler handler = [routes, server_ptr](api::HttpRequest request, api::Respond respond) {
+    if (request.method == "GET" && request.path == "/metrics") {
+      respond = [respond, server_ptr](api::HttpResponse response) {
+        const api::HttpServer* s = server_ptr->load();
+        if (s != nullptr && response.status == 200) {
+          response.body += api::http_counters_text(s->counters());
+        }
+        respond(std::move(response));
+      };
+    }
+    routes(std::move(request), std::move(respond));
+  };
+  auto server = api::HttpServer::start(options, handler);
   if (!server) return fail(server.error());
+  server_ptr->store(server->get());
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);

@@ -159,6 +159,11 @@ TEST_F(TlsTest, PlainHttpToTheTlsPortIsClosedAndCounted) {
   EXPECT_TRUE(echo.seen.empty());
   EXPECT_EQ((*server)->counters().refused_tls, 1u);
   EXPECT_EQ((*server)->counters().refused_cert, 0u);
+  // As /metrics shows it.
+  const std::string text = http_counters_text((*server)->counters());
+  EXPECT_NE(text.find("detwan_agent_http_connections_total{outcome=\"refused_tls\"} 1\n"),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(TlsTest, TlsOptionsWithAnHttpUrlAreRefusedBeforeSendingAToken) {
