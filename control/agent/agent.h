@@ -90,6 +90,7 @@ struct PlanRequest {
   int64_t duration_ns = 3'600'000'000'000;
   bool reserve = false;            // hold the reservations the plan needs
   std::string client_request_id;   // with reserve: "<id>-<n>" for the n-th reservation
+  std::string tenant;              // with reserve: who holds them (ReserveRequest::tenant)
 };
 
 struct AgentOptions {
@@ -153,6 +154,9 @@ class Agent {
   // Counted by the API layer, reported in metrics_text().
   void count_request(const std::string& method, const std::string& route, int status,
                      int64_t latency_ns);
+  // A request the API refused (cause "forbidden": its identity may not do it), reported with
+  // the admission refusals in metrics_text() (decision="refused",cause=...).
+  void count_refused(const std::string& cause);
 
   struct Impl;
 

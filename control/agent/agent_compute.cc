@@ -281,6 +281,7 @@ Outcome<json::object> Agent::plan(const PlanRequest& request) {
     r.spec.start_ns = start_ns;
     r.spec.end_ns = end_ns;
     r.start_now = request.start_ns == 0;
+    r.tenant = request.tenant;
     if (!request.client_request_id.empty()) {
       r.client_request_id = fmt::format("{}-{}", request.client_request_id, i);
     }

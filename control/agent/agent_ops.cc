@@ -9,6 +9,7 @@
 #include "common/units.h"
 #include "control/admission/planner.h"
 #include "control/agent/agent_impl.h"
+#include "control/policy/policy.h"
 #include "control/reservation/reservation_json.h"
 
 namespace detwan::control::agent {
@@ -133,6 +134,39 @@ static Outcome<void> resolve_prefixes(const model::Topology& t, const std::strin
   return {};
 }
 
+// Owner policy (control/policy/policy.h) for a request of `tenant` / `requester_domain`, against
+// their other reservations holding resources (all but `ignore_key`): before planning (plan null:
+// rate, window, count) and once planned (the link share of its links). Counted by cause.
+static Outcome<void> check_owner_policy(Agent::Impl& m, const std::string& tenant,
+                                        const std::string& requester_domain,
+                                        const reservation::Spec& spec, const admission::Plan* plan,
+                                        uint64_t ignore_key) {
+  if (policy::limits_for(m.topology.policy, tenant, requester_domain) == nullptr) return {};
+  std::vector<policy::Holding> holdings;
+  for (const auto& [key, r] : m.reservations) {
+    if (key == ignore_key || !reservation::holds_resources(r.state) || r.tenant != tenant ||
+        r.requester_domain != requester_domain) {
+      continue;
+    }
+    policy::Holding h{r.id, r.spec.min_bandwidth_bps, r.spec.start_ns, r.spec.end_ns, {}};
+    for (const auto& p : r.paths) h.links.insert(h.links.end(), p.links.begin(), p.links.end());
+    holdings.push_back(std::move(h));
+  }
+  std::vector<std::string> links;
+  if (plan != nullptr) {
+    for (const auto& p : reservation::placement_of(m.topology, *plan)) {
+      links.insert(links.end(), p.links.begin(), p.links.end());
+    }
+  }
+  if (auto refusal = policy::check_policy(m.topology.policy, m.topology, tenant, requester_domain,
+                                          spec, links, holdings)) {
+    ++m.counters.refused[refusal->cause];
+    return std::unexpected(
+        ApiError{policy::kPolicyStatus, refusal->cause, refusal->message, refusal->field});
+  }
+  return {};
+}
+
 Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   std::lock_guard lock(impl_->mutex);
   Impl& m = *impl_;
@@ -178,6 +212,10 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
                  fmt::format("end_unix_ns {} has already passed (now {})", spec.end_ns, now),
                  "end_unix_ns"});
   }
+  if (auto ok = check_owner_policy(m, request.tenant, request.requester_domain, spec, nullptr, 0);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
   const int64_t planning_started = m.monotonic->now_ns();
   admission::Decision decision = admission::plan(t, *m.ledger, admission_request(t, spec));
   if (spec.asap && std::holds_alternative<admission::Refusal>(decision)) {
@@ -216,10 +254,16 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
         "dst_prefixes"});
   }
   const admission::Plan& plan = std::get<admission::Plan>(decision);
+  if (auto ok = check_owner_policy(m, request.tenant, request.requester_domain, spec, &plan, 0);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
   Reservation r;
   r.key = m.next_key;
   r.id = fmt::format("r-{}", r.key);
   r.client_request_id = request.client_request_id;
+  r.tenant = request.tenant;
+  r.requester_domain = request.requester_domain;
   r.state = State::kHeld;
   r.spec = spec;
   r.hold_expires_ns =
@@ -350,11 +394,10 @@ Outcome<json::object> Agent::rotate_key(const std::string& id) {
     return std::unexpected(wrong_state(*r, "rotate-key", "held, committed or provisioned"));
   }
   if (r->keys.rotation != reservation::KeyRotation::kNone) {
-    return std::unexpected(ApiError{
-        409, "rotation_in_progress",
-        fmt::format("{}: a key rotation is under way (step '{}')", id,
-                    reservation::to_string(r->keys.rotation)),
-        ""});
+    return std::unexpected(ApiError{409, "rotation_in_progress",
+                                    fmt::format("{}: a key rotation is under way (step '{}')", id,
+                                                reservation::to_string(r->keys.rotation)),
+                                    ""});
   }
   Reservation next = *r;
   const int64_t now = m.realtime->now_ns();
@@ -368,8 +411,7 @@ Outcome<json::object> Agent::rotate_key(const std::string& id) {
   }
   const std::string state(reservation::to_string(r->state));
   const bool done = next.keys.rotation == reservation::KeyRotation::kNone;
-  if (auto ok = m.commit_transition(std::move(next), state, "key rotation started", nullptr);
-      !ok) {
+  if (auto ok = m.commit_transition(std::move(next), state, "key rotation started", nullptr); !ok) {
     return std::unexpected(ok.error());
   }
   // Replaced at once: the old key's bytes go from the journal's WAL too (agent.cc, on_report).
@@ -411,6 +453,9 @@ Outcome<json::object> Agent::modify(const std::string& id, const ModifyRequest& 
         400, "invalid_field",
         fmt::format("end_unix_ns {} is not after now and the start", spec.end_ns), "end_unix_ns"});
   }
+  if (auto ok = check_owner_policy(m, r->tenant, r->requester_domain, spec, nullptr, r->key); !ok) {
+    return std::unexpected(ok.error());
+  }
   if (const Reservation* other = prefix_conflict(m, spec, r->key)) {
     return std::unexpected(
         ApiError{409, "prefix_conflict",
@@ -431,6 +476,10 @@ Outcome<json::object> Agent::modify(const std::string& id, const ModifyRequest& 
     return std::unexpected(refusal_error(*refusal));
   }
   const admission::Plan& plan = std::get<admission::Plan>(decision);
+  if (auto ok = check_owner_policy(m, r->tenant, r->requester_domain, spec, &plan, r->key); !ok) {
+    m.ledger->book(old);
+    return std::unexpected(ok.error());
+  }
   Reservation next = *r;
   next.spec = spec;
   next.version += 1;

@@ -247,6 +247,11 @@ void Agent::count_request(const std::string& method, const std::string& route, i
   impl_->counters.request_ns.record(latency_ns);
 }
 
+void Agent::count_refused(const std::string& cause) {
+  std::lock_guard lock(impl_->mutex);
+  ++impl_->counters.refused[cause];
+}
+
 namespace {
 
 void summary(std::string& out, std::string_view name, std::string_view help,

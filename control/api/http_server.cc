@@ -12,14 +12,21 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/json.hpp>
 #pragma GCC diagnostic pop
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
+#include "common/crypto.h"
 #include "common/logging.h"
 #include "common/secret_file.h"
+#include "control/api/http_internal.h"
 
 namespace detwan::control::api {
 namespace asio = boost::asio;
@@ -48,10 +55,8 @@ common::IpAddress address_of(const asio::ip::address& a) {
 }
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
+  return common::crypto::equal_ct(std::as_bytes(std::span(a.data(), a.size())),
+                                  std::as_bytes(std::span(b.data(), b.size())));
 }
 
 std::string error_body(std::string_view code, std::string_view message) {
@@ -60,39 +65,6 @@ std::string error_body(std::string_view code, std::string_view message) {
 }
 
 }  // namespace
-
-common::Result<std::vector<Token>> load_tokens(const std::string& path) {
-  // Bearer tokens are secrets: root's or the agent's own, private to the owner, checked on the
-  // opened descriptor (common/secret_file.h).
-  auto text = common::read_secret_file(path, "tokens file", size_t{1} << 20);
-  if (!text) return std::unexpected(text.error());
-  std::istringstream in(*text);
-  std::vector<Token> tokens;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    const size_t hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    std::istringstream words(line);
-    std::string role;
-    std::string token;
-    std::string extra;
-    if (!(words >> role)) continue;
-    if (!(words >> token) || (words >> extra) || (role != "read" && role != "write") ||
-        token.size() < 16) {
-      return common::make_error(
-          common::ErrorCode::kConfig,
-          fmt::format("tokens file {}:{}: expected 'read TOKEN' or 'write TOKEN' (a token of at "
-                      "least 16 characters)",
-                      path, number));
-    }
-    tokens.push_back(Token{token, role == "write"});
-  }
-  if (tokens.empty()) {
-    return common::make_error(common::ErrorCode::kConfig,
-                              fmt::format("tokens file {} has no token", path));
-  }
-  return tokens;
-}
 
 struct HttpServer::Impl {
   HttpServerOptions options;
@@ -120,6 +92,8 @@ struct HttpServer::Impl {
   // The address it listens on, port resolved: read once before the threads start (the acceptor
   // belongs to them afterwards; reading it from another thread races with the accept).
   common::HostPort bound;
+  // TLS (null: plain HTTP). Before io: sessions hold SSL objects made from it.
+  std::unique_ptr<asio::ssl::context> ssl;
   // Last, so they are destroyed first: ~io_context destroys the sessions still pending, and a
   // session's destructor counts itself out of `connections` above.
   asio::io_context io;
@@ -141,27 +115,164 @@ struct HttpServer::Impl {
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// One connection; Stream is beast::tcp_stream (plain HTTP) or TlsStream.
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
  public:
   Session(tcp::socket socket, HttpServer::Impl& server)
-      : stream_(std::move(socket)), server_(server), strand_(stream_.get_executor()) {}
+      : stream_(make_stream(std::move(socket), server)),
+        server_(server),
+        strand_(stream_.get_executor()) {
+    beast::error_code ignored;
+    const auto remote = lowest().socket().remote_endpoint(ignored);
+    if (!ignored) client_ = fmt::format("{}:{}", remote.address().to_string(), remote.port());
+  }
   ~Session() { --server_.connections; }
 
-  void start() { read(); }
+  void start() {
+    if constexpr (kTls) {
+      // The handshake has the request deadline too: a client that opens TCP and says nothing
+      // is closed at request_timeout.
+      lowest().expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
+      stream_.async_handshake(
+          asio::ssl::stream_base::server,
+          beast::bind_front_handler(&Session::on_handshake, this->shared_from_this()));
+    } else {
+      read();
+    }
+  }
 
  private:
+  static Stream make_stream(tcp::socket socket, HttpServer::Impl& server) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *server.ssl);
+    } else {
+      return Stream(std::move(socket));
+    }
+  }
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+
+  void on_handshake(beast::error_code ec) {
+    if constexpr (kTls) {
+      SSL* ssl = stream_.native_handle();
+      if (ec) {
+        std::string reason = ec.message();
+        bool certificate = false;
+        if (ec.category() == asio::error::get_ssl_category()) {
+          const int why = ERR_GET_REASON(static_cast<unsigned long>(ec.value()));
+          if (why == SSL_R_HTTP_REQUEST || why == SSL_R_HTTPS_PROXY_REQUEST) {
+            reason = "plain HTTP on the TLS port";
+          } else if (why == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+            certificate = true;
+            reason = fmt::format("certificate verify failed: {}",
+                                 X509_verify_cert_error_string(SSL_get_verify_result(ssl)));
+          } else if (why == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
+            certificate = true;
+            reason = "no client certificate (this agent requires one)";
+          }
+        } else if (ec == beast::error::timeout) {
+          reason = "no TLS handshake within the request timeout";
+        }
+        server_.count(certificate ? &HttpCounters::refused_cert : &HttpCounters::refused_tls);
+        common::logger("detwan-agent")->warn("TLS handshake from {} refused: {}", client_, reason);
+        return close();
+      }
+      if (!server_.options.tls.client_ca_file.empty()) {
+        const X509* peer = SSL_get0_peer_certificate(ssl);
+        if (peer != nullptr && SSL_get_verify_result(ssl) == X509_V_OK) {
+          peer_domain_ = certificate_domain(peer);
+          char subject[256] = {0};
+          X509_NAME_oneline(X509_get_subject_name(peer), subject, sizeof subject);
+          peer_name_ = subject;
+          if (peer_domain_.empty()) {
+            server_.count(&HttpCounters::refused_cert);
+            common::logger("detwan-agent")
+                ->warn(
+                    "TLS client {} ({}): its certificate names no domain (SAN URI "
+                    "detwan://domain/NAME or CN); closed",
+                    client_, peer_name_);
+            return close();
+          }
+        }
+      }
+    }
+    read();
+  }
+
   void read() {
     parser_.emplace();
     parser_->header_limit(kHeaderLimitBytes);
     parser_->body_limit(server_.options.max_body_bytes);
-    stream_.expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
+    lowest().expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
     http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&Session::on_read, shared_from_this()));
+                     beast::bind_front_handler(&Session::on_read, this->shared_from_this()));
+  }
+
+  // The request's identity: its token's, else the peer certificate's, else anonymous (no
+  // tokens file). Returns false (and answers) if refused.
+  bool authenticate(const http::request<http::string_body>& request) {
+    identity_ = Identity{};
+    const bool health = request.method() == http::verb::get && request.target() == "/healthz";
+    const auto auth = request[http::field::authorization];
+    const Token* match = nullptr;
+    if (!auth.empty() && !server_.tokens.empty()) {
+      const std::string prefix = "bearer ";  // the scheme name is case-insensitive (RFC 7235)
+      std::string scheme(auth.substr(0, std::min(auth.size(), prefix.size())));
+      for (char& ch : scheme) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (auth.size() > prefix.size() && scheme == prefix) {
+        const std::string given(auth.substr(prefix.size()));
+        for (const Token& t : server_.tokens) {
+          if (constant_time_equal(t.token, given)) match = &t;
+        }
+      }
+    }
+    if (match != nullptr) {
+      identity_.kind = Identity::Kind::kToken;
+      identity_.name = match->name;
+      identity_.tenant = match->tenant;
+      identity_.may_read = match->may_read;
+      identity_.may_reserve = match->may_reserve;
+      identity_.may_admin = match->may_admin;
+      identity_.sites = match->sites;
+      if (!identity_.may_reserve && request.method() != http::verb::get) {
+        server_.count(&HttpCounters::refused_token);
+        common::logger("detwan-agent")
+            ->warn("403 forbidden: token '{}' (tenant '{}') from {} may only read: {} {}",
+                   identity_.name, identity_.tenant, client_, std::string(request.method_string()),
+                   std::string(request.target()));
+        send_error(403, "forbidden", "this token may only read (GET)", keep_alive_);
+        return false;
+      }
+      return true;
+    }
+    // A token that is not ours is refused even beside a certificate (never a way to be a peer).
+    const bool wrong_token = !server_.tokens.empty() && !auth.empty();
+    if (!peer_domain_.empty() && !wrong_token) {
+      // Whatever else it sends, a client with a verified certificate is that peer (never
+      // anonymous, even on an agent without tokens).
+      identity_.kind = Identity::Kind::kPeer;
+      identity_.name = peer_name_;
+      identity_.domain = peer_domain_;
+      identity_.may_admin = false;
+      return true;
+    }
+    if (!server_.tokens.empty() && !health) {
+      server_.count(&HttpCounters::refused_token);
+      send_error(401, "unauthorized",
+                 "this agent needs 'Authorization: Bearer TOKEN' (see its tokens_file)",
+                 keep_alive_);
+      return false;
+    }
+    return true;  // anonymous: no tokens file (or GET /healthz)
   }
 
   void on_read(beast::error_code ec, std::size_t) {
     if (ec == http::error::end_of_stream || ec == asio::error::eof ||
-        ec == asio::error::connection_reset) {
+        ec == asio::error::connection_reset || ec == asio::ssl::error::stream_truncated) {
       return close();
     }
     if (ec == http::error::body_limit) {
@@ -180,38 +291,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     http::request<http::string_body> request = parser_->release();
     keep_alive_ = request.keep_alive();
-    identity_ = Identity{};
     // Authentication before any work is done for the request.
-    if (!server_.tokens.empty()) {
-      const bool health = request.method() == http::verb::get && request.target() == "/healthz";
-      if (!health) {
-        const auto auth = request[http::field::authorization];
-        const std::string prefix = "bearer ";  // the scheme name is case-insensitive (RFC 7235)
-        const Token* match = nullptr;
-        std::string scheme(auth.substr(0, std::min(auth.size(), prefix.size())));
-        for (char& ch : scheme)
-          ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        if (auth.size() > prefix.size() && scheme == prefix) {
-          const std::string given(auth.substr(prefix.size()));
-          for (const Token& t : server_.tokens) {
-            if (constant_time_equal(t.token, given)) match = &t;
-          }
-        }
-        if (match == nullptr) {
-          server_.count(&HttpCounters::refused_token);
-          return send_error(401, "unauthorized",
-                            "this agent needs 'Authorization: Bearer TOKEN' (see its tokens_file)",
-                            keep_alive_);
-        }
-        if (!match->write && request.method() != http::verb::get) {
-          server_.count(&HttpCounters::refused_token);
-          return send_error(403, "forbidden", "this token may only read (GET)", keep_alive_);
-        }
-        identity_.kind = Identity::Kind::kToken;
-        identity_.may_reserve = match->write;
-        identity_.may_admin = match->write;
-      }
-    }
+    if (!authenticate(request)) return;
     HttpRequest out;
     out.identity = identity_;
     out.method = std::string(request.method_string());
@@ -221,13 +302,10 @@ class Session : public std::enable_shared_from_this<Session> {
     out.query = q == std::string::npos ? "" : out.target.substr(q + 1);
     out.body = std::move(request.body());
     out.content_type = std::string(request[http::field::content_type]);
-    beast::error_code remote_error;
-    const auto remote = stream_.socket().remote_endpoint(remote_error);
-    if (!remote_error)
-      out.client = fmt::format("{}:{}", remote.address().to_string(), remote.port());
-    stream_.expires_never();  // the handler may wait (provisioning); the client waits with us
+    out.client = client_;
+    lowest().expires_never();  // the handler may wait (provisioning); the client waits with us
     auto pending = std::make_shared<HttpServer::Impl::PendingAnswer>();
-    pending->session = shared_from_this();
+    pending->session = this->shared_from_this();
     server_.track(pending);
     server_.handler(std::move(out), [pending](HttpResponse response) {
       // Exactly once, and never after the server stopped. The post happens under the mutex so
@@ -259,10 +337,10 @@ class Session : public std::enable_shared_from_this<Session> {
     message->body() = std::move(response.body);
     message->keep_alive(keep_alive);
     message->prepare_payload();
-    stream_.expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
+    lowest().expires_after(std::chrono::nanoseconds(server_.options.request_timeout_ns));
     http::async_write(
         stream_, *message,
-        [self = shared_from_this(), message, keep_alive](beast::error_code ec, std::size_t) {
+        [self = this->shared_from_this(), message, keep_alive](beast::error_code ec, std::size_t) {
           if (ec || !keep_alive) return self->close();
           self->read();
         });
@@ -270,16 +348,19 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   HttpServer::Impl& server_;
   asio::strand<asio::any_io_executor> strand_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = true;
-  Identity identity_;  // of the request being handled
+  std::string client_;       // "ip:port"
+  std::string peer_domain_;  // verified client certificate's domain ("" = none)
+  std::string peer_name_;    // its subject
+  Identity identity_;        // of the request being handled
 };
 
 }  // namespace
@@ -303,10 +384,32 @@ void HttpServer::Impl::accept() {
     } else {
       ++connections;
       count(&HttpCounters::accepted);
-      std::make_shared<Session>(std::move(socket), *this)->start();
+      if (ssl) {
+        std::make_shared<Session<TlsStream>>(std::move(socket), *this)->start();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(std::move(socket), *this)->start();
+      }
     }
     accept();
   });
+}
+
+std::string http_counters_text(const HttpCounters& c) {
+  std::string out =
+      "# HELP detwan_agent_http_connections_total API connections and requests by outcome "
+      "(refused_tls: plain HTTP or a failed TLS handshake; refused_cert: a client certificate "
+      "refused).\n# TYPE detwan_agent_http_connections_total counter\n";
+  const std::pair<const char*, uint64_t> rows[] = {{"accepted", c.accepted},
+                                                   {"refused_address", c.refused_address},
+                                                   {"refused_connections", c.refused_connections},
+                                                   {"refused_token", c.refused_token},
+                                                   {"bad_request", c.bad_requests},
+                                                   {"refused_tls", c.refused_tls},
+                                                   {"refused_cert", c.refused_cert}};
+  for (const auto& [outcome, n] : rows) {
+    out += fmt::format("detwan_agent_http_connections_total{{outcome=\"{}\"}} {}\n", outcome, n);
+  }
+  return out;
 }
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -322,6 +425,14 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
     auto tokens = load_tokens(options.tokens_file);
     if (!tokens) return std::unexpected(tokens.error());
     impl->tokens = std::move(*tokens);
+  }
+  if (!options.tls.cert_file.empty()) {
+    auto ctx = detail::make_server_context(options.tls);
+    if (!ctx) return std::unexpected(ctx.error());
+    impl->ssl = std::move(*ctx);
+  } else if (!options.tls.client_ca_file.empty() || options.tls.require_client_cert) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              "TLS: client_ca / require_client_cert need a certificate (tls.cert)");
   }
   const std::string text = common::format_host_port(options.listen);
   beast::error_code ec;

@@ -4,8 +4,14 @@
 // Who may talk to it, checked before anything is read or allocated for a connection:
 //   * the client's address must lie in one of `allow` (default: loopback only);
 //   * at most `max_connections` connections at once (more are closed at accept);
-//   * with a tokens file, every request but GET /healthz carries "Authorization: Bearer T";
-//     read-only tokens may GET, write tokens may also POST/PATCH/DELETE.
+//   * with a tokens file, every request but GET /healthz carries "Authorization: Bearer T"
+//     (or comes over mutual TLS with a verified client certificate: a peer agent); read-only
+//     tokens may GET, others may also POST/PATCH/DELETE; the routes check the rest with the
+//     request's Identity (control/api/authority.h);
+//   * with tls.cert_file, HTTPS only (TLS 1.2+, 1.3 preferred): a client speaking plain HTTP or
+//     failing the handshake (unknown CA, no certificate when one is required) is closed,
+//     counted (refused_tls / refused_cert) and logged with its address. The handshake has the
+//     request_timeout deadline too.
 // Bounded work per connection: headers <= 16 KiB, bodies <= max_body_bytes (413 beyond),
 // one request at a time, `request_timeout_ns` to send a request (the connection is closed
 // after it), keep-alive between requests.
@@ -90,11 +96,19 @@ struct HttpCounters {
   uint64_t refused_connections = 0;  // above max_connections
   uint64_t refused_token = 0;        // 401/403
   uint64_t bad_requests = 0;         // unparseable HTTP, too large, timeouts
+  uint64_t refused_tls = 0;          // TLS port: plain HTTP, failed or timed-out handshake
+  uint64_t refused_cert = 0;         // client certificate unknown/invalid, or missing when required
 };
+
+// The counters in Prometheus text format, appended to the agent's /metrics:
+// detwan_agent_http_connections_total{outcome="accepted|refused_address|refused_connections|
+// refused_token|bad_request|refused_tls|refused_cert"}.
+std::string http_counters_text(const HttpCounters& counters);
 
 class HttpServer {
  public:
-  // Binds and listens (errors name the address); loads the tokens file (errors name its line).
+  // Binds and listens (errors name the address); loads the tokens file (errors name its line)
+  // and the TLS files (errors name the file and OpenSSL's reason).
   static common::Result<std::unique_ptr<HttpServer>> start(const HttpServerOptions& options,
                                                            Handler handler);
   ~HttpServer();
@@ -112,11 +126,30 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Tokens file: one "ROLE TOKEN" per line (ROLE read or write; '#' comments). Errors name the line.
+// The TLS files as start() loads them (certificate, key matching it, a secret key file, client
+// CAs), without listening: `detwan-agent check`. Errors name the file and OpenSSL's reason.
+common::Result<void> check_tls_options(const TlsServerOptions& tls);
+
+// Tokens file (docs/trust.md), one token per line, '#' comments; errors name the line:
+//   read TOKEN | write TOKEN      (old form: read = may_read; write = read+reserve+admin, tenant
+//   "") token=T tenant=NAME|* verbs=read,reserve,admin [sites=a,b] [name=LABEL]   (any order)
+// reserve and admin imply read; admin implies reserve; tenant=* needs admin (an operator token
+// over the whole domain: Identity::tenant ""). Tokens are at least 16 characters.
 struct Token {
   std::string token;
-  bool write = false;
+  bool write = false;  // may change anything (reserve or admin)
+  std::string name;    // label for logs ("line N" when not given)
+  std::string tenant;  // "" = every tenant (write / tenant=*)
+  bool may_read = true;
+  bool may_reserve = false;
+  bool may_admin = false;
+  std::vector<std::string> sites;  // empty: any
 };
 common::Result<std::vector<Token>> load_tokens(const std::string& path);
+
+// The domain a verified peer certificate names: its subjectAltName URI "detwan://domain/NAME",
+// else its subject CN; "" if neither. `x509` is an OpenSSL X509* (void* keeps OpenSSL out of
+// this header).
+std::string certificate_domain(const void* x509);
 
 }  // namespace detwan::control::api

@@ -132,11 +132,26 @@ std::string fingerprint(const json::object& o) {
 agent::Outcome<agent::ReserveRequest> parse_reserve(const std::string& body) {
   try {
     const json::object o = parse_object(body);
-    check_keys(o, {"client_request_id", "src", "dst", "src_prefixes", "dst_prefixes",
-                   "min_bandwidth_bps", "max_burst_bytes", "max_latency_ns",
-                   "max_latency_variation_ns", "max_loss", "paths", "protect", "encrypt",
-                   "start_unix_ns", "end_unix_ns", "duration_ns", "asap", "hold_timeout_ns",
-                   "commit", "provision"});
+    check_keys(o, {"client_request_id",
+                   "src",
+                   "dst",
+                   "src_prefixes",
+                   "dst_prefixes",
+                   "min_bandwidth_bps",
+                   "max_burst_bytes",
+                   "max_latency_ns",
+                   "max_latency_variation_ns",
+                   "max_loss",
+                   "paths",
+                   "protect",
+                   "encrypt",
+                   "start_unix_ns",
+                   "end_unix_ns",
+                   "duration_ns",
+                   "asap",
+                   "hold_timeout_ns",
+                   "commit",
+                   "provision"});
     agent::ReserveRequest r;
     r.client_request_id = text(o, "client_request_id", kMaxRequestIdBytes).value_or("");
     r.spec.src = required_site(o, "src");
@@ -245,9 +260,9 @@ agent::Outcome<compute::Pool> parse_pool(const std::string& body) {
       const std::string& m = pool.error().message;
       const size_t open = m.find('\'');
       const size_t close = open == std::string::npos ? open : m.find('\'', open + 1);
-      return std::unexpected(ApiError{
-          400, "invalid_field", m,
-          close == std::string::npos ? "" : m.substr(open + 1, close - open - 1)});
+      return std::unexpected(
+          ApiError{400, "invalid_field", m,
+                   close == std::string::npos ? "" : m.substr(open + 1, close - open - 1)});
     }
     return std::move(*pool);
   } catch (const BadField& e) {
@@ -295,7 +310,8 @@ agent::Outcome<agent::PlanRequest> parse_plan(const std::string& body) {
         static_cast<uint64_t>(integer(o, "first_bucket_bytes", 1024, int64_t{1} << 50).value_or(0));
     r.job.backward_fraction = fraction(o, "backward_fraction").value_or(0);
     r.sites = string_list(o, "sites");
-    if (const json::value* fixed = o.if_contains("placement"); fixed != nullptr && !fixed->is_null()) {
+    if (const json::value* fixed = o.if_contains("placement");
+        fixed != nullptr && !fixed->is_null()) {
       if (!fixed->is_array() || fixed->as_array().empty() ||
           fixed->as_array().size() > compute::kMaxSites) {
         bad("placement", fmt::format("must be an array of 1 to {} {{\"site\", \"ranks\"}} objects",

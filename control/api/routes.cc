@@ -8,7 +8,10 @@
 
 #include <boost/json.hpp>
 
+#include "common/logging.h"
+#include "control/api/authority.h"
 #include "control/api/requests.h"
+#include "control/policy/policy.h"
 
 namespace detwan::control::api {
 namespace json = boost::json;
@@ -88,10 +91,53 @@ class Router {
   }
 
  private:
+  // 403: logged with the identity refused, counted (cause "forbidden").
+  template <typename Send>
+  void forbid(const HttpRequest& request, Send& send, const std::string& message) {
+    common::logger("detwan-agent")
+        ->warn("403 forbidden: {} from {}: {} {}: {}", describe(request.identity), request.client,
+               request.method, request.path, message);
+    agent_.count_refused("forbidden");
+    send(error_response(ApiError{403, "forbidden", message, ""}));
+  }
+
+  // The tenant of reservation `id` when `who` may not act on it (std::nullopt: it may, or there
+  // is no such reservation and the agent's own 404 follows).
+  std::optional<std::string> foreign_tenant(const Identity& who, const std::string& id) {
+    if (who.kind == Identity::Kind::kAnonymous) return std::nullopt;
+    const auto current = agent_.get(id);
+    if (!current) return std::nullopt;
+    const json::value* tenant = current->if_contains("tenant");
+    const std::string held_by =
+        tenant != nullptr && tenant->is_string() ? std::string(tenant->as_string()) : std::string();
+    if (may_act_on(who, held_by)) return std::nullopt;
+    return held_by;
+  }
+
   template <typename Send>
   void dispatch(HttpRequest& request, std::string& route, Send& send) {
     const std::string& path = request.path;
     const std::string& method = request.method;
+    const Identity& who = request.identity;
+    if (who.kind == Identity::Kind::kPeer && !peer_route(method, path)) {
+      return forbid(request, send,
+                    fmt::format("{} may only use /v1/federation/..., GET /healthz and GET "
+                                "/v1/policy",
+                                describe(who)));
+    }
+    if (method == "GET" && !who.may_read && path != "/healthz") {
+      return forbid(request, send, fmt::format("{} may not read", describe(who)));
+    }
+    if (path == "/v1/policy") {
+      route = "/v1/policy";
+      if (method != "GET") return send(method_not_allowed("GET"));
+      policy::PolicyView view;
+      view.all = who.kind == Identity::Kind::kAnonymous ||
+                 (who.kind == Identity::Kind::kToken && who.may_admin);
+      view.tenant = tenant_of(who);
+      view.domain = who.kind == Identity::Kind::kPeer ? who.domain : "";
+      return send(json_response(200, policy::policy_json(agent_.topology().policy, view)));
+    }
     if (path == "/healthz") {
       route = "/healthz";
       return method == "GET" ? send(json_response(200, agent_.health()))
@@ -128,8 +174,22 @@ class Router {
     if (path == "/v1/plan") {
       route = "/v1/plan";
       if (method != "POST") return send(method_not_allowed("POST"));
-      const auto parsed = parse_plan(request.body);
+      auto parsed = parse_plan(request.body);
       if (!parsed) return send(error_response(parsed.error()));
+      if (parsed->reserve) {
+        if (!who.may_reserve) {
+          return forbid(request, send, fmt::format("{} may not reserve", describe(who)));
+        }
+        // A token limited to some sites plans among them only.
+        if (who.kind == Identity::Kind::kToken && !who.sites.empty()) {
+          if (parsed->sites.empty()) parsed->sites = who.sites;
+          for (const std::string& site : parsed->sites) {
+            if (auto refused = site_refusal(who, site, site))
+              return forbid(request, send, *refused);
+          }
+        }
+        parsed->tenant = tenant_of(who);
+      }
       return send(outcome_response(agent_.plan(*parsed), parsed->reserve ? 201 : 200));
     }
     if (path == "/v1/pools") {
@@ -138,6 +198,10 @@ class Router {
         return send(json_response(200, json::object{{"pools", agent_.pools()}}));
       }
       if (method != "POST") return send(method_not_allowed("GET, POST"));
+      if (!who.may_admin) {
+        return forbid(request, send,
+                      fmt::format("{} may not register pools (admin)", describe(who)));
+      }
       auto parsed = parse_pool(request.body);
       if (!parsed) return send(error_response(parsed.error()));
       return send(outcome_response(agent_.register_pool(std::move(*parsed)), 201));
@@ -146,7 +210,13 @@ class Router {
       route = "/v1/pools/{name}";
       const std::string name = path.substr(std::string("/v1/pools/").size());
       if (method == "GET") return send(outcome_response(agent_.pool(name)));
-      if (method == "DELETE") return send(outcome_response(agent_.remove_pool(name)));
+      if (method == "DELETE") {
+        if (!who.may_admin) {
+          return forbid(request, send,
+                        fmt::format("{} may not remove pools (admin)", describe(who)));
+        }
+        return send(outcome_response(agent_.remove_pool(name)));
+      }
       return send(method_not_allowed("GET, DELETE"));
     }
     const std::string base = "/v1/reservations";
@@ -163,13 +233,42 @@ class Router {
                          "state"}));
           }
         }
-        return send(json_response(200, json::object{{"reservations", agent_.list(state)}}));
+        json::array all = agent_.list(state);
+        if (who.kind != Identity::Kind::kAnonymous && !who.may_admin) {
+          // A tenant's token sees its own reservations only.
+          json::array own;
+          for (json::value& r : all) {
+            const json::value* tenant = r.as_object().if_contains("tenant");
+            if (tenant != nullptr && tenant->is_string() &&
+                may_act_on(who, std::string_view(tenant->as_string()))) {
+              own.push_back(std::move(r));
+            }
+          }
+          all = std::move(own);
+        }
+        return send(json_response(200, json::object{{"reservations", std::move(all)}}));
       }
       if (method != "POST") return send(method_not_allowed("GET, POST"));
-      const auto parsed = parse_reserve(request.body);
+      auto parsed = parse_reserve(request.body);
       if (!parsed) return send(error_response(parsed.error()));
+      if (!who.may_reserve) {
+        return forbid(request, send, fmt::format("{} may not reserve", describe(who)));
+      }
+      if (auto refused = site_refusal(who, parsed->spec.src, parsed->spec.dst)) {
+        return forbid(request, send, *refused);
+      }
+      parsed->tenant = tenant_of(who);
       auto reserved = agent_.reserve(*parsed);
       if (!reserved) return send(error_response(reserved.error()));
+      // A client_request_id another tenant used answers with that tenant's reservation: not ours.
+      if (const json::value* tenant = reserved->if_contains("tenant");
+          tenant != nullptr && tenant->is_string() &&
+          !may_act_on(who, std::string_view(tenant->as_string()))) {
+        return forbid(request, send,
+                      fmt::format("{}: client_request_id '{}' belongs to a reservation of tenant "
+                                  "'{}'",
+                                  describe(who), parsed->client_request_id, tenant->as_string()));
+      }
       if (!parsed->provision || !query_flag(request.query, "wait", true)) {
         return send(json_response(201, *reserved));
       }
@@ -186,6 +285,12 @@ class Router {
     const size_t slash = rest.find('/');
     const std::string id = rest.substr(0, slash);
     const std::string action = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    if (const auto held_by = foreign_tenant(who, id)) {
+      route = action.empty() ? base + "/{id}" : base + "/{id}/" + action;
+      return forbid(request, send,
+                    fmt::format("{} may not act on {} (tenant '{}')", describe(who), id,
+                                held_by->empty() ? "*" : *held_by));
+    }
     if (action.empty()) {
       route = base + "/{id}";
       if (method == "GET") return send(outcome_response(agent_.get(id)));

@@ -15,6 +15,8 @@
 //   GET    /v1/pools                        compute pools; POST registers (or replaces) one
 //   GET    /v1/pools/{name}                 one pool; DELETE removes it
 //   POST   /v1/plan                         placement + reservations + predicted step time
+//   GET    /v1/policy                       the owner policy caps the identity may see
+// Every route checks the request's Identity first (authority.h: tenants, verbs, sites, peers).
 // A provisioning call answers once the dataplane is active (every gateway has the tunnel) or
 // after the agent's provision_wait; "?wait=false" answers at once.
 #include "control/agent/agent.h"

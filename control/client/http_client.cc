@@ -7,10 +7,17 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #pragma GCC diagnostic pop
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "common/secret_file.h"
 
 namespace detwan::control::client {
 namespace asio = boost::asio;
@@ -19,14 +26,14 @@ namespace http = beast::http;
 
 common::Result<Url> parse_url(const std::string& text) {
   std::string rest = text;
-  if (rest.rfind("https://", 0) == 0) {
-    return common::make_error(common::ErrorCode::kInvalidArgument,
-                              fmt::format("'{}': https is not spoken here; use http:// (behind a "
-                                          "TLS proxy if the agent is remote)",
-                                          text));
-  }
-  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
   Url url;
+  if (rest.rfind("https://", 0) == 0) {
+    rest = rest.substr(8);
+    url.https = true;
+    url.port = "443";
+  } else if (rest.rfind("http://", 0) == 0) {
+    rest = rest.substr(7);
+  }
   const size_t slash = rest.find('/');
   if (slash != std::string::npos) {
     url.base_path = rest.substr(slash);
@@ -54,63 +61,166 @@ common::Result<Url> parse_url(const std::string& text) {
   return url;
 }
 
+namespace {
+
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// The client's TLS context: TLS 1.2+, the server verified against `ca_file` (or the default
+// store), our certificate and key when given. Errors name the file.
+common::Result<std::unique_ptr<asio::ssl::context>> client_context(const TlsClientOptions& tls,
+                                                                   const std::string& where) {
+  auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  ctx->set_verify_mode(asio::ssl::verify_peer);
+  beast::error_code ec;
+  if (tls.ca_file.empty()) {
+    ctx->set_default_verify_paths(ec);
+  } else {
+    ctx->load_verify_file(tls.ca_file, ec);
+  }
+  if (ec) {
+    return common::make_error(
+        common::ErrorCode::kConfig,
+        fmt::format("{}: CA file '{}': {}", where,
+                    tls.ca_file.empty() ? "<default store>" : tls.ca_file, ec.message()));
+  }
+  if (!tls.cert_file.empty()) {
+    ctx->use_certificate_chain_file(tls.cert_file, ec);
+    if (ec) {
+      return common::make_error(
+          common::ErrorCode::kConfig,
+          fmt::format("{}: certificate '{}': {}", where, tls.cert_file, ec.message()));
+    }
+    if (tls.key_file.empty()) {
+      return common::make_error(
+          common::ErrorCode::kConfig,
+          fmt::format("{}: certificate '{}' given without its key file", where, tls.cert_file));
+    }
+    auto key = common::read_secret_file(tls.key_file, "TLS key file", size_t{1} << 16);
+    if (!key) return std::unexpected(key.error());
+    ctx->use_private_key(asio::buffer(*key), asio::ssl::context::pem, ec);
+    OPENSSL_cleanse(key->data(), key->size());
+    if (ec || SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+      return common::make_error(
+          common::ErrorCode::kConfig,
+          fmt::format("{}: key '{}' is not the key of certificate '{}'{}", where, tls.key_file,
+                      tls.cert_file, ec ? ": " + ec.message() : ""));
+    }
+  }
+  return ctx;
+}
+
+template <typename Stream>
+common::Result<HttpAnswer> exchange(Stream& stream, const Url& url, const std::string& method,
+                                    const std::string& path, const std::string& body,
+                                    const std::string& token, int timeout_ms,
+                                    const std::string& user_agent, const std::string& where) {
+  beast::error_code ec;
+  http::request<http::string_body> request;
+  request.method(http::string_to_verb(method));
+  request.target(url.base_path + path);
+  request.version(11);
+  request.set(http::field::host, url.host);
+  request.set(http::field::user_agent, user_agent);
+  if (!token.empty()) request.set(http::field::authorization, "Bearer " + token);
+  if (!body.empty()) {
+    request.set(http::field::content_type, "application/json");
+    request.body() = body;
+  }
+  request.keep_alive(false);
+  request.prepare_payload();
+  http::write(stream, request, ec);
+  if (ec) {
+    return common::make_error(common::ErrorCode::kIo,
+                              fmt::format("{}: sending: {}", where, ec.message()));
+  }
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(256u << 20);
+  http::read(stream, buffer, parser, ec);
+  if (ec == beast::error::timeout) {
+    return common::make_error(common::ErrorCode::kTimeout,
+                              fmt::format("{}: no answer within {} ms", where, timeout_ms));
+  }
+  if (ec) {
+    return common::make_error(common::ErrorCode::kIo,
+                              fmt::format("{}: reading: {}", where, ec.message()));
+  }
+  beast::error_code ignored;
+  beast::get_lowest_layer(stream).socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  return HttpAnswer{static_cast<int>(parser.get().result_int()), parser.get().body()};
+}
+
+}  // namespace
+
 common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
                                      const std::string& path, const std::string& body,
                                      const std::string& token, int timeout_ms,
-                                     const std::string& user_agent,
-                                     const TlsClientOptions* tls) {
-  (void)tls;
-  const std::string where =
-      fmt::format("http://{}:{}{}{}", url.host, url.port, url.base_path, path);
+                                     const std::string& user_agent, const TlsClientOptions* tls) {
+  const std::string where = fmt::format("{}://{}:{}{}{}", url.https ? "https" : "http", url.host,
+                                        url.port, url.base_path, path);
   try {
     asio::io_context io;
     asio::ip::tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::milliseconds(timeout_ms));
     beast::error_code ec;
     const auto endpoints = resolver.resolve(url.host, url.port, ec);
     if (ec) {
       return common::make_error(common::ErrorCode::kUnavailable,
                                 fmt::format("{}: cannot resolve: {}", where, ec.message()));
     }
-    stream.connect(endpoints, ec);
+    if (!url.https) {
+      if (tls != nullptr && (!tls->cert_file.empty() || !tls->ca_file.empty())) {
+        // Never send a token in clear text to an agent the caller meant to reach over TLS.
+        return common::make_error(
+            common::ErrorCode::kInvalidArgument,
+            fmt::format("{}: TLS options (CA/certificate) given for an http:// URL; use https://",
+                        where));
+      }
+      beast::tcp_stream stream(io);
+      stream.expires_after(std::chrono::milliseconds(timeout_ms));
+      stream.connect(endpoints, ec);
+      if (ec) {
+        return common::make_error(common::ErrorCode::kUnavailable,
+                                  fmt::format("no agent at {}: {}", where, ec.message()));
+      }
+      return exchange(stream, url, method, path, body, token, timeout_ms, user_agent, where);
+    }
+    const TlsClientOptions defaults;
+    auto ctx = client_context(tls != nullptr ? *tls : defaults, where);
+    if (!ctx) return std::unexpected(ctx.error());
+    TlsStream stream(io, **ctx);
+    SSL* ssl = stream.native_handle();
+    // The agent's certificate must name the host we asked for: its IP address or DNS name.
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    asio::ip::make_address(url.host, ec);
+    const bool is_ip = !ec;
+    if (is_ip) {
+      X509_VERIFY_PARAM_set1_ip_asc(param, url.host.c_str());
+    } else {
+      X509_VERIFY_PARAM_set1_host(param, url.host.c_str(), 0);
+      SSL_set_tlsext_host_name(ssl, url.host.c_str());
+    }
+    auto& tcp = beast::get_lowest_layer(stream);
+    tcp.expires_after(std::chrono::milliseconds(timeout_ms));
+    tcp.connect(endpoints, ec);
     if (ec) {
       return common::make_error(common::ErrorCode::kUnavailable,
                                 fmt::format("no agent at {}: {}", where, ec.message()));
     }
-    http::request<http::string_body> request;
-    request.method(http::string_to_verb(method));
-    request.target(url.base_path + path);
-    request.version(11);
-    request.set(http::field::host, url.host);
-    request.set(http::field::user_agent, user_agent);
-    if (!token.empty()) request.set(http::field::authorization, "Bearer " + token);
-    if (!body.empty()) {
-      request.set(http::field::content_type, "application/json");
-      request.body() = body;
-    }
-    request.keep_alive(false);
-    request.prepare_payload();
-    http::write(stream, request, ec);
+    stream.handshake(asio::ssl::stream_base::client, ec);
     if (ec) {
-      return common::make_error(common::ErrorCode::kIo,
-                                fmt::format("{}: sending: {}", where, ec.message()));
+      std::string reason = ec.message();
+      const long verify = SSL_get_verify_result(ssl);
+      if (verify != X509_V_OK) {
+        reason =
+            fmt::format("certificate verify failed: {}", X509_verify_cert_error_string(verify));
+      } else if (ec == beast::error::timeout) {
+        reason = fmt::format("no TLS handshake within {} ms", timeout_ms);
+      }
+      return common::make_error(common::ErrorCode::kUnavailable,
+                                fmt::format("{}: TLS handshake failed: {}", where, reason));
     }
-    beast::flat_buffer buffer;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(256u << 20);
-    http::read(stream, buffer, parser, ec);
-    if (ec == beast::error::timeout) {
-      return common::make_error(common::ErrorCode::kTimeout,
-                                fmt::format("{}: no answer within {} ms", where, timeout_ms));
-    }
-    if (ec) {
-      return common::make_error(common::ErrorCode::kIo,
-                                fmt::format("{}: reading: {}", where, ec.message()));
-    }
-    beast::error_code ignored;
-    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    return HttpAnswer{static_cast<int>(parser.get().result_int()), parser.get().body()};
+    return exchange(stream, url, method, path, body, token, timeout_ms, user_agent, where);
   } catch (const std::exception& e) {
     return common::make_error(common::ErrorCode::kIo, fmt::format("{}: {}", where, e.what()));
   }

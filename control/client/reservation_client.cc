@@ -1,10 +1,13 @@
 #include "control/client/reservation_client.h"
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include <boost/json.hpp>
 
 #include "common/json_number.h"
+#include "common/secret_file.h"
 #include "common/units.h"
 #include "control/client/http_client.h"
 
@@ -164,8 +167,23 @@ common::Result<TunnelGrant> fetch_grant(const AgentAddress& agent, const std::st
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("'{}' is not a reservation id (like r-3)", id));
   }
-  auto answer = http_call(*url, "GET", "/v1/reservations/" + id, "", agent.token, agent.timeout_ms,
-                          "detwan-collectives");
+  auto env = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value != nullptr ? value : "");
+  };
+  std::string token = agent.token;
+  if (token.empty() && !env("DETWAN_AGENT_TOKEN_FILE").empty()) {
+    const std::string file = env("DETWAN_AGENT_TOKEN_FILE");
+    auto text = common::read_secret_file(file, "token file (DETWAN_AGENT_TOKEN_FILE)", 4096);
+    if (!text) return std::unexpected(text.error());
+    const size_t first = text->find_first_not_of(" \t\r\n");
+    const size_t last = text->find_last_not_of(" \t\r\n");
+    if (first != std::string::npos) token = text->substr(first, last - first + 1);
+  }
+  const TlsClientOptions tls{env("DETWAN_AGENT_CA"), env("DETWAN_AGENT_CERT"),
+                             env("DETWAN_AGENT_KEY")};
+  auto answer = http_call(*url, "GET", "/v1/reservations/" + id, "", token, agent.timeout_ms,
+                          "detwan-collectives", url->https ? &tls : nullptr);
   if (!answer) {
     return make_error(answer.error().code, fmt::format("asking the agent for reservation {}: {}",
                                                        id, answer.error().message));

@@ -13,8 +13,11 @@
 
 namespace detwan::control::client {
 
-// Where the agent is: "http://127.0.0.1:7800" and an optional bearer token (a read token is
-// enough).
+// Where the agent is: "http://127.0.0.1:7800" or "https://..." and an optional bearer token (a
+// read token of the job's tenant is enough). For an https agent, fetch_grant takes its TLS
+// options from $DETWAN_AGENT_CA (the agent's CA; else the system's store), $DETWAN_AGENT_CERT
+// and $DETWAN_AGENT_KEY, and an empty token from the file $DETWAN_AGENT_TOKEN_FILE
+// (docs/trust.md).
 struct AgentAddress {
   std::string url;
   std::string token;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -67,6 +68,11 @@ common::Result<model::Topology> load(const Settings& s) {
   return topology;
 }
 
+api::TlsServerOptions tls_options(const model::ApiSettings& api) {
+  return api::TlsServerOptions{api.tls.cert, api.tls.key, api.tls.client_ca,
+                               api.tls.require_client_cert};
+}
+
 int command_check(const Settings& s) {
   auto t = load(s);
   if (!t) return fail(t.error());
@@ -83,7 +89,19 @@ int command_check(const Settings& s) {
         common::format_rate_bps(l.reservable_bps()).c_str(), l.reservable_slots(), l.slot_count,
         common::format_duration_ns(l.cycle_ns).c_str());
   }
-  std::printf("api http://%s, journal %s\n", common::format_host_port(t->agent.api.listen).c_str(),
+  const model::ApiSettings& api_settings = t->agent.api;
+  if (auto tls = api::check_tls_options(tls_options(api_settings)); !tls) return fail(tls.error());
+  if (!api_settings.tokens_file.empty()) {
+    if (auto tokens = api::load_tokens(api_settings.tokens_file); !tokens) {
+      return fail(tokens.error());
+    }
+  }
+  std::printf("api %s://%s%s, journal %s\n", api_settings.tls.cert.empty() ? "http" : "https",
+              common::format_host_port(api_settings.listen).c_str(),
+              api_settings.tls.client_ca.empty()
+                  ? ""
+                  : (api_settings.tls.require_client_cert ? " (client certificates required)"
+                                                          : " (client certificates accepted)"),
               t->agent.journal.c_str());
   return kExitOk;
 }
@@ -121,9 +139,25 @@ int command_run(const Settings& s) {
   options.max_connections = api_settings.max_connections;
   options.max_body_bytes = api_settings.max_body_bytes;
   options.request_timeout_ns = api_settings.request_timeout_ns;
-  auto server = api::HttpServer::start(
-      options, api::make_handler(**agent, std::string(api::openapi_document())));
+  options.tls = tls_options(api_settings);
+  // /metrics also shows the server's own counters (TLS and token refusals among them).
+  auto server_ptr = std::make_shared<std::atomic<api::HttpServer*>>(nullptr);
+  api::Handler routes = api::make_handler(**agent, std::string(api::openapi_document()));
+  api::Handler handler = [routes, server_ptr](api::HttpRequest request, api::Respond respond) {
+    if (request.method == "GET" && request.path == "/metrics") {
+      respond = [respond, server_ptr](api::HttpResponse response) {
+        const api::HttpServer* s = server_ptr->load();
+        if (s != nullptr && response.status == 200) {
+          response.body += api::http_counters_text(s->counters());
+        }
+        respond(std::move(response));
+      };
+    }
+    routes(std::move(request), std::move(respond));
+  };
+  auto server = api::HttpServer::start(options, handler);
   if (!server) return fail(server.error());
+  server_ptr->store(server->get());
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
@@ -133,8 +167,18 @@ int command_run(const Settings& s) {
   std::string allow;
   for (const auto& p : api_settings.allow)
     allow += (allow.empty() ? "" : ", ") + common::format_ip_prefix(p);
-  const std::string url =
-      fmt::format("http://{}", common::format_host_port((*server)->local_endpoint()));
+  const bool https = !api_settings.tls.cert.empty();
+  const std::string url = fmt::format("{}://{}", https ? "https" : "http",
+                                      common::format_host_port((*server)->local_endpoint()));
+  const common::IpAddress& a = api_settings.listen.address;
+  const bool loopback =
+      a.ipv6 ? common::prefix_contains(*common::parse_ip_prefix("::1/128"), a) : a.bytes[0] == 127;
+  if (!https && !loopback) {
+    log->warn(
+        "the API speaks plain HTTP on {}, not a loopback address: tokens and reservations "
+        "cross the network in clear text (give agent.tls: docs/trust.md)",
+        url);
+  }
   log->info("domain {}: listening on {} (clients from {}{})", (*agent)->topology().domain, url,
             allow, api_settings.tokens_file.empty() ? "" : ", bearer tokens required");
   std::printf("listening on %s\n", url.c_str());

@@ -13,6 +13,7 @@
 // ("topo.yaml:14:5: field 'links[2].capacity': ..."); a loaded Topology is immutable and its
 // indices (node, link, gateway) are stable.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -88,6 +89,14 @@ struct Link {
   [[nodiscard]] int64_t max_delay_ns() const noexcept { return delay_ns + jitter_ns; }
 };
 
+// agent.tls (docs/trust.md): with cert, the API speaks HTTPS only.
+struct TlsSettings {
+  std::string cert;       // PEM chain of the agent's server certificate
+  std::string key;        // its private key (a secret file)
+  std::string client_ca;  // CAs whose client certificates are accepted (peers' CAs, ours)
+  bool require_client_cert = false;
+};
+
 struct ApiSettings {
   common::HostPort listen{};            // default 127.0.0.1:7800
   std::vector<common::IpPrefix> allow;  // client addresses that may connect
@@ -95,6 +104,21 @@ struct ApiSettings {
   uint32_t max_connections = 64;
   uint64_t max_body_bytes = 1 << 20;
   int64_t request_timeout_ns = 10'000'000'000;
+  TlsSettings tls;
+};
+
+// policy: (docs/trust.md, "Owner policy"): what a tenant or a foreign domain may hold at once.
+// Unset = no cap. An entry under tenants/domains takes the default's value for a key it omits.
+struct PolicyLimits {
+  std::optional<uint64_t> max_rate_bps;      // per reservation
+  std::optional<double> max_link_share;      // (0, 1] of a link's reservable rate, summed
+  std::optional<int64_t> max_window_ns;      // end - start of one reservation
+  std::optional<uint32_t> max_reservations;  // holding resources at once
+};
+struct Policy {
+  PolicyLimits defaults;                        // every tenant / domain without an entry
+  std::map<std::string, PolicyLimits> tenants;  // by tenant name
+  std::map<std::string, PolicyLimits> domains;  // by foreign domain name
 };
 
 struct AgentSettings {
@@ -113,6 +137,7 @@ struct Topology {
   std::string source;  // file it came from
   std::string domain;
   AgentSettings agent;
+  Policy policy;
   std::vector<Node> nodes;
   std::vector<Site> sites;
   std::vector<Gateway> gateways;

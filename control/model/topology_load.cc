@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "common/units.h"
 #include "control/model/topology.h"
+#include "control/model/topology_load_api.h"
 
 namespace detwan::control::model {
 namespace {
@@ -57,7 +58,7 @@ common::IpPrefix prefix_of(const ConfigNode& node) {
 void parse_agent(const ConfigNode& node, AgentSettings* agent) {
   node.check_keys({"name", "listen", "allow", "tokens_file", "max_connections", "max_body",
                    "request_timeout", "journal", "journal_sync", "hold_timeout",
-                   "reconcile_interval", "provision_wait", "tunnel_ids"});
+                   "reconcile_interval", "provision_wait", "tunnel_ids", "tls"});
   if (const auto name = node.maybe_child("name")) agent->name = name_of(*name);
   if (const auto listen = node.maybe_child("listen")) {
     auto endpoint = common::parse_host_port(listen->as_string(), true);
@@ -69,6 +70,7 @@ void parse_agent(const ConfigNode& node, AgentSettings* agent) {
     for (const ConfigNode& item : allow->items()) agent->api.allow.push_back(prefix_of(item));
   }
   agent->api.tokens_file = node.get_string("tokens_file", "");
+  if (const auto tls = node.maybe_child("tls")) parse_agent_tls(*tls, &agent->api.tls);
   agent->api.max_connections =
       static_cast<uint32_t>(node.get_int("max_connections", 64, 1, 100'000));
   if (const auto body = node.maybe_child("max_body")) {
@@ -154,7 +156,7 @@ void parse_link(const ConfigNode& node, Topology* topology,
 }
 
 Topology parse(const ConfigNode& root) {
-  root.check_keys({"domain", "agent", "sites", "gateways", "nodes", "links"});
+  root.check_keys({"domain", "agent", "policy", "sites", "gateways", "nodes", "links"});
   Topology topology;
   topology.source = root.file();
   topology.domain = name_of(root.child("domain"));
@@ -163,6 +165,7 @@ Topology parse(const ConfigNode& root) {
   topology.agent.api.allow = {*common::parse_ip_prefix("127.0.0.0/8"),
                               *common::parse_ip_prefix("::1/128")};
   if (const auto agent = root.maybe_child("agent")) parse_agent(*agent, &topology.agent);
+  if (const auto policy = root.maybe_child("policy")) parse_policy(*policy, &topology.policy);
 
   std::vector<std::string> site_gateways;
   for (const ConfigNode& item : root.child("sites").items()) {

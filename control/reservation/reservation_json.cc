@@ -207,6 +207,8 @@ json::object to_json(const Reservation& r, Secrets secrets) {
       {"id", r.id},
       {"version", r.version},
       {"client_request_id", r.client_request_id},
+      {"tenant", r.tenant},
+      {"requester_domain", r.requester_domain},
       {"state", to_string(r.state)},
       {"reason", r.reason},
       {"nsi", json::object{{"reservation_state", nsi_reservation_state(r.state)},
@@ -240,6 +242,9 @@ common::Result<Reservation> from_json(const json::object& object) {
     r.where = "reservation " + out.id;
     out.version = r.u64("version");
     out.client_request_id = r.str("client_request_id");
+    // Journals written before tenants existed have neither: the domain's operator, local.
+    if (r.o.contains("tenant")) out.tenant = r.str("tenant");
+    if (r.o.contains("requester_domain")) out.requester_domain = r.str("requester_domain");
     const auto state = state_from_string(r.str("state"));
     if (!state) r.fail("state", "is not a state");
     out.state = *state;

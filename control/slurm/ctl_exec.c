@@ -76,6 +76,11 @@ int detwan_ctl_run(const struct detwan_config *c, const char *agent_url,
   argv[argc++] = "--json";
   argv[argc++] = "--timeout";
   argv[argc++] = timeout_ms;
+  /* The CA of an https agent (detwanctl refuses --ca with an http one). */
+  if (c->agent_ca[0] != '\0' && strncmp(agent_url, "https://", 8) == 0) {
+    argv[argc++] = "--ca";
+    argv[argc++] = c->agent_ca;
+  }
   for (size_t i = 0; args[i] != NULL; ++i) {
     if (argc == kMaxArgs - 1) {
       snprintf(r->err, sizeof r->err, "too many detwanctl arguments");

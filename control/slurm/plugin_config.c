@@ -38,7 +38,10 @@ int detwan_valid_name(const char *name) {
 }
 
 static int valid_url(const char *url) {
-  return strncmp(url, "http://", 7) == 0 && strlen(url) > 7 && strpbrk(url, " \t\n,") == NULL;
+  const size_t scheme = strncmp(url, "https://", 8) == 0  ? 8
+                        : strncmp(url, "http://", 7) == 0 ? 7
+                                                          : 0;
+  return scheme > 0 && strlen(url) > scheme && strpbrk(url, " \t\n,") == NULL;
 }
 
 /* sites=NODE:SITE,NODE:SITE */
@@ -90,7 +93,7 @@ static int parse_agents(struct detwan_config *c, const char *value, char *err, s
     }
     if (copy(e->url, sizeof e->url, eq + 1, len - (size_t)(eq - p) - 1) != 0 ||
         !valid_url(e->url)) {
-      return fail(err, err_len, "agents=%s: '%.*s': the URL must start with http://", value,
+      return fail(err, err_len, "agents=%s: '%.*s': the URL must start with http(s)://", value,
                   (int)len, p);
     }
     ++c->agent_count;
@@ -128,7 +131,7 @@ int detwan_config_parse(struct detwan_config *c, int argc, char **argv, char *er
     const char *eq = strchr(arg, '=');
     if (eq == NULL) {
       return fail(err, err_len, "argument '%s': expected KEY=VALUE (detwanctl=, sites=, agent=, "
-                  "agents=, duration=, timeout=, conflict_wait=, token_file=)", arg);
+                  "agents=, duration=, timeout=, conflict_wait=, token_file=, agent_ca=)", arg);
     }
     const size_t key_len = (size_t)(eq - arg);
     const char *value = eq + 1;
@@ -141,7 +144,7 @@ int detwan_config_parse(struct detwan_config *c, int argc, char **argv, char *er
       if (parse_sites(c, value, err, err_len) != 0) return -1;
     } else if (KEY_IS("agent")) {
       if (!valid_url(value) || copy(c->agent, sizeof c->agent, value, strlen(value)) != 0) {
-        return fail(err, err_len, "agent=%s: must be a URL starting with http://", value);
+        return fail(err, err_len, "agent=%s: must be a URL starting with http(s)://", value);
       }
     } else if (KEY_IS("agents")) {
       if (parse_agents(c, value, err, err_len) != 0) return -1;
@@ -164,9 +167,14 @@ int detwan_config_parse(struct detwan_config *c, int argc, char **argv, char *er
           copy(c->token_file, sizeof c->token_file, value, strlen(value)) != 0) {
         return fail(err, err_len, "token_file=%s: must be an absolute path", value);
       }
+    } else if (KEY_IS("agent_ca")) {
+      if (value[0] != '/' || copy(c->agent_ca, sizeof c->agent_ca, value, strlen(value)) != 0) {
+        return fail(err, err_len, "agent_ca=%s: must be an absolute path", value);
+      }
     } else {
       return fail(err, err_len, "unknown argument '%.*s' (known: detwanctl, sites, agent, "
-                  "agents, duration, timeout, conflict_wait, token_file)", (int)key_len, arg);
+                  "agents, duration, timeout, conflict_wait, token_file, agent_ca)", (int)key_len,
+                  arg);
     }
 #undef KEY_IS
   }

@@ -3,7 +3,11 @@
  *
  *   required spank_detwan.so detwanctl=PATH sites=NODE:SITE[,NODE:SITE...]
  *            [agent=URL] [agents=SITE=URL[,SITE=URL...]] [duration=24h] [timeout=30]
- *            [conflict_wait=10] [token_file=PATH]
+ *            [conflict_wait=10] [token_file=PATH] [agent_ca=PATH]
+ *
+ * token_file: its first line is the bearer token, given to detwanctl in its environment (never on
+ * its command line). agent_ca: the CA of https:// agents, given to detwanctl as --ca (and to the
+ * job as DETWAN_AGENT_CA); URLs may be http:// or https:// (docs/trust.md).
  *
  * Pure functions on caller-owned memory: no Slurm calls, no allocation, no global state, so the
  * unit tests (tests/control/slurm_plugin_config_test.cc) run them without Slurm. Every failure
@@ -47,6 +51,7 @@ struct detwan_config {
   size_t agent_count;
   char duration[32];                /* the reservation's length, detwanctl --duration */
   char token_file[DETWAN_PATH_MAX]; /* optional: first line = bearer token */
+  char agent_ca[DETWAN_PATH_MAX];   /* optional: CA file of https agents (detwanctl --ca) */
   int timeout_s;                    /* per detwanctl call */
   int conflict_wait_s;              /* how long a prefix_conflict is retried */
 };

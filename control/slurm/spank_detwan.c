@@ -293,6 +293,9 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av) {
   spank_setenv(sp, "DETWAN_SITE", state.site, 1);
   if (state.reservations[0] != '\0') {
     spank_setenv(sp, "DETWAN_AGENT", state.agent_url, 1);
+    if (state.config.agent_ca[0] != '\0' && strncmp(state.agent_url, "https://", 8) == 0) {
+      spank_setenv(sp, "DETWAN_AGENT_CA", state.config.agent_ca, 1);
+    }
     spank_setenv(sp, "DETWAN_RESERVATION", state.reservations, 1);
   }
   return 0;

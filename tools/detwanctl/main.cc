@@ -1,6 +1,7 @@
 // detwanctl: reservations of deterministic tunnels, from the command line (docs/control.md).
 //
-//   detwanctl [--agent URL] [--token T] [--json] VERB ...
+//   detwanctl [--agent URL] [--token T | --token-file F] [--ca F] [--cert F --key F] [--json] VERB
+//   ...
 //     reserve --from A --to B --rate R [--src-prefix P]... [--dst-prefix P]... [--burst SIZE]
 //     [--max-latency D] [--max-latency-variation D]
 //             [--max-loss F] [--start TIME] (--end TIME | --duration D) [--asap] [--paths K]
@@ -14,7 +15,10 @@
 //     pool register|list|show|remove ...   plan ...        (compute.h)
 // Units as everywhere in detwan: 10ms, 100mbit, 64kb. TIME: now, +10m (from now), @UNIX_SECONDS,
 // or 2026-12-01T14:00:00Z. --agent defaults to $DETWAN_AGENT, then http://127.0.0.1:7800;
-// --token to $DETWAN_AGENT_TOKEN.
+// --token to $DETWAN_AGENT_TOKEN, --token-file to $DETWAN_AGENT_TOKEN_FILE (a secret file: ours
+// or root's, not readable by others), --ca to $DETWAN_AGENT_CA, --cert/--key to
+// $DETWAN_AGENT_CERT/$DETWAN_AGENT_KEY. An https:// agent is verified against --ca (else the
+// system's store); --ca/--cert/--key with an http:// agent are refused (docs/trust.md).
 // Exit status: 0 done; 1 refused or failed (no capacity, bound unachievable, wrong state, agent
 // unreachable, a provisioned tunnel not active in time); 2 bad usage or a malformed request.
 // With --json the agent's JSON (the error object included) goes to stdout.
@@ -29,6 +33,7 @@
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
 
+#include "common/secret_file.h"
 #include "common/units.h"
 #include "control/client/http_client.h"
 #include "tools/detwanctl/compute.h"
@@ -91,6 +96,7 @@ int64_t time_of(const std::string& option, const std::string& text) {
 
 struct Context {
   Url url;
+  control::client::TlsClientOptions tls;  // used for https:// URLs
   std::string token;
   bool json = false;
   int timeout_ms = 30'000;
@@ -100,7 +106,7 @@ struct Context {
 int call(const Context& c, const std::string& method, const std::string& path,
          const std::string& body, const std::function<std::string(const json::value&)>& print,
          const std::function<int(const json::value&)>& verdict = nullptr) {
-  auto answer = http_call(c.url, method, path, body, c.token, c.timeout_ms);
+  auto answer = http_call(c.url, method, path, body, c.token, c.timeout_ms, "detwanctl", &c.tls);
   if (!answer) {
     if (c.json) {
       std::printf("%s\n",
@@ -166,9 +172,27 @@ int run(int argc, char** argv) {
   const char* env_token = std::getenv("DETWAN_AGENT_TOKEN");
   std::string agent = env_agent != nullptr ? env_agent : "http://127.0.0.1:7800";
   std::string token = env_token != nullptr ? env_token : "";
+  auto env = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value != nullptr ? value : "");
+  };
+  std::string token_file = env("DETWAN_AGENT_TOKEN_FILE");
   Context c;
+  c.tls.ca_file = env("DETWAN_AGENT_CA");
+  c.tls.cert_file = env("DETWAN_AGENT_CERT");
+  c.tls.key_file = env("DETWAN_AGENT_KEY");
   app.add_option("--agent", agent, "agent URL (default $DETWAN_AGENT or http://127.0.0.1:7800)");
-  app.add_option("--token", token, "bearer token (default $DETWAN_AGENT_TOKEN)");
+  CLI::Option* token_option =
+      app.add_option("--token", token, "bearer token (default $DETWAN_AGENT_TOKEN)");
+  CLI::Option* token_file_option =
+      app.add_option("--token-file", token_file,
+                     "file holding the bearer token (default $DETWAN_AGENT_TOKEN_FILE)");
+  CLI::Option* ca_option = app.add_option(
+      "--ca", c.tls.ca_file, "CA file verifying an https agent (default $DETWAN_AGENT_CA)");
+  CLI::Option* cert_option = app.add_option(
+      "--cert", c.tls.cert_file, "client certificate for mutual TLS (default $DETWAN_AGENT_CERT)");
+  CLI::Option* key_option =
+      app.add_option("--key", c.tls.key_file, "its private key (default $DETWAN_AGENT_KEY)");
   app.add_flag("--json", c.json, "print the agent's JSON");
   app.add_option("--timeout", c.timeout_ms, "ms to wait for the agent")->capture_default_str();
 
@@ -265,6 +289,23 @@ int run(int argc, char** argv) {
     if (!url) throw Usage{"--agent: " + url.error().message};
     c.url = *url;
     c.token = token;
+    if (token_option->count() > 0 && token_file_option->count() > 0) {
+      throw Usage{"--token and --token-file: give one"};
+    }
+    if (!token_file.empty() && token_option->count() == 0) {
+      auto text = common::read_secret_file(token_file, "token file", 4096);
+      if (!text) throw Usage{"--token-file: " + text.error().message};
+      const size_t first = text->find_first_not_of(" \t\r\n");
+      const size_t last = text->find_last_not_of(" \t\r\n");
+      if (first == std::string::npos) throw Usage{"--token-file " + token_file + ": empty"};
+      c.token = text->substr(first, last - first + 1);
+    }
+    if (!c.url.https) {
+      if (ca_option->count() + cert_option->count() + key_option->count() > 0) {
+        throw Usage{"--ca/--cert/--key need an https:// agent (not " + agent + ")"};
+      }
+      c.tls = {};  // $DETWAN_AGENT_CA etc. apply to https agents only
+    }
     if (*reserve) {
       json::object body{{"src", from}, {"dst", to}, {"min_bandwidth_bps", rate_of("--rate", rate)}};
       if (!burst.empty()) {
@@ -315,7 +356,8 @@ int run(int argc, char** argv) {
       if (!end.empty() && !extend.empty()) throw Usage{"give --end or --extend, not both"};
       if (!end.empty()) body["end_unix_ns"] = time_of("--end", end);
       if (!extend.empty()) {
-        auto current = http_call(c.url, "GET", "/v1/reservations/" + id, "", c.token, c.timeout_ms);
+        auto current = http_call(c.url, "GET", "/v1/reservations/" + id, "", c.token, c.timeout_ms,
+                                 "detwanctl", &c.tls);
         if (!current || current->status != 200) throw Usage{"--extend: cannot read " + id};
         const json::value r = json::parse(current->body);
         body["end_unix_ns"] =

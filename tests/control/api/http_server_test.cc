@@ -425,7 +425,8 @@ TEST_F(TokensTest, LoadTokensErrorsNameTheLine) {
   };
   expect_line("role", good + "\nadmin " + kWriteToken + "\n", 3);
   expect_line("short", "read short\n", 1);
-  expect_line("extra", good + good + "write " + kWriteToken + " extra\n", 3);
+  expect_line("extra", good + "read other-token-0123456789\n" + "write " + kWriteToken + " extra\n",
+              3);
   expect_line("missing", "# tokens\nwrite\n", 2);
 
   const std::string empty = write_file("empty", "# nothing here\n\n");

@@ -101,6 +101,22 @@ TEST(SlurmCtlExec, CapturesStdoutStderrAndStatus) {
   unlink(path.c_str());
 }
 
+TEST(SlurmCtlExec, PassesTheAgentCaToHttpsAgentsOnly) {
+  detwan_config c = config_with_timeout(5);
+  std::strcpy(c.agent_ca, "/etc/detwan/ca.pem");
+  const std::string path = script(R"(echo "{\"args\":\"$*\"}")");
+  std::strcpy(c.detwanctl, path.c_str());
+  const char* args[] = {"list", nullptr};
+  detwan_ctl_result r;
+  ASSERT_EQ(detwan_ctl_run(&c, "https://h:1", args, &r), 0) << r.err;
+  EXPECT_NE(std::string(r.out).find("--ca /etc/detwan/ca.pem list"), std::string::npos) << r.out;
+  detwan_ctl_result_free(&r);
+  ASSERT_EQ(detwan_ctl_run(&c, "http://h:1", args, &r), 0) << r.err;
+  EXPECT_EQ(std::string(r.out).find("--ca"), std::string::npos) << r.out;
+  detwan_ctl_result_free(&r);
+  unlink(path.c_str());
+}
+
 TEST(SlurmCtlExec, KillsAChildPastItsDeadline) {
   detwan_config c = config_with_timeout(1);
   const std::string path = script("exec sleep 30");

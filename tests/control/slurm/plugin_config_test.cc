@@ -52,6 +52,23 @@ TEST(SlurmPluginConfig, DefaultsAndOneAgentForAll) {
   EXPECT_STREQ(detwan_agent_for(&p.config, "a"), "http://h:1");
 }
 
+TEST(SlurmPluginConfig, HttpsAgentsAndTheirCa) {
+  const Parsed p = parse({"detwanctl=/x/detwanctl", "sites=n1:a,n2:b", "agent=https://h:7443",
+                          "agents=b=https://10.99.2.1:7443", "agent_ca=/etc/detwan/ca.pem"});
+  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_STREQ(p.config.agent_ca, "/etc/detwan/ca.pem");
+  EXPECT_STREQ(detwan_agent_for(&p.config, "a"), "https://h:7443");
+  EXPECT_STREQ(detwan_agent_for(&p.config, "b"), "https://10.99.2.1:7443");
+  const Parsed relative =
+      parse({"detwanctl=/x", "sites=n:a", "agent=https://h:1", "agent_ca=ca.pem"});
+  EXPECT_EQ(relative.rc, -1);
+  EXPECT_NE(std::string(relative.err).find("agent_ca=ca.pem: must be an absolute path"),
+            std::string::npos)
+      << relative.err;
+  const Parsed ftp = parse({"detwanctl=/x", "sites=n:a", "agent=ftp://h:1"});
+  EXPECT_EQ(ftp.rc, -1);
+}
+
 TEST(SlurmPluginConfig, ErrorsNameTheArgument) {
   struct Case {
     std::vector<std::string> args;
@@ -65,7 +82,7 @@ TEST(SlurmPluginConfig, ErrorsNameTheArgument) {
       {{"detwanctl=/x", "sites=n1:a,n1:b", "agent=http://h:1"}, "node 'n1' is named twice"},
       {{"detwanctl=/x", "sites=n1:a b", "agent=http://h:1"}, "[A-Za-z0-9._-]{1,64}"},
       {{"detwanctl=/x", "sites=n1:a"}, "site 'a' has no agent"},
-      {{"detwanctl=/x", "sites=n1:a", "agents=a=ftp://h"}, "must start with http://"},
+      {{"detwanctl=/x", "sites=n1:a", "agents=a=ftp://h"}, "must start with http(s)://"},
       {{"detwanctl=/x", "sites=n1:a", "agent=http://h:1", "duration=10x"}, "duration=10x"},
       {{"detwanctl=/x", "sites=n1:a", "agent=http://h:1", "timeout=0"}, "timeout=0"},
       {{"detwanctl=/x", "sites=n1:a", "agent=http://h:1", "conflict_wait=-1"}, "conflict_wait=-1"},

@@ -1,0 +1,18 @@
+#pragma once
+// The topology loader's agent.tls and policy sections (docs/trust.md), beside topology_load.cc.
+// Setup tier: errors throw common::Failure naming file, line and field (ConfigNode::fail), like
+// the rest of the loader. Threading: none (pure parsing).
+#include "common/config.h"
+#include "control/model/topology.h"
+
+namespace detwan::control::model {
+
+// agent.tls: {cert, key, client_ca, require_client_cert}. Files are checked by
+// `detwan-agent check` and at start (the API server), not here.
+void parse_agent_tls(const common::ConfigNode& node, TlsSettings* tls);
+
+// policy: {default: LIMITS, tenants: {NAME: LIMITS}, domains: {NAME: LIMITS}} with LIMITS
+// {max_rate, max_link_share, max_window, max_reservations}.
+void parse_policy(const common::ConfigNode& node, Policy* policy);
+
+}  // namespace detwan::control::model
