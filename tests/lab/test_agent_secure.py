@@ -190,7 +190,9 @@ def test_a_co_tenant_cannot_ride_another_jobs_tunnel(lab2):
         before = {s: {t: tunnel_stats(s, t) for t in (vid, oid)} for s in ("a", "b")}
         drops_before = labutil.gw_stats("a")["drops"]["foreign_source"]
         tun_before = tun_dropped("a")
-        rx = sink("b")
+        # The receiver waits out an idle gap of 8 s: job 2 starts only after the flood ends, and a
+        # loaded machine may take seconds to start its sender.
+        rx = sink("b", idle_s=8.0)
         # Job 2 floods job 1's destination: 1,000-byte datagrams at 10,000/s (80 Mbit/s, four
         # times job 1's reservation) for 2 s; job 1 sends 3,000 datagrams of 200 bytes at
         # 1,500/s meanwhile (about 4 Mbit/s with the gateways' overhead), then job 2 its own 200.

@@ -116,6 +116,22 @@ def reserve_encrypted() -> dict:
     return r
 
 
+def assert_genuine_traffic_accepted(src: str, dst_site: dict, tid: int, count: int = 50) -> None:
+    """Pings from `src` to `dst_site`'s host through tunnel `tid`: the receiving gateway refuses
+    none of them (no replay-window drop, no failed authentication) and delivers what it opens.
+    A reply lost by a loaded machine outside the gateways is tolerated (at most 10 %); a
+    gateway that refused genuine packets fails the counters whatever the machine's load."""
+    recv = dst_site["name"]
+    t0 = tunnel(labutil.gw_stats(recv), tid)
+    replies = labutil.ping_replies(src, dst_site["tunnel_addr"], count)
+    t1 = tunnel(labutil.gw_stats(recv), tid)
+    refused = {k: t1["rx"]["replay_drops"][k] - t0["rx"]["replay_drops"][k]
+               for k in t1["rx"]["replay_drops"]}
+    assert not any(refused.values()), refused
+    assert t1["auth"]["drops"]["auth_failed"] == t0["auth"]["drops"]["auth_failed"], t1["auth"]
+    assert replies >= count * 9 // 10, replies
+
+
 def tun_tx(stats: dict) -> int:
     return stats["local"]["tun_tx_packets"]
 
@@ -134,11 +150,13 @@ def test_a_gateways_own_datagrams_sent_back_to_it_never_open(attacklab):
         b_ep, a_ep = endpoints("a", "b")
         attacker = Attacker("b")
         cap = attacker.start_capture(a_ep, b_ep, 3.0)
-        assert labutil.ping_replies("a", b["tunnel_addr"], 100) == 100
+        # This phase only gathers A's datagrams for the attack; a loaded machine may lose an echo
+        # (tolerated here -- what the tunnel refuses is asserted by its counters below).
+        assert labutil.ping_replies("a", b["tunnel_addr"], 100) >= 90
         captured = attacker.finish(cap)
         data = [p for p in captured if not is_control(p)]
         control = [p for p in captured if is_control(p)]
-        assert len(data) >= 100 and len(control) >= 5, (len(data), len(control))
+        assert len(data) >= 90 and len(control) >= 5, (len(data), len(control))
 
         before = labutil.gw_stats("a")
         attacker.send(b_ep, a_ep, captured)  # from B's address, to A
@@ -157,8 +175,10 @@ def test_a_gateways_own_datagrams_sent_back_to_it_never_open(attacklab):
         assert t1["rx"]["replay_top"] == t0["rx"]["replay_top"]
         assert t1["rx"]["peer_restarts"] == t0["rx"]["peer_restarts"] == 0
         assert peer(after, "b")["restarts"] == peer(before, "b")["restarts"] == 0
-        # B's genuine traffic to A: every packet delivered, none refused as a duplicate.
-        assert labutil.ping_replies("b", a["tunnel_addr"], 50) == 50
+        # B's genuine traffic to A: none refused by A's gateway (no duplicate, no failed
+        # authentication) -- before the fix the replayed sequence numbers made B's next packets
+        # duplicates.
+        assert_genuine_traffic_accepted("b", a, tid)
         final = tunnel(labutil.gw_stats("a"), tid)
         assert final["rx"]["replay_drops"]["duplicate"] == 0, final["rx"]
     finally:
@@ -179,12 +199,12 @@ def test_packets_and_keepalives_from_before_a_restart_replayed_later_move_nothin
         b_ep, a_ep = endpoints("a", "b")
         listener = Attacker("a")  # sees what reaches A
         cap = listener.start_capture(b_ep, a_ep, 3.0)
-        assert labutil.ping_replies("b", a["tunnel_addr"], 100) == 100
+        assert labutil.ping_replies("b", a["tunnel_addr"], 100) >= 90  # gathering only
         captured = listener.finish(cap)
         attacker = Attacker("b")  # owns B's address
         data = [p for p in captured if not is_control(p)]
         control = [p for p in captured if is_control(p)]
-        assert len(data) >= 100 and len(control) >= 5, (len(data), len(control))
+        assert len(data) >= 90 and len(control) >= 5, (len(data), len(control))
 
         tb("gateway", "b", "restart", check=True)
         # The agent re-programs B; A accepts B's new epoch once.
@@ -217,6 +237,6 @@ def test_packets_and_keepalives_from_before_a_restart_replayed_later_move_nothin
         assert t1["auth"]["drops"]["auth_failed"] - t0["auth"]["drops"]["auth_failed"] >= len(data)
         assert tun_tx(after) == tun_tx(before)
         assert t1["rx"]["replay_top"] == t0["rx"]["replay_top"]
-        assert labutil.ping_replies("b", a["tunnel_addr"], 50) == 50
+        assert_genuine_traffic_accepted("b", a, tid)
     finally:
         ctl("terminate", r["id"])
