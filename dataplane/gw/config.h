@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -122,6 +123,10 @@ struct TunnelProtection {
 // context and its secret is derived by ECDH with the gateway's identity key when the tunnel is
 // loaded or applied (aead/key_exchange.h; docs/gateway.md, "Identity key").
 struct TunnelKey {
+  // (A constructor, not an aggregate: TunnelKey{id, secret} stays complete without a context.)
+  TunnelKey() = default;
+  TunnelKey(uint8_t key_id, const aead::Key& key_secret, std::string key_context = {})
+      : id(key_id), secret(key_secret), context(std::move(key_context)) {}
   uint8_t id = 0;  // 1 .. 255, names the key in configuration and stats (not on the wire)
   aead::Key secret{};
   std::string context;  // x25519: the key's context (e.g. "r-12/gen-1"); "" otherwise
