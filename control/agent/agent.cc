@@ -141,7 +141,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
 
   std::vector<gateway::GatewayTarget> targets;
   for (const model::Gateway& g : impl->topology.gateways)
-    targets.push_back({g.name, g.admin_socket});
+    targets.push_back({g.name, g.admin_socket, g.public_key});
   gateway::GatewayClient* client =
       options.gateway_client != nullptr ? options.gateway_client : &impl->own_client;
   Impl* raw = impl.get();

@@ -118,6 +118,11 @@ std::string Engine::tunnels_json() const {
   json::object root{{"gateway", m.config.name},   {"boot_id", m.boot_id},
                     {"generation", m.generation}, {"tunnels", std::move(tunnels)},
                     {"peers", std::move(peers)},  {"wan_ports", std::move(ports)}};
+  // The identity's public key (base64), which the agent checks against its topology.
+  root["public_key"] =
+      m.config.identity
+          ? json::value(common::crypto::x25519_public_base64(m.config.identity->keys.public_key))
+          : json::value(nullptr);
   return json::serialize(root);
 }
 

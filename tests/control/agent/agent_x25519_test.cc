@@ -63,7 +63,12 @@ std::string keyed_topology(const std::string& journal, const X25519KeyPair& a,
 
 struct X25519AgentFixture : AgentFixture {
   X25519KeyPair gw_a = new_pair(), gw_b = new_pair();
-  void SetUp() override { open_keyed(); }
+  void SetUp() override {
+    // The gateways report the keys they hold (the agent checks them against the topology).
+    gateways.with("/fake/gw-a", [&](FakeGateways::Gateway& g) { g.public_key = b64(gw_a); });
+    gateways.with("/fake/gw-b", [&](FakeGateways::Gateway& g) { g.public_key = b64(gw_b); });
+    open_keyed();
+  }
   void open_keyed() {
     agent.reset();
     auto topology = model::load_topology_string(keyed_topology(journal, gw_a, gw_b));
@@ -191,6 +196,31 @@ TEST_F(X25519AgentFixture, AGatewayWithoutAPublicKeyKeepsADrawnSecret) {
   EXPECT_FALSE(on_c.contains("peer_public_key"));
   EXPECT_EQ(on_c.at("keys").as_array()[0].at("fingerprint").as_string().size(), 16u);
   EXPECT_TRUE(active(id_of(reserved)));
+}
+
+TEST_F(X25519AgentFixture, AGatewayReportingAnotherKeyIsAnErrorNamingBothAndIsNotProgrammed) {
+  const X25519KeyPair other = new_pair();
+  gateways.with("/fake/gw-b", [&](FakeGateways::Gateway& g) { g.public_key = b64(other); });
+  auto r = request("a", "b", 20'000'000);
+  r.spec.encrypt = "aes-256-gcm";
+  r.provision = true;
+  const std::string id = id_of(reserve_ok(r));
+  agent->reconcile_now();
+  EXPECT_FALSE(active(id));
+  EXPECT_EQ(tunnels_on("/fake/gw-b"), 0u);
+  std::string error;
+  const boost::json::object topology = agent->topology_json();  // (held: the loop reads it)
+  for (const auto& g : topology.at("gateways").as_array()) {
+    if (g.at("name") == "gw-b") error = std::string(g.at("error").as_string());
+  }
+
+  EXPECT_NE(error.find(b64(other)), std::string::npos) << error;
+  EXPECT_NE(error.find(b64(gw_b)), std::string::npos) << error;
+  EXPECT_NE(error.find("gw-b"), std::string::npos) << error;
+  // The operator fixes it: programmed on the next pass.
+  gateways.with("/fake/gw-b", [&](FakeGateways::Gateway& g) { g.public_key = b64(gw_b); });
+  agent->reconcile_now();
+  EXPECT_TRUE(active(id));
 }
 
 TEST(X25519Topology, ABadPublicKeyNamesTheLineAndField) {

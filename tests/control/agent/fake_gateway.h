@@ -30,6 +30,7 @@ class FakeGateways final : public gateway::GatewayClient {
     std::set<uint32_t> time_out;  // an apply that adds only one of these gets no answer
     std::map<uint32_t, boost::json::object> tunnels;  // as {"cmd":"tunnels"} lists them
     uint64_t applies = 0;
+    std::string public_key;  // the identity's public key it reports ("" = null: none)
   };
 
   common::Result<std::string> request(const std::string& socket, const std::string& line) override {
@@ -45,10 +46,13 @@ class FakeGateways final : public gateway::GatewayClient {
     if (cmd == "tunnels") {
       boost::json::array list;
       for (const auto& [id, t] : g.tunnels) list.push_back(t);
-      return boost::json::serialize(boost::json::object{{"gateway", socket},
-                                                        {"boot_id", fmt::format("{:016x}", g.boot)},
-                                                        {"generation", g.generation},
-                                                        {"tunnels", std::move(list)}});
+      return boost::json::serialize(boost::json::object{
+          {"gateway", socket},
+          {"boot_id", fmt::format("{:016x}", g.boot)},
+          {"generation", g.generation},
+          {"tunnels", std::move(list)},
+          {"public_key",
+           g.public_key.empty() ? boost::json::value(nullptr) : boost::json::value(g.public_key)}});
     }
     if (cmd != "apply") return error(g, "unknown cmd");
     if (const auto* want = request.if_contains("if_generation")) {
