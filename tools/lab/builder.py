@@ -62,6 +62,7 @@ class LabConfig:
         if self.agents:
             self.gateway.agents = True
             self.gateway.wan_mtu = self.mtu_bytes
+            gateway.draw_identity_keys(self.gateway, [s.name for s in topo.sites])
             self.gateway_configs = {s.name: gateway.render_agent_config(s, topo, self.gateway,
                                                                         self.spec_for)
                                     for s in topo.sites}
@@ -69,8 +70,9 @@ class LabConfig:
                 self.agent_port = agent.free_port()
             if not self.mgmt_net:
                 self.mgmt_net = agent.free_mgmt_net()
-            self.agent_topology = agent.render_topology(topo, self.spec_for, self.agent_port,
-                                                        self.mtu_bytes, self.mgmt_net)
+            self.agent_topology = agent.render_topology(
+                topo, self.spec_for, self.agent_port, self.mtu_bytes, self.mgmt_net,
+                {name: public for name, (_, public) in self.gateway.identity_keys.items()})
             return {}
         plans = gateway.plan_tunnels(topo, self.gateway, self.spec_for)
         gateway.draw_tunnel_keys(self.gateway, [plan.id for plan in plans.values()])
