@@ -78,7 +78,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
     auto r = reservation::from_json(value.as_object());
     if (!r) return std::unexpected(r.error());
     for (const reservation::TunnelKey& key : r->keys.keys) {
-      if (key.secret_hex.empty()) {
+      if (key.secret_hex.empty() && r->keys.key_exchange.empty()) {
         return common::make_error(
             common::ErrorCode::kIo,
             fmt::format("journal {}: reservation {} has key {} without its secret",
@@ -141,7 +141,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
 
   std::vector<gateway::GatewayTarget> targets;
   for (const model::Gateway& g : impl->topology.gateways)
-    targets.push_back({g.name, g.admin_socket});
+    targets.push_back({g.name, g.admin_socket, g.public_key});
   gateway::GatewayClient* client =
       options.gateway_client != nullptr ? options.gateway_client : &impl->own_client;
   Impl* raw = impl.get();
@@ -263,13 +263,7 @@ void Agent::Impl::update_desired(int64_t now_ns) {
       spec.match_dst = e == 0 ? r.spec.dst_prefixes : r.spec.src_prefixes;
       spec.match_src = e == 0 ? r.spec.src_prefixes : r.spec.dst_prefixes;
       spec.reservation = r.id;
-      if (r.spec.encrypt != "none") {  // the reservation's keys (tunnel_keys.h)
-        spec.cipher = r.spec.encrypt;
-        for (const reservation::TunnelKey& key : r.keys.keys) {
-          spec.keys.push_back(gateway::TunnelSpec::Key{key.id, key.secret_hex});
-        }
-        spec.tx_key = r.keys.tx_key;
-      }
+      gateway::set_auth(spec, r.spec.encrypt, r.keys, e);  // the reservation's keys
       // 1+1: the copies leave through this gateway's port on the second disjoint path.
       if (r.spec.protect && r.paths.size() >= 2 && r.paths[1].ends[e].gateway == end.gateway) {
         spec.protect_peer = r.paths[1].ends[e].peer;

@@ -280,7 +280,15 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   r.bound = plan.bound;
   r.created_ns = now;
   if (spec.encrypt != reservation::kNoCipher) {  // its own key, drawn here, journaled, never shown
-    auto keys = reservation::first_keys();
+    // Both gateways registered a public key: they derive the keys themselves (no secret here).
+    const auto public_key = [&](int e) -> std::string {
+      if (r.paths.empty()) return "";
+      const uint32_t g = t.find_gateway(r.paths.front().ends[e].gateway);
+      return g == model::kNone ? "" : t.gateways[g].public_key;
+    };
+    auto keys = !public_key(0).empty() && !public_key(1).empty()
+                    ? reservation::x25519_keys(spec.encrypt, public_key(0), public_key(1), r.id, 1)
+                    : reservation::first_keys();
     if (!keys) return std::unexpected(ApiError{500, "internal", keys.error().message, ""});
     r.keys = std::move(*keys);
   }

@@ -211,6 +211,21 @@ GatewayReport Reconciler::reconcile(uint32_t g, const std::vector<TunnelSpec>& d
     report.restarted = !last_boot_id.empty() && report.boot_id != last_boot_id;
     const uint64_t generation = u64_of(answer.object, "generation");
     report.generation = generation;
+    // A registered key the gateway does not hold: its x25519 tunnels could not open, and it may
+    // not be the gateway the operator registered. Nothing is programmed until they agree.
+    if (!target.public_key.empty()) {
+      const json::value* key = answer.object.if_contains("public_key");
+      const std::string reported =
+          key != nullptr && key->is_string() ? std::string(key->as_string()) : "";
+      if (reported != target.public_key) {
+        report.error = fmt::format(
+            "gateway '{}' ({}) has public key {} but the topology registers {} "
+            "(gateways[].public_key): not programmed until they agree",
+            target.name, target.socket, reported.empty() ? "none (no identity)" : reported,
+            target.public_key);
+        return report;
+      }
+    }
     std::map<uint32_t, const json::object*> actual;
     if (const json::value* tunnels = answer.object.if_contains("tunnels");
         tunnels != nullptr && tunnels->is_array()) {

@@ -48,7 +48,8 @@ class UnixGatewayClient final : public GatewayClient {
 
 struct GatewayTarget {
   std::string name;
-  std::string socket;  // admin socket path
+  std::string socket;      // admin socket path
+  std::string public_key;  // registered X25519 public key (base64); "" = none registered
 };
 
 struct GatewayReport {

@@ -46,10 +46,25 @@ bool TunnelSpec::auth_matches(const json::value* auth) const {
   if (!get_u64(o, "tx_key", &tx) || tx != tx_key) return false;
   const json::value* list = o.if_contains("keys");
   if (list == nullptr || !list->is_array() || list->as_array().size() != keys.size()) return false;
+  const auto text_is = [](const json::object& in, std::string_view key, std::string_view want) {
+    const json::value* v = in.if_contains(key);
+    return want.empty() ? v == nullptr : v != nullptr && v->is_string() && v->as_string() == want;
+  };
+  if (!text_is(o, "key_exchange", key_exchange) ||
+      !text_is(o, "peer_public_key", peer_public_key)) {
+    return false;
+  }
   for (size_t i = 0; i < keys.size(); ++i) {
     const json::value& item = list->as_array()[i];
     if (!item.is_object()) return false;
     uint64_t id = 0;
+    if (!key_exchange.empty()) {  // no secret to fingerprint: the key is its context
+      if (!get_u64(item.as_object(), "id", &id) || id != keys[i].id ||
+          !text_is(item.as_object(), "context", keys[i].context)) {
+        return false;
+      }
+      continue;
+    }
     const json::value* f = item.as_object().if_contains("fingerprint");
     if (!get_u64(item.as_object(), "id", &id) || id != keys[i].id || f == nullptr ||
         !f->is_string() || f->as_string() != reservation::key_fingerprint(keys[i].secret_hex)) {
@@ -71,17 +86,17 @@ json::object TunnelSpec::to_request() const {
     match["src"] = std::move(src);
   }
   json::object request{{"id", id},
-                      {"peer", peer},
-                      {"owner", owner},
-                      {"rate", fmt::format("{}bit", rate_bps)},
-                      {"slots", std::move(slot_list)},
-                      {"burst", fmt::format("{}b", burst_bytes)},
-                      {"over_rate", "drop"},
-                      {"bound", fmt::format("{}ns", bound_ns)},
-                      {"late", "deliver"},
-                      {"max_hold", fmt::format("{}ns", max_hold_ns)},
-                      {"dscp", dscp},
-                      {"match", std::move(match)}};
+                       {"peer", peer},
+                       {"owner", owner},
+                       {"rate", fmt::format("{}bit", rate_bps)},
+                       {"slots", std::move(slot_list)},
+                       {"burst", fmt::format("{}b", burst_bytes)},
+                       {"over_rate", "drop"},
+                       {"bound", fmt::format("{}ns", bound_ns)},
+                       {"late", "deliver"},
+                       {"max_hold", fmt::format("{}ns", max_hold_ns)},
+                       {"dscp", dscp},
+                       {"match", std::move(match)}};
   if (!protect_peer.empty()) {
     json::array protect_list;
     for (const uint32_t s : protect_slots) protect_list.push_back(s);
@@ -91,10 +106,16 @@ json::object TunnelSpec::to_request() const {
   if (!cipher.empty()) {
     json::array key_list;
     for (const Key& key : keys) {
-      key_list.push_back(json::object{{"id", key.id}, {"secret", key.secret_hex}});
+      key_list.push_back(key_exchange.empty()
+                             ? json::object{{"id", key.id}, {"secret", key.secret_hex}}
+                             : json::object{{"id", key.id}, {"context", key.context}});
     }
-    request["auth"] =
-        json::object{{"cipher", cipher}, {"keys", std::move(key_list)}, {"tx_key", tx_key}};
+    json::object auth{{"cipher", cipher}, {"keys", std::move(key_list)}, {"tx_key", tx_key}};
+    if (!key_exchange.empty()) {
+      auth["key_exchange"] = key_exchange;
+      auth["peer_public_key"] = peer_public_key;
+    }
+    request["auth"] = std::move(auth);
   } else {
     request["auth"] = "none";  // the gateway refuses a tunnel that does not say it
   }
@@ -147,6 +168,20 @@ bool TunnelSpec::matches(const json::object& a, std::string* difference) const {
     return differ("protection.slots");
   }
   return true;
+}
+
+void set_auth(TunnelSpec& spec, const std::string& cipher, const reservation::TunnelKeys& keys,
+              int end) {
+  if (cipher.empty() || cipher == reservation::kNoCipher) return;
+  spec.cipher = cipher;
+  spec.keys.clear();
+  for (const reservation::TunnelKey& key : keys.keys) {
+    spec.keys.emplace_back(key.id, key.secret_hex, key.context);
+  }
+  spec.tx_key = keys.tx_key;
+  spec.key_exchange = keys.key_exchange;
+  spec.peer_public_key =
+      keys.key_exchange.empty() ? std::string() : keys.public_keys[end == 0 ? 1 : 0];
 }
 
 }  // namespace detwan::control::gateway

@@ -3,9 +3,12 @@
 // (the `apply` vocabulary of its admin socket, docs/gateway.md "Control channel").
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/json.hpp>
+
+#include "control/reservation/tunnel_keys.h"
 
 namespace detwan::control::gateway {
 
@@ -38,15 +41,25 @@ struct TunnelSpec {
   std::vector<uint32_t> protect_slots;  // sorted
   // Authenticated, encrypted tunnel (docs/gateway.md, "auth"): cipher name ("" = none), the
   // keys with their secrets (64 hex digits) and the id of the one that seals.
+  // With key_exchange "x25519" the keys carry a context instead of a secret and the gateway
+  // derives each secret from its identity key and peer_public_key (docs/gateway.md, "Identity
+  // key"): the `auth` sent is {cipher, key_exchange, peer_public_key, keys: [{id, context}],
+  // tx_key}.
   struct Key {
+    Key() = default;
+    Key(uint8_t key_id, std::string key_secret_hex, std::string key_context = {})
+        : id(key_id), secret_hex(std::move(key_secret_hex)), context(std::move(key_context)) {}
     uint8_t id = 0;
     std::string secret_hex;
+    std::string context;
     friend bool operator==(const Key&, const Key&) = default;
   };
   std::string cipher;
   std::vector<Key> keys;
   uint8_t tx_key = 0;
-  std::string reservation;             // "r-3" (for reports; not sent)
+  std::string key_exchange;     // "" (secrets) or "x25519"
+  std::string peer_public_key;  // x25519: the far gateway's, base64
+  std::string reservation;      // "r-3" (for reports; not sent)
 
   // The tunnel as an item of an `apply` request.
   [[nodiscard]] boost::json::object to_request() const;
@@ -59,5 +72,13 @@ struct TunnelSpec {
  private:
   [[nodiscard]] bool auth_matches(const boost::json::value* auth) const;
 };
+
+// The auth of `spec` (cipher, keys, tx_key and, with key exchange, key_exchange and the far
+// gateway's public key) from a reservation's keys, for the gateway at end `end` (0 or 1) of the
+// tunnel: with x25519 keys its peer's public key is keys.public_keys[1 - end]. cipher "none"
+// leaves the spec unauthenticated. For a federated tunnel the local gateway is end 0 of
+// reservation::x25519_keys(cipher, local, remote, ...).
+void set_auth(TunnelSpec& spec, const std::string& cipher, const reservation::TunnelKeys& keys,
+              int end);
 
 }  // namespace detwan::control::gateway

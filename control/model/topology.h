@@ -51,6 +51,10 @@ struct Gateway {
   std::string admin_socket;         // detwan-gw's admin control socket (filesystem path)
   int64_t playout_error_ns = 0;     // release error the operator vouches for (on-time delivery)
   int64_t processing_delay_ns = 0;  // worst-case time a packet spends in the gateway
+  // The gateway's X25519 identity public key, base64 of 32 bytes (a PEM one in the file is
+  // stored in this form); "" = not registered. When both gateways of a tunnel have one, its keys
+  // come from key exchange and the agent holds no secret (control/reservation/tunnel_keys.h).
+  std::string public_key;
   std::vector<GatewayPort> ports;
   std::vector<GatewayPeer> peers;
   // The port attached to `link`, or nullptr.

@@ -9,6 +9,7 @@
 
 #include "common/config.h"
 #include "common/units.h"
+#include "common/x25519.h"
 #include "control/model/topology.h"
 #include "control/model/topology_load_api.h"
 
@@ -183,8 +184,8 @@ Topology parse(const ConfigNode& root) {
   std::vector<std::string> gateway_sites;
   if (const auto gateways = root.maybe_child("gateways")) {
     for (const ConfigNode& item : gateways->items()) {
-      item.check_keys(
-          {"name", "site", "admin_socket", "playout_error", "processing_delay", "ports", "peers"});
+      item.check_keys({"name", "site", "admin_socket", "playout_error", "processing_delay",
+                       "public_key", "ports", "peers"});
       Gateway gateway;
       gateway.name = name_of(item.child("name"));
       gateway_sites.push_back(name_of(item.child("site")));
@@ -198,6 +199,11 @@ Topology parse(const ConfigNode& root) {
       }
       gateway.playout_error_ns = duration_in(item, "playout_error", 100'000, 0, 1'000'000'000);
       gateway.processing_delay_ns = duration_in(item, "processing_delay", 50'000, 0, 1'000'000'000);
+      if (const auto key = item.maybe_child("public_key")) {
+        auto parsed = common::crypto::x25519_parse_public(key->as_string());
+        if (!parsed) key->fail(parsed.error().message + " (detwan-gw keygen prints it)");
+        gateway.public_key = common::crypto::x25519_public_base64(*parsed);
+      }
       port_links.emplace_back();
       for (const ConfigNode& port : item.child("ports").items()) {
         port.check_keys({"name", "link"});

@@ -145,16 +145,29 @@ json::object bound_to_json(const admission::Bound& b) {
 
 json::object keys_to_json(const TunnelKeys& k, Secrets secrets) {
   json::array keys;
+  const bool exchanged = !k.key_exchange.empty();
   for (const TunnelKey& key : k.keys) {
+    if (exchanged) {  // no secret exists here: the key is named by its context
+      keys.push_back(json::object{{"id", key.id}, {"context", key.context}});
+      continue;
+    }
     json::object item{{"id", key.id}, {"fingerprint", key_fingerprint(key.secret_hex)}};
     if (secrets == Secrets::kInclude) item["secret"] = key.secret_hex;
     keys.push_back(std::move(item));
   }
-  return json::object{{"keys", std::move(keys)},
-                      {"tx_key", k.tx_key},
-                      {"rotation", to_string(k.rotation)},
-                      {"rotations", k.rotations},
-                      {"step_unix_ns", k.step_unix_ns}};
+  json::object out{{"keys", std::move(keys)},
+                   {"tx_key", k.tx_key},
+                   {"rotation", to_string(k.rotation)},
+                   {"rotations", k.rotations},
+                   {"step_unix_ns", k.step_unix_ns}};
+  if (exchanged) {
+    out["key_exchange"] = k.key_exchange;
+    out["cipher"] = k.cipher;
+    out["context"] = k.context;
+    out["public_keys"] =
+        json::array{json::string(k.public_keys[0]), json::string(k.public_keys[1])};
+  }
+  return out;
 }
 
 json::object to_json(const Reservation& r, Secrets secrets) {
@@ -299,11 +312,31 @@ common::Result<Reservation> from_json(const json::object& object) {
     out.bound = bound_from(r.object("bound"));
     if (r.o.contains("tunnel_keys")) {
       const Reader k = r.object("tunnel_keys");
+      if (k.o.contains("key_exchange")) {
+        out.keys.key_exchange = k.str("key_exchange");
+        if (out.keys.key_exchange != kKeyExchangeX25519) {
+          k.fail("key_exchange", "is not x25519");
+        }
+        out.keys.cipher = k.str("cipher");
+        out.keys.context = k.str("context");
+        const json::array& public_keys = k.array("public_keys");
+        if (public_keys.size() != 2 || !public_keys[0].is_string() || !public_keys[1].is_string()) {
+          k.fail("public_keys", "is not a list of two public keys");
+        }
+        for (size_t i = 0; i < 2; ++i) {
+          out.keys.public_keys[i] = std::string(public_keys[i].as_string());
+        }
+      }
       for (const json::value& v : k.array("keys")) {
         if (!v.is_object()) k.fail("keys", "has an item that is not an object");
         const Reader kr{v.as_object(), k.where + ".keys[]"};
         TunnelKey key;
         key.id = static_cast<uint8_t>(kr.u64("id"));
+        if (!out.keys.key_exchange.empty()) {
+          key.context = kr.str("context");
+          out.keys.keys.push_back(std::move(key));
+          continue;
+        }
         // The journal's reservation rows hold the secret (the API never shows it); its events
         // keep the fingerprint only (docs/control.md, "Journal"): then secret_hex stays empty.
         if (kr.o.contains("secret")) {

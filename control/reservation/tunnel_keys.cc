@@ -1,14 +1,14 @@
 #include "control/reservation/tunnel_keys.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
+#include <openssl/evp.h>
 
 #include "common/crypto.h"
 #include "common/strings.h"
+#include "common/x25519.h"
 
 namespace detwan::control::reservation {
 
@@ -73,9 +73,58 @@ common::Result<TunnelKeys> first_keys() {
   return keys;
 }
 
+std::string key_context(std::string_view context, uint64_t generation) {
+  return fmt::format("{}/gen-{}", context, generation);
+}
+
+common::Result<TunnelKeys> x25519_keys(std::string cipher, std::string local_public_key,
+                                       std::string remote_public_key, std::string context,
+                                       uint32_t key_id) {
+  const auto invalid = [](std::string message) {
+    return common::make_error(common::ErrorCode::kInvalidArgument, std::move(message));
+  };
+  if (!is_cipher_name(cipher) || cipher == kNoCipher) {
+    return invalid(fmt::format("cipher '{}': expected aes-256-gcm or chacha20-poly1305", cipher));
+  }
+  if (key_id < 1 || key_id > 255) return invalid(fmt::format("key_id {}: expected 1..255", key_id));
+  // The gateway takes 1..255 characters per key context; "/gen-<n>" needs room.
+  const bool printable =
+      std::all_of(context.begin(), context.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  if (context.empty() || context.size() > 200 || !printable) {
+    return invalid(
+        fmt::format("context '{}': expected 1..200 printable ASCII characters", context));
+  }
+  TunnelKeys keys;
+  const std::string* given[2] = {&local_public_key, &remote_public_key};
+  for (int i = 0; i < 2; ++i) {
+    auto parsed = common::crypto::x25519_parse_public(*given[i]);
+    if (!parsed) {
+      return invalid(
+          fmt::format("{} public key: {}", i == 0 ? "local" : "remote", parsed.error().message));
+    }
+    keys.public_keys[static_cast<size_t>(i)] = common::crypto::x25519_public_base64(*parsed);
+  }
+  if (keys.public_keys[0] == keys.public_keys[1]) {
+    return invalid("local and remote public keys are the same key: a tunnel joins two gateways");
+  }
+  keys.key_exchange = std::string(kKeyExchangeX25519);
+  keys.cipher = std::move(cipher);
+  keys.context = std::move(context);
+  keys.keys.push_back(TunnelKey{static_cast<uint8_t>(key_id), "", key_context(keys.context, 1)});
+  keys.tx_key = static_cast<uint8_t>(key_id);
+  return keys;
+}
+
 common::Result<bool> start_rotation(TunnelKeys& keys, int64_t now_ns) {
   if (keys.rotation != KeyRotation::kNone || keys.keys.size() != 1) return false;
   const uint8_t id = static_cast<uint8_t>(keys.keys.front().id % 255 + 1);
+  if (keys.key_exchange == kKeyExchangeX25519) {
+    // The next generation: both gateways derive its secret; nothing to draw or keep here.
+    keys.keys.push_back(TunnelKey{id, "", key_context(keys.context, keys.rotations + 2)});
+    keys.rotation = KeyRotation::kAdding;
+    keys.step_unix_ns = now_ns;
+    return true;
+  }
   auto key = new_tunnel_key(id);
   if (!key) return std::unexpected(key.error());
   keys.keys.push_back(std::move(*key));

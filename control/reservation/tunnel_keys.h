@@ -7,8 +7,11 @@
 //   switching: keys {old, new}, tx new   (each end seals with new; the other still opens old)
 //   dropping:  keys {new},      tx new
 // then none (stable). The old key is dropped only after a grace time in `switching` (longer than
-// the path's worst delay), so packets sealed with it just before the switch still open. Secrets live in the agent's journal and the gateways only; the API shows
-// fingerprints.
+// the path's worst delay), so packets sealed with it just before the switch still open. Secrets
+// live in the agent's journal and the gateways only; the API shows fingerprints. With key exchange
+// (x25519_keys) the same steps run on key contexts and the agent never has a secret: the gateways
+// derive it.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,7 +24,8 @@ namespace detwan::control::reservation {
 
 struct TunnelKey {
   uint8_t id = 0;          // 1 .. 255
-  std::string secret_hex;  // 64 hex digits
+  std::string secret_hex;  // 64 hex digits; "" with key exchange (no secret exists here)
+  std::string context;     // key exchange: the key's context, "<TunnelKeys::context>/gen-<n>"
   friend bool operator==(const TunnelKey&, const TunnelKey&) = default;
 };
 
@@ -33,10 +37,21 @@ struct TunnelKeys {
   std::vector<TunnelKey> keys;  // empty: not encrypted
   uint8_t tx_key = 0;
   KeyRotation rotation = KeyRotation::kNone;
-  uint64_t rotations = 0;     // completed
-  int64_t step_unix_ns = 0;   // when the current step began
+  uint64_t rotations = 0;    // completed
+  int64_t step_unix_ns = 0;  // when the current step began
+  // Key exchange (docs/control.md, "Keys no agent holds"): "" = the secrets above, drawn here;
+  // "x25519" = each gateway derives its keys from its own private key and the other's public
+  // key (dataplane/aead/key_exchange.h), and the agent holds no secret at all, only these:
+  std::string key_exchange;
+  std::string cipher;   // bound into the derivation (the reservation's encrypt)
+  std::string context;  // the reservation's context, e.g. "r-12" or "f-12/aggregator-domain"
+  // Base64 X25519 public keys of the tunnel's two gateways: [0] the end this agent programs
+  // as end 0 (the local one for a federated tunnel), [1] the other end.
+  std::array<std::string, 2> public_keys;
   friend bool operator==(const TunnelKeys&, const TunnelKeys&) = default;
 };
+
+inline constexpr std::string_view kKeyExchangeX25519 = "x25519";
 
 // "aes-256-gcm", "chacha20-poly1305" or "none".
 [[nodiscard]] bool is_cipher_name(std::string_view name) noexcept;
@@ -53,7 +68,19 @@ common::Result<TunnelKey> new_tunnel_key(uint8_t id);
 
 // The first key of an encrypted reservation: keys {1}, tx 1.
 common::Result<TunnelKeys> first_keys();
-// Starts a rotation (kNone -> kAdding with a new key). False if one is under way.
+// The first key of a reservation whose tunnel is keyed by X25519 exchange: keys {key_id with
+// context "<context>/gen-1"}, tx key_id; no secret. The public keys are base64 of 32 bytes or
+// PEM (stored as base64); `context` is 1..200 printable ASCII characters (the reservation's
+// global id, e.g. "f-12/aggregator-domain"). kInvalidArgument naming the field at fault. The
+// federation calls it with its own gateway's key as local and the far domain's as remote.
+common::Result<TunnelKeys> x25519_keys(std::string cipher, std::string local_public_key,
+                                       std::string remote_public_key, std::string context,
+                                       uint32_t key_id);
+// "<context>/gen-<generation>": the context of a reservation's key of that generation (1, 2,
+// ... : the first key, then one per rotation).
+[[nodiscard]] std::string key_context(std::string_view context, uint64_t generation);
+// Starts a rotation (kNone -> kAdding with a new key: a drawn secret, or with key exchange the
+// next generation's context). False if one is under way.
 common::Result<bool> start_rotation(TunnelKeys& keys, int64_t now_ns);
 // The next step once the gateways have the current one in place; the last step returns to
 // kNone and counts the rotation. No-op when stable.

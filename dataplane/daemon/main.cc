@@ -7,6 +7,8 @@
 //   detwan-gw stats [--control NAME] [--json | --prometheus]
 //   detwan-gw tunnels [--control NAME] [--json]   the tunnels in force, generation, boot id
 //   detwan-gw apply [--control PATH] (JSON | @FILE | -)   a write on the admin socket
+//   detwan-gw keygen --out PATH                   a new X25519 identity key (PEM, mode 0600);
+//                                                 prints its public key (base64)
 //
 // Exit status (docs/errors.md): 0 success, 1 runtime failure, 2 bad configuration or command line.
 #include <atomic>
@@ -26,11 +28,17 @@
 #include <string>
 #include <variant>
 
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
 
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/x25519.h"
 #include "dataplane/daemon/backends.h"
 #include "dataplane/daemon/stats_table.h"
 #include "dataplane/daemon/tunnels_table.h"
@@ -101,6 +109,36 @@ int command_check_config(const std::string& file) {
   return kExitOk;
 }
 
+// A new identity key pair: the private key to `path` (created, never overwritten, mode 0600),
+// the public key (base64 of 32 bytes) on stdout, for the agent's gateways[].public_key.
+int command_keygen(const std::string& path) {
+  auto pair = common::crypto::x25519_generate();
+  if (!pair) return fail(pair.error(), kExitFailure);
+  auto pem = common::crypto::x25519_private_pem(pair->private_key);
+  if (!pem) return fail(pem.error(), kExitFailure);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return fail(
+        common::Error{
+            common::ErrorCode::kIo,
+            fmt::format("keygen: cannot create '{}': {}{}", path, std::strerror(errno),
+                        errno == EEXIST ? " (an existing key is never overwritten)" : "")},
+        kExitFailure);
+  }
+  const ssize_t written = ::write(fd, pem->data(), pem->size());
+  const bool ok = written == static_cast<ssize_t>(pem->size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  OPENSSL_cleanse(pem->data(), pem->size());
+  if (!ok) {
+    ::unlink(path.c_str());
+    return fail(
+        common::Error{common::ErrorCode::kIo, fmt::format("keygen: cannot write '{}'", path)},
+        kExitFailure);
+  }
+  std::printf("%s\n", common::crypto::x25519_public_base64(pair->public_key).c_str());
+  return kExitOk;
+}
+
 int command_run(const RunSettings& settings) {
   common::LogOptions log_options;
   log_options.level = settings.log_level;
@@ -146,11 +184,11 @@ int command_run(const RunSettings& settings) {
   read_only.admin_socket_hint = config.admin_socket;
   auto control = gw::ControlServer::start(config.control_socket, read_only);
   if (!control) return fail(control.error(), exit_code_for(control.error()));
-  log->info("control socket {} (detwan-gw stats --control {}; budget: {} answer per poll, {} "
-            "bytes per poll, {} requests/s per uid after {})",
-            (*control)->name(), (*control)->name(), read_only.max_answers_per_poll,
-            read_only.max_write_bytes_per_poll, read_only.client_requests_per_s,
-            read_only.client_burst);
+  log->info(
+      "control socket {} (detwan-gw stats --control {}; budget: {} answer per poll, {} "
+      "bytes per poll, {} requests/s per uid after {})",
+      (*control)->name(), (*control)->name(), read_only.max_answers_per_poll,
+      read_only.max_write_bytes_per_poll, read_only.client_requests_per_s, read_only.client_burst);
   std::unique_ptr<gw::ControlServer> admin;
   if (!config.admin_socket.empty()) {
     gw::ControlServerOptions options;
@@ -331,6 +369,11 @@ int main_impl(int argc, char** argv) {
                    "with its \"cmd\"), @FILE, or - for stdin")
       ->required();
 
+  std::string keygen_out;
+  CLI::App* keygen = app.add_subcommand(
+      "keygen", "write a new X25519 identity key (PEM, mode 0600) and print its public key");
+  keygen->add_option("--out", keygen_out, "the private key file to create")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -348,6 +391,12 @@ int main_impl(int argc, char** argv) {
   };
   const bool run_options = app.count("--log-level") > 0 || run_settings.timing.has_value() ||
                            run_settings.cpu.has_value() || run_settings.admin_socket.has_value();
+  if (*keygen) {
+    if (!check_file.empty() || !run_settings.config_file.empty() || run_options) {
+      return usage_error("keygen takes only --out PATH");
+    }
+    return command_keygen(keygen_out);
+  }
   if (!check_file.empty()) {
     if (*run || *stats || *tunnels || *apply || !run_settings.config_file.empty() || run_options) {
       return usage_error("--check-config takes no other command or option");

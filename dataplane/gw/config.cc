@@ -11,8 +11,11 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <openssl/crypto.h>
 
+#include "common/secret_file.h"
 #include "common/units.h"
+#include "common/x25519.h"
 #include "dataplane/gw/config_internal.h"
 
 namespace detwan::dataplane::gw {
@@ -419,12 +422,33 @@ std::string name_value(const ConfigNode& value) {
   return name;
 }
 
+// identity: {private_key_file: PATH}: a PEM X25519 private key in a secret file.
+GatewayIdentity parse_identity(const ConfigNode& node) {
+  if (!node.is_map()) node.fail("expected a map: {private_key_file: PATH}");
+  node.check_keys({"private_key_file"});
+  const ConfigNode file = node.child("private_key_file");
+  GatewayIdentity identity;
+  identity.private_key_file = file.as_string();
+  auto text = common::read_secret_file(identity.private_key_file, "identity key file", 16384);
+  if (!text) file.fail(text.error().message);
+  auto keys = common::crypto::x25519_from_private_pem(*text);
+  OPENSSL_cleanse(text->data(), text->size());
+  if (!keys) {
+    file.fail(
+        fmt::format("identity key file '{}': {}", identity.private_key_file, keys.error().message));
+  }
+  identity.keys = *keys;
+  return identity;
+}
+
 GatewayConfig parse_document(const ConfigNode& root) {
   if (!root.is_map()) root.fail("expected a map with the sections gateway, wan_ports, ...");
-  root.check_keys({"gateway", "tun", "dpdk", "wan_ports", "peers", "tunnels"});
+  root.check_keys({"gateway", "identity", "tun", "dpdk", "wan_ports", "peers", "tunnels"});
   GatewayConfig config;
   config.source = root.file();
   parse_gateway_section(root.child("gateway"), &config);
+  if (const auto identity = root.maybe_child("identity"))
+    config.identity = parse_identity(*identity);
   if (const auto tun = root.maybe_child("tun")) parse_tun_section(*tun, &config.tun);
   if (const auto dpdk = root.maybe_child("dpdk")) parse_dpdk_section(*dpdk, &config.dpdk);
   const ConfigNode ports = root.child("wan_ports");
@@ -448,6 +472,11 @@ common::Result<GatewayConfig> load(const std::function<common::ConfigNode()>& re
     const common::ConfigNode root = read();
     const auto locator = config_detail::FieldLocator::from_document(root);
     GatewayConfig config = config_detail::parse_document(root);
+    for (size_t i = 0; i < config.tunnels.size(); ++i) {
+      const auto failed = config_detail::derive_exchanged_keys(config.tunnels[i], config.identity);
+      if (failed)
+        locator.fail(config_detail::tunnel_path(i) + "." + failed->field, failed->message);
+    }
     config_detail::validate(config, locator);
     return config;
   } catch (const common::Failure& failure) {

@@ -17,9 +17,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
+#include "common/x25519.h"
 #include "dataplane/aead/aead.h"
 #include "dataplane/sched/gate_control_list.h"
 #include "dataplane/sched/playout.h"
@@ -117,16 +119,34 @@ struct TunnelProtection {
 // An authenticated, encrypted tunnel (docs/wire-format.md, "Authenticated tunnels"): every
 // packet is sealed with `tx_key`; every key held may open. Two keys exist only while a key is
 // being rotated. Secrets are never printed (describe() and tunnels_json() show fingerprints).
+// With key_exchange x25519 (peer_public_key set) no secret is configured: each key names a
+// context and its secret is derived by ECDH with the gateway's identity key when the tunnel is
+// loaded or applied (aead/key_exchange.h; docs/gateway.md, "Identity key").
 struct TunnelKey {
+  // (A constructor, not an aggregate: TunnelKey{id, secret} stays complete without a context.)
+  TunnelKey() = default;
+  TunnelKey(uint8_t key_id, const aead::Key& key_secret, std::string key_context = {})
+      : id(key_id), secret(key_secret), context(std::move(key_context)) {}
   uint8_t id = 0;  // 1 .. 255, names the key in configuration and stats (not on the wire)
   aead::Key secret{};
+  std::string context;  // x25519: the key's context (e.g. "r-12/gen-1"); "" otherwise
   friend bool operator==(const TunnelKey&, const TunnelKey&) = default;
 };
 struct TunnelAuth {
   aead::Cipher cipher = aead::Cipher::kAes256Gcm;
   std::vector<TunnelKey> keys;  // 1 or 2, distinct ids
   uint8_t tx_key = 0;           // id of the key that seals what the tunnel sends
+  // key_exchange x25519: the far gateway's public key; nullopt: the keys' secrets are given.
+  std::optional<common::crypto::X25519Key> peer_public_key;
   friend bool operator==(const TunnelAuth&, const TunnelAuth&) = default;
+};
+
+// The gateway's own long-term X25519 key pair (`identity: {private_key_file: PATH}`), a PEM
+// private key in a secret file. Its public key is what the operator registers with the agent.
+struct GatewayIdentity {
+  std::string private_key_file;
+  common::crypto::X25519KeyPair keys;
+  friend bool operator==(const GatewayIdentity&, const GatewayIdentity&) = default;
 };
 
 struct TunnelConfig {
@@ -221,6 +241,7 @@ struct GatewayConfig {
   // into frames; false = one recvmsg per datagram.
   bool wan_gro = true;
   TunConfig tun;
+  std::optional<GatewayIdentity> identity;  // nullopt: no key pair, no x25519 tunnels
   std::vector<WanPortConfig> wan_ports;
   std::vector<PeerConfig> peers;
   std::vector<TunnelConfig> tunnels;

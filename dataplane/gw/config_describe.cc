@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "common/units.h"
+#include "common/x25519.h"
 #include "dataplane/gw/config.h"
 #include "dataplane/gw/config_internal.h"
 #include "dataplane/sched/gate_control_list.h"
@@ -203,10 +204,21 @@ void describe_tunnel(std::string* out, const GatewayConfig& config, const Tunnel
     // Secrets are never printed: the keys by id and fingerprint (first 8 bytes of SHA-256).
     *out += "    auth:\n";
     *out += fmt::format("      cipher: {}\n", aead::to_string(tunnel.auth->cipher));
+    if (tunnel.auth->peer_public_key) {
+      *out += "      key_exchange: x25519\n";
+      *out +=
+          fmt::format("      peer_public_key: {}\n",
+                      quoted(common::crypto::x25519_public_base64(*tunnel.auth->peer_public_key)));
+    }
     *out += "      keys:\n";
     for (const TunnelKey& key : tunnel.auth->keys) {
-      *out += fmt::format("        - id: {}\n          secret: \"(fingerprint {})\"\n", key.id,
-                          aead::fingerprint(key.secret));
+      if (tunnel.auth->peer_public_key) {
+        *out += fmt::format("        - id: {}\n          context: {}  # fingerprint {}\n", key.id,
+                            quoted(key.context), aead::fingerprint(key.secret));
+      } else {
+        *out += fmt::format("        - id: {}\n          secret: \"(fingerprint {})\"\n", key.id,
+                            aead::fingerprint(key.secret));
+      }
     }
     *out += fmt::format("      tx_key: {}\n", tunnel.auth->tx_key);
   } else {
@@ -249,6 +261,12 @@ std::string describe(const GatewayConfig& config) {
   if (!config.shard_cpus.empty()) {
     out += fmt::format("  shard_cpus: [{}]  # shard k on shard_cpus[k]\n",
                        fmt::join(config.shard_cpus, ", "));
+  }
+  if (config.identity) {
+    out += "identity:\n";
+    out += fmt::format("  private_key_file: {}\n", quoted(config.identity->private_key_file));
+    out += fmt::format("  # public_key: {}  (register it with the agent: gateways[].public_key)\n",
+                       common::crypto::x25519_public_base64(config.identity->keys.public_key));
   }
   out += "tun:\n";
   out += fmt::format("  enabled: {}\n", config.tun.enabled ? "true" : "false");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -84,6 +85,16 @@ std::string name_value(const common::ConfigNode& value);           // valid_name
 // config_tunnels.cc). Cross-field rules are validate()'s.
 GatewayConfig parse_document(const common::ConfigNode& root);
 TunnelConfig parse_tunnel(const common::ConfigNode& node);
+
+// Fills the secret of every key of an x25519 tunnel (auth.peer_public_key set) by ECDH with the
+// gateway's identity (aead/key_exchange.h); other tunnels are left alone. On failure: the field
+// at fault (under the tunnel, e.g. "auth.peer_public_key") and a message naming the tunnel.
+struct KeyExchangeError {
+  std::string field;
+  std::string message;
+};
+std::optional<KeyExchangeError> derive_exchanged_keys(
+    TunnelConfig& tunnel, const std::optional<GatewayIdentity>& identity);
 
 // Cross-field rules (config_validate.cc, config_schedule.cc): names and references, addresses,
 // MTUs, backend sections, slots and rates (via sched::GateControlList), playout, classifiers.

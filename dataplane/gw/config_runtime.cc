@@ -138,10 +138,22 @@ common::Result<TunnelConfig> parse_tunnel_item(std::string_view json_object,
 }
 
 common::Result<GatewayConfig> apply_tunnel_changes(const GatewayConfig& current,
-                                                   const TunnelChanges& changes) {
+                                                   const TunnelChanges& requested) {
   const auto item_label = [](std::string_view list, size_t k, uint32_t id) {
     return fmt::format("{}[{}] (tunnel {})", list, k, id);
   };
+  // x25519 tunnels get their secrets from this gateway's identity (config_tunnels.cc).
+  TunnelChanges changes = requested;
+  for (auto* list : {&changes.add, &changes.modify}) {
+    const char* name = list == &changes.add ? "add" : "modify";
+    for (size_t k = 0; k < list->size(); ++k) {
+      TunnelConfig& tunnel = (*list)[k];
+      if (auto failed = config_detail::derive_exchanged_keys(tunnel, current.identity)) {
+        return config_error(fmt::format("{}: field '{}': {}", item_label(name, k, tunnel.id),
+                                        failed->field, failed->message));
+      }
+    }
+  }
   std::map<uint32_t, size_t> existing;  // id -> index in current.tunnels
   for (size_t i = 0; i < current.tunnels.size(); ++i) existing[current.tunnels[i].id] = i;
 

@@ -8,6 +8,8 @@
 
 #include "common/secret_file.h"
 #include "common/units.h"
+#include "common/x25519.h"
+#include "dataplane/aead/key_exchange.h"
 #include "dataplane/gw/config_internal.h"
 #include "dataplane/sched/gate_control_list.h"
 #include "dataplane/wire/status.h"
@@ -133,47 +135,100 @@ std::string read_secret_file(const ConfigNode& node) {
   return first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
 }
 
-// auth: {cipher, keys: [{id, secret | secret_file}], tx_key}
+// auth: {cipher, keys: [{id, secret | secret_file}], tx_key}, or by key exchange:
+// auth: {cipher, key_exchange: x25519, peer_public_key, context, key_id} (one key), or
+// auth: {cipher, key_exchange: x25519, peer_public_key, keys: [{id, context}], tx_key}.
+// An x25519 key's secret is derived later (derive_exchanged_keys: needs the identity).
 void parse_auth(const ConfigNode& node, TunnelConfig* tunnel) {
-  node.check_keys({"cipher", "keys", "tx_key"});
+  node.check_keys(
+      {"cipher", "keys", "tx_key", "key_exchange", "peer_public_key", "context", "key_id"});
   TunnelAuth auth;
   if (const auto cipher = node.maybe_child("cipher")) {
     const auto parsed = aead::cipher_from_string(cipher->as_string());
     if (!parsed) {
-      cipher->fail(fmt::format("'{}' is not one of: aes-256-gcm, chacha20-poly1305",
+      cipher->fail(fmt::format("'{}' is not a cipher (aes-256-gcm, chacha20-poly1305)",
                                cipher->as_string()));
     }
     auth.cipher = *parsed;
   }
-  const ConfigNode keys = node.child("keys");
-  if (!keys.is_sequence() || keys.items().empty() || keys.items().size() > 2) {
-    keys.fail("expected a list of one key, or two while a key is rotated");
+  const auto exchange = node.maybe_child("key_exchange");
+  if (exchange && exchange->as_string() != "x25519") {
+    exchange->fail(fmt::format("'{}' is not a key exchange (x25519)", exchange->as_string()));
   }
-  for (const ConfigNode& item : keys.items()) {
-    item.check_keys({"id", "secret", "secret_file"});
+  if (!exchange) {
+    for (const char* only : {"peer_public_key", "context", "key_id"}) {
+      if (const auto field = node.maybe_child(only)) {
+        field->fail("only with 'key_exchange: x25519' (keys given by secret have none)");
+      }
+    }
+  } else {
+    const ConfigNode peer = node.child("peer_public_key");
+    auto key = common::crypto::x25519_parse_public(peer.as_string());
+    if (!key) peer.fail(key.error().message);
+    auth.peer_public_key = *key;
+  }
+  const auto read_context = [](const ConfigNode& field) {
+    std::string context = field.as_string();
+    if (!aead::valid_key_context(context)) {
+      field.fail(fmt::format("'{}': a key context is 1..{} printable ASCII characters, no spaces",
+                             context, aead::kMaxKeyContextBytes));
+    }
+    return context;
+  };
+  const auto single = node.maybe_child("context");
+  if (exchange && single) {
+    if (const auto keys = node.maybe_child("keys")) {
+      keys->fail("give either 'context' (one key) or 'keys', not both");
+    }
     TunnelKey key;
-    key.id = static_cast<uint8_t>(item.child("id").as_int(1, 255));
-    for (const TunnelKey& other : auth.keys) {
-      if (other.id == key.id) item.child("id").fail(fmt::format("key id {} twice", key.id));
+    key.id = static_cast<uint8_t>(node.get_int("key_id", 1, 1, 255));
+    key.context = read_context(*single);
+    auth.keys.push_back(std::move(key));
+  } else {
+    if (const auto id = node.maybe_child("key_id")) id->fail("only with 'context' (one key)");
+    const ConfigNode keys = node.child("keys");
+    if (!keys.is_sequence() || keys.items().empty() || keys.items().size() > 2) {
+      keys.fail("expected a list of one key, or two while a key is rotated");
     }
-    const auto secret = item.maybe_child("secret");
-    const auto file = item.maybe_child("secret_file");
-    if (secret.has_value() == file.has_value()) {
-      item.fail("a key needs exactly one of 'secret' (64 hex digits) or 'secret_file'");
+    for (const ConfigNode& item : keys.items()) {
+      TunnelKey key;
+      if (exchange) {
+        item.check_keys({"id", "context"});
+        key.context = read_context(item.child("context"));
+      } else {
+        item.check_keys({"id", "secret", "secret_file"});
+      }
+      key.id = static_cast<uint8_t>(item.child("id").as_int(1, 255));
+      for (const TunnelKey& other : auth.keys) {
+        if (other.id == key.id) item.child("id").fail(fmt::format("key id {} twice", key.id));
+        if (exchange && other.context == key.context) {
+          item.child("context").fail(
+              fmt::format("context '{}' twice: each key needs its own", key.context));
+        }
+      }
+      if (exchange) {
+        auth.keys.push_back(std::move(key));
+        continue;
+      }
+      const auto secret = item.maybe_child("secret");
+      const auto file = item.maybe_child("secret_file");
+      if (secret.has_value() == file.has_value()) {
+        item.fail("a key needs exactly one of 'secret' (64 hex digits) or 'secret_file'");
+      }
+      std::string hex;
+      if (secret) {
+        hex = secret->as_string();
+      } else {
+        hex = read_secret_file(*file);
+      }
+      const auto parsed = aead::key_from_hex(hex);
+      if (!parsed) {
+        (secret ? *secret : *file)
+            .fail(fmt::format("a key is 64 hex digits (32 bytes), got {} characters", hex.size()));
+      }
+      key.secret = *parsed;
+      auth.keys.push_back(key);
     }
-    std::string hex;
-    if (secret) {
-      hex = secret->as_string();
-    } else {
-      hex = read_secret_file(*file);
-    }
-    const auto parsed = aead::key_from_hex(hex);
-    if (!parsed) {
-      (secret ? *secret : *file)
-          .fail(fmt::format("a key is 64 hex digits (32 bytes), got {} characters", hex.size()));
-    }
-    key.secret = *parsed;
-    auth.keys.push_back(key);
   }
   if (const auto tx = node.maybe_child("tx_key")) {
     auth.tx_key = static_cast<uint8_t>(tx->as_int(1, 255));
@@ -191,10 +246,12 @@ void parse_auth(const ConfigNode& node, TunnelConfig* tunnel) {
 }  // namespace
 
 TunnelConfig parse_tunnel(const ConfigNode& node) {
-  node.check_keys({"id", "peer", "owner", "rate", "slots", "burst", "over_rate", "shaper_rate",
-                   "queue", "max_wait", "missed_slot", "bound", "late", "max_hold",
-                   "playout_capacity", "dscp", "replay_window", "match", "foreign_source",
-                   "service", "protection", "auth"});
+  node.check_keys(
+      {"id",          "peer",          "owner",       "rate",           "slots",
+       "burst",       "over_rate",     "shaper_rate", "queue",          "max_wait",
+       "missed_slot", "bound",         "late",        "max_hold",       "playout_capacity",
+       "dscp",        "replay_window", "match",       "foreign_source", "service",
+       "protection",  "auth"});
   TunnelConfig tunnel;
   tunnel.id = static_cast<uint32_t>(node.child("id").as_int(1, UINT32_MAX));
   tunnel.peer = name_value(node.child("peer"));
@@ -299,6 +356,29 @@ TunnelConfig parse_tunnel(const ConfigNode& node) {
     parse_auth(*auth, &tunnel);
   }
   return tunnel;
+}
+
+std::optional<KeyExchangeError> derive_exchanged_keys(
+    TunnelConfig& tunnel, const std::optional<GatewayIdentity>& identity) {
+  if (!tunnel.auth || !tunnel.auth->peer_public_key) return std::nullopt;
+  TunnelAuth& auth = *tunnel.auth;
+  if (!identity) {
+    return KeyExchangeError{
+        "auth.key_exchange",
+        fmt::format("tunnel {}: x25519 needs the gateway's own key pair: add 'identity: "
+                    "{{private_key_file: PATH}}' (detwan-gw keygen --out PATH makes one)",
+                    tunnel.id)};
+  }
+  for (TunnelKey& key : auth.keys) {
+    auto secret = aead::x25519_tunnel_secret(identity->keys, *auth.peer_public_key, tunnel.id,
+                                             auth.cipher, key.context);
+    if (!secret) {
+      return KeyExchangeError{"auth.peer_public_key",
+                              fmt::format("tunnel {}: {}", tunnel.id, secret.error().message)};
+    }
+    key.secret = *secret;
+  }
+  return std::nullopt;
 }
 
 }  // namespace detwan::dataplane::gw::config_detail

@@ -73,13 +73,18 @@ common::Result<ApplyResult> Engine::apply_st(const TunnelChanges& changes, int64
   // Modified tunnels: their new release policy, checked before anything changes.
   std::vector<std::pair<uint32_t, TunnelConfig>> modified;
   std::vector<std::unique_ptr<TunnelAuthState>> modified_auth;  // new keys (nullptr: none)
-  for (const TunnelConfig& tunnel : changes.modify) {
+  for (const TunnelConfig& requested : changes.modify) {
+    // The tunnel as applied: an x25519 tunnel's secrets are derived there (config_runtime.cc).
+    const TunnelConfig& tunnel =
+        *std::find_if(next->tunnels.begin(), next->tunnels.end(),
+                      [&](const TunnelConfig& t) { return t.id == requested.id; });
     const uint32_t index = m.find_tunnel(tunnel.id);
     std::unique_ptr<TunnelAuthState> auth;
     if (tunnel.auth) {
       auto made = make_auth(*tunnel.auth, tunnel.id, m.tunnels[index].peer_epoch,
                             m.tunnels[index].auth.get(), m.auth_env);
-      if (!made) return std::unexpected(internal(fmt::format("tunnel {}", tunnel.id), made.error()));
+      if (!made)
+        return std::unexpected(internal(fmt::format("tunnel {}", tunnel.id), made.error()));
       auth = std::move(*made);
     }
     modified_auth.push_back(std::move(auth));

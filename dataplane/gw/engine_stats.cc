@@ -8,6 +8,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/x25519.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/engine_impl.h"
 #include "dataplane/sched/gate_control_list.h"
@@ -56,6 +57,11 @@ std::string Engine::stats_json(int64_t now_ns) const {
   root["start_ns"] = m.start_ns;
   root["uptime_ns"] = now_ns - m.start_ns;
   root["boot_id"] = m.boot_id;
+  // The identity key's public half (base64 of 32 bytes), for the agent's topology; null: none.
+  root["public_key"] =
+      m.config.identity
+          ? json::value(common::crypto::x25519_public_base64(m.config.identity->keys.public_key))
+          : json::value(nullptr);
   root["generation"] = m.generation;
 
   json::object drops;
@@ -157,21 +163,21 @@ std::string Engine::stats_json(int64_t now_ns) const {
       for (int r = 0; r < kAuthDropCount; ++r) {
         drops[to_string(static_cast<AuthDrop>(r))] = ac.drops[static_cast<size_t>(r)];
       }
-      auth = json::object{{"cipher", aead::to_string(t.auth->cipher)},
-                          {"tx_key", t.auth->keys[t.auth->tx].id},
-                          {"tx_session", t.auth->tx_session},
-                          {"keys", std::move(keys)},
-                          {"sealed_packets", ac.sealed_packets},
-                          {"seal_failed", ac.seal_failed},
-                          {"opened_packets", ac.opened_packets},
-                          {"new_sessions", ac.new_sessions},
-                          {"peer_epoch", t.auth->peer_epoch == 0
-                                             ? json::value(nullptr)
-                                             : json::value(fmt::format("{:016x}",
-                                                                       t.auth->peer_epoch))},
-                          {"key_derivations", ac.key_derivations},
-                          {"candidate_derivations", ac.candidate_derivations},
-                          {"drops", std::move(drops)}};
+      auth = json::object{
+          {"cipher", aead::to_string(t.auth->cipher)},
+          {"tx_key", t.auth->keys[t.auth->tx].id},
+          {"tx_session", t.auth->tx_session},
+          {"keys", std::move(keys)},
+          {"sealed_packets", ac.sealed_packets},
+          {"seal_failed", ac.seal_failed},
+          {"opened_packets", ac.opened_packets},
+          {"new_sessions", ac.new_sessions},
+          {"peer_epoch", t.auth->peer_epoch == 0
+                             ? json::value(nullptr)
+                             : json::value(fmt::format("{:016x}", t.auth->peer_epoch))},
+          {"key_derivations", ac.key_derivations},
+          {"candidate_derivations", ac.candidate_derivations},
+          {"drops", std::move(drops)}};
     } else if (c.auth_unexpected_packets != 0) {
       auth = json::object{{"drops", json::object{{"auth_unexpected", c.auth_unexpected_packets}}}};
     }
@@ -242,12 +248,10 @@ std::string Engine::stats_json(int64_t now_ns) const {
   }
   root["peers"] = std::move(peers);
   root["local"] = local_io_json(m.local);
-  root["control"] = json::object{{"requests", m.control.requests},
-                                 {"refused_peers", m.control.refused_peers},
-                                 {"applied", m.control.applied},
-                                 {"refused_writes", m.control.refused_writes},
-                                 {"deferred", m.control.deferred},
-                                 {"rate_limited", m.control.rate_limited}};
+  root["control"] =
+      json::object{{"requests", m.control.requests}, {"refused_peers", m.control.refused_peers},
+                   {"applied", m.control.applied},   {"refused_writes", m.control.refused_writes},
+                   {"deferred", m.control.deferred}, {"rate_limited", m.control.rate_limited}};
   return json::serialize(root);
 }
 

@@ -5,6 +5,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/x25519.h"
 #include "dataplane/gw/config_internal.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/engine_impl.h"
@@ -64,11 +65,18 @@ json::object tunnel_json(const TunnelConfig& t, uint64_t guaranteed_bps) {
   if (t.auth) {
     json::array keys;
     for (const TunnelKey& key : t.auth->keys) {
-      keys.push_back(json::object{{"id", key.id}, {"fingerprint", aead::fingerprint(key.secret)}});
+      json::object item{{"id", key.id}, {"fingerprint", aead::fingerprint(key.secret)}};
+      if (t.auth->peer_public_key) item["context"] = key.context;
+      keys.push_back(std::move(item));
     }
-    out["auth"] = json::object{{"cipher", aead::to_string(t.auth->cipher)},
-                               {"keys", std::move(keys)},
-                               {"tx_key", t.auth->tx_key}};
+    json::object auth{{"cipher", aead::to_string(t.auth->cipher)},
+                      {"keys", std::move(keys)},
+                      {"tx_key", t.auth->tx_key}};
+    if (t.auth->peer_public_key) {
+      auth["key_exchange"] = "x25519";
+      auth["peer_public_key"] = common::crypto::x25519_public_base64(*t.auth->peer_public_key);
+    }
+    out["auth"] = std::move(auth);
   }
   return out;
 }
@@ -110,6 +118,11 @@ std::string Engine::tunnels_json() const {
   json::object root{{"gateway", m.config.name},   {"boot_id", m.boot_id},
                     {"generation", m.generation}, {"tunnels", std::move(tunnels)},
                     {"peers", std::move(peers)},  {"wan_ports", std::move(ports)}};
+  // The identity's public key (base64), which the agent checks against its topology.
+  root["public_key"] =
+      m.config.identity
+          ? json::value(common::crypto::x25519_public_base64(m.config.identity->keys.public_key))
+          : json::value(nullptr);
   return json::serialize(root);
 }
 

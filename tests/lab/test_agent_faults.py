@@ -358,9 +358,12 @@ def send_forgeries(sender: str, receiver: str, tunnel_id: int) -> None:
 @pytest.mark.netns
 def test_encrypted_reservation_refuses_forgeries_and_rotates_its_key_without_a_lost_packet(
         agentlab):
-    """`reserve --encrypt aes-256-gcm`: both gateways get the reservation's key (the same
-    fingerprint, never the secret) and seal every packet; a UDP stream through the tunnel loses
-    nothing while `detwanctl rotate-key` replaces the key on both gateways mid-stream; datagrams
+    """`reserve --encrypt aes-256-gcm`: the lab's gateways are registered with their identity
+    keys, so the reservation is keyed by X25519 exchange: the agent holds no secret (its JSON
+    names the key by context and both public keys), each gateway gets the other's public key and
+    derives the same key (the same fingerprint at both ends) and seals every packet; a UDP stream
+    through the tunnel loses nothing while `detwanctl rotate-key` moves both gateways to the next
+    generation mid-stream; datagrams
     spoofed from the peer's WAN address -- one with a made-up tag and a far sequence number, one
     unauthenticated -- are dropped and counted per reason and move nothing (the replay window
     stays where the genuine traffic left it)."""
@@ -372,13 +375,23 @@ def test_encrypted_reservation_refuses_forgeries_and_rotates_its_key_without_a_l
     try:
         assert r["state"] == "provisioned" and r["dataplane"]["active"]
         assert r["spec"]["encrypt"] == "aes-256-gcm"
-        (key,) = r["tunnel_keys"]["keys"]
-        assert "secret" not in key and len(key["fingerprint"]) == 16
+        keys = r["tunnel_keys"]
+        assert keys["key_exchange"] == "x25519", keys
+        (key,) = keys["keys"]
+        assert key == {"id": 1, "context": f"{r['id']}/gen-1"}  # no secret, no fingerprint
         assert r["tunnel"]["mtu_bytes"] == 1500 - 68 - 16
-        for site in ("a", "b"):
+        reported = {s: measure.gateway_stats(s)["public_key"] for s in ("a", "b")}
+        assert keys["public_keys"] == [reported["a"], reported["b"]]
+        fingerprints = []
+        for site, far in (("a", "b"), ("b", "a")):
             (t,) = [t for t in gw_tunnels(site) if t["id"] == tid]
             assert t["auth"]["cipher"] == "aes-256-gcm"
-            assert t["auth"]["keys"] == [{"id": 1, "fingerprint": key["fingerprint"]}]
+            assert t["auth"]["key_exchange"] == "x25519"
+            assert t["auth"]["peer_public_key"] == reported[far]
+            (k,) = t["auth"]["keys"]
+            assert k["id"] == 1 and k["context"] == key["context"]
+            fingerprints.append(k["fingerprint"])
+        assert fingerprints[0] == fingerprints[1]  # both derived the same key
         validate(openapi(), "Reservation", r)
 
         # A stream through the tunnel while the key rotates (three steps on both gateways).
@@ -409,7 +422,10 @@ def test_encrypted_reservation_refuses_forgeries_and_rotates_its_key_without_a_l
         assert now["tunnel_keys"]["rotation"] == "none", now["tunnel_keys"]
         assert now["tunnel_keys"]["rotations"] == 1
         (new_key,) = now["tunnel_keys"]["keys"]
-        assert new_key["id"] == 2 and new_key["fingerprint"] != key["fingerprint"]
+        assert new_key == {"id": 2, "context": f"{r['id']}/gen-2"}
+        derived = [next(t for t in gw_tunnels(s) if t["id"] == tid)["auth"]["keys"][0]
+                   for s in ("a", "b")]
+        assert derived[0]["fingerprint"] == derived[1]["fingerprint"] != fingerprints[0]
         assert result["packets"] > 3000
         sender = next(t for t in measure.gateway_stats("a")["tunnels"] if t["id"] == tid)
         refused = sum(sender["tx"]["scheduler"]["dropped"].values())

@@ -108,14 +108,19 @@ def test_a_reservation_is_encrypted_without_being_asked(lab2):
         assert r["encrypt"] == "aes-256-gcm" and r["spec"]["encrypt"] == "aes-256-gcm"
         assert r["warnings"] == []
         (key,) = r["tunnel_keys"]["keys"]
-        assert "secret" not in key and len(key["fingerprint"]) == 16
-        # Both gateways hold that key (by fingerprint: the secret is never shown).
+        assert "secret" not in key
+        # The lab's gateways have identity keys: the key comes from X25519 exchange, named by
+        # its context at the agent; both gateways derive it (the same fingerprint).
+        assert r["tunnel_keys"]["key_exchange"] == "x25519"
+        derived = []
         for site in ("a", "b"):
             (t,) = gw_tunnels(site)
             assert t["id"] == r["tunnel_id"] and t["auth"]["cipher"] == "aes-256-gcm", t
-            assert [k["fingerprint"] for k in t["auth"]["keys"]] == [key["fingerprint"]]
+            assert [k["context"] for k in t["auth"]["keys"]] == [key["context"]]
+            derived += [k["fingerprint"] for k in t["auth"]["keys"]]
+        assert derived[0] == derived[1]
         shown = ctl("show", r["id"], check=True).stdout
-        assert f"encrypt   aes-256-gcm, keys 1 ({key['fingerprint']})" in shown, shown
+        assert f"encrypt   aes-256-gcm, keys 1 ({key['context']})" in shown, shown
         # Traffic is sealed by one gateway and opened by the other, nothing refused.
         before = {s: tunnel_stats(s, r["tunnel_id"])["auth"] for s in ("a", "b")}
         b = lab2["sites"][1]

@@ -131,8 +131,10 @@ std::string format_reservation(const json::object& r) {
     std::string keys;
     for (const json::value& key : arr(k, "keys")) {
       if (!key.is_object()) continue;
+      // x25519 keys have no fingerprint at the agent (it holds no secret): their context.
+      const std::string name = str(key.as_object(), "fingerprint");
       keys += fmt::format("{}{} ({})", keys.empty() ? "" : ", ", i64(key.as_object(), "id"),
-                          str(key.as_object(), "fingerprint"));
+                          name.empty() ? str(key.as_object(), "context") : name);
     }
     out += fmt::format(
         "  encrypt   {}, keys {}, sealing with {}{}\n", cipher, keys, i64(k, "tx_key"),

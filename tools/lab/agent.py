@@ -159,8 +159,9 @@ def link_fields(spec: str) -> dict[str, str]:
 
 
 def render_topology(topo: Topology, spec_for, port: int, mtu: int = gateway.WAN_MTU_BYTES,
-                    mgmt_net: str = MGMT_NETS[0]) -> str:
-    """The agent's topology file for this lab (the format of control/model/topology.h)."""
+                    mgmt_net: str = MGMT_NETS[0], public_keys: dict[str, str] | None = None) -> str:
+    """The agent's topology file for this lab (the format of control/model/topology.h);
+    `public_keys` (site name -> base64) registers the gateways' identity keys."""
     lines = [
         "# detwan-agent of the lab, written by tools/testbed up --agents (tools/lab/agent.py)",
         f"domain: {NAME}",
@@ -185,6 +186,8 @@ def render_topology(topo: Topology, spec_for, port: int, mtu: int = gateway.WAN_
                   f"    admin_socket: {gateway.admin_socket(s)}",
                   f"    playout_error: {PLAYOUT_ERROR}",
                   f"    processing_delay: {PROCESSING_DELAY}",
+                  *([f'    public_key: "{public_keys[s.name]}"']
+                    if public_keys and s.name in public_keys else []),
                   "    ports: [" + ", ".join(
                       f"{{name: {gateway.wan_port_name(p)}, link: {gateway.wan_port_name(p)}}}"
                       for p in mine) + "]",

@@ -67,6 +67,7 @@ class LabConfig:
         if self.agents:
             self.gateway.agents = True
             self.gateway.wan_mtu = self.mtu_bytes
+            gateway.draw_identity_keys(self.gateway, [s.name for s in topo.sites])
             self.gateway_configs = {s.name: gateway.render_agent_config(s, topo, self.gateway,
                                                                         self.spec_for)
                                     for s in topo.sites}
@@ -78,14 +79,16 @@ class LabConfig:
                 for d in self.owners.domains:
                     self.domain_ports.setdefault(d, agent.free_port())
                 files = self.domain_files()
+                public = {name: pub for name, (_, pub) in self.gateway.identity_keys.items()}
                 self.domain_topologies = {
                     d: federation.render_domain_topology(d, topo, self.owners, self.spec_for,
                                                          files, agent.journal_file(d),
-                                                         self.mtu_bytes, self.mgmt_net)
+                                                         self.mtu_bytes, self.mgmt_net, public)
                     for d in self.owners.domains}
                 return {}
-            self.agent_topology = agent.render_topology(topo, self.spec_for, self.agent_port,
-                                                        self.mtu_bytes, self.mgmt_net)
+            self.agent_topology = agent.render_topology(
+                topo, self.spec_for, self.agent_port, self.mtu_bytes, self.mgmt_net,
+                {name: public for name, (_, public) in self.gateway.identity_keys.items()})
             return {}
         plans = gateway.plan_tunnels(topo, self.gateway, self.spec_for)
         gateway.draw_tunnel_keys(self.gateway, [plan.id for plan in plans.values()])

@@ -170,8 +170,10 @@ def tenants_of(domain: str) -> list[str]:
 
 def render_domain_topology(domain: str, topo: Topology, owners: Owners, spec_for,
                            files: dict[str, DomainFiles], journal: pathlib.Path,
-                           mtu: int = gateway.WAN_MTU_BYTES, mgmt_net: str = "10.99") -> str:
-    """The topology file of `domain`'s agent."""
+                           mtu: int = gateway.WAN_MTU_BYTES, mgmt_net: str = "10.99",
+                           public_keys: dict[str, str] | None = None) -> str:
+    """The topology file of `domain`'s agent; `public_keys` (site name -> base64) registers
+    its gateways' identity keys (the X25519 exchange keys their tunnels)."""
     me = files[domain]
     lines = [
         f"# detwan-agent of domain {domain}, written by tools/testbed up --owners "
@@ -258,6 +260,8 @@ def render_domain_topology(domain: str, topo: Topology, owners: Owners, spec_for
             lines += [f"  - name: {s.name}",
                       f"    site: {s.name}",
                       f"    admin_socket: {gateway.admin_socket(s)}",
+                      *([f'    public_key: "{public_keys[s.name]}"']
+                        if public_keys and s.name in public_keys else []),
                       "    playout_error: 200us",
                       "    processing_delay: 100us",
                       "    ports: [" + ", ".join(f"{{name: {port}, link: {link}}}"

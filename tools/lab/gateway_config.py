@@ -29,11 +29,13 @@ computation, the YAML text), tested without root in tests/lab/test_gateway.py.
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
 import pathlib
 import secrets
+import subprocess
 
 from lab.state import RUN_DIR
 from lab.topology import Site, Topology, WanPath, mac_for
@@ -193,16 +195,42 @@ def draw_tunnel_keys(options: "GatewayOptions", tunnels) -> None:
 def write_tunnel_keys(options: "GatewayOptions") -> None:
     """The key files the configurations name: directory 0700, files 0600, owned by the lab's
     user (root), as detwan-gw wants a secret_file."""
-    if not options.tunnel_keys:
+    if not options.tunnel_keys and not options.identity_keys:
         return
     options.key_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(options.key_dir, 0o700)
-    for t, secret in options.tunnel_keys.items():
-        path = key_file(options, t)
+    files = {key_file(options, t): secret + "\n" for t, secret in options.tunnel_keys.items()}
+    files.update({identity_file(options, name): pem
+                  for name, (pem, _) in options.identity_keys.items()})
+    for path, text in files.items():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="ascii") as f:
             os.fchmod(f.fileno(), 0o600)
-            f.write(secret + "\n")
+            f.write(text)
+
+
+def identity_file(options: "GatewayOptions", site_name: str) -> pathlib.Path:
+    return options.key_dir / f"gw-{site_name}.identity.pem"
+
+
+def new_identity() -> tuple[str, str]:
+    """An X25519 key pair made with stock openssl (docs/gateway.md, "Identity key"): the private
+    key's PEM and the public key as the gateway reports it (base64 of its 32 raw bytes: the end
+    of the SubjectPublicKeyInfo DER)."""
+    pem = subprocess.run(["openssl", "genpkey", "-algorithm", "X25519"], check=True,
+                         capture_output=True, text=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubout", "-outform", "DER"], input=pem.encode(),
+                         check=True, capture_output=True).stdout
+    return pem, base64.b64encode(der[-32:]).decode("ascii")
+
+
+def draw_identity_keys(options: "GatewayOptions", site_names) -> None:
+    """--agents: each gateway's own identity key pair, drawn once per lab (a configuration
+    rendered again names the same file and key). The agent's topology registers the public
+    keys, so its encrypted reservations are keyed by X25519 exchange: it holds no secret."""
+    for name in site_names:
+        if name not in options.identity_keys:
+            options.identity_keys[name] = new_identity()
 
 
 def auth_lines(options: "GatewayOptions", tunnel: int) -> list[str]:
@@ -243,6 +271,8 @@ class GatewayOptions:
     encrypt: str = DEFAULT_CIPHER
     tunnel_keys: dict[int, str] = dataclasses.field(default_factory=dict)
     key_dir: pathlib.Path = KEY_DIR
+    # --agents: each gateway's identity key pair (site name -> (private PEM, public base64)).
+    identity_keys: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
     @property
     def tun_mtu(self) -> int:
@@ -370,6 +400,11 @@ def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spe
         f"{options.backend} --agents (tools/lab/gateway.py): no tunnels, detwan-agent adds them",
         *gateway_section_lines(site, options),
         f"  admin_socket: {_q(str(admin_socket(site)))}   # writes: root only (mode 0600)",
+    ]
+    if site.name in options.identity_keys:
+        lines += ["identity:   # its own X25519 key pair; the agent's topology has the public key",
+                  f"  private_key_file: {_q(str(identity_file(options, site.name)))}"]
+    lines += [
         "tun:",
         "  enabled: true",
         f"  name: {TUN_NAME}",

@@ -26,10 +26,11 @@ class FakeGateways final : public gateway::GatewayClient {
     uint64_t generation = 0;
     uint64_t boot = 1;
     bool reachable = true;
-    std::set<uint32_t> refuse;                        // tunnel ids it refuses to add
+    std::set<uint32_t> refuse;    // tunnel ids it refuses to add
     std::set<uint32_t> time_out;  // an apply that adds only one of these gets no answer
     std::map<uint32_t, boost::json::object> tunnels;  // as {"cmd":"tunnels"} lists them
     uint64_t applies = 0;
+    std::string public_key;  // the identity's public key it reports ("" = null: none)
   };
 
   common::Result<std::string> request(const std::string& socket, const std::string& line) override {
@@ -45,10 +46,13 @@ class FakeGateways final : public gateway::GatewayClient {
     if (cmd == "tunnels") {
       boost::json::array list;
       for (const auto& [id, t] : g.tunnels) list.push_back(t);
-      return boost::json::serialize(boost::json::object{{"gateway", socket},
-                                                        {"boot_id", fmt::format("{:016x}", g.boot)},
-                                                        {"generation", g.generation},
-                                                        {"tunnels", std::move(list)}});
+      return boost::json::serialize(boost::json::object{
+          {"gateway", socket},
+          {"boot_id", fmt::format("{:016x}", g.boot)},
+          {"generation", g.generation},
+          {"tunnels", std::move(list)},
+          {"public_key",
+           g.public_key.empty() ? boost::json::value(nullptr) : boost::json::value(g.public_key)}});
     }
     if (cmd != "apply") return error(g, "unknown cmd");
     if (const auto* want = request.if_contains("if_generation")) {
@@ -133,15 +137,25 @@ class FakeGateways final : public gateway::GatewayClient {
     if (auth == nullptr) throw std::runtime_error("tunnel without 'auth' (detwan-gw refuses it)");
     if (auth->is_object()) {
       boost::json::array keys;
+      // x25519 (key_exchange): keys by id and context, and the peer's public key, as detwan-gw
+      // shows them (it adds the derived secret's fingerprint, which a fake cannot compute).
+      const auto* exchange = auth->as_object().if_contains("key_exchange");
       for (const auto& key : auth->at("keys").as_array()) {
-        keys.push_back(boost::json::object{
-            {"id", key.at("id")},
-            {"fingerprint",
-             reservation::key_fingerprint(std::string(key.at("secret").as_string()))}});
+        keys.push_back(
+            exchange != nullptr
+                ? boost::json::object{{"id", key.at("id")}, {"context", key.at("context")}}
+                : boost::json::object{{"id", key.at("id")},
+                                      {"fingerprint", reservation::key_fingerprint(std::string(
+                                                          key.at("secret").as_string()))}});
       }
-      out["auth"] = boost::json::object{{"cipher", auth->at("cipher")},
-                                        {"keys", std::move(keys)},
-                                        {"tx_key", auth->at("tx_key")}};
+      boost::json::object shown{{"cipher", auth->at("cipher")},
+                                {"keys", std::move(keys)},
+                                {"tx_key", auth->at("tx_key")}};
+      if (exchange != nullptr) {
+        shown["key_exchange"] = *exchange;
+        shown["peer_public_key"] = auth->at("peer_public_key");
+      }
+      out["auth"] = std::move(shown);
     }
     return out;
   }
