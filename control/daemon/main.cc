@@ -121,8 +121,19 @@ int command_run(const Settings& s) {
   options.max_connections = api_settings.max_connections;
   options.max_body_bytes = api_settings.max_body_bytes;
   options.request_timeout_ns = api_settings.request_timeout_ns;
+  // Federation (docs/federation.md): the aggregator of reservations leaving the domain, when
+  // the topology names peers; it recovers what a restart interrupted before serving.
+  std::unique_ptr<federation::Coordinator> coordinator;
+  if (!(*agent)->topology().federation.peers.empty()) {
+    auto opened = federation::Coordinator::open(**agent, federation::CoordinatorOptions{});
+    if (!opened) return fail(opened.error());
+    coordinator = std::move(*opened);
+  }
+  auto federation_routes = api::make_federation_routes(**agent, coordinator.get());
+  if (!federation_routes) return fail(federation_routes.error());
   auto server = api::HttpServer::start(
-      options, api::make_handler(**agent, std::string(api::openapi_document())));
+      options, api::make_handler(**agent, std::string(api::openapi_document()),
+                                 std::move(*federation_routes)));
   if (!server) return fail(server.error());
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
@@ -142,6 +153,7 @@ int command_run(const Settings& s) {
   while (!stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   log->info("stopping");
   (*server)->stop();
+  coordinator.reset();
   return kExitOk;
 }
 
