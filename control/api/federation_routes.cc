@@ -18,7 +18,18 @@ HttpResponse answer(int status, const json::object& body) {
   r.body = json::serialize(body) + "\n";
   return r;
 }
-HttpResponse error(const ApiError& e) { return answer(e.status, e.to_json()); }
+// A federated reservation's error names the domain at fault ("domain w: ..."): said as a field
+// too, so that a client need not parse the message.
+HttpResponse error(const ApiError& e) {
+  json::object body = e.to_json();
+  if (e.message.rfind("domain ", 0) == 0) {
+    const size_t colon = e.message.find(':');
+    if (colon != std::string::npos) {
+      body["error"].as_object()["domain"] = e.message.substr(7, colon - 7);
+    }
+  }
+  return answer(e.status, body);
+}
 HttpResponse outcome(const agent::Outcome<json::object>& o, int ok = 200) {
   return o ? answer(ok, *o) : error(o.error());
 }

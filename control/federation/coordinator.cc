@@ -255,11 +255,15 @@ ApiError Coordinator::peer_error(const std::string& domain, const PeerAnswer& an
                     : fmt::format("domain {}: {}", domain, answer.error);
     return e;
   }
+  // The peer's error object ({"error": {"code", "message", "field"}}), kept but for the domain.
+  const json::object error = object(answer.body, "error");
   e.status = answer.status;
-  e.code = text(answer.body, "code");
+  e.code = text(error, "code");
   if (e.code.empty()) e.code = "peer_error";
-  e.message = fmt::format("domain {}: {}", domain, text(answer.body, "message"));
-  e.field = text(answer.body, "field");
+  const std::string message = text(error, "message");
+  e.message = fmt::format("domain {}: {}", domain,
+                          message.empty() ? fmt::format("HTTP {}", answer.status) : message);
+  e.field = text(error, "field");
   return e;
 }
 

@@ -71,7 +71,7 @@ bool Coordinator::release_segment(SegmentRecord& s) {
     return true;
   }
   s.cleanup = true;
-  s.error = answer.status == 0 ? answer.error : text(answer.body, "message");
+  s.error = answer.status == 0 ? answer.error : peer_error(s.domain, answer).message;
   return false;
 }
 

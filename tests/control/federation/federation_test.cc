@@ -1,0 +1,186 @@
+// Federation across three owners' agents (docs/federation.md): the topology's borders, the
+// abstract view (no internal name), the two-phase reservation a -> c across x, w, z, its
+// propagation, idempotency, faults per domain and phase, hold expiry and the aggregator's
+// recovery after a restart.
+#include <boost/json.hpp>
+
+#include "control/federation/domain_path.h"
+#include "tests/control/federation/federation_harness.h"
+
+namespace detwan::control::testing {
+namespace {
+
+namespace json = boost::json;
+
+std::string str(const json::object& o, const char* key) {
+  const json::value* v = o.if_contains(key);
+  return v != nullptr && v->is_string() ? std::string(v->as_string()) : "";
+}
+
+TEST(FederationTopology, BordersArePlanningSitesAndRemotePeersNameForeignGateways) {
+  TempDir dir;
+  auto t = model::load_topology_string(
+      topology_of("x", dir.path() + "/x.db", "    - {domain: w, url: 'http://127.0.0.1:1'}\n"),
+      "x.yaml");
+  ASSERT_TRUE(t.has_value()) << t.error().message;
+  ASSERT_EQ(t->borders.size(), 1u);
+  EXPECT_EQ(t->borders[0].domain, "w");
+  const uint32_t site = t->find_site("a.ac1");
+  ASSERT_NE(site, model::kNone);
+  EXPECT_EQ(t->sites[site].gateway, model::kNone);
+  EXPECT_EQ(t->border_at_site(site), &t->borders[0]);
+  EXPECT_EQ(t->gateways[0].peers[0].remote, "gw-c");
+  EXPECT_EQ(t->gateways[0].peers[0].gateway, model::kNone);
+  // The local tunnel id range was cut below the federation's.
+  EXPECT_LT(t->agent.last_tunnel_id, t->federation.first_tunnel_id);
+  // A border that is also a site is refused, naming it.
+  auto twice = model::load_topology_string(
+      "domain: q\nborders: [{name: s, domain: r}]\nsites: [{name: s}]\nlinks: []\n", "q.yaml");
+  ASSERT_FALSE(twice.has_value());
+  EXPECT_NE(twice.error().message.find("'s' names a site and a border"), std::string::npos)
+      << twice.error().message;
+}
+
+TEST_F(FederationFixture, ViewNamesNoInternalNodeLinkGatewayPortOrAddress) {
+  auto [status, view] = http("x", "GET", "/v1/federation/view", "", token("w", "x"));
+  ASSERT_EQ(status, 200) << json::serialize(view);
+  const std::string text = json::serialize(view);
+  for (const char* secret : {"router-internal-x", "link-hidden-a", "link-hidden-b", "gw-secret-a",
+                             "port-hidden-1", "10.20.1", "/fake/"}) {
+    EXPECT_EQ(text.find(secret), std::string::npos) << secret << " leaks in " << text;
+  }
+  EXPECT_EQ(str(view, "domain"), "x");
+  EXPECT_EQ(view.at("sites").as_array().size(), 1u);
+  // a -> a.ac1 and back, with the internal path's latency and the reservable capacity.
+  ASSERT_EQ(view.at("transits").as_array().size(), 2u);
+  for (const json::value& t : view.at("transits").as_array()) {
+    EXPECT_GE(t.at("max_latency_ns").to_number<int64_t>(), 5'000'000);
+    EXPECT_EQ(t.at("min_latency_ns").to_number<int64_t>(), 5'000'000);
+    EXPECT_EQ(t.at("capacity").as_array()[0].at("available_bps").to_number<uint64_t>(),
+              900'000'000u);
+  }
+  // A reservation's booking shows in the capacity steps.
+  ASSERT_TRUE(coordinator().reserve(request("view-1")).has_value());
+  auto [s2, after] = http("x", "GET", "/v1/federation/view", "", token("z", "x"));
+  ASSERT_EQ(s2, 200);
+  const auto& steps = after.at("transits").as_array()[0].at("capacity").as_array();
+  ASSERT_GE(steps.size(), 2u);
+  EXPECT_EQ(steps[0].at("available_bps").to_number<uint64_t>(), 850'000'000u);
+  EXPECT_EQ(steps[1].at("available_bps").to_number<uint64_t>(), 900'000'000u);
+}
+
+TEST_F(FederationFixture, FederationRoutesRefuseCallersThatAreNotPeers) {
+  auto [status, body] = http("w", "GET", "/v1/federation/view");
+  EXPECT_EQ(status, 403);
+  const json::object& error = body.at("error").as_object();
+  EXPECT_NE(str(error, "message").find("anonymous client 127.0.0.1"), std::string::npos)
+      << str(error, "message");
+  auto [s2, b2] = http("w", "POST", "/v1/federation/segments", "{}", "not-a-peer-token-123456");
+  EXPECT_EQ(s2, 403);
+  // A peer only sees its own segments.
+  ASSERT_TRUE(coordinator().reserve(request("own-1")).has_value());
+  const std::string id = agent_of("w").reservation_of_request("r-1@x/w");
+  ASSERT_FALSE(id.empty());
+  auto [s3, b3] = http("w", "GET", "/v1/federation/segments/" + id, "", token("z", "w"));
+  EXPECT_EQ(s3, 403) << json::serialize(b3);
+  auto [s4, b4] = http("w", "GET", "/v1/federation/segments/" + id, "", token("x", "w"));
+  EXPECT_EQ(s4, 200) << json::serialize(b4);
+}
+
+TEST_F(FederationFixture, ReservesAcrossThreeDomainsAndComposesTheBound) {
+  const std::string body = R"({"src":"a","dst":"c","min_bandwidth_bps":50000000,
+      "duration_ns":600000000000,"encrypt":"none","client_request_id":"job-1"})";
+  auto [status, r] = http("x", "POST", "/v1/reservations", body);
+  ASSERT_EQ(status, 201) << json::serialize(r);
+  EXPECT_TRUE(r.at("federated").as_bool());
+  EXPECT_EQ(str(r, "state"), "held");
+  const auto& segments = r.at("segments").as_array();
+  ASSERT_EQ(segments.size(), 3u);
+  const char* expected[][3] = {{"x", "a", "a.ac1"}, {"w", "a.ac1", "c.ac1"}, {"z", "c.ac1", "c"}};
+  int64_t forward_max = 0, forward_min = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const json::object& s = segments[i].as_object();
+    EXPECT_EQ(str(s, "domain"), expected[i][0]);
+    EXPECT_EQ(str(s, "from"), expected[i][1]);
+    EXPECT_EQ(str(s, "to"), expected[i][2]);
+    EXPECT_EQ(str(s, "state"), "held");
+    forward_max += s.at("bound").at("forward").at("max_ns").to_number<int64_t>();
+    forward_min += s.at("bound").at("forward").at("min_ns").to_number<int64_t>();
+    EXPECT_EQ(holding(expected[i][0]), 1u) << expected[i][0];
+  }
+  EXPECT_EQ(r.at("bound").at("forward").at("max_ns").to_number<int64_t>(), forward_max);
+  EXPECT_EQ(r.at("bound").at("forward").at("min_ns").to_number<int64_t>(), forward_min);
+  EXPECT_GE(r.at("bound").at("max_latency_ns").to_number<int64_t>(), forward_max);
+  // Each domain holds its segment, under the tunnel id the aggregator chose.
+  const uint64_t tunnel = r.at("tunnel_id").to_number<uint64_t>();
+  EXPECT_GE(tunnel, 40000u);
+  const std::string w_id = agent_of("w").reservation_of_request("r-1@x/w");
+  EXPECT_EQ(agent_of("w").segment(w_id)->at("tunnel_id").to_number<uint64_t>(), tunnel);
+  EXPECT_EQ(agent_of("z")
+                .segment(agent_of("z").reservation_of_request("r-1@x/z"))
+                ->at("prefixes")
+                .as_array()[0]
+                .as_string(),
+            "10.20.3.0/24");
+  // The same request again: the same reservation.
+  auto [again_status, again] = http("x", "POST", "/v1/reservations", body);
+  EXPECT_EQ(again_status, 201);
+  EXPECT_EQ(str(again, "id"), str(r, "id"));
+  EXPECT_EQ(holding("w"), 1u);
+  const std::string id = str(r, "id");
+  auto [cs, committed] = http("x", "POST", "/v1/reservations/" + id + "/commit");
+  ASSERT_EQ(cs, 200) << json::serialize(committed);
+  EXPECT_EQ(str(committed, "state"), "committed");
+  for (const json::value& s : committed.at("segments").as_array()) {
+    EXPECT_EQ(str(s.as_object(), "state"), "committed");
+  }
+  // The commit told z the far gateway and prefixes.
+  EXPECT_EQ(agent_of("w").segment(w_id)->at("state").as_string(), "committed");
+  auto [ps, provisioned] = http("x", "POST", "/v1/reservations/" + id + "/provision");
+  ASSERT_EQ(ps, 200) << json::serialize(provisioned);
+  EXPECT_EQ(str(provisioned, "state"), "provisioned");
+  auto [rs, released] = http("x", "POST", "/v1/reservations/" + id + "/release");
+  ASSERT_EQ(rs, 200) << json::serialize(released);
+  EXPECT_EQ(agent_of("z")
+                .segment(agent_of("z").reservation_of_request("r-1@x/z"))
+                ->at("state")
+                .as_string(),
+            "released");
+  auto [gs, got] = http("x", "GET", "/v1/reservations/" + id);
+  ASSERT_EQ(gs, 200);
+  EXPECT_EQ(str(got, "state"), "released");
+  auto [ts, terminated] = http("x", "DELETE", "/v1/reservations/" + id);
+  ASSERT_EQ(ts, 200) << json::serialize(terminated);
+  EXPECT_EQ(str(terminated, "state"), "terminated");
+  for (const char* d : kDomains) {
+    EXPECT_EQ(holding(d), 0u) << d;
+    EXPECT_EQ(agent_of(d).check_ledger(), "") << d;
+  }
+}
+
+TEST_F(FederationFixture, NoPathNamesTheDomainsLookedAt) {
+  agent::ReserveRequest r = request("nowhere");
+  r.spec.dst = "q";
+  auto out = coordinator().reserve(r);
+  ASSERT_FALSE(out.has_value());
+  EXPECT_EQ(out.error().code, "no_path");
+  EXPECT_NE(out.error().message.find("x, w, z"), std::string::npos) << out.error().message;
+  // More than any domain can carry.
+  agent::ReserveRequest big = request("big");
+  big.spec.min_bandwidth_bps = 500'000'000;  // w's link reserves 360 Mbit/s
+  auto refused = coordinator().reserve(big);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, "no_path");
+}
+
+TEST_F(FederationFixture, EncryptedCrossDomainReservationsAreRefusedUntilKeysAgree) {
+  agent::ReserveRequest r = request("enc");
+  r.spec.encrypt = "aes-256-gcm";
+  auto out = coordinator().reserve(r);
+  ASSERT_FALSE(out.has_value());
+  EXPECT_EQ(out.error().status, 422);
+  EXPECT_EQ(out.error().code, "cross_domain_keys_unavailable");
+}
+
+}  // namespace
+}  // namespace detwan::control::testing
