@@ -4,6 +4,7 @@
 
 #include "control/agent/agent_impl.h"
 #include "control/federation/view.h"
+#include "control/gateway/tunnel_spec.h"
 #include "control/reservation/reservation_json.h"
 
 namespace detwan::control::agent {
@@ -64,7 +65,73 @@ json::object segment_json(const Agent::Impl& m, const Reservation& r) {
   return out;
 }
 
+FederatedEnd federated_end_of(const json::object& commit) {
+  FederatedEnd end;
+  if (const json::value* g = commit.if_contains("far_gateway"); g != nullptr && g->is_string()) {
+    end.far_gateway = std::string(g->as_string());
+  }
+  if (const json::value* p = commit.if_contains("far_prefixes"); p != nullptr && p->is_array()) {
+    for (const json::value& v : p->as_array()) {
+      if (v.is_string()) end.far_prefixes.emplace_back(v.as_string());
+    }
+  }
+  if (const json::value* b = commit.if_contains("bound"); b != nullptr && b->is_object()) {
+    const json::object& bound = b->as_object();
+    const json::value* delivery = bound.if_contains("delivery");
+    const json::value* playout = bound.if_contains("playout_bound_ns");
+    if (delivery != nullptr && delivery->is_string() && delivery->as_string() == "on_time" &&
+        playout != nullptr && playout->is_number()) {
+      end.playout_bound_ns = playout->to_number<int64_t>();
+    }
+  }
+  return end;
+}
+
 }  // namespace
+
+// TODO(issue 32, X25519 part): the keys of a cross-domain tunnel, agreed from our gateway's
+// and the far gateway's public keys: reservation::x25519_keys(cipher, local_public_key,
+// remote_public_key, context, key_id) (control/reservation/tunnel_keys.h). Until it is wired,
+// no key exists for a cross-domain tunnel and such reservations are refused with 422
+// "cross_domain_keys_unavailable" (federation/segments.cc, federation/coordinator.cc).
+std::optional<reservation::TunnelKeys> tunnel_auth_for_remote(
+    const Reservation& /*segment*/, const std::string& /*local_gateway*/,
+    const std::string& /*remote_gateway*/, const std::string& /*remote_public_key*/) {
+  return std::nullopt;
+}
+
+void Agent::Impl::load_federated_ends() {
+  auto rows = journal->federation_rows("segment");
+  if (!rows) return;
+  for (const auto& [id, body] : *rows) {
+    boost::system::error_code ec;
+    json::value v = json::parse(body, ec);
+    if (ec || !v.is_object()) continue;
+    if (const json::value* c = v.as_object().if_contains("commit");
+        c != nullptr && c->is_object()) {
+      federated_ends[id] = federated_end_of(c->as_object());
+    }
+  }
+}
+
+void Agent::Impl::apply_federated_end(const Reservation& r, const std::string& port,
+                                      gateway::TunnelSpec* spec) const {
+  const auto it = federated_ends.find(r.id);
+  if (it == federated_ends.end() || r.paths.empty()) return;
+  const FederatedEnd& far = it->second;
+  for (const reservation::EndPlacement& end : r.paths.front().ends) {
+    const uint32_t g = topology.find_gateway(end.gateway);
+    if (g == model::kNone) continue;  // the border end
+    for (const model::GatewayPeer& peer : topology.gateways[g].peers) {
+      if (peer.port == port && !peer.remote.empty() && peer.remote == far.far_gateway) {
+        spec->peer = peer.name;
+      }
+    }
+  }
+  spec->match_dst = far.far_prefixes;
+  spec->bound_ns = far.playout_bound_ns;
+  spec->max_hold_ns = std::max<int64_t>(1'000'000'000, 2 * spec->bound_ns);
+}
 
 json::object Agent::federation_view() const {
   std::lock_guard lock(impl_->mutex);
@@ -100,6 +167,7 @@ Outcome<json::object> Agent::commit_segment(const std::string& id, json::object 
     const Reservation* r = m.find(id);
     if (r == nullptr) return std::unexpected(not_found(id));
     json::object row = segment_row(m, id);
+    m.federated_ends[id] = federated_end_of(commit_info);
     row["commit"] = std::move(commit_info);
     if (auto ok =
             m.journal->put_federation("segment", id, json::serialize(row), m.realtime->now_ns(), 0);

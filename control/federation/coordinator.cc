@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 
 #include "common/crypto.h"
+#include "common/link_time.h"
 #include "common/logging.h"
+#include "common/units.h"
 #include "control/admission/bounds.h"
 #include "control/federation/domain_path.h"
 #include "control/federation/segments.h"
@@ -514,13 +516,25 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
 void Coordinator::compose(Aggregate& a) {
   // RFC 9320 concatenation: the delay terms of the segments add; the receiving end's gateway
   // gives the playout error (admission::combine decides the delivery mode).
+  // The burst term b/r is paid once, at the ingress gateway's shaper: a segment entered at a
+  // border (forward: every segment but the first; reverse: but the last) has it taken out.
+  const uint64_t rate = static_cast<uint64_t>(number(a.request, "min_bandwidth_bps"));
+  const int64_t burst_ns = rate == 0 ? 0 : common::ceil_serialisation_ns(a.burst_bytes * 8, rate);
   admission::DirectionBound forward, reverse;
   double keep = 1.0;
   int64_t propagation = 0;
   for (size_t i = 0; i < a.segments.size(); ++i) {
     const json::object& b = a.segments[i].bound;
-    const admission::DirectionBound f = direction_from(object(b, "forward"));
-    const admission::DirectionBound r = direction_from(object(b, "reverse"));
+    admission::DirectionBound f = direction_from(object(b, "forward"));
+    admission::DirectionBound r = direction_from(object(b, "reverse"));
+    if (i > 0) {
+      f.egress_ns -= std::min(f.egress_ns, burst_ns);
+      f.max_ns -= std::min(f.max_ns, burst_ns);
+    }
+    if (i + 1 < a.segments.size()) {
+      r.egress_ns -= std::min(r.egress_ns, burst_ns);
+      r.max_ns -= std::min(r.max_ns, burst_ns);
+    }
     add(forward, f);
     add(reverse, r);
     if (i + 1 == a.segments.size()) forward.playout_error_ns = f.playout_error_ns;
