@@ -42,7 +42,7 @@ struct GatewayPeer {
   std::string name;          // peer name in the gateway's configuration
   std::string port;          // WAN port it is reached through
   uint32_t gateway = kNone;  // the far gateway (kNone when it is another domain's: `remote`)
-  std::string remote;        // a gateway of another domain, by name ("" = one of ours)
+  std::string remote{};      // a gateway of another domain, by name ("" = one of ours)
 };
 
 struct Gateway {
