@@ -113,6 +113,29 @@ bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& re
   if (f.coordinator == nullptr) return false;
   federation::Coordinator& c = *f.coordinator;
   const std::string base = "/v1/reservations";
+  if (path == base && method == "GET") {  // the local reservations and the federated ones
+    std::string state;
+    const std::string key = "state=";
+    for (size_t at = request.query.find(key); at != std::string::npos;) {
+      if (at == 0 || request.query[at - 1] == '&') {
+        state =
+            request.query.substr(at + key.size(), request.query.find('&', at) - at - key.size());
+      }
+      break;
+    }
+    std::optional<reservation::State> local_state;
+    if (!state.empty()) {
+      local_state = reservation::state_from_string(state);
+      if (!local_state && state != "reserving" && state != "committing") return false;
+    }
+    json::array all = state.empty() || local_state ? agent.list(local_state) : json::array{};
+    for (json::value& a : c.list()) {
+      if (state.empty() || a.at("state").as_string() == state) all.push_back(std::move(a));
+    }
+    route = base;
+    send(answer(200, json::object{{"reservations", std::move(all)}}));
+    return true;
+  }
   if (path == base && method == "POST") {
     auto parsed = parse_reserve(request.body);
     if (!parsed || !c.is_federated(*parsed)) return false;  // local (or the local error)

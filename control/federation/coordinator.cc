@@ -308,6 +308,14 @@ Outcome<std::vector<ParsedView>> Coordinator::views(bool refresh, std::string* l
 }
 
 Outcome<json::object> Coordinator::reserve(const agent::ReserveRequest& request) {
+  auto reserved = reserve_and_commit(request);
+  if (!reserved || !request.provision) return reserved;
+  const std::string state = reserved->at("state").as_string().c_str();
+  if (state != "committed" && state != "released") return reserved;
+  return provision(std::string(reserved->at("id").as_string()));
+}
+
+Outcome<json::object> Coordinator::reserve_and_commit(const agent::ReserveRequest& request) {
   std::lock_guard lock(mutex_);
   if (!request.client_request_id.empty()) {
     const auto seen = by_request_.find(request.client_request_id);
@@ -409,7 +417,9 @@ Outcome<json::object> Coordinator::reserve(const agent::ReserveRequest& request)
     const model::FederationSettings& f = agent_.topology().federation;
     auto r = common::crypto::random_u64();
     const uint64_t span = uint64_t{f.last_tunnel_id} - f.first_tunnel_id + 1;
-    a.tunnel_id = f.first_tunnel_id + static_cast<uint32_t>((r ? *r : attempt) % span);
+    a.tunnel_id = options_.draw_tunnel_id
+                      ? options_.draw_tunnel_id()
+                      : f.first_tunnel_id + static_cast<uint32_t>((r ? *r : attempt) % span);
     for (SegmentRecord& s : a.segments) {  // a new attempt: new segment requests
       s.client_request_id = fmt::format("{}@{}/{}#{}", a.id, domain_, s.domain, attempt);
       if (attempt == 0) s.client_request_id = fmt::format("{}@{}/{}", a.id, domain_, s.domain);

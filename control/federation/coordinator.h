@@ -18,6 +18,7 @@
 // peer is 502 "peer_unreachable", a timeout 504 "peer_timeout".
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,8 @@ struct CoordinatorOptions {
   bool start_threads = true;                // false: tests call tick()
   int64_t view_max_age_ns = 5'000'000'000;  // peers' views are refetched when older
   uint32_t tunnel_id_attempts = 4;          // reserve retries on 409 tunnel_id_taken
+  // Draws a tunnel id in federation.tunnel_ids (tests); default: the CSPRNG, uniform.
+  std::function<uint32_t()> draw_tunnel_id;
 };
 
 struct SegmentRecord {
@@ -112,6 +115,7 @@ class Coordinator {
 
  private:
   Coordinator(agent::Agent& agent, CoordinatorOptions options);
+  agent::Outcome<boost::json::object> reserve_and_commit(const agent::ReserveRequest& request);
   PeerAnswer call(const std::string& domain, const std::string& method, const std::string& path,
                   const boost::json::object* body);
   agent::ApiError peer_error(const std::string& domain, const PeerAnswer& answer) const;

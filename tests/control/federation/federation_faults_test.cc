@@ -64,14 +64,111 @@ TEST_F(FederationFixture, EveryFaultLeavesNoHoldOrBookingAndNamesTheDomain) {
 }
 
 TEST_F(FederationFixture, TunnelIdTakenAtAnEndIsRetriedWithAnotherId) {
-  // z already uses every id but one of the federation's range? Too many: take the id the first
-  // attempt will draw by refusing once with tunnel_id_taken is not injectable, so fill z with a
-  // local reservation using a federation id and check a retry still succeeds.
+  // The first reservation takes 40001; the second draws 40001 again (taken at every end:
+  // 409 tunnel_id_taken, its held segments aborted), then 40002.
+  std::vector<uint32_t> draws{40001, 40001, 40002};
+  size_t next = 0;
+  draw_tunnel_id = [&] { return draws[std::min(next++, draws.size() - 1)]; };
+  open("x");
   auto first = coordinator().reserve(request("t-1"));
   ASSERT_TRUE(first.has_value()) << first.error().message;
-  auto second = coordinator().reserve(request("t-2"));
+  EXPECT_EQ(first->at("tunnel_id").to_number<uint32_t>(), 40001u);
+  agent::ReserveRequest other = request("t-2");
+  other.spec.src_prefixes = {"10.20.1.2/32"};  // other hosts: no prefix conflict
+  other.spec.dst_prefixes = {"10.20.3.2/32"};
+  other.fingerprint = "t-2";
+  auto second = coordinator().reserve(other);
   ASSERT_TRUE(second.has_value()) << second.error().message;
-  EXPECT_NE(first->at("tunnel_id"), second->at("tunnel_id"));
+  EXPECT_EQ(second->at("tunnel_id").to_number<uint32_t>(), 40002u);
+  EXPECT_EQ(next, 3u);
+  for (const char* d : kDomains) EXPECT_EQ(holding(d), 2u) << d;
+  // Every id was drawn from the range: no tunnel_id_taken is left behind.
+  auto exhausted_draws = [&] { return uint32_t{40001}; };
+  draw_tunnel_id = exhausted_draws;
+  open("x");
+  agent::ReserveRequest third = request("t-3");
+  third.spec.src_prefixes = {"10.20.1.3/32"};
+  third.spec.dst_prefixes = {"10.20.3.3/32"};
+  third.fingerprint = "t-3";
+  auto refused = coordinator().reserve(third);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, "tunnel_id_taken");
+  EXPECT_NE(refused.error().message.find("domain x"), std::string::npos);
+  for (const char* d : kDomains) EXPECT_EQ(holding(d), 2u) << d;
+}
+
+TEST_F(FederationFixture, ParticipantRestartKeepsItsSegmentsAndTheirHoldsExpire) {
+  auto held = coordinator().reserve(request("p-restart"));
+  ASSERT_TRUE(held.has_value()) << held.error().message;
+  open("w");  // w restarts on its journal
+  const std::string id = agent_of("w").reservation_of_request("r-1@x/w");
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(agent_of("w").segment_requester(id), "x");
+  EXPECT_EQ(holding("w"), 1u);
+  realtime.advance_ns(11 * kSecond);
+  agent_of("w").tick();
+  EXPECT_EQ(holding("w"), 0u);
+}
+
+TEST_F(FederationFixture, SegmentCreationIsIdempotentByClientRequestId) {
+  const std::string body =
+      R"({"client_request_id":"agg-1@x/w","aggregate":{"id":"r-9","domain":"x"},
+      "from":"a.ac1","to":"c.ac1","rate_bps":10000000,"start_unix_ns":)" +
+      std::to_string(kStartNs) + R"(,"end_unix_ns":)" + std::to_string(kStartNs + 600 * kSecond) +
+      R"(,"tunnel_id":40100,"encrypt":"none"})";
+  auto [s1, b1] = http("w", "POST", "/v1/federation/segments", body, token("x", "w"));
+  ASSERT_EQ(s1, 201) << json::serialize(b1);
+  auto [s2, b2] = http("w", "POST", "/v1/federation/segments", body, token("x", "w"));
+  ASSERT_EQ(s2, 201) << json::serialize(b2);
+  EXPECT_EQ(b1.at("id"), b2.at("id"));
+  EXPECT_EQ(holding("w"), 1u);
+  // The same request id for another segment: refused.
+  std::string other = body;
+  other.replace(other.find("10000000"), 8, "20000000");
+  auto [s3, b3] = http("w", "POST", "/v1/federation/segments", other, token("x", "w"));
+  EXPECT_EQ(s3, 409) << json::serialize(b3);
+  // Looked up by request id (how an aggregator finds a segment whose answer it lost).
+  auto [s4, b4] = http("w", "GET", "/v1/federation/segments?client_request_id=agg-1%40x%2Fw", "",
+                       token("x", "w"));
+  ASSERT_EQ(s4, 200) << json::serialize(b4);
+  EXPECT_EQ(b4.at("id"), b1.at("id"));
+  // A repeated commit answers 200 with the segment.
+  const std::string id(b1.at("id").as_string());
+  for (int i = 0; i < 2; ++i) {
+    auto [s5, b5] =
+        http("w", "POST", "/v1/federation/segments/" + id + "/commit", "{}", token("x", "w"));
+    EXPECT_EQ(s5, 200) << json::serialize(b5);
+    EXPECT_EQ(std::string(b5.at("state").as_string()), "committed");
+  }
+}
+
+TEST_F(FederationFixture, ModifyPropagatesToEverySegment) {
+  auto committed = coordinator().reserve(request("modify", true));
+  ASSERT_TRUE(committed.has_value()) << committed.error().message;
+  const std::string id(committed->at("id").as_string());
+  agent::ModifyRequest m;
+  m.min_bandwidth_bps = 80'000'000;
+  auto modified = coordinator().modify(id, m);
+  ASSERT_TRUE(modified.has_value()) << modified.error().message;
+  EXPECT_EQ(modified->at("min_bandwidth_bps").to_number<uint64_t>(), 80'000'000u);
+  for (const char* d : kDomains) {
+    const auto list = agent_of(d).list(std::nullopt);
+    ASSERT_EQ(list.size(), 1u);
+    EXPECT_EQ(list[0].at("spec").at("min_bandwidth_bps").to_number<uint64_t>(), 80'000'000u)
+        << d << json::serialize(list[0]);
+  }
+  // More than w can carry: refused by w, and every segment keeps the old rate.
+  m.min_bandwidth_bps = 390'000'000;
+  auto refused = coordinator().modify(id, m);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("domain w"), std::string::npos) << refused.error().message;
+  for (const char* d : kDomains) {
+    EXPECT_EQ(
+        agent_of(d).list(std::nullopt)[0].at("spec").at("min_bandwidth_bps").to_number<uint64_t>(),
+        80'000'000u)
+        << d;
+    EXPECT_EQ(agent_of(d).check_ledger(), "") << d;
+  }
 }
 
 TEST_F(FederationFixture, ParticipantHoldExpiresByItsOwnTimerAndTheCommitThenFails) {

@@ -98,6 +98,7 @@ struct FederationFixture : ::testing::Test {
   common::VirtualClock monotonic{1'000 * kSecond};
   FakeGateways gateways;
   std::map<std::string, Domain> domains;
+  std::function<uint32_t()> draw_tunnel_id;  // x's coordinator's (default: random)
 
   static std::string token(const std::string& from, const std::string& to) {
     return fmt::format("token-{}-to-{}-0123456789abcdef", from, to);
@@ -180,6 +181,7 @@ struct FederationFixture : ::testing::Test {
       federation::CoordinatorOptions c;
       c.realtime = &realtime;
       c.start_threads = false;
+      c.draw_tunnel_id = draw_tunnel_id;
       auto coordinator = federation::Coordinator::open(*dom.agent, c);
       ASSERT_TRUE(coordinator.has_value()) << coordinator.error().message;
       dom.coordinator = std::move(*coordinator);
