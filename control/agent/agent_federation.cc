@@ -135,7 +135,20 @@ void Agent::Impl::apply_federated_end(const Reservation& r, const std::string& p
 
 json::object Agent::federation_view() const {
   std::lock_guard lock(impl_->mutex);
-  return federation::build_view(impl_->topology, *impl_->ledger, impl_->realtime->now_ns());
+  const int64_t now = impl_->realtime->now_ns();
+  json::object view = federation::build_view(impl_->topology, *impl_->ledger, now);
+  // Compute pools, for co-scheduling across domains: name, site, kind and ranks (no hosts).
+  json::array pools;
+  for (const auto& [name, pool] : impl_->pools) {
+    pools.push_back(
+        json::object{{"name", name},
+                     {"site", pool.site},
+                     {"kind", pool.kind},
+                     {"ranks", pool.ranks},
+                     {"ranks_next_hour", pool.ranks_during(now, now + 3'600'000'000'000)}});
+  }
+  view["pools"] = std::move(pools);
+  return view;
 }
 
 Outcome<json::object> Agent::reserve_segment(const ReserveRequest& request,

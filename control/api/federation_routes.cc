@@ -35,8 +35,11 @@ HttpResponse outcome(const agent::Outcome<json::object>& o, int ok = 200) {
 }
 
 // The peer domain a request comes from: its certificate's, or its token's ("" = not a peer).
-std::string peer_domain(const FederationRoutes& f, const HttpRequest& request) {
-  if (request.identity.kind == Identity::Kind::kPeer) return request.identity.domain;
+std::string peer_domain(const FederationRoutes& f, const model::Topology& t,
+                        const HttpRequest& request) {
+  if (request.identity.kind == Identity::Kind::kPeer) {  // listed in federation.peers only
+    return t.federation.peer(request.identity.domain) != nullptr ? request.identity.domain : "";
+  }
   return federation::domain_of_token(f.accept_tokens, request.bearer_token);
 }
 
@@ -72,7 +75,7 @@ bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& re
   const std::string& method = request.method;
   const std::string prefix = "/v1/federation/";
   if (path.rfind(prefix, 0) == 0) {
-    const std::string peer = peer_domain(f, request);
+    const std::string peer = peer_domain(f, agent.topology(), request);
     const bool admin = request.identity.kind != Identity::Kind::kPeer &&
                        request.identity.may_admin && request.identity.tenant.empty() &&
                        request.identity.kind == Identity::Kind::kToken;

@@ -71,6 +71,21 @@ TEST_F(FederationFixture, ViewNamesNoInternalNodeLinkGatewayPortOrAddress) {
   EXPECT_EQ(steps[1].at("available_bps").to_number<uint64_t>(), 900'000'000u);
 }
 
+TEST_F(FederationFixture, ViewShowsComputePoolsWithoutAddresses) {
+  auto [status, pool] =
+      http("z", "POST", "/v1/pools", R"({"name":"c-gpu","site":"c","kind":"a100","ranks":8})");
+  ASSERT_EQ(status, 201) << json::serialize(pool);
+  auto [s2, view] = http("z", "GET", "/v1/federation/view", "", token("x", "z"));
+  ASSERT_EQ(s2, 200);
+  ASSERT_EQ(view.at("pools").as_array().size(), 1u);
+  const json::object& p = view.at("pools").as_array()[0].as_object();
+  EXPECT_EQ(str(p, "name"), "c-gpu");
+  EXPECT_EQ(str(p, "site"), "c");
+  EXPECT_EQ(str(p, "kind"), "a100");
+  EXPECT_EQ(p.at("ranks").to_number<int>(), 8);
+  EXPECT_EQ(json::serialize(view).find("gw-c"), std::string::npos);
+}
+
 TEST_F(FederationFixture, FederationRoutesRefuseCallersThatAreNotPeers) {
   auto [status, body] = http("w", "GET", "/v1/federation/view");
   EXPECT_EQ(status, 403);
