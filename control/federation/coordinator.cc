@@ -101,6 +101,12 @@ json::object to_json(const Aggregate& a) {
   return out;
 }
 
+json::object api_json(const Aggregate& a) {
+  json::object out = to_json(a);
+  out.erase("fingerprint");
+  return out;
+}
+
 common::Result<Aggregate> aggregate_from_json(const json::object& o) {
   Aggregate a;
   a.id = text(o, "id");
@@ -328,7 +334,7 @@ Outcome<json::object> Coordinator::reserve_and_commit(const agent::ReserveReques
                         request.client_request_id, a->id),
             "client_request_id"});
       }
-      if (a != nullptr) return to_json(*a);
+      if (a != nullptr) return api_json(*a);
     }
   }
   const reservation::Spec& spec = request.spec;
@@ -472,7 +478,7 @@ Outcome<json::object> Coordinator::reserve_and_commit(const agent::ReserveReques
     Aggregate& stored = aggregates_[a.id];
     if (auto ok = commit_segments(stored); !ok) return std::unexpected(ok.error());
   }
-  return to_json(aggregates_[a.id]);
+  return api_json(aggregates_[a.id]);
 }
 
 Outcome<void> Coordinator::hold_segments(Aggregate& a) {
@@ -581,14 +587,14 @@ Outcome<json::object> Coordinator::commit(const std::string& id) {
   Aggregate* a = find(id);
   if (a == nullptr) return std::unexpected(not_found(id));
   if (a->state == "committed" || a->state == "provisioned" || a->state == "released") {
-    return to_json(*a);
+    return api_json(*a);
   }
   if (a->state != "held" && a->state != "committing") {
     return std::unexpected(
         ApiError{409, "wrong_state", fmt::format("{} is {}; commit needs held", id, a->state), ""});
   }
   if (auto ok = commit_segments(*a); !ok) return std::unexpected(ok.error());
-  return to_json(*a);
+  return api_json(*a);
 }
 
 Outcome<void> Coordinator::commit_segments(Aggregate& a) {

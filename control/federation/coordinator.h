@@ -79,7 +79,9 @@ struct Aggregate {
   int64_t updated_ns = 0;
 };
 
+// The journal's form (with the request's fingerprint) and the API's (without).
 boost::json::object to_json(const Aggregate& a);
+boost::json::object api_json(const Aggregate& a);
 agent::ApiError not_found(const std::string& id);
 common::Result<Aggregate> aggregate_from_json(const boost::json::object& o);
 

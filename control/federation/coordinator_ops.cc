@@ -84,7 +84,7 @@ Outcome<json::object> Coordinator::abort(const std::string& id) {
   std::lock_guard lock(mutex_);
   Aggregate* a = find(id);
   if (a == nullptr) return std::unexpected(not_found(id));
-  if (a->state == "terminated" && a->reason == "aborted") return to_json(*a);
+  if (a->state == "terminated" && a->reason == "aborted") return api_json(*a);
   if (a->state != "held") {
     return std::unexpected(
         ApiError{409, "wrong_state", fmt::format("{} is {}; abort needs held", id, a->state), ""});
@@ -93,7 +93,7 @@ Outcome<json::object> Coordinator::abort(const std::string& id) {
   a->state = "terminated";
   a->reason = "aborted";
   if (auto ok = save(*a); !ok) return std::unexpected(ok.error());
-  return to_json(*a);
+  return api_json(*a);
 }
 
 Outcome<json::object> Coordinator::propagate(const std::string& id, const std::string& action,
@@ -101,7 +101,7 @@ Outcome<json::object> Coordinator::propagate(const std::string& id, const std::s
   std::lock_guard lock(mutex_);
   Aggregate* a = find(id);
   if (a == nullptr) return std::unexpected(not_found(id));
-  if (a->state == target) return to_json(*a);
+  if (a->state == target) return api_json(*a);
   const bool allowed = action == "terminate"   ? !is_final(a->state)
                        : action == "provision" ? a->state == "committed" || a->state == "released"
                        : action == "release"
@@ -140,7 +140,7 @@ Outcome<json::object> Coordinator::propagate(const std::string& id, const std::s
   }
   if (auto ok = save(*a); !ok) return std::unexpected(ok.error());
   if (first_error && action != "terminate") return std::unexpected(*first_error);
-  return to_json(*a);
+  return api_json(*a);
 }
 
 Outcome<json::object> Coordinator::provision(const std::string& id) {
@@ -207,14 +207,14 @@ Outcome<json::object> Coordinator::modify(const std::string& id,
   if (request.min_bandwidth_bps) a->request["min_bandwidth_bps"] = *request.min_bandwidth_bps;
   if (request.end_ns) a->request["end_unix_ns"] = *request.end_ns;
   if (auto ok = save(*a); !ok) return std::unexpected(ok.error());
-  return to_json(*a);
+  return api_json(*a);
 }
 
 Outcome<json::object> Coordinator::get(const std::string& id) {
   std::lock_guard lock(mutex_);
   Aggregate* a = find(id);
   if (a == nullptr) return std::unexpected(not_found(id));
-  json::object out = to_json(*a);
+  json::object out = api_json(*a);
   json::array segments = out.at("segments").as_array();
   for (size_t i = 0; i < a->segments.size(); ++i) {
     SegmentRecord& s = a->segments[i];
@@ -239,7 +239,7 @@ Outcome<json::object> Coordinator::get(const std::string& id) {
 json::array Coordinator::list() const {
   std::lock_guard lock(mutex_);
   json::array out;
-  for (const auto& [id, a] : aggregates_) out.push_back(to_json(a));
+  for (const auto& [id, a] : aggregates_) out.push_back(api_json(a));
   return out;
 }
 
