@@ -115,6 +115,18 @@ bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& re
   }
   if (f.coordinator == nullptr) return false;
   federation::Coordinator& c = *f.coordinator;
+  if (path == "/v1/plan" && method == "POST" &&
+      request.query.find("federated=true") != std::string::npos) {
+    route = "/v1/plan (federated)";
+    auto parsed = parse_plan(request.body);
+    if (!parsed) return send(error(parsed.error())), true;
+    if (parsed->reserve && !request.identity.may_reserve) {
+      send(error(ApiError{403, "forbidden", "this identity may not reserve", ""}));
+      return true;
+    }
+    send(outcome(c.plan(*parsed), parsed->reserve ? 201 : 200));
+    return true;
+  }
   const std::string base = "/v1/reservations";
   if (path == base && method == "GET") {  // the local reservations and the federated ones
     std::string state;

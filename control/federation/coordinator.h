@@ -110,6 +110,11 @@ class Coordinator {
   // Refreshes the segments' states from their domains.
   agent::Outcome<boost::json::object> get(const std::string& id);
   boost::json::array list() const;
+  // Co-scheduling across domains (POST /v1/plan?federated=true): placement over every domain's
+  // pools (from the views; compute time from the request), WAN from the domain paths; with
+  // request.reserve the reservations are held through reserve() (or the agent's, between two
+  // of our sites).
+  agent::Outcome<boost::json::object> plan(const agent::PlanRequest& request);
 
   // Hold expiry and the retries of unanswered aborts/terminates.
   void tick();

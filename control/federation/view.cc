@@ -181,6 +181,17 @@ common::Result<ParsedView> parse_view(const json::object& v) {
       }
       out.transits.push_back(std::move(tr));
     }
+    if (const json::value* pools = v.if_contains("pools")) {
+      for (const json::value& p : pools->as_array()) {
+        const json::object& o = p.as_object();
+        (void)o.at("name").as_string();
+        (void)o.at("site").as_string();
+        (void)o.at("kind").as_string();
+        (void)o.at("ranks").to_number<int64_t>();
+        (void)o.at("ranks_next_hour").to_number<int64_t>();
+        out.pools.push_back(p);
+      }
+    }
     return out;
   } catch (const std::exception& e) {
     return bad(fmt::format("malformed ({})", e.what()));

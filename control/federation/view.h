@@ -48,6 +48,7 @@ struct ParsedView {
   std::vector<std::string> sites;
   std::vector<std::pair<std::string, std::string>> borders;  // (name, neighbour domain)
   std::vector<Transit> transits;
+  boost::json::array pools;  // {name, site, kind, ranks, ranks_next_hour}
 };
 
 // Reads a view a peer sent; errors name the field.

@@ -86,6 +86,37 @@ TEST_F(FederationFixture, ViewShowsComputePoolsWithoutAddresses) {
   EXPECT_EQ(json::serialize(view).find("gw-c"), std::string::npos);
 }
 
+TEST_F(FederationFixture, PlanPlacesAJobOnPoolsOfTwoDomainsAndReservesAcrossThem) {
+  // Two ranks at x's site a, two at z's site c: a four-rank job needs both, and the WAN
+  // between them across x, w, z.
+  ASSERT_EQ(
+      http("x", "POST", "/v1/pools", R"({"name":"a-cpu","site":"a","kind":"cpu","ranks":2})").first,
+      201);
+  ASSERT_EQ(
+      http("z", "POST", "/v1/pools", R"({"name":"c-cpu","site":"c","kind":"cpu","ranks":2})").first,
+      201);
+  const std::string job =
+      R"({"gradient_bytes":4000000,"ranks":4,"step_compute_ns":2000000000,"target_step_ns":2500000000)";
+  // Without federation the agent only sees its own pool.
+  auto [local_status, local] = http("x", "POST", "/v1/plan", job + "}");
+  EXPECT_EQ(local_status, 422) << json::serialize(local);
+  auto [status, plan] = http("x", "POST", "/v1/plan?federated=true", job + "}");
+  ASSERT_EQ(status, 200) << json::serialize(plan);
+  ASSERT_EQ(plan.at("placement").as_array().size(), 2u);
+  ASSERT_EQ(plan.at("reservations").as_array().size(), 1u);
+  const int64_t rate = plan.at("reservations").as_array()[0].at("rate_bps").to_number<int64_t>();
+  EXPECT_GT(rate, 0);
+  EXPECT_LE(rate, 360'000'000);  // w's link: 400 Mbit/s, 90 % reservable
+  for (const char* d : kDomains) EXPECT_EQ(holding(d), 0u) << d;  // a plan books nothing
+  auto [rs, reserved] = http("x", "POST", "/v1/plan?federated=true", job + R"(,"reserve":true})");
+  ASSERT_EQ(rs, 201) << json::serialize(reserved);
+  const auto& held = reserved.at("reserved").as_array();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_TRUE(held[0].at("federated").as_bool());
+  EXPECT_EQ(held[0].at("state").as_string(), "held");
+  for (const char* d : kDomains) EXPECT_EQ(holding(d), 1u) << d;
+}
+
 TEST_F(FederationFixture, FederationRoutesRefuseCallersThatAreNotPeers) {
   auto [status, body] = http("w", "GET", "/v1/federation/view");
   EXPECT_EQ(status, 403);
