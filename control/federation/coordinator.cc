@@ -427,11 +427,22 @@ Outcome<json::object> Coordinator::reserve_and_commit(const agent::ReserveReques
                       ? options_.draw_tunnel_id()
                       : f.first_tunnel_id + static_cast<uint32_t>((r ? *r : attempt) % span);
     for (SegmentRecord& s : a.segments) {  // a new attempt: new segment requests
-      s.client_request_id = fmt::format("{}@{}/{}#{}", a.id, domain_, s.domain, attempt);
-      if (attempt == 0) s.client_request_id = fmt::format("{}@{}/{}", a.id, domain_, s.domain);
+      SegmentRecord fresh;
+      fresh.domain = s.domain;
+      fresh.from = s.from;
+      fresh.to = s.to;
+      s = std::move(fresh);
+      s.client_request_id = attempt == 0
+                                ? fmt::format("{}@{}/{}", a.id, domain_, s.domain)
+                                : fmt::format("{}@{}/{}#{}", a.id, domain_, s.domain, attempt);
     }
     held = hold_segments(a);
     if (held || held.error().code != "tunnel_id_taken") break;
+    // Retry only when every segment of this attempt is released (none left to the loop).
+    if (std::any_of(a.segments.begin(), a.segments.end(),
+                    [](const SegmentRecord& s) { return s.cleanup; })) {
+      break;
+    }
   }
   if (!held) {
     a.state = "terminated";
@@ -502,7 +513,16 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
                       {"remote_gateways", remote}};
     if (s.from == src) body["src_prefixes"] = a.request.at("src_prefixes");
     if (s.to == dst) body["dst_prefixes"] = a.request.at("dst_prefixes");
-    const PeerAnswer answer = call(s.domain, "POST", "/v1/federation/segments", &body);
+    PeerAnswer answer = call(s.domain, "POST", "/v1/federation/segments", &body);
+    if ((answer.status == 200 || answer.status == 201) && text(answer.body, "state") != "held") {
+      // A repeated request id whose segment is gone (aborted, expired): not a hold.
+      s.id = text(answer.body, "id");
+      s.state = text(answer.body, "state");
+      answer.status = 409;
+      answer.body =
+          ApiError{409, "wrong_state", fmt::format("segment {} is {}, not held", s.id, s.state), ""}
+              .to_json();
+    }
     if (answer.status == 200 || answer.status == 201) {
       s.id = text(answer.body, "id");
       s.state = text(answer.body, "state");

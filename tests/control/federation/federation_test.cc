@@ -35,6 +35,24 @@ TEST(FederationTopology, BordersArePlanningSitesAndRemotePeersNameForeignGateway
   EXPECT_EQ(t->gateways[0].peers[0].gateway, model::kNone);
   // The local tunnel id range was cut below the federation's.
   EXPECT_LT(t->agent.last_tunnel_id, t->federation.first_tunnel_id);
+  // A peer with both gateway: and remote: is refused; so is an agent.tunnel_ids range given
+  // inside the federation's.
+  auto both = model::load_topology_string(
+      "domain: q\nsites: [{name: s, gateway: g, tunnel_prefixes: [10.1.0.0/24]}]\n"
+      "gateways: [{name: g, site: s, admin_socket: /x, ports: [{name: p, link: l}],\n"
+      "  peers: [{name: f, port: p, gateway: g, remote: h}]}]\n"
+      "borders: [{name: s.b, domain: r}]\n"
+      "links: [{name: l, ends: [s, s.b], capacity: 1gbit, delay: 1ms}]\n",
+      "q.yaml");
+  ASSERT_FALSE(both.has_value());
+  EXPECT_NE(both.error().message.find("not both"), std::string::npos) << both.error().message;
+  auto overlap = model::load_topology_string(
+      "domain: q\nagent: {tunnel_ids: 1000-50000}\nborders: [{name: s.b, domain: r}]\n"
+      "federation: {tunnel_ids: 40000-65535}\nlinks: []\n",
+      "q.yaml");
+  ASSERT_FALSE(overlap.has_value());
+  EXPECT_NE(overlap.error().message.find("overlaps agent.tunnel_ids"), std::string::npos)
+      << overlap.error().message;
   // A border that is also a site is refused, naming it.
   auto twice = model::load_topology_string(
       "domain: q\nborders: [{name: s, domain: r}]\nsites: [{name: s}]\nlinks: []\n", "q.yaml");
