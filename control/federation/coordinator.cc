@@ -541,8 +541,12 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
     ApiError e = peer_error(s.domain, answer);
     s.error = e.message;
     s.state = answer.status == 0 ? "unknown" : "refused";
-    // A call that timed out may have held it there: look it up and abort it too.
+    // A call without an answer may have held it there (now, or when a late request arrives):
+    // look it up and abort it, until its hold would have passed anyway.
     s.cleanup = answer.status == 0;
+    if (s.cleanup) {
+      s.hold_expires_ns = options_.realtime->now_ns() + f.hold_timeout_ns + f.call_timeout_ns;
+    }
     release_all(a);
     return std::unexpected(e);
   }

@@ -43,6 +43,12 @@ bool Coordinator::release_segment(SegmentRecord& s) {
     const PeerAnswer found =
         call(s.domain, "GET", "/v1/federation/segments?client_request_id=" + query, nullptr);
     if (found.status == 404) {
+      // Not there (yet): a request that timed out may still arrive late; keep looking until
+      // its hold would have passed (tick drops it then).
+      if (s.state == "unknown" && options_.realtime->now_ns() < s.hold_expires_ns) {
+        s.cleanup = true;
+        return false;
+      }
       s.state = "terminated";
       s.cleanup = false;
       return true;
@@ -258,7 +264,8 @@ void Coordinator::tick() {
     for (SegmentRecord& s : a.segments) {
       if (!s.cleanup) continue;
       // A hold that passed releases itself there; a committed segment is retried until it answers.
-      if (s.state == "held" && s.hold_expires_ns > 0 && now >= s.hold_expires_ns) {
+      if ((s.state == "held" || s.state == "unknown") && s.hold_expires_ns > 0 &&
+          now >= s.hold_expires_ns) {
         s.cleanup = false;
         s.state = "terminated";
         changed = true;

@@ -1,6 +1,11 @@
 // HTTP(S) calls to peer agents, and the fault injector.
 #include "control/federation/peer_client.h"
 
+#include <chrono>
+#include <condition_variable>
+#include <optional>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "common/secret_file.h"
@@ -50,8 +55,47 @@ PeerAnswer HttpPeerClient::call(const std::string& domain, const std::string& me
     answer.error = fmt::format("domain {} ({}): {}", domain, peer->url_text, peer->url_error);
     return answer;
   }
-  auto got = client::http_call(peer->url, method, path, body, peer->token, timeout_ms_, user_agent_,
-                               peer->url.https ? &peer->tls : nullptr);
+  // client::http_call's deadline only bounds what it does asynchronously (its synchronous
+  // read waits for the peer however long it takes), so the call runs on its own thread and is
+  // given up at the deadline; a late answer is dropped when it comes. At most kMaxStuckCalls
+  // such calls may be outstanding.
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    bool given_up = false;
+    common::Result<client::HttpAnswer> result =
+        common::make_error(common::ErrorCode::kInternal, "not run");
+  };
+  if (stuck_->load() >= kMaxStuckCalls) {
+    answer.error = fmt::format("domain {} ({}): {} earlier calls are still unanswered", domain,
+                               peer->url_text, stuck_->load());
+    return answer;
+  }
+  auto shared = std::make_shared<Shared>();
+  std::optional<client::TlsClientOptions> tls;
+  if (peer->url.https) tls = peer->tls;
+  std::thread([shared, stuck = stuck_, url = peer->url, method, path, body, token = peer->token,
+               timeout = timeout_ms_, ua = user_agent_, tls] {
+    auto result =
+        client::http_call(url, method, path, body, token, timeout, ua, tls ? &*tls : nullptr);
+    std::lock_guard lock(shared->mutex);
+    shared->result = std::move(result);
+    shared->done = true;
+    if (shared->given_up) --*stuck;
+    shared->done_cv.notify_all();
+  }).detach();
+  std::unique_lock lock(shared->mutex);
+  if (!shared->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms_),
+                                [&] { return shared->done; })) {
+    shared->given_up = true;
+    ++*stuck_;
+    answer.timed_out = true;
+    answer.error =
+        fmt::format("domain {} ({}): no answer within {} ms", domain, peer->url_text, timeout_ms_);
+    return answer;
+  }
+  auto got = std::move(shared->result);
   if (!got) {
     answer.timed_out = got.error().code == common::ErrorCode::kTimeout;
     answer.error = fmt::format("domain {} ({}): {}", domain, peer->url_text, got.error().message);

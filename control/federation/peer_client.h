@@ -7,6 +7,7 @@
 // Threading: call() is thread-safe (one connection per call, a deadline of call_timeout).
 // Errors: a transport failure is status 0 with `error` naming the peer and its URL, and
 // `timed_out` when the deadline passed.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,9 +51,13 @@ class HttpPeerClient final : public PeerClient {
     client::TlsClientOptions tls;
     std::string token;
   };
+  static constexpr int kMaxStuckCalls = 16;
   std::vector<Peer> peers_;
   std::string user_agent_;
   int timeout_ms_ = 2000;
+  // Calls given up at their deadline whose thread still waits for the peer (shared with those
+  // threads, which may outlive the client).
+  std::shared_ptr<std::atomic<int>> stuck_ = std::make_shared<std::atomic<int>>(0);
 };
 
 // The phase of a call, for faults: "view", "reserve" (segment creation), "lookup" (by

@@ -42,9 +42,10 @@ TEST_F(FederationFixture, EveryFaultLeavesNoHoldOrBookingAndNamesTheDomain) {
         // The peers answer the aborts and terminations: nothing is held even before the holds
         // pass (a timed-out call's segment is found by its client_request_id).
         for (const char* d : kDomains) EXPECT_EQ(holding(d), 0u) << "at once, domain " << d;
-        // Nothing is left once the holds (10 s) passed and the retry loop ran.
-        realtime.advance_ns(11 * kSecond);
-        monotonic.advance_ns(11 * kSecond);
+        // Nothing is left once the holds (10 s, plus the call timeout for a call without an
+        // answer) passed and the retry loop ran.
+        realtime.advance_ns(13 * kSecond);
+        monotonic.advance_ns(13 * kSecond);
         tick_all();
         for (const char* d : kDomains) {
           EXPECT_EQ(holding(d), 0u) << "domain " << d;
@@ -61,6 +62,39 @@ TEST_F(FederationFixture, EveryFaultLeavesNoHoldOrBookingAndNamesTheDomain) {
       EXPECT_FALSE(s.at("cleanup").as_bool()) << json::serialize(a);
     }
   }
+}
+
+TEST_F(FederationFixture, ASlowPeerTimesOutAndItsLateSegmentIsAbortedWhenItAppears) {
+  // x waits 300 ms for a peer; w takes 800 ms to answer a segment request (real HTTP).
+  call_timeout = "300ms";
+  open("x");
+  {
+    std::lock_guard lock(domains["w"].slot->mutex);
+    domains["w"].slot->delay_request = "POST /v1/federation/segments";
+    domains["w"].slot->delay_ms = 800;
+  }
+  auto out = coordinator().reserve(request("slow"));
+  ASSERT_FALSE(out.has_value());
+  EXPECT_EQ(out.error().status, 504) << out.error().message;
+  EXPECT_EQ(out.error().code, "peer_timeout");
+  EXPECT_NE(out.error().message.find("domain w"), std::string::npos) << out.error().message;
+  EXPECT_EQ(holding("x"), 0u);  // x's own segment aborted at once
+  // w holds the segment once the late request is handled; the retry loop finds it by its
+  // client_request_id and aborts it, before its hold would have expired (no virtual time
+  // passes).
+  bool seen = false;
+  for (int i = 0; i < 200 && !(seen && holding("w") == 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    seen = seen || !agent_of("w").list(std::nullopt).empty();
+    coordinator().tick();
+  }
+  EXPECT_TRUE(seen);
+  EXPECT_EQ(holding("w"), 0u);
+  EXPECT_EQ(agent_of("w").check_ledger(), "");
+  const auto list = agent_of("w").list(std::nullopt);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(std::string(list[0].at("reason").as_string()), "aborted");
+  EXPECT_FALSE(coordinator().list()[0].at("segments").as_array()[1].at("cleanup").as_bool());
 }
 
 TEST_F(FederationFixture, TunnelIdTakenAtAnEndIsRetriedWithAnotherId) {

@@ -3,11 +3,13 @@
 // (borders only) and domain z (site c), each with its own topology, journal and HTTP server on
 // 127.0.0.1, talking plain HTTP with per-peer bearer tokens; x's coordinator aggregates. One
 // virtual clock for every agent and the coordinator; fake gateways.
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -28,11 +30,11 @@ namespace detwan::control::testing {
 inline const char* const kDomains[] = {"x", "w", "z"};
 
 inline std::string topology_of(const std::string& domain, const std::string& journal,
-                               const std::string& peers) {
+                               const std::string& peers, const std::string& call_timeout = "2s") {
   const std::string agent = fmt::format(
       "agent: {{name: {}, journal: {}, hold_timeout: 30s, provision_wait: 0s}}\n", domain, journal);
-  const std::string federation =
-      fmt::format("federation:\n  hold_timeout: 10s\n  call_timeout: 2s\n  peers:\n{}", peers);
+  const std::string federation = fmt::format(
+      "federation:\n  hold_timeout: 10s\n  call_timeout: {}\n  peers:\n{}", call_timeout, peers);
   if (domain == "x") {
     return fmt::format(R"(domain: x
 {}{}
@@ -80,6 +82,9 @@ links:
 struct Slot {
   std::mutex mutex;
   api::Handler handler;
+  // A slow agent: requests "METHOD path" (exact) wait this long before they are handled.
+  std::string delay_request;
+  int delay_ms = 0;
 };
 
 struct Domain {
@@ -99,6 +104,7 @@ struct FederationFixture : ::testing::Test {
   FakeGateways gateways;
   std::map<std::string, Domain> domains;
   std::function<uint32_t()> draw_tunnel_id;  // x's coordinator's (default: random)
+  std::string call_timeout = "2s";           // x's federation.call_timeout
 
   static std::string token(const std::string& from, const std::string& to) {
     return fmt::format("token-{}-to-{}-0123456789abcdef", from, to);
@@ -121,10 +127,13 @@ struct FederationFixture : ::testing::Test {
       auto slot = dom.slot;
       auto server = api::HttpServer::start(options, [slot](api::HttpRequest r, api::Respond send) {
         api::Handler h;
+        int delay_ms = 0;
         {
           std::lock_guard lock(slot->mutex);
           h = slot->handler;
+          if (slot->delay_request == r.method + " " + r.path) delay_ms = slot->delay_ms;
         }
+        if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
         if (!h) {
           api::HttpResponse busy;
           busy.status = 503;
@@ -166,8 +175,8 @@ struct FederationFixture : ::testing::Test {
     }
     dom.coordinator.reset();
     dom.agent.reset();
-    auto topology =
-        model::load_topology_string(topology_of(d, dom.journal, peers_of(d)), d + ".yaml");
+    auto topology = model::load_topology_string(
+        topology_of(d, dom.journal, peers_of(d), d == "x" ? call_timeout : "2s"), d + ".yaml");
     ASSERT_TRUE(topology.has_value()) << topology.error().message;
     agent::AgentOptions options;
     options.realtime = &realtime;
