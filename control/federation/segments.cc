@@ -179,7 +179,12 @@ Answer handle_segment_call(agent::Agent& agent, const std::string& caller,
     }
     return outcome_answer(agent.commit_segment(id, parsed.as_object()));
   }
-  if (action == "abort") done = agent.abort(id);
+  if (action == "abort") {
+    // Repeated (or the hold expired meanwhile): nothing is held any more, say so with 200.
+    auto now = agent.segment(id);
+    if (now && now->at("state").as_string() == "terminated") return Answer{200, *now};
+    done = agent.abort(id);
+  }
   if (action == "provision") done = agent.provision(id);
   if (action == "release") done = agent.release(id);
   if (action == "terminate") done = agent.terminate(id);

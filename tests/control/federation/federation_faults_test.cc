@@ -166,6 +166,19 @@ TEST_F(FederationFixture, SegmentCreationIsIdempotentByClientRequestId) {
                        token("x", "w"));
   ASSERT_EQ(s4, 200) << json::serialize(b4);
   EXPECT_EQ(b4.at("id"), b1.at("id"));
+  // A repeated abort answers 200 with the segment (nothing held).
+  std::string second_body = body;
+  second_body.replace(second_body.find("agg-1@x/w"), 9, "agg-2@x/w");
+  second_body.replace(second_body.find("40100"), 5, "40101");
+  auto [s6, b6] = http("w", "POST", "/v1/federation/segments", second_body, token("x", "w"));
+  ASSERT_EQ(s6, 201) << json::serialize(b6);
+  for (int i = 0; i < 2; ++i) {
+    auto [s7, b7] = http(
+        "w", "POST", "/v1/federation/segments/" + std::string(b6.at("id").as_string()) + "/abort",
+        "", token("x", "w"));
+    EXPECT_EQ(s7, 200) << json::serialize(b7);
+    EXPECT_EQ(std::string(b7.at("state").as_string()), "terminated");
+  }
   // A repeated commit answers 200 with the segment.
   const std::string id(b1.at("id").as_string());
   for (int i = 0; i < 2; ++i) {
