@@ -6,18 +6,15 @@
 
 #include "common/logging.h"
 #include "control/federation/coordinator.h"
+#include "control/federation/json_fields.h"
 
 namespace detwan::control::federation {
 namespace json = boost::json;
 using agent::ApiError;
 using agent::Outcome;
+using fields::text;
 
 namespace {
-
-std::string text(const json::object& o, const char* key) {
-  const json::value* v = o.if_contains(key);
-  return v != nullptr && v->is_string() ? std::string(v->as_string()) : "";
-}
 
 bool is_final(const std::string& state) { return state == "terminated" || state == "failed"; }
 
