@@ -61,6 +61,63 @@ TEST(FederationTopology, BordersArePlanningSitesAndRemotePeersNameForeignGateway
       << twice.error().message;
 }
 
+federation::Transit transit(const std::string& domain, const std::string& from,
+                            const std::string& to, int64_t latency_ns, uint64_t free_bps = 1000) {
+  return federation::Transit{domain, from, to, latency_ns, latency_ns / 2, {{0, 100, free_bps}}};
+}
+
+federation::ParsedView view_of(const std::string& domain, std::vector<std::string> sites,
+                               std::vector<federation::Transit> transits) {
+  federation::ParsedView v;
+  v.domain = domain;
+  v.sites = std::move(sites);
+  v.transits = std::move(transits);
+  return v;
+}
+
+std::string route(const federation::DomainPath& p) {
+  std::string out;
+  for (const auto& s : p.segments) out += fmt::format("{}:{}>{} ", s.domain, s.from, s.to);
+  return out;
+}
+
+TEST(FederationDomainPath, LeastLatencyWithCapacityFewerDomainsOnTiesAndSitesNeverHops) {
+  // p: s -> b1 (10) or s -> b2 (5); q: b1 -> t (5), b2 -> t (20); q's site t.
+  std::vector<federation::ParsedView> views{
+      view_of("p", {"s"}, {transit("p", "s", "b1", 10), transit("p", "s", "b2", 5)}),
+      view_of("q", {"t"}, {transit("q", "b1", "t", 5), transit("q", "b2", "t", 20)})};
+  auto path = federation::find_domain_path(views, "s", "t", 100, 10, 20);
+  EXPECT_EQ(route(path), "p:s>b1 q:b1>t ");
+  EXPECT_EQ(path.max_latency_ns, 15);
+  EXPECT_EQ(path.segments[0].min_latency_ns, 5);
+  // b1 -> t has too little free in the window: the other way.
+  views[1].transits[0].capacity = {{0, 15, 1000}, {15, 100, 50}};
+  path = federation::find_domain_path(views, "s", "t", 100, 10, 20);
+  EXPECT_EQ(route(path), "p:s>b2 q:b2>t ");
+  // Before the shortage it fits again.
+  EXPECT_EQ(route(federation::find_domain_path(views, "s", "t", 100, 0, 14)), "p:s>b1 q:b1>t ");
+  // Equal latency through a third domain: fewer domains win.
+  views[1].transits[0].capacity = {{0, 100, 1000}};
+  views[1].transits[1] = transit("q", "b2", "t", 10);  // s-b2-t: 15, two domains
+  views.push_back(view_of("r", {}, {transit("r", "b1", "b3", 1)}));
+  views[1].transits.push_back(transit("q", "b3", "t", 4));  // s-b1-b3-t: 15, three domains
+  path = federation::find_domain_path(views, "s", "t", 100, 10, 20);
+  EXPECT_EQ(path.segments.size(), 2u) << route(path);
+  // A site is an end, never a hop: s -> m -> t through site m is not a path.
+  views.push_back(view_of("v", {"m"}, {transit("v", "s", "m", 1), transit("v", "m", "t", 1)}));
+  path = federation::find_domain_path(views, "s", "t", 100, 10, 20);
+  EXPECT_EQ(path.max_latency_ns, 15) << route(path);
+  // A run of transits of one domain is one segment.
+  views.push_back(view_of(
+      "u", {},
+      {transit("u", "s", "x1", 1), transit("u", "x1", "x2", 1), transit("u", "x2", "t", 1)}));
+  path = federation::find_domain_path(views, "s", "t", 100, 10, 20);
+  EXPECT_EQ(route(path), "u:s>t ");
+  EXPECT_EQ(path.max_latency_ns, 3);
+  // Nothing reaches an unknown site.
+  EXPECT_TRUE(federation::find_domain_path(views, "s", "nowhere", 100, 10, 20).segments.empty());
+}
+
 TEST_F(FederationFixture, ViewNamesNoInternalNodeLinkGatewayPortOrAddress) {
   auto [status, view] = http("x", "GET", "/v1/federation/view", "", token("w", "x"));
   ASSERT_EQ(status, 200) << json::serialize(view);
