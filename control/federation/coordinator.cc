@@ -415,6 +415,7 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
     ApiError e = peer_error(s.domain, answer);
     s.error = e.message;
     s.state = answer.status == 0 ? "unknown" : "refused";
+    view_fetched_ns_.erase(s.domain);  // its view misled us: fetch it again next time
     // A call without an answer may have held it there (now, or when a late request arrives):
     // look it up and abort it, until its hold would have passed anyway.
     s.cleanup = answer.status == 0;
