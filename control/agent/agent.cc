@@ -102,6 +102,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
   for (const journal::RequestRecord& request : loaded->requests) {
     impl->requests.emplace(request.client_request_id, request);
   }
+  impl->load_federated_ends();
   for (const std::string& body : loaded->pools) {
     boost::system::error_code ec;
     const json::value value = json::parse(body, ec);
@@ -263,6 +264,7 @@ void Agent::Impl::update_desired(int64_t now_ns) {
       spec.match_dst = e == 0 ? r.spec.dst_prefixes : r.spec.src_prefixes;
       spec.match_src = e == 0 ? r.spec.src_prefixes : r.spec.dst_prefixes;
       spec.reservation = r.id;
+      apply_federated_end(r, end.port, &spec);  // a segment: the far end is another domain's
       gateway::set_auth(spec, r.spec.encrypt, r.keys, e);  // the reservation's keys
       // 1+1: the copies leave through this gateway's port on the second disjoint path.
       if (r.spec.protect && r.paths.size() >= 2 && r.paths[1].ends[e].gateway == end.gateway) {

@@ -55,6 +55,9 @@ struct ReserveRequest {
   // Owner policy (caps per tenant / foreign domain) is checked against them.
   std::string tenant;
   std::string requester_domain;
+  // Federation: the cross-domain tunnel's id, chosen by the aggregator (0 = the agent picks one
+  // of its own). 409 "tunnel_id_taken" when a live reservation of ours uses it.
+  uint32_t tunnel_id = 0;
 };
 
 struct ModifyRequest {
@@ -150,6 +153,33 @@ class Agent {
   // The ledger's own consistency check ("" if nothing is over-booked).
   [[nodiscard]] std::string check_ledger() const;
   [[nodiscard]] const model::Topology& topology() const;
+
+  // ---- Federation (agent_federation.cc, docs/federation.md) ----
+  // The domain's abstract view: borders, sites, transits with latency bounds and capacity
+  // over the next 24 h; no internal node, link, gateway or port name.
+  boost::json::object federation_view() const;
+  // A segment of a federated reservation asked by another domain's agent (or by our own
+  // coordinator): reserve() with the given tunnel id, then the federation data (aggregate,
+  // remote gateways, requester) journaled beside it. Answers the segment's JSON.
+  Outcome<boost::json::object> reserve_segment(const ReserveRequest& request,
+                                               boost::json::object federation);
+  // Stores what the commit says (far gateway, far prefixes, composed bound), then commit().
+  Outcome<boost::json::object> commit_segment(const std::string& id,
+                                              boost::json::object commit_info);
+  // The segment's JSON: id, state, reason, hold_expires_unix_ns, bound, gateways, public_keys,
+  // prefixes, tunnel_id, requester_domain, dataplane_active.
+  Outcome<boost::json::object> segment(const std::string& id) const;
+  // The reservation a client_request_id made ("" if none).
+  std::string reservation_of_request(const std::string& client_request_id) const;
+  // The domain that asked for segment `id` ("" if it is not a segment).
+  std::string segment_requester(const std::string& id) const;
+  // A new reservation id "r-<n>" in this agent's namespace (for a federated reservation), its
+  // key journaled as used with the first write of `body` under (kind, id).
+  Outcome<std::string> new_federated_id(const std::string& kind, const std::string& body);
+  // Journals one federation row (kind "aggregate" or "segment"): committed on return.
+  Outcome<void> journal_federation(const std::string& kind, const std::string& id,
+                                   const std::string& body);
+  std::vector<std::pair<std::string, std::string>> federation_rows(const std::string& kind) const;
 
   // Counted by the API layer, reported in metrics_text().
   void count_request(const std::string& method, const std::string& route, int status,

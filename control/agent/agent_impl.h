@@ -55,6 +55,14 @@ struct Counters {
 using Deferred =
     std::vector<std::pair<std::function<void(boost::json::object)>, boost::json::object>>;
 
+// A segment's far end, from the aggregator's commit (docs/federation.md, "The reconciler for a
+// foreign far end"): the tunnel on our gateway reaches a gateway of another domain.
+struct FederatedEnd {
+  std::string far_gateway;                // the far gateway's name, in its domain
+  std::vector<std::string> far_prefixes;  // the far site's prefixes (our match_dst)
+  int64_t playout_bound_ns = 0;           // the composed bound's B (0: in time)
+};
+
 struct Agent::Impl {
   model::Topology topology;
   AgentOptions options;
@@ -71,6 +79,7 @@ struct Agent::Impl {
   std::map<uint64_t, reservation::Reservation> reservations;  // by key
   std::map<std::string, journal::RequestRecord> requests;     // by client_request_id
   std::map<std::string, compute::Pool> pools;                 // by name
+  std::map<std::string, FederatedEnd> federated_ends;         // committed segments, by id
   uint64_t next_key = 1;
   uint32_t next_tunnel_id = 0;
   std::set<uint32_t> tunnel_ids_in_use;  // of reservations that are not terminated or failed
@@ -102,6 +111,12 @@ struct Agent::Impl {
   void expire(int64_t now_ns);
   int64_t next_deadline_ns() const;  // realtime, INT64_MAX if none
   void run_timer();
+  // ---- federation (agent_federation.cc) ----
+  void load_federated_ends();
+  // A committed segment's tunnel on our gateway toward another domain's: the peer whose
+  // `remote:` is the far gateway, the far site's prefixes, the composed playout bound.
+  void apply_federated_end(const reservation::Reservation& r, const std::string& port,
+                           gateway::TunnelSpec* spec) const;
 };
 
 ApiError not_found(const std::string& id);

@@ -268,7 +268,13 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   r.spec = spec;
   r.hold_expires_ns =
       now + (request.hold_timeout_ns > 0 ? request.hold_timeout_ns : t.agent.hold_timeout_ns);
-  r.tunnel_id = m.allocate_tunnel_id();
+  if (request.tunnel_id != 0 && m.tunnel_ids_in_use.count(request.tunnel_id) != 0) {
+    return std::unexpected(ApiError{
+        409, "tunnel_id_taken",
+        fmt::format("tunnel id {} is in use in domain '{}'", request.tunnel_id, t.domain),
+        "tunnel_id"});
+  }
+  r.tunnel_id = request.tunnel_id != 0 ? request.tunnel_id : m.allocate_tunnel_id();
   if (r.tunnel_id == 0) {
     return std::unexpected(ApiError{409, "no_tunnel_id",
                                     fmt::format("every tunnel id {}-{} is in use",

@@ -295,6 +295,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (!authenticate(request)) return;
     HttpRequest out;
     out.identity = identity_;
+    if (const auto auth = request[http::field::authorization];
+        auth.size() > 7 && (auth.substr(0, 7) == "Bearer " || auth.substr(0, 7) == "bearer ")) {
+      out.bearer_token = std::string(auth.substr(7));
+    }
     out.method = std::string(request.method_string());
     out.target = std::string(request.target());
     const size_t q = out.target.find('?');

@@ -57,6 +57,9 @@ struct HttpRequest {
   std::string content_type;
   std::string client;  // "ip:port"
   Identity identity;
+  // The request's "Authorization: Bearer" token ("" if none): federation routes map a peer's
+  // token to its domain (docs/federation.md). Never logged.
+  std::string bearer_token;
 };
 
 struct HttpResponse {

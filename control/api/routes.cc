@@ -76,7 +76,8 @@ HttpResponse method_not_allowed(std::string_view allow) {
 
 class Router {
  public:
-  Router(agent::Agent& agent, std::string openapi) : agent_(agent), openapi_(std::move(openapi)) {}
+  Router(agent::Agent& agent, std::string openapi, std::shared_ptr<FederationRoutes> federation)
+      : agent_(agent), openapi_(std::move(openapi)), federation_(std::move(federation)) {}
 
   void handle(HttpRequest request, Respond respond) {
     const int64_t started = monotonic_ns();
@@ -125,6 +126,7 @@ class Router {
                                 "/v1/policy",
                                 describe(who)));
     }
+    if (federation_ && handle_federation(*federation_, agent_, request, route, send)) return;
     if (method == "GET" && !who.may_read && path != "/healthz") {
       return forbid(request, send, fmt::format("{} may not read", describe(who)));
     }
@@ -327,12 +329,20 @@ class Router {
 
   agent::Agent& agent_;
   std::string openapi_;
+  std::shared_ptr<FederationRoutes> federation_;
 };
 
 }  // namespace
 
 Handler make_handler(agent::Agent& agent, std::string openapi) {
-  auto router = std::make_shared<Router>(agent, std::move(openapi));
+  auto federation = make_federation_routes(agent, nullptr);
+  return make_handler(agent, std::move(openapi),
+                      federation ? *federation : std::make_shared<FederationRoutes>());
+}
+
+Handler make_handler(agent::Agent& agent, std::string openapi,
+                     std::shared_ptr<FederationRoutes> federation) {
+  auto router = std::make_shared<Router>(agent, std::move(openapi), std::move(federation));
   return [router](HttpRequest request, Respond respond) {
     router->handle(std::move(request), std::move(respond));
   };

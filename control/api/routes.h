@@ -20,11 +20,16 @@
 // A provisioning call answers once the dataplane is active (every gateway has the tunnel) or
 // after the agent's provision_wait; "?wait=false" answers at once.
 #include "control/agent/agent.h"
+#include "control/api/federation_routes.h"
 #include "control/api/http_server.h"
 
 namespace detwan::control::api {
 
 // The handler the HTTP server calls. `openapi` is the document served at /openapi.yaml.
 Handler make_handler(agent::Agent& agent, std::string openapi);
+// With the federation routes (docs/federation.md): /v1/federation/* and, with a coordinator,
+// the federated reservations.
+Handler make_handler(agent::Agent& agent, std::string openapi,
+                     std::shared_ptr<FederationRoutes> federation);
 
 }  // namespace detwan::control::api

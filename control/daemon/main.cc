@@ -140,9 +140,20 @@ int command_run(const Settings& s) {
   options.max_body_bytes = api_settings.max_body_bytes;
   options.request_timeout_ns = api_settings.request_timeout_ns;
   options.tls = tls_options(api_settings);
+  // Federation (docs/federation.md): the aggregator of reservations leaving the domain, when
+  // the topology names peers; it recovers what a restart interrupted before serving.
+  std::unique_ptr<federation::Coordinator> coordinator;
+  if (!(*agent)->topology().federation.peers.empty()) {
+    auto opened = federation::Coordinator::open(**agent, federation::CoordinatorOptions{});
+    if (!opened) return fail(opened.error());
+    coordinator = std::move(*opened);
+  }
+  auto federation_routes = api::make_federation_routes(**agent, coordinator.get());
+  if (!federation_routes) return fail(federation_routes.error());
   // /metrics also shows the server's own counters (TLS and token refusals among them).
   auto server_ptr = std::make_shared<std::atomic<api::HttpServer*>>(nullptr);
-  api::Handler routes = api::make_handler(**agent, std::string(api::openapi_document()));
+  api::Handler routes = api::make_handler(**agent, std::string(api::openapi_document()),
+                                          std::move(*federation_routes));
   api::Handler handler = [routes, server_ptr](api::HttpRequest request, api::Respond respond) {
     if (request.method == "GET" && request.path == "/metrics") {
       respond = [respond, server_ptr](api::HttpResponse response) {
@@ -186,6 +197,7 @@ int command_run(const Settings& s) {
   while (!stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   log->info("stopping");
   (*server)->stop();
+  coordinator.reset();
   return kExitOk;
 }
 

@@ -32,6 +32,12 @@ CREATE TABLE IF NOT EXISTS requests (
   reservation_id TEXT NOT NULL,
   at_unix_ns INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS federation (
+  kind TEXT NOT NULL,
+  id TEXT NOT NULL,
+  body TEXT NOT NULL,
+  at_unix_ns INTEGER NOT NULL,
+  PRIMARY KEY (kind, id));
 )sql";
 
 // The events keep every transition for audit and replay (journal-check), but never a key: a
@@ -337,6 +343,54 @@ common::Result<void> Journal::put_pool(const std::string& name, const std::strin
   if (rc != SQLITE_DONE) return std::unexpected(error("write pool " + name));
   ++commits_;
   return {};
+}
+
+common::Result<void> Journal::put_federation(const std::string& kind, const std::string& id,
+                                             const std::string& body, int64_t at_ns,
+                                             uint64_t next_key) {
+  if (auto ok = exec("BEGIN IMMEDIATE"); !ok) return ok;
+  sqlite3_stmt* s = nullptr;
+  bool ok = sqlite3_prepare_v2(db_,
+                               "INSERT OR REPLACE INTO federation (kind, id, body, at_unix_ns) "
+                               "VALUES (?1, ?2, ?3, ?4)",
+                               -1, &s, nullptr) == SQLITE_OK;
+  if (ok) {
+    bind_text(s, 1, kind);
+    bind_text(s, 2, id);
+    bind_text(s, 3, body);
+    sqlite3_bind_int64(s, 4, at_ns);
+    ok = sqlite3_step(s) == SQLITE_DONE;
+  }
+  sqlite3_finalize(s);
+  if (ok && next_key > 0) {
+    sqlite3_reset(set_next_key_);
+    bind_text(set_next_key_, 1, std::to_string(next_key));
+    ok = sqlite3_step(set_next_key_) == SQLITE_DONE;
+    sqlite3_reset(set_next_key_);
+    sqlite3_clear_bindings(set_next_key_);
+  }
+  if (!ok) {
+    const common::Error e = error("write federation " + kind + " " + id);
+    (void)exec("ROLLBACK");
+    return std::unexpected(e);
+  }
+  if (auto done = exec("COMMIT"); !done) return done;
+  ++commits_;
+  return {};
+}
+
+common::Result<std::vector<std::pair<std::string, std::string>>> Journal::federation_rows(
+    const std::string& kind) {
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT id, body FROM federation WHERE kind = ?1 ORDER BY rowid",
+                         -1, &s, nullptr) != SQLITE_OK) {
+    return std::unexpected(error("read federation " + kind));
+  }
+  bind_text(s, 1, kind);
+  std::vector<std::pair<std::string, std::string>> rows;
+  while (sqlite3_step(s) == SQLITE_ROW) rows.emplace_back(column_text(s, 0), column_text(s, 1));
+  sqlite3_finalize(s);
+  return rows;
 }
 
 }  // namespace detwan::control::journal

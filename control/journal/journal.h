@@ -10,6 +10,10 @@
 //   requests(client_request_id, fingerprint, reservation_id, at_unix_ns)
 //                                      idempotency: a repeated request finds its reservation
 //   pools(name, body)                  registered compute pools (control/compute/pool.h)
+//   federation(kind, id, body, at_unix_ns)
+//                                      federated reservations this agent aggregates (kind
+//                                      "aggregate") and the federation data of segments it
+//                                      holds for others (kind "segment"), docs/federation.md
 // record() writes one transition (event + current body + optional request row + next key) in
 // one transaction: after it returns, a kill -9 of the agent loses nothing it reported. With
 // sync "normal" (the default) a power loss may lose the last transactions; "full" fsyncs each.
@@ -74,6 +78,14 @@ class Journal {
                                             const RequestRecord* request);
   // Registers (body) or removes (nullptr) a compute pool; one statement, committed on return.
   [[nodiscard]] common::Result<void> put_pool(const std::string& name, const std::string* body);
+  // Writes (replaces) one federation row and, when next_key > 0, the next reservation key, in
+  // one transaction: committed on return.
+  [[nodiscard]] common::Result<void> put_federation(const std::string& kind, const std::string& id,
+                                                    const std::string& body, int64_t at_ns,
+                                                    uint64_t next_key);
+  // Every row of `kind` as (id, body), in insertion order.
+  [[nodiscard]] common::Result<std::vector<std::pair<std::string, std::string>>> federation_rows(
+      const std::string& kind);
   // Checkpoints and truncates the WAL: nothing a past transaction replaced (an old key) is left
   // in the journal's files. Fails (kIo) while another connection reads (retry later).
   [[nodiscard]] common::Result<void> erase_freed();

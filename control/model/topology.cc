@@ -172,6 +172,7 @@ common::Result<void> finish(Topology& t) {
                         "not one of its ports",
                         gateway.name, peer.name, peer.port));
       }
+      if (!peer.remote.empty() && peer.gateway == kNone) continue;  // another domain's
       if (peer.gateway >= t.gateways.size() || peer.gateway == g) {
         return error(fmt::format("gateway '{}': peer '{}' must name another gateway", gateway.name,
                                  peer.name));
@@ -195,7 +196,27 @@ common::Result<void> finish(Topology& t) {
       }
     }
   }
+  for (Border& border : t.borders) {
+    border.site = t.find_site(border.name);
+    if (border.site == kNone || t.sites[border.site].gateway != kNone) {
+      return error(fmt::format("border '{}' must be a site without a gateway", border.name));
+    }
+  }
   return {};
+}
+
+const Border* Topology::border_at_site(uint32_t site) const noexcept {
+  for (const Border& b : borders) {
+    if (b.site == site) return &b;
+  }
+  return nullptr;
+}
+
+const FederationPeer* FederationSettings::peer(std::string_view domain) const noexcept {
+  for (const FederationPeer& p : peers) {
+    if (p.domain == domain) return &p;
+  }
+  return nullptr;
 }
 
 }  // namespace detwan::control::model

@@ -42,7 +42,8 @@ struct GatewayPort {
 struct GatewayPeer {
   std::string name;          // peer name in the gateway's configuration
   std::string port;          // WAN port it is reached through
-  uint32_t gateway = kNone;  // the far gateway
+  uint32_t gateway = kNone;  // the far gateway (kNone when it is another domain's: `remote`)
+  std::string remote{};      // a gateway of another domain, by name ("" = one of ours)
 };
 
 struct Gateway {
@@ -137,6 +138,33 @@ struct AgentSettings {
   uint32_t last_tunnel_id = 65535;
 };
 
+// Federation (docs/federation.md): a point where this domain meets a neighbour, named alike by
+// both (like an NSI STP). Each border is also a node and a planning-only site (no gateway).
+struct Border {
+  std::string name;
+  std::string domain;     // the neighbour's domain
+  uint32_t site = kNone;  // its planning-only site
+};
+
+struct FederationPeer {
+  std::string domain;
+  std::string url;                // "https://host:port" (or http:// on loopback for tests)
+  std::string ca;                 // CA of the peer agent's server certificate
+  std::string token_file;         // optional bearer token we present to that peer
+  std::string accept_token_file;  // optional token that peer presents to us (plain HTTP)
+};
+
+struct FederationSettings {
+  std::vector<FederationPeer> peers;
+  std::string cert;  // our client certificate toward peers (mutual TLS)
+  std::string key;
+  int64_t hold_timeout_ns = 30'000'000'000;  // holds of segments this agent coordinates
+  int64_t call_timeout_ns = 2'000'000'000;   // one call to a peer
+  uint32_t first_tunnel_id = 40000;          // ids of cross-domain tunnels
+  uint32_t last_tunnel_id = 65535;
+  [[nodiscard]] const FederationPeer* peer(std::string_view domain) const noexcept;
+};
+
 struct Topology {
   std::string source;  // file it came from
   std::string domain;
@@ -146,6 +174,8 @@ struct Topology {
   std::vector<Site> sites;
   std::vector<Gateway> gateways;
   std::vector<Link> links;
+  std::vector<Border> borders;    // docs/federation.md
+  FederationSettings federation;  // peers empty: no federation
 
   [[nodiscard]] uint32_t find_node(std::string_view name) const noexcept;
   [[nodiscard]] uint32_t find_site(std::string_view name) const noexcept;
@@ -153,6 +183,8 @@ struct Topology {
   [[nodiscard]] uint32_t find_gateway(std::string_view name) const noexcept;
   // The gateway of the site at `node` (kNone for a transit node or a site without one).
   [[nodiscard]] uint32_t gateway_at_node(uint32_t node) const noexcept;
+  // The border at `site` (a border's planning-only site), or nullptr.
+  [[nodiscard]] const Border* border_at_site(uint32_t site) const noexcept;
 
   // Filled by finish(): name -> index.
   std::unordered_map<std::string, uint32_t> node_index, site_index, link_index, gateway_index;

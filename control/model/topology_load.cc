@@ -12,6 +12,7 @@
 #include "common/x25519.h"
 #include "control/model/topology.h"
 #include "control/model/topology_load_api.h"
+#include "control/model/topology_load_federation.h"
 
 namespace detwan::control::model {
 namespace {
@@ -157,7 +158,8 @@ void parse_link(const ConfigNode& node, Topology* topology,
 }
 
 Topology parse(const ConfigNode& root) {
-  root.check_keys({"domain", "agent", "policy", "sites", "gateways", "nodes", "links"});
+  root.check_keys({"domain", "agent", "policy", "sites", "gateways", "nodes", "links", "borders",
+                   "federation"});
   Topology topology;
   topology.source = root.file();
   topology.domain = name_of(root.child("domain"));
@@ -169,7 +171,9 @@ Topology parse(const ConfigNode& root) {
   if (const auto policy = root.maybe_child("policy")) parse_policy(*policy, &topology.policy);
 
   std::vector<std::string> site_gateways;
-  for (const ConfigNode& item : root.child("sites").items()) {
+  const std::vector<ConfigNode> site_items =
+      root.has("sites") ? root.child("sites").items() : std::vector<ConfigNode>{};
+  for (const ConfigNode& item : site_items) {
     item.check_keys({"name", "gateway", "tunnel_prefixes"});
     Site site;
     site.name = name_of(item.child("name"));
@@ -179,6 +183,9 @@ Topology parse(const ConfigNode& root) {
     }
     topology.sites.push_back(std::move(site));
   }
+  detail::parse_borders(root, &topology);  // planning-only sites after the sites
+  site_gateways.resize(topology.sites.size());
+  detail::parse_federation(root, &topology);
   std::vector<std::vector<std::pair<std::string, std::string>>> port_links;  // per gateway
   std::vector<std::vector<std::string>> peer_gateways;
   std::vector<std::string> gateway_sites;
@@ -213,10 +220,16 @@ Topology parse(const ConfigNode& root) {
       peer_gateways.emplace_back();
       if (const auto peers = item.maybe_child("peers")) {
         for (const ConfigNode& peer : peers->items()) {
-          peer.check_keys({"name", "port", "gateway"});
+          peer.check_keys({"name", "port", "gateway", "remote"});
           gateway.peers.push_back(
-              GatewayPeer{name_of(peer.child("name")), name_of(peer.child("port")), kNone});
-          peer_gateways.back().push_back(name_of(peer.child("gateway")));
+              GatewayPeer{name_of(peer.child("name")), name_of(peer.child("port")), kNone, ""});
+          if (peer.has("remote")) {  // a gateway of another domain (docs/federation.md)
+            if (peer.has("gateway")) peer.child("remote").fail("give 'gateway' or 'remote', not both");
+            gateway.peers.back().remote = name_of(peer.child("remote"));
+            peer_gateways.back().emplace_back();
+          } else {
+            peer_gateways.back().push_back(name_of(peer.child("gateway")));
+          }
         }
       }
       topology.gateways.push_back(std::move(gateway));
@@ -241,8 +254,11 @@ Topology parse(const ConfigNode& root) {
     if (nodes.emplace(topology.nodes[i].name, i).second) continue;
     const uint32_t first = nodes.at(topology.nodes[i].name);
     const bool site = i < topology.sites.size();
-    const ConfigNode at = site ? root.child("sites").items()[i].child("name")
-                               : root.child("nodes").items()[i - topology.sites.size()];
+    const ConfigNode at =
+        !site ? root.child("nodes").items()[i - topology.sites.size()]
+        : i < site_items.size()
+            ? site_items[i].child("name")
+            : root.child("borders").items()[i - site_items.size()].child("name");
     at.fail(fmt::format("'{}' names two {}", topology.nodes[i].name,
                         site ? "sites"
                              : (first < topology.sites.size() ? "nodes (a site and a transit node)"
@@ -365,6 +381,7 @@ Topology parse(const ConfigNode& root) {
       gateway.ports[p].link = link->second;
     }
     for (size_t p = 0; p < gateway.peers.size(); ++p) {
+      if (!gateway.peers[p].remote.empty()) continue;
       const auto far = gateway_names.find(peer_gateways[g][p]);
       if (far == gateway_names.end()) {
         item.child("peers").items()[p].child("gateway").fail(

@@ -84,7 +84,8 @@ TEST_F(JournalTest, OpenCreatesTheSchemaInWalMode) {
   EXPECT_EQ(
       query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
             "ORDER BY name"),
-      (std::vector<std::string>{"events", "meta", "pools", "requests", "reservations"}));
+      (std::vector<std::string>{"events", "federation", "meta", "pools", "requests",
+                                 "reservations"}));
   EXPECT_EQ(query("SELECT key, value FROM meta ORDER BY key"),
             (std::vector<std::string>{"domain|lab", "next_key|1", "schema_version|1"}));
   EXPECT_EQ(query("PRAGMA journal_mode"), (std::vector<std::string>{"wal"}));

@@ -1,0 +1,491 @@
+// The aggregator: open, calls to peers, phase 1 (hold) and phase 2 (commit).
+#include "control/federation/coordinator.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/crypto.h"
+#include "common/link_time.h"
+#include "common/logging.h"
+#include "common/units.h"
+#include "control/admission/bounds.h"
+#include "control/federation/domain_path.h"
+#include "control/federation/json_fields.h"
+#include "control/federation/segments.h"
+
+namespace detwan::control::federation {
+namespace json = boost::json;
+using agent::ApiError;
+using agent::Outcome;
+using fields::array;
+using fields::number;
+using fields::object;
+using fields::text;
+
+Coordinator::Coordinator(agent::Agent& agent, CoordinatorOptions options)
+    : agent_(agent), options_(options), domain_(agent.topology().domain) {
+  if (options_.realtime == nullptr) options_.realtime = &own_realtime_;
+}
+
+common::Result<std::unique_ptr<Coordinator>> Coordinator::open(agent::Agent& agent,
+                                                               CoordinatorOptions options) {
+  std::unique_ptr<Coordinator> c(new Coordinator(agent, options));
+  if (c->options_.client == nullptr) {
+    auto client = HttpPeerClient::create(agent.topology());
+    if (!client) return std::unexpected(client.error());
+    c->own_client_ = std::move(*client);
+    c->options_.client = c->own_client_.get();
+  }
+  for (const auto& [id, body] : agent.federation_rows("aggregate")) {
+    boost::system::error_code ec;
+    json::value v = json::parse(body, ec);
+    if (ec || !v.is_object()) {
+      return common::make_error(common::ErrorCode::kIo,
+                                fmt::format("journal: federated reservation {}: not JSON", id));
+    }
+    auto a = aggregate_from_json(v.as_object());
+    if (!a) return std::unexpected(a.error());
+    if (!a->client_request_id.empty() && a->state != "terminated" && a->state != "failed") {
+      c->by_request_[a->client_request_id] = a->id;
+    } else if (!a->client_request_id.empty() && a->reason.rfind("refused", 0) != 0) {
+      c->by_request_[a->client_request_id] = a->id;
+    }
+    c->aggregates_[a->id] = std::move(*a);
+  }
+  c->recover();
+  if (c->options_.start_threads) c->loop_ = std::thread([p = c.get()] { p->run_loop(); });
+  return c;
+}
+
+Coordinator::~Coordinator() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+bool Coordinator::is_federated(const agent::ReserveRequest& request) const {
+  const model::Topology& t = agent_.topology();
+  for (const std::string& site : {request.spec.src, request.spec.dst}) {
+    const uint32_t s = t.find_site(site);
+    if (s == model::kNone || t.border_at_site(s) != nullptr) return true;
+  }
+  return false;
+}
+
+bool Coordinator::owns(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  return aggregates_.count(id) != 0;
+}
+
+Aggregate* Coordinator::find(const std::string& id) {
+  const auto it = aggregates_.find(id);
+  return it == aggregates_.end() ? nullptr : &it->second;
+}
+
+PeerAnswer Coordinator::call(const std::string& domain, const std::string& method,
+                             const std::string& path, const json::object* body) {
+  const std::string phase = phase_of(method, path);
+  const std::string text = body != nullptr ? json::serialize(*body) : "";
+  PeerAnswer answer;
+  const auto fault = faults_.match(domain, phase);
+  if (fault == FaultKind::kRefuse) {
+    answer.status = 409;
+    answer.body =
+        ApiError{409, "injected_refusal", fmt::format("{} refused (fault injection)", phase), ""}
+            .to_json();
+    return answer;
+  }
+  if (fault == FaultKind::kDrop) {
+    answer.error = fmt::format("domain {}: connection dropped (fault injection)", domain);
+    return answer;
+  }
+  if (domain == domain_) {
+    const std::string base = "/v1/federation/segments";
+    std::string rest = path.substr(base.size());
+    std::string query;
+    if (const size_t q = rest.find('?'); q != std::string::npos) {
+      query = rest.substr(q + 1);
+      rest = rest.substr(0, q);
+    }
+    const Answer a = handle_segment_call(agent_, domain_, method, rest, query, text);
+    answer.status = a.status;
+    answer.body = a.body;
+  } else {
+    answer = options_.client->call(domain, method, path, text);
+  }
+  if (fault == FaultKind::kTimeout) {  // it happened there, the answer came too late
+    PeerAnswer lost;
+    lost.timed_out = true;
+    lost.error =
+        fmt::format("domain {}: no answer within the call timeout (fault injection)", domain);
+    return lost;
+  }
+  return answer;
+}
+
+ApiError Coordinator::peer_error(const std::string& domain, const PeerAnswer& answer) const {
+  ApiError e;
+  if (answer.status == 0) {
+    e.status = answer.timed_out ? 504 : 502;
+    e.code = answer.timed_out ? "peer_timeout" : "peer_unreachable";
+    e.message = answer.error.rfind("domain ", 0) == 0
+                    ? answer.error
+                    : fmt::format("domain {}: {}", domain, answer.error);
+    return e;
+  }
+  // The peer's error object ({"error": {"code", "message", "field"}}), kept but for the domain.
+  const json::object error = object(answer.body, "error");
+  e.status = answer.status;
+  e.code = text(error, "code");
+  if (e.code.empty()) e.code = "peer_error";
+  const std::string message = text(error, "message");
+  e.message = fmt::format("domain {}: {}", domain,
+                          message.empty() ? fmt::format("HTTP {}", answer.status) : message);
+  e.field = text(error, "field");
+  return e;
+}
+
+Outcome<void> Coordinator::save(Aggregate& a) {
+  a.updated_ns = options_.realtime->now_ns();
+  return agent_.journal_federation("aggregate", a.id, json::serialize(to_json(a)));
+}
+
+Outcome<std::vector<ParsedView>> Coordinator::views(bool refresh, std::string* looked_at) {
+  std::vector<ParsedView> out;
+  const int64_t now = options_.realtime->now_ns();
+  auto own = parse_view(agent_.federation_view());
+  if (!own) return std::unexpected(ApiError{500, "internal", own.error().message, ""});
+  out.push_back(std::move(*own));
+  *looked_at = domain_;
+  for (const model::FederationPeer& peer : agent_.topology().federation.peers) {
+    *looked_at += ", " + peer.domain;
+    const auto cached = view_cache_.find(peer.domain);
+    if (!refresh && cached != view_cache_.end() &&
+        now - view_fetched_ns_[peer.domain] < options_.view_max_age_ns) {
+      out.push_back(cached->second);
+      continue;
+    }
+    PeerAnswer answer = call(peer.domain, "GET", "/v1/federation/view", nullptr);
+    if (answer.status != 200) {
+      *looked_at += " (view unavailable: " +
+                    (answer.status == 0 ? answer.error : text(answer.body, "message")) + ")";
+      continue;
+    }
+    auto parsed = parse_view(answer.body);
+    if (!parsed || parsed->domain != peer.domain) {
+      *looked_at += " (view malformed)";
+      continue;
+    }
+    view_cache_[peer.domain] = *parsed;
+    view_fetched_ns_[peer.domain] = now;
+    out.push_back(std::move(*parsed));
+  }
+  return out;
+}
+
+Outcome<json::object> Coordinator::reserve(const agent::ReserveRequest& request) {
+  auto reserved = reserve_and_commit(request);
+  if (!reserved || !request.provision) return reserved;
+  const std::string state = reserved->at("state").as_string().c_str();
+  if (state != "committed" && state != "released") return reserved;
+  return provision(std::string(reserved->at("id").as_string()));
+}
+
+Outcome<json::object> Coordinator::reserve_and_commit(const agent::ReserveRequest& request) {
+  std::lock_guard lock(mutex_);
+  if (!request.client_request_id.empty()) {
+    const auto seen = by_request_.find(request.client_request_id);
+    if (seen != by_request_.end()) {
+      Aggregate* a = find(seen->second);
+      if (a != nullptr && a->fingerprint != request.fingerprint) {
+        return std::unexpected(ApiError{
+            409, "idempotency_conflict",
+            fmt::format("client_request_id '{}' was used for a different request (reservation {})",
+                        request.client_request_id, a->id),
+            "client_request_id"});
+      }
+      if (a != nullptr) return api_json(*a);
+    }
+  }
+  const reservation::Spec& spec = request.spec;
+  if (spec.encrypt != reservation::kNoCipher) {
+    return std::unexpected(ApiError{
+        422, "cross_domain_keys_unavailable",
+        fmt::format("{} -> {} crosses domains, and a cross-domain tunnel cannot be encrypted yet "
+                    "(no key agreement between the domains' gateways): ask for \"encrypt\": "
+                    "\"none\"",
+                    spec.src, spec.dst),
+        "encrypt"});
+  }
+  if (spec.paths > 1 || spec.protect) {
+    return std::unexpected(ApiError{422, "invalid_field",
+                                    "a federated reservation has one path (no paths > 1, protect)",
+                                    "paths"});
+  }
+  const int64_t now = options_.realtime->now_ns();
+  Aggregate a;
+  a.client_request_id = request.client_request_id;
+  a.fingerprint = request.fingerprint;
+  a.state = "reserving";
+  a.created_ns = now;
+  int64_t start = spec.start_ns;
+  if (spec.asap || request.start_now || start == 0) start = now;
+  const int64_t end = spec.duration_ns > 0 ? start + spec.duration_ns : spec.end_ns;
+  if (end <= start || end <= now) {
+    return std::unexpected(ApiError{400, "invalid_field",
+                                    "the reservation must end after it starts and after now",
+                                    "end_unix_ns"});
+  }
+  json::array src_prefixes, dst_prefixes;
+  for (const auto& p : spec.src_prefixes) src_prefixes.push_back(json::string(p));
+  for (const auto& p : spec.dst_prefixes) dst_prefixes.push_back(json::string(p));
+  a.request = json::object{{"src", spec.src},
+                           {"dst", spec.dst},
+                           {"min_bandwidth_bps", spec.min_bandwidth_bps},
+                           {"max_burst_bytes", spec.max_burst_bytes},
+                           {"max_latency_ns", spec.max_latency_ns},
+                           {"max_latency_variation_ns", spec.max_latency_variation_ns},
+                           {"max_loss", spec.max_loss},
+                           {"start_unix_ns", start},
+                           {"end_unix_ns", end},
+                           {"encrypt", spec.encrypt},
+                           {"src_prefixes", std::move(src_prefixes)},
+                           {"dst_prefixes", std::move(dst_prefixes)}};
+  // The policer depth the whole path uses: given, or detwan-gw's auto rule on a default link.
+  a.burst_bytes = spec.max_burst_bytes > 0
+                      ? spec.max_burst_bytes
+                      : admission::auto_burst_bytes(model::Link{}, spec.min_bandwidth_bps);
+  std::string looked_at;
+  auto graph = views(false, &looked_at);
+  if (!graph) return std::unexpected(graph.error());
+  DomainPath path =
+      find_domain_path(*graph, spec.src, spec.dst, spec.min_bandwidth_bps, start, end);
+  if (path.segments.empty()) {  // a stale view may hide a path: look again
+    graph = views(true, &looked_at);
+    if (!graph) return std::unexpected(graph.error());
+    path = find_domain_path(*graph, spec.src, spec.dst, spec.min_bandwidth_bps, start, end);
+  }
+  if (path.segments.empty()) {
+    return std::unexpected(ApiError{
+        422, "no_path",
+        fmt::format("no path from '{}' to '{}' with {} bit/s free over the window through the "
+                    "domains looked at: {}",
+                    spec.src, spec.dst, spec.min_bandwidth_bps, looked_at),
+        "dst"});
+  }
+  for (const SegmentPlan& p : path.segments) {
+    SegmentRecord s;
+    s.domain = p.domain;
+    s.from = p.from;
+    s.to = p.to;
+    a.segments.push_back(std::move(s));
+  }
+  // Journaled (state reserving, segments planned) before the first call.
+  auto id = agent_.new_federated_id("aggregate", json::serialize(to_json(a)));
+  if (!id) return std::unexpected(id.error());
+  a.id = *id;
+  for (SegmentRecord& s : a.segments) {
+    s.client_request_id = fmt::format("{}@{}/{}", a.id, domain_, s.domain);
+  }
+  Outcome<void> held = std::unexpected(ApiError{});
+  for (uint32_t attempt = 0; attempt < std::max<uint32_t>(1, options_.tunnel_id_attempts);
+       ++attempt) {
+    const model::FederationSettings& f = agent_.topology().federation;
+    auto r = common::crypto::random_u64();
+    const uint64_t span = uint64_t{f.last_tunnel_id} - f.first_tunnel_id + 1;
+    a.tunnel_id = options_.draw_tunnel_id
+                      ? options_.draw_tunnel_id()
+                      : f.first_tunnel_id + static_cast<uint32_t>((r ? *r : attempt) % span);
+    for (SegmentRecord& s : a.segments) {  // a new attempt: new segment requests
+      SegmentRecord fresh;
+      fresh.domain = s.domain;
+      fresh.from = s.from;
+      fresh.to = s.to;
+      s = std::move(fresh);
+      s.client_request_id = attempt == 0
+                                ? fmt::format("{}@{}/{}", a.id, domain_, s.domain)
+                                : fmt::format("{}@{}/{}#{}", a.id, domain_, s.domain, attempt);
+    }
+    held = hold_segments(a);
+    if (held || held.error().code != "tunnel_id_taken") break;
+    // Retry only when every segment of this attempt is released (none left to the loop).
+    if (std::any_of(a.segments.begin(), a.segments.end(),
+                    [](const SegmentRecord& s) { return s.cleanup; })) {
+      break;
+    }
+  }
+  if (!held) {
+    a.state = "terminated";
+    a.reason = "refused: " + held.error().message;
+    (void)save(a);
+    aggregates_[a.id] = a;  // kept for audit (and the retries of what could not be aborted)
+    ApiError e = held.error();
+    return std::unexpected(e);
+  }
+  compose(a);
+  // Check the composed bound against the request.
+  std::string unmet;
+  const int64_t max_ns = number(a.bound, "max_latency_ns");
+  const int64_t variation_ns = number(a.bound, "max_latency_variation_ns");
+  if (spec.max_latency_ns > 0 && max_ns > spec.max_latency_ns) {
+    unmet = fmt::format("the composed max latency {} ns exceeds max_latency_ns {}", max_ns,
+                        spec.max_latency_ns);
+  } else if (spec.max_latency_variation_ns >= 0 && variation_ns > spec.max_latency_variation_ns) {
+    unmet = fmt::format("the composed latency variation {} ns exceeds max_latency_variation_ns {}",
+                        variation_ns, spec.max_latency_variation_ns);
+  } else if (a.bound.contains("max_loss") &&
+             a.bound.at("max_loss").to_number<double>() > spec.max_loss) {
+    unmet = fmt::format("the composed loss exceeds max_loss {}", spec.max_loss);
+  }
+  if (!unmet.empty()) {
+    release_all(a);
+    a.state = "terminated";
+    a.reason = "refused: " + unmet;
+    (void)save(a);
+    aggregates_[a.id] = a;
+    return std::unexpected(ApiError{422, "latency_unachievable", unmet, "max_latency_ns"});
+  }
+  a.state = "held";
+  a.hold_expires_ns = INT64_MAX;
+  for (const SegmentRecord& s : a.segments)
+    a.hold_expires_ns = std::min(a.hold_expires_ns, s.hold_expires_ns);
+  if (auto ok = save(a); !ok) {
+    release_all(a);
+    return std::unexpected(ok.error());
+  }
+  if (!a.client_request_id.empty()) by_request_[a.client_request_id] = a.id;
+  aggregates_[a.id] = a;
+  if (request.commit || request.provision) {
+    Aggregate& stored = aggregates_[a.id];
+    if (auto ok = commit_segments(stored); !ok) return std::unexpected(ok.error());
+  }
+  return api_json(aggregates_[a.id]);
+}
+
+Outcome<void> Coordinator::hold_segments(Aggregate& a) {
+  const model::FederationSettings& f = agent_.topology().federation;
+  const std::string src = text(a.request, "src");
+  const std::string dst = text(a.request, "dst");
+  json::object remote;  // filled as the ends answer
+  for (size_t i = 0; i < a.segments.size(); ++i) {
+    SegmentRecord& s = a.segments[i];
+    json::object body{{"client_request_id", s.client_request_id},
+                      {"aggregate", json::object{{"id", a.id}, {"domain", domain_}}},
+                      {"from", s.from},
+                      {"to", s.to},
+                      {"rate_bps", a.request.at("min_bandwidth_bps")},
+                      {"burst_bytes", a.burst_bytes},
+                      {"start_unix_ns", a.request.at("start_unix_ns")},
+                      {"end_unix_ns", a.request.at("end_unix_ns")},
+                      {"hold_timeout_ns", f.hold_timeout_ns},
+                      {"tunnel_id", a.tunnel_id},
+                      {"encrypt", a.request.at("encrypt")},
+                      {"remote_gateways", remote}};
+    if (s.from == src) body["src_prefixes"] = a.request.at("src_prefixes");
+    if (s.to == dst) body["dst_prefixes"] = a.request.at("dst_prefixes");
+    PeerAnswer answer = call(s.domain, "POST", "/v1/federation/segments", &body);
+    if ((answer.status == 200 || answer.status == 201) && text(answer.body, "state") != "held") {
+      // A repeated request id whose segment is gone (aborted, expired): not a hold.
+      s.id = text(answer.body, "id");
+      s.state = text(answer.body, "state");
+      answer.status = 409;
+      answer.body =
+          ApiError{409, "wrong_state", fmt::format("segment {} is {}, not held", s.id, s.state), ""}
+              .to_json();
+    }
+    if (answer.status == 200 || answer.status == 201) {
+      s.id = text(answer.body, "id");
+      s.state = text(answer.body, "state");
+      s.hold_expires_ns = number(answer.body, "hold_expires_unix_ns");
+      s.bound = object(answer.body, "bound");
+      s.gateways = array(answer.body, "gateways");
+      s.public_keys = object(answer.body, "public_keys");
+      s.prefixes = array(answer.body, "prefixes");
+      for (const json::value& g : s.gateways) remote[g.as_string()] = s.domain;
+      if (auto ok = save(a); !ok) {
+        release_all(a);
+        return std::unexpected(ok.error());
+      }
+      continue;
+    }
+    ApiError e = peer_error(s.domain, answer);
+    s.error = e.message;
+    s.state = answer.status == 0 ? "unknown" : "refused";
+    view_fetched_ns_.erase(s.domain);  // its view misled us: fetch it again next time
+    // A call without an answer may have held it there (now, or when a late request arrives):
+    // look it up and abort it, until its hold would have passed anyway.
+    s.cleanup = answer.status == 0;
+    if (s.cleanup) {
+      s.hold_expires_ns = options_.realtime->now_ns() + f.hold_timeout_ns + f.call_timeout_ns;
+    }
+    release_all(a);
+    return std::unexpected(e);
+  }
+  return {};
+}
+
+Outcome<json::object> Coordinator::commit(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  Aggregate* a = find(id);
+  if (a == nullptr) return std::unexpected(not_found(id));
+  if (a->state == "committed" || a->state == "provisioned" || a->state == "released") {
+    return api_json(*a);
+  }
+  if (a->state != "held" && a->state != "committing") {
+    return std::unexpected(
+        ApiError{409, "wrong_state", fmt::format("{} is {}; commit needs held", id, a->state), ""});
+  }
+  if (auto ok = commit_segments(*a); !ok) return std::unexpected(ok.error());
+  return api_json(*a);
+}
+
+Outcome<void> Coordinator::commit_segments(Aggregate& a) {
+  a.decision = "commit";
+  a.state = "committing";
+  if (auto ok = save(a); !ok) return ok;  // the decision, before the first commit call
+  const SegmentRecord& first = a.segments.front();
+  const SegmentRecord& last = a.segments.back();
+  auto far_of = [&](const SegmentRecord& s) -> const SegmentRecord& {
+    return &s == &first ? last : first;
+  };
+  for (SegmentRecord& s : a.segments) {
+    const SegmentRecord& far = far_of(s);
+    const std::string far_gateway =
+        far.gateways.empty() ? "" : std::string(far.gateways.front().as_string());
+    json::object body{
+        {"aggregate", json::object{{"id", a.id}, {"domain", domain_}}},
+        {"tunnel_id", a.tunnel_id},
+        {"far_domain", far.domain},
+        {"far_gateway", far_gateway},
+        {"far_public_key",
+         far.public_keys.contains(far_gateway) ? far.public_keys.at(far_gateway) : json::value("")},
+        {"far_prefixes", far.prefixes},
+        {"bound", a.bound},
+        {"playout_bound_ns", a.bound.at("playout_bound_ns")}};
+    if (s.state == "committed") continue;  // a re-sent decision (recovery)
+    const PeerAnswer answer =
+        call(s.domain, "POST", fmt::format("/v1/federation/segments/{}/commit", s.id), &body);
+    if (answer.status == 200) {
+      s.state = text(answer.body, "state");
+      s.error.clear();
+      (void)save(a);
+      continue;
+    }
+    const ApiError e = peer_error(s.domain, answer);
+    s.error = e.message;
+    release_all(a);  // compensate: every segment terminated
+    a.state = "failed";
+    a.reason = e.message;
+    (void)save(a);
+    return std::unexpected(e);
+  }
+  a.state = "committed";
+  a.hold_expires_ns = 0;
+  return save(a);
+}
+
+}  // namespace detwan::control::federation

@@ -1,0 +1,162 @@
+#pragma once
+// The aggregator of federated reservations (docs/federation.md, "Reservations across
+// domains"): a reservation whose src or dst site is not this domain's is split into one segment
+// per domain along the path of least worst-case latency through the domains' abstract views,
+// reserved in two phases (hold every segment, compose and check the bound, then commit every
+// segment), and its later operations propagate to every segment. Every step is journaled (the
+// agent's journal, table `federation`, kind "aggregate") before the call it leads to and before
+// the client is answered; on open, the reservations a restart interrupted are recovered
+// (reserving: every segment aborted, `terminated` reason `aggregator_restart`; committing:
+// commits re-sent, or every segment terminated and `failed`). A background loop (tick) retries
+// the aborts and terminations a peer did not answer and expires holds.
+//
+// Threading: every public function is thread-safe; federated operations are serialised by one
+// lock, held across the calls to peers (each bounded by federation.call_timeout). The own
+// domain's segment is handled in-process (segments.h), never over HTTP.
+// Errors: the Agent's ApiError; a segment's refusal keeps the peer's status and code, its
+// message is "domain <d>: ..." and the error object carries "domain": "<d>"; an unreachable
+// peer is 502 "peer_unreachable", a timeout 504 "peer_timeout".
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "common/clock.h"
+#include "control/agent/agent.h"
+#include "control/federation/peer_client.h"
+#include "control/federation/view.h"
+
+namespace detwan::control::federation {
+
+struct CoordinatorOptions {
+  const common::Clock* realtime = nullptr;  // default: CLOCK_REALTIME (must be the agent's)
+  PeerClient* client = nullptr;             // default: HttpPeerClient from the topology
+  bool start_threads = true;                // false: tests call tick()
+  int64_t view_max_age_ns = 5'000'000'000;  // peers' views are refetched when older
+  uint32_t tunnel_id_attempts = 4;          // reserve retries on 409 tunnel_id_taken
+  // Draws a tunnel id in federation.tunnel_ids (tests); default: the CSPRNG, uniform.
+  std::function<uint32_t()> draw_tunnel_id;
+};
+
+struct SegmentRecord {
+  std::string domain;
+  std::string from;
+  std::string to;
+  std::string client_request_id;
+  std::string id;  // at that domain ("" until it answered)
+  std::string state = "planned";
+  int64_t hold_expires_ns = 0;
+  boost::json::object bound;  // as the domain answered
+  boost::json::array gateways;
+  boost::json::object public_keys;
+  boost::json::array prefixes;
+  std::string error;
+  bool cleanup = false;  // an abort/terminate this segment still needs (retried by tick)
+};
+
+struct Aggregate {
+  std::string id;
+  std::string client_request_id;
+  std::string fingerprint;
+  std::string state;     // reserving, held, committing, committed, provisioned, released,
+                         // terminated, failed
+  std::string decision;  // "" or "commit"
+  std::string reason;
+  boost::json::object request;  // src, dst, rate, window, requirements, prefixes, encrypt
+  uint32_t tunnel_id = 0;
+  uint64_t burst_bytes = 0;
+  int64_t hold_expires_ns = 0;
+  boost::json::object bound;
+  std::vector<SegmentRecord> segments;
+  int64_t created_ns = 0;
+  int64_t updated_ns = 0;
+};
+
+// The journal's form (with the request's fingerprint) and the API's (without).
+boost::json::object to_json(const Aggregate& a);
+boost::json::object api_json(const Aggregate& a);
+agent::ApiError not_found(const std::string& id);
+common::Result<Aggregate> aggregate_from_json(const boost::json::object& o);
+
+class Coordinator {
+ public:
+  // Loads the journaled federated reservations and recovers interrupted ones (calls peers).
+  static common::Result<std::unique_ptr<Coordinator>> open(agent::Agent& agent,
+                                                           CoordinatorOptions options);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Does this request leave the domain (a site that is not ours)?
+  [[nodiscard]] bool is_federated(const agent::ReserveRequest& request) const;
+  [[nodiscard]] bool owns(const std::string& id) const;
+
+  agent::Outcome<boost::json::object> reserve(const agent::ReserveRequest& request);
+  agent::Outcome<boost::json::object> commit(const std::string& id);
+  agent::Outcome<boost::json::object> abort(const std::string& id);
+  agent::Outcome<boost::json::object> provision(const std::string& id);
+  agent::Outcome<boost::json::object> release(const std::string& id);
+  agent::Outcome<boost::json::object> terminate(const std::string& id);
+  agent::Outcome<boost::json::object> rotate_key(const std::string& id);
+  agent::Outcome<boost::json::object> modify(const std::string& id,
+                                             const agent::ModifyRequest& request);
+  // Refreshes the segments' states from their domains.
+  agent::Outcome<boost::json::object> get(const std::string& id);
+  boost::json::array list() const;
+  // Co-scheduling across domains (POST /v1/plan?federated=true): placement over every domain's
+  // pools (from the views; compute time from the request), WAN from the domain paths; with
+  // request.reserve the reservations are held through reserve() (or the agent's, between two
+  // of our sites).
+  agent::Outcome<boost::json::object> plan(const agent::PlanRequest& request);
+
+  // Hold expiry and the retries of unanswered aborts/terminates.
+  void tick();
+  FaultInjector& faults() { return faults_; }
+
+ private:
+  Coordinator(agent::Agent& agent, CoordinatorOptions options);
+  agent::Outcome<boost::json::object> reserve_and_commit(const agent::ReserveRequest& request);
+  PeerAnswer call(const std::string& domain, const std::string& method, const std::string& path,
+                  const boost::json::object* body);
+  agent::ApiError peer_error(const std::string& domain, const PeerAnswer& answer) const;
+  agent::Outcome<void> save(Aggregate& a);
+  agent::Outcome<std::vector<ParsedView>> views(bool refresh, std::string* looked_at);
+  // One attempt of phase 1 with `tunnel_id`; on failure every held segment is released.
+  agent::Outcome<void> hold_segments(Aggregate& a);
+  agent::Outcome<void> commit_segments(Aggregate& a);
+  void compose(Aggregate& a);
+  // abort (held) or terminate a segment, looking it up by client_request_id if needed; true
+  // once the domain answered that it holds nothing for it.
+  bool release_segment(SegmentRecord& s);
+  void release_all(Aggregate& a);
+  agent::Outcome<boost::json::object> propagate(const std::string& id, const std::string& action,
+                                                const std::string& target_state);
+  void recover();
+  void run_loop();
+  Aggregate* find(const std::string& id);
+
+  agent::Agent& agent_;
+  CoordinatorOptions options_;
+  common::RealtimeClock own_realtime_;
+  std::unique_ptr<PeerClient> own_client_;
+  FaultInjector faults_;
+  std::string domain_;
+
+  mutable std::mutex mutex_;
+  std::map<std::string, Aggregate> aggregates_;     // by id
+  std::map<std::string, std::string> by_request_;   // client_request_id -> id
+  std::map<std::string, ParsedView> view_cache_;    // by domain
+  std::map<std::string, int64_t> view_fetched_ns_;  // realtime of each fetch
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread loop_;
+};
+
+}  // namespace detwan::control::federation

@@ -1,0 +1,308 @@
+// The aggregator after phase 1: abort, provision, release, terminate, rotate-key, modify, get;
+// releasing segments, the retry loop and recovery after a restart.
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+#include "control/federation/coordinator.h"
+#include "control/federation/json_fields.h"
+
+namespace detwan::control::federation {
+namespace json = boost::json;
+using agent::ApiError;
+using agent::Outcome;
+using fields::text;
+
+namespace {
+
+bool is_final(const std::string& state) { return state == "terminated" || state == "failed"; }
+
+}  // namespace
+
+bool Coordinator::release_segment(SegmentRecord& s) {
+  if (is_final(s.state) || s.state == "refused" || s.state == "planned") {
+    s.cleanup = false;
+    return true;
+  }
+  if (s.id.empty()) {  // it may exist there without our knowing its id: ask by request id
+    std::string query;
+    for (const char c : s.client_request_id) {
+      if (c == '@')
+        query += "%40";
+      else if (c == '/')
+        query += "%2F";
+      else if (c == '#')
+        query += "%23";
+      else
+        query += c;
+    }
+    const PeerAnswer found =
+        call(s.domain, "GET", "/v1/federation/segments?client_request_id=" + query, nullptr);
+    if (found.status == 404) {
+      // Not there (yet): a request that timed out may still arrive late; keep looking until
+      // its hold would have passed (tick drops it then).
+      if (s.state == "unknown" && options_.realtime->now_ns() < s.hold_expires_ns) {
+        s.cleanup = true;
+        return false;
+      }
+      s.state = "terminated";
+      s.cleanup = false;
+      return true;
+    }
+    if (found.status != 200) {
+      s.cleanup = true;
+      return false;
+    }
+    s.id = text(found.body, "id");
+    s.state = text(found.body, "state");
+    if (is_final(s.state)) {
+      s.cleanup = false;
+      return true;
+    }
+  }
+  const std::string action = s.state == "held" ? "abort" : "terminate";
+  PeerAnswer answer =
+      call(s.domain, "POST", fmt::format("/v1/federation/segments/{}/{}", s.id, action), nullptr);
+  if (answer.status == 409 && action == "abort") {  // committed meanwhile: terminate it
+    answer =
+        call(s.domain, "POST", fmt::format("/v1/federation/segments/{}/terminate", s.id), nullptr);
+  }
+  if (answer.status == 200 || answer.status == 404) {
+    s.state = answer.status == 200 ? text(answer.body, "state") : "terminated";
+    s.cleanup = false;
+    return true;
+  }
+  s.cleanup = true;
+  s.error = answer.status == 0 ? answer.error : peer_error(s.domain, answer).message;
+  return false;
+}
+
+void Coordinator::release_all(Aggregate& a) {
+  for (SegmentRecord& s : a.segments) (void)release_segment(s);
+  (void)save(a);
+}
+
+Outcome<json::object> Coordinator::abort(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  Aggregate* a = find(id);
+  if (a == nullptr) return std::unexpected(not_found(id));
+  if (a->state == "terminated" && a->reason == "aborted") return api_json(*a);
+  if (a->state != "held") {
+    return std::unexpected(
+        ApiError{409, "wrong_state", fmt::format("{} is {}; abort needs held", id, a->state), ""});
+  }
+  release_all(*a);
+  a->state = "terminated";
+  a->reason = "aborted";
+  if (auto ok = save(*a); !ok) return std::unexpected(ok.error());
+  return api_json(*a);
+}
+
+Outcome<json::object> Coordinator::propagate(const std::string& id, const std::string& action,
+                                             const std::string& target) {
+  std::lock_guard lock(mutex_);
+  Aggregate* a = find(id);
+  if (a == nullptr) return std::unexpected(not_found(id));
+  if (a->state == target) return api_json(*a);
+  const bool allowed = action == "terminate"   ? !is_final(a->state)
+                       : action == "provision" ? a->state == "committed" || a->state == "released"
+                       : action == "release"
+                           ? a->state == "provisioned"
+                           : /* rotate-key */ a->state == "committed" || a->state == "provisioned";
+  if (!allowed) {
+    return std::unexpected(ApiError{
+        409, "wrong_state", fmt::format("{} is {}; {} is not allowed", id, a->state, action), ""});
+  }
+  std::optional<ApiError> first_error;
+  for (SegmentRecord& s : a->segments) {
+    if (action == "terminate") {
+      if (!release_segment(s) && !first_error) {
+        first_error = ApiError{
+            502, "peer_unreachable",
+            fmt::format("domain {}: {} (retried in the background)", s.domain, s.error), ""};
+      }
+      continue;
+    }
+    const PeerAnswer answer =
+        call(s.domain, "POST", fmt::format("/v1/federation/segments/{}/{}", s.id, action), nullptr);
+    if (answer.status == 200) {
+      s.state = text(answer.body, "state");
+      s.error.clear();
+    } else {
+      const ApiError e = peer_error(s.domain, answer);
+      s.error = e.message;
+      if (!first_error) first_error = e;
+    }
+  }
+  if (action == "terminate") {
+    a->state = "terminated";
+    a->reason = "terminated_by_client";
+  } else if (!first_error && action != "rotate-key") {
+    a->state = target;
+  }
+  if (auto ok = save(*a); !ok) return std::unexpected(ok.error());
+  if (first_error && action != "terminate") return std::unexpected(*first_error);
+  return api_json(*a);
+}
+
+Outcome<json::object> Coordinator::provision(const std::string& id) {
+  auto done = propagate(id, "provision", "provisioned");
+  if (!done) return done;
+  // Answer once every domain reports its dataplane active, or the provision wait passed.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::nanoseconds(agent_.topology().agent.provision_wait_ns);
+  while (true) {
+    auto now = get(id);
+    if (!now) return now;
+    bool active = true;
+    for (const json::value& s : now->at("segments").as_array()) {
+      active = active && s.as_object().contains("dataplane_active") &&
+               s.as_object().at("dataplane_active").as_bool();
+    }
+    (*now)["dataplane_active"] = active;
+    if (active || std::chrono::steady_clock::now() >= deadline) return now;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+Outcome<json::object> Coordinator::release(const std::string& id) {
+  return propagate(id, "release", "released");
+}
+Outcome<json::object> Coordinator::terminate(const std::string& id) {
+  return propagate(id, "terminate", "terminated");
+}
+Outcome<json::object> Coordinator::rotate_key(const std::string& id) {
+  return propagate(id, "rotate-key", "");
+}
+
+Outcome<json::object> Coordinator::modify(const std::string& id,
+                                          const agent::ModifyRequest& request) {
+  std::lock_guard lock(mutex_);
+  Aggregate* a = find(id);
+  if (a == nullptr) return std::unexpected(not_found(id));
+  if (is_final(a->state) || a->state == "reserving" || a->state == "committing") {
+    return std::unexpected(ApiError{
+        409, "wrong_state", fmt::format("{} is {}; modify is not allowed", id, a->state), ""});
+  }
+  json::object body;
+  if (request.min_bandwidth_bps) body["min_bandwidth_bps"] = *request.min_bandwidth_bps;
+  if (request.end_ns) body["end_unix_ns"] = *request.end_ns;
+  // Every segment or none: a refusal puts the ones already changed back.
+  std::vector<size_t> changed;
+  for (size_t i = 0; i < a->segments.size(); ++i) {
+    SegmentRecord& s = a->segments[i];
+    const PeerAnswer answer =
+        call(s.domain, "PATCH", fmt::format("/v1/federation/segments/{}", s.id), &body);
+    if (answer.status == 200) {
+      changed.push_back(i);
+      continue;
+    }
+    const ApiError e = peer_error(s.domain, answer);
+    json::object back{{"min_bandwidth_bps", a->request.at("min_bandwidth_bps")},
+                      {"end_unix_ns", a->request.at("end_unix_ns")}};
+    for (const size_t c : changed) {
+      (void)call(a->segments[c].domain, "PATCH",
+                 fmt::format("/v1/federation/segments/{}", a->segments[c].id), &back);
+    }
+    return std::unexpected(e);
+  }
+  if (request.min_bandwidth_bps) a->request["min_bandwidth_bps"] = *request.min_bandwidth_bps;
+  if (request.end_ns) a->request["end_unix_ns"] = *request.end_ns;
+  if (auto ok = save(*a); !ok) return std::unexpected(ok.error());
+  return api_json(*a);
+}
+
+Outcome<json::object> Coordinator::get(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  Aggregate* a = find(id);
+  if (a == nullptr) return std::unexpected(not_found(id));
+  json::object out = api_json(*a);
+  json::array segments = out.at("segments").as_array();
+  for (size_t i = 0; i < a->segments.size(); ++i) {
+    SegmentRecord& s = a->segments[i];
+    if (s.id.empty()) continue;
+    const PeerAnswer answer =
+        call(s.domain, "GET", fmt::format("/v1/federation/segments/{}", s.id), nullptr);
+    json::object& item = segments[i].as_object();
+    if (answer.status == 200) {
+      s.state = text(answer.body, "state");
+      item["state"] = s.state;
+      item["dataplane_active"] = answer.body.contains("dataplane_active")
+                                     ? answer.body.at("dataplane_active")
+                                     : json::value(false);
+    } else {
+      item["error"] = peer_error(s.domain, answer).message;
+    }
+  }
+  out["segments"] = std::move(segments);
+  return out;
+}
+
+json::array Coordinator::list() const {
+  std::lock_guard lock(mutex_);
+  json::array out;
+  for (const auto& [id, a] : aggregates_) out.push_back(api_json(a));
+  return out;
+}
+
+void Coordinator::tick() {
+  std::lock_guard lock(mutex_);
+  const int64_t now = options_.realtime->now_ns();
+  for (auto& [id, a] : aggregates_) {
+    if (a.state == "held" && a.hold_expires_ns > 0 && now >= a.hold_expires_ns) {
+      release_all(a);
+      a.state = "terminated";
+      a.reason = "hold_timeout";
+      (void)save(a);
+      continue;
+    }
+    bool changed = false;
+    for (SegmentRecord& s : a.segments) {
+      if (!s.cleanup) continue;
+      // A hold that passed releases itself there; a committed segment is retried until it answers.
+      if ((s.state == "held" || s.state == "unknown") && s.hold_expires_ns > 0 &&
+          now >= s.hold_expires_ns) {
+        s.cleanup = false;
+        s.state = "terminated";
+        changed = true;
+        continue;
+      }
+      changed = release_segment(s) || changed;
+    }
+    if (changed) (void)save(a);
+  }
+}
+
+void Coordinator::recover() {
+  std::lock_guard lock(mutex_);
+  for (auto& [id, a] : aggregates_) {
+    if (a.state == "reserving") {
+      release_all(a);
+      a.state = "terminated";
+      a.reason = "aggregator_restart";
+      (void)save(a);
+      common::logger("detwan-agent")
+          ->warn("{}: federated reservation interrupted while reserving: segments aborted", id);
+    } else if (a.state == "committing" && a.decision == "commit") {
+      if (auto ok = commit_segments(a); !ok) {
+        common::logger("detwan-agent")
+            ->warn("{}: commit after restart failed ({}): every segment terminated", id,
+                   ok.error().message);
+      }
+    }
+  }
+}
+
+void Coordinator::run_loop() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    wake_.wait_for(lock, std::chrono::seconds(1));
+    if (stopping_) break;
+    lock.unlock();
+    tick();
+    lock.lock();
+  }
+}
+
+}  // namespace detwan::control::federation

@@ -1,0 +1,186 @@
+// The federated reservation's record (journal and API JSON) and the composition of its bound.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/link_time.h"
+#include "control/admission/bounds.h"
+#include "control/federation/coordinator.h"
+#include "control/federation/json_fields.h"
+
+namespace detwan::control::federation {
+namespace json = boost::json;
+using agent::ApiError;
+using fields::array;
+using fields::number;
+using fields::object;
+using fields::text;
+
+namespace {
+
+json::object segment_to_json(const SegmentRecord& s) {
+  return json::object{{"domain", s.domain},
+                      {"from", s.from},
+                      {"to", s.to},
+                      {"client_request_id", s.client_request_id},
+                      {"id", s.id},
+                      {"state", s.state},
+                      {"hold_expires_unix_ns", s.hold_expires_ns},
+                      {"bound", s.bound},
+                      {"gateways", s.gateways},
+                      {"public_keys", s.public_keys},
+                      {"prefixes", s.prefixes},
+                      {"error", s.error},
+                      {"cleanup", s.cleanup}};
+}
+
+admission::DirectionBound direction_from(const json::object& d) {
+  admission::DirectionBound b;
+  b.egress_ns = number(d, "egress_ns");
+  b.links_ns = number(d, "links_ns");
+  b.transit_ns = number(d, "transit_ns");
+  b.processing_ns = number(d, "processing_ns");
+  b.max_ns = number(d, "max_ns");
+  b.min_ns = number(d, "min_ns");
+  b.playout_error_ns = number(d, "playout_error_ns");
+  return b;
+}
+
+void add(admission::DirectionBound& sum, const admission::DirectionBound& d) {
+  sum.egress_ns += d.egress_ns;
+  sum.links_ns += d.links_ns;
+  sum.transit_ns += d.transit_ns;
+  sum.processing_ns += d.processing_ns;
+  sum.max_ns += d.max_ns;
+  sum.min_ns += d.min_ns;
+}
+
+}  // namespace
+
+ApiError not_found(const std::string& id) {
+  return ApiError{404, "not_found", fmt::format("no federated reservation {}", id), ""};
+}
+
+json::object to_json(const Aggregate& a) {
+  json::array segments;
+  for (const SegmentRecord& s : a.segments) segments.push_back(segment_to_json(s));
+  json::object out{{"id", a.id},
+                   {"federated", true},
+                   {"client_request_id", a.client_request_id},
+                   {"fingerprint", a.fingerprint},
+                   {"state", a.state},
+                   {"decision", a.decision},
+                   {"reason", a.reason},
+                   {"tunnel_id", a.tunnel_id},
+                   {"burst_bytes", a.burst_bytes},
+                   {"hold_expires_unix_ns", a.hold_expires_ns},
+                   {"bound", a.bound},
+                   {"segments", std::move(segments)},
+                   {"created_unix_ns", a.created_ns},
+                   {"updated_unix_ns", a.updated_ns}};
+  for (const auto& item : a.request) out[item.key()] = item.value();
+  return out;
+}
+
+json::object api_json(const Aggregate& a) {
+  json::object out = to_json(a);
+  out.erase("fingerprint");
+  return out;
+}
+
+common::Result<Aggregate> aggregate_from_json(const json::object& o) {
+  Aggregate a;
+  a.id = text(o, "id");
+  if (a.id.empty())
+    return common::make_error(common::ErrorCode::kInvalidArgument, "aggregate without id");
+  a.client_request_id = text(o, "client_request_id");
+  a.fingerprint = text(o, "fingerprint");
+  a.state = text(o, "state");
+  a.decision = text(o, "decision");
+  a.reason = text(o, "reason");
+  a.tunnel_id = static_cast<uint32_t>(number(o, "tunnel_id"));
+  a.burst_bytes = static_cast<uint64_t>(number(o, "burst_bytes"));
+  a.hold_expires_ns = number(o, "hold_expires_unix_ns");
+  a.bound = object(o, "bound");
+  a.created_ns = number(o, "created_unix_ns");
+  a.updated_ns = number(o, "updated_unix_ns");
+  for (const char* key : {"src", "dst", "min_bandwidth_bps", "max_burst_bytes", "max_latency_ns",
+                          "max_latency_variation_ns", "max_loss", "start_unix_ns", "end_unix_ns",
+                          "encrypt", "src_prefixes", "dst_prefixes"}) {
+    if (const json::value* v = o.if_contains(key)) a.request[key] = *v;
+  }
+  for (const json::value& v : array(o, "segments")) {
+    const json::object& s = v.as_object();
+    SegmentRecord r;
+    r.domain = text(s, "domain");
+    r.from = text(s, "from");
+    r.to = text(s, "to");
+    r.client_request_id = text(s, "client_request_id");
+    r.id = text(s, "id");
+    r.state = text(s, "state");
+    r.hold_expires_ns = number(s, "hold_expires_unix_ns");
+    r.bound = object(s, "bound");
+    r.gateways = array(s, "gateways");
+    r.public_keys = object(s, "public_keys");
+    r.prefixes = array(s, "prefixes");
+    r.error = text(s, "error");
+    r.cleanup = s.contains("cleanup") && s.at("cleanup").is_bool() && s.at("cleanup").as_bool();
+    a.segments.push_back(std::move(r));
+  }
+  return a;
+}
+
+void Coordinator::compose(Aggregate& a) {
+  // RFC 9320 concatenation: the delay terms of the segments add; the receiving end's gateway
+  // gives the playout error (admission::combine decides the delivery mode).
+  // The burst term b/r is paid once, at the ingress gateway's shaper: a segment entered at a
+  // border (forward: every segment but the first; reverse: but the last) has it taken out.
+  const uint64_t rate = static_cast<uint64_t>(number(a.request, "min_bandwidth_bps"));
+  const int64_t burst_ns = rate == 0 ? 0 : common::ceil_serialisation_ns(a.burst_bytes * 8, rate);
+  admission::DirectionBound forward, reverse;
+  double keep = 1.0;
+  int64_t propagation = 0;
+  for (size_t i = 0; i < a.segments.size(); ++i) {
+    const json::object& b = a.segments[i].bound;
+    admission::DirectionBound f = direction_from(object(b, "forward"));
+    admission::DirectionBound r = direction_from(object(b, "reverse"));
+    if (i > 0) {
+      f.egress_ns -= std::min(f.egress_ns, burst_ns);
+      f.max_ns -= std::min(f.max_ns, burst_ns);
+    }
+    if (i + 1 < a.segments.size()) {
+      r.egress_ns -= std::min(r.egress_ns, burst_ns);
+      r.max_ns -= std::min(r.max_ns, burst_ns);
+    }
+    add(forward, f);
+    add(reverse, r);
+    if (i + 1 == a.segments.size()) forward.playout_error_ns = f.playout_error_ns;
+    if (i == 0) reverse.playout_error_ns = r.playout_error_ns;
+    propagation += number(b, "propagation_ns");
+    if (const json::value* loss = b.if_contains("max_loss"); loss != nullptr && loss->is_number()) {
+      keep *= 1.0 - loss->to_number<double>();
+    }
+  }
+  const int64_t variation = number(a.request, "max_latency_variation_ns");
+  admission::Bound bound =
+      admission::combine(agent_.topology(), {}, forward, reverse,
+                         a.request.contains("max_latency_variation_ns") ? variation : -1);
+  bound.propagation_ns = propagation;
+  bound.max_loss = 1.0 - keep;
+  json::object out{{"max_latency_ns", bound.max_latency_ns},
+                   {"max_latency_variation_ns", bound.max_latency_variation_ns},
+                   {"min_latency_ns", bound.min_latency_ns},
+                   {"max_loss", bound.max_loss},
+                   {"delivery", bound.on_time ? "on_time" : "in_time"},
+                   {"playout_bound_ns", bound.playout_bound_ns},
+                   {"propagation_ns", bound.propagation_ns},
+                   {"forward", json::object{{"max_ns", forward.max_ns},
+                                            {"min_ns", forward.min_ns},
+                                            {"playout_error_ns", forward.playout_error_ns}}},
+                   {"reverse", json::object{{"max_ns", reverse.max_ns},
+                                            {"min_ns", reverse.min_ns},
+                                            {"playout_error_ns", reverse.playout_error_ns}}}};
+  a.bound = std::move(out);
+}
+
+}  // namespace detwan::control::federation
