@@ -1,7 +1,13 @@
 // /v1/federation/* and the federated reservations on /v1/reservations (docs/federation.md).
 #include "control/api/federation_routes.h"
 
+#include <memory>
+#include <set>
+
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include "control/api/requests.h"
 #include "control/federation/segments.h"
@@ -37,16 +43,40 @@ HttpResponse outcome(const agent::Outcome<json::object>& o, int ok = 200) {
 // The peer domain a request comes from: its certificate's, or its token's ("" = not a peer).
 std::string peer_domain(const FederationRoutes& f, const model::Topology& t,
                         const HttpRequest& request) {
-  if (request.identity.kind == Identity::Kind::kPeer) {  // listed in federation.peers only
-    return t.federation.peer(request.identity.domain) != nullptr ? request.identity.domain : "";
+  if (request.identity.kind == Identity::Kind::kPeer) {
+    // Listed in federation.peers, and its certificate issued by the CA listed for that domain
+    // (agent.tls.client_ca trusts every peer's CA; each may sign any name).
+    if (t.federation.peer(request.identity.domain) == nullptr) return "";
+    const auto cas = f.peer_ca_sha256.find(request.identity.domain);
+    return cas != f.peer_ca_sha256.end() && cas->second.count(request.identity.issuer_sha256) > 0
+               ? request.identity.domain
+               : "";
   }
   return federation::domain_of_token(f.accept_tokens, request.bearer_token);
+}
+
+// SHA-256 of every certificate in a PEM file (errors name the file).
+common::Result<std::set<std::string>> ca_fingerprints(const std::string& path) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_file(path.c_str(), "r"), &BIO_free);
+  if (!bio) return std::unexpected(common::Error{common::ErrorCode::kConfig, fmt::format("cannot read {}", path)});
+  std::set<std::string> out;
+  while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    out.insert(certificate_sha256(cert));
+    X509_free(cert);
+  }
+  ERR_clear_error();  // the loop ends on "no start line"
+  if (out.empty()) {
+    return std::unexpected(
+        common::Error{common::ErrorCode::kConfig, fmt::format("{} holds no PEM certificate", path)});
+  }
+  return out;
 }
 
 std::string caller_name(const HttpRequest& request) {
   switch (request.identity.kind) {
     case Identity::Kind::kPeer:
-      return "peer '" + request.identity.name + "'";
+      return "peer '" + request.identity.name + "' (certificate for domain '" +
+             request.identity.domain + "')";
     case Identity::Kind::kToken:
       return "token" + (request.identity.tenant.empty()
                             ? ""
@@ -66,6 +96,15 @@ common::Result<std::shared_ptr<FederationRoutes>> make_federation_routes(
   auto tokens = federation::load_accept_tokens(agent.topology().federation);
   if (!tokens) return std::unexpected(tokens.error());
   f->accept_tokens = std::move(*tokens);
+  for (const model::FederationPeer& p : agent.topology().federation.peers) {
+    if (p.ca.empty()) continue;  // a plain-HTTP peer (tokens only): no certificate is its
+    auto cas = ca_fingerprints(p.ca);
+    if (!cas) {
+      return std::unexpected(common::Error{common::ErrorCode::kConfig,
+          fmt::format("federation.peers[{}].ca: {}", p.domain, cas.error().message)});
+    }
+    f->peer_ca_sha256[p.domain] = std::move(*cas);
+  }
   return f;
 }
 

@@ -11,6 +11,7 @@
 //
 // Threading: as the Router (any I/O thread). Errors: ApiError objects.
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,9 @@ namespace detwan::control::api {
 struct FederationRoutes {
   federation::Coordinator* coordinator = nullptr;    // null: participant only
   std::map<std::string, std::string> accept_tokens;  // token -> peer domain
+  // Peer domain -> SHA-256 of each CA certificate in its federation.peers[].ca: a certificate
+  // naming that domain is its agent only if one of these issued it.
+  std::map<std::string, std::set<std::string>> peer_ca_sha256;
 };
 
 // Reads the peers' accept tokens; errors name the file.

@@ -188,6 +188,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
           char subject[256] = {0};
           X509_NAME_oneline(X509_get_subject_name(peer), subject, sizeof subject);
           peer_name_ = subject;
+          // The root of the verified chain: which of client_ca's CAs vouched for it.
+          if (STACK_OF(X509)* chain = SSL_get0_verified_chain(ssl);
+              chain != nullptr && sk_X509_num(chain) > 0) {
+            peer_issuer_ = certificate_sha256(sk_X509_value(chain, sk_X509_num(chain) - 1));
+          }
           if (peer_domain_.empty()) {
             server_.count(&HttpCounters::refused_cert);
             common::logger("detwan-agent")
@@ -257,6 +262,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       identity_.kind = Identity::Kind::kPeer;
       identity_.name = peer_name_;
       identity_.domain = peer_domain_;
+      identity_.issuer_sha256 = peer_issuer_;
       identity_.may_admin = false;
       return true;
     }
@@ -364,6 +370,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::string client_;       // "ip:port"
   std::string peer_domain_;  // verified client certificate's domain ("" = none)
   std::string peer_name_;    // its subject
+  std::string peer_issuer_;  // SHA-256 of the CA its chain was verified up to
   Identity identity_;        // of the request being handled
 };
 

@@ -42,6 +42,10 @@ struct Identity {
   std::string name;    // the token's label, or the peer certificate's subject
   std::string tenant;  // kToken: the tenant it acts for ("" = every tenant: an admin token)
   std::string domain;  // kPeer: the domain its certificate names
+  // kPeer: SHA-256 (lowercase hex) of the CA certificate its chain was verified up to. Any CA in
+  // agent.tls.client_ca may have issued it; federation routes also require that it is the CA
+  // listed for `domain` (federation.peers[].ca), so one owner cannot speak as another.
+  std::string issuer_sha256;
   bool may_read = true;
   bool may_reserve = true;
   bool may_admin = true;
@@ -154,5 +158,7 @@ common::Result<std::vector<Token>> load_tokens(const std::string& path);
 // else its subject CN; "" if neither. `x509` is an OpenSSL X509* (void* keeps OpenSSL out of
 // this header).
 std::string certificate_domain(const void* x509);
+// SHA-256 (lowercase hex) of a certificate's DER encoding (an X509*): how a peer's CA is pinned.
+std::string certificate_sha256(const void* x509);
 
 }  // namespace detwan::control::api

@@ -10,6 +10,15 @@
 namespace detwan::control::api {
 namespace asio = boost::asio;
 
+std::string certificate_sha256(const void* x509) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (X509_digest(static_cast<const X509*>(x509), EVP_sha256(), digest, &length) != 1) return "";
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
 std::string certificate_domain(const void* x509) {
   const X509* cert = static_cast<const X509*>(x509);
   if (cert == nullptr) return "";

@@ -46,6 +46,7 @@ struct IdentityEcho {
                                {"name", who.name},
                                {"tenant", who.tenant},
                                {"domain", who.domain},
+                               {"issuer_sha256", who.issuer_sha256},
                                {"may_reserve", who.may_reserve},
                                {"may_admin", who.may_admin}};
       {
@@ -204,6 +205,8 @@ TEST_F(TlsTest, APeerCertificateNamesTheDomainInTheIdentity) {
   const auto body = boost::json::parse(ok->body);
   EXPECT_EQ(body.at("kind").as_int64(), static_cast<int>(Identity::Kind::kPeer));
   EXPECT_EQ(body.at("domain").as_string(), "y");
+  // The CA its chain was verified up to (federation routes pin it per peer domain).
+  EXPECT_EQ(body.at("issuer_sha256").as_string(), certificate_sha256(ca_y_.cert.get()));
   EXPECT_NE(std::string(body.at("name").as_string()).find("CN=agent-y"), std::string::npos);
   EXPECT_FALSE(body.at("may_admin").as_bool());
   // A header of its own does not make a peer anonymous on an agent without tokens.
