@@ -264,8 +264,8 @@ void Agent::Impl::update_desired(int64_t now_ns) {
       spec.match_dst = e == 0 ? r.spec.dst_prefixes : r.spec.src_prefixes;
       spec.match_src = e == 0 ? r.spec.src_prefixes : r.spec.dst_prefixes;
       spec.reservation = r.id;
-      apply_federated_end(r, end.port, &spec);  // a segment: the far end is another domain's
       gateway::set_auth(spec, r.spec.encrypt, r.keys, e);  // the reservation's keys
+      apply_federated_end(r, end.port, &spec);  // a segment: the far end is another domain's
       // 1+1: the copies leave through this gateway's port on the second disjoint path.
       if (r.spec.protect && r.paths.size() >= 2 && r.paths[1].ends[e].gateway == end.gateway) {
         spec.protect_peer = r.paths[1].ends[e].peer;

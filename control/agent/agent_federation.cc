@@ -35,7 +35,8 @@ json::object segment_json(const Agent::Impl& m, const Reservation& r) {
     if (s == model::kNone || t.sites[s].gateway == model::kNone) continue;
     const std::string& name = t.gateways[t.sites[s].gateway].name;
     gateways.push_back(json::string(name));
-    public_keys[name] = "";  // filled once gateways have X25519 keys (another part of issue 32)
+    // The far domain's gateway derives the tunnel's keys from this and its own private key.
+    public_keys[name] = t.gateways[t.sites[s].gateway].public_key;
   }
   // The prefixes of our own site (not a border) that the segment resolved.
   json::array prefixes;
@@ -84,20 +85,53 @@ FederatedEnd federated_end_of(const json::object& commit) {
       end.playout_bound_ns = playout->to_number<int64_t>();
     }
   }
+  if (const json::value* k = commit.if_contains("far_public_key"); k != nullptr && k->is_string()) {
+    end.far_public_key = std::string(k->as_string());
+  }
+  if (const json::value* a = commit.if_contains("aggregate"); a != nullptr && a->is_object()) {
+    const json::value* id = a->as_object().if_contains("id");
+    const json::value* domain = a->as_object().if_contains("domain");
+    if (id != nullptr && id->is_string() && domain != nullptr && domain->is_string()) {
+      end.key_context = fmt::format("f-{}/{}", std::string_view(id->as_string()),
+                                    std::string_view(domain->as_string()));
+    }
+  }
   return end;
 }
 
 }  // namespace
 
-// TODO(issue 32, X25519 part): the keys of a cross-domain tunnel, agreed from our gateway's
-// and the far gateway's public keys: reservation::x25519_keys(cipher, local_public_key,
-// remote_public_key, context, key_id) (control/reservation/tunnel_keys.h). Until it is wired,
-// no key exists for a cross-domain tunnel and such reservations are refused with 422
-// "cross_domain_keys_unavailable" (federation/segments.cc, federation/coordinator.cc).
-std::optional<reservation::TunnelKeys> tunnel_auth_for_remote(
-    const Reservation& /*segment*/, const std::string& /*local_gateway*/,
-    const std::string& /*remote_gateway*/, const std::string& /*remote_public_key*/) {
-  return std::nullopt;
+// The keys of a segment's tunnel toward another domain's gateway: by X25519 exchange between
+// our gateway's identity key and the far gateway's (the commit carries it), under the context
+// both domains derive from the aggregate ("f-<id>/<aggregator domain>"). No agent of either
+// owner ever holds a secret of the tunnel; each gateway derives its keys itself.
+static Outcome<reservation::TunnelKeys> segment_keys(const model::Topology& t, const Reservation& r,
+                                              const FederatedEnd& far) {
+  std::string local;
+  for (const std::string& site : {r.spec.src, r.spec.dst}) {
+    const uint32_t s = t.find_site(site);
+    if (s != model::kNone && t.sites[s].gateway != model::kNone) {
+      local = t.gateways[t.sites[s].gateway].public_key;
+    }
+  }
+  if (local.empty() || far.far_public_key.empty() || far.key_context.empty()) {
+    return std::unexpected(ApiError{
+        422, "cross_domain_keys_unavailable",
+        fmt::format("{}: an encrypted tunnel to domain gateway '{}' needs both gateways' X25519 "
+                    "public keys and the aggregate's context (ours: {}, theirs: {}, context: {})",
+                    r.id, far.far_gateway, local.empty() ? "none" : "registered",
+                    far.far_public_key.empty() ? "none" : "given",
+                    far.key_context.empty() ? "none" : far.key_context),
+        "encrypt"});
+  }
+  auto keys = reservation::x25519_keys(r.spec.encrypt, local, far.far_public_key,
+                                       far.key_context, 1);
+  if (!keys) {
+    return std::unexpected(ApiError{422, "cross_domain_keys_unavailable",
+                                    fmt::format("{}: {}", r.id, keys.error().message),
+                                    "far_public_key"});
+  }
+  return *keys;
 }
 
 void Agent::Impl::load_federated_ends() {
@@ -129,6 +163,9 @@ void Agent::Impl::apply_federated_end(const Reservation& r, const std::string& p
     }
   }
   spec->match_dst = far.far_prefixes;
+  // set_auth took the peer's key from the reservation's end order; a segment's far end is
+  // always the other domain's gateway, whichever end our gateway is.
+  if (!spec->key_exchange.empty()) spec->peer_public_key = far.far_public_key;
   spec->bound_ns = far.playout_bound_ns;
   spec->max_hold_ns = std::max<int64_t>(1'000'000'000, 2 * spec->bound_ns);
 }
@@ -153,6 +190,24 @@ json::object Agent::federation_view() const {
 
 Outcome<json::object> Agent::reserve_segment(const ReserveRequest& request,
                                              json::object federation) {
+  if (request.spec.encrypt != reservation::kNoCipher) {
+    // An end segment's gateway keys the tunnel by exchange: it needs an identity key.
+    const model::Topology& t = impl_->topology;
+    for (const std::string& site : {request.spec.src, request.spec.dst}) {
+      const uint32_t s = t.find_site(site);
+      if (s == model::kNone || t.sites[s].gateway == model::kNone) continue;
+      const model::Gateway& g = t.gateways[t.sites[s].gateway];
+      if (g.public_key.empty()) {
+        return std::unexpected(ApiError{
+            422, "cross_domain_keys_unavailable",
+            fmt::format("domain {}: gateway '{}' has no public_key (gateways[].public_key, from "
+                        "detwan-gw keygen), and an encrypted tunnel to another domain is keyed "
+                        "by X25519 exchange",
+                        t.domain, g.name),
+            "encrypt"});
+      }
+    }
+  }
   auto reserved = reserve(request);
   if (!reserved) return std::unexpected(reserved.error());
   const std::string id(reserved->at("id").as_string());
@@ -180,7 +235,20 @@ Outcome<json::object> Agent::commit_segment(const std::string& id, json::object 
     const Reservation* r = m.find(id);
     if (r == nullptr) return std::unexpected(not_found(id));
     json::object row = segment_row(m, id);
-    m.federated_ends[id] = federated_end_of(commit_info);
+    FederatedEnd far = federated_end_of(commit_info);
+    Reservation* mutable_r = m.find(id);
+    // A transit segment (a carrier's: border to border) has no gateway and carries ciphertext.
+    const auto has_gateway = [&](const std::string& site) {
+      const uint32_t s = m.topology.find_site(site);
+      return s != model::kNone && m.topology.sites[s].gateway != model::kNone;
+    };
+    if (r->spec.encrypt != reservation::kNoCipher && r->keys.keys.empty() &&
+        (has_gateway(r->spec.src) || has_gateway(r->spec.dst))) {
+      auto keys = segment_keys(m.topology, *r, far);
+      if (!keys) return std::unexpected(keys.error());
+      mutable_r->keys = std::move(*keys);  // journaled with the commit's transition
+    }
+    m.federated_ends[id] = std::move(far);
     row["commit"] = std::move(commit_info);
     if (auto ok =
             m.journal->put_federation("segment", id, json::serialize(row), m.realtime->now_ns(), 0);

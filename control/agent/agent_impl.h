@@ -61,6 +61,8 @@ struct FederatedEnd {
   std::string far_gateway;                // the far gateway's name, in its domain
   std::vector<std::string> far_prefixes;  // the far site's prefixes (our match_dst)
   int64_t playout_bound_ns = 0;           // the composed bound's B (0: in time)
+  std::string far_public_key;             // the far gateway's X25519 key (base64, "" = none)
+  std::string key_context;                // "f-<aggregate id>/<aggregator domain>": both ends'
 };
 
 struct Agent::Impl {

@@ -285,7 +285,14 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
   r.paths = reservation::placement_of(t, plan);
   r.bound = plan.bound;
   r.created_ns = now;
-  if (spec.encrypt != reservation::kNoCipher) {  // its own key, drawn here, journaled, never shown
+  // A segment of a federated reservation (one end is a border toward another domain) gets its
+  // keys at commit, by exchange with the far domain's gateway (agent_federation.cc).
+  const auto at_border = [&](const std::string& site) {
+    const uint32_t s = t.find_site(site);
+    return s != model::kNone && t.border_at_site(s) != nullptr;
+  };
+  const bool segment = at_border(spec.src) || at_border(spec.dst);
+  if (spec.encrypt != reservation::kNoCipher && !segment) {  // drawn here, journaled, never shown
     // Both gateways registered a public key: they derive the keys themselves (no secret here).
     const auto public_key = [&](int e) -> std::string {
       if (r.paths.empty()) return "";

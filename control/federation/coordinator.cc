@@ -212,15 +212,6 @@ Outcome<json::object> Coordinator::reserve_and_commit(const agent::ReserveReques
     }
   }
   const reservation::Spec& spec = request.spec;
-  if (spec.encrypt != reservation::kNoCipher) {
-    return std::unexpected(ApiError{
-        422, "cross_domain_keys_unavailable",
-        fmt::format("{} -> {} crosses domains, and a cross-domain tunnel cannot be encrypted yet "
-                    "(no key agreement between the domains' gateways): ask for \"encrypt\": "
-                    "\"none\"",
-                    spec.src, spec.dst),
-        "encrypt"});
-  }
   if (spec.paths > 1 || spec.protect) {
     return std::unexpected(ApiError{422, "invalid_field",
                                     "a federated reservation has one path (no paths > 1, protect)",

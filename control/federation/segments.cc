@@ -82,14 +82,9 @@ agent::Outcome<agent::ReserveRequest> parse_segment(const json::object& o,
                                     e.what()));
   }
   if (r.spec.min_bandwidth_bps == 0) return fail("rate_bps", "must be > 0");
-  if (r.spec.encrypt != reservation::kNoCipher) {
-    return std::unexpected(ApiError{
-        422, "cross_domain_keys_unavailable",
-        fmt::format("a cross-domain tunnel cannot be encrypted yet (\"encrypt\": \"{}\"): its "
-                    "ends are in different domains and no key agreement between them is "
-                    "available; ask for \"encrypt\": \"none\"",
-                    r.spec.encrypt),
-        "encrypt"});
+  if (!reservation::is_cipher_name(r.spec.encrypt)) {
+    return fail("encrypt", fmt::format("'{}' is not aes-256-gcm, chacha20-poly1305 or none",
+                                       r.spec.encrypt));
   }
   r.requester_domain = caller;
   json::object canonical = o;

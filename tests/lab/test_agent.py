@@ -49,10 +49,12 @@ def test_openapi_document_is_openapi_3_and_lists_every_route():
 def test_generated_topology_and_gateway_configs_are_accepted(tmp_path):
     topo = topology.build(3, 2)
     config = builder.LabConfig(sites=3, paths=2, wan_spec=WAN, dataplane="uring", agents=True)
-    config.gateway = gateway.GatewayOptions(backend="uring")
+    # The gateways' identity keys (the configurations name them) go to the test's directory.
+    config.gateway = gateway.GatewayOptions(backend="uring", key_dir=tmp_path / "keys")
     config.agent_port = 7999
     config.mgmt_net = "10.99"
     config.plan_gateways(topo)
+    gateway.write_tunnel_keys(config.gateway)
     text = config.agent_topology
     # Every address: the root namespace's loopback and the management network into the hosts.
     assert "listen: 0.0.0.0:7999" in text

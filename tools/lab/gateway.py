@@ -21,7 +21,7 @@ from lab.gateway_config import (  # noqa: F401
     ENCAP_OVERHEAD_BYTES, ETHERNET_OVERHEAD_BYTES, GUARD_NS, KEY_DIR, PLAIN_TUN_MTU_BYTES,
     POLICER_BURST_NS, RESERVED_QUEUE, SLOT_COUNT, TIMING_MODES, TUN_MTU_BYTES, TUN_NAME,
     TUNNEL_DSCP, TUNNEL_PORT, WAN_MTU_BYTES, admin_socket, auth_lines, default_bound_ns,
-    dpdk_section, draw_tunnel_keys, GatewayOptions, guaranteed_rate_bps, key_file,
+    dpdk_section, draw_identity_keys, draw_tunnel_keys, GatewayOptions, identity_file, guaranteed_rate_bps, key_file,
     line_rate_bps, max_frame_bytes, path_delay_range_ns, peer_name, plan_tunnels,
     policer_burst_bytes, render_agent_config, render_config, slot_list, slots_for_rate,
     spec_tokens, tunnel_id, TunnelPlan, uring_shard_lines, wan_port_name, with_prio_dscp,

@@ -30,7 +30,11 @@ namespace detwan::control::testing {
 inline const char* const kDomains[] = {"x", "w", "z"};
 
 inline std::string topology_of(const std::string& domain, const std::string& journal,
-                               const std::string& peers, const std::string& call_timeout = "2s") {
+                               const std::string& peers, const std::string& call_timeout = "2s",
+                               const std::string& public_key = "") {
+  // The domain's gateway's X25519 identity key (base64), when the test gives one.
+  const std::string key_line =
+      public_key.empty() ? "" : fmt::format("    public_key: \"{}\"\n", public_key);
   const std::string agent = fmt::format(
       "agent: {{name: {}, journal: {}, hold_timeout: 30s, provision_wait: 0s}}\n", domain, journal);
   const std::string federation = fmt::format(
@@ -44,14 +48,14 @@ gateways:
   - name: gw-secret-a
     site: a
     admin_socket: /fake/x/gw-secret-a
-    ports: [{{name: port-hidden-1, link: link-hidden-a}}]
+{}    ports: [{{name: port-hidden-1, link: link-hidden-a}}]
     peers: [{{name: c, port: port-hidden-1, remote: gw-c}}]
 nodes: [router-internal-x]
 links:
   - {{name: link-hidden-a, ends: [a, router-internal-x], capacity: 1gbit, delay: 2ms, guard: 2us}}
   - {{name: link-hidden-b, ends: [router-internal-x, a.ac1], capacity: 1gbit, delay: 3ms}}
 )",
-                       agent, federation);
+                       agent, federation, key_line);
   }
   if (domain == "w") {
     return fmt::format(R"(domain: w
@@ -70,12 +74,12 @@ gateways:
   - name: gw-c
     site: c
     admin_socket: /fake/z/gw-c
-    ports: [{{name: ac1, link: c-ac1}}]
+{}    ports: [{{name: ac1, link: c-ac1}}]
     peers: [{{name: a, port: ac1, remote: gw-secret-a}}]
 links:
   - {{name: c-ac1, ends: [c, c.ac1], capacity: 1gbit, delay: 1ms, guard: 2us}}
 )",
-                     agent, federation);
+                     agent, federation, key_line);
 }
 
 // A handler whose router is set (and reset, for a restart) after the server listens.
@@ -105,6 +109,7 @@ struct FederationFixture : ::testing::Test {
   std::map<std::string, Domain> domains;
   std::function<uint32_t()> draw_tunnel_id;  // x's coordinator's (default: random)
   std::string call_timeout = "2s";           // x's federation.call_timeout
+  std::map<std::string, std::string> public_keys;  // domain -> its gateway's X25519 key (base64)
 
   static std::string token(const std::string& from, const std::string& to) {
     return fmt::format("token-{}-to-{}-0123456789abcdef", from, to);
@@ -176,7 +181,9 @@ struct FederationFixture : ::testing::Test {
     dom.coordinator.reset();
     dom.agent.reset();
     auto topology = model::load_topology_string(
-        topology_of(d, dom.journal, peers_of(d), d == "x" ? call_timeout : "2s"), d + ".yaml");
+        topology_of(d, dom.journal, peers_of(d), d == "x" ? call_timeout : "2s",
+                    public_keys.count(d) != 0 ? public_keys.at(d) : ""),
+        d + ".yaml");
     ASSERT_TRUE(topology.has_value()) << topology.error().message;
     agent::AgentOptions options;
     options.realtime = &realtime;

@@ -325,13 +325,16 @@ TEST_F(FederationFixture, NoPathNamesTheDomainsLookedAt) {
   EXPECT_EQ(refused.error().code, "no_path");
 }
 
-TEST_F(FederationFixture, EncryptedCrossDomainReservationsAreRefusedUntilKeysAgree) {
+TEST_F(FederationFixture, AnEncryptedCrossDomainTunnelNeedsBothGatewaysIdentityKeys) {
   agent::ReserveRequest r = request("enc");
   r.spec.encrypt = "aes-256-gcm";
   auto out = coordinator().reserve(r);
   ASSERT_FALSE(out.has_value());
   EXPECT_EQ(out.error().status, 422);
   EXPECT_EQ(out.error().code, "cross_domain_keys_unavailable");
+  EXPECT_NE(out.error().message.find("public_key"), std::string::npos) << out.error().message;
+  // Nothing is held anywhere after the refusal.
+  for (const char* d : kDomains) EXPECT_EQ(holding(d), 0u) << d;
 }
 
 }  // namespace
