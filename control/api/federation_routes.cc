@@ -9,6 +9,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include "common/logging.h"
+#include "control/api/authority.h"
 #include "control/api/requests.h"
 #include "control/federation/segments.h"
 
@@ -182,8 +184,21 @@ bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& re
       local_state = reservation::state_from_string(state);
       if (!local_state && state != "reserving" && state != "committing") return false;
     }
-    json::array all = state.empty() || local_state ? agent.list(local_state) : json::array{};
+    // A tenant lists its own reservations only, local and federated (a segment another
+    // domain holds here belongs to no tenant of ours: the owner's admin sees it).
+    const auto visible = [&](const json::value& r) {
+      const json::value* t = r.as_object().if_contains("tenant");
+      return may_act_on(request.identity,
+                        t != nullptr && t->is_string() ? std::string(t->as_string()) : "");
+    };
+    json::array all;
+    if (state.empty() || local_state) {
+      for (json::value& r : agent.list(local_state)) {
+        if (visible(r)) all.push_back(std::move(r));
+      }
+    }
     for (json::value& a : c.list()) {
+      if (!visible(a)) continue;
       if (state.empty() || a.at("state").as_string() == state) all.push_back(std::move(a));
     }
     route = base;
@@ -198,6 +213,7 @@ bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& re
       return true;
     }
     route = base + " (federated)";
+    parsed->tenant = tenant_of(request.identity);  // the token's tenant holds it
     send(outcome(c.reserve(*parsed), 201));
     return true;
   }
@@ -208,6 +224,17 @@ bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& re
   if (!c.owns(id)) return false;
   const std::string action = slash == std::string::npos ? "" : rest.substr(slash + 1);
   route = base + "/{id}" + (action.empty() ? "" : "/" + action) + " (federated)";
+  if (const std::string tenant = c.tenant_of(id); !may_act_on(request.identity, tenant)) {
+    const std::string message =
+        fmt::format("{} may not act on {}, held by tenant '{}'", describe(request.identity), id,
+                    tenant.empty() ? "(the owner)" : tenant);
+    common::logger("detwan-agent")
+        ->warn("403 forbidden: {} from {}: {} {}: {}", describe(request.identity), request.client,
+               method, path, message);
+    agent.count_refused("forbidden");
+    send(error(ApiError{403, "forbidden", message, ""}));
+    return true;
+  }
   if (method != "GET" && !request.identity.may_reserve) {
     send(error(ApiError{403, "forbidden", "this identity may not change reservations", ""}));
     return true;

@@ -81,6 +81,14 @@ bool Coordinator::owns(const std::string& id) const {
   return aggregates_.count(id) != 0;
 }
 
+std::string Coordinator::tenant_of(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = aggregates_.find(id);
+  if (it == aggregates_.end()) return "";
+  const json::value* t = it->second.request.if_contains("tenant");
+  return t != nullptr && t->is_string() ? std::string(t->as_string()) : "";
+}
+
 Aggregate* Coordinator::find(const std::string& id) {
   const auto it = aggregates_.find(id);
   return it == aggregates_.end() ? nullptr : &it->second;
@@ -245,7 +253,8 @@ Outcome<json::object> Coordinator::reserve_and_commit(const agent::ReserveReques
                            {"end_unix_ns", end},
                            {"encrypt", spec.encrypt},
                            {"src_prefixes", std::move(src_prefixes)},
-                           {"dst_prefixes", std::move(dst_prefixes)}};
+                           {"dst_prefixes", std::move(dst_prefixes)},
+                           {"tenant", request.tenant}};  // who holds it ("" = the owner's)
   // The policer depth the whole path uses: given, or detwan-gw's auto rule on a default link.
   a.burst_bytes = spec.max_burst_bytes > 0
                       ? spec.max_burst_bytes

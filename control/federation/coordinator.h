@@ -97,6 +97,8 @@ class Coordinator {
   // Does this request leave the domain (a site that is not ours)?
   [[nodiscard]] bool is_federated(const agent::ReserveRequest& request) const;
   [[nodiscard]] bool owns(const std::string& id) const;
+  // The tenant that holds aggregate `id` ("" = none named: the owner's, or no such aggregate).
+  [[nodiscard]] std::string tenant_of(const std::string& id) const;
 
   agent::Outcome<boost::json::object> reserve(const agent::ReserveRequest& request);
   agent::Outcome<boost::json::object> commit(const std::string& id);

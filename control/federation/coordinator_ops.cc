@@ -155,12 +155,7 @@ Outcome<json::object> Coordinator::provision(const std::string& id) {
   while (true) {
     auto now = get(id);
     if (!now) return now;
-    bool active = true;
-    for (const json::value& s : now->at("segments").as_array()) {
-      active = active && s.as_object().contains("dataplane_active") &&
-               s.as_object().at("dataplane_active").as_bool();
-    }
-    (*now)["dataplane_active"] = active;
+    const bool active = now->at("dataplane_active").as_bool();  // get() set it: a bool
     if (active || std::chrono::steady_clock::now() >= deadline) return now;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -219,6 +214,7 @@ Outcome<json::object> Coordinator::get(const std::string& id) {
   if (a == nullptr) return std::unexpected(not_found(id));
   json::object out = api_json(*a);
   json::array segments = out.at("segments").as_array();
+  bool active = !a->segments.empty();  // every domain's dataplane carries it
   for (size_t i = 0; i < a->segments.size(); ++i) {
     SegmentRecord& s = a->segments[i];
     if (s.id.empty()) continue;
@@ -228,14 +224,17 @@ Outcome<json::object> Coordinator::get(const std::string& id) {
     if (answer.status == 200) {
       s.state = text(answer.body, "state");
       item["state"] = s.state;
-      item["dataplane_active"] = answer.body.contains("dataplane_active")
-                                     ? answer.body.at("dataplane_active")
-                                     : json::value(false);
+      const json::value* d = answer.body.if_contains("dataplane_active");
+      const bool segment_active = d != nullptr && d->is_bool() && d->as_bool();
+      item["dataplane_active"] = segment_active;
+      active = active && segment_active;
     } else {
       item["error"] = peer_error(s.domain, answer).message;
+      active = false;
     }
   }
   out["segments"] = std::move(segments);
+  out["dataplane_active"] = active;
   return out;
 }
 

@@ -106,7 +106,7 @@ common::Result<Aggregate> aggregate_from_json(const json::object& o) {
   a.updated_ns = number(o, "updated_unix_ns");
   for (const char* key : {"src", "dst", "min_bandwidth_bps", "max_burst_bytes", "max_latency_ns",
                           "max_latency_variation_ns", "max_loss", "start_unix_ns", "end_unix_ns",
-                          "encrypt", "src_prefixes", "dst_prefixes"}) {
+                          "encrypt", "src_prefixes", "dst_prefixes", "tenant"}) {
     if (const json::value* v = o.if_contains(key)) a.request[key] = *v;
   }
   for (const json::value& v : array(o, "segments")) {

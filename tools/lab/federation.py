@@ -41,7 +41,7 @@ PKI_DIR = RUN_DIR / "pki"
 CERT_DAYS = 30
 # Cross-domain tunnels take their ids from this range; the agents' own ids stay below it.
 FEDERATED_TUNNEL_IDS = "40000-65535"
-LOCAL_LAST_TUNNEL_ID = 39999
+LOCAL_TUNNEL_IDS = "1000-39999"  # agent.tunnel_ids: the domain's own tunnels
 FEDERATION_HOLD_TIMEOUT = "10s"
 FEDERATION_CALL_TIMEOUT = "2s"
 
@@ -188,7 +188,7 @@ def render_domain_topology(domain: str, topo: Topology, owners: Owners, spec_for
         "  hold_timeout: 60s",
         "  reconcile_interval: 500ms",
         "  provision_wait: 10s",
-        f"  last_tunnel_id: {LOCAL_LAST_TUNNEL_ID}",
+        f"  tunnel_ids: {LOCAL_TUNNEL_IDS}",
         "  tls:",
         f"    cert: {me.cert}",
         f"    key: {me.key}",
