@@ -32,7 +32,10 @@ def test_openapi_document_is_openapi_3_and_lists_every_route():
     assert set(doc["paths"]) == {"/healthz", "/metrics", "/openapi.yaml", "/v1/topology",
                                  "/v1/paths", "/v1/reservations", "/v1/reservations/{id}",
                                  "/v1/reservations/{id}/{action}", "/v1/pools",
-                                 "/v1/pools/{name}", "/v1/plan", "/v1/policy"}
+                                 "/v1/pools/{name}", "/v1/plan", "/v1/policy",
+                                 "/v1/federation/view", "/v1/federation/segments",
+                                 "/v1/federation/segments/{id}",
+                                 "/v1/federation/segments/{id}/{action}"}
     # Every route the agent serves (control/api/routes.h) is there, with its methods.
     assert set(doc["paths"]["/v1/reservations/{id}"]) >= {"get", "patch", "delete"}
     assert doc["paths"]["/v1/reservations/{id}/{action}"]["parameters"][1]["schema"]["enum"] == [
