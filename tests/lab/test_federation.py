@@ -141,7 +141,11 @@ def test_a_tenant_reserves_across_three_owners_and_bytes_cross_encrypted(fedlab)
         other = ctl_env(as_tenant(fedlab, "x", "x-job2"), "show", r["id"], "--json")
         assert other.returncode == 1 and "forbidden" in other.stdout + other.stderr, other
         listed = ctl_env(as_tenant(fedlab, "x", "x-job2"), "list", "--json")
-        assert r["id"] not in listed.stdout
+        assert f'"id":"{r["id"]}"' not in listed.stdout.replace(" ", "")
+        # ... nor may it release it (403), and the reservation is untouched.
+        released = ctl_env(as_tenant(fedlab, "x", "x-job2"), "release", r["id"], "--json")
+        assert released.returncode == 1 and "forbidden" in released.stdout + released.stderr
+        assert json.loads(ctl_env(env, "show", r["id"], "--json").stdout)["state"] == "provisioned"
     finally:
         ctl_env(env, "terminate", r["id"])
     # Terminated everywhere: no tunnel left on either end's gateway.
