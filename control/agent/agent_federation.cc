@@ -61,6 +61,14 @@ json::object segment_json(const Agent::Impl& m, const Reservation& r) {
                    {"prefixes", std::move(prefixes)},
                    {"client_request_id", r.client_request_id},
                    {"dataplane_active", r.dataplane_active}};
+  // What a sender into the tunnel must fit through this domain's links and pay per packet (the
+  // aggregator shows the least MTU of all segments: a job's transport sizes its datagrams).
+  const json::object local = m.view(r);
+  if (const json::value* t = local.if_contains("tunnel"); t != nullptr && t->is_object()) {
+    out["tunnel"] = json::object{{"mtu_bytes", t->as_object().at("mtu_bytes")},
+                                 {"frame_overhead_bytes",
+                                  t->as_object().at("frame_overhead_bytes")}};
+  }
   if (const json::value* d = row.if_contains("requester_domain")) out["requester_domain"] = *d;
   if (const json::value* a = row.if_contains("aggregate")) out["aggregate"] = *a;
   return out;

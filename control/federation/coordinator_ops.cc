@@ -217,6 +217,8 @@ Outcome<json::object> Coordinator::get(const std::string& id) {
   json::object out = api_json(*a);
   json::array segments = out.at("segments").as_array();
   bool active = !a->segments.empty();  // every domain's dataplane carries it
+  int64_t mtu_bytes = -1;              // the least over the segments' links
+  int64_t overhead_bytes = 0;
   for (size_t i = 0; i < a->segments.size(); ++i) {
     SegmentRecord& s = a->segments[i];
     if (s.id.empty()) continue;
@@ -230,6 +232,14 @@ Outcome<json::object> Coordinator::get(const std::string& id) {
       const bool segment_active = d != nullptr && d->is_bool() && d->as_bool();
       item["dataplane_active"] = segment_active;
       active = active && segment_active;
+      if (const json::value* t = answer.body.if_contains("tunnel"); t != nullptr && t->is_object()) {
+        const json::value* m = t->as_object().if_contains("mtu_bytes");
+        const json::value* o = t->as_object().if_contains("frame_overhead_bytes");
+        if (m != nullptr && m->is_int64() && (mtu_bytes < 0 || m->as_int64() < mtu_bytes)) {
+          mtu_bytes = m->as_int64();
+        }
+        if (o != nullptr && o->is_int64()) overhead_bytes = std::max(overhead_bytes, o->as_int64());
+      }
     } else {
       item["error"] = peer_error(s.domain, answer).message;
       active = false;
@@ -237,6 +247,26 @@ Outcome<json::object> Coordinator::get(const std::string& id) {
   }
   out["segments"] = std::move(segments);
   out["dataplane_active"] = active;
+  // The shape a job's reservation client reads (control/client/reservation_client.h, as a
+  // local reservation's): the version, the request as "spec", the tunnel (its id, each end
+  // site's prefixes from its domain's segment, the least MTU and the gateways' overhead) and
+  // whether the dataplane carries it.
+  out["version"] = a->updated_ns;
+  out["spec"] = a->request;
+  json::array src_prefixes, dst_prefixes;
+  if (!a->segments.empty()) {
+    src_prefixes = a->segments.front().prefixes;
+    dst_prefixes = a->segments.back().prefixes;
+  }
+  out["tunnel"] = json::object{
+      {"id", a->tunnel_id},
+      {"src_prefixes", std::move(src_prefixes)},
+      {"dst_prefixes", std::move(dst_prefixes)},
+      {"mtu_bytes", std::max<int64_t>(mtu_bytes, 0)},
+      {"frame_overhead_bytes", overhead_bytes},
+      {"playout_bound_ns", a->bound.contains("playout_bound_ns") ? a->bound.at("playout_bound_ns")
+                                                                 : json::value(0)}};
+  out["dataplane"] = json::object{{"active", active}};
   return out;
 }
 

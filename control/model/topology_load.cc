@@ -23,14 +23,6 @@ using common::ErrorCode;
 constexpr int64_t kMaxDelayNs = 10'000'000'000;  // 10 s
 constexpr uint64_t kMaxCapacityBps = 10'000'000'000'000;
 
-bool valid_name(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-           c == '_' || c == '-';
-  });
-}
-
 std::string name_of(const ConfigNode& node) {
   std::string name = node.as_string();
   if (!valid_name(name)) {

@@ -6,9 +6,6 @@
 #include <fmt/format.h>
 
 namespace detwan::control::model {
-namespace {
-
-using common::ConfigNode;
 
 bool valid_name(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
@@ -17,6 +14,10 @@ bool valid_name(std::string_view name) {
            c == '_' || c == '-';
   });
 }
+
+namespace {
+
+using common::ConfigNode;
 
 std::string file_of(const ConfigNode& node) {
   std::string text = node.as_string();

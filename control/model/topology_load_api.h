@@ -7,6 +7,9 @@
 
 namespace detwan::control::model {
 
+// A name in the topology (site, gateway, link, tenant, domain, ...): 1..64 of [A-Za-z0-9._-].
+[[nodiscard]] bool valid_name(std::string_view name);
+
 // agent.tls: {cert, key, client_ca, require_client_cert}. Files are checked by
 // `detwan-agent check` and at start (the API server), not here.
 void parse_agent_tls(const common::ConfigNode& node, TlsSettings* tls);

@@ -234,3 +234,56 @@ def test_a_participants_restart_loses_nothing_and_terminate_reaches_it(fedlab):
         time.sleep(0.3)
     r = json.loads(ctl_env(env, "show", rid, "--json").stdout)
     assert [s["state"] for s in r["segments"]] == ["terminated"] * 3, r["segments"]
+
+
+@pytest.mark.netns
+def test_a_torch_job_rides_the_cross_owner_reservation(fedlab, tmp_path):
+    """2 ranks at a (owner x) and 2 at c (owner z), torch.distributed with backend detwan (tests/
+    torch/worker.py, every operation and dtype against gloo over the best-effort path), riding
+    the reservation x's tenant holds across x, w and z: each rank reads it from x's agent over
+    HTTPS (x's CA, the tenant's token) and sends through the encrypted tunnel."""
+    from lab import torchrun
+    problem = torchrun.extension_problem()
+    if problem:
+        pytest.skip(problem)
+    env = as_tenant(fedlab, "x", "x-job1")
+    res = ctl_env(env, "reserve", "--from", "a", "--to", "c", "--rate", "40mbit", "--duration",
+                  "10m", "--provision", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    r = wait_active(env, json.loads(res.stdout)["id"])
+    tid = r["tunnel_id"]
+    x = agent_of(fedlab, "x")
+    sites = {s["name"]: s for s in fedlab["sites"]}
+    placement = ["a", "a", "c", "c"]
+    worker = labutil.REPO / "tests" / "torch" / "worker.py"
+    out = tmp_path / "ops"
+    out.mkdir()
+    try:
+        before = {s: gw_tunnel(s, tid) for s in ("a", "c")}
+        rank_env = [{"DETWAN_RESERVATION": r["id"], "DETWAN_AGENT": x["host_urls"][p],
+                     "DETWAN_AGENT_CA": x["ca"],
+                     "DETWAN_AGENT_TOKEN_FILE": x["tenant_token_files"]["x-job1"],
+                     "GLOO_SOCKET_IFNAME": sites[p]["host_if"]} for p in placement]
+        procs = torchrun.launch([str(worker), "ops", str(out)], placement,
+                                prefix=[["ip", "netns", "exec", sites[p]["host_ns"]]
+                                        for p in placement],
+                                master_addr=sites["a"]["best_effort_addr"], log_dir=out,
+                                rank_env=rank_env)
+        codes = torchrun.wait_all(procs, 600)
+        after = {s: gw_tunnel(s, tid) for s in ("a", "c")}
+    finally:
+        ctl_env(env, "terminate", r["id"])
+    for rank in range(4):
+        f = out / f"rank-{rank}.json"
+        assert f.exists(), (f"rank {rank} exit {codes[rank]}:\n" +
+                            (out / f"rank-{rank}.log").read_text()[-3000:])
+        d = json.loads(f.read_text())
+        assert "fatal" not in d, d["fatal"]
+        bad = [x for x in d["results"] if not x["ok"]]
+        assert not bad, f"rank {d['rank']}: {bad[:3]}"
+        assert r["id"] in d["describe"], d["describe"]
+    # The tunnel between the two owners' gateways carried the job, every datagram opened.
+    for s in ("a", "c"):
+        opened = after[s]["auth"]["opened_packets"] - before[s]["auth"]["opened_packets"]
+        assert opened > 200, (s, before[s]["auth"], after[s]["auth"])
+        assert after[s]["auth"]["drops"]["auth_failed"] == before[s]["auth"]["drops"]["auth_failed"]
