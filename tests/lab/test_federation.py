@@ -287,3 +287,43 @@ def test_a_torch_job_rides_the_cross_owner_reservation(fedlab, tmp_path):
         opened = after[s]["auth"]["opened_packets"] - before[s]["auth"]["opened_packets"]
         assert opened > 200, (s, before[s]["auth"], after[s]["auth"])
         assert after[s]["auth"]["drops"]["auth_failed"] == before[s]["auth"]["drops"]["auth_failed"]
+
+
+def held_segments(st: dict, domain: str) -> list[dict]:
+    """Reservations that still hold resources at `domain`'s agent (its admin token)."""
+    a = agent_of(st, domain)
+    env = {**os.environ, "DETWAN_AGENT": a["url"], "DETWAN_AGENT_CA": a["ca"],
+           "DETWAN_AGENT_TOKEN_FILE": a["token_file"]}
+    listed = json.loads(ctl_env(env, "list", "--json").stdout or "{}")
+    rows = listed.get("reservations", listed if isinstance(listed, list) else [])
+    return [r for r in rows if r.get("state") in ("held", "committed", "provisioned", "released")
+            and not r.get("federated")]
+
+
+@pytest.mark.netns
+def test_a_dead_carrier_is_named_and_nothing_stays_held(fedlab):
+    """kill -9 of the carrier's agent: a reservation across it fails naming domain w, and no
+    domain holds anything afterwards; once w is back the same request succeeds."""
+    env = as_tenant(fedlab, "x", "x-job1")
+    tb("agent", "w", "kill", check=True)
+    try:
+        res = ctl_env(env, "reserve", "--from", "a", "--to", "c", "--rate", "10mbit",
+                      "--duration", "10m", "--provision", "--json")
+        assert res.returncode == 1, res.stdout
+        err = json.loads(res.stdout)["error"] if res.stdout.strip() else {}
+        assert "domain w" in (err.get("message", "") + res.stderr), (res.stdout, res.stderr)
+        for d in ("x", "z"):
+            assert held_segments(fedlab, d) == [], d
+    finally:
+        tb("agent", "w", "start", check=True)
+    res = ctl_env(env, "reserve", "--from", "a", "--to", "c", "--rate", "10mbit", "--duration",
+                  "10m", "--provision", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    r = json.loads(res.stdout)
+    for d in ("x", "w", "z"):  # (the check sees holdings when there are some)
+        assert len(held_segments(fedlab, d)) == 1, d
+    assert ctl_env(env, "terminate", r["id"]).returncode == 0
+    deadline = time.monotonic() + 30
+    while any(held_segments(fedlab, d) for d in ("x", "w", "z")):
+        assert time.monotonic() < deadline, {d: held_segments(fedlab, d) for d in "xwz"}
+        time.sleep(0.3)
