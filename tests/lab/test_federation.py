@@ -327,3 +327,30 @@ def test_a_dead_carrier_is_named_and_nothing_stays_held(fedlab):
     while any(held_segments(fedlab, d) for d in ("x", "w", "z")):
         assert time.monotonic() < deadline, {d: held_segments(fedlab, d) for d in "xwz"}
         time.sleep(0.3)
+
+
+@pytest.mark.netns
+def test_terminate_while_an_end_domain_is_down_completes_when_it_returns(fedlab):
+    """kill -9 of z's agent with a provisioned reservation; the tenant terminates it meanwhile:
+    x and w free theirs at once, z's segment is terminated by the aggregator's retry once z's
+    agent is back (from its journal), and z's gateway drops the tunnel."""
+    env = as_tenant(fedlab, "x", "x-job1")
+    res = ctl_env(env, "reserve", "--from", "a", "--to", "c", "--rate", "10mbit", "--duration",
+                  "10m", "--provision", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    r = wait_active(env, json.loads(res.stdout)["id"])
+    tid = r["tunnel_id"]
+    tb("agent", "z", "kill", check=True)
+    try:
+        ctl_env(env, "terminate", r["id"])  # z unreachable: the answer names it, x and w free
+        deadline = time.monotonic() + 30
+        while held_segments(fedlab, "x") or held_segments(fedlab, "w"):
+            assert time.monotonic() < deadline, "x or w still hold after terminate"
+            time.sleep(0.3)
+    finally:
+        tb("agent", "z", "start", check=True)
+    deadline = time.monotonic() + 60
+    while held_segments(fedlab, "z") or gw_tunnel("c", tid):
+        assert time.monotonic() < deadline, (held_segments(fedlab, "z"), gw_tunnel("c", tid))
+        time.sleep(0.5)
+    assert gw_tunnel("a", tid) is None
