@@ -90,7 +90,9 @@ FederatedEnd federated_end_of(const json::object& commit) {
     const json::value* playout = bound.if_contains("playout_bound_ns");
     if (delivery != nullptr && delivery->is_string() && delivery->as_string() == "on_time" &&
         playout != nullptr && playout->is_number()) {
-      end.playout_bound_ns = playout->to_number<int64_t>();
+      boost::system::error_code ec;  // a peer's 1.5 or 1e30 is no bound
+      const int64_t ns = playout->to_number<int64_t>(ec);
+      end.playout_bound_ns = ec || ns < 0 ? 0 : ns;
     }
   }
   if (const json::value* k = commit.if_contains("far_public_key"); k != nullptr && k->is_string()) {

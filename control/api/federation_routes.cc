@@ -110,8 +110,38 @@ common::Result<std::shared_ptr<FederationRoutes>> make_federation_routes(
   return f;
 }
 
+namespace {
+bool handle_federation_unguarded(FederationRoutes& f, agent::Agent& agent, HttpRequest& request,
+                                 std::string& route, const Respond& send);
+}  // namespace
+
+// The federation's code reads JSON other owners sent (segment requests, peers' answers): each
+// field it depends on is checked where it is read, and what still throws (a Boost.JSON accessor
+// on a shape nobody foresaw) is answered here -- 502 `peer_protocol` naming the route, logged and
+// counted -- instead of unwinding through the HTTP server's thread. A hold it interrupted
+// expires like any uncommitted hold.
 bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& request,
                        std::string& route, const Respond& send) {
+  const std::string method = request.method;
+  const std::string path = request.path;
+  try {
+    return handle_federation_unguarded(f, agent, request, route, send);
+  } catch (const std::exception& e) {
+    common::logger("detwan-agent")
+        ->error("{} {}: unexpected JSON from a peer or the journal: {}", method, path, e.what());
+    agent.count_refused("peer_protocol");
+    send(error(ApiError{502, "peer_protocol",
+                        fmt::format("{} {}: a peer's JSON was not what the federation protocol "
+                                    "expects ({})",
+                                    method, path, e.what()),
+                        ""}));
+    return true;
+  }
+}
+
+namespace {
+bool handle_federation_unguarded(FederationRoutes& f, agent::Agent& agent, HttpRequest& request,
+                                 std::string& route, const Respond& send) {
   const std::string& path = request.path;
   const std::string& method = request.method;
   const std::string prefix = "/v1/federation/";
@@ -263,5 +293,7 @@ bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& re
   send(error(ApiError{404, "not_found", fmt::format("no action '{}'", action), ""}));
   return true;
 }
+
+}  // namespace
 
 }  // namespace detwan::control::api

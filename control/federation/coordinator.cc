@@ -405,7 +405,9 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
       s.gateways = array(answer.body, "gateways");
       s.public_keys = object(answer.body, "public_keys");
       s.prefixes = array(answer.body, "prefixes");
-      for (const json::value& g : s.gateways) remote[g.as_string()] = s.domain;
+      for (const json::value& g : s.gateways) {  // a peer's list: names only
+        if (g.is_string()) remote[std::string(g.as_string())] = s.domain;
+      }
       if (auto ok = save(a); !ok) {
         release_all(a);
         return std::unexpected(ok.error());
@@ -454,8 +456,9 @@ Outcome<void> Coordinator::commit_segments(Aggregate& a) {
   };
   for (SegmentRecord& s : a.segments) {
     const SegmentRecord& far = far_of(s);
-    const std::string far_gateway =
-        far.gateways.empty() ? "" : std::string(far.gateways.front().as_string());
+    const std::string far_gateway = far.gateways.empty() || !far.gateways.front().is_string()
+                                        ? ""
+                                        : std::string(far.gateways.front().as_string());
     json::object body{
         {"aggregate", json::object{{"id", a.id}, {"domain", domain_}}},
         {"tunnel_id", a.tunnel_id},

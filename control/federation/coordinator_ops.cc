@@ -331,7 +331,11 @@ void Coordinator::run_loop() {
     wake_.wait_for(lock, std::chrono::seconds(1));
     if (stopping_) break;
     lock.unlock();
-    tick();
+    try {
+      tick();
+    } catch (const std::exception& e) {  // a peer's answer of a shape nobody foresaw
+      common::logger("detwan-agent")->error("federation: the aggregator's tick: {}", e.what());
+    }
     lock.lock();
   }
 }

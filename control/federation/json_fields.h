@@ -14,7 +14,10 @@ inline std::string text(const boost::json::object& o, const char* key) {
 }
 inline int64_t number(const boost::json::object& o, const char* key) {
   const boost::json::value* v = o.if_contains(key);
-  return v != nullptr && v->is_number() ? v->to_number<int64_t>() : 0;
+  if (v == nullptr || !v->is_number()) return 0;
+  boost::system::error_code ec;  // 1.5 or 1e30 from a peer: not an integer, reads as 0
+  const int64_t n = v->to_number<int64_t>(ec);
+  return ec ? 0 : n;
 }
 inline boost::json::object object(const boost::json::object& o, const char* key) {
   const boost::json::value* v = o.if_contains(key);

@@ -1,6 +1,8 @@
 // /v1/federation/segments on the participant's side.
 #include "control/federation/segments.h"
 
+#include <charconv>
+
 #include <span>
 
 #include <fmt/format.h>
@@ -37,10 +39,13 @@ std::string query_value(const std::string& query, std::string_view key) {
 std::string percent_decode(const std::string& text) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size()) {
-      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+    unsigned value = 0;
+    if (text[i] == '%' && i + 2 < text.size() &&
+        std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16).ptr ==
+            text.data() + i + 3) {
+      out += static_cast<char>(value);
       i += 2;
-    } else {
+    } else {  // not an escape (a peer's "%zz"): kept as sent, the lookup then finds nothing
       out += text[i];
     }
   }
@@ -146,11 +151,21 @@ Answer handle_segment_call(agent::Agent& agent, const std::string& caller,
         return error_answer(ApiError{400, "invalid_json", "the body is not a JSON object", ""});
       }
       agent::ModifyRequest m;
+      boost::system::error_code number_ec;
       if (const auto* r = parsed.as_object().if_contains("min_bandwidth_bps")) {
-        m.min_bandwidth_bps = r->to_number<uint64_t>();
+        m.min_bandwidth_bps = r->to_number<uint64_t>(number_ec);
+        if (number_ec || !r->is_number()) {
+          return error_answer(ApiError{400, "invalid_field",
+                                       "min_bandwidth_bps: must be a non-negative integer",
+                                       "min_bandwidth_bps"});
+        }
       }
       if (const auto* e = parsed.as_object().if_contains("end_unix_ns")) {
-        m.end_ns = e->to_number<int64_t>();
+        m.end_ns = e->to_number<int64_t>(number_ec);
+        if (number_ec || !e->is_number()) {
+          return error_answer(ApiError{400, "invalid_field", "end_unix_ns: must be an integer",
+                                       "end_unix_ns"});
+        }
       }
       auto modified = agent.modify(id, m);
       if (!modified) return error_answer(modified.error());
