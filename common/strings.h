@@ -19,6 +19,21 @@ inline std::string_view trim(std::string_view text) {
   return text;
 }
 
+// The value of `key` in a URL query ("a=1&state=held" -> "held"; "" when absent), as sent
+// (not percent-decoded).
+inline std::string query_value(const std::string& query, std::string_view key) {
+  const std::string prefix = std::string(key) + "=";
+  for (std::size_t start = 0; start <= query.size();) {
+    const std::size_t amp = query.find('&', start);
+    const std::string part =
+        query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
+    if (part.rfind(prefix, 0) == 0) return part.substr(prefix.size());
+    if (amp == std::string::npos) break;
+    start = amp + 1;
+  }
+  return "";
+}
+
 // ASCII lower-case copy.
 inline std::string lower(std::string_view text) {
   std::string out(text);

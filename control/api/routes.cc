@@ -9,6 +9,7 @@
 #include <boost/json.hpp>
 
 #include "common/logging.h"
+#include "common/strings.h"
 #include "control/api/authority.h"
 #include "control/api/requests.h"
 #include "control/policy/policy.h"
@@ -52,19 +53,6 @@ bool query_flag(const std::string& query, std::string_view key, bool fallback) {
     start = amp + 1;
   }
   return fallback;
-}
-
-std::string query_value(const std::string& query, std::string_view key) {
-  const std::string prefix = std::string(key) + "=";
-  for (size_t start = 0; start <= query.size();) {
-    const size_t amp = query.find('&', start);
-    const std::string part =
-        query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
-    if (part.rfind(prefix, 0) == 0) return part.substr(prefix.size());
-    if (amp == std::string::npos) break;
-    start = amp + 1;
-  }
-  return "";
 }
 
 HttpResponse method_not_allowed(std::string_view allow) {
@@ -225,7 +213,7 @@ class Router {
     if (path == base) {
       route = base;
       if (method == "GET") {
-        const std::string state_text = query_value(request.query, "state");
+        const std::string state_text = common::query_value(request.query, "state");
         std::optional<reservation::State> state;
         if (!state_text.empty()) {
           state = reservation::state_from_string(state_text);

@@ -9,6 +9,7 @@
 
 #include "common/crypto.h"
 #include "common/secret_file.h"
+#include "common/strings.h"
 #include "control/reservation/tunnel_keys.h"
 
 namespace detwan::control::federation {
@@ -22,18 +23,6 @@ Answer outcome_answer(const agent::Outcome<json::object>& o) {
   return o ? Answer{200, *o} : error_answer(o.error());
 }
 
-std::string query_value(const std::string& query, std::string_view key) {
-  const std::string prefix = std::string(key) + "=";
-  for (size_t start = 0; start <= query.size();) {
-    const size_t amp = query.find('&', start);
-    const std::string part =
-        query.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
-    if (part.rfind(prefix, 0) == 0) return part.substr(prefix.size());
-    if (amp == std::string::npos) break;
-    start = amp + 1;
-  }
-  return "";
-}
 
 // "%40" and "%2F" in a client_request_id ("r-3@x/w") as a query value.
 std::string percent_decode(const std::string& text) {
@@ -105,7 +94,7 @@ Answer handle_segment_call(agent::Agent& agent, const std::string& caller,
                            const std::string& query, const std::string& body) {
   if (rest.empty()) {
     if (method == "GET") {
-      const std::string request = percent_decode(query_value(query, "client_request_id"));
+      const std::string request = percent_decode(common::query_value(query, "client_request_id"));
       const std::string id = request.empty() ? "" : agent.reservation_of_request(request);
       if (id.empty() || agent.segment_requester(id) != caller) {
         return error_answer(ApiError{404, "not_found",

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "control/model/topology_load_api.h"
 
 namespace detwan::control::model::detail {
 namespace {
@@ -15,12 +16,7 @@ using common::ConfigNode;
 
 std::string checked_name(const ConfigNode& node) {
   std::string name = node.as_string();
-  const bool ok =
-      !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               c == '.' || c == '_' || c == '-';
-      });
-  if (!ok) node.fail(fmt::format("'{}' is not a valid name (1..64 of A-Z a-z 0-9 . _ -)", name));
+  if (!valid_name(name)) node.fail(fmt::format("'{}' is not a valid name (1..64 of A-Z a-z 0-9 . _ -)", name));
   return name;
 }
 
