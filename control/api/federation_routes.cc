@@ -9,6 +9,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include "common/logging.h"
 #include "control/api/requests.h"
 #include "control/federation/segments.h"
 
@@ -108,8 +109,10 @@ common::Result<std::shared_ptr<FederationRoutes>> make_federation_routes(
   return f;
 }
 
-bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& request,
-                       std::string& route, const Respond& send) {
+namespace {
+
+bool handle_federation_unguarded(FederationRoutes& f, agent::Agent& agent, HttpRequest& request,
+                                 std::string& route, const Respond& send) {
   const std::string& path = request.path;
   const std::string& method = request.method;
   const std::string prefix = "/v1/federation/";
@@ -235,6 +238,36 @@ bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& re
   if (action == "rotate-key") return send(outcome(c.rotate_key(id))), true;
   send(error(ApiError{404, "not_found", fmt::format("no action '{}'", action), ""}));
   return true;
+}
+
+}  // namespace
+
+bool handle_federation(FederationRoutes& f, agent::Agent& agent, HttpRequest& request,
+                       std::string& route, const Respond& send) {
+  // The boundary of what peers (other owners' agents) send us and answer: the federation code
+  // checks their JSON field by field and throws nothing; should something slip through all the
+  // same, this request is answered 500 and logged instead of the exception ending the agent
+  // (the HTTP server's threads do not catch).
+  bool sent = false;
+  const Respond once = [&](HttpResponse r) {
+    sent = true;
+    send(std::move(r));
+  };
+  try {
+    return handle_federation_unguarded(f, agent, request, route, once);
+  } catch (const std::exception& e) {
+    common::logger("detwan-agent")
+        ->error("{} {}: unexpected exception in the federation routes: {}", request.method,
+                request.path, e.what());
+    if (route.empty()) route = "/v1/federation (exception)";
+    if (!sent) {
+      send(error(ApiError{
+          500, "internal",
+          fmt::format("internal error handling {} {}: {}", request.method, request.path, e.what()),
+          ""}));
+    }
+    return true;
+  }
 }
 
 }  // namespace detwan::control::api
