@@ -167,8 +167,11 @@ Reservation* Agent::Impl::find(const std::string& id) {
   if (id.size() < 3 || id.rfind("r-", 0) != 0) return nullptr;
   uint64_t key = 0;
   for (size_t i = 2; i < id.size(); ++i) {
-    if (id[i] < '0' || id[i] > '9' || key > UINT64_MAX / 10) return nullptr;
-    key = key * 10 + static_cast<uint64_t>(id[i] - '0');
+    if (id[i] < '0' || id[i] > '9') return nullptr;
+    // An id past 2^64 is none (it must not wrap onto another reservation's key).
+    const auto digit = static_cast<uint64_t>(id[i] - '0');
+    if (key > (UINT64_MAX - digit) / 10) return nullptr;
+    key = key * 10 + digit;
   }
   const auto it = reservations.find(key);
   return it == reservations.end() ? nullptr : &it->second;

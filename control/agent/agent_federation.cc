@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "control/agent/agent_impl.h"
+#include "control/federation/json_fields.h"
 #include "control/federation/view.h"
 #include "control/gateway/tunnel_spec.h"
 #include "control/reservation/reservation_json.h"
@@ -88,11 +89,13 @@ FederatedEnd federated_end_of(const json::object& commit) {
     const json::object& bound = b->as_object();
     const json::value* delivery = bound.if_contains("delivery");
     const json::value* playout = bound.if_contains("playout_bound_ns");
+    // From the aggregator's commit (another domain's agent) or its journal row: 1.5 or 1e30
+    // would throw from to_number, so a number that is no int64 is no bound (in time).
+    const auto playout_ns =
+        playout != nullptr ? federation::fields::integer_of<int64_t>(*playout) : std::nullopt;
     if (delivery != nullptr && delivery->is_string() && delivery->as_string() == "on_time" &&
-        playout != nullptr && playout->is_number()) {
-      boost::system::error_code ec;  // a peer's 1.5 or 1e30 is no bound
-      const int64_t ns = playout->to_number<int64_t>(ec);
-      end.playout_bound_ns = ec || ns < 0 ? 0 : ns;
+        playout_ns) {
+      end.playout_bound_ns = std::max<int64_t>(*playout_ns, 0);
     }
   }
   if (const json::value* k = commit.if_contains("far_public_key"); k != nullptr && k->is_string()) {

@@ -12,7 +12,6 @@
 #include "control/admission/bounds.h"
 #include "control/federation/domain_path.h"
 #include "control/federation/json_fields.h"
-#include "control/federation/segments.h"
 
 namespace detwan::control::federation {
 namespace json = boost::json;
@@ -38,14 +37,27 @@ common::Result<std::unique_ptr<Coordinator>> Coordinator::open(agent::Agent& age
     c->options_.client = c->own_client_.get();
   }
   for (const auto& [id, body] : agent.federation_rows("aggregate")) {
+    // A row we cannot read is skipped, not fatal: the other reservations still recover, and
+    // the segments of this one expire by their domains' own hold timers (a committed one stays
+    // until its end or an operator terminates it there).
     boost::system::error_code ec;
     json::value v = json::parse(body, ec);
-    if (ec || !v.is_object()) {
-      return common::make_error(common::ErrorCode::kIo,
-                                fmt::format("journal: federated reservation {}: not JSON", id));
+    auto a = ec || !v.is_object()
+                 ? common::make_error(common::ErrorCode::kInvalidArgument, "not a JSON object")
+                 : aggregate_from_json(v.as_object());
+    if (a && a->id != id) {
+      a = common::make_error(common::ErrorCode::kInvalidArgument,
+                             fmt::format("field 'id': '{:.64}' is not the row's", a->id));
     }
-    auto a = aggregate_from_json(v.as_object());
-    if (!a) return std::unexpected(a.error());
+    if (!a) {
+      ++c->counters_.journal_rows_skipped;
+      common::logger("detwan-agent")
+          ->warn(
+              "journal: federated reservation {}: unreadable row skipped ({}); its segments "
+              "at other domains are not recovered by this aggregator",
+              id, a.error().message);
+      continue;
+    }
     if (!a->client_request_id.empty() && a->state != "terminated" && a->state != "failed") {
       c->by_request_[a->client_request_id] = a->id;
     } else if (!a->client_request_id.empty() && a->reason.rfind("refused", 0) != 0) {
@@ -92,69 +104,6 @@ std::string Coordinator::tenant_of(const std::string& id) const {
 Aggregate* Coordinator::find(const std::string& id) {
   const auto it = aggregates_.find(id);
   return it == aggregates_.end() ? nullptr : &it->second;
-}
-
-PeerAnswer Coordinator::call(const std::string& domain, const std::string& method,
-                             const std::string& path, const json::object* body) {
-  const std::string phase = phase_of(method, path);
-  const std::string text = body != nullptr ? json::serialize(*body) : "";
-  PeerAnswer answer;
-  const auto fault = faults_.match(domain, phase);
-  if (fault == FaultKind::kRefuse) {
-    answer.status = 409;
-    answer.body =
-        ApiError{409, "injected_refusal", fmt::format("{} refused (fault injection)", phase), ""}
-            .to_json();
-    return answer;
-  }
-  if (fault == FaultKind::kDrop) {
-    answer.error = fmt::format("domain {}: connection dropped (fault injection)", domain);
-    return answer;
-  }
-  if (domain == domain_) {
-    const std::string base = "/v1/federation/segments";
-    std::string rest = path.substr(base.size());
-    std::string query;
-    if (const size_t q = rest.find('?'); q != std::string::npos) {
-      query = rest.substr(q + 1);
-      rest = rest.substr(0, q);
-    }
-    const Answer a = handle_segment_call(agent_, domain_, method, rest, query, text);
-    answer.status = a.status;
-    answer.body = a.body;
-  } else {
-    answer = options_.client->call(domain, method, path, text);
-  }
-  if (fault == FaultKind::kTimeout) {  // it happened there, the answer came too late
-    PeerAnswer lost;
-    lost.timed_out = true;
-    lost.error =
-        fmt::format("domain {}: no answer within the call timeout (fault injection)", domain);
-    return lost;
-  }
-  return answer;
-}
-
-ApiError Coordinator::peer_error(const std::string& domain, const PeerAnswer& answer) const {
-  ApiError e;
-  if (answer.status == 0) {
-    e.status = answer.timed_out ? 504 : 502;
-    e.code = answer.timed_out ? "peer_timeout" : "peer_unreachable";
-    e.message = answer.error.rfind("domain ", 0) == 0
-                    ? answer.error
-                    : fmt::format("domain {}: {}", domain, answer.error);
-    return e;
-  }
-  // The peer's error object ({"error": {"code", "message", "field"}}), kept but for the domain.
-  const json::object error = object(answer.body, "error");
-  e.status = answer.status;
-  e.code = text(error, "code");
-  if (e.code.empty()) e.code = "peer_error";
-  const std::string message = text(error, "message");
-  e.message = fmt::format("domain {}: {}", domain,
-                          message.empty() ? fmt::format("HTTP {}", answer.status) : message);
-  e.field = text(error, "field");
-  return e;
 }
 
 Outcome<void> Coordinator::save(Aggregate& a) {
@@ -337,8 +286,7 @@ Outcome<json::object> Coordinator::reserve_and_commit(const agent::ReserveReques
   } else if (spec.max_latency_variation_ns >= 0 && variation_ns > spec.max_latency_variation_ns) {
     unmet = fmt::format("the composed latency variation {} ns exceeds max_latency_variation_ns {}",
                         variation_ns, spec.max_latency_variation_ns);
-  } else if (a.bound.contains("max_loss") &&
-             a.bound.at("max_loss").to_number<double>() > spec.max_loss) {
+  } else if (fields::real(a.bound, "max_loss") > spec.max_loss) {
     unmet = fmt::format("the composed loss exceeds max_loss {}", spec.max_loss);
   }
   if (!unmet.empty()) {
@@ -388,6 +336,19 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
     if (s.from == src) body["src_prefixes"] = a.request.at("src_prefixes");
     if (s.to == dst) body["dst_prefixes"] = a.request.at("dst_prefixes");
     PeerAnswer answer = call(s.domain, "POST", "/v1/federation/segments", &body);
+    if (answer.status == 200 || answer.status == 201) {
+      if (auto bad = check_hold_answer(s.domain, answer)) {
+        // It answered, so it may hold a segment, in a form we cannot use: as for a lost
+        // answer, find it by our client_request_id and abort it, until its hold passes.
+        s.error = bad->message;
+        s.state = "unknown";
+        s.cleanup = true;
+        s.hold_expires_ns = options_.realtime->now_ns() + f.hold_timeout_ns + f.call_timeout_ns;
+        view_fetched_ns_.erase(s.domain);
+        release_all(a);
+        return std::unexpected(*bad);
+      }
+    }
     if ((answer.status == 200 || answer.status == 201) && text(answer.body, "state") != "held") {
       // A repeated request id whose segment is gone (aborted, expired): not a hold.
       s.id = text(answer.body, "id");
@@ -397,7 +358,7 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
           ApiError{409, "wrong_state", fmt::format("segment {} is {}, not held", s.id, s.state), ""}
               .to_json();
     }
-    if (answer.status == 200 || answer.status == 201) {
+    if (answer.status == 200 || answer.status == 201) {  // checked: every field has its type
       s.id = text(answer.body, "id");
       s.state = text(answer.body, "state");
       s.hold_expires_ns = number(answer.body, "hold_expires_unix_ns");
@@ -456,29 +417,40 @@ Outcome<void> Coordinator::commit_segments(Aggregate& a) {
   };
   for (SegmentRecord& s : a.segments) {
     const SegmentRecord& far = far_of(s);
-    const std::string far_gateway = far.gateways.empty() || !far.gateways.front().is_string()
-                                        ? ""
-                                        : std::string(far.gateways.front().as_string());
-    json::object body{
-        {"aggregate", json::object{{"id", a.id}, {"domain", domain_}}},
-        {"tunnel_id", a.tunnel_id},
-        {"far_domain", far.domain},
-        {"far_gateway", far_gateway},
-        {"far_public_key",
-         far.public_keys.contains(far_gateway) ? far.public_keys.at(far_gateway) : json::value("")},
-        {"far_prefixes", far.prefixes},
-        {"bound", a.bound},
-        {"playout_bound_ns", a.bound.at("playout_bound_ns")}};
+    // Checked when the far domain answered (or its journal row was read); read leniently all
+    // the same: a mistyped one is no gateway, never an exception.
+    const std::string far_gateway = !far.gateways.empty() && far.gateways.front().is_string()
+                                        ? std::string(far.gateways.front().as_string())
+                                        : "";
+    const std::string far_public_key = fields::text(far.public_keys, far_gateway.c_str());
+    json::object body{{"aggregate", json::object{{"id", a.id}, {"domain", domain_}}},
+                      {"tunnel_id", a.tunnel_id},
+                      {"far_domain", far.domain},
+                      {"far_gateway", far_gateway},
+                      {"far_public_key", far_public_key},
+                      {"far_prefixes", far.prefixes},
+                      {"bound", a.bound},
+                      {"playout_bound_ns", number(a.bound, "playout_bound_ns")}};
     if (s.state == "committed") continue;  // a re-sent decision (recovery)
     const PeerAnswer answer =
         call(s.domain, "POST", fmt::format("/v1/federation/segments/{}/commit", s.id), &body);
+    // A 200 whose state is not one a commit leads to is treated like a failed commit: the
+    // compensation below terminates every segment, that one included.
+    Outcome<std::string> state = std::unexpected(ApiError{});
     if (answer.status == 200) {
-      s.state = text(answer.body, "state");
-      s.error.clear();
-      (void)save(a);
-      continue;
+      state = answer_state(s.domain, answer);
+      if (state && *state != "committed" && *state != "provisioned" && *state != "released") {
+        state = std::unexpected(
+            protocol_error(s.domain, "state", fmt::format("is '{}' after a commit", *state)));
+      }
+      if (state) {
+        s.state = *state;
+        s.error.clear();
+        (void)save(a);
+        continue;
+      }
     }
-    const ApiError e = peer_error(s.domain, answer);
+    const ApiError e = answer.status == 200 ? state.error() : peer_error(s.domain, answer);
     s.error = e.message;
     release_all(a);  // compensate: every segment terminated
     a.state = "failed";

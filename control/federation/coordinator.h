@@ -15,13 +15,18 @@
 // domain's segment is handled in-process (segments.h), never over HTTP.
 // Errors: the Agent's ApiError; a segment's refusal keeps the peer's status and code, its
 // message is "domain <d>: ..." and the error object carries "domain": "<d>"; an unreachable
-// peer is 502 "peer_unreachable", a timeout 504 "peer_timeout".
+// peer is 502 "peer_unreachable", a timeout 504 "peer_timeout"; an answer that is not what the
+// protocol says (not a JSON object, a field missing or of another type) is 502 "peer_protocol"
+// naming the domain and the field, counted, and handled like a call that failed (what was held
+// is aborted, a failed commit compensated). No peer's JSON and no journal row throws out of
+// here; an unreadable journal row is skipped at open (logged, counted).
 #include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -85,6 +90,11 @@ boost::json::object api_json(const Aggregate& a);
 agent::ApiError not_found(const std::string& id);
 common::Result<Aggregate> aggregate_from_json(const boost::json::object& o);
 
+struct CoordinatorCounters {
+  std::map<std::string, uint64_t> peer_protocol_errors;  // malformed answers, by domain
+  uint64_t journal_rows_skipped = 0;                     // unreadable aggregate rows at open
+};
+
 class Coordinator {
  public:
   // Loads the journaled federated reservations and recovers interrupted ones (calls peers).
@@ -121,6 +131,7 @@ class Coordinator {
   // Hold expiry and the retries of unanswered aborts/terminates.
   void tick();
   FaultInjector& faults() { return faults_; }
+  CoordinatorCounters counters() const;
 
  private:
   Coordinator(agent::Agent& agent, CoordinatorOptions options);
@@ -128,6 +139,15 @@ class Coordinator {
   PeerAnswer call(const std::string& domain, const std::string& method, const std::string& path,
                   const boost::json::object* body);
   agent::ApiError peer_error(const std::string& domain, const PeerAnswer& answer) const;
+  // A peer's answer against the protocol (coordinator_calls.cc): counted, logged, 502
+  // "peer_protocol" "domain <d>: answer field '<field>' <why>".
+  agent::ApiError protocol_error(const std::string& domain, const std::string& field,
+                                 const std::string& why);
+  // The problem with a 2xx answer to a segment request (nullopt: none).
+  std::optional<agent::ApiError> check_hold_answer(const std::string& domain,
+                                                   const PeerAnswer& answer);
+  // The segment's state in a 200 answer to a call on it, or the protocol error.
+  agent::Outcome<std::string> answer_state(const std::string& domain, const PeerAnswer& answer);
   agent::Outcome<void> save(Aggregate& a);
   agent::Outcome<std::vector<ParsedView>> views(bool refresh, std::string* looked_at);
   // One attempt of phase 1 with `tunnel_id`; on failure every held segment is released.
@@ -156,6 +176,7 @@ class Coordinator {
   std::map<std::string, std::string> by_request_;   // client_request_id -> id
   std::map<std::string, ParsedView> view_cache_;    // by domain
   std::map<std::string, int64_t> view_fetched_ns_;  // realtime of each fetch
+  CoordinatorCounters counters_;
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread loop_;

@@ -54,8 +54,19 @@ bool Coordinator::release_segment(SegmentRecord& s) {
       s.cleanup = true;
       return false;
     }
-    s.id = text(found.body, "id");
-    s.state = text(found.body, "state");
+    // The id we abort by, from the peer: unusable, it is asked again at the next retry.
+    auto state = answer_state(s.domain, found);
+    fields::Reader in(found.body);
+    const std::string id = in.text("id");
+    if (in.ok() && id.empty()) in.fail("id", "must not be empty");
+    if (state && !in.ok()) state = std::unexpected(protocol_error(s.domain, in.field(), in.why()));
+    if (!state) {
+      s.error = state.error().message;
+      s.cleanup = true;
+      return false;
+    }
+    s.id = id;
+    s.state = *state;
     if (is_final(s.state)) {
       s.cleanup = false;
       return true;
@@ -69,7 +80,10 @@ bool Coordinator::release_segment(SegmentRecord& s) {
         call(s.domain, "POST", fmt::format("/v1/federation/segments/{}/terminate", s.id), nullptr);
   }
   if (answer.status == 200 || answer.status == 404) {
-    s.state = answer.status == 200 ? text(answer.body, "state") : "terminated";
+    // It said it holds nothing: believed even if the rest of its answer is malformed (counted).
+    const auto state =
+        answer.status == 200 ? answer_state(s.domain, answer) : Outcome<std::string>("terminated");
+    s.state = state ? *state : "terminated";
     s.cleanup = false;
     return true;
   }
@@ -126,11 +140,14 @@ Outcome<json::object> Coordinator::propagate(const std::string& id, const std::s
     }
     const PeerAnswer answer =
         call(s.domain, "POST", fmt::format("/v1/federation/segments/{}/{}", s.id, action), nullptr);
-    if (answer.status == 200) {
-      s.state = text(answer.body, "state");
+    auto state = answer.status == 200
+                     ? answer_state(s.domain, answer)
+                     : Outcome<std::string>(std::unexpected(peer_error(s.domain, answer)));
+    if (state) {
+      s.state = *state;
       s.error.clear();
     } else {
-      const ApiError e = peer_error(s.domain, answer);
+      const ApiError e = state.error();
       s.error = e.message;
       if (!first_error) first_error = e;
     }
@@ -196,8 +213,8 @@ Outcome<json::object> Coordinator::modify(const std::string& id,
       continue;
     }
     const ApiError e = peer_error(s.domain, answer);
-    json::object back{{"min_bandwidth_bps", a->request.at("min_bandwidth_bps")},
-                      {"end_unix_ns", a->request.at("end_unix_ns")}};
+    json::object back{{"min_bandwidth_bps", fields::number(a->request, "min_bandwidth_bps")},
+                      {"end_unix_ns", fields::number(a->request, "end_unix_ns")}};
     for (const size_t c : changed) {
       (void)call(a->segments[c].domain, "PATCH",
                  fmt::format("/v1/federation/segments/{}", a->segments[c].id), &back);
@@ -225,8 +242,11 @@ Outcome<json::object> Coordinator::get(const std::string& id) {
     const PeerAnswer answer =
         call(s.domain, "GET", fmt::format("/v1/federation/segments/{}", s.id), nullptr);
     json::object& item = segments[i].as_object();
-    if (answer.status == 200) {
-      s.state = text(answer.body, "state");
+    auto state = answer.status == 200
+                     ? answer_state(s.domain, answer)
+                     : Outcome<std::string>(std::unexpected(peer_error(s.domain, answer)));
+    if (state) {  // checked: dataplane_active, if there, is a boolean
+      s.state = *state;
       item["state"] = s.state;
       const json::value* d = answer.body.if_contains("dataplane_active");
       const bool segment_active = d != nullptr && d->is_bool() && d->as_bool();
@@ -241,7 +261,8 @@ Outcome<json::object> Coordinator::get(const std::string& id) {
         if (o != nullptr && o->is_int64()) overhead_bytes = std::max(overhead_bytes, o->as_int64());
       }
     } else {
-      item["error"] = peer_error(s.domain, answer).message;
+      item["dataplane_active"] = false;
+      item["error"] = state.error().message;
       active = false;
     }
   }

@@ -89,43 +89,79 @@ json::object api_json(const Aggregate& a) {
 }
 
 common::Result<Aggregate> aggregate_from_json(const json::object& o) {
+  // Our own row, but read back from disk: a field of another type means the row is corrupt,
+  // and the caller skips it rather than act on half of it (an exception here would stop the
+  // coordinator from opening at all). Fields missing from an older row read as empty.
+  using fields::Need;
+  fields::Reader in(o);
   Aggregate a;
-  a.id = text(o, "id");
-  if (a.id.empty())
-    return common::make_error(common::ErrorCode::kInvalidArgument, "aggregate without id");
-  a.client_request_id = text(o, "client_request_id");
-  a.fingerprint = text(o, "fingerprint");
-  a.state = text(o, "state");
-  a.decision = text(o, "decision");
-  a.reason = text(o, "reason");
-  a.tunnel_id = static_cast<uint32_t>(number(o, "tunnel_id"));
-  a.burst_bytes = static_cast<uint64_t>(number(o, "burst_bytes"));
-  a.hold_expires_ns = number(o, "hold_expires_unix_ns");
-  a.bound = object(o, "bound");
-  a.created_ns = number(o, "created_unix_ns");
-  a.updated_ns = number(o, "updated_unix_ns");
+  a.id = in.text("id");
+  if (in.ok() && a.id.empty()) in.fail("id", "must not be empty");
+  a.client_request_id = in.text("client_request_id", Need::kOptional);
+  a.fingerprint = in.text("fingerprint", Need::kOptional);
+  a.state = in.text("state", Need::kOptional);
+  a.decision = in.text("decision", Need::kOptional);
+  a.reason = in.text("reason", Need::kOptional);
+  a.tunnel_id = in.integer<uint32_t>("tunnel_id", Need::kOptional);
+  a.burst_bytes = in.integer<uint64_t>("burst_bytes", Need::kOptional);
+  a.hold_expires_ns = in.integer<int64_t>("hold_expires_unix_ns", Need::kOptional);
+  if (const json::object* b = in.object("bound", Need::kOptional)) a.bound = *b;
+  a.created_ns = in.integer<int64_t>("created_unix_ns", Need::kOptional);
+  a.updated_ns = in.integer<int64_t>("updated_unix_ns", Need::kOptional);
+  // The request, as reserve() wrote it; modify() and compose() read these as numbers.
+  for (const char* key : {"min_bandwidth_bps", "max_burst_bytes", "max_latency_ns",
+                          "max_latency_variation_ns", "start_unix_ns", "end_unix_ns"}) {
+    (void)in.integer<int64_t>(key, Need::kOptional);
+  }
+  (void)in.real("max_loss", 0.0, 1.0, Need::kOptional);
+  (void)in.text("src", Need::kOptional);
+  (void)in.text("dst", Need::kOptional);
+  (void)in.text("encrypt", Need::kOptional);
+  (void)in.texts("src_prefixes", Need::kOptional);
+  (void)in.texts("dst_prefixes", Need::kOptional);
   for (const char* key : {"src", "dst", "min_bandwidth_bps", "max_burst_bytes", "max_latency_ns",
                           "max_latency_variation_ns", "max_loss", "start_unix_ns", "end_unix_ns",
                           "encrypt", "src_prefixes", "dst_prefixes", "tenant"}) {
     if (const json::value* v = o.if_contains(key)) a.request[key] = *v;
   }
-  for (const json::value& v : array(o, "segments")) {
-    const json::object& s = v.as_object();
+  const json::value* segments = o.if_contains("segments");
+  if (segments != nullptr && !segments->is_array()) in.fail("segments", "must be an array");
+  for (size_t i = 0; in.ok() && segments != nullptr && i < segments->as_array().size(); ++i) {
+    const json::value& v = segments->as_array()[i];
+    const std::string where = fmt::format("segments[{}]", i);
+    if (!v.is_object()) {
+      in.fail(where.c_str(), "must be an object");
+      break;
+    }
+    fields::Reader s(v.as_object(), where + ".");
     SegmentRecord r;
-    r.domain = text(s, "domain");
-    r.from = text(s, "from");
-    r.to = text(s, "to");
-    r.client_request_id = text(s, "client_request_id");
-    r.id = text(s, "id");
-    r.state = text(s, "state");
-    r.hold_expires_ns = number(s, "hold_expires_unix_ns");
-    r.bound = object(s, "bound");
-    r.gateways = array(s, "gateways");
-    r.public_keys = object(s, "public_keys");
-    r.prefixes = array(s, "prefixes");
-    r.error = text(s, "error");
-    r.cleanup = s.contains("cleanup") && s.at("cleanup").is_bool() && s.at("cleanup").as_bool();
+    r.domain = s.text("domain", Need::kOptional);
+    r.from = s.text("from", Need::kOptional);
+    r.to = s.text("to", Need::kOptional);
+    r.client_request_id = s.text("client_request_id", Need::kOptional);
+    r.id = s.text("id", Need::kOptional);
+    r.state = s.text("state", Need::kOptional);
+    r.hold_expires_ns = s.integer<int64_t>("hold_expires_unix_ns", Need::kOptional);
+    if (const json::object* b = s.object("bound", Need::kOptional)) r.bound = *b;
+    if (s.ok() && v.as_object().contains("gateways")) {
+      (void)s.texts("gateways");
+      r.gateways = fields::array(v.as_object(), "gateways");
+    }
+    if (const json::object* k = s.string_object("public_keys", Need::kOptional)) {
+      r.public_keys = *k;
+    }
+    if (s.ok() && v.as_object().contains("prefixes")) {
+      (void)s.texts("prefixes");
+      r.prefixes = fields::array(v.as_object(), "prefixes");
+    }
+    r.error = s.text("error", Need::kOptional);
+    r.cleanup = s.boolean("cleanup", Need::kOptional);
+    in.take(s);
     a.segments.push_back(std::move(r));
+  }
+  if (!in.ok()) {
+    return common::make_error(common::ErrorCode::kInvalidArgument,
+                              fmt::format("field '{}' {}", in.field(), in.why()));
   }
   return a;
 }
@@ -157,9 +193,7 @@ void Coordinator::compose(Aggregate& a) {
     if (i + 1 == a.segments.size()) forward.playout_error_ns = f.playout_error_ns;
     if (i == 0) reverse.playout_error_ns = r.playout_error_ns;
     propagation += number(b, "propagation_ns");
-    if (const json::value* loss = b.if_contains("max_loss"); loss != nullptr && loss->is_number()) {
-      keep *= 1.0 - loss->to_number<double>();
-    }
+    keep *= 1.0 - fields::real(b, "max_loss");  // checked in [0, 1] when the domain answered
   }
   const int64_t variation = number(a.request, "max_latency_variation_ns");
   admission::Bound bound =

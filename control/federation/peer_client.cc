@@ -104,7 +104,13 @@ PeerAnswer HttpPeerClient::call(const std::string& domain, const std::string& me
   answer.status = got->status;
   boost::system::error_code ec;
   json::value v = json::parse(got->body, ec);
-  if (!ec && v.is_object()) answer.body = v.as_object();
+  if (ec) {
+    answer.body_error = "is not JSON";
+  } else if (!v.is_object()) {
+    answer.body_error = "is not a JSON object";
+  } else {
+    answer.body = std::move(v.as_object());
+  }
   return answer;
 }
 

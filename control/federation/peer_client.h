@@ -24,6 +24,7 @@ namespace detwan::control::federation {
 struct PeerAnswer {
   int status = 0;  // 0: no answer (see error)
   boost::json::object body;
+  std::string body_error;  // "is not JSON" / "is not a JSON object" ("" : body is the object)
   std::string error;
   bool timed_out = false;
 };

@@ -1,8 +1,7 @@
 // /v1/federation/segments on the participant's side.
 #include "control/federation/segments.h"
 
-#include <charconv>
-
+#include <optional>
 #include <span>
 
 #include <fmt/format.h>
@@ -10,6 +9,7 @@
 #include "common/crypto.h"
 #include "common/secret_file.h"
 #include "common/strings.h"
+#include "control/federation/json_fields.h"
 #include "control/reservation/tunnel_keys.h"
 
 namespace detwan::control::federation {
@@ -24,57 +24,83 @@ Answer outcome_answer(const agent::Outcome<json::object>& o) {
 }
 
 
-// "%40" and "%2F" in a client_request_id ("r-3@x/w") as a query value.
-std::string percent_decode(const std::string& text) {
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// "%40" and "%2F" in a client_request_id ("r-3@x/w") as a query value; nothing for a '%' not
+// followed by two hex digits (a peer's query: refused, not guessed at).
+std::optional<std::string> percent_decode(const std::string& text) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
-    unsigned value = 0;
-    if (text[i] == '%' && i + 2 < text.size() &&
-        std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16).ptr ==
-            text.data() + i + 3) {
-      out += static_cast<char>(value);
-      i += 2;
-    } else {  // not an escape (a peer's "%zz"): kept as sent, the lookup then finds nothing
+    if (text[i] != '%') {
       out += text[i];
+      continue;
     }
+    if (i + 2 >= text.size()) return std::nullopt;
+    const int high = hex_digit(text[i + 1]);
+    const int low = hex_digit(text[i + 2]);
+    if (high < 0 || low < 0) return std::nullopt;
+    out += static_cast<char>(high * 16 + low);
+    i += 2;
   }
   return out;
 }
+
+// A segment id as the agents make them ("r-" and a key that fits 64 bits): anything else in a
+// peer's path is refused before it is looked up.
+bool is_segment_id(const std::string& id) {
+  if (id.size() < 3 || id.size() > 22 || id.rfind("r-", 0) != 0) return false;
+  uint64_t key = 0;
+  for (size_t i = 2; i < id.size(); ++i) {
+    if (id[i] < '0' || id[i] > '9') return false;
+    const auto digit = static_cast<uint64_t>(id[i] - '0');
+    if (key > (UINT64_MAX - digit) / 10) return false;
+    key = key * 10 + digit;
+  }
+  return true;
+}
+
+ApiError field_error(const std::string& field, const std::string& why) {
+  return ApiError{400, "invalid_field", fmt::format("{}: {}", field, why), field};
+}
+ApiError field_error(const fields::Reader& r) { return field_error(r.field(), r.why()); }
 
 agent::Outcome<agent::ReserveRequest> parse_segment(const json::object& o,
                                                     const std::string& caller) {
   agent::ReserveRequest r;
   auto fail = [](const std::string& field, const std::string& why) {
-    return std::unexpected(
-        ApiError{400, "invalid_field", fmt::format("{}: {}", field, why), field});
+    return std::unexpected(field_error(field, why));
   };
-  try {
-    r.client_request_id = std::string(o.at("client_request_id").as_string());
-    r.spec.src = std::string(o.at("from").as_string());
-    r.spec.dst = std::string(o.at("to").as_string());
-    r.spec.min_bandwidth_bps = o.at("rate_bps").to_number<uint64_t>();
-    if (const auto* b = o.if_contains("burst_bytes"))
-      r.spec.max_burst_bytes = b->to_number<uint64_t>();
-    r.spec.start_ns = o.at("start_unix_ns").to_number<int64_t>();
-    r.spec.end_ns = o.at("end_unix_ns").to_number<int64_t>();
-    if (const auto* h = o.if_contains("hold_timeout_ns"))
-      r.hold_timeout_ns = h->to_number<int64_t>();
-    const int64_t tunnel = o.at("tunnel_id").to_number<int64_t>();
-    if (tunnel <= 0 || tunnel > UINT32_MAX) return fail("tunnel_id", "must be in 1..4294967295");
-    r.tunnel_id = static_cast<uint32_t>(tunnel);
-    r.spec.encrypt = o.contains("encrypt") ? std::string(o.at("encrypt").as_string())
-                                           : std::string(reservation::kDefaultCipher);
-    for (const char* key : {"src_prefixes", "dst_prefixes"}) {
-      if (const auto* list = o.if_contains(key)) {
-        auto& out = std::string(key) == "src_prefixes" ? r.spec.src_prefixes : r.spec.dst_prefixes;
-        for (const json::value& p : list->as_array()) out.emplace_back(p.as_string());
-      }
-    }
-  } catch (const std::exception& e) {
-    return fail("body", fmt::format("a segment request needs client_request_id, from, to, "
-                                    "rate_bps, start_unix_ns, end_unix_ns, tunnel_id ({})",
-                                    e.what()));
+  fields::Reader in(o);
+  r.client_request_id = in.text("client_request_id");
+  r.spec.src = in.text("from");
+  r.spec.dst = in.text("to");
+  r.spec.min_bandwidth_bps = in.integer<uint64_t>("rate_bps");
+  r.spec.max_burst_bytes = in.integer<uint64_t>("burst_bytes", fields::Need::kOptional);
+  r.spec.start_ns = in.integer<int64_t>("start_unix_ns");
+  r.spec.end_ns = in.integer<int64_t>("end_unix_ns");
+  r.hold_timeout_ns =
+      in.integer<int64_t>("hold_timeout_ns", fields::Need::kOptional, r.hold_timeout_ns);
+  const auto tunnel = in.integer<uint32_t>("tunnel_id");
+  r.spec.encrypt =
+      o.contains("encrypt") ? in.text("encrypt") : std::string(reservation::kDefaultCipher);
+  r.spec.src_prefixes = in.texts("src_prefixes", fields::Need::kOptional);
+  r.spec.dst_prefixes = in.texts("dst_prefixes", fields::Need::kOptional);
+  // Kept in the segment's journal row and shown back: what they must be, or refused.
+  if (const json::object* a = in.object("aggregate", fields::Need::kOptional)) {
+    fields::Reader aggregate(*a, "aggregate.");
+    (void)aggregate.text("id", fields::Need::kOptional);
+    (void)aggregate.text("domain", fields::Need::kOptional);
+    in.take(aggregate);
   }
+  (void)in.string_object("remote_gateways", fields::Need::kOptional);
+  if (!in.ok()) return std::unexpected(field_error(in));
+  if (tunnel == 0) return fail("tunnel_id", "must be in 1..4294967295");
+  r.tunnel_id = tunnel;
   if (r.spec.min_bandwidth_bps == 0) return fail("rate_bps", "must be > 0");
   if (!reservation::is_cipher_name(r.spec.encrypt)) {
     return fail("encrypt", fmt::format("'{}' is not aes-256-gcm, chacha20-poly1305 or none",
@@ -87,6 +113,33 @@ agent::Outcome<agent::ReserveRequest> parse_segment(const json::object& o,
   return r;
 }
 
+// The aggregator's commit (its far end, journaled with the segment and programmed on our
+// gateway): every field it may carry must have its type, or the commit is refused naming it
+// (the segment stays held; the aggregator compensates).
+std::optional<ApiError> check_commit(const json::object& o) {
+  fields::Reader in(o);
+  if (const json::object* a = in.object("aggregate", fields::Need::kOptional)) {
+    fields::Reader aggregate(*a, "aggregate.");
+    (void)aggregate.text("id", fields::Need::kOptional);
+    (void)aggregate.text("domain", fields::Need::kOptional);
+    in.take(aggregate);
+  }
+  (void)in.integer<uint32_t>("tunnel_id", fields::Need::kOptional);
+  (void)in.text("far_domain", fields::Need::kOptional);
+  (void)in.text("far_gateway", fields::Need::kOptional);
+  (void)in.text("far_public_key", fields::Need::kOptional);
+  (void)in.texts("far_prefixes", fields::Need::kOptional);
+  (void)in.integer<int64_t>("playout_bound_ns", fields::Need::kOptional);
+  if (const json::object* b = in.object("bound", fields::Need::kOptional)) {
+    fields::Reader bound(*b, "bound.");
+    (void)bound.text("delivery", fields::Need::kOptional);
+    (void)bound.integer<int64_t>("playout_bound_ns", fields::Need::kOptional);
+    in.take(bound);
+  }
+  if (!in.ok()) return field_error(in);
+  return std::nullopt;
+}
+
 }  // namespace
 
 Answer handle_segment_call(agent::Agent& agent, const std::string& caller,
@@ -94,7 +147,13 @@ Answer handle_segment_call(agent::Agent& agent, const std::string& caller,
                            const std::string& query, const std::string& body) {
   if (rest.empty()) {
     if (method == "GET") {
-      const std::string request = percent_decode(common::query_value(query, "client_request_id"));
+      const std::optional<std::string> decoded =
+          percent_decode(common::query_value(query, "client_request_id"));
+      if (!decoded) {
+        return error_answer(
+            field_error("client_request_id", "a '%' not followed by two hex digits"));
+      }
+      const std::string& request = *decoded;
       const std::string id = request.empty() ? "" : agent.reservation_of_request(request);
       if (id.empty() || agent.segment_requester(id) != caller) {
         return error_answer(ApiError{404, "not_found",
@@ -126,6 +185,10 @@ Answer handle_segment_call(agent::Agent& agent, const std::string& caller,
   const size_t slash = tail.find('/');
   const std::string id = tail.substr(0, slash);
   const std::string action = slash == std::string::npos ? "" : tail.substr(slash + 1);
+  if (!is_segment_id(id)) {
+    return error_answer(field_error(
+        "id", fmt::format("'{:.64}' is not a segment id (r-<number of at most 64 bits>)", id)));
+  }
   if (agent.segment_requester(id) != caller) {
     return error_answer(
         ApiError{agent.segment(id) ? 403 : 404, agent.segment(id) ? "forbidden" : "not_found",
@@ -140,22 +203,14 @@ Answer handle_segment_call(agent::Agent& agent, const std::string& caller,
         return error_answer(ApiError{400, "invalid_json", "the body is not a JSON object", ""});
       }
       agent::ModifyRequest m;
-      boost::system::error_code number_ec;
-      if (const auto* r = parsed.as_object().if_contains("min_bandwidth_bps")) {
-        m.min_bandwidth_bps = r->to_number<uint64_t>(number_ec);
-        if (number_ec || !r->is_number()) {
-          return error_answer(ApiError{400, "invalid_field",
-                                       "min_bandwidth_bps: must be a non-negative integer",
-                                       "min_bandwidth_bps"});
-        }
+      fields::Reader in(parsed.as_object());
+      if (parsed.as_object().contains("min_bandwidth_bps")) {
+        m.min_bandwidth_bps = in.integer<uint64_t>("min_bandwidth_bps");
       }
-      if (const auto* e = parsed.as_object().if_contains("end_unix_ns")) {
-        m.end_ns = e->to_number<int64_t>(number_ec);
-        if (number_ec || !e->is_number()) {
-          return error_answer(ApiError{400, "invalid_field", "end_unix_ns: must be an integer",
-                                       "end_unix_ns"});
-        }
+      if (parsed.as_object().contains("end_unix_ns")) {
+        m.end_ns = in.integer<int64_t>("end_unix_ns");
       }
+      if (!in.ok()) return error_answer(field_error(in));
       auto modified = agent.modify(id, m);
       if (!modified) return error_answer(modified.error());
       return outcome_answer(agent.segment(id));
@@ -176,6 +231,7 @@ Answer handle_segment_call(agent::Agent& agent, const std::string& caller,
     if (ec || !parsed.is_object()) {
       return error_answer(ApiError{400, "invalid_json", "the body is not a JSON object", ""});
     }
+    if (auto bad = check_commit(parsed.as_object())) return error_answer(*bad);
     return outcome_answer(agent.commit_segment(id, parsed.as_object()));
   }
   if (action == "abort") {

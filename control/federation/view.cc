@@ -187,8 +187,14 @@ common::Result<ParsedView> parse_view(const json::object& v) {
         (void)o.at("name").as_string();
         (void)o.at("site").as_string();
         (void)o.at("kind").as_string();
-        (void)o.at("ranks").to_number<int64_t>();
-        (void)o.at("ranks_next_hour").to_number<int64_t>();
+        // plan() offers them as uint32_t ranks: a peer's -1 must not become 4294967295.
+        for (const char* key : {"ranks", "ranks_next_hour"}) {
+          const int64_t ranks = o.at(key).to_number<int64_t>();
+          if (ranks < 0 || ranks > UINT32_MAX) {
+            return bad(
+                fmt::format("pool field '{}': {} is not in [0, {}]", key, ranks, UINT32_MAX));
+          }
+        }
         out.pools.push_back(p);
       }
     }
