@@ -147,9 +147,13 @@ Outcome<std::vector<ParsedView>> Coordinator::views(bool refresh, std::string* l
 Outcome<json::object> Coordinator::reserve(const agent::ReserveRequest& request) {
   auto reserved = reserve_and_commit(request);
   if (!reserved || !request.provision) return reserved;
-  const std::string state = reserved->at("state").as_string().c_str();
+  const std::string state = text(*reserved, "state");
+  const std::string id = text(*reserved, "id");
+  // A repeated request (its client_request_id) for a provisioned one answers as the first did:
+  // once the dataplane carries it, with its segments' state (two nodes of a job ask alike).
+  if (state == "provisioned") return wait_active(id);
   if (state != "committed" && state != "released") return reserved;
-  return provision(std::string(reserved->at("id").as_string()));
+  return provision(id);
 }
 
 Outcome<json::object> Coordinator::reserve_and_commit(const agent::ReserveRequest& request) {

@@ -114,6 +114,9 @@ class Coordinator {
   agent::Outcome<boost::json::object> commit(const std::string& id);
   agent::Outcome<boost::json::object> abort(const std::string& id);
   agent::Outcome<boost::json::object> provision(const std::string& id);
+  // GET `id` once every domain reports its dataplane active, or once agent.provision_wait
+  // passed (then as it stands).
+  agent::Outcome<boost::json::object> wait_active(const std::string& id);
   agent::Outcome<boost::json::object> release(const std::string& id);
   agent::Outcome<boost::json::object> terminate(const std::string& id);
   agent::Outcome<boost::json::object> rotate_key(const std::string& id);

@@ -166,6 +166,10 @@ Outcome<json::object> Coordinator::propagate(const std::string& id, const std::s
 Outcome<json::object> Coordinator::provision(const std::string& id) {
   auto done = propagate(id, "provision", "provisioned");
   if (!done) return done;
+  return wait_active(id);
+}
+
+Outcome<json::object> Coordinator::wait_active(const std::string& id) {
   // Answer once every domain reports its dataplane active, or the provision wait passed.
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::nanoseconds(agent_.topology().agent.provision_wait_ns);

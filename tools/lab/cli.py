@@ -182,8 +182,6 @@ def cmd_up(args) -> int:
     if args.wan_owner and not args.owners:
         err("--wan-owner needs --owners (the sites' owners)")
         return 2
-    if args.owners and args.slurm:
-        err("--owners with --slurm is not supported yet: Slurm reserves through one agent")
         return 2
     if args.slurm and not args.agents:
         err("--slurm needs --agents (Slurm jobs reserve their WAN path through the agent): "

@@ -125,15 +125,21 @@ def render_conf(topo: Topology, mgmt_net: str, ctld_port: int, slurmd_port: int,
     return "\n".join(lines) + "\n"
 
 
-def render_plugstack(build: pathlib.Path, topo: Topology, mgmt_net: str, agent_port: int) -> str:
-    """One `required` line: the plugin and its arguments (docs/slurm.md, "plugstack.conf")."""
+def render_plugstack(build: pathlib.Path, topo: Topology, mgmt_net: str, agent_port: int,
+                     tls: tuple[str, str] | None = None) -> str:
+    """One `required` line: the plugin and its arguments (docs/slurm.md, "plugstack.conf").
+    `tls` (CA file, token file): the agent at `agent_port` is an owner's HTTPS agent -- with
+    --owners, the aggregator every node asks, so the plugin runs unchanged across owners."""
     sites = ",".join(f"{node_name(s)}:{s.name}" for s in topo.sites)
-    agents = ",".join(f"{s.name}={agent.host_url(mgmt_net, s, agent_port)}" for s in topo.sites)
+    scheme = "https" if tls else "http"
+    agents = ",".join(
+        f"{s.name}={scheme}://{agent.mgmt_root_addr(mgmt_net, s)}:{agent_port}" for s in topo.sites)
     # agent=: the agent as srun in the root namespace reaches it (an srun that made its own
     # allocation terminates the job's reservations itself when it ends).
+    trust = f" agent_ca={tls[0]} token_file={tls[1]}" if tls else ""
     return ("# detwan SPANK plugin (docs/slurm.md), written by tools/testbed up --slurm\n"
             f"required {build / PLUGIN} detwanctl={build / agent.CTL_BINARY} sites={sites} "
-            f"agent={agent.url_of(agent_port)} agents={agents} "
+            f"agent={scheme}://127.0.0.1:{agent_port} agents={agents}{trust} "
             f"duration={RESERVATION_DURATION} timeout=30\n")
 
 
@@ -293,9 +299,16 @@ def start(lab) -> None:
         return
     net, port = lab.config.mgmt_net, lab.config.agent_port
     build = lab.config.build_dir or pathlib.Path(".")
+    tls = None
+    if lab.config.owners is not None:
+        # Across owners every node asks one agent, the first site's owner's (it aggregates
+        # across the others), as that owner's tenant `<d>-job1`.
+        d = lab.config.owners.site_domain[lab.topo.sites[0].name]
+        files = lab.config.domain_files()[d]
+        port, tls = files.port, (str(files.ca), str(files.tenant_token(f"{d}-job1")))
     write_files(lab.topo, render_conf(lab.topo, net, free_port(), free_port(),
                             socket.gethostname().split(".")[0]),
-                render_plugstack(build, lab.topo, net, port))
+                render_plugstack(build, lab.topo, net, port, tls))
     add_routes(lab.topo, net)
     lab.slurm_daemons["munged"] = start_munged()
     lab.save()
