@@ -209,18 +209,7 @@ Outcome<json::object> Agent::plan(const PlanRequest& request) {
       return std::unexpected(e);
     }
     const compute::Placement& p = std::get<compute::Placement>(decision);
-    json::array placement;
-    for (const compute::SitePlacement& s : p.sites) {
-      json::array shares;
-      for (const auto& share : s.pools) {
-        shares.push_back(json::object{{"pool", share.pool},
-                                      {"kind", share.kind},
-                                      {"ranks", share.ranks},
-                                      {"step_compute_ns", share.step_compute_ns}});
-      }
-      placement.push_back(
-          json::object{{"site", s.site}, {"ranks", s.ranks}, {"pools", std::move(shares)}});
-    }
+    json::array placement = compute::sites_json(p);
     json::array reservations;
     for (const compute::WanNeed& w : p.reservations) {
       // The path and bound the admission planner gives at the planned rate (the offer was at

@@ -374,4 +374,20 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
   return out;
 }
 
+boost::json::array sites_json(const Placement& placement) {
+  boost::json::array out;
+  for (const SitePlacement& s : placement.sites) {
+    boost::json::array shares;
+    for (const auto& share : s.pools) {
+      shares.push_back(boost::json::object{{"pool", share.pool},
+                                           {"kind", share.kind},
+                                           {"ranks", share.ranks},
+                                           {"step_compute_ns", share.step_compute_ns}});
+    }
+    out.push_back(
+        boost::json::object{{"site", s.site}, {"ranks", s.ranks}, {"pools", std::move(shares)}});
+  }
+  return out;
+}
+
 }  // namespace detwan::control::compute

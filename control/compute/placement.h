@@ -35,6 +35,8 @@
 #include <variant>
 #include <vector>
 
+#include <boost/json.hpp>
+
 namespace detwan::control::compute {
 
 inline constexpr double kDefaultEfficiency = 0.9;
@@ -158,5 +160,9 @@ struct Overlap {
 StepPrediction predict_step(uint64_t gradient_bytes, int64_t compute_ns, const Overlap& overlap,
                             const std::vector<uint32_t>& ranks_per_site, uint64_t payload_rate_bps,
                             int64_t latency_ns);
+
+// The placement's sites as the API shows them: [{"site", "ranks", "pools": [{"pool", "kind",
+// "ranks", "step_compute_ns"}]}] (POST /v1/plan, local and federated).
+boost::json::array sites_json(const Placement& placement);
 
 }  // namespace detwan::control::compute

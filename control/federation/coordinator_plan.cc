@@ -108,18 +108,7 @@ Outcome<json::object> Coordinator::plan(const agent::PlanRequest& request) {
     return std::unexpected(e);
   }
   const compute::Placement& p = std::get<compute::Placement>(decision);
-  json::array placement;
-  for (const compute::SitePlacement& s : p.sites) {
-    json::array shares;
-    for (const auto& share : s.pools) {
-      shares.push_back(json::object{{"pool", share.pool},
-                                    {"kind", share.kind},
-                                    {"ranks", share.ranks},
-                                    {"step_compute_ns", share.step_compute_ns}});
-    }
-    placement.push_back(
-        json::object{{"site", s.site}, {"ranks", s.ranks}, {"pools", std::move(shares)}});
-  }
+  json::array placement = compute::sites_json(p);
   json::array needs;
   for (const compute::WanNeed& w : p.reservations) {
     needs.push_back(json::object{{"from", w.from},

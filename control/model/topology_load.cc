@@ -31,18 +31,6 @@ std::string name_of(const ConfigNode& node) {
   return name;
 }
 
-int64_t duration_in(const ConfigNode& map, std::string_view key, int64_t fallback, int64_t min_ns,
-                    int64_t max_ns) {
-  const auto node = map.maybe_child(key);
-  if (!node) return fallback;
-  const int64_t value = node->as_duration_ns();
-  if (value < min_ns || value > max_ns) {
-    node->fail(fmt::format("{} is out of range [{}, {}]", node->as_string(),
-                           common::format_duration_ns(min_ns), common::format_duration_ns(max_ns)));
-  }
-  return value;
-}
-
 common::IpPrefix prefix_of(const ConfigNode& node) {
   auto prefix = common::parse_ip_prefix(node.as_string());
   if (!prefix) node.fail(prefix.error().message);

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/units.h"
+
 namespace detwan::control::model {
 
 bool valid_name(std::string_view name) {
@@ -13,6 +15,18 @@ bool valid_name(std::string_view name) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
            c == '_' || c == '-';
   });
+}
+
+int64_t duration_in(const common::ConfigNode& map, std::string_view key, int64_t fallback, int64_t min_ns,
+                    int64_t max_ns) {
+  const auto node = map.maybe_child(key);
+  if (!node) return fallback;
+  const int64_t value = node->as_duration_ns();
+  if (value < min_ns || value > max_ns) {
+    node->fail(fmt::format("{} is out of range [{}, {}]", node->as_string(),
+                           common::format_duration_ns(min_ns), common::format_duration_ns(max_ns)));
+  }
+  return value;
 }
 
 namespace {

@@ -20,18 +20,6 @@ std::string checked_name(const ConfigNode& node) {
   return name;
 }
 
-int64_t duration_of(const ConfigNode& map, std::string_view key, int64_t fallback, int64_t min_ns,
-                    int64_t max_ns) {
-  const auto node = map.maybe_child(key);
-  if (!node) return fallback;
-  const int64_t value = node->as_duration_ns();
-  if (value < min_ns || value > max_ns) {
-    node->fail(fmt::format("{} is out of range [{}, {}]", node->as_string(),
-                           common::format_duration_ns(min_ns), common::format_duration_ns(max_ns)));
-  }
-  return value;
-}
-
 }  // namespace
 
 void parse_borders(const ConfigNode& root, Topology* topology) {
@@ -67,9 +55,9 @@ void parse_federation(const ConfigNode& root, Topology* topology) {
   f.cert = node->get_string("cert", "");
   f.key = node->get_string("key", "");
   f.hold_timeout_ns =
-      duration_of(*node, "hold_timeout", f.hold_timeout_ns, 1'000'000'000, 3'600'000'000'000);
+      duration_in(*node, "hold_timeout", f.hold_timeout_ns, 1'000'000'000, 3'600'000'000'000);
   f.call_timeout_ns =
-      duration_of(*node, "call_timeout", f.call_timeout_ns, 10'000'000, 60'000'000'000);
+      duration_in(*node, "call_timeout", f.call_timeout_ns, 10'000'000, 60'000'000'000);
   if (const auto peers = node->maybe_child("peers")) {
     for (const ConfigNode& item : peers->items()) {
       item.check_keys({"domain", "url", "ca", "token_file", "accept_token_file"});
