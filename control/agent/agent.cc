@@ -315,6 +315,20 @@ void Agent::Impl::update_desired(int64_t now_ns) {
   advance_key_rotations(now_ns);
 }
 
+bool Agent::Impl::rotation_step_in_place(const Reservation& r) const {
+  if (r.paths.empty()) return false;
+  bool all = true;
+  for (const reservation::EndPlacement& end : r.paths.front().ends) {
+    if (end.gateway.empty()) continue;
+    const uint32_t g = topology.find_gateway(end.gateway);
+    if (g == model::kNone) continue;
+    const GatewayView& v = gateways[g];
+    all = all && v.reachable && v.last_report_ns != 0 &&
+          v.reported_version >= v.desired_version && v.in_place.count(r.tunnel_id) != 0;
+  }
+  return all;
+}
+
 // A key rotation takes its next step once every gateway of the tunnel reports the current step
 // in place, computed from the desired set that has it (reported_version >= desired_version).
 void Agent::Impl::advance_key_rotations(int64_t now_ns) {
@@ -328,15 +342,8 @@ void Agent::Impl::advance_key_rotations(int64_t now_ns) {
         now_ns - r.keys.step_unix_ns < grace_ns) {
       continue;
     }
-    bool all = true;
-    for (const reservation::EndPlacement& end : r.paths.front().ends) {
-      if (end.gateway.empty()) continue;
-      const uint32_t g = topology.find_gateway(end.gateway);
-      if (g == model::kNone) continue;
-      const GatewayView& v = gateways[g];
-      all = all && v.reachable && v.last_report_ns != 0 &&
-            v.reported_version >= v.desired_version && v.in_place.count(r.tunnel_id) != 0;
-    }
+    if (!reservation::may_advance(r.keys)) continue;  // paced: the aggregator's word first
+    const bool all = rotation_step_in_place(r);
     if (all) ready.push_back(r.id);
   }
   if (ready.empty()) return;

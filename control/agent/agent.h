@@ -121,6 +121,11 @@ class Agent {
   // A new key for an encrypted reservation, replaced on both gateways without a lost packet
   // (tunnel_keys.h); 409 if it is not encrypted or a rotation is under way.
   Outcome<boost::json::object> rotate_key(const std::string& id);
+  // A paced rotation (a federated end segment's, docs/federation.md "Rotation across domains")
+  // may go on to `step` (switching or dropping) once this end has the step before it in place;
+  // dropping restarts the grace before the old key goes. 409 not_paced / no rotation under way.
+  Outcome<boost::json::object> permit_rotation(const std::string& id,
+                                               reservation::KeyRotation step);
   Outcome<boost::json::object> modify(const std::string& id, const ModifyRequest& request);
   Outcome<boost::json::object> get(const std::string& id) const;
   boost::json::array list(std::optional<reservation::State> state) const;

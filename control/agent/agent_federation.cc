@@ -70,6 +70,11 @@ json::object segment_json(const Agent::Impl& m, const Reservation& r) {
                                  {"frame_overhead_bytes",
                                   t->as_object().at("frame_overhead_bytes")}};
   }
+  if (!r.keys.keys.empty()) {  // what the aggregator paces a rotation by
+    out["key_rotation"] = json::object{{"step", reservation::to_string(r.keys.rotation)},
+                                       {"in_place", m.rotation_step_in_place(r)},
+                                       {"rotations", r.keys.rotations}};
+  }
   if (const json::value* d = row.if_contains("requester_domain")) out["requester_domain"] = *d;
   if (const json::value* a = row.if_contains("aggregate")) out["aggregate"] = *a;
   return out;
@@ -144,6 +149,7 @@ static Outcome<reservation::TunnelKeys> segment_keys(const model::Topology& t, c
                                     fmt::format("{}: {}", r.id, keys.error().message),
                                     "far_public_key"});
   }
+  keys->paced = true;  // the aggregator steps both ends' rotations together
   return *keys;
 }
 

@@ -105,6 +105,9 @@ struct Agent::Impl {
   // rotations on (advance_key_rotations).
   void update_desired(int64_t now_ns);
   void advance_key_rotations(int64_t now_ns);
+  // Every gateway of r's tunnel reports its current desired state (and so the rotation's
+  // current step) in place.
+  bool rotation_step_in_place(const reservation::Reservation& r) const;
   // Reservation JSON with its dataplane status.
   boost::json::object view(const reservation::Reservation& r) const;
   void collect_waiters(int64_t now_mono_ns, bool expire_all, Deferred* out);

@@ -442,6 +442,48 @@ Outcome<json::object> Agent::rotate_key(const std::string& id) {
   return m.view(*m.find(id));
 }
 
+Outcome<json::object> Agent::permit_rotation(const std::string& id,
+                                             reservation::KeyRotation step) {
+  std::lock_guard lock(impl_->mutex);
+  Impl& m = *impl_;
+  Reservation* r = m.find(id);
+  if (r == nullptr) return std::unexpected(not_found(id));
+  if (!r->keys.paced) {
+    return std::unexpected(ApiError{
+        409, "not_paced",
+        fmt::format("{}: its key rotation is not paced by an aggregator (it steps itself)", id),
+        ""});
+  }
+  if (step != reservation::KeyRotation::kSwitching && step != reservation::KeyRotation::kDropping) {
+    return std::unexpected(ApiError{400, "invalid_field",
+                                    "step: 'switching' or 'dropping' may be permitted", "step"});
+  }
+  // Stable (finished, or replaced at once while not on a gateway) or already there: nothing to
+  // do, said with the segment as it is (a retried permit is answered the same way).
+  if (r->keys.rotation == reservation::KeyRotation::kNone || r->keys.permitted >= step) {
+    return m.view(*r);
+  }
+  Reservation next = *r;
+  const int64_t now = m.realtime->now_ns();
+  next.keys.permitted = step;
+  // The old key goes a grace after the last end switched, which is before this permit.
+  if (step == reservation::KeyRotation::kDropping &&
+      next.keys.rotation == reservation::KeyRotation::kSwitching) {
+    next.keys.step_unix_ns = now;
+  }
+  const std::string state(reservation::to_string(r->state));
+  if (auto ok = m.commit_transition(std::move(next), state,
+                                    fmt::format("key rotation: {} permitted by the aggregator",
+                                                reservation::to_string(step)),
+                                    nullptr);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
+  m.update_desired(now);
+  m.timer_wake.notify_all();
+  return m.view(*m.find(id));
+}
+
 Outcome<json::object> Agent::terminate(const std::string& id) {
   std::lock_guard lock(impl_->mutex);
   return change(*impl_, id, "terminate", "any state but terminated or failed",

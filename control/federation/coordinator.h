@@ -80,6 +80,12 @@ struct Aggregate {
   int64_t hold_expires_ns = 0;
   boost::json::object bound;
   std::vector<SegmentRecord> segments;
+  // Key rotation across domains, stepped by tick() (docs/federation.md, "Rotation across
+  // domains"): "" (none), adding, switching, switched (every end seals with the new key; the
+  // grace runs), dropping. `rotations` counts completed ones (every end's count, once done).
+  std::string rotation;
+  int64_t rotation_step_ns = 0;
+  uint64_t rotations = 0;
   int64_t created_ns = 0;
   int64_t updated_ns = 0;
 };
@@ -163,6 +169,8 @@ class Coordinator {
   void release_all(Aggregate& a);
   agent::Outcome<boost::json::object> propagate(const std::string& id, const std::string& action,
                                                 const std::string& target_state);
+  // One step of a rotation under way, when every end segment has the previous one in place.
+  void step_rotation(Aggregate& a, int64_t now_ns);
   void recover();
   void run_loop();
   Aggregate* find(const std::string& id);

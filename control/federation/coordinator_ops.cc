@@ -1,5 +1,6 @@
 // The aggregator after phase 1: abort, provision, release, terminate, rotate-key, modify, get;
 // releasing segments, the retry loop and recovery after a restart.
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -121,9 +122,7 @@ Outcome<json::object> Coordinator::propagate(const std::string& id, const std::s
   if (a->state == target) return api_json(*a);
   const bool allowed = action == "terminate"   ? !is_final(a->state)
                        : action == "provision" ? a->state == "committed" || a->state == "released"
-                       : action == "release"
-                           ? a->state == "provisioned"
-                           : /* rotate-key */ a->state == "committed" || a->state == "provisioned";
+                                           : /* release */ a->state == "provisioned";
   if (!allowed) {
     return std::unexpected(ApiError{
         409, "wrong_state", fmt::format("{} is {}; {} is not allowed", id, a->state, action), ""});
@@ -155,7 +154,7 @@ Outcome<json::object> Coordinator::propagate(const std::string& id, const std::s
   if (action == "terminate") {
     a->state = "terminated";
     a->reason = "terminated_by_client";
-  } else if (!first_error && action != "rotate-key") {
+  } else if (!first_error) {
     a->state = target;
   }
   if (auto ok = save(*a); !ok) return std::unexpected(ok.error());
@@ -189,9 +188,6 @@ Outcome<json::object> Coordinator::release(const std::string& id) {
 }
 Outcome<json::object> Coordinator::terminate(const std::string& id) {
   return propagate(id, "terminate", "terminated");
-}
-Outcome<json::object> Coordinator::rotate_key(const std::string& id) {
-  return propagate(id, "rotate-key", "");
 }
 
 Outcome<json::object> Coordinator::modify(const std::string& id,
@@ -327,6 +323,7 @@ void Coordinator::tick() {
       changed = release_segment(s) || changed;
     }
     if (changed) (void)save(a);
+    if (!a.rotation.empty()) step_rotation(a, now);
   }
 }
 
@@ -353,7 +350,10 @@ void Coordinator::recover() {
 void Coordinator::run_loop() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    wake_.wait_for(lock, std::chrono::seconds(1));
+    // A key rotation under way is stepped as soon as its ends have a step in place.
+    const bool rotating = std::any_of(aggregates_.begin(), aggregates_.end(),
+                                      [](const auto& item) { return !item.second.rotation.empty(); });
+    wake_.wait_for(lock, rotating ? std::chrono::milliseconds(100) : std::chrono::seconds(1));
     if (stopping_) break;
     lock.unlock();
     try {

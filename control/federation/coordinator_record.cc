@@ -76,6 +76,9 @@ json::object to_json(const Aggregate& a) {
                    {"hold_expires_unix_ns", a.hold_expires_ns},
                    {"bound", a.bound},
                    {"segments", std::move(segments)},
+                   {"key_rotation", json::object{{"step", a.rotation.empty() ? "none" : a.rotation},
+                                                 {"step_unix_ns", a.rotation_step_ns},
+                                                 {"rotations", a.rotations}}},
                    {"created_unix_ns", a.created_ns},
                    {"updated_unix_ns", a.updated_ns}};
   for (const auto& item : a.request) out[item.key()] = item.value();
@@ -106,6 +109,14 @@ common::Result<Aggregate> aggregate_from_json(const json::object& o) {
   a.burst_bytes = in.integer<uint64_t>("burst_bytes", Need::kOptional);
   a.hold_expires_ns = in.integer<int64_t>("hold_expires_unix_ns", Need::kOptional);
   if (const json::object* b = in.object("bound", Need::kOptional)) a.bound = *b;
+  if (const json::object* k = in.object("key_rotation", Need::kOptional)) {
+    fields::Reader rotation(*k, "key_rotation.");
+    a.rotation = rotation.text("step");
+    if (a.rotation == "none") a.rotation.clear();
+    a.rotation_step_ns = rotation.integer<int64_t>("step_unix_ns");
+    a.rotations = rotation.integer<uint64_t>("rotations");
+    in.take(rotation);
+  }
   a.created_ns = in.integer<int64_t>("created_unix_ns", Need::kOptional);
   a.updated_ns = in.integer<int64_t>("updated_unix_ns", Need::kOptional);
   // The request, as reserve() wrote it; modify() and compose() read these as numbers.

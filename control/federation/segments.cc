@@ -243,7 +243,28 @@ Answer handle_segment_call(agent::Agent& agent, const std::string& caller,
   if (action == "provision") done = agent.provision(id);
   if (action == "release") done = agent.release(id);
   if (action == "terminate") done = agent.terminate(id);
-  if (action == "rotate-key") done = agent.rotate_key(id);
+  if (action == "rotate-key") {
+    // No body: start a rotation; {"step": "switching"|"dropping"}: the aggregator's permit to go
+    // on (docs/federation.md, "Rotation across domains").
+    boost::system::error_code ec;
+    json::value parsed = json::parse(body.empty() ? "{}" : body, ec);
+    if (ec || !parsed.is_object()) {
+      return error_answer(ApiError{400, "invalid_json", "the body is not a JSON object", ""});
+    }
+    fields::Reader in(parsed.as_object());
+    const std::string step = in.text("step", fields::Need::kOptional);
+    if (!in.ok()) return error_answer(field_error(in));
+    if (step.empty()) {
+      done = agent.rotate_key(id);
+    } else {
+      const auto s = reservation::key_rotation_from_string(step);
+      if (!s || (*s != reservation::KeyRotation::kSwitching &&
+                 *s != reservation::KeyRotation::kDropping)) {
+        return error_answer(field_error("step", fmt::format("'{:.32}' is not switching or dropping", step)));
+      }
+      done = agent.permit_rotation(id, *s);
+    }
+  }
   if (!done) return error_answer(done.error());
   return outcome_answer(agent.segment(id));
 }

@@ -160,6 +160,10 @@ json::object keys_to_json(const TunnelKeys& k, Secrets secrets) {
                    {"rotation", to_string(k.rotation)},
                    {"rotations", k.rotations},
                    {"step_unix_ns", k.step_unix_ns}};
+  if (k.paced) {
+    out["paced"] = true;
+    out["permitted"] = to_string(k.permitted);
+  }
   if (exchanged) {
     out["key_exchange"] = k.key_exchange;
     out["cipher"] = k.cipher;
@@ -351,6 +355,12 @@ common::Result<Reservation> from_json(const json::object& object) {
       out.keys.rotation = *rotation;
       out.keys.rotations = k.u64("rotations");
       out.keys.step_unix_ns = k.i64("step_unix_ns");
+      if (k.o.contains("paced")) {  // older rows have neither
+        out.keys.paced = k.o.at("paced").is_bool() && k.o.at("paced").as_bool();
+        const auto permitted = key_rotation_from_string(k.str("permitted"));
+        if (!permitted) k.fail("permitted", "is not a rotation step");
+        out.keys.permitted = *permitted;
+      }
     }
     out.created_ns = r.i64("created_unix_ns");
     out.updated_ns = r.i64("updated_unix_ns");

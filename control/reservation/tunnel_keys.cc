@@ -122,6 +122,7 @@ common::Result<bool> start_rotation(TunnelKeys& keys, int64_t now_ns) {
     // The next generation: both gateways derive its secret; nothing to draw or keep here.
     keys.keys.push_back(TunnelKey{id, "", key_context(keys.context, keys.rotations + 2)});
     keys.rotation = KeyRotation::kAdding;
+    keys.permitted = KeyRotation::kAdding;
     keys.step_unix_ns = now_ns;
     return true;
   }
@@ -129,6 +130,7 @@ common::Result<bool> start_rotation(TunnelKeys& keys, int64_t now_ns) {
   if (!key) return std::unexpected(key.error());
   keys.keys.push_back(std::move(*key));
   keys.rotation = KeyRotation::kAdding;
+  keys.permitted = KeyRotation::kAdding;
   keys.step_unix_ns = now_ns;
   return true;
 }
@@ -148,9 +150,25 @@ void advance_rotation(TunnelKeys& keys, int64_t now_ns) {
       return;
     case KeyRotation::kDropping:
       keys.rotation = KeyRotation::kNone;
+      keys.permitted = KeyRotation::kNone;
       ++keys.rotations;
       return;
   }
+}
+
+bool may_advance(const TunnelKeys& keys) noexcept {
+  if (!keys.paced) return true;
+  switch (keys.rotation) {
+    case KeyRotation::kNone:
+      return false;
+    case KeyRotation::kAdding:  // to switching: every end has the new key
+      return keys.permitted >= KeyRotation::kSwitching;
+    case KeyRotation::kSwitching:  // to dropping: every end seals with the new key
+      return keys.permitted >= KeyRotation::kDropping;
+    case KeyRotation::kDropping:  // bookkeeping: the old key is gone at this end
+      return true;
+  }
+  return false;
 }
 
 }  // namespace detwan::control::reservation

@@ -48,6 +48,12 @@ struct TunnelKeys {
   // Base64 X25519 public keys of the tunnel's two gateways: [0] the end this agent programs
   // as end 0 (the local one for a federated tunnel), [1] the other end.
   std::array<std::string, 2> public_keys;
+  // Paced by another domain (a federated end segment, docs/federation.md "Rotation across
+  // domains"): a step is taken only up to `permitted`, which the aggregator raises once every
+  // end has the previous step in place, so neither end seals with a key the other cannot open
+  // yet, nor drops one the other may still seal with. Unpaced: permitted is not consulted.
+  bool paced = false;
+  KeyRotation permitted = KeyRotation::kNone;
   friend bool operator==(const TunnelKeys&, const TunnelKeys&) = default;
 };
 
@@ -85,5 +91,7 @@ common::Result<bool> start_rotation(TunnelKeys& keys, int64_t now_ns);
 // The next step once the gateways have the current one in place; the last step returns to
 // kNone and counts the rotation. No-op when stable.
 void advance_rotation(TunnelKeys& keys, int64_t now_ns);
+// May the rotation take its next step (false only for a paced one not yet permitted)?
+[[nodiscard]] bool may_advance(const TunnelKeys& keys) noexcept;
 
 }  // namespace detwan::control::reservation

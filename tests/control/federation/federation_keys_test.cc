@@ -5,10 +5,13 @@
 // agent (nor the carrier w) ever holds a secret of the tunnel: the two gateways derive the same
 // base secret, and it is in no byte of any domain's journal.
 #include <fstream>
+#include <algorithm>
 #include <iterator>
+#include <set>
 #include <string>
 
 #include "common/x25519.h"
+#include "control/federation/segments.h"
 #include "dataplane/aead/key_exchange.h"
 #include "tests/control/federation/federation_harness.h"
 
@@ -114,6 +117,119 @@ TEST_F(FederationKeysFixture, EndsAreKeyedByExchangeAndNoDomainHoldsTheSecret) {
   agent_of("z").reconcile_now();
   const json::object again = tunnel_on("/fake/z/gw-c", tunnel);
   EXPECT_EQ(json::serialize(again.at("auth")), json::serialize(at_c.at("auth")));
+}
+
+// The key ids a gateway's tunnel opens, and the one it seals with.
+struct GatewayKeys {
+  std::vector<uint64_t> ids;
+  uint64_t tx = 0;
+  std::vector<std::string> contexts;
+};
+
+GatewayKeys keys_of(const json::object& tunnel) {
+  GatewayKeys out;
+  if (!tunnel.contains("auth")) return out;
+  const json::object& auth = tunnel.at("auth").as_object();
+  for (const json::value& k : auth.at("keys").as_array()) {
+    out.ids.push_back(k.at("id").to_number<uint64_t>());
+    out.contexts.emplace_back(k.at("context").as_string());
+  }
+  out.tx = auth.at("tx_key").to_number<uint64_t>();
+  return out;
+}
+
+bool opens(const GatewayKeys& g, uint64_t id) {
+  return std::find(g.ids.begin(), g.ids.end(), id) != g.ids.end();
+}
+
+// Rotation across domains (docs/federation.md): x and z step their own gateways, paced by the
+// aggregator, so at every instant each end seals with a key the other end opens -- a packet in
+// either direction opens at every moment of the rotation. Without z's agent the rotation waits
+// at "adding": x never switches alone.
+TEST_F(FederationKeysFixture, RotationIsSteppedInLockStepAcrossDomains) {
+  agent::ReserveRequest r = request("rot", true);
+  r.spec.encrypt = "aes-256-gcm";
+  r.fingerprint = "a-c-50m-600s-aes-rot";
+  r.provision = true;
+  auto out = coordinator().reserve(r);
+  ASSERT_TRUE(out.has_value()) << out.error().message;
+  const std::string aggregate = str(*out, "id");
+  const auto tunnel = static_cast<uint32_t>(out->at("tunnel_id").to_number<uint64_t>());
+  const auto settle = [&] {
+    agent_of("x").reconcile_now();
+    agent_of("z").reconcile_now();
+  };
+  settle();
+  const GatewayKeys before = keys_of(tunnel_on("/fake/x/gw-secret-a", tunnel));
+  ASSERT_EQ(before.ids.size(), 1U);
+
+  auto started = coordinator().rotate_key(aggregate);
+  ASSERT_TRUE(started.has_value()) << started.error().message;
+  // A second rotation while this one runs is refused.
+  auto again = coordinator().rotate_key(aggregate);
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code, "rotation_in_progress");
+
+  // z's agent goes away: x holds both keys but keeps sealing with the old one.
+  {
+    std::lock_guard lock(domains["z"].slot->mutex);
+    domains["z"].slot->handler = nullptr;
+  }
+  for (int i = 0; i < 30; ++i) {
+    agent_of("x").reconcile_now();
+    coordinator().tick();
+    realtime.advance_ns(200'000'000);
+    monotonic.advance_ns(200'000'000);
+  }
+  const GatewayKeys waiting = keys_of(tunnel_on("/fake/x/gw-secret-a", tunnel));
+  EXPECT_EQ(waiting.ids.size(), 2U);
+  EXPECT_EQ(waiting.tx, before.tx) << "x switched without z";
+  std::set<std::string> steps_seen;
+  {
+    auto [status, shown] = http("x", "GET", "/v1/reservations/" + aggregate);
+    ASSERT_EQ(status, 200);
+    steps_seen.insert(std::string(shown.at("key_rotation").at("step").as_string()));
+    EXPECT_EQ(steps_seen.count("adding"), 1U) << json::serialize(shown);
+  }
+  open("z");  // back, from its journal
+
+  bool finished = false;
+  for (int i = 0; i < 200 && !finished; ++i) {
+    settle();
+    const GatewayKeys a = keys_of(tunnel_on("/fake/x/gw-secret-a", tunnel));
+    const GatewayKeys c = keys_of(tunnel_on("/fake/z/gw-c", tunnel));
+    ASSERT_TRUE(opens(c, a.tx)) << "step " << i << ": z cannot open what x seals with";
+    ASSERT_TRUE(opens(a, c.tx)) << "step " << i << ": x cannot open what z seals with";
+    coordinator().tick();
+    auto [status, shown] = http("x", "GET", "/v1/reservations/" + aggregate);
+    ASSERT_EQ(status, 200);
+    const json::object& rotation = shown.at("key_rotation").as_object();
+    steps_seen.insert(std::string(rotation.at("step").as_string()));
+    finished = rotation.at("step").as_string() == "none" &&
+               rotation.at("rotations").to_number<uint64_t>() == 1;
+    realtime.advance_ns(100'000'000);
+    monotonic.advance_ns(100'000'000);
+  }
+  ASSERT_TRUE(finished) << "the rotation did not finish";
+  for (const char* step : {"adding", "switching", "switched", "dropping"}) {
+    EXPECT_EQ(steps_seen.count(step), 1U) << step;
+  }
+  settle();
+  const GatewayKeys a = keys_of(tunnel_on("/fake/x/gw-secret-a", tunnel));
+  const GatewayKeys c = keys_of(tunnel_on("/fake/z/gw-c", tunnel));
+  ASSERT_EQ(a.ids.size(), 1U);
+  ASSERT_EQ(c.ids.size(), 1U);
+  EXPECT_NE(a.tx, before.tx);
+  EXPECT_EQ(a.tx, c.tx);
+  EXPECT_EQ(a.contexts.front(), "f-" + aggregate + "/x/gen-2");
+  EXPECT_EQ(c.contexts.front(), a.contexts.front());
+  // A permit naming no step of a rotation is refused naming the field.
+  const std::string z_id = agent_of("z").reservation_of_request(aggregate + "@x/z");
+  ASSERT_FALSE(z_id.empty());
+  const federation::Answer bad = federation::handle_segment_call(
+      agent_of("z"), "x", "POST", "/" + z_id + "/rotate-key", "", R"({"step":"adding"})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(json::serialize(bad.body).find("step"), std::string::npos) << json::serialize(bad.body);
 }
 
 TEST_F(FederationKeysFixture, ACommitWithoutTheFarGatewaysKeyIsRefusedAndNothingStaysHeld) {
