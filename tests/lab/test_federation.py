@@ -18,7 +18,9 @@ import pathlib
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -26,6 +28,9 @@ import pytest
 import labutil
 from labutil import tb
 from agent_lab import ctl
+
+sys.path.insert(0, str(labutil.REPO / "tools"))
+from lab import measure  # noqa: E402
 
 OWNERS = "a:x,b:y,c:z"
 
@@ -153,6 +158,76 @@ def test_a_tenant_reserves_across_three_owners_and_bytes_cross_encrypted(fedlab)
     while gw_tunnel("a", tid) or gw_tunnel("c", tid):
         assert time.monotonic() < deadline, "tunnel still programmed after terminate"
         time.sleep(0.3)
+
+
+@pytest.mark.netns
+def test_a_cross_owner_key_rotates_under_traffic_without_a_lost_packet(fedlab):
+    """`detwanctl rotate-key` at x's agent on a reservation a -> c whose ends belong to x and
+    z: each owner steps its own gateway, paced by the aggregator (adding, switching, switched,
+    dropping), while a UDP stream crosses the tunnel. z's agent hangs (SIGSTOP) for 3 s right
+    after the start, before it programs c: a's gateway keeps sealing with the old key meanwhile
+    (stepped alone it would switch and c would refuse every packet). The stream loses nothing
+    the sender's scheduler did not itself refuse, c refuses no packet (auth_failed unchanged),
+    and both gateways end on the next generation's key with the same fingerprint."""
+    env = as_tenant(fedlab, "x", "x-job1")
+    res = ctl_env(env, "reserve", "--from", "a", "--to", "c", "--rate", "30mbit", "--burst",
+                  "256kb", "--duration", "10m", "--provision", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    r = wait_active(env, json.loads(res.stdout)["id"])
+    tid = r["tunnel_id"]
+    try:
+        first = gw_tunnel("a", tid)["auth"]["keys"][0]["fingerprint"]
+        refused_before = gw_tunnel("c", tid)["auth"]["drops"]["auth_failed"]
+        result: dict = {}
+
+        def run():
+            try:
+                result.update(measure.iperf3_udp("a", fedlab["sites"][2], addr_key="tunnel_addr",
+                                                 rate="10M", seconds=9, port=5212))
+            except Exception as e:  # noqa: BLE001 - reported by the assertion below
+                result["error"] = str(e)
+
+        stream = threading.Thread(target=run)
+        stream.start()
+        steps = set()
+        try:
+            time.sleep(1.0)
+            rotating = ctl_env(env, "rotate-key", r["id"], "--json")
+            assert rotating.returncode == 0, rotating.stdout + rotating.stderr
+            tx_before = gw_tunnel("a", tid)["auth"]["tx_key"]
+            tb("agent", "z", "stop", check=True)
+            try:
+                time.sleep(3.0)
+                held = gw_tunnel("a", tid)["auth"]
+                assert len(held["keys"]) == 2 and held["tx_key"] == tx_before, held
+            finally:
+                tb("agent", "z", "cont", check=True)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                now = json.loads(ctl_env(env, "show", r["id"], "--json").stdout)
+                steps.add(now["key_rotation"]["step"])
+                if now["key_rotation"]["step"] == "none":
+                    break
+                time.sleep(0.1)
+        finally:
+            stream.join(timeout=60)
+        assert "error" not in result, result.get("error")
+        assert now["key_rotation"]["step"] == "none", (now["key_rotation"], steps)
+        assert now["key_rotation"]["rotations"] == 1, now["key_rotation"]
+        at_a, at_c = gw_tunnel("a", tid), gw_tunnel("c", tid)
+        (ka,), (kc,) = at_a["auth"]["keys"], at_c["auth"]["keys"]
+        for site in ("a", "c"):
+            shown = json.loads(tb("gw", site, "--", "tunnels", "--json", check=True).stdout)
+            (k,) = next(t for t in shown["tunnels"] if t["id"] == tid)["auth"]["keys"]
+            assert k["context"] == f"f-{r['id']}/x/gen-2", k
+        assert ka["fingerprint"] == kc["fingerprint"] != first
+        assert result["packets"] > 3000, result
+        sender = next(t for t in measure.gateway_stats("a")["tunnels"] if t["id"] == tid)
+        refused = sum(sender["tx"]["scheduler"]["dropped"].values())
+        assert result["lost_packets"] <= refused, (result, sender["tx"])
+        assert at_c["auth"]["drops"]["auth_failed"] == refused_before, at_c["auth"]
+    finally:
+        ctl_env(env, "terminate", r["id"])
 
 
 @pytest.mark.netns

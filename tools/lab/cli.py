@@ -476,8 +476,10 @@ def cmd_wanem(argv: list[str]) -> int:
 
 
 def cmd_agent(args) -> int:
-    """agent NAME kill|start|restart|status: kill = SIGKILL (a crash: nothing cleaned up), start
-    = run it again with the same topology, port and journal, restart = SIGTERM then start."""
+    """agent NAME kill|start|restart|stop|cont|status: kill = SIGKILL (a crash: nothing cleaned
+    up), start = run it again with the same topology, port and journal, restart = SIGTERM then
+    start, stop = SIGSTOP (a hung agent: its sockets stay open, nothing answers), cont =
+    SIGCONT."""
     _require_root()
     with state.locked():
         st = state.read()
@@ -493,6 +495,12 @@ def cmd_agent(args) -> int:
             print(f"agent {rec['name']}: {rec['url']} pid {rec.get('pid')} "
                   f"{'alive' if alive else 'not running'}")
             return 0 if alive else 3
+        if args.action in ("stop", "cont"):
+            if not alive:
+                raise LabError(f"agent '{args.name}' is not running")
+            os.kill(rec["pid"], signal.SIGSTOP if args.action == "stop" else signal.SIGCONT)
+            print(f"agent {args.name}: {'stopped (SIGSTOP)' if args.action == 'stop' else 'continued'}")
+            return 0
         if args.action in ("kill", "restart"):
             if not alive:
                 if args.action == "kill":
@@ -592,9 +600,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("exec", help="SITE [--gw] -- CMD...: run CMD in SITE's host (or gateway) ns")
     sub.add_parser("wanem", help="PAIR K -- ARGS: detwan-wanem ARGS --control <path's socket>")
     sub.add_parser("gw", help="SITE -- ARGS: detwan-gw ARGS in SITE's gateway namespace")
-    p = sub.add_parser("agent", help="NAME kill|start|restart|status: the lab's detwan-agent")
+    p = sub.add_parser("agent",
+                       help="NAME kill|start|restart|stop|cont|status: the lab's detwan-agent")
     p.add_argument("name", help="the agent's name (status --json lists it; 'lab')")
-    p.add_argument("action", choices=("kill", "start", "restart", "status"))
+    p.add_argument("action", choices=("kill", "start", "restart", "stop", "cont", "status"))
     p = sub.add_parser("gateway", help="SITE kill|stop|start|restart|status: a site's detwan-gw")
     p.add_argument("site")
     p.add_argument("action", choices=("kill", "stop", "start", "restart", "status"))
