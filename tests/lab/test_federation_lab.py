@@ -59,6 +59,21 @@ def test_with_a_carrier_each_owner_holds_only_its_site_and_access_links():
     assert {b["name"]: b["domain"] for b in w["borders"]}["c.bc1"] == "z"
 
 
+def test_two_carriers_each_own_half_of_every_path_meeting_at_its_mid_point():
+    owners, docs = _render("a:x,b:y,c:z", "w,v")
+    assert owners.domains == ["x", "y", "z", "w", "v"]
+    w, v = docs["w"], docs["v"]
+    assert _links(w)["ac1"]["ends"] == ["a.ac1", "ac1.mid"]
+    assert _links(v)["ac1"]["ends"] == ["ac1.mid", "c.ac1"]
+    assert _links(w)["ac1"]["delay"] == _links(v)["ac1"]["delay"] == "5ms"  # halves of 10 ms
+    assert {b["name"]: b["domain"] for b in w["borders"]} == {
+        "a.ab1": "x", "ab1.mid": "v", "a.ac1": "x", "ac1.mid": "v", "b.bc1": "y", "bc1.mid": "v"}
+    assert {b["name"]: b["domain"] for b in v["borders"]}["c.ac1"] == "z"
+    # Each site's border faces the carrier whose half reaches it: a's w, c's v.
+    assert {b["name"]: b["domain"] for b in docs["x"]["borders"]}["a.ac1"] == "w"
+    assert {b["name"]: b["domain"] for b in docs["z"]["borders"]}["c.ac1"] == "v"
+
+
 def test_without_a_carrier_the_first_site_owner_holds_the_link():
     _owners, docs = _render("a:x,b:y,c:z", "")
     assert _links(docs["x"])["ac1"]["ends"] == ["a", "c.ac1"]
@@ -94,6 +109,9 @@ def test_every_domain_lists_every_other_as_a_peer_with_its_ca():
     ("a:x,q:y,c:z", "", "expected SITE:DOMAIN"),
     ("a:x,b:y,c:z", "x", "also owns a site"),
     ("a:x,b:x,c:z", "w", "two sites of one owner"),
+    ("a:x,b:y,c:z", "w,w", "two distinct"),
+    ("a:x,b:y,c:z", "w,v,u", "two distinct"),
+    ("a:x,b:y,c:z", "w,z", "also owns a site"),
 ])
 def test_bad_owners_are_refused_with_the_cause(text, wan, problem):
     with pytest.raises(LabError, match=problem):

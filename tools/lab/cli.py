@@ -131,8 +131,9 @@ def add_up_parser(sub) -> None:
                    "per owner with its own CA, certificate and tokens, reserving across owners "
                    "over mutual TLS (docs/federation.md, docs/testbed.md 'Owners')")
     g.add_argument("--wan-owner", metavar="DOMAIN", default="",
-                   help="with --owners: the WAN links belong to this carrier domain (default: "
-                   "each link to the owner of its first site)")
+                   help="with --owners: the WAN links belong to this carrier domain, or W,V: two "
+                   "carriers in a row, each owning half of every path (default: each link to "
+                   "the owner of its first site)")
     g.add_argument("--agent-cmd", help="agent command instead of the built detwan-agent "
                    "(also $DETWAN_AGENT_CMD); for development only")
     g.add_argument("--slurm", action="store_true",

@@ -11,6 +11,10 @@ domains with the two-phase protocol of docs/federation.md. What each domain's to
     "<site>-<port>" from the site to its border (delay 0, the port's line rate and slot
     schedule: the gateway port is the site owner's resource); W has the border points of both
     ends and the WAN link "<port>" between them (delay, jitter, loss of the path);
+  * with --wan-owner W,V: two carriers in a row on every WAN path (a path across four
+    domains): W owns the half from the first site's border to the mid-point border
+    "<port>.mid", V the half from there to the second site's border (each half: the path's
+    capacity, half its delay and jitter, and a loss that composes to the path's);
   * without --wan-owner: a path between two sites of one owner is that owner's link, as in a
     single-domain lab; a path between owners X (the first site of the pair) and Y belongs to X:
     X has the link "<port>" from its site to the border "<far site>.<port>", and Y the access
@@ -34,7 +38,7 @@ from lab import gateway
 from lab.netns import LabError
 from lab.state import RUN_DIR
 from lab.topology import Topology, WanPath
-from lab.units import format_duration
+from lab.units import format_duration, parse_duration_ns
 
 DOMAIN_RE = re.compile(r"[a-z][a-z0-9-]{0,15}")
 PKI_DIR = RUN_DIR / "pki"
@@ -50,6 +54,7 @@ FEDERATION_CALL_TIMEOUT = "2s"
 class Owners:
     site_domain: dict[str, str]  # site name -> domain
     wan: str = ""                # the carrier's domain ("" = the sites' owners own the WAN)
+    wan2: str = ""               # a second carrier after it on every path ("" = none)
 
     @property
     def domains(self) -> list[str]:
@@ -58,22 +63,30 @@ class Owners:
         for d in self.site_domain.values():
             if d not in seen:
                 seen.append(d)
-        if self.wan and self.wan not in seen:
-            seen.append(self.wan)
+        for carrier in (self.wan, self.wan2):
+            if carrier and carrier not in seen:
+                seen.append(carrier)
         return seen
 
     def sites_of(self, domain: str, topo: Topology) -> list:
         return [s for s in topo.sites if self.site_domain.get(s.name) == domain]
 
     def path_owner(self, path: WanPath) -> str:
-        """The domain that owns the WAN link of `path`."""
+        """The domain that owns the WAN link of `path` (with two carriers: the first half)."""
         if self.wan:
             return self.wan
         return self.site_domain[path.a.name]
 
+    def carrier_at(self, path: WanPath, site) -> str:
+        """The domain whose link meets `site`'s border on `path`."""
+        if self.wan2 and site.name == path.b.name:
+            return self.wan2
+        return self.path_owner(path)
+
 
 def parse_owners(text: str, wan_owner: str, topo: Topology) -> Owners:
-    """--owners a:x,b:y,c:z (every site of the lab, once) and --wan-owner w."""
+    """--owners a:x,b:y,c:z (every site of the lab, once) and --wan-owner w (or w,v: two
+    carriers in a row)."""
     site_domain: dict[str, str] = {}
     names = {s.name for s in topo.sites}
     for item in [t.strip() for t in text.split(",") if t.strip()]:
@@ -89,7 +102,10 @@ def parse_owners(text: str, wan_owner: str, topo: Topology) -> Owners:
     if missing:
         raise LabError(f"--owners: no owner for site(s) {', '.join(missing)} (every site needs "
                        "one)")
-    if wan_owner:
+    carriers = [c.strip() for c in wan_owner.split(",") if c.strip()]
+    if len(carriers) > 2 or len(set(carriers)) != len(carriers):
+        raise LabError(f"--wan-owner '{wan_owner}': one carrier, or two distinct ones (W,V)")
+    for carrier in carriers:
         per_domain: dict[str, list[str]] = {}
         for site, domain in site_domain.items():
             per_domain.setdefault(domain, []).append(site)
@@ -97,12 +113,12 @@ def parse_owners(text: str, wan_owner: str, topo: Topology) -> Owners:
         if shared:
             raise LabError("--wan-owner with two sites of one owner is not supported yet (their "
                            f"tunnels would leave and re-enter the domain): {'; '.join(shared)}")
-        if not DOMAIN_RE.fullmatch(wan_owner):
-            raise LabError(f"--wan-owner '{wan_owner}': lower-case letters, digits, dashes")
-        if wan_owner in site_domain.values():
-            raise LabError(f"--wan-owner {wan_owner} also owns a site: the carrier is a domain "
+        if not DOMAIN_RE.fullmatch(carrier):
+            raise LabError(f"--wan-owner '{carrier}': lower-case letters, digits, dashes")
+        if carrier in site_domain.values():
+            raise LabError(f"--wan-owner {carrier} also owns a site: the carrier is a domain "
                            "of its own that owns only links")
-    return Owners(site_domain, wan_owner)
+    return Owners(site_domain, *(carriers + ["", ""])[:2])
 
 
 def border_name(site, path: WanPath) -> str:
@@ -118,6 +134,17 @@ def _link_line(name: str, ends: tuple[str, str], fields: dict[str, str], mtu: in
             f"delay: {fields['delay']}, jitter: {fields['jitter']}, loss: {fields['loss']}, "
             f"reservable: 90%, mtu: {mtu}, cycle: {format_duration(gateway.CYCLE_NS)}, "
             f"slots: {gateway.SLOT_COUNT}, guard: {format_duration(gateway.GUARD_NS)}}}")
+
+
+def _half_link(fields: dict[str, str]) -> dict[str, str]:
+    """One of two carriers' halves of a WAN path: its capacity, half its delay and jitter, and
+    the loss l' with (1 - l')^2 = 1 - l (the halves compose to the path)."""
+    loss = float(fields["loss"])
+    half_loss = 1.0 - (1.0 - loss) ** 0.5
+    return {"capacity": fields["capacity"],
+            "delay": format_duration(parse_duration_ns(fields["delay"]) // 2),
+            "jitter": format_duration(parse_duration_ns(fields["jitter"]) // 2),
+            "loss": f"{half_loss:.6g}" if loss > 0 else "0"}
 
 
 @dataclasses.dataclass
@@ -225,6 +252,19 @@ def render_domain_topology(domain: str, topo: Topology, owners: Owners, spec_for
                         f"{{name: {gateway.peer_name(p, s)}, port: {port}, "
                         f"gateway: {p.peer(s).name}}}")
             continue
+        if owners.wan2 and domain in (owners.wan, owners.wan2):
+            # Two carriers in a row: each owns half the path, meeting at "<port>.mid".
+            mid = f"{port}.mid"
+            half = _half_link(f)
+            if domain == owners.wan:
+                ba = border_name(p.a, p)
+                borders[ba], borders[mid] = da, owners.wan2
+                links.append(_link_line(port, (ba, mid), half, mtu))
+            else:
+                bb = border_name(p.b, p)
+                borders[mid], borders[bb] = owners.wan, db
+                links.append(_link_line(port, (mid, bb), half, mtu))
+            continue
         if owner == domain and da != domain and db != domain:
             # A carrier's link: border to border.
             ba, bb = border_name(p.a, p), border_name(p.b, p)
@@ -244,7 +284,7 @@ def render_domain_topology(domain: str, topo: Topology, owners: Owners, spec_for
             else:
                 # An access link from our site to our border with the link's owner.
                 b = border_name(s, p)
-                borders[b] = owner
+                borders[b] = owners.carrier_at(p, s)
                 link = access_link_name(s, p)
                 ports_of.setdefault(s.name, []).append((port, link))
                 links.append(_link_line(link, (s.name, b), access, mtu))
