@@ -322,9 +322,10 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
   const model::FederationSettings& f = agent_.topology().federation;
   const std::string src = text(a.request, "src");
   const std::string dst = text(a.request, "dst");
-  json::object remote;  // filled as the ends answer
-  for (size_t i = 0; i < a.segments.size(); ++i) {
-    SegmentRecord& s = a.segments[i];
+  // Every domain is asked at once: each admits its own segment independently, so the phase
+  // takes the slowest domain's time, not the sum.
+  std::vector<CallSpec> calls;
+  for (const SegmentRecord& s : a.segments) {
     json::object body{{"client_request_id", s.client_request_id},
                       {"aggregate", json::object{{"id", a.id}, {"domain", domain_}}},
                       {"from", s.from},
@@ -335,11 +336,18 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
                       {"end_unix_ns", a.request.at("end_unix_ns")},
                       {"hold_timeout_ns", f.hold_timeout_ns},
                       {"tunnel_id", a.tunnel_id},
-                      {"encrypt", a.request.at("encrypt")},
-                      {"remote_gateways", remote}};
+                      {"encrypt", a.request.at("encrypt")}};
     if (s.from == src) body["src_prefixes"] = a.request.at("src_prefixes");
     if (s.to == dst) body["dst_prefixes"] = a.request.at("dst_prefixes");
-    PeerAnswer answer = call(s.domain, "POST", "/v1/federation/segments", &body);
+    calls.push_back(CallSpec{s.domain, "POST", "/v1/federation/segments", std::move(body)});
+  }
+  std::vector<PeerAnswer> answers = call_all(calls);
+  // Every answer is recorded before anything is released: a refusal from one domain must not
+  // leave another's hold unknown to us.
+  std::optional<ApiError> first_error;
+  for (size_t i = 0; i < a.segments.size(); ++i) {
+    SegmentRecord& s = a.segments[i];
+    PeerAnswer& answer = answers[i];
     if (answer.status == 200 || answer.status == 201) {
       if (auto bad = check_hold_answer(s.domain, answer)) {
         // It answered, so it may hold a segment, in a form we cannot use: as for a lost
@@ -349,8 +357,8 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
         s.cleanup = true;
         s.hold_expires_ns = options_.realtime->now_ns() + f.hold_timeout_ns + f.call_timeout_ns;
         view_fetched_ns_.erase(s.domain);
-        release_all(a);
-        return std::unexpected(*bad);
+        if (!first_error) first_error = *bad;
+        continue;
       }
     }
     if ((answer.status == 200 || answer.status == 201) && text(answer.body, "state") != "held") {
@@ -370,13 +378,6 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
       s.gateways = array(answer.body, "gateways");
       s.public_keys = object(answer.body, "public_keys");
       s.prefixes = array(answer.body, "prefixes");
-      for (const json::value& g : s.gateways) {  // a peer's list: names only
-        if (g.is_string()) remote[std::string(g.as_string())] = s.domain;
-      }
-      if (auto ok = save(a); !ok) {
-        release_all(a);
-        return std::unexpected(ok.error());
-      }
       continue;
     }
     ApiError e = peer_error(s.domain, answer);
@@ -389,8 +390,13 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
     if (s.cleanup) {
       s.hold_expires_ns = options_.realtime->now_ns() + f.hold_timeout_ns + f.call_timeout_ns;
     }
+    // The cause the client gets: a refusal names what was refused, before a lost answer.
+    if (!first_error || (first_error->status >= 502 && answer.status != 0)) first_error = e;
+  }
+  if (auto ok = save(a); !ok && !first_error) first_error = ok.error();
+  if (first_error) {
     release_all(a);
-    return std::unexpected(e);
+    return std::unexpected(*first_error);
   }
   return {};
 }
@@ -419,7 +425,10 @@ Outcome<void> Coordinator::commit_segments(Aggregate& a) {
   auto far_of = [&](const SegmentRecord& s) -> const SegmentRecord& {
     return &s == &first ? last : first;
   };
+  std::vector<CallSpec> calls;
+  std::vector<SegmentRecord*> asked;
   for (SegmentRecord& s : a.segments) {
+    if (s.state == "committed") continue;  // a re-sent decision (recovery)
     const SegmentRecord& far = far_of(s);
     // Checked when the far domain answered (or its journal row was read); read leniently all
     // the same: a mistyped one is no gateway, never an exception.
@@ -435,9 +444,17 @@ Outcome<void> Coordinator::commit_segments(Aggregate& a) {
                       {"far_prefixes", far.prefixes},
                       {"bound", a.bound},
                       {"playout_bound_ns", number(a.bound, "playout_bound_ns")}};
-    if (s.state == "committed") continue;  // a re-sent decision (recovery)
-    const PeerAnswer answer =
-        call(s.domain, "POST", fmt::format("/v1/federation/segments/{}/commit", s.id), &body);
+    calls.push_back(CallSpec{s.domain, "POST",
+                             fmt::format("/v1/federation/segments/{}/commit", s.id),
+                             std::move(body)});
+    asked.push_back(&s);
+  }
+  // The decision is journaled: every domain is told at once.
+  const std::vector<PeerAnswer> answers = call_all(calls);
+  std::optional<ApiError> first_error;
+  for (size_t i = 0; i < asked.size(); ++i) {
+    SegmentRecord& s = *asked[i];
+    const PeerAnswer& answer = answers[i];
     // A 200 whose state is not one a commit leads to is treated like a failed commit: the
     // compensation below terminates every segment, that one included.
     Outcome<std::string> state = std::unexpected(ApiError{});
@@ -450,17 +467,19 @@ Outcome<void> Coordinator::commit_segments(Aggregate& a) {
       if (state) {
         s.state = *state;
         s.error.clear();
-        (void)save(a);
         continue;
       }
     }
     const ApiError e = answer.status == 200 ? state.error() : peer_error(s.domain, answer);
     s.error = e.message;
+    if (!first_error) first_error = e;
+  }
+  if (first_error) {
     release_all(a);  // compensate: every segment terminated
     a.state = "failed";
-    a.reason = e.message;
+    a.reason = first_error->message;
     (void)save(a);
-    return std::unexpected(e);
+    return std::unexpected(*first_error);
   }
   a.state = "committed";
   a.hold_expires_ns = 0;

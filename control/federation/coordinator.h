@@ -147,6 +147,15 @@ class Coordinator {
   agent::Outcome<boost::json::object> reserve_and_commit(const agent::ReserveRequest& request);
   PeerAnswer call(const std::string& domain, const std::string& method, const std::string& path,
                   const boost::json::object* body);
+  struct CallSpec {
+    std::string domain;
+    std::string method;
+    std::string path;
+    std::optional<boost::json::object> body;
+  };
+  // The calls at once (a thread each but the first), answers in their order; each bounded by
+  // call_timeout as call() is.
+  std::vector<PeerAnswer> call_all(const std::vector<CallSpec>& calls);
   agent::ApiError peer_error(const std::string& domain, const PeerAnswer& answer) const;
   // A peer's answer against the protocol (coordinator_calls.cc): counted, logged, 502
   // "peer_protocol" "domain <d>: answer field '<field>' <why>".

@@ -2,6 +2,8 @@
 // peer's answer must hold before it is used (docs/federation.md, "A peer's malformed answer"):
 // a peer is another owner's agent, so its JSON is checked here field by field instead of being
 // trusted by accessors that throw.
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "common/logging.h"
@@ -78,6 +80,25 @@ PeerAnswer Coordinator::call(const std::string& domain, const std::string& metho
     return lost;
   }
   return answer;
+}
+
+std::vector<PeerAnswer> Coordinator::call_all(const std::vector<CallSpec>& calls) {
+  std::vector<PeerAnswer> answers(calls.size());
+  const auto one = [&](size_t i) {
+    const CallSpec& c = calls[i];
+    try {
+      answers[i] = call(c.domain, c.method, c.path, c.body ? &*c.body : nullptr);
+    } catch (const std::exception& e) {  // an answer of a shape nobody foresaw: no answer
+      answers[i] = PeerAnswer{};
+      answers[i].error = fmt::format("domain {}: {}", c.domain, e.what());
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(calls.size());
+  for (size_t i = 1; i < calls.size(); ++i) threads.emplace_back(one, i);
+  if (!calls.empty()) one(0);
+  for (std::thread& t : threads) t.join();
+  return answers;
 }
 
 ApiError Coordinator::peer_error(const std::string& domain, const PeerAnswer& answer) const {
