@@ -1,6 +1,10 @@
 #include "control/client/http_client.h"
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
+#include <optional>
+#include <vector>
 
 // GCC 12 with -fsanitize=address,undefined reports a false -Wmaybe-uninitialized inside
 // Beast's parser (boost::optional in basic_parser::content_length), fatal under -Werror.
@@ -114,7 +118,9 @@ template <typename Stream>
 common::Result<HttpAnswer> exchange(Stream& stream, const Url& url, const std::string& method,
                                     const std::string& path, const std::string& body,
                                     const std::string& token, int timeout_ms,
-                                    const std::string& user_agent, const std::string& where) {
+                                    const std::string& user_agent, const std::string& where,
+                                    bool keep_alive = false, bool* reusable = nullptr,
+                                    bool* answered = nullptr) {
   beast::error_code ec;
   http::request<http::string_body> request;
   request.method(http::string_to_verb(method));
@@ -127,7 +133,7 @@ common::Result<HttpAnswer> exchange(Stream& stream, const Url& url, const std::s
     request.set(http::field::content_type, "application/json");
     request.body() = body;
   }
-  request.keep_alive(false);
+  request.keep_alive(keep_alive);
   request.prepare_payload();
   http::write(stream, request, ec);
   if (ec) {
@@ -138,6 +144,7 @@ common::Result<HttpAnswer> exchange(Stream& stream, const Url& url, const std::s
   http::response_parser<http::string_body> parser;
   parser.body_limit(256u << 20);
   http::read(stream, buffer, parser, ec);
+  if (answered != nullptr) *answered = parser.got_some();
   if (ec == beast::error::timeout) {
     return common::make_error(common::ErrorCode::kTimeout,
                               fmt::format("{}: no answer within {} ms", where, timeout_ms));
@@ -146,9 +153,49 @@ common::Result<HttpAnswer> exchange(Stream& stream, const Url& url, const std::s
     return common::make_error(common::ErrorCode::kIo,
                               fmt::format("{}: reading: {}", where, ec.message()));
   }
-  beast::error_code ignored;
-  beast::get_lowest_layer(stream).socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  if (keep_alive && parser.get().keep_alive()) {
+    if (reusable != nullptr) *reusable = true;
+  } else {
+    beast::error_code ignored;
+    beast::get_lowest_layer(stream).socket().shutdown(asio::ip::tcp::socket::shutdown_both,
+                                                      ignored);
+  }
   return HttpAnswer{static_cast<int>(parser.get().result_int()), parser.get().body()};
+}
+
+// The agent's certificate must name the host we asked for: its IP address or DNS name.
+void expect_host(TlsStream& stream, const Url& url) {
+  SSL* ssl = stream.native_handle();
+  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+  beast::error_code ec;
+  asio::ip::make_address(url.host, ec);
+  if (!ec) {
+    X509_VERIFY_PARAM_set1_ip_asc(param, url.host.c_str());
+  } else {
+    X509_VERIFY_PARAM_set1_host(param, url.host.c_str(), 0);
+    SSL_set_tlsext_host_name(ssl, url.host.c_str());
+  }
+}
+
+// The client's side of the handshake; the error names the certificate problem if there is one.
+common::Result<void> handshake(TlsStream& stream, int timeout_ms, const std::string& where) {
+  beast::error_code ec;
+  stream.handshake(asio::ssl::stream_base::client, ec);
+  if (!ec) return {};
+  std::string reason = ec.message();
+  const long verify = SSL_get_verify_result(stream.native_handle());
+  if (verify != X509_V_OK) {
+    reason = fmt::format("certificate verify failed: {}", X509_verify_cert_error_string(verify));
+  } else if (ec == beast::error::timeout) {
+    reason = fmt::format("no TLS handshake within {} ms", timeout_ms);
+  }
+  return common::make_error(common::ErrorCode::kUnavailable,
+                            fmt::format("{}: TLS handshake failed: {}", where, reason));
+}
+
+std::string where_of(const Url& url, const std::string& path) {
+  return fmt::format("{}://{}:{}{}{}", url.https ? "https" : "http", url.host, url.port,
+                     url.base_path, path);
 }
 
 }  // namespace
@@ -157,8 +204,7 @@ common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
                                      const std::string& path, const std::string& body,
                                      const std::string& token, int timeout_ms,
                                      const std::string& user_agent, const TlsClientOptions* tls) {
-  const std::string where = fmt::format("{}://{}:{}{}{}", url.https ? "https" : "http", url.host,
-                                        url.port, url.base_path, path);
+  const std::string where = where_of(url, path);
   try {
     asio::io_context io;
     asio::ip::tcp::resolver resolver(io);
@@ -189,17 +235,7 @@ common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
     auto ctx = client_context(tls != nullptr ? *tls : defaults, where);
     if (!ctx) return std::unexpected(ctx.error());
     TlsStream stream(io, **ctx);
-    SSL* ssl = stream.native_handle();
-    // The agent's certificate must name the host we asked for: its IP address or DNS name.
-    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-    asio::ip::make_address(url.host, ec);
-    const bool is_ip = !ec;
-    if (is_ip) {
-      X509_VERIFY_PARAM_set1_ip_asc(param, url.host.c_str());
-    } else {
-      X509_VERIFY_PARAM_set1_host(param, url.host.c_str(), 0);
-      SSL_set_tlsext_host_name(ssl, url.host.c_str());
-    }
+    expect_host(stream, url);
     auto& tcp = beast::get_lowest_layer(stream);
     tcp.expires_after(std::chrono::milliseconds(timeout_ms));
     tcp.connect(endpoints, ec);
@@ -207,23 +243,156 @@ common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
       return common::make_error(common::ErrorCode::kUnavailable,
                                 fmt::format("no agent at {}: {}", where, ec.message()));
     }
-    stream.handshake(asio::ssl::stream_base::client, ec);
-    if (ec) {
-      std::string reason = ec.message();
-      const long verify = SSL_get_verify_result(ssl);
-      if (verify != X509_V_OK) {
-        reason =
-            fmt::format("certificate verify failed: {}", X509_verify_cert_error_string(verify));
-      } else if (ec == beast::error::timeout) {
-        reason = fmt::format("no TLS handshake within {} ms", timeout_ms);
-      }
-      return common::make_error(common::ErrorCode::kUnavailable,
-                                fmt::format("{}: TLS handshake failed: {}", where, reason));
-    }
+    if (auto ok = handshake(stream, timeout_ms, where); !ok) return std::unexpected(ok.error());
     return exchange(stream, url, method, path, body, token, timeout_ms, user_agent, where);
   } catch (const std::exception& e) {
     return common::make_error(common::ErrorCode::kIo, fmt::format("{}: {}", where, e.what()));
   }
 }
+
+// ------------------------------------------------------------------ kept-alive connections
+
+namespace {
+
+struct Connection {
+  asio::io_context io;
+  std::optional<beast::tcp_stream> plain;
+  std::optional<TlsStream> tls;
+  std::chrono::steady_clock::time_point idle_since;
+};
+
+}  // namespace
+
+struct HttpConnectionPool::Impl {
+  Url url;
+  std::string user_agent;
+  size_t max_idle = 8;
+  std::chrono::nanoseconds max_idle_time{0};
+  std::unique_ptr<asio::ssl::context> ctx;  // https only
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Connection>> idle;  // newest last
+  std::atomic<uint64_t> opened{0};
+
+  std::unique_ptr<Connection> take_idle() {
+    std::lock_guard lock(mutex);
+    const auto now = std::chrono::steady_clock::now();
+    while (!idle.empty()) {
+      std::unique_ptr<Connection> c = std::move(idle.back());
+      idle.pop_back();
+      if (now - c->idle_since < max_idle_time) return c;  // older ones: dropped here
+    }
+    return nullptr;
+  }
+
+  void put_idle(std::unique_ptr<Connection> c) {
+    c->idle_since = std::chrono::steady_clock::now();
+    std::lock_guard lock(mutex);
+    if (idle.size() < max_idle) idle.push_back(std::move(c));
+  }
+
+  common::Result<std::unique_ptr<Connection>> open(int timeout_ms, const std::string& where) {
+    auto c = std::make_unique<Connection>();
+    asio::ip::tcp::resolver resolver(c->io);
+    beast::error_code ec;
+    const auto endpoints = resolver.resolve(url.host, url.port, ec);
+    if (ec) {
+      return common::make_error(common::ErrorCode::kUnavailable,
+                                fmt::format("{}: cannot resolve: {}", where, ec.message()));
+    }
+    beast::tcp_stream* tcp = nullptr;
+    if (ctx) {
+      c->tls.emplace(c->io, *ctx);
+      expect_host(*c->tls, url);
+      tcp = &beast::get_lowest_layer(*c->tls);
+    } else {
+      c->plain.emplace(c->io);
+      tcp = &*c->plain;
+    }
+    tcp->expires_after(std::chrono::milliseconds(timeout_ms));
+    tcp->connect(endpoints, ec);
+    if (ec) {
+      return common::make_error(common::ErrorCode::kUnavailable,
+                                fmt::format("no agent at {}: {}", where, ec.message()));
+    }
+    if (c->tls) {
+      if (auto ok = handshake(*c->tls, timeout_ms, where); !ok) return std::unexpected(ok.error());
+    }
+    ++opened;
+    return c;
+  }
+};
+
+HttpConnectionPool::HttpConnectionPool(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpConnectionPool::~HttpConnectionPool() = default;
+
+common::Result<std::shared_ptr<HttpConnectionPool>> HttpConnectionPool::create(
+    const Url& url, const TlsClientOptions* tls, std::string user_agent, size_t max_idle,
+    int64_t max_idle_ns) {
+  auto impl = std::make_unique<Impl>();
+  impl->url = url;
+  impl->user_agent = std::move(user_agent);
+  impl->max_idle = max_idle;
+  impl->max_idle_time = std::chrono::nanoseconds(max_idle_ns);
+  const std::string where = where_of(url, "");
+  if (!url.https) {
+    if (tls != nullptr && (!tls->cert_file.empty() || !tls->ca_file.empty())) {
+      return common::make_error(
+          common::ErrorCode::kInvalidArgument,
+          fmt::format("{}: TLS options (CA/certificate) given for an http:// URL; use https://",
+                      where));
+    }
+  } else {
+    const TlsClientOptions defaults;
+    auto ctx = client_context(tls != nullptr ? *tls : defaults, where);
+    if (!ctx) return std::unexpected(ctx.error());
+    impl->ctx = std::move(*ctx);
+  }
+  return std::shared_ptr<HttpConnectionPool>(new HttpConnectionPool(std::move(impl)));
+}
+
+common::Result<HttpAnswer> HttpConnectionPool::call(const std::string& method,
+                                                    const std::string& path,
+                                                    const std::string& body,
+                                                    const std::string& token, int timeout_ms) {
+  Impl& m = *impl_;
+  const std::string where = where_of(m.url, path);
+  try {
+    for (int attempt = 0;; ++attempt) {
+      std::unique_ptr<Connection> c = attempt == 0 ? m.take_idle() : nullptr;
+      const bool reused = c != nullptr;
+      if (!reused) {
+        auto opened = m.open(timeout_ms, where);
+        if (!opened) return std::unexpected(opened.error());
+        c = std::move(*opened);
+      }
+      bool reusable = false;
+      bool answered = false;
+      common::Result<HttpAnswer> got = common::make_error(common::ErrorCode::kInternal, "");
+      if (c->tls) {
+        beast::get_lowest_layer(*c->tls).expires_after(std::chrono::milliseconds(timeout_ms));
+        got = exchange(*c->tls, m.url, method, path, body, token, timeout_ms, m.user_agent, where,
+                       true, &reusable, &answered);
+      } else {
+        c->plain->expires_after(std::chrono::milliseconds(timeout_ms));
+        got = exchange(*c->plain, m.url, method, path, body, token, timeout_ms, m.user_agent,
+                       where, true, &reusable, &answered);
+      }
+      // An idle connection the server closed: nothing came back; once on a fresh one (the
+      // other idle ones are as old or older: dropped too).
+      if (!got && reused && !answered && attempt == 0 &&
+          got.error().code != common::ErrorCode::kTimeout) {
+        std::lock_guard lock(m.mutex);
+        m.idle.clear();
+        continue;
+      }
+      if (got && reusable) m.put_idle(std::move(c));
+      return got;
+    }
+  } catch (const std::exception& e) {
+    return common::make_error(common::ErrorCode::kIo, fmt::format("{}: {}", where, e.what()));
+  }
+}
+
+uint64_t HttpConnectionPool::connections_opened() const { return impl_->opened.load(); }
 
 }  // namespace detwan::control::client

@@ -7,6 +7,8 @@
 // verify failed: ..."). Threading: none shared; each call is independent. Used by detwanctl,
 // the Slurm plugin (through detwanctl), agents calling peers, and the collective library
 // (reservation_client.h).
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -44,5 +46,35 @@ common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
                                      const std::string& token, int timeout_ms,
                                      const std::string& user_agent = "detwanctl",
                                      const TlsClientOptions* tls = nullptr);
+
+// Kept-alive connections to one agent, for a caller that asks it often (an aggregator calling
+// its peers, docs/federation.md): a call reuses an idle connection (no TCP connect, no TLS
+// handshake); the TLS context (CA, certificate, key) is read once, at create(). A reused
+// connection the server closed meanwhile (it closes idle ones after its request timeout; they
+// are kept here for at most max_idle_ns) fails before any answer and is replaced once,
+// transparently -- callers send requests that are safe to repeat. Errors as http_call's.
+// Threading: call() is thread-safe; concurrent calls use separate connections; at most
+// max_idle connections are kept idle.
+class HttpConnectionPool {
+ public:
+  static common::Result<std::shared_ptr<HttpConnectionPool>> create(
+      const Url& url, const TlsClientOptions* tls, std::string user_agent, size_t max_idle = 8,
+      int64_t max_idle_ns = 2'000'000'000);
+  ~HttpConnectionPool();
+  HttpConnectionPool(const HttpConnectionPool&) = delete;
+  HttpConnectionPool& operator=(const HttpConnectionPool&) = delete;
+
+  common::Result<HttpAnswer> call(const std::string& method, const std::string& path,
+                                  const std::string& body, const std::string& token,
+                                  int timeout_ms);
+  // Connections opened so far (a test sees reuse as fewer connections than calls).
+  uint64_t connections_opened() const;
+
+  struct Impl;
+
+ private:
+  explicit HttpConnectionPool(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace detwan::control::client

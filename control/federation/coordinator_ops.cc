@@ -128,27 +128,35 @@ Outcome<json::object> Coordinator::propagate(const std::string& id, const std::s
         409, "wrong_state", fmt::format("{} is {}; {} is not allowed", id, a->state, action), ""});
   }
   std::optional<ApiError> first_error;
-  for (SegmentRecord& s : a->segments) {
-    if (action == "terminate") {
+  if (action == "terminate") {
+    for (SegmentRecord& s : a->segments) {
       if (!release_segment(s) && !first_error) {
         first_error = ApiError{
             502, "peer_unreachable",
             fmt::format("domain {}: {} (retried in the background)", s.domain, s.error), ""};
       }
-      continue;
     }
-    const PeerAnswer answer =
-        call(s.domain, "POST", fmt::format("/v1/federation/segments/{}/{}", s.id, action), nullptr);
-    auto state = answer.status == 200
-                     ? answer_state(s.domain, answer)
-                     : Outcome<std::string>(std::unexpected(peer_error(s.domain, answer)));
-    if (state) {
-      s.state = *state;
-      s.error.clear();
-    } else {
-      const ApiError e = state.error();
-      s.error = e.message;
-      if (!first_error) first_error = e;
+  } else {
+    std::vector<CallSpec> calls;
+    for (const SegmentRecord& s : a->segments) {
+      calls.push_back(CallSpec{s.domain, "POST",
+                               fmt::format("/v1/federation/segments/{}/{}", s.id, action), {}});
+    }
+    const std::vector<PeerAnswer> answers = call_all(calls);  // every domain at once
+    for (size_t i = 0; i < a->segments.size(); ++i) {
+      SegmentRecord& s = a->segments[i];
+      const PeerAnswer& answer = answers[i];
+      auto state = answer.status == 200
+                       ? answer_state(s.domain, answer)
+                       : Outcome<std::string>(std::unexpected(peer_error(s.domain, answer)));
+      if (state) {
+        s.state = *state;
+        s.error.clear();
+      } else {
+        const ApiError e = state.error();
+        s.error = e.message;
+        if (!first_error) first_error = e;
+      }
     }
   }
   if (action == "terminate") {
@@ -236,11 +244,20 @@ Outcome<json::object> Coordinator::get(const std::string& id) {
   bool active = !a->segments.empty();  // every domain's dataplane carries it
   int64_t mtu_bytes = -1;              // the least over the segments' links
   int64_t overhead_bytes = 0;
+  // Every domain at once (a client polling until active asks this every few ms).
+  std::vector<CallSpec> calls;
+  for (const SegmentRecord& s : a->segments) {
+    if (!s.id.empty()) {
+      calls.push_back(
+          CallSpec{s.domain, "GET", fmt::format("/v1/federation/segments/{}", s.id), {}});
+    }
+  }
+  const std::vector<PeerAnswer> answers = call_all(calls);
+  size_t next_answer = 0;
   for (size_t i = 0; i < a->segments.size(); ++i) {
     SegmentRecord& s = a->segments[i];
     if (s.id.empty()) continue;
-    const PeerAnswer answer =
-        call(s.domain, "GET", fmt::format("/v1/federation/segments/{}", s.id), nullptr);
+    const PeerAnswer& answer = answers[next_answer++];
     json::object& item = segments[i].as_object();
     auto state = answer.status == 200
                      ? answer_state(s.domain, answer)

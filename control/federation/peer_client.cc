@@ -27,6 +27,12 @@ common::Result<std::unique_ptr<HttpPeerClient>> HttpPeerClient::create(
     if (url) peer.url = *url;
     if (!url) peer.url_error = url.error().message;
     peer.tls = client::TlsClientOptions{p.ca, topology.federation.cert, topology.federation.key};
+    if (url) {
+      auto pool = client::HttpConnectionPool::create(*url, url->https ? &peer.tls : nullptr,
+                                                     out->user_agent_);
+      if (pool) peer.pool = std::move(*pool);
+      if (!pool) peer.pool_error = pool.error().message;
+    }
     if (!p.token_file.empty()) {
       auto token = common::read_secret_file(p.token_file, "token file");
       if (!token) return std::unexpected(token.error());
@@ -51,8 +57,9 @@ PeerAnswer HttpPeerClient::call(const std::string& domain, const std::string& me
     answer.error = fmt::format("domain '{}' is not one of federation.peers", domain);
     return answer;
   }
-  if (!peer->url_error.empty()) {
-    answer.error = fmt::format("domain {} ({}): {}", domain, peer->url_text, peer->url_error);
+  if (!peer->url_error.empty() || !peer->pool) {
+    answer.error = fmt::format("domain {} ({}): {}", domain, peer->url_text,
+                               !peer->url_error.empty() ? peer->url_error : peer->pool_error);
     return answer;
   }
   // client::http_call's deadline only bounds what it does asynchronously (its synchronous
@@ -73,12 +80,9 @@ PeerAnswer HttpPeerClient::call(const std::string& domain, const std::string& me
     return answer;
   }
   auto shared = std::make_shared<Shared>();
-  std::optional<client::TlsClientOptions> tls;
-  if (peer->url.https) tls = peer->tls;
-  std::thread([shared, stuck = stuck_, url = peer->url, method, path, body, token = peer->token,
-               timeout = timeout_ms_, ua = user_agent_, tls] {
-    auto result =
-        client::http_call(url, method, path, body, token, timeout, ua, tls ? &*tls : nullptr);
+  std::thread([shared, stuck = stuck_, pool = peer->pool, method, path, body, token = peer->token,
+               timeout = timeout_ms_] {
+    auto result = pool->call(method, path, body, token, timeout);
     std::lock_guard lock(shared->mutex);
     shared->result = std::move(result);
     shared->done = true;

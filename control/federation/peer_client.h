@@ -4,7 +4,8 @@
 // (federation.peers[].token_file). A FaultInjector (tests) refuses, times out or drops chosen
 // calls by domain and phase.
 //
-// Threading: call() is thread-safe (one connection per call, a deadline of call_timeout).
+// Threading: call() is thread-safe; each peer's connections are kept alive and reused
+// (client::HttpConnectionPool: no TCP or TLS handshake per call), a deadline of call_timeout.
 // Errors: a transport failure is status 0 with `error` naming the peer and its URL, and
 // `timed_out` when the deadline passed.
 #include <atomic>
@@ -51,6 +52,10 @@ class HttpPeerClient final : public PeerClient {
     std::string url_error;
     client::TlsClientOptions tls;
     std::string token;
+    // Kept-alive connections (shared with calls given up at their deadline, which may outlive
+    // the client); null with pool_error saying why (said at each call).
+    std::shared_ptr<client::HttpConnectionPool> pool;
+    std::string pool_error;
   };
   static constexpr int kMaxStuckCalls = 16;
   std::vector<Peer> peers_;

@@ -3,6 +3,7 @@
 // closed, a peer certificate's domain reaches the handler, a client without a certificate is
 // refused when one is required, a silent client is closed, host names are checked, and scoped
 // tokens ride on TLS. Servers on 127.0.0.1, port 0.
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -259,6 +260,53 @@ TEST_F(TlsTest, AClientWithoutCertificateIsRefusedWhenOneIsRequired) {
   const TlsClientOptions as_y{ca_x_.cert_file, peer_y_.cert_file, peer_y_.key_file};
   auto ok = http_call(url(*server), "GET", "/healthz", "", "", 5000, "test", &as_y);
   ASSERT_TRUE(ok.has_value()) << ok.error().message;
+}
+
+// An aggregator's calls to a peer (federation): kept-alive connections, reused with the peer's
+// identity on every request; one the server closed while idle is replaced without the caller
+// seeing it; a wrong CA fails as http_call does.
+TEST_F(TlsTest, KeptAliveConnectionsAreReusedAndReplacedOnceTheServerClosedThem) {
+  IdentityEcho echo;
+  auto o = options(ca_y_.cert_file);
+  o.request_timeout_ns = 300'000'000;  // idle connections closed by the server after 300 ms
+  auto server = HttpServer::start(o, echo.handler());
+  ASSERT_TRUE(server.has_value()) << server.error().message;
+  const TlsClientOptions as_y{ca_x_.cert_file, peer_y_.cert_file, peer_y_.key_file};
+  auto pool = client::HttpConnectionPool::create(url(*server), &as_y, "test");
+  ASSERT_TRUE(pool.has_value()) << pool.error().message;
+  for (int i = 0; i < 5; ++i) {
+    auto got = (*pool)->call("GET", "/healthz", "", "", 5000);
+    ASSERT_TRUE(got.has_value()) << got.error().message;
+    EXPECT_EQ(got->status, 200);
+    EXPECT_EQ(boost::json::parse(got->body).at("domain").as_string(), "y");
+  }
+  EXPECT_EQ((*pool)->connections_opened(), 1u);  // one handshake for five calls
+  // Concurrent calls take separate connections; every one is answered.
+  std::vector<std::thread> threads;
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      auto got = (*pool)->call("POST", "/v1/reservations", "{}", "", 5000);
+      if (got && got->status == 200) ++answered;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(answered.load(), 4);
+  EXPECT_LE((*pool)->connections_opened(), 5u);
+  const uint64_t before = (*pool)->connections_opened();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the server closed them
+  auto again = (*pool)->call("GET", "/healthz", "", "", 5000);
+  ASSERT_TRUE(again.has_value()) << again.error().message;
+  EXPECT_EQ(again->status, 200);
+  EXPECT_EQ((*pool)->connections_opened(), before + 1);
+  // A pool that does not trust the server's CA: refused as http_call is, naming the cause.
+  const TlsClientOptions wrong{ca_y_.cert_file, peer_y_.cert_file, peer_y_.key_file};
+  auto distrustful = client::HttpConnectionPool::create(url(*server), &wrong, "test");
+  ASSERT_TRUE(distrustful.has_value());
+  auto refused = (*distrustful)->call("GET", "/healthz", "", "", 5000);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("certificate verify failed"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST_F(TlsTest, AClientThatSaysNothingIsClosedAtTheRequestTimeout) {
