@@ -90,6 +90,11 @@ struct Aggregate {
   int64_t updated_ns = 0;
 };
 
+// Terminated or failed (an aggregate's or a segment's state): nothing more happens to it.
+inline bool is_final(const std::string& state) {
+  return state == "terminated" || state == "failed";
+}
+
 // The journal's form (with the request's fingerprint) and the API's (without).
 boost::json::object to_json(const Aggregate& a);
 boost::json::object api_json(const Aggregate& a);

@@ -15,12 +15,6 @@ using agent::ApiError;
 using agent::Outcome;
 using fields::text;
 
-namespace {
-
-bool is_final(const std::string& state) { return state == "terminated" || state == "failed"; }
-
-}  // namespace
-
 bool Coordinator::release_segment(SegmentRecord& s) {
   if (is_final(s.state) || s.state == "refused" || s.state == "planned") {
     s.cleanup = false;

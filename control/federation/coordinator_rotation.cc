@@ -25,8 +25,6 @@ using agent::Outcome;
 
 namespace {
 
-bool is_final(const std::string& state) { return state == "terminated" || state == "failed"; }
-
 // As an agent keeps an old key after its own switch (agent_impl.h, kKeyDropGraceNs).
 constexpr int64_t kOldKeyGraceNs = 1'000'000'000;
 
