@@ -345,9 +345,11 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
   // Every answer is recorded before anything is released: a refusal from one domain must not
   // leave another's hold unknown to us.
   std::optional<ApiError> first_error;
+  std::vector<bool> unanswered(a.segments.size(), false);
   for (size_t i = 0; i < a.segments.size(); ++i) {
     SegmentRecord& s = a.segments[i];
     PeerAnswer& answer = answers[i];
+    unanswered[i] = answer.status == 0;
     if (answer.status == 200 || answer.status == 201) {
       if (auto bad = check_hold_answer(s.domain, answer)) {
         // It answered, so it may hold a segment, in a form we cannot use: as for a lost
@@ -395,7 +397,9 @@ Outcome<void> Coordinator::hold_segments(Aggregate& a) {
   }
   if (auto ok = save(a); !ok && !first_error) first_error = ok.error();
   if (first_error) {
-    release_all(a);
+    // The domains that answered are released now; one that did not is left to tick(): the
+    // requester is answered after one call timeout, not a second spent on the same domain.
+    release_all(a, unanswered);
     return std::unexpected(*first_error);
   }
   return {};
@@ -452,9 +456,11 @@ Outcome<void> Coordinator::commit_segments(Aggregate& a) {
   // The decision is journaled: every domain is told at once.
   const std::vector<PeerAnswer> answers = call_all(calls);
   std::optional<ApiError> first_error;
+  std::vector<bool> unanswered(a.segments.size(), false);
   for (size_t i = 0; i < asked.size(); ++i) {
     SegmentRecord& s = *asked[i];
     const PeerAnswer& answer = answers[i];
+    unanswered[static_cast<size_t>(&s - a.segments.data())] = answer.status == 0;
     // A 200 whose state is not one a commit leads to is treated like a failed commit: the
     // compensation below terminates every segment, that one included.
     Outcome<std::string> state = std::unexpected(ApiError{});
@@ -472,10 +478,19 @@ Outcome<void> Coordinator::commit_segments(Aggregate& a) {
     }
     const ApiError e = answer.status == 200 ? state.error() : peer_error(s.domain, answer);
     s.error = e.message;
-    if (!first_error) first_error = e;
+    if (answer.status == 0) {
+      // No answer: it may have committed (now, or when the request arrives late). Terminated
+      // by tick() until that domain answers, whatever its hold says (hold_expires 0).
+      s.state = "unknown";
+      s.cleanup = true;
+      s.hold_expires_ns = 0;
+    }
+    // The cause the client gets: a refusal names what was refused, before a lost answer.
+    if (!first_error || (first_error->status >= 502 && answer.status != 0)) first_error = e;
   }
   if (first_error) {
-    release_all(a);  // compensate: every segment terminated
+    // Compensate: every segment terminated (one whose domain did not answer, by tick()).
+    release_all(a, unanswered);
     a.state = "failed";
     a.reason = first_error->message;
     (void)save(a);

@@ -178,9 +178,14 @@ class Coordinator {
   agent::Outcome<void> commit_segments(Aggregate& a);
   void compose(Aggregate& a);
   // abort (held) or terminate a segment, looking it up by client_request_id if needed; true
-  // once the domain answered that it holds nothing for it.
-  bool release_segment(SegmentRecord& s);
-  void release_all(Aggregate& a);
+  // once the domain answered that it holds nothing for it. `unanswered` (if given) is set when
+  // the domain did not answer at all (unreachable, timed out). Thread-compatible per segment:
+  // tick() runs it on copies, outside mutex_.
+  bool release_segment(SegmentRecord& s, bool* unanswered = nullptr);
+  // Releases every segment but those `deferred` (by index: their domain did not answer the
+  // call just made), which are marked cleanup and left to tick(): the requester is answered
+  // after one call timeout, not two, and the retry does not hold mutex_ while it waits.
+  void release_all(Aggregate& a, const std::vector<bool>& deferred = {});
   agent::Outcome<boost::json::object> propagate(const std::string& id, const std::string& action,
                                                 const std::string& target_state);
   // One step of a rotation under way, when every end segment has the previous one in place.
@@ -201,6 +206,7 @@ class Coordinator {
   std::map<std::string, std::string> by_request_;   // client_request_id -> id
   std::map<std::string, ParsedView> view_cache_;    // by domain
   std::map<std::string, int64_t> view_fetched_ns_;  // realtime of each fetch
+  mutable std::mutex counters_mutex_;  // counters_ (bumped by calls made outside mutex_)
   CoordinatorCounters counters_;
   std::condition_variable wake_;
   bool stopping_ = false;

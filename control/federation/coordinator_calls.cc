@@ -125,7 +125,10 @@ ApiError Coordinator::peer_error(const std::string& domain, const PeerAnswer& an
 
 ApiError Coordinator::protocol_error(const std::string& domain, const std::string& field,
                                      const std::string& why) {
-  ++counters_.peer_protocol_errors[domain];
+  {
+    std::lock_guard lock(counters_mutex_);
+    ++counters_.peer_protocol_errors[domain];
+  }
   ApiError e{502, "peer_protocol",
              field.empty() ? fmt::format("domain {}: the answer {}", domain, why)
                            : fmt::format("domain {}: answer field '{}' {}", domain, field, why),
@@ -174,7 +177,7 @@ Outcome<std::string> Coordinator::answer_state(const std::string& domain,
 }
 
 CoordinatorCounters Coordinator::counters() const {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(counters_mutex_);
   return counters_;
 }
 

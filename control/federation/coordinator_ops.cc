@@ -2,6 +2,8 @@
 // releasing segments, the retry loop and recovery after a restart.
 #include <algorithm>
 #include <chrono>
+#include <set>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -15,7 +17,8 @@ using agent::ApiError;
 using agent::Outcome;
 using fields::text;
 
-bool Coordinator::release_segment(SegmentRecord& s) {
+bool Coordinator::release_segment(SegmentRecord& s, bool* unanswered) {
+  if (unanswered != nullptr) *unanswered = false;
   if (is_final(s.state) || s.state == "refused" || s.state == "planned") {
     s.cleanup = false;
     return true;
@@ -47,6 +50,7 @@ bool Coordinator::release_segment(SegmentRecord& s) {
     }
     if (found.status != 200) {
       s.cleanup = true;
+      if (unanswered != nullptr) *unanswered = found.status == 0;
       return false;
     }
     // The id we abort by, from the peer: unusable, it is asked again at the next retry.
@@ -84,12 +88,23 @@ bool Coordinator::release_segment(SegmentRecord& s) {
   }
   s.cleanup = true;
   s.error = answer.status == 0 ? answer.error : peer_error(s.domain, answer).message;
+  if (unanswered != nullptr) *unanswered = answer.status == 0;
   return false;
 }
 
-void Coordinator::release_all(Aggregate& a) {
-  for (SegmentRecord& s : a.segments) (void)release_segment(s);
+void Coordinator::release_all(Aggregate& a, const std::vector<bool>& deferred) {
+  bool any_deferred = false;
+  for (size_t i = 0; i < a.segments.size(); ++i) {
+    SegmentRecord& s = a.segments[i];
+    if (i < deferred.size() && deferred[i] && !is_final(s.state)) {
+      s.cleanup = true;  // tick() retries it, outside mutex_
+      any_deferred = true;
+      continue;
+    }
+    (void)release_segment(s);
+  }
   (void)save(a);
+  if (any_deferred) wake_.notify_all();
 }
 
 Outcome<json::object> Coordinator::abort(const std::string& id) {
@@ -277,6 +292,19 @@ Outcome<json::object> Coordinator::get(const std::string& id) {
       active = false;
     }
   }
+  // A provision or release that failed at one domain is not rolled back at the others; once
+  // every domain reports the same state (a retried call, or a hung domain that carried out the
+  // late request when it ran again), the aggregate says so too.
+  if (a->state == "committed" || a->state == "provisioned" || a->state == "released") {
+    const std::string& first = a->segments.empty() ? a->state : a->segments.front().state;
+    const bool same = std::all_of(a->segments.begin(), a->segments.end(),
+                                  [&](const SegmentRecord& s) { return s.state == first; });
+    if (same && first != a->state &&
+        (first == "provisioned" || first == "released" || first == "committed")) {
+      a->state = first;
+      if (auto ok = save(*a); ok) out["state"] = a->state;
+    }
+  }
   out["segments"] = std::move(segments);
   out["dataplane_active"] = active;
   // The shape a job's reservation client reads (control/client/reservation_client.h, as a
@@ -310,32 +338,74 @@ json::array Coordinator::list() const {
 }
 
 void Coordinator::tick() {
-  std::lock_guard lock(mutex_);
-  const int64_t now = options_.realtime->now_ns();
-  for (auto& [id, a] : aggregates_) {
-    if (a.state == "held" && a.hold_expires_ns > 0 && now >= a.hold_expires_ns) {
-      release_all(a);
-      a.state = "terminated";
-      a.reason = "hold_timeout";
-      (void)save(a);
-      continue;
-    }
-    bool changed = false;
-    for (SegmentRecord& s : a.segments) {
-      if (!s.cleanup) continue;
-      // A hold that passed releases itself there; a committed segment is retried until it answers.
-      if ((s.state == "held" || s.state == "unknown") && s.hold_expires_ns > 0 &&
-          now >= s.hold_expires_ns) {
-        s.cleanup = false;
-        s.state = "terminated";
+  // What is owed (an abort or terminate a domain has not answered yet) is retried outside
+  // mutex_, one thread per domain: a domain that hangs delays neither the clients nor the
+  // other domains' retries, only its own (one call timeout per tick: after a call without an
+  // answer, that domain's other owed segments wait for the next tick).
+  struct Owed {
+    std::string aggregate_id;
+    size_t index = 0;
+    SegmentRecord segment;  // a copy; merged back if nobody changed it meanwhile
+  };
+  std::map<std::string, std::vector<Owed>> owed;  // by domain
+  {
+    std::lock_guard lock(mutex_);
+    const int64_t now = options_.realtime->now_ns();
+    for (auto& [id, a] : aggregates_) {
+      bool changed = false;
+      if (a.state == "held" && a.hold_expires_ns > 0 && now >= a.hold_expires_ns) {
+        for (SegmentRecord& s : a.segments) s.cleanup = !is_final(s.state);
+        a.state = "terminated";
+        a.reason = "hold_timeout";
         changed = true;
-        continue;
       }
-      changed = release_segment(s) || changed;
+      for (size_t i = 0; i < a.segments.size(); ++i) {
+        SegmentRecord& s = a.segments[i];
+        if (!s.cleanup) continue;
+        // A hold that passed releases itself there; a committed segment is retried until it
+        // answers.
+        if ((s.state == "held" || s.state == "unknown") && s.hold_expires_ns > 0 &&
+            now >= s.hold_expires_ns) {
+          s.cleanup = false;
+          s.state = "terminated";
+          changed = true;
+          continue;
+        }
+        owed[s.domain].push_back(Owed{id, i, s});
+      }
+      if (changed) (void)save(a);
+      if (!a.rotation.empty()) step_rotation(a, now);
     }
-    if (changed) (void)save(a);
-    if (!a.rotation.empty()) step_rotation(a, now);
   }
+  if (owed.empty()) return;
+  const auto retry = [this](std::vector<Owed>& list) {
+    for (Owed& o : list) {
+      bool unanswered = false;
+      try {
+        (void)release_segment(o.segment, &unanswered);
+      } catch (const std::exception& e) {  // an answer of a shape nobody foresaw: next tick
+        o.segment.error = fmt::format("domain {}: {}", o.segment.domain, e.what());
+      }
+      if (unanswered) break;  // the rest of this domain's wait for the next tick
+    }
+  };
+  std::vector<std::thread> threads;
+  for (auto& [domain, list] : owed) threads.emplace_back(retry, std::ref(list));
+  for (std::thread& t : threads) t.join();
+  std::lock_guard lock(mutex_);
+  std::set<Aggregate*> changed;
+  for (auto& [domain, list] : owed) {
+    for (const Owed& o : list) {
+      Aggregate* a = find(o.aggregate_id);
+      if (a == nullptr || o.index >= a->segments.size()) continue;
+      SegmentRecord& s = a->segments[o.index];
+      // A client's terminate may have released it meanwhile: what it recorded stands.
+      if (s.client_request_id != o.segment.client_request_id || !s.cleanup) continue;
+      s = o.segment;
+      changed.insert(a);
+    }
+  }
+  for (Aggregate* a : changed) (void)save(*a);
 }
 
 void Coordinator::recover() {

@@ -39,9 +39,17 @@ TEST_F(FederationFixture, EveryFaultLeavesNoHoldOrBookingAndNamesTheDomain) {
                                                                   : 502;
         EXPECT_EQ(out.error().status, expected_status) << out.error().message;
         coordinator().faults().clear();
-        // The peers answer the aborts and terminations: nothing is held even before the holds
-        // pass (a timed-out call's segment is found by its client_request_id).
-        for (const char* d : kDomains) EXPECT_EQ(holding(d), 0u) << "at once, domain " << d;
+        // The domains that answered were released before the answer; the faulted one's abort
+        // or terminate is owed (its domain did not answer: the requester is not kept waiting
+        // for a second call to it) and done by the next tick, before any hold passes (a
+        // timed-out call's segment is found by its client_request_id).
+        for (const char* d : kDomains) {
+          if (kind == FaultKind::kRefuse || std::string(d) != domain) {
+            EXPECT_EQ(holding(d), 0u) << "at once, domain " << d;
+          }
+        }
+        coordinator().tick();
+        for (const char* d : kDomains) EXPECT_EQ(holding(d), 0u) << "after a tick, domain " << d;
         // Nothing is left once the holds (10 s, plus the call timeout for a call without an
         // answer) passed and the retry loop ran.
         realtime.advance_ns(13 * kSecond);
@@ -95,6 +103,63 @@ TEST_F(FederationFixture, ASlowPeerTimesOutAndItsLateSegmentIsAbortedWhenItAppea
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(std::string(list[0].at("reason").as_string()), "aborted");
   EXPECT_FALSE(coordinator().list()[0].at("segments").as_array()[1].at("cleanup").as_bool());
+}
+
+TEST_F(FederationFixture, ACommitWithoutAnAnswerIsTerminatedEvenAfterTheHoldsPassed) {
+  // w commits, its answer is lost: the others are compensated at once; w's segment is
+  // committed there (no hold timer frees it) and is terminated by the retry loop even once
+  // the holds have passed.
+  coordinator().faults().add(federation::Fault{"w", "commit", FaultKind::kTimeout, 1});
+  auto out = coordinator().reserve(request("commit-lost", true));
+  ASSERT_FALSE(out.has_value());
+  EXPECT_EQ(out.error().status, 504) << out.error().message;
+  EXPECT_NE(out.error().message.find("domain w"), std::string::npos) << out.error().message;
+  EXPECT_EQ(holding("x"), 0u);
+  EXPECT_EQ(holding("z"), 0u);
+  EXPECT_EQ(holding("w"), 1u);  // committed there; its terminate is owed
+  const json::object a = coordinator().list()[0].as_object();
+  EXPECT_EQ(std::string(a.at("state").as_string()), "failed");
+  const json::object& w = a.at("segments").as_array()[1].as_object();
+  EXPECT_TRUE(w.at("cleanup").as_bool()) << json::serialize(a);
+  EXPECT_EQ(std::string(w.at("state").as_string()), "unknown");
+  realtime.advance_ns(13 * kSecond);  // past every hold
+  monotonic.advance_ns(13 * kSecond);
+  for (const char* d : kDomains) agent_of(d).tick();
+  EXPECT_EQ(holding("w"), 1u);  // a committed segment does not expire
+  coordinator().tick();
+  EXPECT_EQ(holding("w"), 0u);
+  EXPECT_EQ(agent_of("w").check_ledger(), "");
+  EXPECT_FALSE(
+      coordinator().list()[0].at("segments").as_array()[1].at("cleanup").as_bool());
+}
+
+TEST_F(FederationFixture, AProvisionFailedAtOneDomainIsFinishedByARetryAndTheStateFollows) {
+  auto committed = coordinator().reserve(request("prov-retry", true));
+  ASSERT_TRUE(committed.has_value()) << committed.error().message;
+  const std::string id(committed->at("id").as_string());
+  coordinator().faults().add(federation::Fault{"z", "provision", FaultKind::kDrop, 1});
+  auto failed = coordinator().provision(id);
+  ASSERT_FALSE(failed.has_value());
+  EXPECT_EQ(failed.error().status, 502);
+  EXPECT_NE(failed.error().message.find("domain z"), std::string::npos);
+  // Not rolled back: x and w provisioned, z committed, the aggregate committed.
+  auto got = coordinator().get(id);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(std::string(got->at("state").as_string()), "committed");
+  EXPECT_EQ(std::string(got->at("segments").as_array()[0].at("state").as_string()),
+            "provisioned");
+  EXPECT_EQ(std::string(got->at("segments").as_array()[2].at("state").as_string()), "committed");
+  // z carries it out by another route (here: its own API, as a late request would): the
+  // aggregate follows its segments once they agree.
+  const std::string z_id(got->at("segments").as_array()[2].at("id").as_string());
+  ASSERT_TRUE(agent_of("z").provision(z_id).has_value());
+  got = coordinator().get(id);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(std::string(got->at("state").as_string()), "provisioned") << json::serialize(*got);
+  // A retried provision (the client's answer to the 502) is answered as done.
+  auto again = coordinator().provision(id);
+  ASSERT_TRUE(again.has_value()) << again.error().message;
+  EXPECT_EQ(std::string(again->at("state").as_string()), "provisioned");
 }
 
 TEST_F(FederationFixture, TunnelIdTakenAtAnEndIsRetriedWithAnotherId) {
