@@ -111,35 +111,55 @@ Outcome<void> Coordinator::save(Aggregate& a) {
   return agent_.journal_federation("aggregate", a.id, json::serialize(to_json(a)));
 }
 
-Outcome<std::vector<ParsedView>> Coordinator::views(bool refresh, std::string* looked_at) {
+Outcome<std::vector<ParsedView>> Coordinator::views(bool refresh, std::string* looked_at,
+                                                    std::map<std::string, std::string>* failed) {
   std::vector<ParsedView> out;
   const int64_t now = options_.realtime->now_ns();
   auto own = parse_view(agent_.federation_view());
   if (!own) return std::unexpected(ApiError{500, "internal", own.error().message, ""});
   out.push_back(std::move(*own));
   *looked_at = domain_;
+  // The views to fetch, every peer at once; a peer whose fetch timed out earlier in this
+  // request (`failed`) is not asked again: a hung peer costs one call timeout, not one per look.
+  std::vector<CallSpec> calls;
+  for (const model::FederationPeer& peer : agent_.topology().federation.peers) {
+    const auto cached = view_cache_.find(peer.domain);
+    const bool fresh = cached != view_cache_.end() &&
+                       now - view_fetched_ns_[peer.domain] < options_.view_max_age_ns;
+    if ((!refresh && fresh) || (failed != nullptr && failed->contains(peer.domain))) continue;
+    calls.push_back(CallSpec{peer.domain, "GET", "/v1/federation/view", {}});
+  }
+  std::vector<PeerAnswer> answers = call_all(calls);
+  std::map<std::string, PeerAnswer> by_domain;
+  for (size_t i = 0; i < calls.size(); ++i) by_domain[calls[i].domain] = std::move(answers[i]);
   for (const model::FederationPeer& peer : agent_.topology().federation.peers) {
     *looked_at += ", " + peer.domain;
-    const auto cached = view_cache_.find(peer.domain);
-    if (!refresh && cached != view_cache_.end() &&
-        now - view_fetched_ns_[peer.domain] < options_.view_max_age_ns) {
-      out.push_back(cached->second);
+    const auto answered = by_domain.find(peer.domain);
+    if (answered == by_domain.end()) {
+      if (failed != nullptr && failed->contains(peer.domain)) {
+        *looked_at += " (" + failed->at(peer.domain) + ")";
+      } else {
+        out.push_back(view_cache_.at(peer.domain));
+      }
       continue;
     }
-    PeerAnswer answer = call(peer.domain, "GET", "/v1/federation/view", nullptr);
+    const PeerAnswer& answer = answered->second;
+    std::string problem;
     if (answer.status != 200) {
-      *looked_at += " (view unavailable: " +
-                    (answer.status == 0 ? answer.error : text(answer.body, "message")) + ")";
+      problem = "view unavailable: " +
+                (answer.status == 0 ? answer.error : text(answer.body, "message"));
+    } else if (auto parsed = parse_view(answer.body); !parsed || parsed->domain != peer.domain) {
+      problem = "view malformed";
+    } else {
+      view_cache_[peer.domain] = *parsed;
+      view_fetched_ns_[peer.domain] = now;
+      out.push_back(std::move(*parsed));
       continue;
     }
-    auto parsed = parse_view(answer.body);
-    if (!parsed || parsed->domain != peer.domain) {
-      *looked_at += " (view malformed)";
-      continue;
-    }
-    view_cache_[peer.domain] = *parsed;
-    view_fetched_ns_[peer.domain] = now;
-    out.push_back(std::move(*parsed));
+    *looked_at += " (" + problem + ")";
+    // One that timed out is not waited for twice; one that refused or was unreachable (an
+    // answer within milliseconds) is asked again by the next look.
+    if (failed != nullptr && answer.timed_out) (*failed)[peer.domain] = problem;
   }
   return out;
 }
@@ -213,12 +233,13 @@ Outcome<json::object> Coordinator::reserve_and_commit(const agent::ReserveReques
                       ? spec.max_burst_bytes
                       : admission::auto_burst_bytes(model::Link{}, spec.min_bandwidth_bps);
   std::string looked_at;
-  auto graph = views(false, &looked_at);
+  std::map<std::string, std::string> unavailable;  // peers whose view could not be had
+  auto graph = views(false, &looked_at, &unavailable);
   if (!graph) return std::unexpected(graph.error());
   DomainPath path =
       find_domain_path(*graph, spec.src, spec.dst, spec.min_bandwidth_bps, start, end);
   if (path.segments.empty()) {  // a stale view may hide a path: look again
-    graph = views(true, &looked_at);
+    graph = views(true, &looked_at, &unavailable);
     if (!graph) return std::unexpected(graph.error());
     path = find_domain_path(*graph, spec.src, spec.dst, spec.min_bandwidth_bps, start, end);
   }

@@ -172,7 +172,12 @@ class Coordinator {
   // The segment's state in a 200 answer to a call on it, or the protocol error.
   agent::Outcome<std::string> answer_state(const std::string& domain, const PeerAnswer& answer);
   agent::Outcome<void> save(Aggregate& a);
-  agent::Outcome<std::vector<ParsedView>> views(bool refresh, std::string* looked_at);
+  // Our view and every peer's (cached for view_max_age; `refresh`: fetched again), fetched at
+  // once; `looked_at` names the domains and the views that could not be had. Peers in
+  // `failed` are not asked; those whose fetch timed out are added to it.
+  agent::Outcome<std::vector<ParsedView>> views(bool refresh, std::string* looked_at,
+                                                std::map<std::string, std::string>* failed =
+                                                    nullptr);
   // One attempt of phase 1 with `tunnel_id`; on failure every held segment is released.
   agent::Outcome<void> hold_segments(Aggregate& a);
   agent::Outcome<void> commit_segments(Aggregate& a);

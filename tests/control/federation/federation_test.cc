@@ -325,6 +325,30 @@ TEST_F(FederationFixture, NoPathNamesTheDomainsLookedAt) {
   EXPECT_EQ(refused.error().code, "no_path");
 }
 
+TEST_F(FederationFixture, AViewThatTimedOutIsNotWaitedForTwiceInOneRequest) {
+  // Cold views (older than view_max_age): the request fetches every peer's view, and fetches
+  // them again when no path is found. w's first fetch times out: the second look does not ask
+  // w again (one call timeout, not two) and the refusal names w's view.
+  realtime.advance_ns(60 * kSecond);
+  coordinator().faults().add(federation::Fault{"w", "view", federation::FaultKind::kTimeout, 2});
+  auto out = coordinator().reserve(request("view-hung"));
+  ASSERT_FALSE(out.has_value());
+  EXPECT_EQ(out.error().code, "no_path");
+  EXPECT_NE(out.error().message.find("w (view unavailable: domain w: no answer"),
+            std::string::npos)
+      << out.error().message;
+  // The second fault is still there: w's view was asked once.
+  auto again = coordinator().reserve(request("view-hung-2"));
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code, "no_path");
+  // A refused fetch (answered at once) is asked again by the second look: the request goes on.
+  coordinator().faults().clear();
+  realtime.advance_ns(60 * kSecond);
+  coordinator().faults().add(federation::Fault{"w", "view", federation::FaultKind::kDrop, 1});
+  auto held = coordinator().reserve(request("view-dropped"));
+  ASSERT_TRUE(held.has_value()) << held.error().message;
+}
+
 TEST_F(FederationFixture, AnEncryptedCrossDomainTunnelNeedsBothGatewaysIdentityKeys) {
   agent::ReserveRequest r = request("enc");
   r.spec.encrypt = "aes-256-gcm";
