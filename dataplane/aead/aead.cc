@@ -1,10 +1,13 @@
-// Setup side of tunnel AEAD: cipher names, key parsing, fingerprints, OpenSSL contexts.
+// Setup side of tunnel AEAD: cipher and backend names, key parsing, fingerprints, the OpenSSL
+// contexts or intel-ipsec-mb's expanded key.
 #include <openssl/evp.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "common/crypto.h"
+#include "common/logging.h"
 #include "common/strings.h"
 #include "dataplane/aead/aead.h"
 #include "dataplane/aead/aead_impl.h"
@@ -47,13 +50,86 @@ std::string fingerprint(const Key& key) {
 
 using common::crypto::openssl_error;
 
+std::string_view to_string(Backend backend) noexcept {
+  switch (backend) {
+    case Backend::kOpenssl:
+      return "openssl";
+    case Backend::kIpsecMb:
+      return "intel-ipsec-mb";
+    case Backend::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::optional<Backend> backend_from_string(std::string_view name) noexcept {
+  if (name == "auto") return Backend::kAuto;
+  if (name == "openssl") return Backend::kOpenssl;
+  if (name == "intel-ipsec-mb" || name == "ipsec-mb") return Backend::kIpsecMb;
+  return std::nullopt;
+}
+
+bool ipsec_mb_available() noexcept { return ipsec_mb::available(); }
+
 AeadKey::Contexts::~Contexts() {
   EVP_CIPHER_CTX_free(seal);
   EVP_CIPHER_CTX_free(open);
+  ipsec_mb::destroy(gcm);
 }
 
-common::Result<AeadKey> AeadKey::create(Cipher cipher, const Key& key) {
+Backend AeadKey::backend() const noexcept {
+  return contexts_->gcm != nullptr ? Backend::kIpsecMb : Backend::kOpenssl;
+}
+
+namespace {
+
+// kAuto resolved: DETWAN_AEAD_BACKEND (auto | openssl | intel-ipsec-mb), read once per
+// process, lets an operator or a benchmark (tools/bench/gw-aead-cost) pick the library of a
+// whole gateway; anything else in it is ignored with a warning.
+Backend process_default() {
+  static const Backend chosen = [] {
+    const char* env = std::getenv("DETWAN_AEAD_BACKEND");
+    if (env == nullptr || *env == '\0') return Backend::kAuto;
+    const auto parsed = backend_from_string(env);
+    if (!parsed) {
+      common::logger("detwan-gw")
+          ->warn("DETWAN_AEAD_BACKEND='{}' is not auto, openssl or intel-ipsec-mb: ignored", env);
+      return Backend::kAuto;
+    }
+    return *parsed;
+  }();
+  return chosen;
+}
+
+}  // namespace
+
+common::Result<AeadKey> AeadKey::create(Cipher cipher, const Key& key, Backend backend) {
+  if (backend == Backend::kIpsecMb && cipher != Cipher::kAes256Gcm) {
+    return make_error(ErrorCode::kConfig,
+                      "intel-ipsec-mb is used for aes-256-gcm only, not " +
+                          std::string(to_string(cipher)));
+  }
+  if (backend == Backend::kAuto) {
+    backend = process_default();
+    // A gateway-wide choice: ChaCha20 stays OpenSSL's.
+    if (cipher != Cipher::kAes256Gcm) backend = Backend::kOpenssl;
+  }
   auto contexts = std::make_unique<Contexts>();
+  const bool want_ipsec_mb =
+      cipher == Cipher::kAes256Gcm &&
+      (backend == Backend::kIpsecMb || (backend == Backend::kAuto && ipsec_mb::available()));
+  if (want_ipsec_mb) {
+    contexts->gcm = ipsec_mb::create();
+    if (contexts->gcm == nullptr) {
+      return make_error(ErrorCode::kConfig,
+                        ipsec_mb::available()
+                            ? "cannot set up aes-256-gcm on intel-ipsec-mb: out of memory"
+                            : "cannot set up aes-256-gcm on intel-ipsec-mb: not built in (no "
+                              "libipsec-mb-dev at build time) or its manager failed on this CPU");
+    }
+    ipsec_mb::expand(contexts->gcm, key);
+    return AeadKey(cipher, std::move(contexts));
+  }
   contexts->seal = EVP_CIPHER_CTX_new();
   contexts->open = EVP_CIPHER_CTX_new();
   const EVP_CIPHER* evp =
@@ -73,6 +149,10 @@ common::Result<AeadKey> AeadKey::create(Cipher cipher, const Key& key) {
 }
 
 bool AeadKey::rekey(const Key& key) noexcept {
+  if (contexts_->gcm != nullptr) {
+    ipsec_mb::expand(contexts_->gcm, key);
+    return true;
+  }
   const auto* raw = reinterpret_cast<const unsigned char*>(key.data());
   return EVP_EncryptInit_ex(contexts_->seal, nullptr, nullptr, raw, nullptr) == 1 &&
          EVP_DecryptInit_ex(contexts_->open, nullptr, nullptr, raw, nullptr) == 1;

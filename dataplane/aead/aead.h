@@ -1,11 +1,12 @@
 #pragma once
 // Authenticated encryption of tunnel packets (docs/wire-format.md, "Authenticated tunnels"):
-// AES-256-GCM or ChaCha20-Poly1305 from OpenSSL 3 over the tunnel payload, with the 40-byte
-// tunnel header as associated data and a 16-byte tag after the payload.
+// AES-256-GCM (intel-ipsec-mb where built in, else OpenSSL 3) or ChaCha20-Poly1305 (OpenSSL 3)
+// over the tunnel payload, with the 40-byte tunnel header as associated data and a 16-byte tag
+// after the payload.
 //
-// AeadKey holds one 32-byte key in an OpenSSL cipher context prepared at create() (setup tier:
-// may allocate, returns errors); seal()/open() and the packet helpers are datapath functions:
-// no allocation of ours, no exceptions, no logging. One AeadKey belongs to one thread.
+// AeadKey holds one 32-byte key, expanded once at create()/rekey() (setup tier: may allocate,
+// returns errors); seal()/open() and the packet helpers are datapath functions: no allocation
+// of ours, no exceptions, no logging. One AeadKey belongs to one thread.
 //
 // Nonce (12 bytes), unique per key as long as a sender's session number is (see the document):
 //   session (4, from the header) | C<<7 | path id (1) | low 56 bits of the sequence number (7)
@@ -45,15 +46,30 @@ using Nonce = std::array<std::byte, kNonceBytes>;
 // 64 hex digits -> key; nullopt on any other input.
 [[nodiscard]] std::optional<Key> key_from_hex(std::string_view hex) noexcept;
 
+// Which library seals and opens. kAuto: AES-256-GCM from intel-ipsec-mb's direct API where the
+// library was built in (the key expanded once, no per-call dispatch: what DPDK's aesni_gcm PMD
+// and VPP use), else OpenSSL 3's EVP; ChaCha20-Poly1305 always from OpenSSL. The others are for
+// comparisons (tools/bench/gw-aead-cost) and tests; kIpsecMb with ChaCha20 or without the
+// library is a kConfig error.
+enum class Backend : uint8_t { kAuto, kOpenssl, kIpsecMb };
+[[nodiscard]] std::string_view to_string(Backend backend) noexcept;  // "auto", "openssl", ...
+[[nodiscard]] std::optional<Backend> backend_from_string(std::string_view name) noexcept;
+// Was intel-ipsec-mb built in (and does its manager start on this CPU)?
+[[nodiscard]] bool ipsec_mb_available() noexcept;
+
 class AeadKey {
  public:
-  // kConfig error naming OpenSSL's complaint if the cipher cannot be set up.
-  static common::Result<AeadKey> create(Cipher cipher, const Key& key);
+  // kConfig error naming OpenSSL's (or intel-ipsec-mb's) complaint if the cipher cannot be
+  // set up.
+  static common::Result<AeadKey> create(Cipher cipher, const Key& key,
+                                        Backend backend = Backend::kAuto);
   AeadKey(AeadKey&&) noexcept;
   AeadKey& operator=(AeadKey&&) noexcept;
   ~AeadKey();
 
   [[nodiscard]] Cipher cipher() const noexcept { return cipher_; }
+  // The library this key seals with: Backend::kOpenssl or Backend::kIpsecMb (never kAuto).
+  [[nodiscard]] Backend backend() const noexcept;
   // Replaces the key in the existing contexts (same cipher): no allocation of ours, no
   // exceptions. False only if OpenSSL fails; the key is then unusable until a rekey succeeds.
   bool rekey(const Key& key) noexcept;

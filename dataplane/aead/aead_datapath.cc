@@ -1,9 +1,11 @@
 // Per-packet AEAD: nonce, seal and open over a tunnel packet in place. No allocation, no
 // exceptions, no logging; failures are return values the engine counts.
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
+#include <array>
 #include <climits>
 
 #include "dataplane/aead/aead.h"
@@ -34,6 +36,11 @@ Nonce packet_nonce(uint32_t session, bool control, uint8_t path_id, uint64_t seq
 
 bool AeadKey::seal(const Nonce& nonce, std::span<const std::byte> aad, std::span<std::byte> text,
                    std::span<std::byte, kTagBytes> tag) noexcept {
+  if (contexts_->gcm != nullptr) {  // intel-ipsec-mb: one call, the key expanded once
+    ipsec_mb::seal(contexts_->gcm, nonce, aad.data(), aad.size(), text.data(), text.size(),
+                   tag.data());
+    return true;
+  }
   EVP_CIPHER_CTX* ctx = contexts_->seal;
   int n = 0;
   if (!fits_int(aad.size()) || !fits_int(text.size())) return false;
@@ -57,6 +64,17 @@ bool AeadKey::seal(const Nonce& nonce, std::span<const std::byte> aad, std::span
 
 bool AeadKey::open(const Nonce& nonce, std::span<const std::byte> aad, std::span<std::byte> text,
                    std::span<const std::byte, kTagBytes> tag, bool restore) noexcept {
+  if (contexts_->gcm != nullptr) {
+    std::array<std::byte, kTagBytes> computed;
+    ipsec_mb::open(contexts_->gcm, nonce, aad.data(), aad.size(), text.data(), text.size(),
+                   computed.data());
+    if (CRYPTO_memcmp(computed.data(), tag.data(), kTagBytes) == 0) return true;
+    if (restore && !text.empty()) {  // the same key stream over it again: the ciphertext
+      ipsec_mb::seal(contexts_->gcm, nonce, aad.data(), aad.size(), text.data(), text.size(),
+                     computed.data());
+    }
+    return false;
+  }
   EVP_CIPHER_CTX* ctx = contexts_->open;
   int n = 0;
   if (!fits_int(aad.size()) || !fits_int(text.size())) return false;

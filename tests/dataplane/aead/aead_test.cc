@@ -1,6 +1,7 @@
 // Tunnel AEAD (dataplane/aead): the published test vectors through our wrapper of OpenSSL, the
 // nonce layout of docs/wire-format.md, and whole packets: sealed, opened, and refused when any
 // byte of header, ciphertext or tag changes, under another key, or truncated.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -79,11 +80,20 @@ std::vector<Vector> vectors() {
   };
 }
 
+// The backends this build can run for `cipher` (intel-ipsec-mb: AES-256-GCM, where built in).
+std::vector<Backend> backends_for(Cipher cipher) {
+  std::vector<Backend> out{Backend::kOpenssl};
+  if (cipher == Cipher::kAes256Gcm && ipsec_mb_available()) out.push_back(Backend::kIpsecMb);
+  return out;
+}
+
 TEST(Aead, PublishedTestVectors) {
   for (const Vector& v : vectors()) {
-    SCOPED_TRACE(std::string(to_string(v.cipher)));
-    auto key = AeadKey::create(v.cipher, key_of(v.key));
+   for (const Backend backend : backends_for(v.cipher)) {
+    SCOPED_TRACE(std::string(to_string(v.cipher)) + " on " + std::string(to_string(backend)));
+    auto key = AeadKey::create(v.cipher, key_of(v.key), backend);
     ASSERT_TRUE(key.has_value()) << key.error().message;
+    EXPECT_EQ(key->backend(), backend);
     Bytes text = hex(v.plaintext);
     std::array<std::byte, kTagBytes> tag{};
     ASSERT_TRUE(key->seal(nonce_of(hex(v.nonce)), hex(v.aad), text, tag));
@@ -91,6 +101,54 @@ TEST(Aead, PublishedTestVectors) {
     EXPECT_EQ(Bytes(tag.begin(), tag.end()), hex(v.tag));
     ASSERT_TRUE(key->open(nonce_of(hex(v.nonce)), hex(v.aad), text, tag));
     EXPECT_EQ(text, hex(v.plaintext));
+   }
+  }
+}
+
+TEST(Aead, BackendsAreNamedAndChosen) {
+  EXPECT_EQ(backend_from_string("openssl"), Backend::kOpenssl);
+  EXPECT_EQ(backend_from_string("intel-ipsec-mb"), Backend::kIpsecMb);
+  EXPECT_EQ(backend_from_string("auto"), Backend::kAuto);
+  EXPECT_FALSE(backend_from_string("aesni").has_value());
+  const Key k = key_of(std::string(64, '3'));
+  // ChaCha20 is OpenSSL's whatever is asked for by default; intel-ipsec-mb by name is refused.
+  EXPECT_EQ(AeadKey::create(Cipher::kChacha20Poly1305, k)->backend(), Backend::kOpenssl);
+  auto chacha_mb = AeadKey::create(Cipher::kChacha20Poly1305, k, Backend::kIpsecMb);
+  ASSERT_FALSE(chacha_mb.has_value());
+  EXPECT_NE(chacha_mb.error().message.find("aes-256-gcm only"), std::string::npos);
+  // AES-256-GCM by default: intel-ipsec-mb where built in.
+  EXPECT_EQ(AeadKey::create(Cipher::kAes256Gcm, k)->backend(),
+            ipsec_mb_available() ? Backend::kIpsecMb : Backend::kOpenssl);
+  if (!ipsec_mb_available()) {
+    auto refused = AeadKey::create(Cipher::kAes256Gcm, k, Backend::kIpsecMb);
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_NE(refused.error().message.find("not built in"), std::string::npos);
+  }
+}
+
+TEST(Aead, TheTwoAesBackendsSealAlikeAndOpenEachOthersPackets) {
+  if (!ipsec_mb_available()) GTEST_SKIP() << "intel-ipsec-mb not built in (libipsec-mb-dev)";
+  const Key k = key_of(std::string(64, '4'));
+  auto evp = AeadKey::create(Cipher::kAes256Gcm, k, Backend::kOpenssl);
+  auto mb = AeadKey::create(Cipher::kAes256Gcm, k, Backend::kIpsecMb);
+  ASSERT_TRUE(evp.has_value() && mb.has_value());
+  for (const std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{18},
+                                  std::size_t{255}, std::size_t{1380}}) {
+    SCOPED_TRACE(bytes);
+    Bytes a(wire::kHeaderSize + bytes + kTagBytes);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::byte>(i * 13 + bytes);
+    Bytes b = a;
+    const Nonce n = packet_nonce(77, false, 0, bytes);
+    const std::span<std::byte> aad_a(a.data(), wire::kHeaderSize);
+    const std::span<std::byte> aad_b(b.data(), wire::kHeaderSize);
+    std::array<std::byte, kTagBytes> tag_a{}, tag_b{};
+    ASSERT_TRUE(evp->seal(n, aad_a, std::span(a).subspan(wire::kHeaderSize, bytes), tag_a));
+    ASSERT_TRUE(mb->seal(n, aad_b, std::span(b).subspan(wire::kHeaderSize, bytes), tag_b));
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(tag_a, tag_b);
+    ASSERT_TRUE(mb->open(n, aad_a, std::span(a).subspan(wire::kHeaderSize, bytes), tag_a));
+    ASSERT_TRUE(evp->open(n, aad_b, std::span(b).subspan(wire::kHeaderSize, bytes), tag_b));
+    EXPECT_EQ(a, b);
   }
 }
 
@@ -132,10 +190,25 @@ Bytes plain_packet(std::size_t payload_bytes, uint32_t session = 0x5EED, uint8_t
   return b;
 }
 
-class AeadPacket : public ::testing::TestWithParam<Cipher> {};
+struct Setting {
+  Cipher cipher;
+  Backend backend;
+};
+
+class AeadPacket : public ::testing::TestWithParam<Setting> {
+ protected:
+  void SetUp() override {
+    if (GetParam().backend == Backend::kIpsecMb && !ipsec_mb_available()) {
+      GTEST_SKIP() << "intel-ipsec-mb not built in (libipsec-mb-dev)";
+    }
+  }
+  static common::Result<AeadKey> create_key(const Key& key) {
+    return AeadKey::create(GetParam().cipher, key, GetParam().backend);
+  }
+};
 
 TEST_P(AeadPacket, SealOpenAndEveryChangedByteIsRefused) {
-  auto key = AeadKey::create(GetParam(), key_of(std::string(64, 'c')));
+  auto key = create_key(key_of(std::string(64, 'c')));
   ASSERT_TRUE(key.has_value());
   const Bytes plain = plain_packet(100);
   Bytes sealed = plain;
@@ -160,7 +233,7 @@ TEST_P(AeadPacket, SealOpenAndEveryChangedByteIsRefused) {
     EXPECT_FALSE(open_packet(*key, copy).has_value()) << "byte " << i;
   }
   // Another key, truncation.
-  auto other = AeadKey::create(GetParam(), key_of(std::string(64, 'd')));
+  auto other = create_key(key_of(std::string(64, 'd')));
   ASSERT_TRUE(other.has_value());
   Bytes copy = sealed;
   EXPECT_FALSE(open_packet(*other, copy).has_value());
@@ -170,8 +243,8 @@ TEST_P(AeadPacket, SealOpenAndEveryChangedByteIsRefused) {
 }
 
 TEST_P(AeadPacket, AFailedOpenWithRestoreLeavesTheBytesForTheNextKey) {
-  auto right = AeadKey::create(GetParam(), key_of(std::string(64, 'e')));
-  auto wrong = AeadKey::create(GetParam(), key_of(std::string(64, 'f')));
+  auto right = create_key(key_of(std::string(64, 'e')));
+  auto wrong = create_key(key_of(std::string(64, 'f')));
   ASSERT_TRUE(right.has_value() && wrong.has_value());
   Bytes sealed = plain_packet(300);
   ASSERT_NE(seal_packet(*right, sealed, 300), 0u);
@@ -182,7 +255,7 @@ TEST_P(AeadPacket, AFailedOpenWithRestoreLeavesTheBytesForTheNextKey) {
 }
 
 TEST_P(AeadPacket, TheTwoCopiesOfAProtectedPacketUseDifferentNonces) {
-  auto key = AeadKey::create(GetParam(), key_of(std::string(64, 'a')));
+  auto key = create_key(key_of(std::string(64, 'a')));
   ASSERT_TRUE(key.has_value());
   Bytes primary = plain_packet(64, 9, 0);
   Bytes copy = plain_packet(64, 9, 1);
@@ -194,7 +267,7 @@ TEST_P(AeadPacket, TheTwoCopiesOfAProtectedPacketUseDifferentNonces) {
 }
 
 TEST_P(AeadPacket, SealRefusesWhatWouldBreakTheNonceRules) {
-  auto key = AeadKey::create(GetParam(), key_of(std::string(64, 'b')));
+  auto key = create_key(key_of(std::string(64, 'b')));
   ASSERT_TRUE(key.has_value());
   Bytes no_room = plain_packet(10);
   no_room.resize(wire::kHeaderSize + 10 + kTagBytes - 1);
@@ -208,10 +281,14 @@ TEST_P(AeadPacket, SealRefusesWhatWouldBreakTheNonceRules) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ciphers, AeadPacket,
-                         ::testing::Values(Cipher::kAes256Gcm, Cipher::kChacha20Poly1305),
+                         ::testing::Values(Setting{Cipher::kAes256Gcm, Backend::kOpenssl},
+                                           Setting{Cipher::kAes256Gcm, Backend::kIpsecMb},
+                                           Setting{Cipher::kChacha20Poly1305, Backend::kOpenssl}),
                          [](const auto& info) {
-                           return info.param == Cipher::kAes256Gcm ? std::string("aes256gcm")
-                                                                   : std::string("chacha20");
+                           const bool aes = info.param.cipher == Cipher::kAes256Gcm;
+                           return std::string(aes ? "aes256gcm_" : "chacha20_") +
+                                  (info.param.backend == Backend::kIpsecMb ? "ipsec_mb"
+                                                                           : "openssl");
                          });
 
 }  // namespace
