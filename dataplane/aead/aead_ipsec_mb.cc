@@ -7,6 +7,8 @@
 #include <intel-ipsec-mb.h>
 #include <openssl/crypto.h>
 
+#include "common/ipsec_mb.h"
+
 #include <new>
 
 #include "dataplane/aead/aead_impl.h"
@@ -14,14 +16,7 @@
 namespace detwan::dataplane::aead::ipsec_mb {
 namespace {
 
-IMB_MGR* manager() noexcept {
-  static IMB_MGR* const mgr = [] {
-    IMB_MGR* m = alloc_mb_mgr(0);
-    if (m != nullptr) init_mb_mgr_auto(m, nullptr);
-    return m;
-  }();
-  return mgr;
-}
+IMB_MGR* manager() noexcept { return common::ipsec_mb_manager(); }
 
 auto* u8(std::byte* p) noexcept { return reinterpret_cast<uint8_t*>(p); }
 auto* u8(const std::byte* p) noexcept { return reinterpret_cast<const uint8_t*>(p); }
