@@ -57,7 +57,7 @@ uint32_t u32_field(const ConfigNode& map, std::string_view key, uint32_t fallbac
 void parse_gateway_section(const ConfigNode& node, GatewayConfig* config) {
   node.check_keys({"name", "backend", "timing", "cpu", "control_socket", "admin_socket",
                    "admin_mode", "admin_uids", "buffers", "batch", "wan_gso", "wan_gro", "shards",
-                   "shard_cpus"});
+                   "shard_cpus", "release_ahead", "playout_ahead", "rx_coalesce"});
   config->name = name_value(node.child("name"));
   config->backend = choice(node, "backend", Backend::kUring,
                            {{"uring", Backend::kUring}, {"dpdk", Backend::kDpdk}});
@@ -113,6 +113,9 @@ void parse_gateway_section(const ConfigNode& node, GatewayConfig* config) {
   config->wan_gso = node.get_bool("wan_gso", true);
   config->wan_gro = node.get_bool("wan_gro", true);
   config->shards = u32_field(node, "shards", 1, 1, kMaxUringShards);
+  config->release_ahead_ns = duration_field(node, "release_ahead", 500'000, 0, kMaxWakeBatchNs);
+  config->playout_ahead_ns = duration_field(node, "playout_ahead", 50'000, 0, kMaxWakeBatchNs);
+  config->rx_coalesce_ns = duration_field(node, "rx_coalesce", 500'000, 0, kMaxWakeBatchNs);
   if (const auto cpus = node.maybe_child("shard_cpus")) {
     if (!cpus->is_sequence()) cpus->fail("a list of CPU numbers like [2, 3], one per shard");
     for (const ConfigNode& item : cpus->items()) {

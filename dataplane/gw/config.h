@@ -240,6 +240,16 @@ struct GatewayConfig {
   // uring backend: WAN sockets receive runs of datagrams in one recvmsg (UDP_GRO) and cut them
   // into frames; false = one recvmsg per datagram.
   bool wan_gro = true;
+  // uring backend, timing low-cpu: how the loop wakes (docs/gateway.md, "Wake-ups").
+  //  release_ahead: a wake-up sends every frame due within this much of it, but never past the
+  //    end of the slot window open then (so no frame leaves outside its owner's slots);
+  //  playout_ahead: it releases every on-time packet due within this much (early by at most it);
+  //  rx_coalesce: while something is due within this much, an arrival alone does not wake the
+  //    loop (kCoalesceCompletions do); arrivals wait at most until then.
+  // 0 = per packet, as a busy loop (timing busy ignores all three).
+  int64_t release_ahead_ns = 500'000;
+  int64_t playout_ahead_ns = 50'000;
+  int64_t rx_coalesce_ns = 500'000;
   TunConfig tun;
   std::optional<GatewayIdentity> identity;  // nullopt: no key pair, no x25519 tunnels
   std::vector<WanPortConfig> wan_ports;
@@ -252,6 +262,7 @@ struct GatewayConfig {
 
 inline constexpr std::size_t kMaxOwnerBytes = 64;
 inline constexpr uint32_t kMaxUringShards = 64;  // gateway.shards
+inline constexpr int64_t kMaxWakeBatchNs = 10'000'000;  // release_ahead, playout_ahead, rx_coalesce
 
 common::Result<GatewayConfig> load_gateway_config(const std::string& path);
 common::Result<GatewayConfig> load_gateway_config_string(const std::string& yaml,

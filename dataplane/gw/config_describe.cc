@@ -256,6 +256,9 @@ std::string describe(const GatewayConfig& config) {
   out += fmt::format("  batch: {}\n", config.batch);
   out += fmt::format("  wan_gso: {}\n", config.wan_gso ? "true" : "false");
   out += fmt::format("  wan_gro: {}\n", config.wan_gro ? "true" : "false");
+  out += fmt::format("  release_ahead: {}\n", format_duration_ns(config.release_ahead_ns));
+  out += fmt::format("  playout_ahead: {}\n", format_duration_ns(config.playout_ahead_ns));
+  out += fmt::format("  rx_coalesce: {}\n", format_duration_ns(config.rx_coalesce_ns));
   out += fmt::format("  shards: {}{}\n", config.shards,
                      config.shards > 1 ? "  # threads; tunnel id mod shards owns a tunnel" : "");
   if (!config.shard_cpus.empty()) {

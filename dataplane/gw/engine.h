@@ -298,6 +298,11 @@ class Engine {
   void poll_control_st(int64_t now_ns) noexcept;
   // Earliest instant anything is due (tx departure, playout release, control timer).
   [[nodiscard]] int64_t next_event_ns() const noexcept;
+  // A backend that wakes once per batch (the io_uring loop in low-cpu timing): from now on the
+  // polls hand over frames departing up to tx_ahead_ns after their now_ns, but never past the
+  // end of the slot window open at now_ns (sched::TxScheduler::release_horizon_ns), and packets
+  // whose playout release is up to rx_ahead_ns away. 0 and 0 (the default) = exactly due ones.
+  void set_release_ahead_st(int64_t tx_ahead_ns, int64_t rx_ahead_ns) noexcept;
 
   // ---- run-time changes (setup tier: on the datapath thread, between polls; may allocate) ----
   // Adds, modifies and removes tunnels, all or nothing: apply_tunnel_changes() checks the

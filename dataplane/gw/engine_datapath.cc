@@ -143,17 +143,23 @@ bool Engine::next_tx_st(int64_t now_ns, TxEmit* emit) noexcept {
   for (;;) {
     uint32_t best = kNoIndex;
     int64_t best_ns = kNoEventNs;
+    int64_t best_until_ns = now_ns;
     for (uint32_t i = 0; i < m.ports.size(); ++i) {
-      const int64_t t = m.ports[i].scheduler.next_event_ns();
-      if (t <= now_ns && t < best_ns) {
+      const sched::TxScheduler& scheduler = m.ports[i].scheduler;
+      const int64_t t = scheduler.next_event_ns();
+      if (t >= best_ns) continue;
+      const int64_t until_ns =
+          t <= now_ns ? now_ns : scheduler.release_horizon_ns(now_ns, m.tx_ahead_ns);
+      if (t <= until_ns) {
         best = i;
         best_ns = t;
+        best_until_ns = until_ns;
       }
     }
     if (best == kNoIndex) return false;
     PortState& port = m.ports[best];
     sched::TxFrame frame;
-    if (!port.scheduler.pop_due(now_ns, &frame)) return false;
+    if (!port.scheduler.pop_due(now_ns, &frame, best_until_ns)) return false;
 
     // Every field assigned (no TxEmit{} first: a block clear plus narrow stores costs more than
     // the frame's own work).
@@ -357,6 +363,8 @@ bool Engine::next_rx_st(int64_t now_ns, RxEmit* emit) noexcept {
   const auto playouts = static_cast<uint32_t>(m.tunnels.size() * 2);
   if (playouts == 0) return false;
   if (m.rx_cursor >= playouts) m.rx_cursor = 0;  // tunnels are never removed from the vector
+  const int64_t rx_until_ns =
+      m.rx_ahead_ns > 0 && now_ns <= INT64_MAX - m.rx_ahead_ns ? now_ns + m.rx_ahead_ns : now_ns;
   sched::PlayoutFrame frame;
   sched::Playout* best = nullptr;
   uint32_t best_tunnel = kNoIndex;
@@ -376,7 +384,7 @@ bool Engine::next_rx_st(int64_t now_ns, RxEmit* emit) noexcept {
       if (at >= playouts) break;
       TunnelState& tunnel = m.tunnels[at / 2];
       sched::Playout& playout = (at & 1) == 0 ? tunnel.on_time : tunnel.best_effort;
-      if (playout.pop_due(now_ns, &frame)) {
+      if (playout.pop_due(now_ns, &frame, rx_until_ns)) {
         best = &playout;
         best_tunnel = at / 2;
         m.rx_cursor = at;
@@ -419,6 +427,11 @@ uint32_t Engine::next_rx_burst_st(int64_t now_ns, std::span<RxEmit> out) noexcep
   while (count < out.size() && next_rx_st(now_ns, &out[count])) ++count;
   if (count == out.size() && count > 0) rx_budget_spent_st();
   return count;
+}
+
+void Engine::set_release_ahead_st(int64_t tx_ahead_ns, int64_t rx_ahead_ns) noexcept {
+  impl_->tx_ahead_ns = std::max<int64_t>(tx_ahead_ns, 0);
+  impl_->rx_ahead_ns = std::max<int64_t>(rx_ahead_ns, 0);
 }
 
 int64_t Engine::next_event_ns() const noexcept {

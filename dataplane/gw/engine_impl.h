@@ -178,6 +178,9 @@ struct Engine::Impl {
   // It drains one playout before it looks at the next, so a release costs O(1) and a poll
   // O(tunnels) once, not per packet; a poll that stops at its budget resumes there.
   uint32_t rx_cursor = 0;
+  // set_release_ahead_st(): how far ahead of now the polls release (0 = only what is due).
+  int64_t tx_ahead_ns = 0;
+  int64_t rx_ahead_ns = 0;
   // One bit per playout (tunnel index * 2, + 1 for best effort) that may hold packets: set by a
   // push, cleared when a scan finds the playout empty. A poll looks only at set bits, so an idle
   // poll costs O(tunnels / 64) (a shard holds every tunnel of the gateway but receives only its

@@ -104,7 +104,12 @@ class Playout {
                        uint32_t max_frames = std::numeric_limits<uint32_t>::max()) noexcept;
   // The next packet due at now_ns into *frame (false: none): release_due() one at a time, for a
   // caller that reads the frame's fields directly (playout_datapath.cc).
-  bool pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept;
+  bool pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept { return pop_due(now_ns, frame, now_ns); }
+  // The same, but a packet whose release time is up to release_until_ns is released already
+  // (early by at most release_until_ns - now_ns: a caller that wakes once per batch). now_ns is
+  // the real time (arrivals are timed by it); record_release() records the earliness as a
+  // negative playout error.
+  bool pop_due(int64_t now_ns, PlayoutFrame* frame, int64_t release_until_ns) noexcept;
   // Release time of the next packet; INT64_MAX when empty.
   [[nodiscard]] int64_t next_event_ns() const noexcept;
   // The caller reports when it actually released a packet: playout error = actual - target and

@@ -128,11 +128,13 @@ void Playout::heap_pop() noexcept {
   }
 }
 
-bool Playout::pop_due(int64_t now_ns, PlayoutFrame* frame) noexcept {
+bool Playout::pop_due(int64_t now_ns, PlayoutFrame* frame, int64_t release_until_ns) noexcept {
   now_ns = std::max(now_ns, last_now_ns_);
   last_now_ns_ = now_ns;
   const Entry* first = first_entry();
-  if (first == nullptr || first->frame.release_ns > now_ns) return false;
+  if (first == nullptr || first->frame.release_ns > std::max(now_ns, release_until_ns)) {
+    return false;
+  }
   *frame = first->frame;
   ++counters_.released_packets;
   counters_.released_bytes += frame->bytes;

@@ -180,7 +180,17 @@ class TxScheduler {
                        uint32_t max_frames = std::numeric_limits<uint32_t>::max()) noexcept;
   // The next frame due at now_ns into *frame (false: none): dequeue_due() one at a time, for a
   // caller that reads the frame's fields directly (tx_scheduler_datapath.cc).
-  bool pop_due(int64_t now_ns, TxFrame* frame) noexcept;
+  bool pop_due(int64_t now_ns, TxFrame* frame) noexcept { return pop_due(now_ns, frame, now_ns); }
+  // The same, but a frame departing up to release_until_ns is handed over already (early): a
+  // caller that wakes once per batch (the io_uring loop) gives release_horizon_ns(). now_ns is
+  // the real time: the missed-slot check and the scheduler's clock use it, never the horizon.
+  bool pop_due(int64_t now_ns, TxFrame* frame, int64_t release_until_ns) noexcept;
+  // How far ahead of now_ns a caller may release frames without any frame leaving outside its
+  // owner's slots: now_ns + ahead_ns, but no later than the end of the window that is open at
+  // now_ns (every frame departing before that end belongs to that window's owner, whose slots
+  // are open now; the link serialises a burst handed over at once back to back, as the exact
+  // departures would). ahead_ns <= 0: now_ns. Non-decreasing in now_ns.
+  [[nodiscard]] int64_t release_horizon_ns(int64_t now_ns, int64_t ahead_ns) const noexcept;
   // Departure time of the next frame (INT64_MAX when nothing is queued); frames reconfigure()
   // hands back are due at once.
   [[nodiscard]] int64_t next_event_ns() const noexcept {
@@ -334,6 +344,7 @@ class TxScheduler {
   std::vector<OwnerState> owners_;  // gcl owner order: tunnels, then best effort (back())
   TxCounters port_;
   int64_t last_now_ns_ = std::numeric_limits<int64_t>::min();
+  int64_t last_release_until_ns_ = std::numeric_limits<int64_t>::min();  // pop_due's horizon
   // Counters of removed tunnels, kept (and cleared) for tunnels added later: their histograms
   // are the largest part of an owner. At most as many as tunnels were removed and not replaced.
   std::vector<TxCounters> spare_counters_;

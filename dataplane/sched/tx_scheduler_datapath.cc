@@ -2,6 +2,7 @@
 // No allocation, no exceptions, no logging: every outcome is a status plus a counter.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "dataplane/sched/tx_scheduler.h"
 
@@ -130,9 +131,25 @@ Status TxScheduler::schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t hand
   return Status::kOk;
 }
 
-bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
+int64_t TxScheduler::release_horizon_ns(int64_t now_ns, int64_t ahead_ns) const noexcept {
+  now_ns = std::max(now_ns, last_now_ns_);
+  if (ahead_ns <= 0) return now_ns;
+  const int64_t ahead_until_ns =
+      now_ns > std::numeric_limits<int64_t>::max() - ahead_ns ? now_ns : now_ns + ahead_ns;
+  Window window;
+  const OwnerIndex owner = gcl_.owner_of_slot(gcl_.slot_at(now_ns));
+  if (!gcl_.window_at(owner, now_ns, &window)) return now_ns;
+  // Departures are whole ns at or after the exact start, and a frame must end by the usable
+  // end: one departing before window.end_ns is this window's.
+  return std::min(ahead_until_ns, window.end_ns - 1);
+}
+
+bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame, int64_t release_until_ns) noexcept {
   now_ns = std::max(now_ns, last_now_ns_);
   last_now_ns_ = now_ns;
+  // The wheel's cursor only moves forward: never ask it for less than it was asked before.
+  release_until_ns = std::max({release_until_ns, now_ns, last_release_until_ns_});
+  last_release_until_ns_ = release_until_ns;
   if (returned_next_ < returned_.size()) {  // handed back by reconfigure(), counted there
     *frame = returned_[returned_next_++];
     if (returned_next_ == returned_.size()) {
@@ -144,7 +161,7 @@ bool TxScheduler::pop_due(int64_t now_ns, TxFrame* frame) noexcept {
   int64_t departure_ns = 0;
   Entry entry;
   for (;;) {
-    if (!wheel_.pop_due(now_ns, &departure_ns, &entry)) return false;
+    if (!wheel_.pop_due(release_until_ns, &departure_ns, &entry)) return false;
     --owners_[entry.owner].held;
     if (now_ns <= entry.deadline_ns || !reschedule_missed(entry, now_ns)) break;
   }

@@ -177,7 +177,11 @@ common::Result<void> run_datapath(GatewayState& state, gw::RunContext& context) 
     BusyTiming timing(tsc);
     datapath.loop(timing);
   } else {
-    LowCpuTiming timing;
+    // One wake-up per batch (docs/gateway.md, "Wake-ups"): a slot window's frames, the on-time
+    // packets due together, the arrivals until then.
+    context.engine.set_release_ahead_st(context.config.release_ahead_ns,
+                                        context.config.playout_ahead_ns);
+    LowCpuTiming timing(context.config.rx_coalesce_ns);
     datapath.loop(timing);
   }
   return {};

@@ -74,6 +74,7 @@ class ScriptedPort {
     return handle < stamps_.size() ? stamps_[handle] : 0;
   }
   int rx_fd(Side) const noexcept { return -1; }
+  static constexpr bool rx_timestamps() noexcept { return false; }
   PortCounters& counters() noexcept { return counters_; }
   void refresh_counters_st() {}
 

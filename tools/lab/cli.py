@@ -120,6 +120,10 @@ def add_up_parser(sub) -> None:
     g.add_argument("--gw-shards", type=int, metavar="N",
                    help="run every gateway as N shards (tunnel id mod N picks a tunnel's shard): "
                    "dpdk, on lcores 0..N-1 (dpdk.lcores); uring, N threads (gateway.shards)")
+    g.add_argument("--gw-wake", choices=("batched", "exact"),
+                   help="how low-cpu gateways wake: batched (default: a slot window's frames, "
+                   "the on-time packets due together and the arrivals until then at once) or "
+                   "exact (once per frame, release and arrival; for A/B benchmarks)")
     g.add_argument("--gw-cmd", help="gateway command instead of the built detwan-gw "
                    "(also $DETWAN_GW_CMD); for development only")
     g.add_argument("--agents", action="store_true",
@@ -161,6 +165,7 @@ def cmd_up(args) -> int:
                                         ("--encrypt", args.encrypt),
                                         ("--gw-rt-priority", args.gw_rt_priority),
                                         ("--gw-shards", args.gw_shards),
+                                        ("--gw-wake", args.gw_wake),
                                         ("--gw-cmd", args.gw_cmd),
                                         ("--agents", args.agents or None),
                                         ("--agent-cmd", args.agent_cmd),
@@ -262,6 +267,7 @@ def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
         backend=args.dataplane, tunnel_rate=args.tunnel_rate or gateway.DEFAULT_TUNNEL_RATE,
         bound=args.bound, timing=args.timing or "low-cpu", shaper_rate=args.shaper_rate,
         slots=args.tunnel_slots, rt_priority=args.gw_rt_priority, shards=args.gw_shards or 1,
+        wake=args.gw_wake or "batched",
         encrypt=args.encrypt or gateway.DEFAULT_CIPHER)
     if args.gw_shards is not None and (args.dataplane not in ("dpdk", "uring")
                                        or not 1 <= args.gw_shards <= 8):

@@ -19,7 +19,9 @@ and for each size, one run of each:
 Every tool times each iteration (max over ranks); a row has p50, p99 and max of them (nearest
 rank), the mean, busbw (nccl-tests) and bound_s = size * 8 / reserved rate: each direction of
 the WAN must carry the whole buffer once (2 sites), so no allreduce over the reservation can be
-faster. Best-effort rows show the same bound, for comparison. TCP baselines use --cc (default
+faster. Best-effort rows show the same bound, for comparison. Each row's `cpu` is what every
+component spent during that run (tools/lab/cpu_account.py: ranks, gateways, emulator, agents,
+cross-traffic generators, and the machine's busy and softirq time), with its share of a core. TCP baselines use --cc (default
 cubic) as the hosts' congestion control.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ import signal
 import sys
 import tempfile
 
-from lab import compare, cross, measure, reserve
+from lab import compare, cpu_account, cross, measure, reserve
 from lab.runs import Runs, last_json, run_group, set_cc, tail
 from lab.transport import MIN_QUEUE_BYTES, wan_spec
 from lab.units import (parse_duration_ns, parse_fraction, parse_rate_bps, parse_share,
@@ -83,6 +85,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mtu", type=int, default=1500,
                    help="IP MTU of the lab's links (default 1500): the tunnel carries MTU - 68, "
                    "detwan's datagrams fill it, TCP's MSS follows it")
+    p.add_argument("--gw-wake", choices=("batched", "exact"), default="batched",
+                   help="how the gateways wake (tools/testbed up --gw-wake; default batched); "
+                   "exact also makes the emulator wake for every frame (--rx-coalesce-us 0): "
+                   "the per-packet wake-ups before issue 33, for an A/B")
     p.add_argument("--ranks-per-site", type=int, default=2)
     p.add_argument("--mpi-btl", default="tcp,self")
     p.add_argument("--build-dir")
@@ -144,17 +150,24 @@ def measure_wan(runs, args, bins, sites, loss, wan, riding, doc) -> None:
             paths = args.paths if impl == "detwan" else ["best_effort"]
             for path in paths:
                 log(f"{impl} {path} {size} B, WAN {wan}, loss {loss:g}")
-                if impl == "detwan":
-                    got, reason = run_detwan(runs, args, bins["detwan"], size,
-                                             riding if path == "tunnel" else None)
-                else:
-                    got, reason = run_baseline(runs, args, impl, bins, sites, size)
-                row = row_of(size, impl, path, wan, loss, bound_s, got, reason)
+                with cpu_account.Window() as cpu:
+                    if impl == "detwan":
+                        got, reason = run_detwan(runs, args, bins["detwan"], size,
+                                                 riding if path == "tunnel" else None)
+                    else:
+                        got, reason = run_baseline(runs, args, impl, bins, sites, size)
+                row = row_of(size, impl, path, wan, loss, bound_s, got, reason,
+                             {"cpu": cpu.report})
                 if row["reason"]:
                     log(f"  null: {row['reason']}")
                 else:
+                    c = cpu.report["components"]
                     log(f"  p50 {row['time_s_p50']:.3f} s, p99 {row['time_s_p99']:.3f} s, "
-                        f"max {row['time_s_max']:.3f} s (bound {bound_s:.3f} s)")
+                        f"max {row['time_s_max']:.3f} s (bound {bound_s:.3f} s); CPU share: "
+                        f"ranks {c['ranks']['share']:.2f}, busiest gateway "
+                        f"{c['gateways']['max_share']:.3f}, emulator "
+                        f"{c['emulator']['share']:.3f}, cross {c['cross']['share']:.2f}, "
+                        f"softirq {cpu.report['machine']['softirq_s'] / cpu.report['wall_s']:.2f}")
                 doc["rows"].append(row)
 
 
@@ -162,7 +175,9 @@ def run_loss(runs, args, bins, loss: float, doc: dict) -> None:
     queue = max(int(args.rate * args.rtt / 8e9), MIN_QUEUE_BYTES)
     spec = wan_spec(args.rate, args.rtt, loss, queue)
     up = ["--sites", "2", "--wan", spec, "--seed", str(args.seed), "--dataplane", args.dataplane,
-          "--agents", "--mtu", str(args.mtu)]
+          "--agents", "--mtu", str(args.mtu), "--gw-wake", args.gw_wake]
+    if args.gw_wake == "exact":
+        up += ["--wanem-opt=--rx-coalesce-us=0"]
     if args.build_dir:
         up += ["--build-dir", args.build_dir]
     log(f"tools/testbed up {' '.join(up)}")

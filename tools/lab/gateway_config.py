@@ -257,6 +257,11 @@ class GatewayOptions:
     # The gateway as this many shards: dpdk, dpdk.lcores [0 .. shards-1] (each net_af_packet
     # device then has one queue pair per shard); uring, gateway.shards (threads). 1: one.
     shards: int = 1
+    # How a low-cpu gateway wakes: "batched" (the gateway's defaults: a slot window's frames,
+    # the on-time packets due together and the arrivals until then per wake-up) or "exact" (one
+    # wake-up per frame, release and arrival: gateway.release_ahead, playout_ahead and
+    # rx_coalesce 0), for A/B benchmarks.
+    wake: str = "batched"
     # --agents: the gateways start without tunnels, with an admin socket, a WAN port and a peer
     # on every path, and route each other site's whole tunnel prefix into their TUN device;
     # detwan-agent programs the tunnels (tools/lab/agent.py).
@@ -368,6 +373,8 @@ def gateway_section_lines(site: Site, options: GatewayOptions) -> list[str]:
         f"  timing: {options.timing}",
         "  cpu: -1",
         *uring_shard_lines(options),
+        *(["  release_ahead: 0us", "  playout_ahead: 0us", "  rx_coalesce: 0us"]
+          if options.wake == "exact" else []),
         '  control_socket: ""          # the default, abstract @detwan-gw of this namespace',
     ]
 

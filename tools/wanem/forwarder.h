@@ -40,6 +40,13 @@ struct ForwarderOptions {
   bool busy_poll = false;
   RtGovernor* governor = nullptr;  // ticked every iteration (sleeping mode); nullptr: none
   int64_t end_ns = std::numeric_limits<int64_t>::max();  // stop when the clock reaches it
+  // Sleeping mode: while the next release is at most this far away (and no further than the
+  // least delay of either direction's spec, ImpairmentSpec::min_delay_ns), the loop sleeps until
+  // it without waking for arrivals: they wait in the sockets with their kernel receive time and
+  // are offered, timed by it, before anything is released, so nothing leaves late and the
+  // emulation is the same; the loop wakes once per release batch instead of once per frame too.
+  // 0 = wake for every arrival. Ports without receive timestamps never coalesce.
+  int64_t rx_coalesce_ns = 500'000;
 };
 
 template <Port P, common::ClockSource C>
@@ -246,6 +253,15 @@ class Forwarder {
     }
   }
 
+  // How long arrivals may wait unread (ForwarderOptions::rx_coalesce_ns), for the specs in force
+  // now (a posted change may shorten a delay: it wakes the loop, which asks again).
+  [[nodiscard]] int64_t coalesce_window_ns() const noexcept {
+    if (!port_.rx_timestamps()) return 0;
+    return std::min({options_.rx_coalesce_ns,
+                     session_.emulator(Direction::kAb).spec().min_delay_ns(),
+                     session_.emulator(Direction::kBa).spec().min_delay_ns()});
+  }
+
   void sleep_st() noexcept {
     const int64_t engine_deadline_ns = std::min(session_.emulator(Direction::kAb).next_event_ns(),
                                                 session_.emulator(Direction::kBa).next_event_ns());
@@ -255,9 +271,12 @@ class Forwarder {
       deadline_ns = std::min(deadline_ns, now_ns + kTxRetryNs);
     }
     if (deadline_ns <= now_ns) return;
-    pollfd fds[3] = {{port_.rx_fd(Side::kA), POLLIN, 0},
-                     {port_.rx_fd(Side::kB), POLLIN, 0},
+    // A negative descriptor is ignored by ppoll: arrivals wait for the deadline.
+    const bool coalesce = deadline_ns - now_ns <= coalesce_window_ns();
+    pollfd fds[3] = {{coalesce ? -1 : port_.rx_fd(Side::kA), POLLIN, 0},
+                     {coalesce ? -1 : port_.rx_fd(Side::kB), POLLIN, 0},
                      {posts_.wake_fd(), POLLIN, 0}};
+    if (coalesce) ++loop_stats_.coalesced_sleeps;
     timespec timeout{};
     const timespec* timeout_ptr = nullptr;
     if (deadline_ns != std::numeric_limits<int64_t>::max()) {

@@ -215,6 +215,10 @@ int main_impl(int argc, char** argv) {
   run->add_option("--rx-ring-frames", cli.rx_ring_frames,
                   "packet backend: frames per interface in the receive ring read in place "
                   "(default 4096; 0 = recvmmsg with a copy per frame)");
+  run->add_option("--rx-coalesce-us", cli.rx_coalesce_us,
+                  "sleeping mode: arrivals wait unread up to this long while a release is due "
+                  "that soon (capped by the specs' least delay; timed by their kernel stamps; "
+                  "default 500; 0: wake for every frame)");
   run->add_option("--rt-priority", cli.rt_priority,
                   "SCHED_FIFO priority of the poll thread when sleeping (default 10; 0: off)");
 

@@ -70,7 +70,7 @@ void load_yaml(const std::string& file, RunOptions& options, Sources& yaml) {
   if (!root.is_map()) root.fail("the file must hold a map of settings");
   root.check_keys({"iface_a", "iface_b", "backend", "eal", "spec", "spec_ab", "spec_ba", "seed",
                    "control", "busy_poll", "stats_json", "duration", "pool_frames",
-                   "rx_ring_frames", "rt_priority"});
+                   "rx_ring_frames", "rt_priority", "rx_coalesce_us"});
   options.iface_a = root.get_string("iface_a", options.iface_a);
   options.iface_b = root.get_string("iface_b", options.iface_b);
   options.backend = root.get_string("backend", options.backend);
@@ -86,6 +86,8 @@ void load_yaml(const std::string& file, RunOptions& options, Sources& yaml) {
   options.rx_ring_frames =
       static_cast<uint32_t>(root.get_int("rx_ring_frames", options.rx_ring_frames, 0, 1 << 20));
   options.rt_priority = static_cast<int>(root.get_int("rt_priority", options.rt_priority, 0, 99));
+  options.rx_coalesce_ns =
+      root.get_int("rx_coalesce_us", options.rx_coalesce_ns / 1'000, 0, 10'000) * 1'000;
   if (auto node = root.maybe_child("spec")) yaml.spec = parse_yaml_spec(*node);
   if (auto node = root.maybe_child("spec_ab")) yaml.spec_ab = parse_yaml_spec(*node);
   if (auto node = root.maybe_child("spec_ba")) yaml.spec_ba = parse_yaml_spec(*node);
@@ -138,6 +140,12 @@ RunOptions resolve_run_options(const CommandLineSettings& cli) {
     if (*cli.rt_priority < 0 || *cli.rt_priority > 99) fail("--rt-priority: must be in [0, 99]");
     options.rt_priority = *cli.rt_priority;
   }
+  if (cli.rx_coalesce_us) {
+    if (*cli.rx_coalesce_us < 0 || *cli.rx_coalesce_us > 10'000) {
+      fail("--rx-coalesce-us: must be in [0, 10000]");
+    }
+    options.rx_coalesce_ns = *cli.rx_coalesce_us * 1'000;
+  }
   if (cli.duration_s) {
     const double seconds = *cli.duration_s;
     if (!std::isfinite(seconds) || seconds < 0 || seconds > 1e9) {
@@ -175,6 +183,7 @@ std::string describe(const RunOptions& options) {
                      options.rt_priority == 0
                          ? std::string("0 (SCHED_OTHER)")
                          : fmt::format("{} (SCHED_FIFO when sleeping)", options.rt_priority));
+  out += fmt::format("  rx_coalesce_us: {}\n", options.rx_coalesce_ns / 1'000);
   out += fmt::format("  control: {}\n",
                      options.control_path.empty() ? "(none)" : options.control_path);
   out += fmt::format("  stats_json: {}\n",

@@ -31,6 +31,7 @@ struct CommandLineSettings {
   std::optional<uint32_t> pool_frames;
   std::optional<uint32_t> rx_ring_frames;
   std::optional<int> rt_priority;
+  std::optional<int64_t> rx_coalesce_us;
 };
 
 struct RunOptions {
@@ -54,6 +55,10 @@ struct RunOptions {
   // wakes within tens of microseconds and still costs nothing while idle. Never applied with
   // busy polling (a spinning real-time thread would starve its core).
   int rt_priority = 10;
+  // Sleeping mode: arrivals may wait unread up to this long (never longer than either spec's
+  // least delay) while a release is due that soon; one wake-up per release instead of one per
+  // frame as well (ForwarderOptions::rx_coalesce_ns). 0: wake for every arrival.
+  int64_t rx_coalesce_ns = 500'000;
 };
 
 // Merges the YAML file (if any) and the command line, parses and validates the specs. Throws

@@ -92,6 +92,9 @@ concept Port = requires(P& port, const P& const_port, Side side, uint64_t* handl
   // cannot tell. Lets the engine time a frame from its arrival rather than from when the poll
   // thread got to read it, so scheduling delays of the reader do not add to the emulated delay.
   { const_port.rx_time_ns(handle) } noexcept -> std::same_as<int64_t>;
+  // True when rx_time_ns() never returns 0: arrivals may then be left unread for a while
+  // (ForwarderOptions::rx_coalesce_ns) and still be timed exactly.
+  { const_port.rx_timestamps() } noexcept -> std::same_as<bool>;
   // A file descriptor that polls readable when `side` has frames, or -1 if the backend can only
   // be busy-polled. Frames may be waiting even when it does not poll readable only right after
   // rx_burst() returned a full burst.

@@ -26,6 +26,7 @@ struct LoopStats {
   uint64_t sleeps = 0;
   uint64_t timer_wakeups = 0;  // woken by the deadline
   uint64_t io_wakeups = 0;     // woken by a frame or a control request
+  uint64_t coalesced_sleeps = 0;  // slept to the next release without watching for arrivals
   common::LogLinearHistogram timer_late_ns{7};
   common::LogLinearHistogram release_late_ns{7};
   // The poll thread's class (rt_governor.h): SCHED_FIFO now, and how often it left and re-entered.

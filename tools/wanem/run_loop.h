@@ -22,6 +22,7 @@ common::Result<RunOutcome> run_forwarding(P& port, const C& clock, const Backend
   ForwarderOptions forwarder_options;
   forwarder_options.busy_poll = run.options.busy_poll;
   forwarder_options.governor = &governor;
+  forwarder_options.rx_coalesce_ns = run.options.rx_coalesce_ns;
   if (run.options.duration_ns > 0) forwarder_options.end_ns = start_ns + run.options.duration_ns;
   Forwarder<P, C> forwarder(port, clock, session, run.posts, run.stop, forwarder_options);
   if (!forwarder.busy_poll() && run.options.rt_priority > 0) {

@@ -128,9 +128,11 @@ std::string Session::stats_json_st(PollThreadView& view) const {
   const LoopStats& loop = view.loop_stats;
   out += fmt::format(
       ",\"loop\":{{\"sleeps\":{},\"timer_wakeups\":{},\"io_wakeups\":{},"
+      "\"coalesced_sleeps\":{},"
       "\"timer_late_ns\":{},\"release_late_ns\":{},\"realtime\":{},\"rt_demotions\":{},"
       "\"rt_promotions\":{}}}",
-      loop.sleeps, loop.timer_wakeups, loop.io_wakeups, loop.timer_late_ns.summary_json(),
+      loop.sleeps, loop.timer_wakeups, loop.io_wakeups, loop.coalesced_sleeps,
+      loop.timer_late_ns.summary_json(),
       loop.release_late_ns.summary_json(), loop.realtime, loop.rt_demotions, loop.rt_promotions);
   json::object rest;
   rest["uptime_ns"] = view.now_ns - start_ns_;

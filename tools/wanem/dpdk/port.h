@@ -60,6 +60,7 @@ class DpdkPort {
   }
   [[nodiscard]] int64_t rx_time_ns(uint64_t) const noexcept { return 0; }
   [[nodiscard]] int rx_fd(Side) const noexcept { return -1; }
+  [[nodiscard]] static constexpr bool rx_timestamps() noexcept { return false; }
   [[nodiscard]] PortCounters& counters() noexcept { return counters_; }
   void refresh_counters_st();  // imissed -> rx_kernel, rx_nombuf -> pool_empty (port.cc)
 

@@ -425,6 +425,14 @@ Result<void> validate_with(const ImpairmentSpec& s, const TokenTexts& tokens) {
 
 }  // namespace
 
+int64_t ImpairmentSpec::min_delay_ns() const noexcept {
+  const int64_t jitter_off =
+      jitter_distribution == JitterDistribution::kUniform ? jitter_ns : 4 * jitter_ns;
+  int64_t least = delay_ns - jitter_off;
+  if (reorder > 0.0) least -= reorder_ahead_ns;
+  return least > 0 ? least : 0;
+}
+
 uint64_t ImpairmentSpec::effective_queue_bytes() const noexcept {
   if (queue_bytes != 0) return queue_bytes;
   if (rate_bps == 0) return 0;

@@ -92,6 +92,12 @@ struct ImpairmentSpec {
   // Queue limit actually used (resolves the default): queue_bytes, or when 0, 50 ms at
   // rate_bps but at least 64 KiB; 0 when rate_bps == 0 (no queue, no limit).
   [[nodiscard]] uint64_t effective_queue_bytes() const noexcept;
+  // A lower bound on the time from a frame's arrival to its release, whatever the draw: delay
+  // minus the most the jitter can take off (uniform J; normal and pareto-normal 4 J, their clamp
+  // and more than the pareto-normal's -1.797 J) minus reorder_ahead when frames are reordered;
+  // at least 0. Queueing and serialisation only add to it. The forwarder may leave arrivals
+  // unread this long (they carry their kernel receive time) without releasing anything late.
+  [[nodiscard]] int64_t min_delay_ns() const noexcept;
 
   // Field-by-field (doubles compare exactly): parse_spec(format_spec(s)) == s.
   bool operator==(const ImpairmentSpec&) const = default;

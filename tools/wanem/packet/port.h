@@ -101,6 +101,8 @@ class PacketPort {
   [[nodiscard]] uint32_t frame_bytes(uint64_t handle) const noexcept { return lengths_[handle]; }
   [[nodiscard]] int64_t rx_time_ns(uint64_t handle) const noexcept { return arrival_ns_[handle]; }
   [[nodiscard]] int rx_fd(Side side) const noexcept { return fd_[index_of(side)].get(); }
+  // Every frame carries its kernel receive time (SO_TIMESTAMPNS is required at open).
+  [[nodiscard]] static constexpr bool rx_timestamps() noexcept { return true; }
   [[nodiscard]] PortCounters& counters() noexcept { return counters_; }
   void refresh_counters_st();  // folds in PACKET_STATISTICS drops (port.cc)
 
