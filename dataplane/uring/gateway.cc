@@ -10,6 +10,8 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/logging.h"
 #include "common/reuseport_steering.h"
@@ -36,11 +38,26 @@ uint32_t payload_capacity_bytes(const gw::GatewayConfig& config) {
 common::Result<void> open_ring(GatewayState& state, uint32_t receives) {
   const uint32_t in_flight = receives + state.config.buffer_count + 64;
   io_uring_params params{};
-  params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP | IORING_SETUP_SUBMIT_ALL;
-  params.cq_entries = std::bit_ceil(in_flight);
   const uint32_t entries = std::min(
       kMaxSubmissionEntries, std::bit_ceil(std::max(256u, 2 * receives + 4 * state.config.batch)));
-  int error = io_uring_queue_init_params(entries, &state.ring, &params);
+  int error = -EINVAL;
+  if (state.config.timing == gw::TimingMode::kLowCpu) {
+    // Completion work runs only when the loop waits (Linux >= 6.1): an arrival no longer wakes a
+    // loop that waits for several completions (gateway.rx_coalesce). The thread that runs the
+    // loop enables the ring (run_datapath) and is its only submitter.
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP | IORING_SETUP_SUBMIT_ALL |
+                   IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+                   IORING_SETUP_R_DISABLED;
+    params.cq_entries = std::bit_ceil(in_flight);
+    error = io_uring_queue_init_params(entries, &state.ring, &params);
+    state.deferred_taskrun = error == 0;
+  }
+  if (error == -EINVAL) {  // kernels before 6.1 (or busy timing): completions as they come
+    params = io_uring_params{};
+    params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP | IORING_SETUP_SUBMIT_ALL;
+    params.cq_entries = std::bit_ceil(in_flight);
+    error = io_uring_queue_init_params(entries, &state.ring, &params);
+  }
   if (error == -EINVAL) {  // kernels before 5.18 know no SUBMIT_ALL
     params = io_uring_params{};
     params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP;
@@ -167,6 +184,16 @@ common::Result<void> Datapath::prepare() {
 }
 
 common::Result<void> run_datapath(GatewayState& state, gw::RunContext& context) {
+  if (state.deferred_taskrun) {
+    // This thread becomes the ring's only submitter. -EBADFD: enabled by an earlier run.
+    // (Debian 12's liburing declares io_uring_enable_rings but does not export it.)
+    if (::syscall(__NR_io_uring_register, state.ring.ring_fd, IORING_REGISTER_ENABLE_RINGS,
+                  nullptr, 0) != 0 &&
+        errno != EBADFD) {
+      return common::make_error(common::ErrorCode::kIo,
+                                std::string("io_uring enable rings: ") + std::strerror(errno));
+    }
+  }
   Datapath datapath(state, context);
   if (auto prepared = datapath.prepare(); !prepared) return prepared;
   auto log = common::logger("uring");
@@ -181,7 +208,7 @@ common::Result<void> run_datapath(GatewayState& state, gw::RunContext& context) 
     // packets due together, the arrivals until then.
     context.engine.set_release_ahead_st(context.config.release_ahead_ns,
                                         context.config.playout_ahead_ns);
-    LowCpuTiming timing(context.config.rx_coalesce_ns);
+    LowCpuTiming timing(context.config.rx_coalesce_ns, state.deferred_taskrun);
     datapath.loop(timing);
   }
   return {};

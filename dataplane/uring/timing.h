@@ -20,34 +20,59 @@ inline int64_t read_tai_ns() noexcept {
 
 // Low-CPU: CLOCK_TAI; submit and sleep in the ring until the deadline or the first completion.
 // The thread's timer slack is lowered to 1 ns so the kernel does not round the wake-up up.
-// Coalescing (gateway.rx_coalesce): when the deadline is at most coalesce_ns away the loop has
-// work coming anyway, so arrivals wait for it unless kCoalesceCompletions of them pile up (a
-// burst is served at once): one wake-up per batch, not per packet. The deadline is the engine's
-// next departure or release, so nothing due is delayed; an arrival waits at most coalesce_ns.
+// Coalescing (gateway.rx_coalesce, like a NIC's adaptive interrupt moderation): arrivals do
+// not wake the loop one by one while it is busy. The loop counts as busy while the deadline is
+// at most coalesce_ns away (it has work coming anyway) or while its last wake-up, which found
+// completions, was less than coalesce_ns ago (traffic is flowing); it then sleeps until the
+// deadline, or until coalesce_ns after that wake-up, unless kCoalesceCompletions pile up (a
+// burst is served at once). So a busy loop wakes at most once per coalesce_ns for arrivals, an
+// arrival waits at most coalesce_ns, and an idle loop (its last wait ended without a completion)
+// wakes for the first packet at once. Nothing due is delayed: the deadline is the engine's.
 class LowCpuTiming {
  public:
   static constexpr unsigned kCoalesceCompletions = 32;
 
-  explicit LowCpuTiming(int64_t coalesce_ns = 0) : coalesce_ns_(coalesce_ns) {
+  // deferred: the ring runs its completion work only inside waits (IORING_SETUP_DEFER_TASKRUN),
+  // so a turn that does not sleep still asks the kernel for the completions due.
+  explicit LowCpuTiming(int64_t coalesce_ns = 0, bool deferred = false)
+      : coalesce_ns_(coalesce_ns), deferred_(deferred) {
     common::set_min_timer_slack();
   }
   int64_t now_ns() noexcept { return read_tai_ns(); }
   void wait(io_uring* ring, int64_t deadline_ns) noexcept {
-    const int64_t timeout_ns = deadline_ns - read_tai_ns();
+    const int64_t now = read_tai_ns();
+    int64_t timeout_ns = deadline_ns - now;
     if (timeout_ns <= 0) {
-      if (io_uring_sq_ready(ring) > 0) (void)io_uring_submit(ring);
+      if (deferred_) {
+        (void)io_uring_submit_and_get_events(ring);
+      } else if (io_uring_sq_ready(ring) > 0) {
+        (void)io_uring_submit(ring);
+      }
       return;
+    }
+    unsigned wait_nr = 1;
+    if (coalesce_ns_ > 0) {
+      if (timeout_ns <= coalesce_ns_) {
+        wait_nr = kCoalesceCompletions;
+      } else if (flowing_ && now - last_wake_ns_ < coalesce_ns_) {
+        wait_nr = kCoalesceCompletions;
+        timeout_ns = last_wake_ns_ + coalesce_ns_ - now;
+      }
     }
     __kernel_timespec timeout{};
     timeout.tv_sec = timeout_ns / 1'000'000'000;
     timeout.tv_nsec = timeout_ns % 1'000'000'000;
     io_uring_cqe* cqe = nullptr;
-    const unsigned wait_nr = timeout_ns <= coalesce_ns_ ? kCoalesceCompletions : 1;
     (void)io_uring_submit_and_wait_timeout(ring, &cqe, wait_nr, &timeout, nullptr);
+    last_wake_ns_ = read_tai_ns();
+    flowing_ = io_uring_cq_ready(ring) > 0;
   }
 
  private:
   int64_t coalesce_ns_;
+  bool deferred_;
+  int64_t last_wake_ns_ = 0;
+  bool flowing_ = false;  // the last wait ended with completions to reap
 };
 
 // Busy: never sleeps; submits what is pending and returns. TAI from the TSC (common::TscClock,
