@@ -1,6 +1,9 @@
 // SPEC grammar: parsing, canonical form, cross-field validation and exact error texts.
 #include "tools/wanem/engine/spec.h"
+#include "tools/wanem/engine/jitter.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -213,6 +216,28 @@ TEST(SpecQueue, EffectiveQueueBytes) {
   EXPECT_EQ(s.effective_queue_bytes(), 65'536u);  // at least 64 KiB
   s.queue_bytes = 1500;
   EXPECT_EQ(s.effective_queue_bytes(), 1500u);
+}
+
+// The forwarder leaves arrivals unread up to min_delay_ns (ForwarderOptions::rx_coalesce_ns): no
+// draw may ever give less.
+TEST(SpecMinDelay, NoJitterDrawGoesBelowIt) {
+  for (const char* text : {"delay=10ms,jitter=1ms", "delay=10ms,jitter=2ms,jitter-dist=normal",
+                           "delay=5ms,jitter=1ms,jitter-dist=pareto-normal"}) {
+    const auto spec = parse_spec(text);
+    ASSERT_TRUE(spec.has_value()) << text;
+    const JitterSampler sampler(spec->jitter_ns, spec->jitter_distribution);
+    Rng rng(7, RngStream::kJitter);
+    int64_t lowest = INT64_MAX;
+    for (int i = 0; i < 200'000; ++i) lowest = std::min(lowest, spec->delay_ns + sampler.sample(rng));
+    EXPECT_GE(lowest, spec->min_delay_ns()) << text;
+    EXPECT_GT(spec->min_delay_ns(), 0) << text;
+  }
+  auto reordered = parse_spec("delay=10ms,reorder=1%");
+  ASSERT_TRUE(reordered.has_value());
+  EXPECT_EQ(reordered->min_delay_ns(), 10'000'000 - reordered->reorder_ahead_ns);
+  auto none = parse_spec("rate=1gbit");
+  ASSERT_TRUE(none.has_value());
+  EXPECT_EQ(none->min_delay_ns(), 0);  // no delay: the forwarder never coalesces
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "tools/wanem/engine/spec.h"
+#include "tools/wanem/engine/jitter.h"
 
 #include <algorithm>
 #include <array>
@@ -426,9 +427,7 @@ Result<void> validate_with(const ImpairmentSpec& s, const TokenTexts& tokens) {
 }  // namespace
 
 int64_t ImpairmentSpec::min_delay_ns() const noexcept {
-  const int64_t jitter_off =
-      jitter_distribution == JitterDistribution::kUniform ? jitter_ns : 4 * jitter_ns;
-  int64_t least = delay_ns - jitter_off;
+  int64_t least = delay_ns + JitterSampler(jitter_ns, jitter_distribution).min_offset_ns();
   if (reorder > 0.0) least -= reorder_ahead_ns;
   return least > 0 ? least : 0;
 }

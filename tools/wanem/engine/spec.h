@@ -93,9 +93,8 @@ struct ImpairmentSpec {
   // rate_bps but at least 64 KiB; 0 when rate_bps == 0 (no queue, no limit).
   [[nodiscard]] uint64_t effective_queue_bytes() const noexcept;
   // A lower bound on the time from a frame's arrival to its release, whatever the draw: delay
-  // minus the most the jitter can take off (uniform J; normal and pareto-normal 4 J, their clamp
-  // and more than the pareto-normal's -1.797 J) minus reorder_ahead when frames are reordered;
-  // at least 0. Queueing and serialisation only add to it. The forwarder may leave arrivals
+  // plus the lowest jitter offset (JitterSampler::min_offset_ns) minus reorder_ahead when frames
+  // are reordered; at least 0. Queueing and serialisation only add to it. The forwarder may leave arrivals
   // unread this long (they carry their kernel receive time) without releasing anything late.
   [[nodiscard]] int64_t min_delay_ns() const noexcept;
 
