@@ -17,6 +17,7 @@
 //     anything else (peer closed, channel failed)             -> detwanRemoteError
 #include <cstring>
 #include <new>
+#include <type_traits>
 #include <string>
 
 #include <fmt/format.h>
@@ -163,7 +164,12 @@ detwanResult_t detwanGetVersion(int* version) {
 }
 
 const char* detwanGetErrorString(detwanResult_t result) {
-  switch (result) {
+  // A C caller may pass any int: read the bytes, never load it as the enum (in C++ a value
+  // outside the enumeration's range is undefined; clang's UBSan reports it).
+  std::underlying_type_t<detwanResult_t> raw;
+  static_assert(sizeof raw == sizeof result);
+  std::memcpy(&raw, &result, sizeof raw);
+  switch (raw) {
     case detwanSuccess: return "success";
     case detwanInvalidArgument: return "invalid argument";
     case detwanInvalidUsage: return "invalid usage";

@@ -164,6 +164,18 @@ TEST_P(UringShardPair, EachTunnelIsCarriedByItsOwnerShard) {
   b.config().peers[0].endpoint = a.wan();
   a.start();
   b.start();
+  // Datagrams go in once both gateways run: every shard's loop has turned and the peer is up.
+  // Sent earlier they wait in the sockets while shards 1.. start, which on a slow machine (a
+  // sanitizer build) takes longer than the playout accepts a timestamp for (max_hold).
+  for (const Site* site : {&a, &b}) {
+    const json::value running = site->stats_when([](const json::value& stats) {
+      for (const json::value& shard : stats.at("backend_shards").as_array()) {
+        if (counter(shard, {"loop_iterations"}) == 0) return false;
+      }
+      return stats.at("peers").at(0).at("state") == "up";
+    });
+    ASSERT_EQ(running.at("peers").at(0).at("state"), "up") << json::serialize(running);
+  }
 
   constexpr uint32_t kPerTunnel = 200;
   TestSocket sender = TestSocket::open();

@@ -28,13 +28,19 @@ inline int64_t tai_now_ns() {
   return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
 }
 
-inline constexpr uint64_t kShardEpoch = 0x5eed'0001'0002'0003;
+// A sharded gateway's epoch (shard 0 draws none: it is given one, as detwan-gw's run() does).
+// Each site gets its own: two gateways of one epoch would each take the other's control
+// packets for their own sent back (counted reflected) and never sync their clocks.
+inline uint64_t next_shard_epoch() {
+  static std::atomic<uint64_t> next{0x5eed'0001'0002'0003};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 // One gateway: opened (sockets bound) first, so the other side can be told its endpoints, then
 // started on its own thread.
 class Site {
  public:
-  // config.shards > 1: a sharded gateway (its engine shard 0 of N with kShardEpoch).
+  // config.shards > 1: a sharded gateway (its engine shard 0 of N with its own epoch).
   explicit Site(gw::GatewayConfig config, Gateway::OpenOptions options = {})
       : config_(std::move(config)) {
     auto gateway = Gateway::open(config_, options);
@@ -58,7 +64,7 @@ class Site {
     for (size_t i = 0; i < config_.tunnels.size(); ++i) {
       if (config_.tunnels[i].service_listen) config_.tunnels[i].service_listen = service(i);
     }
-    const gw::ShardSpec shard{0, config_.shards, config_.shards > 1 ? kShardEpoch : 0};
+    const gw::ShardSpec shard{0, config_.shards, config_.shards > 1 ? next_shard_epoch() : 0};
     auto engine = gw::Engine::create(config_, tai_now_ns(), shard);
     ASSERT_TRUE(engine) << engine.error().message;
     engine_ = std::move(*engine);
