@@ -18,21 +18,12 @@ namespace {
 
 using common::Status;
 using testing::Random;
-using testing::slot_range;
 
 constexpr int64_t kUs = 1'000;
 
-// 10 Gbit/s (1250 bytes = 1000 ns), cycle 100 us = 10 slots of 10 us, guard 1 us.
-// Tunnel 7: slots 0-3 (window [0, 40 us)). Tunnel 9: slot 5 ([50, 60 us)). Best effort: 4, 6-9.
+// The tests' 10-slot port (sched_test_util.h): tunnel 7 in slots 0-3, tunnel 9 in slot 5.
 GateControlList gcl() {
-  GclConfig config;
-  config.cycle_ns = 100'000;
-  config.slot_count = 10;
-  config.guard_ns = 1'000;
-  config.line_rate_bps = 10'000'000'000;
-  config.max_frame_bytes = 1500;
-  config.tunnels = {GclTunnel{7, 3'000'000'000, slot_range(0, 3)}, GclTunnel{9, 500'000'000, {5}}};
-  auto list = GateControlList::create(config);
+  auto list = GateControlList::create(testing::ten_slot_port());
   EXPECT_TRUE(list.has_value()) << list.error().describe();
   return std::move(list).value();
 }

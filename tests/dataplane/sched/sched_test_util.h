@@ -117,4 +117,18 @@ inline std::vector<uint32_t> slot_range(uint32_t first, uint32_t last) {
   return out;
 }
 
+// The port of the scheduler tests: 10 Gbit/s (1250 bytes = 1000 ns), cycle 100 us = 10 slots
+// of 10 us, guard 1 us. Tunnel 7: slots 0-3 (window [0, 40 us), usable end 39 us). Tunnel 9:
+// slot 5 ([50, 60 us)). Best effort: slots 4 and 6-9.
+inline GclConfig ten_slot_port() {
+  GclConfig config;
+  config.cycle_ns = 100'000;
+  config.slot_count = 10;
+  config.guard_ns = 1'000;
+  config.line_rate_bps = 10'000'000'000;
+  config.max_frame_bytes = 1500;
+  config.tunnels = {GclTunnel{7, 3'000'000'000, slot_range(0, 3)}, GclTunnel{9, 500'000'000, {5}}};
+  return config;
+}
+
 }  // namespace detwan::dataplane::sched::testing

@@ -17,23 +17,10 @@ namespace {
 
 using common::Status;
 using ::testing::HasSubstr;
-using testing::slot_range;
 
 constexpr int kDrop(TxDrop reason) { return static_cast<int>(reason); }
 
-// 10 Gbit/s (1250 bytes = 1000 ns), cycle 100 us = 10 slots of 10 us, guard 1 us.
-// Tunnel 7: slots 0-3 (window [0, 40 us), usable end 39 us). Tunnel 9: slot 5 ([50, 60 us)).
-// Best effort: slots 4 and 6-9.
-GclConfig port_config() {
-  GclConfig config;
-  config.cycle_ns = 100'000;
-  config.slot_count = 10;
-  config.guard_ns = 1'000;
-  config.line_rate_bps = 10'000'000'000;
-  config.max_frame_bytes = 1500;
-  config.tunnels = {GclTunnel{7, 3'000'000'000, slot_range(0, 3)}, GclTunnel{9, 500'000'000, {5}}};
-  return config;
-}
+GclConfig port_config() { return testing::ten_slot_port(); }
 
 TunnelTxPolicy generous(uint32_t tunnel_id) {
   TunnelTxPolicy policy;
