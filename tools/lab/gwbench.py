@@ -7,6 +7,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable
 
@@ -29,6 +30,65 @@ def run_together(jobs: dict[str, Callable[[], object]]) -> dict[str, object]:
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {name: pool.submit(fn) for name, fn in jobs.items()}
         return {name: f.result() for name, f in futures.items()}
+
+
+def machine_wakeup_latency(seconds: float, rt_priority: int, interval_us: int = 1000) -> dict:
+    """The machine's own timer wake-up latency over the same seconds as a benchmark's flows:
+    cyclictest (rt-tests) with one thread sleeping `interval_us` periods at the gateways'
+    scheduling (SCHED_FIFO `rt_priority`, or SCHED_OTHER at 0), memory locked. What a sleeping
+    gateway loop cannot beat on this machine; a gateway's playout or departure error well
+    above it is the gateway's own. Returns {samples, min, p50, p99, p99_9, max} in ns."""
+    with tempfile.TemporaryDirectory(prefix="detwan-cyclictest-") as tmp:
+        out = pathlib.Path(tmp) / "ct.json"
+        argv = ["cyclictest", "-q", "-m", "-t", "1", "-i", str(interval_us),
+                "-D", f"{max(1, round(seconds))}", "-h", "20000", f"--json={out}"]
+        if rt_priority > 0:
+            argv += ["-p", str(rt_priority)]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30)
+        except FileNotFoundError as e:
+            raise RuntimeError("cyclictest not found: install rt-tests (tools/install-deps)") from e
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"cyclictest failed (exit {proc.returncode}): "
+                               f"{proc.stderr.strip()[-300:]}")
+        thread = json.loads(out.read_text())["thread"]["0"]
+    hist = sorted((int(us), int(n)) for us, n in thread["histogram"].items())
+    total = sum(n for _, n in hist)
+    if total == 0:
+        raise RuntimeError("cyclictest recorded no wake-up")
+
+    def at(q: float) -> int:
+        rank, seen = q * total, 0
+        for us, n in hist:
+            seen += n
+            if seen >= rank:
+                return us * 1000
+        return hist[-1][0] * 1000
+
+    # As a packet stream sees it: a packet released by a wake-up is as late as that wake-up
+    # (cyclictest's own distribution), and a wake-up L late means the thread could not run for
+    # L, so packets due in that time are late by L down to 0: the share of time in which they
+    # would be at least x late is sum(max(0, L - x)) / span. The sum of the two is what a
+    # gateway's per-packet playout error would be if the machine alone were to blame (one
+    # 15 ms stall in 5 s puts a packet stream's p99.9 near 10 ms, while it is a single sample
+    # of cyclictest's own 5,000).
+    span_us = total * interval_us
+
+    def time_weighted(q: float) -> int:
+        lo, hi = 0, hist[-1][0]
+        while lo < hi:  # the smallest x at which P(lateness > x) <= 1 - q
+            mid = (lo + hi) // 2
+            beyond = sum(n for us, n in hist if us > mid) / total
+            if beyond + sum(n * max(0, us - mid) for us, n in hist) / span_us <= 1 - q:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo * 1000
+
+    return {"samples": total, "min": int(thread["min"]) * 1000, "p50": at(0.5),
+            "p99": at(0.99), "p99_9": at(0.999), "max": int(thread["max"]) * 1000,
+            "time_weighted": {"p99": time_weighted(0.99), "p99_9": time_weighted(0.999)},
+            "rt_priority": rt_priority, "interval_us": interval_us}
 
 
 class Capture:
