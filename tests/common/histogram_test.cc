@@ -305,9 +305,12 @@ TEST(Histogram, ResetClearsEveryBucketItUsed) {
   };
   const std::vector<int64_t> probe = {-40, 3, 3, 77, 1'000'001};
   std::vector<int64_t> thresholds = {kMin, kMax, 0, -1};
+  // Below and at every power of two of either sign: a count left in any bucket shows as a
+  // difference at the threshold just under it (count_above scans every bucket, so six
+  // thresholds per power cost 38 s under ASan at -O0 for nothing two do not find).
   for (int shift = 0; shift < 63; ++shift) {
     const int64_t v = int64_t{1} << shift;
-    for (int64_t t : {v - 1, v, v + 1, -v - 1, -v, -v + 1}) thresholds.push_back(t);
+    for (int64_t t : {v - 1, -v - 1}) thresholds.push_back(t);
   }
   for (int bits : {1, 7, 12}) {
     for (size_t c = 0; c < cases.size(); ++c) {
