@@ -298,6 +298,10 @@ class Engine {
   void poll_control_st(int64_t now_ns) noexcept;
   // Earliest instant anything is due (tx departure, playout release, control timer).
   [[nodiscard]] int64_t next_event_ns() const noexcept;
+  // Whether an active tunnel delivers on time (bound > 0): its packets are stamped when the
+  // backend reads them, so a backend that batches arrivals must not hold them back (io_uring
+  // low-cpu: no rx_coalesce then). O(tunnels), as next_event_ns().
+  [[nodiscard]] bool carries_on_time() const noexcept;
   // A backend that wakes once per batch (the io_uring loop in low-cpu timing): from now on the
   // polls hand over frames departing up to tx_ahead_ns after their now_ns, but never past the
   // end of the slot window open at now_ns (sched::TxScheduler::release_horizon_ns), and packets

@@ -434,6 +434,13 @@ void Engine::set_release_ahead_st(int64_t tx_ahead_ns, int64_t rx_ahead_ns) noex
   impl_->rx_ahead_ns = std::max<int64_t>(rx_ahead_ns, 0);
 }
 
+bool Engine::carries_on_time() const noexcept {
+  for (const TunnelState& tunnel : impl_->tunnels) {
+    if (tunnel.active && tunnel.config.bound_ns > 0) return true;
+  }
+  return false;
+}
+
 int64_t Engine::next_event_ns() const noexcept {
   const Impl& m = *impl_;
   int64_t t = m.next_control_event_ns();

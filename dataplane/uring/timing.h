@@ -28,9 +28,18 @@ inline int64_t read_tai_ns() noexcept {
 // burst is served at once). So a busy loop wakes at most once per coalesce_ns for arrivals, an
 // arrival waits at most coalesce_ns, and an idle loop (its last wait ended without a completion)
 // wakes for the first packet at once. Nothing due is delayed: the deadline is the engine's.
+// A turn that carries an on-time tunnel does not coalesce (wait(..., coalesce = false)): its
+// packets are stamped when the loop reads them from the TUN device, so an arrival left waiting
+// would add up to coalesce_ns to the tunnel's delay variation at the far end.
 class LowCpuTiming {
  public:
   static constexpr unsigned kCoalesceCompletions = 32;
+
+  // How one wait sleeps: at most timeout_ns, until wait_nr completions.
+  struct Plan {
+    int64_t timeout_ns = 0;  // <= 0: do not sleep
+    unsigned wait_nr = 1;
+  };
 
   // deferred: the ring runs its completion work only inside waits (IORING_SETUP_DEFER_TASKRUN),
   // so a turn that does not sleep still asks the kernel for the completions due.
@@ -39,10 +48,28 @@ class LowCpuTiming {
     common::set_min_timer_slack();
   }
   int64_t now_ns() noexcept { return read_tai_ns(); }
-  void wait(io_uring* ring, int64_t deadline_ns) noexcept {
-    const int64_t now = read_tai_ns();
-    int64_t timeout_ns = deadline_ns - now;
-    if (timeout_ns <= 0) {
+
+  // The decision of wait(), without the ring (unit-tested).
+  [[nodiscard]] Plan plan(int64_t now_ns, int64_t deadline_ns, bool coalesce) const noexcept {
+    Plan plan{deadline_ns - now_ns, 1};
+    if (plan.timeout_ns <= 0 || !coalesce || coalesce_ns_ <= 0) return plan;
+    if (plan.timeout_ns <= coalesce_ns_) {
+      plan.wait_nr = kCoalesceCompletions;
+    } else if (flowing_ && now_ns - last_wake_ns_ < coalesce_ns_) {
+      plan.wait_nr = kCoalesceCompletions;
+      plan.timeout_ns = last_wake_ns_ + coalesce_ns_ - now_ns;
+    }
+    return plan;
+  }
+  // What the last wait found: when it ended, and whether completions were waiting.
+  void woke(int64_t now_ns, bool completions) noexcept {
+    last_wake_ns_ = now_ns;
+    flowing_ = completions;
+  }
+
+  void wait(io_uring* ring, int64_t deadline_ns, bool coalesce = true) noexcept {
+    const Plan plan = this->plan(read_tai_ns(), deadline_ns, coalesce);
+    if (plan.timeout_ns <= 0) {
       if (deferred_) {
         (void)io_uring_submit_and_get_events(ring);
       } else if (io_uring_sq_ready(ring) > 0) {
@@ -50,22 +77,12 @@ class LowCpuTiming {
       }
       return;
     }
-    unsigned wait_nr = 1;
-    if (coalesce_ns_ > 0) {
-      if (timeout_ns <= coalesce_ns_) {
-        wait_nr = kCoalesceCompletions;
-      } else if (flowing_ && now - last_wake_ns_ < coalesce_ns_) {
-        wait_nr = kCoalesceCompletions;
-        timeout_ns = last_wake_ns_ + coalesce_ns_ - now;
-      }
-    }
     __kernel_timespec timeout{};
-    timeout.tv_sec = timeout_ns / 1'000'000'000;
-    timeout.tv_nsec = timeout_ns % 1'000'000'000;
+    timeout.tv_sec = plan.timeout_ns / 1'000'000'000;
+    timeout.tv_nsec = plan.timeout_ns % 1'000'000'000;
     io_uring_cqe* cqe = nullptr;
-    (void)io_uring_submit_and_wait_timeout(ring, &cqe, wait_nr, &timeout, nullptr);
-    last_wake_ns_ = read_tai_ns();
-    flowing_ = io_uring_cq_ready(ring) > 0;
+    (void)io_uring_submit_and_wait_timeout(ring, &cqe, plan.wait_nr, &timeout, nullptr);
+    woke(read_tai_ns(), io_uring_cq_ready(ring) > 0);
   }
 
  private:
@@ -92,7 +109,7 @@ class BusyTiming {
     last_ns_ = std::max(last_ns_, now);  // a re-anchoring step back is never seen
     return last_ns_;
   }
-  void wait(io_uring* ring, int64_t /*deadline_ns*/) noexcept {
+  void wait(io_uring* ring, int64_t /*deadline_ns*/, bool /*coalesce*/ = true) noexcept {
     if (io_uring_sq_ready(ring) > 0) (void)io_uring_submit(ring);
   }
 

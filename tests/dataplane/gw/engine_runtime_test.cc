@@ -288,6 +288,36 @@ TEST(EngineRuntime, AGatewayWithoutTunnelsRunsAndTakesATunnelLater) {
   EXPECT_TRUE(g.engine(0).peer_status(0).has_control_tunnel);
 }
 
+// What a batching backend asks before it coalesces arrivals (the io_uring loop's rx_coalesce):
+// only active tunnels with a bound count, through add, modify and remove.
+TEST(EngineRuntime, CarriesOnTimeWhileAnActiveTunnelHasABound) {
+  SiteOptions o;
+  o.peer_clock_offset_ns = 0;
+  GatewayConfig a = site_config(0, o), b = site_config(1, o);
+  a.tunnels.clear();
+  b.tunnels.clear();
+  loopback::Options options;
+  options.start_ns = kStartNs;
+  auto created = loopback::Gateway::create({{a, 0}, {b, 0}}, options);
+  ASSERT_TRUE(created) << created.error().message;
+  auto& g = **created;
+  EXPECT_FALSE(g.engine(0).carries_on_time());
+
+  TunnelChanges add;
+  add.add = {tunnel_b(0, 100'000'000, range(14, 16), 0)};  // delivered on receipt
+  EXPECT_EQ(apply(g, 0, add), 1u);
+  EXPECT_FALSE(g.engine(0).carries_on_time());
+  TunnelChanges modify;
+  modify.modify = {tunnel_b(0, 100'000'000, range(14, 16), 3 * kMs)};
+  EXPECT_EQ(apply(g, 0, modify), 2u);
+  EXPECT_TRUE(g.engine(0).carries_on_time());
+  EXPECT_FALSE(g.engine(1).carries_on_time());  // the other gateway has no tunnel yet
+  TunnelChanges remove;
+  remove.remove = {kB};
+  EXPECT_EQ(apply(g, 0, remove), 3u);
+  EXPECT_FALSE(g.engine(0).carries_on_time());  // draining, no longer active
+}
+
 TEST(EngineRuntime, IndicesStayDrainedOnesAreReusedControlTunnelIsChosenAgain) {
   SiteOptions o;
   o.peer_clock_offset_ns = 0;
