@@ -54,7 +54,17 @@ def test_uniform_jitter_stays_in_its_band_without_reordering(wanem_ready, probe_
         pct, base_pct = jit["owd_percentiles_ns"], base["owd_percentiles_ns"]
         assert jit["owd_ns"]["min"] >= 9 * MS, "a packet arrived before delay - jitter"
         noise_tail = max(0, base_pct["p99_9"] - 10 * MS)
-        assert pct["p99"] <= 11 * MS + noise_tail + 0.3 * MS, (pct, base_pct)
+        # The emulator's own view, for a failure to say whose delay it was: its scheduled
+        # sojourn (delay + jitter) and how late its loop released and woke (a CI run once saw
+        # p99 80 ms on this path with the jitter-free path normal; not reproduced).
+        stats = json.loads(labutil.tb("wanem", "ab", "1", "--", "stats", "--json",
+                                      check=True).stdout)
+        emulator = {"sojourn_ns": stats["ab"]["best_effort"]["sojourn_ns"],
+                    "release_late_ns": stats["loop"]["release_late_ns"],
+                    "timer_late_ns": stats["loop"]["timer_late_ns"],
+                    "realtime": stats["loop"]["realtime"],
+                    "rt_demotions": stats["loop"]["rt_demotions"]}
+        assert pct["p99"] <= 11 * MS + noise_tail + 0.3 * MS, (pct, base_pct, emulator)
         # The band is really used: uniform over +-1 ms has p10 = 9.2 ms and p90 = 10.8 ms.
         assert pct["p10"] <= 9.4 * MS and pct["p90"] >= 10.6 * MS, pct
         assert 9.8 * MS <= pct["p50"] <= 10.3 * MS + (base_pct["p50"] - 10 * MS), pct
