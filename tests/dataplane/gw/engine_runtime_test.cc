@@ -3,6 +3,7 @@
 // removed; a refused change changes nothing; a gateway may start without tunnels; indices stay
 // stable, drained ones are reused, the peers' control tunnel is chosen again.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -247,20 +248,33 @@ TEST(EngineRuntime, TunnelAddedModifiedRemovedWhileAnotherCarriesTraffic) {
   EXPECT_TRUE(g->engine(0).peer_status(0).up);
 }
 
+// Site a's and site b's configurations of two_sites() without their tunnel: gateways that
+// start with none and take theirs at run time.
+GatewayConfig site_without_tunnels(int site, const SiteOptions& o) {
+  GatewayConfig config = site_config(site, o);
+  config.tunnels.clear();
+  return config;
+}
+
+std::unique_ptr<loopback::Gateway> two_sites_without_tunnels(const SiteOptions& o,
+                                                             bool capture_deliveries) {
+  loopback::Options options;
+  options.start_ns = kStartNs;
+  options.capture_deliveries = capture_deliveries;
+  auto created = loopback::Gateway::create(
+      {{site_without_tunnels(0, o), 0}, {site_without_tunnels(1, o), 0}}, options);
+  EXPECT_TRUE(created) << created.error().message;
+  return created ? std::move(*created) : nullptr;
+}
+
 TEST(EngineRuntime, AGatewayWithoutTunnelsRunsAndTakesATunnelLater) {
   SiteOptions o;
   o.peer_clock_offset_ns = 0;
-  GatewayConfig a = site_config(0, o), b = site_config(1, o);
-  a.tunnels.clear();
-  b.tunnels.clear();
   // Valid as a file too.
-  ASSERT_TRUE(load_gateway_config_string(describe(a)).has_value());
-  loopback::Options options;
-  options.start_ns = kStartNs;
-  options.capture_deliveries = true;
-  auto created = loopback::Gateway::create({{a, 0}, {b, 0}}, options);
-  ASSERT_TRUE(created) << created.error().message;
-  auto& g = **created;
+  ASSERT_TRUE(load_gateway_config_string(describe(site_without_tunnels(0, o))).has_value());
+  auto created = two_sites_without_tunnels(o, true);
+  ASSERT_NE(created, nullptr);
+  auto& g = *created;
   g.set_default_faults({.delay_ns = 2 * kMs});
   std::vector<Flow> flows;
   flows.push_back(flow(0, 2, 80, 1, 50e6));
@@ -293,14 +307,9 @@ TEST(EngineRuntime, AGatewayWithoutTunnelsRunsAndTakesATunnelLater) {
 TEST(EngineRuntime, CarriesOnTimeWhileAnActiveTunnelHasABound) {
   SiteOptions o;
   o.peer_clock_offset_ns = 0;
-  GatewayConfig a = site_config(0, o), b = site_config(1, o);
-  a.tunnels.clear();
-  b.tunnels.clear();
-  loopback::Options options;
-  options.start_ns = kStartNs;
-  auto created = loopback::Gateway::create({{a, 0}, {b, 0}}, options);
-  ASSERT_TRUE(created) << created.error().message;
-  auto& g = **created;
+  auto created = two_sites_without_tunnels(o, false);
+  ASSERT_NE(created, nullptr);
+  auto& g = *created;
   EXPECT_FALSE(g.engine(0).carries_on_time());
 
   TunnelChanges add;

@@ -25,15 +25,10 @@ using testing::SlotOracle;
 constexpr uint32_t kFrameBytes = 1250;  // 1000 ns at 10 Gbit/s
 constexpr int kDrop(TxDrop reason) { return static_cast<int>(reason); }
 
-// 10 Gbit/s, cycle 100 us = 10 slots of 10 us, guard 1 us. Tunnel 7: slots 0-3; tunnel 9: slot
-// 5; best effort: 4 and 6-9 (as tx_scheduler_test.cc).
+// The scheduler tests' port (testing::ten_slot_port: 10 Gbit/s, 10 slots of 10 us, guard
+// 1 us) with these tunnels (t7: slots 0-3, t9: slot 5 by default).
 GclConfig port_config(std::vector<GclTunnel> tunnels) {
-  GclConfig config;
-  config.cycle_ns = 100'000;
-  config.slot_count = 10;
-  config.guard_ns = 1'000;
-  config.line_rate_bps = 10'000'000'000;
-  config.max_frame_bytes = 1500;
+  GclConfig config = testing::ten_slot_port();
   config.tunnels = std::move(tunnels);
   return config;
 }
