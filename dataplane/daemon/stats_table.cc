@@ -178,6 +178,10 @@ std::string format_stats_table(const json::value& stats) {
       count(at(local, {"tun_rx_errors"})), count(at(local, {"tun_tx_errors"})),
       count(at(local, {"service_rx_packets"})), count(at(local, {"service_tx_packets"})),
       count(at(local, {"service_rx_errors"})), count(at(local, {"service_tx_errors"})));
+  out += fmt::format("loop   sleeps {} (coalesced {}, blind {})  woken by timer {} io {}\n",
+                     count(at(local, {"loop_sleeps"})), count(at(local, {"loop_coalesced_sleeps"})),
+                     count(at(local, {"loop_blind_sleeps"})),
+                     count(at(local, {"loop_timer_wakeups"})), count(at(local, {"loop_io_wakeups"})));
   out += fmt::format("engine drops: {}\n", reasons({at(&stats, {"drops"})}));
   return out;
 }

@@ -89,6 +89,12 @@ struct LocalIo {
   uint64_t tun_gso_refused = 0;  // runs the device refused; their packets went one by one
   uint64_t service_rx_packets = 0, service_tx_packets = 0, service_rx_errors = 0,
            service_tx_errors = 0;
+  // The backend loop's sleeps (io_uring, timing low-cpu; at moderate rates a gateway's CPU is
+  // its wake-ups): every sleep, the ones that did not wake for a single arrival (rx_coalesce),
+  // the coalesced sleeps taken outside the ring (blind: nothing wakes them before their end),
+  // and how sleeps ended: at their deadline with nothing to reap, or with completions waiting.
+  uint64_t loop_sleeps = 0, loop_coalesced_sleeps = 0, loop_blind_sleeps = 0,
+           loop_timer_wakeups = 0, loop_io_wakeups = 0;
 };
 
 // Counters of the control channel (dataplane/gw/control_server.h), kept here so that stats show

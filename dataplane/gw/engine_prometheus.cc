@@ -189,6 +189,11 @@ void add_io(LocalIo& into, const LocalIo& from) {
   into.service_tx_packets += from.service_tx_packets;
   into.service_rx_errors += from.service_rx_errors;
   into.service_tx_errors += from.service_tx_errors;
+  into.loop_sleeps += from.loop_sleeps;
+  into.loop_coalesced_sleeps += from.loop_coalesced_sleeps;
+  into.loop_blind_sleeps += from.loop_blind_sleeps;
+  into.loop_timer_wakeups += from.loop_timer_wakeups;
+  into.loop_io_wakeups += from.loop_io_wakeups;
 }
 
 void add_tx(sched::TxCounters& into, const sched::TxCounters& from) {
@@ -450,6 +455,19 @@ std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t 
   e.counter("detwan_gw_service_rx_errors_total", "Failed service receives", {},
             io.service_rx_errors);
   e.counter("detwan_gw_service_tx_errors_total", "Failed service sends", {}, io.service_tx_errors);
+  e.counter("detwan_gw_loop_sleeps_total",
+            "Sleeps of the datapath loop (io_uring, timing low-cpu)",
+            {}, io.loop_sleeps);
+  e.counter("detwan_gw_loop_coalesced_sleeps_total",
+            "Sleeps that did not wake for a single arrival (gateway.rx_coalesce)", {},
+            io.loop_coalesced_sleeps);
+  e.counter("detwan_gw_loop_blind_sleeps_total",
+            "Coalesced sleeps outside the ring: no arrival woke them before their end", {},
+            io.loop_blind_sleeps);
+  e.counter("detwan_gw_loop_wakeups_total", "How the loop's sleeps ended", {{"cause", "timer"}},
+            io.loop_timer_wakeups);
+  e.counter("detwan_gw_loop_wakeups_total", "How the loop's sleeps ended", {{"cause", "io"}},
+            io.loop_io_wakeups);
   return e.text();
 }
 

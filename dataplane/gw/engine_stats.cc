@@ -40,7 +40,10 @@ json::object local_io_json(const LocalIo& io) {
       {"tun_rx_batches", io.tun_rx_batches},         {"tun_tx_batches", io.tun_tx_batches},
       {"tun_gso_refused", io.tun_gso_refused},       {"service_rx_packets", io.service_rx_packets},
       {"service_tx_packets", io.service_tx_packets}, {"service_rx_errors", io.service_rx_errors},
-      {"service_tx_errors", io.service_tx_errors}};
+      {"service_tx_errors", io.service_tx_errors},   {"loop_sleeps", io.loop_sleeps},
+      {"loop_coalesced_sleeps", io.loop_coalesced_sleeps},
+      {"loop_blind_sleeps", io.loop_blind_sleeps},
+      {"loop_timer_wakeups", io.loop_timer_wakeups}, {"loop_io_wakeups", io.loop_io_wakeups}};
 }
 
 json::value optional_ns(bool present, int64_t value) {

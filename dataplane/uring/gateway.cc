@@ -42,9 +42,9 @@ common::Result<void> open_ring(GatewayState& state, uint32_t receives) {
       kMaxSubmissionEntries, std::bit_ceil(std::max(256u, 2 * receives + 4 * state.config.batch)));
   int error = -EINVAL;
   if (state.config.timing == gw::TimingMode::kLowCpu) {
-    // Completion work runs only when the loop waits (Linux >= 6.1): an arrival no longer wakes a
-    // loop that waits for several completions (gateway.rx_coalesce). The thread that runs the
-    // loop enables the ring (run_datapath) and is its only submitter.
+    // Completion work runs only when the loop asks for it (Linux >= 6.1): a loop that coalesces
+    // arrivals (gateway.rx_coalesce) sleeps outside the ring and is not woken by them. The
+    // thread that runs the loop enables the ring (run_datapath) and is its only submitter.
     params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP | IORING_SETUP_SUBMIT_ALL |
                    IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
                    IORING_SETUP_R_DISABLED;

@@ -435,7 +435,7 @@ void Datapath::loop(Timing& timing) {
     if (group_ != nullptr && end_turn_st()) deadline_ns = now_ns;  // rings still hold packets
     // An on-time tunnel's packets are stamped when read from the TUN device: no coalescing of
     // arrivals while one is carried (timing.h).
-    timing.wait(ring_, deadline_ns, !engine_.carries_on_time());
+    timing.wait(ring_, deadline_ns, !engine_.carries_on_time(), engine_.local_io());
   }
 }
 

@@ -89,8 +89,8 @@ struct GatewayState {
   io_uring ring{};
   bool ring_open = false;
   // Low-cpu timing: the ring defers its completion work to the loop's own waits
-  // (IORING_SETUP_DEFER_TASKRUN, single issuer), so an arrival wakes the loop only once as many
-  // completions are pending as it waits for; opened disabled, enabled by the loop's thread.
+  // (IORING_SETUP_DEFER_TASKRUN, single issuer), so the loop can sleep outside the ring while
+  // arrivals pile up (timing.h, blind sleeps); opened disabled, enabled by the loop's thread.
   bool deferred_taskrun = false;
   bool ran = false;
 };

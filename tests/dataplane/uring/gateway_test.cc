@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -22,6 +23,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <time.h>
 
 #include <boost/json.hpp>
@@ -441,6 +443,48 @@ TEST(UringGateway, AHammeredControlSocketDoesNotStopTheDatapath) {
     EXPECT_GE(counter(a, {"control", "rate_limited"}), 1) << elapsed_s;
   }
   EXPECT_GE(counter(a, {"control", "requests"}), answered.load());
+}
+
+// Deferred completion work needs Linux >= 6.1 (IORING_SETUP_DEFER_TASKRUN); without it the
+// loop never sleeps blind (timing.h).
+bool kernel_at_least(int major, int minor) {
+  utsname name{};
+  int have_major = 0;
+  int have_minor = 0;
+  return ::uname(&name) == 0 && std::sscanf(name.release, "%d.%d", &have_major, &have_minor) == 2 &&
+         (have_major > major || (have_major == major && have_minor >= minor));
+}
+
+// A trickle (one datagram at a time, each waiting for the last to arrive) is a moderate rate:
+// every datagram crosses intact, B's coalesced sleeps are taken outside the ring (blind: no
+// arrival wakes them, the window's end does), and the loop's counters add up.
+TEST(UringGateway, ATrickleIsCarriedByBlindCoalescedSleeps) {
+  Pair pair;
+  ASSERT_TRUE(pair.ok());
+  std::mt19937 random(11);
+  std::vector<Bytes> payloads;
+  for (uint32_t i = 0; i < 64; ++i) payloads.push_back(random_payload(random, 200, i));
+  TestSocket sender = TestSocket::open();
+  std::vector<Bytes> received;
+  for (const Bytes& payload : payloads) {
+    ASSERT_TRUE(sender.send_to(*pair.a->service(), payload.data(), payload.size()));
+    auto datagram = pair.app.receive();
+    ASSERT_TRUE(datagram) << "datagram " << received.size() << " lost; B: "
+                          << boost::json::serialize(pair.b->stats());
+    received.push_back(std::move(*datagram));
+  }
+  EXPECT_EQ(received, payloads);  // one at a time: in order, byte for byte
+  const auto b = pair.b->stats();
+  const int64_t sleeps = counter(b, {"local", "loop_sleeps"});
+  EXPECT_GT(sleeps, 0);
+  EXPECT_EQ(counter(b, {"local", "loop_timer_wakeups"}) + counter(b, {"local", "loop_io_wakeups"}),
+            sleeps);
+  EXPECT_LE(counter(b, {"local", "loop_blind_sleeps"}),
+            counter(b, {"local", "loop_coalesced_sleeps"}));
+  EXPECT_LE(counter(b, {"local", "loop_coalesced_sleeps"}), sleeps);
+  if (kernel_at_least(6, 1)) {
+    EXPECT_GT(counter(b, {"local", "loop_blind_sleeps"}), 0) << boost::json::serialize(b);
+  }
 }
 
 TEST(UringGateway, StopsWithoutAControlServer) {
