@@ -134,7 +134,7 @@ bool valid_interface_name(std::string_view name) {
 }
 
 void parse_tun_section(const ConfigNode& node, TunConfig* tun) {
-  node.check_keys({"enabled", "name", "mtu", "routes", "offload"});
+  node.check_keys({"enabled", "name", "mtu", "routes", "offload", "queue"});
   tun->enabled = node.get_bool("enabled", true);
   tun->offload = node.get_bool("offload", true);
   if (const auto name = node.maybe_child("name")) {
@@ -147,6 +147,7 @@ void parse_tun_section(const ConfigNode& node, TunConfig* tun) {
     }
   }
   tun->mtu_bytes = u32_field(node, "mtu", 1400, kMinPortMtu, kMaxPortMtu);
+  tun->queue_packets = u32_field(node, "queue", 4096, 16, 1'000'000);
   if (const auto routes = node.maybe_child("routes")) tun->routes = prefix_list(*routes);
 }
 

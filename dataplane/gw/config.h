@@ -198,6 +198,10 @@ struct TunConfig {
   // uring backend: a virtio-net header on every read and write, checksum and UDP segmentation
   // offload (the host hands the gateway whole UDP GSO runs; TunDevice::open); false = plain.
   bool offload = true;
+  // The device's transmit queue (txqueuelen, packets): what the kernel holds for the gateway
+  // between two reads. A coalescing loop reads at most every gateway.rx_coalesce, so the queue
+  // must hold a burst that long (Linux's default for a TUN device is 500).
+  uint32_t queue_packets = 4096;
   friend bool operator==(const TunConfig&, const TunConfig&) = default;
 };
 

@@ -277,6 +277,7 @@ std::string describe(const GatewayConfig& config) {
   out += fmt::format("  mtu: {}\n", config.tun.mtu_bytes);
   out += fmt::format("  routes: {}\n", flow_list(config.tun.routes, format_prefix));
   out += fmt::format("  offload: {}\n", config.tun.offload ? "true" : "false");
+  out += fmt::format("  queue: {}\n", config.tun.queue_packets);
   out += "dpdk:\n";
   out += fmt::format("  eal: {}\n",
                      flow_list(config.dpdk.eal_args, [](const std::string& s) { return s; }));

@@ -215,6 +215,11 @@ common::Result<TunDevice> TunDevice::open(const TunConfig& config, bool offload,
         device_error(device.name_, "set MTU " + std::to_string(config.mtu_bytes), errno));
   }
   device.mtu_bytes_ = config.mtu_bytes;
+  settings.ifr_qlen = static_cast<int>(config.queue_packets);
+  if (::ioctl(ioctl_socket.get(), SIOCSIFTXQLEN, &settings) != 0) {
+    return std::unexpected(device_error(
+        device.name_, "set transmit queue " + std::to_string(config.queue_packets), errno));
+  }
   if (::ioctl(ioctl_socket.get(), SIOCGIFFLAGS, &settings) != 0) {
     return std::unexpected(device_error(device.name_, "get interface flags", errno));
   }

@@ -291,7 +291,7 @@ TEST(ConfigDescribe, RoundTripsEveryNonDefaultValue) {
       " admin_socket: /run/gw.sock, admin_mode: 0640, admin_uids: [7, 4294967294],"
       " buffers: 1024, batch: 64, wan_gso: false, wan_gro: false}\n"
       "tun: {enabled: true, name: tun-9, mtu: 1280, routes: [10.0.0.0/8, \"fd00::/8\"],"
-      " offload: false}\n"
+      " offload: false, queue: 777}\n"
       "dpdk: {eal: [--no-huge, \"--vdev=net_memif0,role=server\"], mbufs: 4095, lcore: 2}\n"
       "wan_ports:\n"
       "  - {name: w6, local: \"[fd00::1]:0\", line_rate: 2.5gbit, mtu: 1500, cycle: 500us,\n"
@@ -315,6 +315,7 @@ TEST(ConfigDescribe, RoundTripsEveryNonDefaultValue) {
   EXPECT_FALSE(config.wan_gso);
   EXPECT_FALSE(config.wan_gro);
   EXPECT_FALSE(config.tun.offload);
+  EXPECT_EQ(config.tun.queue_packets, 777u);
   EXPECT_EQ(config.peers[0].clock_offset_ns, -1'234'567);
   EXPECT_EQ(config.wan_ports[0].base_time_ns, 1'700'000'000'000'000'000);
   EXPECT_EQ(config.tunnels[0].burst_bytes, 1'572'864u);

@@ -118,6 +118,8 @@ TEST(TunDevice, CreatesTheDeviceWithMtuLinkUpAndRoutesThenRemovesThem) {
     ifreq request = interface_request("dtwt0");
     ASSERT_EQ(::ioctl(probe.get(), SIOCGIFMTU, &request), 0);
     EXPECT_EQ(request.ifr_mtu, 1400);
+    ASSERT_EQ(::ioctl(probe.get(), SIOCGIFTXQLEN, &request), 0);
+    EXPECT_EQ(request.ifr_qlen, 4096);  // tun.queue's default, not the kernel's 500
     ASSERT_EQ(::ioctl(probe.get(), SIOCGIFFLAGS, &request), 0);
     EXPECT_NE(request.ifr_flags & IFF_UP, 0);
 
