@@ -170,6 +170,19 @@ def sender(site: str, source: str, destination: str, count: int, pps: int, size:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def softnet_dropped() -> int:
+    """Packets the kernel dropped because a CPU's input backlog (netdev_max_backlog) was full."""
+    with open("/proc/net/softnet_stat") as f:
+        return sum(int(line.split()[1], 16) for line in f)
+
+
+def udp_receive_errors(site: str) -> int:
+    """UDP datagrams a site's host dropped (receive buffer full or bad checksum)."""
+    res = tb("exec", site, "--", "cat", "/proc/net/snmp", check=True)
+    rows = [line.split() for line in res.stdout.splitlines() if line.startswith("Udp:")]
+    return int(dict(zip(rows[0][1:], rows[1][1:]))["InErrors"])
+
+
 def tun_dropped(site: str) -> int:
     """Packets the kernel dropped at the gateway's TUN device (its queue to the gateway full)."""
     res = tb("exec", site, "--gw", "--", "cat",
@@ -195,6 +208,7 @@ def test_a_co_tenant_cannot_ride_another_jobs_tunnel(lab2):
         before = {s: {t: tunnel_stats(s, t) for t in (vid, oid)} for s in ("a", "b")}
         drops_before = labutil.gw_stats("a")["drops"]["foreign_source"]
         tun_before = tun_dropped("a")
+        backlog_before, udp_errors_before = softnet_dropped(), udp_receive_errors("b")
         # The receiver waits out an idle gap of 8 s: job 2 starts only after the flood ends, and a
         # loaded machine may take seconds to start its sender.
         rx = sink("b", idle_s=8.0)
@@ -214,6 +228,8 @@ def test_a_co_tenant_cannot_ride_another_jobs_tunnel(lab2):
         after = {s: {t: tunnel_stats(s, t) for t in (vid, oid)} for s in ("a", "b")}
         drops = labutil.gw_stats("a")["drops"]["foreign_source"] - drops_before
         tun_lost = tun_dropped("a") - tun_before
+        backlog_lost = softnet_dropped() - backlog_before
+        udp_errors = udp_receive_errors("b") - udp_errors_before
     finally:
         for r in (victim, other):
             ctl("terminate", r["id"])
@@ -226,7 +242,11 @@ def test_a_co_tenant_cannot_ride_another_jobs_tunnel(lab2):
 
     # The victim's traffic lost nothing, and the flood reached no one at b.
     victim_key = f"{a['tunnel_addr']} victim"
-    assert got["packets"].get(victim_key) == 3_000, (got, f"dropped at a's TUN queue: {tun_lost}")
+    diagnosis = (got, f"dropped at a's TUN queue: {tun_lost}, at a full CPU backlog: "
+                 f"{backlog_lost}, by b's UDP receive: {udp_errors}",
+                 {"a tx": after["a"][vid]["tx"], "b rx": after["b"][vid]["rx"]},
+                 {"a tx before": before["a"][vid]["tx"], "b rx before": before["b"][vid]["rx"]})
+    assert got["packets"].get(victim_key) == 3_000, diagnosis
     assert got["distinct"][victim_key] == 3_000, got
     assert not any(k.endswith(" flood") for k in got["packets"]), got
     assert got["packets"].get(f"{a['cotenant_addr']} job2") == 200, got  # job 2's own tunnel works
