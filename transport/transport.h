@@ -141,6 +141,7 @@ struct ChannelStats {
   int64_t srtt_ns = 0;
   int64_t rttvar_ns = 0;
   int64_t cwnd_bytes = 0;             // best effort only (0 on reserved paths)
+  int64_t reserved_rate_bps = 0;      // the reserved paths' pacing rates, summed (0: none)
   double loss_estimate = 0.0;         // fraction of data segments lost, smoothed
   int32_t fec_parity_current = 0;     // m chosen by the adaptive policy
   uint64_t recv_buffers_reused = 0;   // received messages placed in a recycle()d buffer
@@ -169,6 +170,14 @@ class Channel {
   [[nodiscard]] virtual ChannelStats stats() const = 0;
   // Graceful close: pending operations complete with kUnavailable; the peer sees the close.
   virtual void close() = 0;
+  // Re-paces a single-path reserved channel (created with rate_bps > 0) at `rate_bps`, its
+  // catch-up burst at most `max_burst_bytes` (0: unchanged): for a share learned after the
+  // channel exists. Takes effect on the progress thread shortly after; best-effort and
+  // multipath channels, and backends without a pacer (tcp, shm), ignore it. Never blocks.
+  virtual void set_reserved_rate(int64_t rate_bps, int64_t max_burst_bytes) {
+    (void)rate_bps;
+    (void)max_burst_bytes;
+  }
   [[nodiscard]] virtual std::string describe() const = 0;  // "udp 10.0.0.1:4000 -> ..."
 
   // Future-based conveniences over the callbacks.

@@ -47,10 +47,11 @@ Result<void> all_reduce_halving_doubling(OpContext& ctx, const void* send, void*
 // Binomial-tree reduce to rank 0, then binomial-tree broadcast: 2 log2(n) latencies.
 Result<void> all_reduce_tree(OpContext& ctx, const void* send, void* recv, size_t count,
                              DataType type, ReduceOp op);
-// Site-aware (needs topology.uniform()): ring reduce-scatter inside each site, the shards
-// reduced across sites by the ranks of equal local index (each local rank drives its own
-// share of the WAN in parallel), ring allgather inside each site. Chunked so the phases of
-// successive chunks overlap.
+// Site-aware (any number of ranks per site): ring reduce-scatter inside each site, the shards
+// reduced across sites segment by segment by the ranks holding them (site_segments: with equal
+// sites the ranks of equal local index; each rank drives its own share of the WAN in
+// parallel), ring allgather inside each site. Chunked so the phases of successive chunks
+// overlap.
 Result<void> all_reduce_hierarchical(OpContext& ctx, const void* send, void* recv, size_t count,
                                      DataType type, ReduceOp op);
 // Dispatch by algorithm (kAuto is not valid here: the caller resolves it with the cost model).

@@ -1,11 +1,11 @@
 // Allgather: recv holds size() * send_count elements, rank r's at offset r * send_count.
 //   kRing (default)  pipelined ring over all ranks in rank order (ring_all_gather_inplace)
-//   kHierarchical    when topology.uniform() and there are several sites: (1) every rank
-//                    exchanges its own block with the ranks of equal local index in the other
-//                    sites, all WAN pairs at once (each block crosses the WAN once per site,
-//                    and every local rank drives its own share); (2) ring allgather inside the
-//                    site of those per-local-index groups of blocks; (3) local reordering.
-//                    Otherwise it falls back to the ring.
+//   kHierarchical    when there are several sites (any number of ranks each): (1) every rank
+//                    sends its own block to one rank of every other site, local index l to
+//                    local index l mod L_site there, all WAN pairs at once (each block crosses
+//                    the WAN once per site, and every rank drives its own share); (2) ring
+//                    allgather inside the site of what each rank holds; (3) local reordering.
+//                    With one site it falls back to the ring.
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -35,63 +35,70 @@ Result<void> all_gather_hierarchical(OpContext& ctx, const std::byte* send, std:
                                      size_t count, DataType type) {
   const Topology& topology = ctx.topology;
   const int rank = ctx.peers.rank();
-  const auto sites = static_cast<size_t>(topology.num_sites());
-  const auto per_site = static_cast<size_t>(topology.ranks_per_site());
-  const auto site = static_cast<size_t>(topology.site_of(rank));
+  const int sites = topology.num_sites();
+  const int site = topology.site_of(rank);
   const auto local = static_cast<size_t>(topology.local_index(rank));
+  const auto& site_ranks = topology.ranks_of_site(site);
   const size_t elem = data_type_size(type);
   const size_t bytes = count * elem;
   const size_t chunk = detail::chunk_elems(ctx, type);
+  const std::vector<std::vector<int>> held = gather_holdings(topology, site);
+  size_t width = 0;  // blocks per holder in the staging buffer (the most any holder holds)
+  for (const auto& blocks : held) width = std::max(width, blocks.size());
 
-  // Staging, ordered [local index][site]: the blocks one local index gathers over the WAN are
-  // contiguous, so the intra-site ring moves them as one block. Declared before `sends`.
-  std::vector<std::byte> staging(sites * per_site * bytes);
-  auto slot = [&](size_t i, size_t s) { return staging.data() + (i * sites + s) * bytes; };
-  std::memcpy(slot(local, site), send, bytes);
-
-  // (1) WAN exchange with the ranks of equal local index. The sends read the caller's send
-  // buffer, which (in place) is part of recv: they are waited for before recv is written.
-  detail::SendQueue sends(ctx);
+  // Staging, ordered [holder][its blocks]: what one holder gathered over the WAN is contiguous,
+  // so the intra-site ring moves it as one block (holders with fewer blocks leave the rest of
+  // their slot unused: intra-site bytes only, and none with equal sites). Declared before
+  // `sends`.
+  std::vector<std::byte> staging(site_ranks.size() * width * bytes);
+  auto slot = [&](size_t m, size_t j) { return staging.data() + (m * width + j) * bytes; };
+  const auto& mine = held[local];
   std::deque<detail::RecvQueue> queues;
-  for (size_t s = 0; s < sites; ++s) {
+  std::vector<size_t> queue_slot;  // slot index in mine of each queue's blocks
+  for (size_t j = 0; j < mine.size(); ++j) {
+    if (mine[j] == rank) {
+      std::memcpy(slot(local, j), send, bytes);
+    } else {
+      queues.emplace_back(ctx, mine[j]);
+      queue_slot.push_back(j);
+    }
+  }
+
+  // (1) WAN: this rank's block to its holder in every other site. The sends read the caller's
+  // send buffer, which (in place) is part of recv: they are waited for before recv is written.
+  detail::SendQueue sends(ctx);
+  for (int s = 0; s < sites; ++s) {
     if (s == site) continue;
-    const int peer = topology.ranks_of_site(static_cast<int>(s))[local];
-    (void)detail::send_chunked(sends, peer, send, count, elem, chunk);
+    const auto& there = topology.ranks_of_site(s);
+    (void)detail::send_chunked(sends, there[local % there.size()], send, count, elem, chunk);
   }
   const size_t chunks = detail::num_chunks(count, chunk);
   auto chunk_bytes = [&](size_t c) { return std::min(chunk, count - c * chunk) * elem; };
   size_t posted = 0;
-  for (size_t s = 0; s < sites; ++s) {
-    if (s != site) queues.emplace_back(ctx, topology.ranks_of_site(static_cast<int>(s))[local]);
-  }
-  for (size_t c = 0; c < chunks; ++c) {
+  for (size_t c = 0; c < chunks && !queues.empty(); ++c) {
     for (; posted < chunks && posted < c + detail::kRecvWindow; ++posted) {
       for (auto& queue : queues) queue.expect(chunk_bytes(posted));
     }
-    size_t q = 0;
-    for (size_t s = 0; s < sites; ++s) {
-      if (s == site) continue;
-      auto message = queues[q++].next();
+    for (size_t q = 0; q < queues.size(); ++q) {
+      auto message = queues[q].next();
       if (!message) return std::unexpected(message.error());
-      std::memcpy(slot(local, s) + c * chunk * elem, message->data(), message->size());
+      std::memcpy(slot(local, queue_slot[q]) + c * chunk * elem, message->data(),
+                  message->size());
     }
   }
 
-  // (2) Ring allgather inside the site: block i (all sites' blocks of local index i) is held
-  // by the site's rank of local index i.
-  const auto& site_ranks = topology.ranks_of_site(static_cast<int>(site));
-  if (auto ok =
-          ring_all_gather_inplace(ctx, site_ranks, staging.data(), sites * per_site * count, type);
+  // (2) Ring allgather inside the site: block m is what the site's local index m holds.
+  if (auto ok = ring_all_gather_inplace(ctx, site_ranks, staging.data(),
+                                        site_ranks.size() * width * count, type);
       !ok) {
     return ok;
   }
   if (auto ok = sends.wait_all(); !ok) return ok;
 
   // (3) Reorder into rank order.
-  for (size_t i = 0; i < per_site; ++i) {
-    for (size_t s = 0; s < sites; ++s) {
-      const auto q = static_cast<size_t>(topology.ranks_of_site(static_cast<int>(s))[i]);
-      std::memcpy(recv + q * bytes, slot(i, s), bytes);
+  for (size_t m = 0; m < held.size(); ++m) {
+    for (size_t j = 0; j < held[m].size(); ++j) {
+      std::memcpy(recv + static_cast<size_t>(held[m][j]) * bytes, slot(m, j), bytes);
     }
   }
   return {};
@@ -113,8 +120,7 @@ Result<void> all_gather(OpContext& ctx, Algorithm algorithm, const void* send, v
                       fmt::format("all_gather: {} elements x {} ranks overflows", send_count, n));
   }
   const Topology& topology = ctx.topology;
-  if (algorithm == Algorithm::kHierarchical && topology.size() == n && topology.uniform() &&
-      topology.num_sites() > 1) {
+  if (algorithm == Algorithm::kHierarchical && topology.size() == n && topology.num_sites() > 1) {
     return all_gather_hierarchical(ctx, detail::as_bytes(send), detail::as_bytes(recv), send_count,
                                    type);
   }

@@ -1,10 +1,15 @@
-// Site-aware allreduce: with L ranks per site and S sites,
-//   (1) ring reduce-scatter inside the site: local rank l ends with block l reduced over its
-//       site;
-//   (2) the S ranks of local index l (one per site) allreduce block l among themselves: S == 2
-//       is one exchange (both send, both receive, both compute site0_part OP site1_part, in that
-//       order, so both get bitwise identical results); S > 2 is a ring among them. All L local
-//       ranks do this at the same time, so each drives its own 1/L share of the WAN;
+// Site-aware allreduce over S sites of L_s ranks each (any L_s >= 1, sites may differ):
+//   (1) ring reduce-scatter inside each site: the site's local rank l ends with block l of the
+//       buffer (block_of(count, L_s, l)) reduced over its site;
+//   (2) the inter-site exchange. The sites' block boundaries together cut the buffer into
+//       segments, each owned by exactly one rank per site (with equal sites a segment is a
+//       block). S == 2: the two owners of a segment exchange it (both send, both receive,
+//       both compute site0_part OP site1_part, in that order, so both get bitwise identical
+//       results). S > 2: the owners of a segment allreduce it by a ring, segment by segment in
+//       buffer order (every rank walks its segments in that order, so no ring waits for one
+//       that waits for it). Each rank sends its own block over the WAN, so every rank of a
+//       site drives its share of the site's traffic, and each direction carries the buffer
+//       once whatever the sites' sizes;
 //   (3) ring allgather inside the site.
 // The buffer is processed in pieces so the WAN starts early and stays busy: the reduce-scatters
 // of all pieces run first, each piece's WAN exchange (chunk_bytes messages, all posted at once)
@@ -15,6 +20,9 @@
 // end (ramped_pieces). The last kCopyTailBytes of this rank's WAN messages are sent as copies:
 // completing them does not wait for their acknowledgement, a WAN round trip.
 #include <algorithm>
+#include <deque>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,19 +45,46 @@ Result<void> check_topology(const OpContext& ctx) {
                       fmt::format("hierarchical: the topology has {} ranks, the communicator {}",
                                   topology.size(), ctx.peers.size()));
   }
-  if (!topology.uniform()) {
-    std::string sizes;
-    for (int site = 0; site < topology.num_sites(); ++site) {
-      if (site > 0) sizes += ", ";
-      sizes += fmt::format("{}: {}", topology.site_name(site),
-                           topology.ranks_of_site(site).size());
-    }
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("hierarchical needs the same number of ranks per site ({})",
-                                  sizes));
-  }
   return {};
 }
+
+// The messages of this rank's part of one segment's WAN exchange (S == 2).
+struct Exchange {
+  SiteSegment segment;         // absolute offsets in the buffer
+  int peer = -1;               // the segment's owner in the other site
+  std::vector<size_t> sent;    // send index of each chunk (kNoWait: copied)
+};
+
+// Receives from the other site's ranks, each posted ahead in the order that rank sends.
+class ExchangeReceives {
+ public:
+  explicit ExchangeReceives(OpContext& ctx) : ctx_(ctx) {}
+  void plan(int peer, size_t bytes) { of(peer).sizes.push_back(bytes); }
+  Result<detail::Received> next(int peer) {
+    Stream& stream = of(peer);
+    while (stream.queue.posted() < detail::kRecvWindow && stream.posted < stream.sizes.size()) {
+      stream.queue.expect(stream.sizes[stream.posted++]);
+    }
+    return stream.queue.next();
+  }
+
+ private:
+  struct Stream {
+    Stream(OpContext& ctx, int peer) : queue(ctx, peer) {}
+    detail::RecvQueue queue;
+    std::vector<size_t> sizes;
+    size_t posted = 0;
+  };
+  Stream& of(int peer) {
+    for (auto& [p, stream] : streams_) {
+      if (p == peer) return stream;
+    }
+    return streams_.emplace_back(std::piecewise_construct, std::forward_as_tuple(peer),
+                                 std::forward_as_tuple(ctx_, peer)).second;
+  }
+  OpContext& ctx_;
+  std::deque<std::pair<int, Stream>> streams_;
+};
 
 }  // namespace
 
@@ -59,7 +94,6 @@ Result<void> all_reduce_hierarchical(OpContext& ctx, const void* send, void* rec
   const Topology& topology = ctx.topology;
   const int rank = ctx.peers.rank();
   const int sites = topology.num_sites();
-  const int per_site = topology.ranks_per_site();
   if (ctx.peers.size() <= 1 || count == 0) {
     detail::copy_to_recv(send, recv, count, type);
     return {};
@@ -67,8 +101,7 @@ Result<void> all_reduce_hierarchical(OpContext& ctx, const void* send, void* rec
   const int my_site = topology.site_of(rank);
   const auto local = static_cast<size_t>(topology.local_index(rank));
   const std::vector<int>& site_group = topology.ranks_of_site(my_site);
-  std::vector<int> cross_group;  // the rank of local index `local` in every site, site order
-  for (int site = 0; site < sites; ++site) cross_group.push_back(topology.ranks_of_site(site)[local]);
+  const auto per_site = static_cast<int>(site_group.size());
 
   std::byte* buf = detail::as_bytes(recv);
   const size_t elem = data_type_size(type);
@@ -83,17 +116,21 @@ Result<void> all_reduce_hierarchical(OpContext& ctx, const void* send, void* rec
   }
   detail::copy_to_recv(send, recv, count, type);
 
-  // Pieces of at least kMinShardBytes per local rank: small enough that the WAN starts after a
-  // fraction of the intra-site work, large enough that the per-piece intra-site ring latency
-  // stays negligible. Independent of chunk_bytes (that only sizes the messages).
-  const size_t min_piece =
-      std::max<size_t>(1, kMinShardBytes / elem) * static_cast<size_t>(per_site);
+  // Pieces of at least kMinShardBytes per rank of the largest site: small enough that the WAN
+  // starts after a fraction of the intra-site work, large enough that the per-piece intra-site
+  // ring latency stays negligible. The same on every rank; independent of chunk_bytes (that
+  // only sizes the messages).
+  const size_t min_piece = std::max<size_t>(1, kMinShardBytes / elem) *
+                           static_cast<size_t>(topology.max_ranks_per_site());
   const std::vector<Block> piece = ramped_pieces(count, min_piece, kBodyPieces);
   const size_t pieces = piece.size();
   std::vector<Block> shard(pieces);  // this rank's block of each piece (absolute offsets)
+  std::vector<std::vector<SiteSegment>> segments(pieces);  // this rank's, absolute offsets
   for (size_t k = 0; k < pieces; ++k) {
     const Block b = block_of(piece[k].count, static_cast<size_t>(per_site), local);
     shard[k] = Block{piece[k].offset + b.offset, b.count};
+    segments[k] = site_segments(topology, piece[k].count, rank);
+    for (SiteSegment& segment : segments[k]) segment.offset += piece[k].offset;
   }
   // Pieces from first_copied on have their WAN messages copied (at most kCopyTailBytes).
   size_t first_copied = pieces;
@@ -103,59 +140,53 @@ Result<void> all_reduce_hierarchical(OpContext& ctx, const void* send, void* rec
   }
 
   // (1) every piece's intra-site reduce-scatter, each piece's WAN exchange posted right after.
-  const int other = sites == 2 ? cross_group[my_site == 0 ? 1 : 0] : -1;
+  const auto other_site = static_cast<size_t>(my_site == 0 ? 1 : 0);
   std::vector<size_t> rs_last(pieces, detail::kNoWait);      // last intra send of the piece
-  std::vector<std::vector<size_t>> wan_sent(pieces);          // per chunk of the shard
+  std::vector<std::vector<Exchange>> exchanges(pieces);        // S == 2
+  ExchangeReceives receives(ctx);
   for (size_t k = 0; k < pieces; ++k) {
     auto ok = detail::run_ring(ctx, site_group, buf + piece[k].offset * elem, piece[k].count,
                                type, op, 0, rs_steps, sends);
     if (!ok) return ok;
     if (sends.next_index() > 0) rs_last[k] = sends.next_index() - 1;
-    if (other < 0) continue;
-    for (size_t offset = 0; offset < shard[k].count; offset += chunk) {
-      const size_t n = std::min(chunk, shard[k].count - offset);
-      const std::span<const std::byte> message{buf + (shard[k].offset + offset) * elem, n * elem};
-      wan_sent[k].push_back(k >= first_copied ? sends.post_copy(other, message)
-                                              : sends.post(other, message));
+    if (sites != 2) continue;
+    for (const SiteSegment& segment : segments[k]) {
+      Exchange& x = exchanges[k].emplace_back(Exchange{segment, segment.owners[other_site], {}});
+      for (size_t offset = 0; offset < segment.count; offset += chunk) {
+        const size_t n = std::min(chunk, segment.count - offset);
+        const std::span<const std::byte> message{buf + (segment.offset + offset) * elem,
+                                                 n * elem};
+        x.sent.push_back(k >= first_copied ? sends.post_copy(x.peer, message)
+                                           : sends.post(x.peer, message));
+        receives.plan(x.peer, n * elem);
+      }
     }
   }
 
   // (2) + (3) piece by piece.
-  detail::RecvQueue from_other(ctx, other);
-  size_t expected_piece = 0;  // WAN receives are posted ahead across piece boundaries
-  size_t expected_chunk = 0;
-  auto post_ahead = [&] {
-    while (other >= 0 && from_other.posted() < detail::kRecvWindow && expected_piece < pieces) {
-      const size_t offset = expected_chunk * chunk;
-      if (offset >= shard[expected_piece].count) {
-        ++expected_piece;
-        expected_chunk = 0;
-        continue;
-      }
-      from_other.expect(std::min(chunk, shard[expected_piece].count - offset) * elem);
-      ++expected_chunk;
-    }
-  };
   for (size_t k = 0; k < pieces; ++k) {
-    if (other >= 0) {
-      for (size_t c = 0; c < wan_sent[k].size(); ++c) {
-        post_ahead();
-        auto message = from_other.next();
-        if (!message) return std::unexpected(message.error());
-        std::byte* at = buf + (shard[k].offset + c * chunk) * elem;
-        const size_t n = message->size() / elem;
-        // The shard went out zero-copy: overwrite it only once acknowledged.
-        if (auto ok = sends.wait_for(wan_sent[k][c]); !ok) return ok;
-        if (my_site == 0) {
-          reduce::reduce_inplace(at, message->data(), n, type, op);  // mine OP theirs
-        } else {
-          reduce::reduce_to(at, message->data(), at, n, type, op);  // theirs OP mine
+    if (sites == 2) {
+      for (const Exchange& x : exchanges[k]) {
+        for (size_t c = 0; c < x.sent.size(); ++c) {
+          auto message = receives.next(x.peer);
+          if (!message) return std::unexpected(message.error());
+          std::byte* at = buf + (x.segment.offset + c * chunk) * elem;
+          const size_t n = message->size() / elem;
+          // The segment went out zero-copy: overwrite it only once acknowledged.
+          if (auto ok = sends.wait_for(x.sent[c]); !ok) return ok;
+          if (my_site == 0) {
+            reduce::reduce_inplace(at, message->data(), n, type, op);  // mine OP theirs
+          } else {
+            reduce::reduce_to(at, message->data(), at, n, type, op);  // theirs OP mine
+          }
         }
       }
     } else {
-      auto ok = detail::run_ring(ctx, cross_group, buf + shard[k].offset * elem, shard[k].count,
-                                 type, op, 0, 2 * (sites - 1), sends);
-      if (!ok) return ok;
+      for (const SiteSegment& segment : segments[k]) {
+        auto ok = detail::run_ring(ctx, segment.owners, buf + segment.offset * elem,
+                                   segment.count, type, op, 0, 2 * (sites - 1), sends);
+        if (!ok) return ok;
+      }
     }
     // The allgather overwrites the blocks the reduce-scatter sent.
     if (auto ok = sends.wait_through(rs_last[k]); !ok) return ok;

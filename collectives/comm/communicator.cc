@@ -56,6 +56,12 @@ int Communicator::size() const { return impl_->size; }
 const Topology& Communicator::topology() const { return impl_->topology; }
 const NetworkModel& Communicator::network_model() const { return impl_->model; }
 const CommConfig& Communicator::config() const { return impl_->config; }
+std::optional<transport::ChannelStats> Communicator::peer_stats(int peer) const {
+  if (impl_->peers == nullptr || peer < 0 || peer >= impl_->size || peer == impl_->rank) {
+    return std::nullopt;
+  }
+  return impl_->peers->channel_stats(peer);
+}
 
 namespace {
 

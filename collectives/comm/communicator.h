@@ -157,6 +157,9 @@ class Communicator {
   [[nodiscard]] const Topology& topology() const;
   [[nodiscard]] const NetworkModel& network_model() const;
   [[nodiscard]] const CommConfig& config() const;
+  // The transport's counters of this rank's channel to `peer` (its pacing rate among them);
+  // std::nullopt for this rank itself, a rank out of range or a closed channel.
+  [[nodiscard]] std::optional<transport::ChannelStats> peer_stats(int peer) const;
 
   // Blocking operations (arguments as the C API's).
   Result<void> all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -138,6 +139,15 @@ int64_t tunnel_goodput_bps(const TunnelGrant& grant, int32_t mtu_bytes) {
   const int32_t mtu = std::min(mtu_bytes, grant.mtu_bytes);
   return static_cast<int64_t>(static_cast<double>(grant.rate_bps) * (mtu - 28) /
                               (mtu + grant.frame_overhead_bytes));
+}
+
+int64_t wan_fanout(const Topology& topology, int rank, int site) {
+  std::vector<int> owners;
+  for (const SiteSegment& segment : site_segments(topology, size_t{1} << 30, rank)) {
+    owners.push_back(segment.owners[static_cast<size_t>(site)]);
+  }
+  std::sort(owners.begin(), owners.end());
+  return std::max<int64_t>(1, std::unique(owners.begin(), owners.end()) - owners.begin());
 }
 
 Result<NetworkModel> build_model(Peers* peers, const Topology& topology, const CommConfig& config,
@@ -354,14 +364,18 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(
       return make_error(ok.error().code, fmt::format("rank {}: {}", rank, ok.error().message));
     }
   }
+  // This rank's share of a site pair's rate: 1 / (its site's ranks), split again over the ranks
+  // of the other site it sends to at once (wan_fanout; 1 with equal sites), so that what the
+  // site's ranks send together never exceeds the reservation.
   const auto local_ranks = static_cast<int64_t>(topo.ranks_of_site(topo.site_of(rank)).size());
   auto options_for = [&](int peer) {
     if (topo.same_site(rank, peer)) return same_site;
+    const int64_t sharers = local_ranks * wan_fanout(topo, rank, topo.site_of(peer));
     transport::ChannelOptions options = other_site;
-    options.rate_bps = config.wan_rate_bps / std::max<int64_t>(1, local_ranks);
+    options.rate_bps = config.wan_rate_bps / sharers;
     if (impl->wan) {
       const TunnelGrant* g = impl->wan->between(config.site, topo.site_name(topo.site_of(peer)));
-      if (g != nullptr) apply_pacing(options, pacing_for(*g, local_ranks, config.mtu_bytes), true);
+      if (g != nullptr) apply_pacing(options, pacing_for(*g, sharers, config.mtu_bytes), true);
     }
     return options;
   };
@@ -369,6 +383,13 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(
       connect_mesh(rank, topo, {impl->intra_endpoint.get(), impl->inter_endpoint.get()}, addresses,
                    options_for, impl->key, std::max<int64_t>(1, deadline_ns - now_ns()));
   if (!channels) return std::unexpected(channels.error());
+  // Channels this rank accepted were paced by a guess (accepted_other): now the exact share.
+  for (int p = 0; p < nranks; ++p) {
+    const transport::ChannelOptions options = options_for(p);
+    if (!topo.same_site(rank, p) && options.rate_bps > 0 && (*channels)[p] != nullptr) {
+      (*channels)[p]->set_reserved_rate(options.rate_bps, options.max_burst_bytes);
+    }
+  }
   std::vector<std::string> names(nranks);
   for (int p = 0; p < nranks; ++p) {
     names[p] = fmt::format("rank {} (site {})", p, topo.site_name(topo.site_of(p)));

@@ -207,62 +207,77 @@ double halving_doubling(const Model& m, double bytes) {
   return m.sequential(steps);
 }
 
-// Reduce-scatter in each site, WAN allreduce of the shards by equal local index, allgather in
-// each site; pieces overlap so only one piece's intra phases are not hidden behind the WAN.
-// Equal pieces: the algorithm's ramped pieces (ramped_pieces) make the unhidden first and last
-// phases shorter than this, so the estimate is conservative.
+// Reduce-scatter in each site, WAN allreduce of the segments by the ranks holding them (with
+// equal sites the shards, by equal local index), allgather in each site; pieces overlap so
+// only one piece's intra phases are not hidden behind the WAN. Equal pieces: the algorithm's
+// ramped pieces (ramped_pieces) make the unhidden first and last phases shorter than this, so
+// the estimate is conservative.
 double hierarchical_all_reduce(const Model& m, int64_t chunk_bytes, double bytes) {
   const Topology& topology = m.topology();
   const int sites = topology.num_sites();
-  const int per_site = topology.ranks_per_site();
-  if (sites == 1) return m.ring(topology.ranks_of_site(0), 2 * (per_site - 1), bytes / per_site);
+  if (sites == 1) {
+    const int per_site = topology.ranks_per_site();
+    return m.ring(topology.ranks_of_site(0), 2 * (per_site - 1), bytes / per_site);
+  }
   const double chunk = static_cast<double>(chunk_bytes > 0 ? chunk_bytes : kDefaultChunkBytes);
   const auto pieces = static_cast<double>(std::clamp<size_t>(
-      static_cast<size_t>(bytes / (chunk * per_site)), 1, kHierMaxPieces));
+      static_cast<size_t>(bytes / (chunk * topology.max_ranks_per_site())), 1, kHierMaxPieces));
   const double piece = bytes / pieces;
-  const double shard = piece / per_site;
   double intra = 0;
   double intra_busy = 0;
   double inter = 0;
   double inter_busy = 0;
   for (int site = 0; site < sites; ++site) {
     const auto& group = topology.ranks_of_site(site);
-    intra = std::max(intra, m.ring(group, per_site - 1, shard));
-    intra_busy = std::max(intra_busy, m.ring_busy(group, per_site - 1, shard));
+    const auto size = static_cast<int>(group.size());
+    intra = std::max(intra, m.ring(group, size - 1, piece / size));
+    intra_busy = std::max(intra_busy, m.ring_busy(group, size - 1, piece / size));
   }
-  for (int local = 0; local < per_site; ++local) {
-    std::vector<int> cross;
-    for (int site = 0; site < sites; ++site) cross.push_back(topology.ranks_of_site(site)[local]);
-    if (sites == 2) {  // one exchange of the whole shard
-      for (int i = 0; i < 2; ++i) {
-        inter = std::max(inter, m.time(cross[i], cross[1 - i], shard));
-        inter_busy = std::max(inter_busy, m.busy(cross[i], cross[1 - i], shard));
-      }
-    } else {
-      inter = std::max(inter, m.ring(cross, 2 * (sites - 1), shard / sites));
-      inter_busy = std::max(inter_busy, m.ring_busy(cross, 2 * (sites - 1), shard / sites));
+  if (sites == 2) {  // every rank exchanges its whole shard, its segments' owners at once
+    for (int r = 0; r < m.n(); ++r) {
+      const int site = topology.site_of(r);
+      const double shard = piece / static_cast<double>(topology.ranks_of_site(site).size());
+      const int peer = topology.ranks_of_site(1 - site).front();
+      inter = std::max(inter, m.time(r, peer, shard));
+      inter_busy = std::max(inter_busy, m.busy(r, peer, shard));
     }
+  } else {  // a ring per segment, each rank's segments one after another
+    std::vector<double> time(static_cast<size_t>(m.n()), 0);
+    std::vector<double> busy(static_cast<size_t>(m.n()), 0);
+    for (const SiteSegment& segment : site_segments(topology, static_cast<size_t>(piece))) {
+      const double share = static_cast<double>(segment.count) / sites;
+      const double t = m.ring(segment.owners, 2 * (sites - 1), share);
+      const double b = m.ring_busy(segment.owners, 2 * (sites - 1), share);
+      for (int r : segment.owners) {
+        time[static_cast<size_t>(r)] += t;
+        busy[static_cast<size_t>(r)] += b;
+      }
+    }
+    inter = *std::max_element(time.begin(), time.end());
+    inter_busy = *std::max_element(busy.begin(), busy.end());
   }
   return 2 * intra + inter + (pieces - 1) * std::max(intra_busy, inter_busy);
 }
 
-// Every rank sends its block to its counterparts in the other sites, then a ring inside the
-// site moves groups of `sites` blocks.
+// Every rank sends its block to one rank of every other site (gather_holdings), then a ring
+// inside each site moves what each rank holds.
 double hierarchical_all_gather(const Model& m, double bytes) {
   const Topology& topology = m.topology();
   const double block = bytes / m.n();
   Step exchange;
-  for (int r = 0; r < m.n(); ++r) {
-    for (int site = 0; site < topology.num_sites(); ++site) {
-      if (site != topology.site_of(r)) {
-        exchange.push_back({r, topology.ranks_of_site(site)[topology.local_index(r)], block});
-      }
-    }
-  }
   double intra = 0;
   for (int site = 0; site < topology.num_sites(); ++site) {
-    intra = std::max(intra, m.ring(topology.ranks_of_site(site), topology.ranks_per_site() - 1,
-                                   block * topology.num_sites()));
+    const auto& ranks = topology.ranks_of_site(site);
+    const std::vector<std::vector<int>> held = gather_holdings(topology, site);
+    size_t width = 0;
+    for (size_t l = 0; l < held.size(); ++l) {
+      width = std::max(width, held[l].size());
+      for (int from : held[l]) {
+        if (from != ranks[l]) exchange.push_back({from, ranks[l], block});
+      }
+    }
+    intra = std::max(intra, m.ring(ranks, static_cast<int>(ranks.size()) - 1,
+                                   block * static_cast<double>(width)));
   }
   return m.sequential({exchange}) + intra;
 }
@@ -270,15 +285,14 @@ double hierarchical_all_gather(const Model& m, double bytes) {
 bool runnable(Collective collective, Algorithm algorithm, const Topology& topology) {
   switch (collective) {
     case Collective::kAllReduce:
-      return algorithm != Algorithm::kHierarchical || topology.uniform();
+      return true;
     case Collective::kBroadcast:
       return algorithm != Algorithm::kHalvingDoubling;
     case Collective::kReduce:
       return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree;
     case Collective::kAllGather:
       return algorithm == Algorithm::kRing ||
-             (algorithm == Algorithm::kHierarchical && topology.uniform() &&
-              topology.num_sites() > 1);
+             (algorithm == Algorithm::kHierarchical && topology.num_sites() > 1);
     case Collective::kReduceScatter:
     case Collective::kAllToAll:
     case Collective::kSendRecv:

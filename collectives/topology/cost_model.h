@@ -50,7 +50,7 @@ struct PlanOverride {
 // Predicted time of `algorithm` for the collective over `bytes` (the per-rank buffer size as
 // nccl-tests counts it: allreduce/broadcast/reduce = the buffer, allgather = the output,
 // reduce-scatter = the input). +infinity if the algorithm cannot run on this topology
-// (e.g. hierarchical on a non-uniform one).
+// (e.g. a hierarchical allgather on one site, halving-doubling broadcast).
 [[nodiscard]] double predict_ns(Collective collective, Algorithm algorithm, int64_t bytes,
                                 int64_t chunk_bytes, const Topology& topology,
                                 const NetworkModel& model);

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tools/bench/coll_local.h"
 #include "tools/bench/coll_options.h"
 #include "tools/bench/coll_pattern.h"
@@ -146,6 +148,33 @@ TEST(CollOptions, ErrorsNameTheOption) {
   EXPECT_NE(help->help_text.find("--minbytes"), std::string::npos);
 }
 
+TEST(CollOptions, SiteSizesGiveSitesOfDifferentSizes) {
+  const auto error_of = [](std::vector<std::string> args) {
+    auto p = parse(std::move(args));
+    return p ? std::string("(accepted)") : p.error().message;
+  };
+  auto p = parse({"allreduce", "--local", "4", "--site-sizes", "3,1"});
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_EQ(p->options.local_sites, 2);
+  EXPECT_EQ(p->options.local_site_sizes, (std::vector<int>{3, 1}));
+  // Each launched rank drops --site-sizes and gets its own site.
+  const auto a = local_rank_args({"allreduce", "--local", "4", "--site-sizes", "3,1"},
+                                 p->options, 3, "file:///tmp/d");
+  EXPECT_EQ(std::count(a.begin(), a.end(), "--site-sizes"), 0);
+  EXPECT_EQ(a[std::find(a.begin(), a.end(), "--site") - a.begin() + 1], "b");
+  EXPECT_NE(error_of({"allreduce", "--local", "4", "--site-sizes", "3,2"}).find("summing to"),
+            std::string::npos);
+  EXPECT_NE(error_of({"allreduce", "--local", "4", "--site-sizes", "4,0"}).find("'0'"),
+            std::string::npos);
+  EXPECT_NE(error_of({"allreduce", "--local", "4", "--site-sizes", "3,,1"}).find("''"),
+            std::string::npos);
+  EXPECT_NE(error_of({"allreduce", "--local", "4", "--sites", "3", "--site-sizes", "3,1"})
+                .find("names 2 sites"), std::string::npos);
+  EXPECT_NE(error_of({"allreduce", "--rank", "0", "--nranks", "2", "--id", "file:///x",
+                      "--site-sizes", "1,1"}).find("--site-sizes goes with --local"),
+            std::string::npos);
+}
+
 TEST(CollOptions, LocalRanksGetTheirOwnArguments) {
   CollBenchOptions o;
   o.local_ranks = 4;
@@ -161,6 +190,11 @@ TEST(CollOptions, LocalRanksGetTheirOwnArguments) {
   EXPECT_EQ(local_site_name(3, 8, 2), "a");
   EXPECT_EQ(local_site_name(4, 8, 2), "b");
   EXPECT_EQ(local_site_name(5, 6, 3), "c");
+  // Uneven sites: 3 + 1.
+  EXPECT_EQ(local_site_name(2, 4, 2, {3, 1}), "a");
+  EXPECT_EQ(local_site_name(3, 4, 2, {3, 1}), "b");
+  EXPECT_EQ(local_site_name(0, 4, 2, {1, 3}), "a");
+  EXPECT_EQ(local_site_name(1, 4, 2, {1, 3}), "b");
   // What the launched rank parses back: one rank of the job, in its site.
   std::vector<std::string> full = a;
   auto p = parse(full);

@@ -309,7 +309,7 @@ std::vector<std::string> local_rank_args(const std::vector<std::string>& args,
   for (size_t i = 0; i < args.size(); ++i) {
     bool takes_next = false;
     bool drop = false;
-    for (std::string_view name : {"--local", "--sites", "--timeout"}) {
+    for (std::string_view name : {"--local", "--sites", "--site-sizes", "--timeout"}) {
       if (is_option(args[i], name, takes_next)) {
         drop = true;
         break;
@@ -322,7 +322,8 @@ std::vector<std::string> local_rank_args(const std::vector<std::string>& args,
     }
   }
   out.insert(out.end(), {"--rank", std::to_string(rank), "--nranks", std::to_string(o.local_ranks),
-                         "--id", id, "--site", local_site_name(rank, o.local_ranks, o.local_sites)});
+                         "--id", id, "--site", local_site_name(rank, o.local_ranks, o.local_sites,
+                                                         o.local_site_sizes)});
   if (o.listen_host.empty()) out.insert(out.end(), {"--listen-host", "127.0.0.1"});
   return out;
 }

@@ -62,11 +62,38 @@ Result<std::vector<ReduceOp>> ops_option(const std::string& text) {
 
 struct Texts {
   std::string min_bytes = "8", max_bytes = "64M", step_bytes, datatype = "float", op = "sum";
-  std::string algo, chunk, wan_rate, rank, nranks;
+  std::string algo, chunk, wan_rate, rank, nranks, site_sizes;
   uint64_t step_factor = 2;
   double op_timeout_s = 0;
   int check = 1;
 };
+
+// "3,1": the ranks of sites a, b, ... (each >= 1, at most kMaxLocalSites sites, summing to
+// --local).
+Result<std::vector<int>> site_sizes_option(const std::string& text, int local_ranks) {
+  std::vector<int> sizes;
+  int total = 0;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    auto size = int_option("--site-sizes", item);
+    if (!size || *size < 1) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        fmt::format("--site-sizes {}: '{}' is not a rank count >= 1", text, item));
+    }
+    sizes.push_back(*size);
+    total += *size;
+    start = end + 1;
+  }
+  if (sizes.size() > static_cast<size_t>(kMaxLocalSites) || total != local_ranks) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("--site-sizes {}: {} sites of {} ranks in all; need 1..{} sites "
+                                  "summing to --local {}",
+                                  text, sizes.size(), total, kMaxLocalSites, local_ranks));
+  }
+  return sizes;
+}
 
 // Fills in what the texts say and checks the combination; the options' defaults stay where a
 // text is empty.
@@ -159,9 +186,10 @@ Result<void> resolve(const Texts& t, bool local_given, bool sites_given, const E
                         fmt::format("--rank {} of --nranks {}: need 0 <= rank < nranks >= 1",
                                     *rank, *nranks));
     }
-    if (sites_given) {
+    if (sites_given || !t.site_sizes.empty()) {
       return make_error(ErrorCode::kInvalidArgument,
-                        "--sites goes with --local (one rank takes --site NAME)");
+                        fmt::format("{} goes with --local (one rank takes --site NAME)",
+                                    sites_given ? "--sites" : "--site-sizes"));
     }
     o.mode = LaunchMode::kRank;
     o.rank = *rank;
@@ -173,8 +201,18 @@ Result<void> resolve(const Texts& t, bool local_given, bool sites_given, const E
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("--local {}: need at least 1 rank", o.local_ranks));
     }
-    if (o.local_sites < 1 || o.local_sites > kMaxLocalSites ||
-        o.local_ranks % o.local_sites != 0) {
+    if (!t.site_sizes.empty()) {
+      auto sizes = site_sizes_option(t.site_sizes, o.local_ranks);
+      if (!sizes) return std::unexpected(sizes.error());
+      if (sites_given && o.local_sites != static_cast<int>(sizes->size())) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          fmt::format("--sites {} but --site-sizes {} names {} sites",
+                                      o.local_sites, t.site_sizes, sizes->size()));
+      }
+      o.local_site_sizes = std::move(*sizes);
+      o.local_sites = static_cast<int>(o.local_site_sizes.size());
+    } else if (o.local_sites < 1 || o.local_sites > kMaxLocalSites ||
+               o.local_ranks % o.local_sites != 0) {
       return make_error(ErrorCode::kInvalidArgument,
                         fmt::format("--sites {}: must divide --local {} (and be 1..{})",
                                     o.local_sites, o.local_ranks, kMaxLocalSites));
@@ -195,7 +233,15 @@ Result<void> resolve(const Texts& t, bool local_given, bool sites_given, const E
 
 }  // namespace
 
-std::string local_site_name(int rank, int nranks, int nsites) {
+std::string local_site_name(int rank, int nranks, int nsites, const std::vector<int>& site_sizes) {
+  if (!site_sizes.empty()) {
+    int site = 0;
+    for (int first = 0; site + 1 < static_cast<int>(site_sizes.size()); ++site) {
+      first += site_sizes[static_cast<size_t>(site)];
+      if (rank < first) break;
+    }
+    return std::string(1, static_cast<char>('a' + std::min(site, kMaxLocalSites - 1)));
+  }
   const int per_site = std::max(nranks / std::max(nsites, 1), 1);
   return std::string(1, static_cast<char>('a' + std::min(rank / per_site, kMaxLocalSites - 1)));
 }
@@ -251,6 +297,8 @@ Result<ParsedArgs> parse_collective_args(int argc, const char* const* argv, cons
   auto* local = app.add_option("--local", o.local_ranks, "run N ranks on this host");
   auto* sites = app.add_option("--sites", o.local_sites, "with --local: K sites a, b, ... of "
                                "N/K ranks each (inter-site traffic over 127.0.0.1)");
+  app.add_option("--site-sizes", t.site_sizes, "with --local: ranks of sites a, b, ... in "
+                 "order, e.g. 3,1 (sites of different sizes; implies --sites)");
   app.add_option("--timeout", o.timeout_s, "with --local: seconds for the whole run")
       ->capture_default_str();
   try {

@@ -54,6 +54,7 @@ struct CollBenchOptions {
   // kLocal
   int local_ranks = 1;
   int local_sites = 1;
+  std::vector<int> local_site_sizes;  // --site-sizes 3,1: ranks of sites a, b, ...; empty: even
   double timeout_s = 3600;     // the whole local run; ranks are killed after it
 };
 
@@ -70,7 +71,9 @@ using EnvLookup = std::function<const char*(const char*)>;
 [[nodiscard]] common::Result<ParsedArgs> parse_collective_args(int argc, const char* const* argv,
                                                                const EnvLookup& env = {});
 
-// Site name of local rank r of n ranks in k sites: "a", "b", ... (n / k consecutive ranks each).
-[[nodiscard]] std::string local_site_name(int rank, int nranks, int nsites);
+// Site name of local rank r of n ranks in k sites: "a", "b", ... (n / k consecutive ranks each,
+// or site_sizes[i] consecutive ranks for site i when given).
+[[nodiscard]] std::string local_site_name(int rank, int nranks, int nsites,
+                                          const std::vector<int>& site_sizes = {});
 
 }  // namespace detwan::bench

@@ -109,7 +109,8 @@ void DatagramEndpoint<Link>::apply_st(Op& op, int64_t now_ns) {
     fail_op(op, Error{ErrorCode::kUnavailable, backend_ + ": channel already closed"});
     return;
   }
-  Session& session = it->second.session;
+  Conn& conn = it->second;
+  Session& session = conn.session;
   switch (op.kind) {
     case Op::Kind::kSend:
       session.send_st(op.message, std::move(op.send_done));
@@ -118,11 +119,17 @@ void DatagramEndpoint<Link>::apply_st(Op& op, int64_t now_ns) {
       session.recv_st(std::move(op.recv_done));
       break;
     case Op::Kind::kClose:
-      close_conn_st(it->second, now_ns);
+      close_conn_st(conn, now_ns);
       break;
     case Op::Kind::kRelease:
       session.set_released();
-      close_conn_st(it->second, now_ns);
+      close_conn_st(conn, now_ns);
+      break;
+    case Op::Kind::kPace:
+      if (proto::Connection* connection = session.connection();
+          connection != nullptr && conn.paths.size() == 1) {
+        (void)connection->set_reserved_rate(0, op.rate_bps, op.max_burst_bytes);
+      }
       break;
     case Op::Kind::kTask:
       break;

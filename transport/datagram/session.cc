@@ -90,6 +90,15 @@ void ChannelHandle::close() {
   (void)queue_->post(op);
 }
 
+void ChannelHandle::set_reserved_rate(int64_t rate_bps, int64_t max_burst_bytes) {
+  Op op;
+  op.kind = Op::Kind::kPace;
+  op.channel_key = shared_->key;
+  op.rate_bps = rate_bps;
+  op.max_burst_bytes = max_burst_bytes;
+  (void)queue_->post(op);  // nothing to complete: a channel whose endpoint is gone sends nothing
+}
+
 // ---- AcceptQueue ----
 
 void AcceptQueue::push(std::unique_ptr<Channel> channel) {

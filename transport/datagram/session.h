@@ -79,13 +79,15 @@ struct DriverCounters {
 
 // One API call handed to the progress thread.
 struct Op {
-  enum class Kind : uint8_t { kSend, kRecv, kClose, kRelease, kTask };
+  enum class Kind : uint8_t { kSend, kRecv, kClose, kRelease, kTask, kPace };
   Kind kind = Kind::kTask;
   uint64_t channel_key = 0;
   std::span<const std::byte> message;
   SendCallback send_done;
   RecvCallback recv_done;
   std::function<void()> task;  // kTask: setup work (listen, connect) run on the progress thread
+  int64_t rate_bps = 0;        // kPace: Channel::set_reserved_rate
+  int64_t max_burst_bytes = 0;
 };
 
 // The one mutex-protected queue from API threads to the progress thread, plus its wakeup.
@@ -143,6 +145,7 @@ class ChannelHandle final : public Channel {
   void recycle(std::vector<std::byte> buffer) override { shared_->rx_pool.put(std::move(buffer)); }
   [[nodiscard]] ChannelStats stats() const override;
   void close() override;
+  void set_reserved_rate(int64_t rate_bps, int64_t max_burst_bytes) override;
   [[nodiscard]] std::string describe() const override { return shared_->description; }
 
  private:

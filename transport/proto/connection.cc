@@ -39,6 +39,37 @@ int64_t receive_window_bytes(const ChannelOptions& options) {
   return std::min(auto_window_bytes(options), kMaxWindowSegments * kWindowUnitBytes);
 }
 
+// The pacer of a reserved path: its rate, a catch-up burst (bounded by the path's shaper where
+// it names one) and a send quantum taken out of that burst, so the most that can leave at once
+// stays the burst; none where the shaper bounds the burst (max_burst_bytes).
+Pacer ConnectionImpl::reserved_pacer(const PathSpec& spec) const {
+  const auto wire_bytes = static_cast<int64_t>(max_datagram_bytes_ + spec.frame_overhead_bytes);
+  int32_t burst = reserved_burst_datagrams(spec.rate_bps, wire_bytes);
+  if (spec.max_burst_bytes > 0) {
+    burst = static_cast<int32_t>(std::clamp<int64_t>(spec.max_burst_bytes / wire_bytes, 1, burst));
+  }
+  const int32_t quantum = spec.max_burst_bytes > 0
+                              ? 0
+                              : reserved_quantum_datagrams(spec.rate_bps, wire_bytes, burst);
+  Pacer pacer(spec.rate_bps, spec.frame_overhead_bytes, burst - quantum,
+              static_cast<int32_t>(max_datagram_bytes_));
+  pacer.set_quantum_datagrams(quantum);
+  return pacer;
+}
+
+Status ConnectionImpl::set_reserved_rate(uint32_t path, int64_t rate_bps,
+                                         int64_t max_burst_bytes) {
+  if (path >= paths_.size() || paths_[path].spec.rate_bps <= 0 || rate_bps <= 0 ||
+      max_burst_bytes < 0) {
+    return Status::kInvalidArgument;
+  }
+  PathState& p = paths_[path];
+  p.spec.rate_bps = rate_bps;
+  if (max_burst_bytes > 0) p.spec.max_burst_bytes = max_burst_bytes;
+  p.pacer = reserved_pacer(p.spec);
+  return Status::kOk;
+}
+
 ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
     : role_(config.role),
       connection_id_(config.connection_id),
@@ -83,20 +114,7 @@ ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
     p.spec = spec;
     p.rtt = RttEstimator(options_.initial_rtt_ns, options_.min_rto_ns);
     if (spec.rate_bps > 0) {
-      const auto wire_bytes = static_cast<int64_t>(max_datagram_bytes_ + spec.frame_overhead_bytes);
-      int32_t burst = reserved_burst_datagrams(spec.rate_bps, wire_bytes);
-      if (spec.max_burst_bytes > 0) {
-        burst = static_cast<int32_t>(
-            std::clamp<int64_t>(spec.max_burst_bytes / wire_bytes, 1, burst));
-      }
-      // A send quantum taken out of the catch-up burst, so the most that can leave at once
-      // stays `burst`; none where the path's shaper bounds the burst (max_burst_bytes).
-      const int32_t quantum = spec.max_burst_bytes > 0
-                                  ? 0
-                                  : reserved_quantum_datagrams(spec.rate_bps, wire_bytes, burst);
-      p.pacer = Pacer(spec.rate_bps, spec.frame_overhead_bytes, burst - quantum,
-                      static_cast<int32_t>(max_datagram_bytes_));
-      p.pacer.set_quantum_datagrams(quantum);
+      p.pacer = reserved_pacer(spec);
     } else {
       p.cubic.emplace(static_cast<int64_t>(max_datagram_bytes_));
       p.pacer = Pacer(1, spec.frame_overhead_bytes, kPacerBurstDatagrams,
@@ -210,6 +228,7 @@ ChannelStats ConnectionImpl::stats() const {
   s.cwnd_bytes = 0;
   for (const PathState& p : paths_) {
     if (p.cubic) s.cwnd_bytes += p.cubic->cwnd_bytes();
+    if (!p.cubic) s.reserved_rate_bps += p.spec.rate_bps;
   }
   s.loss_estimate = loss_estimator_.loss_rate();
   s.fec_parity_current = fec_m_current_;
@@ -238,6 +257,9 @@ Transmit Connection::poll_transmit(int64_t now_ns, std::span<std::byte> out) {
 int64_t Connection::next_wakeup_ns() const { return impl_->next_wakeup_ns(); }
 std::optional<Event> Connection::poll_event() { return impl_->poll_event(); }
 void Connection::close(int64_t now_ns) { impl_->close(now_ns); }
+Status Connection::set_reserved_rate(uint32_t path, int64_t rate_bps, int64_t max_burst_bytes) {
+  return impl_->set_reserved_rate(path, rate_bps, max_burst_bytes);
+}
 bool Connection::failed() const { return impl_->failed(); }
 bool Connection::established() const { return impl_->established(); }
 size_t Connection::max_datagram_bytes() const { return impl_->max_datagram_bytes(); }

@@ -106,6 +106,13 @@ class Connection {
   // Starts a graceful close (a CLOSE datagram is emitted by poll_transmit).
   void close(int64_t now_ns);
 
+  // Re-paces reserved path `path` (one created with rate_bps > 0) at `rate_bps`, its catch-up
+  // burst at most `max_burst_bytes` (0: the default, PathSpec::max_burst_bytes). For a rate
+  // learned after the channel exists (a communicator knows its ranks' sites only after
+  // accepting). The pacer starts afresh: at most one burst may leave at once. kInvalidArgument
+  // for a best-effort path, a path out of range or a rate <= 0 (nothing changes).
+  Status set_reserved_rate(uint32_t path, int64_t rate_bps, int64_t max_burst_bytes);
+
   [[nodiscard]] bool failed() const;
   [[nodiscard]] bool established() const;
   [[nodiscard]] size_t max_datagram_bytes() const;  // options.mtu_bytes - 28 (IPv4 + UDP)

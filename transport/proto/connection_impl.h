@@ -192,6 +192,8 @@ class ConnectionImpl {
   Status queue_message(std::span<const std::byte> message, uint64_t token);
   std::optional<Event> poll_event();
   void close(int64_t now_ns);
+  Status set_reserved_rate(uint32_t path, int64_t rate_bps, int64_t max_burst_bytes);
+  [[nodiscard]] Pacer reserved_pacer(const PathSpec& spec) const;
   void fail(ErrorCode code, std::string message);
   [[nodiscard]] ChannelStats stats() const;
   [[nodiscard]] bool failed() const { return failed_; }

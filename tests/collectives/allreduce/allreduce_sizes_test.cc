@@ -108,5 +108,20 @@ TEST_F(AllReduceSizes, HierarchicalRampedPiecesAndZeroCopyWanMessages) {
   check_exact(*two_sites_, c);
 }
 
+TEST_F(AllReduceSizes, HierarchicalOnUnevenSitesRampsAndSendsZeroCopy) {
+  // The same buffer on 3 + 1 ranks: a's ranks send 1/3 of each piece over the WAN each, b's one
+  // rank all of it to three peers (its segments), partly zero-copy, the last 4 MiB as copies.
+  auto uneven = make_mesh({"a", "a", "a", "b"});
+  ASSERT_NE(uneven, nullptr);
+  Case c;
+  c.algorithm = Algorithm::kHierarchical;
+  c.type = DataType::kInt32;
+  c.op = ReduceOp::kSum;
+  c.count = (size_t{5} << 20) + 3;
+  c.chunk_bytes = int64_t{1} << 20;
+  c.in_place = true;
+  check_exact(*uneven, c);
+}
+
 }  // namespace
 }  // namespace detwan::collectives::testing

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "collectives/comm/communicator.h"
@@ -122,6 +124,41 @@ TEST(CommModel, MeasuredModelIsTheSameOnEveryRank) {
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// A site pair's rate is shared by what its ranks send at once: with 3 + 1 ranks b's one rank
+// sends to all three of a's (its segments' owners), each channel at a third, and each of a's
+// ranks to b's one at a third; with 2 + 2 every channel carries half. Whichever side accepted
+// the channel (paced by a guess at first), the rate is the exact share once the communicator
+// is up.
+TEST(CommModel, EachRanksChannelsTowardASiteShareItsPartOfTheRate) {
+  for (const auto& [sites, expected] :
+       {std::pair{std::vector<std::string>{"a", "a", "a", "b"}, int64_t{200'000'000} / 3},
+        std::pair{std::vector<std::string>{"a", "a", "b", "b"}, int64_t{100'000'000}}}) {
+    auto comms = make_comms(sites, test_config());
+    const int n = static_cast<int>(sites.size());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      ASSERT_NE(comms[r], nullptr);
+      threads.emplace_back([&, r] {  // traffic on every channel publishes its stats
+        std::vector<int32_t> send(static_cast<size_t>(100 * n), r), recv(send.size());
+        auto ok = comms[r]->all_to_all(send.data(), recv.data(), 100, DataType::kInt32);
+        EXPECT_TRUE(ok) << ok.error().message;
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      for (int p = 0; p < n; ++p) {
+        if (sites[r] == sites[p]) continue;
+        const auto stats = comms[r]->peer_stats(p);
+        ASSERT_TRUE(stats.has_value()) << r << "->" << p;
+        EXPECT_EQ(stats->reserved_rate_bps, expected) << comms[r]->topology().describe() << ": "
+                                                      << r << "->" << p;
+      }
+    }
+    EXPECT_FALSE(comms[0]->peer_stats(0).has_value());
+    EXPECT_FALSE(comms[0]->peer_stats(n).has_value());
+  }
 }
 
 TEST(CommModel, ValidateNamesTheArgument) {

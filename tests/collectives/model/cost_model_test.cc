@@ -211,19 +211,34 @@ TEST(CostModel, OverrideIsHonoured) {
   EXPECT_EQ(chunk_only.chunk_bytes, 512 * 1024);
 }
 
-TEST(CostModel, HierarchicalOverrideOnNonUniformFallsBackToRing) {
+TEST(CostModel, HierarchicalRunsOnUnevenSites) {
+  // 3 + 1 over a 100 Mbit/s WAN: the site-aware algorithm carries the buffer across once each
+  // way (b's one rank sends all of it), the ring crosses twice per step: hierarchical wins.
   const Topology uneven = make_topology({"a", "a", "a", "b"});
-  const Plan plan = choose_plan(Collective::kAllReduce, 64 * kMiB, uneven, wan_model(2),
-                                {Algorithm::kHierarchical, 0});
-  EXPECT_EQ(plan.algorithm, Algorithm::kRing) << plan.reason;
-  EXPECT_TRUE(std::isfinite(plan.predicted_ns));
-  EXPECT_NE(plan.reason.find("override hier cannot run allreduce"), std::string::npos)
-      << plan.reason;
-  EXPECT_NE(plan.reason.find("fell back to ring"), std::string::npos) << plan.reason;
-  EXPECT_NE(plan.reason.find("non-uniform"), std::string::npos) << plan.reason;
-  // Never chosen automatically either.
-  const Plan automatic = choose_plan(Collective::kAllReduce, 64 * kMiB, uneven, wan_model(2), {});
-  EXPECT_NE(automatic.algorithm, Algorithm::kHierarchical);
+  const NetworkModel model = wan_model(2);
+  const Plan automatic = choose_plan(Collective::kAllReduce, 64 * kMiB, uneven, model, {});
+  EXPECT_EQ(automatic.algorithm, Algorithm::kHierarchical) << automatic.reason;
+  const double hier = predict(Collective::kAllReduce, Algorithm::kHierarchical, 64 * kMiB,
+                              uneven, model, automatic.chunk_bytes);
+  const double ring = predict(Collective::kAllReduce, Algorithm::kRing, 64 * kMiB, uneven, model,
+                              automatic.chunk_bytes);
+  EXPECT_TRUE(std::isfinite(hier));
+  EXPECT_LT(hier, ring);
+  // At least the time b's rank needs to push 64 MiB through 100 Mbit/s.
+  EXPECT_GE(hier, 64.0 * kMiB * 8 / 100e6 * 1e9);
+  // The override runs as asked (no fall-back); allgather is site-aware on uneven sites too.
+  const Plan forced = choose_plan(Collective::kAllReduce, 64 * kMiB, uneven, model,
+                                  {Algorithm::kHierarchical, 0});
+  EXPECT_EQ(forced.algorithm, Algorithm::kHierarchical);
+  EXPECT_EQ(forced.reason.find("fell back"), std::string::npos) << forced.reason;
+  EXPECT_TRUE(std::isfinite(predict(Collective::kAllGather, Algorithm::kHierarchical,
+                                    64 * kMiB, uneven, model, 0)));
+  // Three sites of 1, 2 and 3 ranks: finite, and cheaper than the ring too.
+  const Topology three = make_topology({"a", "b", "b", "c", "c", "c"});
+  const NetworkModel model3 = wan_model(3);
+  EXPECT_LT(predict(Collective::kAllReduce, Algorithm::kHierarchical, 64 * kMiB, three, model3,
+                    0),
+            predict(Collective::kAllReduce, Algorithm::kRing, 64 * kMiB, three, model3, 0));
 }
 
 TEST(CostModel, Deterministic) {

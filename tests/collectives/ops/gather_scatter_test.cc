@@ -1,6 +1,5 @@
 // all_gather and reduce_scatter (collectives/algo/{all_gather,reduce_scatter}.cc) over
-// loopback meshes of 1..8 ranks: ring and hierarchical (2, 3 and 4 sites, and the fallback on
-// non-uniform layouts), sizes 0/1/odd/large, every dtype (reduce_scatter: every dtype x op),
+// loopback meshes of 1..8 ranks: ring and hierarchical (2, 3 and 4 sites, equal and uneven), sizes 0/1/odd/large, every dtype (reduce_scatter: every dtype x op),
 // unaligned buffers, in place (NCCL's layouts), small chunks. Bit-exact (see ops_util.h).
 #include <string>
 #include <vector>
@@ -143,6 +142,26 @@ TEST_F(GatherScatterTest, AllGatherHierarchicalThreeAndFourSites) {
              .in_place = in_place,
              .seed = 21};
       EXPECT_EQ(run_all_gather(m, c), "") << c.describe(m);
+    }
+  }
+}
+
+TEST_F(GatherScatterTest, AllGatherHierarchicalUnevenSites) {
+  // 3 + 1 (b's one rank holds all of a's blocks), 1 + 4, interleaved ranks, 1 + 2 + 3.
+  for (const char* layout : {"aaab", "abbbb", "abaab", "abbccc"}) {
+    std::vector<std::string> sites;
+    for (const char* at = layout; *at != 0; ++at) sites.emplace_back(1, *at);
+    auto m = make_mesh(sites);
+    ASSERT_NE(m, nullptr) << layout;
+    for (bool in_place : {false, true}) {
+      Case c{.algorithm = Algorithm::kHierarchical,
+             .count = 301,
+             .type = DataType::kFloat16,
+             .chunk_bytes = 100,
+             .misalign = 2,
+             .in_place = in_place,
+             .seed = 5};
+      EXPECT_EQ(run_all_gather(*m, c), "") << c.describe(*m);
     }
   }
 }

@@ -95,6 +95,27 @@ TEST(Pacing, TenMegabytesAtReservedRate) {
   EXPECT_LE(ideal_payload / elapsed, 1.0);
 }
 
+TEST(Pacing, AReservedRateSetLaterPacesAtTheNewRate) {
+  // Created at 100 Mbit/s, re-paced to a quarter (a communicator learning its share after
+  // accepting): 2 MB then take the wire time at 25 Mbit/s.
+  VirtualNet net(reserved_options(kRate), reserved_options(kRate));
+  ASSERT_TRUE(net.run_until([&] { return net.client().established(); }, 1'000'000'000));
+  ASSERT_EQ(net.client().set_reserved_rate(0, kRate / 4, 0), Status::kOk);
+  const int64_t start = net.now_ns();
+  ASSERT_TRUE(transfer(net, random_messages({2'000'000}, 4)));
+  const double elapsed = static_cast<double>(net.now_ns() - start);
+  const double ideal_wire = wire_time_ns(net, 0, kRate / 4, 42);
+  EXPECT_NEAR(elapsed, ideal_wire + 2e6, 0.03 * ideal_wire);
+  // Refused, and nothing changed: a path that does not exist, a rate of 0.
+  EXPECT_EQ(net.client().set_reserved_rate(1, kRate, 0), Status::kInvalidArgument);
+  EXPECT_EQ(net.client().set_reserved_rate(0, 0, 0), Status::kInvalidArgument);
+}
+
+TEST(Pacing, ABestEffortPathCannotBeGivenAReservedRate) {
+  VirtualNet net(ChannelOptions{}, ChannelOptions{});
+  EXPECT_EQ(net.client().set_reserved_rate(0, kRate, 0), Status::kInvalidArgument);
+}
+
 TEST(Pacing, ReservedRateNotCutByLoss) {
   VirtualNet clean(reserved_options(kRate), reserved_options(kRate), 1);
   VirtualNet lossy(reserved_options(kRate), reserved_options(kRate), 1);
