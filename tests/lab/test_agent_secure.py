@@ -176,9 +176,10 @@ def softnet_dropped() -> int:
         return sum(int(line.split()[1], 16) for line in f)
 
 
-def udp_receive_errors(site: str) -> int:
-    """UDP datagrams a site's host dropped (receive buffer full or bad checksum)."""
-    res = tb("exec", site, "--", "cat", "/proc/net/snmp", check=True)
+def udp_receive_errors(site: str, *where: str) -> int:
+    """UDP datagrams a site's host (or, with "--gw", its gateway) dropped (receive buffer full
+    or bad checksum)."""
+    res = tb("exec", site, *where, "--", "cat", "/proc/net/snmp", check=True)
     rows = [line.split() for line in res.stdout.splitlines() if line.startswith("Udp:")]
     return int(dict(zip(rows[0][1:], rows[1][1:]))["InErrors"])
 
@@ -209,6 +210,7 @@ def test_a_co_tenant_cannot_ride_another_jobs_tunnel(lab2):
         drops_before = labutil.gw_stats("a")["drops"]["foreign_source"]
         tun_before = tun_dropped("a")
         backlog_before, udp_errors_before = softnet_dropped(), udp_receive_errors("b")
+        gw_udp_errors_before = udp_receive_errors("b", "--gw")
         # The receiver waits out an idle gap of 8 s: job 2 starts only after the flood ends, and a
         # loaded machine may take seconds to start its sender.
         rx = sink("b", idle_s=8.0)
@@ -230,6 +232,7 @@ def test_a_co_tenant_cannot_ride_another_jobs_tunnel(lab2):
         tun_lost = tun_dropped("a") - tun_before
         backlog_lost = softnet_dropped() - backlog_before
         udp_errors = udp_receive_errors("b") - udp_errors_before
+        gw_udp_errors = udp_receive_errors("b", "--gw") - gw_udp_errors_before
     finally:
         for r in (victim, other):
             ctl("terminate", r["id"])
@@ -243,9 +246,12 @@ def test_a_co_tenant_cannot_ride_another_jobs_tunnel(lab2):
     # The victim's traffic lost nothing, and the flood reached no one at b.
     victim_key = f"{a['tunnel_addr']} victim"
     diagnosis = (got, f"dropped at a's TUN queue: {tun_lost}, at a full CPU backlog: "
-                 f"{backlog_lost}, by b's UDP receive: {udp_errors}",
+                 f"{backlog_lost}, by b's UDP receive: {udp_errors}, by b's gateway's UDP receive: "
+                 f"{gw_udp_errors}",
                  {"a tx": after["a"][vid]["tx"], "b rx": after["b"][vid]["rx"]},
                  {"a tx before": before["a"][vid]["tx"], "b rx before": before["b"][vid]["rx"]})
+    if got["packets"].get(victim_key) != 3_000:
+        print(json.dumps(diagnosis, indent=1))  # pytest shortens the assertion's message
     assert got["packets"].get(victim_key) == 3_000, diagnosis
     assert got["distinct"][victim_key] == 3_000, got
     assert not any(k.endswith(" flood") for k in got["packets"]), got
