@@ -188,3 +188,15 @@ def test_lab_rank_commands():
     assert tail[-1] == "--json"
     with pytest.raises(collectives.BenchError):
         collectives.rank_plan(st, 3, 1)
+    # Uneven sites: 3 ranks in a, 1 in b, still numbered site by site.
+    uneven = collectives.parser().parse_args(["allreduce", "--site-sizes", "3,1"])
+    assert uneven.site_sizes == [3, 1]
+    plan = collectives.rank_plan(st, 2, 2, uneven.site_sizes)
+    assert [(e["rank"], e["site"]["name"]) for e in plan] == [(0, "a"), (1, "a"), (2, "a"),
+                                                             (3, "b")]
+    assert collectives.rank_command(args, "/x/b", plan, plan[3], None, False)[2] == "b"
+    with pytest.raises(collectives.BenchError, match="--site-sizes gives 3 sites"):
+        collectives.rank_plan(st, 2, 2, [1, 1, 1])
+    for bad in ("3,0", "a,b", ""):
+        with pytest.raises(SystemExit):
+            collectives.parser().parse_args(["allreduce", "--site-sizes", bad])

@@ -259,7 +259,8 @@ Result<ParsedArgs> parse_collective_args(int argc, const char* const* argv, cons
                            argv[1]),
                fmt::format("detwan-bench {}", argv[1])};
   app.footer("Ranks: --rank/--nranks/--id for one rank of a launched job, --local N to run N "
-             "on this host (default 1), or --lab --sites K --ranks-per-site M [--rate R --rtt "
+             "on this host (default 1), or --lab --sites K --ranks-per-site M (or --site-sizes "
+             "3,1) [--rate R --rtt "
              "D --loss P] over the lab (see `detwan-bench " + std::string(argv[1]) +
              " --lab --help`).");
   Texts t;

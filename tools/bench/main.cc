@@ -14,7 +14,8 @@
 //                -b 8 -e 64M -f 2 -d float -o sum -n 20 -w 5 -c 1 [--json] ...
 //       (nccl-tests-style sweep of the collective library; one rank with --rank/--nranks/--id,
 //        all ranks on this host with --local N [--sites K], or over the lab with --lab
-//        --sites K --ranks-per-site M (tools/lab/collectives.py); see coll_options.h)
+//        --sites K --ranks-per-site M or --site-sizes 3,1 (tools/lab/collectives.py); see
+//        coll_options.h)
 #include <cstdio>
 #include <cstring>
 #include <exception>

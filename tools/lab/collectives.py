@@ -60,8 +60,11 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                 allow_abbrev=False)
     p.add_argument("collective", choices=COLLECTIVES)
-    p.add_argument("--sites", type=int, default=2, help="lab sites, 2..4 (default 2)")
+    p.add_argument("--sites", type=int, help="lab sites, 2..4 (default 2, or as many as "
+                   "--site-sizes names)")
     p.add_argument("--ranks-per-site", type=int, default=2, help="ranks in each site (default 2)")
+    p.add_argument("--site-sizes", type=_arg(parse_site_sizes),
+                   help="ranks of sites a, b, ... instead, e.g. 3,1 (as many as --sites)")
     p.add_argument("--rate", type=_arg(parse_rate_bps), default=parse_rate_bps("200mbit"),
                    help="rate of every WAN path (default 200mbit)")
     p.add_argument("--rtt", type=_arg(parse_duration_ns), default=parse_duration_ns("20ms"),
@@ -112,13 +115,31 @@ def pass_through(args) -> list[str]:
     return out
 
 
-def rank_plan(st: dict, nsites: int, per_site: int) -> list[dict]:
-    """Rank r runs in site r // per_site; sites a, b, ... of the lab's site list."""
+def parse_site_sizes(text: str) -> list[int]:
+    """"3,1" -> [3, 1]: every size a whole number >= 1."""
+    try:
+        sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"'{text}' is not a list of rank counts >= 1 such as 3,1")
+    return sizes
+
+
+def rank_plan(st: dict, nsites: int, per_site: int,
+              sizes: list[int] | None = None) -> list[dict]:
+    """Ranks numbered site by site over sites a, b, ... of the lab's site list: per_site in
+    each, or sizes[i] in site i."""
     sites = sorted(st["sites"], key=lambda s: s["index"])
     if len(sites) < nsites:
         raise BenchError(f"the lab has {len(sites)} sites; --sites {nsites} needs more")
-    return [{"rank": s * per_site + j, "site": sites[s]} for s in range(nsites)
-            for j in range(per_site)]
+    sizes = sizes or [per_site] * nsites
+    if len(sizes) != nsites:
+        raise BenchError(f"--site-sizes gives {len(sizes)} sites, --sites {nsites}")
+    plan = []
+    for s, size in enumerate(sizes):
+        plan += [{"rank": len(plan) + j, "site": sites[s]} for j in range(size)]
+    return plan
 
 
 def rank_command(args, binary: str, plan: list[dict], entry: dict, wan_rate_bps: int | None,
@@ -225,7 +246,9 @@ def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int | None, rtt
 
 
 def lab_header(args, path: dict, reused: bool, nranks: int) -> str:
-    return (f"# lab: {args.sites} sites x {args.ranks_per_site} ranks ({nranks}), WAN path "
+    shape = ("+".join(map(str, args.site_sizes)) if args.site_sizes else
+             f"{args.sites} sites x {args.ranks_per_site}")
+    return (f"# lab: {shape} ranks ({nranks}), WAN path "
             f"'{path['spec']}', MTU {path['mtu_bytes']} ({'reused' if reused else 'own'} lab)\n")
 
 
@@ -253,7 +276,7 @@ def run(args, binary: str, st: dict, path: dict, reused: bool) -> int:
 
 def run_planned(args, binary: str, st: dict, path: dict, reused: bool, riding: dict | None,
                 made: list[dict] | None) -> int:
-    plan = rank_plan(st, args.sites, args.ranks_per_site)
+    plan = rank_plan(st, args.sites, args.ranks_per_site, args.site_sizes)
     wan_rate = None if riding else (0 if args.best_effort else (args.wan_rate or path["rate_bps"]))
     if not args.json:
         sys.stdout.write(lab_header(args, path, reused, len(plan)))
@@ -266,7 +289,9 @@ def run_planned(args, binary: str, st: dict, path: dict, reused: bool, riding: d
     path_doc = {"rate_bps": path["rate_bps"], "rtt_ns": path["rtt_ns"], "loss": path["loss"],
                 "mtu_bytes": path["mtu_bytes"]}
     lab_doc = {"reused": reused, "spec": path["spec"], "sites": args.sites,
-               "ranks_per_site": args.ranks_per_site, "detwan_wan_rate_bps": wan_rate,
+               "ranks_per_site": None if args.site_sizes else args.ranks_per_site,
+               "site_sizes": args.site_sizes or [args.ranks_per_site] * args.sites,
+               "detwan_wan_rate_bps": wan_rate,
                "path": "tunnel" if riding else "best_effort" if not wan_rate else "rate",
                "reservations": [reserve.summary(r) for r in made] if made else
                (riding["ids"].split(",") if riding else [])}
@@ -294,11 +319,15 @@ def run_planned(args, binary: str, st: dict, path: dict, reused: bool, riding: d
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.sites = args.sites or (len(args.site_sizes) if args.site_sizes else 2)
     if args.build_dir:
         os.environ["DETWAN_BUILD_DIR"] = str(pathlib.Path(args.build_dir).resolve())
     try:
         if args.ranks_per_site < 1:
             raise BenchError("--ranks-per-site must be >= 1")
+        if args.site_sizes and len(args.site_sizes) != args.sites:
+            raise BenchError(f"--site-sizes names {len(args.site_sizes)} sites, --sites "
+                             f"{args.sites}")
         binary = bench_binary(args.bench_binary)
         if os.geteuid() != 0:
             raise BenchError("must run as root (network namespaces)")
