@@ -94,16 +94,22 @@ TEST_F(AllReduceSizes, LargeBuffers) {
   run({{size_t{1} << 18, DataType::kInt32, ReduceOp::kMin, 300000}}, false, 1);
 }
 
-TEST_F(AllReduceSizes, HierarchicalRampedPiecesAndZeroCopyWanMessages) {
-  // 20 MiB + 12 bytes on 2 sites x 2 ranks: large enough for the hierarchical pieces to ramp
-  // (min 512 KiB, body 2.5 MiB) and for each rank's 10 MiB shard to go out partly zero-copy
-  // (acknowledged before the reduce overwrites it) and, for its last 4 MiB, as copies.
+// 20 MiB + 12 bytes of int32 summed by the hierarchical algorithm in 1 MiB messages.
+Case hierarchical_ramp_case() {
   Case c;
   c.algorithm = Algorithm::kHierarchical;
   c.type = DataType::kInt32;
   c.op = ReduceOp::kSum;
   c.count = (size_t{5} << 20) + 3;
   c.chunk_bytes = int64_t{1} << 20;
+  return c;
+}
+
+TEST_F(AllReduceSizes, HierarchicalRampedPiecesAndZeroCopyWanMessages) {
+  // On 2 sites x 2 ranks: large enough for the hierarchical pieces to ramp (min 512 KiB, body
+  // 2.5 MiB) and for each rank's 10 MiB shard to go out partly zero-copy (acknowledged before
+  // the reduce overwrites it) and, for its last 4 MiB, as copies.
+  Case c = hierarchical_ramp_case();
   c.misalign_bytes = 1;
   check_exact(*two_sites_, c);
 }
@@ -113,12 +119,7 @@ TEST_F(AllReduceSizes, HierarchicalOnUnevenSitesRampsAndSendsZeroCopy) {
   // rank all of it to three peers (its segments), partly zero-copy, the last 4 MiB as copies.
   auto uneven = make_mesh({"a", "a", "a", "b"});
   ASSERT_NE(uneven, nullptr);
-  Case c;
-  c.algorithm = Algorithm::kHierarchical;
-  c.type = DataType::kInt32;
-  c.op = ReduceOp::kSum;
-  c.count = (size_t{5} << 20) + 3;
-  c.chunk_bytes = int64_t{1} << 20;
+  Case c = hierarchical_ramp_case();
   c.in_place = true;
   check_exact(*uneven, c);
 }
