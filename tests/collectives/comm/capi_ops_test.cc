@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -138,6 +139,47 @@ TEST_P(CapiOps, ZeroCountAndDeterministicRepeat) {
         << detwanGetLastError(comm);
     EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(double)));
   });
+}
+
+TEST_P(CapiOps, SiteAwareAlgorithmsOnSitesOfDifferentSizes) {
+  // 3 + 1 and 1 + 3 ranks, the site-aware algorithm asked for by name: allreduce and
+  // allgather exact, and the communicator reports each rank's site.
+  const std::vector<std::vector<std::string>> layouts{{"a", "a", "a", "b"}, {"a", "b", "b", "b"}};
+  for (const std::vector<std::string>& sites : layouts) {
+    SCOPED_TRACE(sites[1]);
+    RankSetup setup{sites, GetParam()};
+    setup.algorithm = detwanAlgoHierarchical;
+    with_comms(setup, [&](int r, detwanComm_t& comm) {
+      int site = -1;
+      int nsites = 0;
+      ASSERT_EQ(detwanCommSite(comm, &site, &nsites), detwanSuccess);
+      EXPECT_EQ(nsites, 2);
+      EXPECT_EQ(site, sites[static_cast<size_t>(r)] == "a" ? 0 : 1);
+      std::vector<int64_t> send(kCount * 4);
+      for (size_t i = 0; i < send.size(); ++i) {
+        send[i] = (int64_t{r} << 32) + static_cast<int64_t>(i);
+      }
+      std::vector<int64_t> recv(send.size(), -1);
+      ASSERT_EQ(detwanAllReduce(send.data(), recv.data(), send.size(), detwanInt64, detwanSum,
+                                comm),
+                detwanSuccess)
+          << detwanGetLastError(comm);
+      for (size_t i = 0; i < recv.size(); ++i) {
+        ASSERT_EQ(recv[i], (int64_t{0 + 1 + 2 + 3} << 32) + 4 * static_cast<int64_t>(i)) << i;
+      }
+      std::vector<int64_t> all(kCount * 4, -1);
+      ASSERT_EQ(detwanAllGather(send.data(), all.data(), kCount, detwanInt64, comm),
+                detwanSuccess)
+          << detwanGetLastError(comm);
+      for (int from = 0; from < 4; ++from) {
+        for (size_t i = 0; i < kCount; ++i) {
+          ASSERT_EQ(all[static_cast<size_t>(from) * kCount + i],
+                    (int64_t{from} << 32) + static_cast<int64_t>(i))
+              << from << " " << i;
+        }
+      }
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CapiOps,
