@@ -3,13 +3,13 @@
 //       buffer (block_of(count, L_s, l)) reduced over its site;
 //   (2) the inter-site exchange. The sites' block boundaries together cut the buffer into
 //       segments, each owned by exactly one rank per site (with equal sites a segment is a
-//       block). S == 2: the two owners of a segment exchange it (both send, both receive,
-//       both compute site0_part OP site1_part, in that order, so both get bitwise identical
-//       results). S > 2: the owners of a segment allreduce it by a ring, segment by segment in
-//       buffer order (every rank walks its segments in that order, so no ring waits for one
-//       that waits for it). Each rank sends its own block over the WAN, so every rank of a
-//       site drives its share of the site's traffic, and each direction carries the buffer
-//       once whatever the sites' sizes;
+//       block). The owners of a segment exchange it directly: each sends its part to the
+//       S - 1 others and receives theirs, all at once, and every owner computes
+//       site0_part OP site1_part OP ... in site order, so all get bitwise identical results.
+//       Each rank sends its own block over the WAN, so every rank of a site drives its share
+//       of the site's traffic, and each site pair carries the buffer once in each direction
+//       whatever the sites' sizes, every pair at the same time (a ring over S sites would
+//       carry 2(S-1)/S of it over S of the pairs, one segment's ring after another);
 //   (3) ring allgather inside the site.
 // The buffer is processed in pieces so the WAN starts early and stays busy: the reduce-scatters
 // of all pieces run first, each piece's WAN exchange (chunk_bytes messages, all posted at once)
@@ -20,6 +20,7 @@
 // end (ramped_pieces). The last kCopyTailBytes of this rank's WAN messages are sent as copies:
 // completing them does not wait for their acknowledgement, a WAN round trip.
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <tuple>
 #include <utility>
@@ -48,12 +49,29 @@ Result<void> check_topology(const OpContext& ctx) {
   return {};
 }
 
-// The messages of this rank's part of one segment's WAN exchange (S == 2).
+// The messages of this rank's part of one segment's WAN exchange.
 struct Exchange {
-  SiteSegment segment;         // absolute offsets in the buffer
-  int peer = -1;               // the segment's owner in the other site
-  std::vector<size_t> sent;    // send index of each chunk (kNoWait: copied)
+  SiteSegment segment;         // absolute offsets in the buffer; owners[s]: its rank in site s
+  std::vector<size_t> sent;    // send index of each (chunk, other site) (kNoWait: copied)
 };
+
+// out = part(0) OP part(1) OP ... OP part(S-1), in site order, where part(s) is the received
+// message of site s and `mine` for this rank's site; `mine` is overwritten with the result.
+// scratch: n elements, used unless this rank's site is 0 (reduce into mine) or S == 2.
+void reduce_in_site_order(std::byte* mine, const std::vector<const std::byte*>& parts,
+                          size_t my_site, size_t n, DataType type, ReduceOp op,
+                          std::byte* scratch) {
+  const size_t sites = parts.size();
+  auto part = [&](size_t s) { return s == my_site ? mine : parts[s]; };
+  if (my_site == 0) {
+    for (size_t s = 1; s < sites; ++s) reduce::reduce_inplace(mine, parts[s], n, type, op);
+    return;
+  }
+  std::byte* acc = sites == 2 ? mine : scratch;
+  reduce::reduce_to(acc, part(0), part(1), n, type, op);
+  for (size_t s = 2; s < sites; ++s) reduce::reduce_inplace(acc, part(s), n, type, op);
+  if (acc != mine) std::memcpy(mine, acc, n * data_type_size(type));
+}
 
 // Receives from the other site's ranks, each posted ahead in the order that rank sends.
 class ExchangeReceives {
@@ -140,52 +158,56 @@ Result<void> all_reduce_hierarchical(OpContext& ctx, const void* send, void* rec
   }
 
   // (1) every piece's intra-site reduce-scatter, each piece's WAN exchange posted right after.
-  const auto other_site = static_cast<size_t>(my_site == 0 ? 1 : 0);
+  const auto site_index = static_cast<size_t>(my_site);
   std::vector<size_t> rs_last(pieces, detail::kNoWait);      // last intra send of the piece
-  std::vector<std::vector<Exchange>> exchanges(pieces);        // S == 2
+  std::vector<std::vector<Exchange>> exchanges(pieces);
   ExchangeReceives receives(ctx);
   for (size_t k = 0; k < pieces; ++k) {
     auto ok = detail::run_ring(ctx, site_group, buf + piece[k].offset * elem, piece[k].count,
                                type, op, 0, rs_steps, sends);
     if (!ok) return ok;
     if (sends.next_index() > 0) rs_last[k] = sends.next_index() - 1;
-    if (sites != 2) continue;
     for (const SiteSegment& segment : segments[k]) {
-      Exchange& x = exchanges[k].emplace_back(Exchange{segment, segment.owners[other_site], {}});
+      Exchange& x = exchanges[k].emplace_back(Exchange{segment, {}});
       for (size_t offset = 0; offset < segment.count; offset += chunk) {
         const size_t n = std::min(chunk, segment.count - offset);
         const std::span<const std::byte> message{buf + (segment.offset + offset) * elem,
                                                  n * elem};
-        x.sent.push_back(k >= first_copied ? sends.post_copy(x.peer, message)
-                                           : sends.post(x.peer, message));
-        receives.plan(x.peer, n * elem);
+        for (size_t s = 0; s < segment.owners.size(); ++s) {
+          if (s == site_index) continue;
+          const int peer = segment.owners[s];
+          x.sent.push_back(k >= first_copied ? sends.post_copy(peer, message)
+                                             : sends.post(peer, message));
+          receives.plan(peer, n * elem);
+        }
       }
     }
   }
 
   // (2) + (3) piece by piece.
+  const auto others = static_cast<size_t>(sites - 1);
+  std::vector<std::byte> scratch(sites > 2 && my_site > 0 ? chunk * elem : 0);
+  std::vector<detail::Received> messages;
+  messages.reserve(others);
+  std::vector<const std::byte*> parts(static_cast<size_t>(sites), nullptr);
   for (size_t k = 0; k < pieces; ++k) {
-    if (sites == 2) {
-      for (const Exchange& x : exchanges[k]) {
-        for (size_t c = 0; c < x.sent.size(); ++c) {
-          auto message = receives.next(x.peer);
+    for (const Exchange& x : exchanges[k]) {
+      for (size_t c = 0; c * others < x.sent.size(); ++c) {
+        messages.clear();
+        for (size_t s = 0; s < x.segment.owners.size(); ++s) {
+          if (s == site_index) continue;
+          auto message = receives.next(x.segment.owners[s]);
           if (!message) return std::unexpected(message.error());
-          std::byte* at = buf + (x.segment.offset + c * chunk) * elem;
-          const size_t n = message->size() / elem;
-          // The segment went out zero-copy: overwrite it only once acknowledged.
-          if (auto ok = sends.wait_for(x.sent[c]); !ok) return ok;
-          if (my_site == 0) {
-            reduce::reduce_inplace(at, message->data(), n, type, op);  // mine OP theirs
-          } else {
-            reduce::reduce_to(at, message->data(), at, n, type, op);  // theirs OP mine
-          }
+          messages.push_back(std::move(*message));
+          parts[s] = messages.back().data();
         }
-      }
-    } else {
-      for (const SiteSegment& segment : segments[k]) {
-        auto ok = detail::run_ring(ctx, segment.owners, buf + segment.offset * elem,
-                                   segment.count, type, op, 0, 2 * (sites - 1), sends);
-        if (!ok) return ok;
+        std::byte* at = buf + (x.segment.offset + c * chunk) * elem;
+        const size_t n = messages.front().size() / elem;
+        // The chunk went out zero-copy: overwrite it only once every peer acknowledged it.
+        for (size_t j = 0; j < others; ++j) {
+          if (auto ok = sends.wait_for(x.sent[c * others + j]); !ok) return ok;
+        }
+        reduce_in_site_order(at, parts, site_index, n, type, op, scratch.data());
       }
     }
     // The allgather overwrites the blocks the reduce-scatter sent.

@@ -207,8 +207,9 @@ double halving_doubling(const Model& m, double bytes) {
   return m.sequential(steps);
 }
 
-// Reduce-scatter in each site, WAN allreduce of the segments by the ranks holding them (with
-// equal sites the shards, by equal local index), allgather in each site; pieces overlap so
+// Reduce-scatter in each site, WAN exchange of the segments between the ranks holding them
+// (with equal sites the shards, by equal local index; each rank sends its shard to every other
+// site at once), allgather in each site; pieces overlap so
 // only one piece's intra phases are not hidden behind the WAN. Equal pieces: the algorithm's
 // ramped pieces (ramped_pieces) make the unhidden first and last phases shorter than this, so
 // the estimate is conservative.
@@ -233,28 +234,17 @@ double hierarchical_all_reduce(const Model& m, int64_t chunk_bytes, double bytes
     intra = std::max(intra, m.ring(group, size - 1, piece / size));
     intra_busy = std::max(intra_busy, m.ring_busy(group, size - 1, piece / size));
   }
-  if (sites == 2) {  // every rank exchanges its whole shard, its segments' owners at once
-    for (int r = 0; r < m.n(); ++r) {
-      const int site = topology.site_of(r);
-      const double shard = piece / static_cast<double>(topology.ranks_of_site(site).size());
-      const int peer = topology.ranks_of_site(1 - site).front();
+  // Every rank sends its whole shard to each other site at once (to its segments' owners
+  // there), every site pair on its own path.
+  for (int r = 0; r < m.n(); ++r) {
+    const int site = topology.site_of(r);
+    const double shard = piece / static_cast<double>(topology.ranks_of_site(site).size());
+    for (int other = 0; other < sites; ++other) {
+      if (other == site) continue;
+      const int peer = topology.ranks_of_site(other).front();
       inter = std::max(inter, m.time(r, peer, shard));
       inter_busy = std::max(inter_busy, m.busy(r, peer, shard));
     }
-  } else {  // a ring per segment, each rank's segments one after another
-    std::vector<double> time(static_cast<size_t>(m.n()), 0);
-    std::vector<double> busy(static_cast<size_t>(m.n()), 0);
-    for (const SiteSegment& segment : site_segments(topology, static_cast<size_t>(piece))) {
-      const double share = static_cast<double>(segment.count) / sites;
-      const double t = m.ring(segment.owners, 2 * (sites - 1), share);
-      const double b = m.ring_busy(segment.owners, 2 * (sites - 1), share);
-      for (int r : segment.owners) {
-        time[static_cast<size_t>(r)] += t;
-        busy[static_cast<size_t>(r)] += b;
-      }
-    }
-    inter = *std::max_element(time.begin(), time.end());
-    inter_busy = *std::max_element(busy.begin(), busy.end());
   }
   return 2 * intra + inter + (pieces - 1) * std::max(intra_busy, inter_busy);
 }
