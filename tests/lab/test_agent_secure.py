@@ -184,6 +184,19 @@ def udp_receive_errors(site: str, *where: str) -> int:
     return int(dict(zip(rows[0][1:], rows[1][1:]))["InErrors"])
 
 
+def unresolved_discards(site: str, *where: str) -> int:
+    """Packets a site's host (or gateway) dropped while waiting for a neighbour's address."""
+    res = tb("exec", site, *where, "--", "cat", "/proc/net/stat/arp_cache", check=True)
+    rows = [line.split() for line in res.stdout.splitlines()]
+    column = rows[0].index("unresolved_discards")
+    return sum(int(row[column], 16) for row in rows[1:])
+
+
+def neighbour_discards() -> dict:
+    return {f"{site}{' gw' if where else ''}": unresolved_discards(site, *where)
+            for site in ("a", "b") for where in ((), ("--gw",))}
+
+
 def tun_dropped(site: str) -> int:
     """Packets the kernel dropped at the gateway's TUN device (its queue to the gateway full)."""
     res = tb("exec", site, "--gw", "--", "cat",
@@ -211,6 +224,7 @@ def test_a_co_tenant_cannot_ride_another_jobs_tunnel(lab2):
         tun_before = tun_dropped("a")
         backlog_before, udp_errors_before = softnet_dropped(), udp_receive_errors("b")
         gw_udp_errors_before = udp_receive_errors("b", "--gw")
+        neighbour_before = neighbour_discards()
         # The receiver waits out an idle gap of 8 s: job 2 starts only after the flood ends, and a
         # loaded machine may take seconds to start its sender.
         rx = sink("b", idle_s=8.0)
@@ -233,6 +247,7 @@ def test_a_co_tenant_cannot_ride_another_jobs_tunnel(lab2):
         backlog_lost = softnet_dropped() - backlog_before
         udp_errors = udp_receive_errors("b") - udp_errors_before
         gw_udp_errors = udp_receive_errors("b", "--gw") - gw_udp_errors_before
+        neighbour_lost = {k: v - neighbour_before[k] for k, v in neighbour_discards().items()}
     finally:
         for r in (victim, other):
             ctl("terminate", r["id"])
@@ -247,7 +262,7 @@ def test_a_co_tenant_cannot_ride_another_jobs_tunnel(lab2):
     victim_key = f"{a['tunnel_addr']} victim"
     diagnosis = (got, f"dropped at a's TUN queue: {tun_lost}, at a full CPU backlog: "
                  f"{backlog_lost}, by b's UDP receive: {udp_errors}, by b's gateway's UDP receive: "
-                 f"{gw_udp_errors}",
+                 f"{gw_udp_errors}, waiting for a neighbour's address: {neighbour_lost}",
                  {"a tx": after["a"][vid]["tx"], "b rx": after["b"][vid]["rx"]},
                  {"a tx before": before["a"][vid]["tx"], "b rx before": before["b"][vid]["rx"]})
     if got["packets"].get(victim_key) != 3_000:
