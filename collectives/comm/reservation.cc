@@ -13,6 +13,7 @@
 
 #include "common/logging.h"
 #include "common/net_address.h"
+#include "common/split.h"
 
 namespace detwan::collectives {
 namespace {
@@ -96,11 +97,8 @@ std::string WanReservations::describe() const {
 
 Result<std::vector<std::string>> parse_reservation_ids(const std::string& text) {
   std::vector<std::string> ids;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    std::string id = text.substr(start, end - start);
+  for (std::string_view piece : common::split(text, ',')) {
+    std::string id(piece);
     id.erase(0, id.find_first_not_of(" \t"));
     id.erase(id.find_last_not_of(" \t") + 1);
     if (!id.empty()) {
@@ -114,7 +112,6 @@ Result<std::vector<std::string>> parse_reservation_ids(const std::string& text) 
       }
       if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
     }
-    start = end + 1;
   }
   if (ids.empty()) {
     return make_error(ErrorCode::kConfig, fmt::format("reservation '{}': no id in it", text));

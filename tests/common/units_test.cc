@@ -4,10 +4,13 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/split.h"
 #include "common/strings.h"
 
 namespace detwan::common {
@@ -258,6 +261,16 @@ TEST(Units, FormattersRoundTrip) {
     ASSERT_TRUE(size_back.has_value()) << size << ": " << size_back.error().message;
     EXPECT_EQ(*size_back, v) << size;
   }
+}
+
+// ---- split (common/split.h) ----
+
+TEST(Strings, SplitKeepsEveryPieceEmptyOnesIncluded) {
+  using Pieces = std::vector<std::string_view>;
+  EXPECT_EQ(split("3,1", ','), (Pieces{"3", "1"}));
+  EXPECT_EQ(split("a,,b,", ','), (Pieces{"a", "", "b", ""}));
+  EXPECT_EQ(split("", ','), (Pieces{""}));
+  EXPECT_EQ(split("no separator", ','), (Pieces{"no separator"}));
 }
 
 // ---- printable_utf8 (common/strings.h) ----

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "common/split.h"
 #include "common/units.h"
 
 namespace detwan::bench {
@@ -73,10 +74,8 @@ struct Texts {
 Result<std::vector<int>> site_sizes_option(const std::string& text, int local_ranks) {
   std::vector<int> sizes;
   int total = 0;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t end = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, end - start);
+  for (std::string_view piece : common::split(text, ',')) {
+    const std::string item(piece);
     auto size = int_option("--site-sizes", item);
     if (!size || *size < 1) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -84,7 +83,6 @@ Result<std::vector<int>> site_sizes_option(const std::string& text, int local_ra
     }
     sizes.push_back(*size);
     total += *size;
-    start = end + 1;
   }
   if (sizes.size() > static_cast<size_t>(kMaxLocalSites) || total != local_ranks) {
     return make_error(ErrorCode::kInvalidArgument,

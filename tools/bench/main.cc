@@ -24,6 +24,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/split.h"
 #include "common/units.h"
 #include "tools/bench/coll_lab_exec.h"
 #include "tools/bench/coll_main.h"
@@ -186,12 +187,8 @@ int run_cli(int argc, char** argv) {
       if (!paths.empty()) send.remotes = paths;
       send.locals = locals;
       if (!path_rates_text.empty()) {
-        size_t start = 0;
-        while (start <= path_rates_text.size()) {
-          const size_t comma = std::min(path_rates_text.find(',', start), path_rates_text.size());
-          send.path_rates_bps.push_back(
-              rate_or_throw("--path-rates", path_rates_text.substr(start, comma - start)));
-          start = comma + 1;
+        for (std::string_view rate : common::split(path_rates_text, ',')) {
+          send.path_rates_bps.push_back(rate_or_throw("--path-rates", std::string(rate)));
         }
         if (send.path_rates_bps.size() != send.remotes.size()) {
           throw CLI::ValidationError("--path-rates", "needs one rate per path of --paths");

@@ -10,6 +10,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "common/split.h"
 #include "common/units.h"
 
 namespace detwan::wanem {
@@ -21,14 +22,9 @@ namespace {
 
 // True if SPEC text sets seed= itself (then --seed does not override it).
 bool names_seed(std::string_view text) {
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view token = text.substr(start, end - start);
+  for (std::string_view token : common::split(text, ',')) {
     while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
     if (token.starts_with("seed=")) return true;
-    start = end + 1;
   }
   return false;
 }
