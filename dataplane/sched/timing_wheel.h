@@ -188,6 +188,22 @@ class TimingWheel {
     return last;
   }
 
+  // Moves the cursor forward to t_ns's bucket, but never past an entry held in the buckets
+  // (entries in the in-order run do not depend on the cursor). A caller about to insert at or
+  // after t_ns calls it first: after a stall longer than the horizon, the cursor still sits at
+  // the stale entry just popped, and an insert at now would be refused as beyond a horizon
+  // measured from there. Divides only when t_ns is past the cursor's bucket.
+  void advance_cursor_toward(int64_t t_ns) noexcept {
+    if (t_ns < cursor_end_ns_) return;
+    int64_t target = bucket_of(t_ns);
+    if (bucketed_ > 0) {
+      const auto b = static_cast<uint32_t>(cursor_) & (bucket_count_ - 1);
+      const int64_t first_bucketed = heads_[b] != kNil ? cursor_ : cursor_ + next_set_distance(b);
+      target = target < first_bucketed ? target : first_bucketed;
+    }
+    if (target > cursor_) set_cursor(target);
+  }
+
   // First timestamp that insert() would refuse as beyond the horizon.
   [[nodiscard]] int64_t horizon_end_ns() const noexcept {
     return (cursor_ + static_cast<int64_t>(bucket_count_)) * granularity_ns_;

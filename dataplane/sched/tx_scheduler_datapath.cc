@@ -102,14 +102,10 @@ Status TxScheduler::schedule(OwnerIndex owner, uint32_t tunnel_id, uint64_t hand
   entry.tunnel_id = tunnel_id;
   entry.owner = owner;
   entry.tag = tag;
-  if (wheel_.empty()) {
-    // An idle port's wheel cursor stays where the last dequeue left it (a caller only dequeues
-    // when something is due): bring it to now, or after an idle spell longer than the horizon
-    // every departure would be refused as beyond it. pop_due() on an empty wheel only moves it.
-    int64_t unused_ns = 0;
-    Entry unused;
-    (void)wheel_.pop_due(now_ns, &unused_ns, &unused);
-  }
+  // The wheel's cursor stays where the last dequeue left it (a caller only dequeues when
+  // something is due, and a stalled loop dequeues late): bring it toward now, or after an idle
+  // spell or a stall longer than the horizon every departure would be refused as beyond it.
+  wheel_.advance_cursor_toward(now_ns);
   switch (wheel_.insert(departure_ns, entry)) {
     case WheelInsert::kOk:
       break;
@@ -233,6 +229,9 @@ bool TxScheduler::reschedule_missed(Entry& entry, int64_t now_ns) noexcept {
           : std::max(departure_ns,
                      departure.usable_end_ns - ceil_serialisation_ns(uint64_t{entry.bytes} * 8,
                                                                      gcl_.config().line_rate_bps));
+  // The cursor sits at this late frame's old departure: the loop stalled. Bring it toward now
+  // first, or a stall longer than the horizon would refuse the new departure as beyond it.
+  wheel_.advance_cursor_toward(now_ns);
   if (wheel_.insert(departure_ns, entry) != WheelInsert::kOk) {
     entry = original;
     return false;

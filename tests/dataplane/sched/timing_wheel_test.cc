@@ -88,6 +88,28 @@ TEST(TimingWheelTest, HandlesNegativeTimesAndLongIdleJumps) {
 
 // Random inserts and extractions against an ordered multimap: same entries, same order,
 // same next timestamp at every step.
+TEST(TimingWheelTest, TheCursorMovesTowardNowButNeverPastABucketedEntry) {
+  TimingWheel<int> wheel(100, 64, 16, 0);  // horizon 6,400 ns from the cursor
+  ASSERT_EQ(wheel.insert(500, 1), WheelInsert::kOk);  // the in-order run
+  ASSERT_EQ(wheel.insert(300, 2), WheelInsert::kOk);  // earlier: in the buckets (bucket 3)
+  EXPECT_EQ(wheel.horizon_end_ns(), 6'400);
+  wheel.advance_cursor_toward(20'000);  // a stalled caller: held back by entry 2's bucket
+  EXPECT_EQ(wheel.horizon_end_ns(), 6'700);
+  int64_t ts = 0;
+  int value = 0;
+  ASSERT_TRUE(wheel.pop_due(20'000, &ts, &value));
+  EXPECT_EQ(value, 2);
+  // Only the run is left: the cursor may go to now, so an insert at now fits.
+  wheel.advance_cursor_toward(20'000);
+  EXPECT_EQ(wheel.horizon_end_ns(), 26'400);
+  ASSERT_EQ(wheel.insert(20'050, 3), WheelInsert::kOk);
+  ASSERT_EQ(wheel.insert(20'010, 4), WheelInsert::kOk);  // earlier than the run's tail
+  wheel.advance_cursor_toward(10'000);  // never backwards
+  EXPECT_EQ(wheel.horizon_end_ns(), 26'400);
+  EXPECT_EQ(drain(wheel, 20'100),
+            (std::vector<std::pair<int64_t, int>>{{500, 1}, {20'010, 4}, {20'050, 3}}));
+}
+
 TEST(TimingWheelTest, MatchesAnOrderedReferenceUnderRandomLoad) {
   Random rng(99);
   const int64_t granularity = 250;
@@ -126,6 +148,49 @@ TEST(TimingWheelTest, MatchesAnOrderedReferenceUnderRandomLoad) {
     ASSERT_EQ(wheel.next_ts_ns(), reference.empty() ? kNone : reference.begin()->first);
   }
   EXPECT_GT(popped, 50'000u);
+}
+
+// A caller that falls behind (pops at most a few entries per wake-up, so stale entries stay
+// held) and moves the cursor toward now before each insert: the order stays the reference's.
+TEST(TimingWheelTest, MovingTheCursorTowardNowKeepsTheOrderOfAStalledCaller) {
+  Random rng(7);
+  TimingWheel<int> wheel(250, 64, 512, 0);  // horizon 16 us: stalls of up to 40 us go past it
+  std::multimap<int64_t, int> reference;
+  int64_t now = 0;
+  int next_value = 0;
+  uint64_t popped = 0;
+  uint64_t accepted_past_the_old_horizon = 0;
+  for (int step = 0; step < 100'000; ++step) {
+    if (rng.between(0, 1) == 0 && reference.size() < 512) {
+      const int64_t ts = now - 300 + static_cast<int64_t>(rng.between(0, 20'000));
+      const int64_t old_horizon_end = wheel.horizon_end_ns();
+      wheel.advance_cursor_toward(now);
+      const WheelInsert result = wheel.insert(ts, next_value);
+      if (ts >= wheel.horizon_end_ns()) {
+        ASSERT_EQ(result, WheelInsert::kBeyondHorizon) << ts;
+        continue;
+      }
+      ASSERT_EQ(result, WheelInsert::kOk);
+      if (ts >= old_horizon_end) ++accepted_past_the_old_horizon;
+      reference.emplace(ts, next_value++);
+    } else {
+      now += static_cast<int64_t>(rng.between(0, 40'000));
+      int64_t ts = 0;
+      int value = 0;
+      for (int i = 0; i < 3 && wheel.pop_due(now, &ts, &value); ++i) {
+        ASSERT_FALSE(reference.empty());
+        ASSERT_LE(ts, now);
+        ASSERT_EQ(ts, reference.begin()->first);
+        ASSERT_EQ(value, reference.begin()->second);
+        reference.erase(reference.begin());
+        ++popped;
+      }
+    }
+    ASSERT_EQ(wheel.size(), reference.size());
+    ASSERT_EQ(wheel.next_ts_ns(), reference.empty() ? kNone : reference.begin()->first);
+  }
+  EXPECT_GT(popped, 20'000u);
+  EXPECT_GT(accepted_past_the_old_horizon, 1'000u);
 }
 
 // The in-order run (timing_wheel.h): an entry no earlier than the run's last skips the

@@ -151,14 +151,14 @@ TEST(TxSchedulerTest, BoundedQueuesAndCapacityAreCountedNeverExceeded) {
 
 TEST(TxSchedulerTest, DropsDeparturesBeyondTheWheelHorizon) {
   TxSchedulerConfig config = generous_config();
-  config.wheel_granularity_ns = 1'000;
-  config.wheel_buckets = 64;  // horizon 64 us from the cursor
+  config.wheel_granularity_ns = 500;
+  config.wheel_buckets = 64;  // horizon 32 us from the cursor, which follows now
   TxScheduler s = make(config);
-  EXPECT_EQ(s.enqueue(9, 1, 1250, 0), Status::kOk);            // leaves at 50 us
+  EXPECT_EQ(s.enqueue(9, 1, 1250, 20'000), Status::kOk);       // leaves at 50 us
   EXPECT_EQ(s.enqueue(7, 2, 1250, 39'500), Status::kDropped);  // would leave at 100 us
   EXPECT_EQ(s.tunnel_counters(7)->dropped[kDrop(TxDrop::kBeyondHorizon)], 1u);
-  EXPECT_EQ(dequeue(s, 50'000).size(), 1u);  // cursor moves on
-  EXPECT_EQ(s.enqueue(7, 3, 1250, 50'000), Status::kOk);
+  EXPECT_EQ(dequeue(s, 50'000).size(), 1u);
+  EXPECT_EQ(s.enqueue(7, 3, 1250, 70'000), Status::kOk);  // the horizon moved on with now
 }
 
 TEST(TxSchedulerTest, CountsUnknownTunnelsAndBadSizes) {
@@ -218,6 +218,35 @@ TEST(TxSchedulerTest, AFrameThatMissedItsWindowMovesToTheOwnersNextWindowByDefau
   EXPECT_EQ(frames[1].departure_ns, 101'000);
   EXPECT_EQ(s.tunnel_counters(7)->sent_packets, 2u);
   EXPECT_THAT(s.counters_json(), HasSubstr("\"rescheduled\":2"));
+}
+
+TEST(TxSchedulerTest, ABurstDequeuedLongerThanTheWheelHorizonLateIsMovedNotDropped) {
+  // The wheel sized automatically (horizon >= 4 cycles of 100 us): the poll loop stalls for ten
+  // cycles while a burst is held. Every frame moves to tunnel 7's next window, none is dropped,
+  // and a frame enqueued during the late dequeue's aftermath still fits.
+  TxScheduler s = make(generous_config());
+  for (uint64_t handle = 1; handle <= 10; ++handle) {
+    ASSERT_EQ(s.enqueue(7, handle, 1250, 0), Status::kOk);  // leave at 0 .. 9 us
+  }
+  ASSERT_EQ(s.enqueue(9, 11, 1250, 0), Status::kOk);  // tunnel 9's frame, at 50 us
+  EXPECT_TRUE(dequeue(s, 1'045'000).empty());
+  EXPECT_EQ(s.tunnel_counters(7)->rescheduled, 10u);
+  EXPECT_EQ(s.tunnel_counters(9)->rescheduled, 1u);
+  EXPECT_EQ(s.port_counters().dropped[kDrop(TxDrop::kMissedSlot)], 0u);
+  EXPECT_EQ(s.port_counters().dropped[kDrop(TxDrop::kBeyondHorizon)], 0u);
+  ASSERT_EQ(s.enqueue(7, 12, 1250, 1'046'000), Status::kOk);
+  const auto frames = dequeue_on_time(s, 1'200'000);
+  ASSERT_EQ(frames.size(), 12u);
+  EXPECT_EQ(frames[0].handle, 11u);  // tunnel 9's next window, 50 us into the cycle
+  EXPECT_EQ(frames[0].departure_ns, 1'050'000);
+  for (uint64_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(frames[i + 1].handle, i + 1);
+    EXPECT_EQ(frames[i + 1].departure_ns, 1'100'000 + static_cast<int64_t>(i) * 1'000);
+  }
+  EXPECT_EQ(frames[11].handle, 12u);  // after the moved burst, in tunnel 7's window
+  EXPECT_EQ(frames[11].departure_ns, 1'110'000);
+  EXPECT_EQ(s.tunnel_counters(7)->sent_packets, 11u);
+  EXPECT_EQ(s.held_frames(), 0u);
 }
 
 TEST(TxSchedulerTest, AMissedFrameThatWouldExceedMaxWaitIsDroppedNotMoved) {
