@@ -19,12 +19,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 @pytest.mark.parametrize("speeds,batch,want", [
-    ([1, 1, 0.5, 0.25], 24, [8, 8, 5, 3]),
+    ([1, 1, 0.5, 0.25], 24, [9, 9, 4, 2]),
+    ([1, 1, 0.5, 0.25], 32, [12, 11, 6, 3]),     # remainders .64 .64 .82 .91
     ([1, 1, 1, 1], 16, [4, 4, 4, 4]),
-    ([1, 0.5, 0.25, 0.25], 16, [7, 4, 3, 2]),   # one sample each first, the rest by speed
+    ([1, 0.5, 0.25, 0.25], 16, [8, 4, 2, 2]),
     ([3, 1], 8, [6, 2]),
     ([1, 1, 1], 10, [4, 3, 3]),                 # ties go to the lower rank
     ([1, 1e-6], 4, [3, 1]),                     # a very slow rank still gets one sample
+    ([1, 1e-6, 1e-6, 1], 4, [1, 1, 1, 1]),
 ])
 def test_batch_shares_follow_speed_and_sum_to_the_batch(speeds, batch, want):
     got = hetero.batch_shares(speeds, batch)

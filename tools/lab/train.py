@@ -11,6 +11,13 @@ on Debian's `fortunes` text, same seed, same data per rank) runs:
                 gloo's device is bound to each host's tunnel address, so its TCP crosses the
                 same reserved tunnel
 
+--speeds 1,1,0.5,0.25: each rank's compute stands for an accelerator of that speed (device time
+spent waiting, not host CPU; --device-ms-per-sample at speed 1); every run shares the global
+batch by speed (detwan.torch.hetero: weighted shares and gradient average), one more cross-site
+run gives equal shares, and each rank first runs alone to measure its own samples/s: the report
+adds weighted, equal and ideal_samples_per_s (the sum of the ranks' own rates). --site-sizes 3,1
+places the cross-site ranks unevenly.
+
 Per run: samples/s (world x batch x timed steps / the sum of the step times, each step's time the
 max over ranks), step time p50/p99, the loss per step and the final loss. Efficiency = cross-site
 samples/s / single-site samples/s (the better single-site backend, the same reference for both).
@@ -57,8 +64,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=30, help="timed steps per run (default 30)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--layers", type=int, help="default 4; 2 with --speeds (the host's compute "
+                   "must stay below the emulated device's)")
+    p.add_argument("--dim", type=int, help="default 128; 64 with --speeds")
     p.add_argument("--bucket-mb", type=float, default=0.25,
                    help="DDP bucket size: small buckets start the WAN transfer early (0.25)")
     p.add_argument("--seed", type=int, default=1)
@@ -68,6 +76,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--deterministic", action="store_true",
                    help="detwan with DETWAN_DETERMINISTIC=1, run twice cross-site: the two loss "
                    "curves must be identical")
+    p.add_argument("--speeds", help="ranks of different speeds, e.g. 1,1,0.5,0.25: each rank's "
+                   "compute stands for an accelerator of that speed (device time, not host CPU: "
+                   "tools/lab/train_worker.py EmulatedDevice); every run shares the global batch "
+                   "by speed with the weighted gradient average, and one more cross-site run "
+                   "gives equal shares")
+    p.add_argument("--device-ms-per-sample", type=float, default=50.0,
+                   help="with --speeds: device time per sample at speed 1 (default 50)")
+    p.add_argument("--site-sizes", default="2,2",
+                   help="cross-site placement: ranks in site a, site b (default 2,2; e.g. 3,1)")
     p.add_argument("--timeout-per-run", type=float, default=900)
     p.add_argument("--build-dir")
     return p
@@ -79,6 +96,13 @@ def lab_pids(st: dict) -> dict[str, int]:
     pids.update({f"wanem-{i}": p["pid"] for i, p in enumerate(st.get("paths", []))})
     pids.update({f"agent-{i}": a["pid"] for i, a in enumerate(st.get("agents", []))})
     return {k: v for k, v in pids.items() if v}
+
+
+def _positive(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
 
 
 def cpu_s(pids: dict[str, int]) -> float:
@@ -96,7 +120,7 @@ def cpu_s(pids: dict[str, int]) -> float:
 
 def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
             out: pathlib.Path, riding: dict | None, extra_env: dict | None = None,
-            pids: dict[str, int] | None = None) -> dict:
+            pids: dict[str, int] | None = None, shares: str | None = None) -> dict:
     """One training run; placement[r] is rank r's site name."""
     run_dir = out / name
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -118,6 +142,10 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
             "--compute-nice", str(args.compute_nice)]
     if getattr(args, "trace_buckets", False):
         argv.append("--trace-buckets")
+    if args.speeds:
+        argv += ["--speeds", args.speeds, "--device-ms-per-sample",
+                 str(args.device_ms_per_sample), "--shares", shares or "weighted",
+                 "--alone-steps", "3"]
     gloo_addr = []
     if impl == "gloo" and cross:
         for r, p in enumerate(placement):
@@ -158,6 +186,11 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
            "params": docs[0]["params"], "gradient_bytes": docs[0]["gradient_bytes"]}
     if "detwan" in docs[0]:
         res["detwan"] = docs[0]["detwan"]
+    if args.speeds:
+        res["shares"] = docs[0]["shares"]
+        res["shares_mode"] = docs[0]["shares_mode"]
+        # Each rank alone on its share (no communication), measured in the same run.
+        res["alone_samples_per_s"] = [d["alone_samples_per_s"] for d in docs]
     log(f"  {res['samples_per_s']:.2f} samples/s, step p50 {res['step_s_p50']:.3f} s, "
         f"p99 {res['step_s_p99']:.3f} s, final loss {res['final_loss']:.4f}")
     return res
@@ -209,6 +242,14 @@ def markdown(doc: dict) -> str:
                      f"{r['lab_cpu_s_per_step']:.3f} | "
                      f"{r['final_loss']:.4f} |")
     b = doc["bound"]
+    if doc.get("weighted"):
+        w, e = doc["weighted"], doc["equal"]
+        lines += ["", f"Speeds {p['speeds']} (device {p['device_ms_per_sample']:g} ms per sample "
+                  f"at speed 1), sites {p['site_sizes']}: weighted shares {w['shares']} "
+                  f"{w['samples_per_s']:.2f} samples/s = {w['over_ideal']:.3f} of the ideal "
+                  f"{doc['ideal_samples_per_s']:.2f} (each rank alone, summed); equal shares "
+                  f"{e['samples_per_s']:.2f} ({e['over_ideal']:.3f}); weighted / equal "
+                  f"{doc['weighted_over_equal']:.2f}."]
     lines += ["", f"Efficiency (cross-site / single-site samples/s): detwan "
               f"{fmt_ratio(doc.get('efficiency_detwan'))}, gloo {fmt_ratio(doc.get('efficiency_gloo'))}.",
               f"Bound: gradient transfer at the reserved rate {b['transfer_s']:.3f} s per step "
@@ -224,13 +265,29 @@ def main(argv: list[str] | None = None) -> int:
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="detwan-train-"))
     out.mkdir(parents=True, exist_ok=True)
     impls = [i for i in args.impls.split(",") if i]
+    if args.layers is None:
+        args.layers = 2 if args.speeds else 4
+    if args.dim is None:
+        args.dim = 64 if args.speeds else 128
+    sizes = [int(v) for v in args.site_sizes.split(",")]
+    if len(sizes) != 2 or min(sizes) < 1 or sum(sizes) != 4:
+        raise SystemExit(f"{PROG}: --site-sizes {args.site_sizes}: two sites of at least one "
+                         "rank, 4 ranks in all (e.g. 2,2 or 3,1)")
+    if args.speeds:
+        speeds = args.speeds.split(",")
+        if len(speeds) != 4 or not all(_positive(v) for v in speeds):
+            raise SystemExit(f"{PROG}: --speeds {args.speeds}: four positive numbers, one per "
+                             "rank (e.g. 1,1,0.5,0.25)")
     doc = {"schema": "detwan-train-cross-site", "version": 1,
            "date": time.strftime("%Y-%m-%d"), "runs": [], "error": None,
            "params": {"delay_ns": args.delay, "rate_bps": args.rate, "reserve_bps": args.reserve,
                       "mtu": args.mtu, "steps": args.steps, "warmup": args.warmup,
                       "batch": args.batch, "ctx": 64, "layers": args.layers, "dim": args.dim,
                       "bucket_mb": args.bucket_mb, "seed": args.seed,
-                      "dataplane": args.dataplane}}
+                      "dataplane": args.dataplane, "site_sizes": sizes,
+                      "speeds": args.speeds,
+                      "device_ms_per_sample": args.device_ms_per_sample if args.speeds
+                      else None}}
     status = 0
     try:
         if os.geteuid() != 0:
@@ -255,13 +312,16 @@ def main(argv: list[str] | None = None) -> int:
                 riding = {"id": made[0]["id"], "host_urls": st["agents"][0]["host_urls"]}
                 doc["reservation"] = reserve.summary(made[0])
                 one = [names[0]] * 4
-                two = [names[0], names[0], names[1], names[1]]
+                two = [names[0]] * sizes[0] + [names[1]] * sizes[1]
                 for impl in impls:
                     doc["runs"].append(run_job(args, f"single-{impl}", impl, sites, one, out,
                                                None, pids=pids))
                 for impl in impls:
                     doc["runs"].append(run_job(args, f"cross-{impl}", impl, sites, two, out,
                                                riding, pids=pids))
+                if args.speeds and "detwan" in impls:
+                    doc["runs"].append(run_job(args, "cross-detwan-equal", "detwan", sites, two,
+                                               out, riding, pids=pids, shares="equal"))
                 if args.deterministic and "detwan" in impls:
                     for k in (1, 2):
                         doc["runs"].append(run_job(args, f"cross-detwan-det{k}", "detwan", sites,
@@ -314,6 +374,16 @@ def summarize(doc: dict, args) -> None:
     if "cross-detwan" in runs and "cross-gloo" in runs:
         a, b = runs["cross-detwan"]["loss"], runs["cross-gloo"]["loss"]
         doc["loss_max_abs_diff_detwan_gloo"] = max(abs(x - y) for x, y in zip(a, b))
+    weighted, equal = runs.get("cross-detwan"), runs.get("cross-detwan-equal")
+    if args.speeds and weighted and equal:
+        # Ideal: every rank at its own speed, nothing waiting (the sum of each rank's samples/s
+        # measured alone, in the weighted run).
+        ideal = sum(weighted["alone_samples_per_s"])
+        doc["ideal_samples_per_s"] = ideal
+        for key, r in (("weighted", weighted), ("equal", equal)):
+            doc[key] = {"samples_per_s": r["samples_per_s"], "step_s_p50": r["step_s_p50"],
+                        "shares": r["shares"], "over_ideal": r["samples_per_s"] / ideal}
+        doc["weighted_over_equal"] = weighted["samples_per_s"] / equal["samples_per_s"]
     d1, d2 = runs.get("cross-detwan-det1"), runs.get("cross-detwan-det2")
     if d1 and d2:
         doc["deterministic_identical"] = d1["loss"] == d2["loss"] and \

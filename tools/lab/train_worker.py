@@ -86,6 +86,49 @@ def timing_hook(trace: list, group):
     return hook
 
 
+class EmulatedDevice:
+    """A rank's compute stands for an accelerator's (--device-ms-per-sample, --speeds): a step
+    on n samples takes n x ms_per_sample / speed of device time, a third in forward and two
+    thirds in backward spread evenly over the model's blocks (so DDP's buckets become ready
+    through backward as on a real device). The host computes the real gradients and then
+    sleeps for what is left of each part's device time: the rank waits instead of burning a
+    core, and the network stack keeps the CPU. Limits: where the host's own compute of a part
+    takes longer than its device time, the part takes the host's time (keep the model small);
+    sleeps are only as precise as the scheduler (~0.1 ms)."""
+
+    def __init__(self, ms_per_sample: float, speed: float, blocks):
+        self.s_per_sample = ms_per_sample / 1000.0 / speed
+        self.blocks = list(blocks)
+        self.samples = 0
+        self.bwd_start = 0.0
+        self.host_s = 0.0   # real compute per step (forward + backward), for the report
+        self.slept_s = 0.0
+        for i, block in enumerate(self.blocks):
+            block.register_full_backward_hook(self._after_block(len(self.blocks) - 1 - i))
+
+    def _sleep_until(self, t: float) -> None:
+        left = t - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+            self.slept_s += left
+
+    def forward(self, model, x):
+        self.samples = x.shape[0]
+        t0 = time.perf_counter()
+        out = model(x)
+        self._sleep_until(t0 + self.samples * self.s_per_sample / 3)
+        return out
+
+    def start_backward(self) -> None:
+        self.bwd_start = time.perf_counter()
+
+    def _after_block(self, done_index: int):
+        def hook(module, grad_in, grad_out):
+            share = (done_index + 1) / len(self.blocks)
+            self._sleep_until(self.bwd_start + share * self.samples * self.s_per_sample * 2 / 3)
+        return hook
+
+
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", required=True)
@@ -108,6 +151,16 @@ def parse(argv):
     p.add_argument("--timeout-s", type=float, default=600)
     p.add_argument("--trace-buckets", action="store_true",
                    help="record each gradient bucket's allreduce start and end per step")
+    p.add_argument("--speeds", help="accelerator emulation: each rank's speed, e.g. "
+                   "1,1,0.5,0.25 (with --device-ms-per-sample)")
+    p.add_argument("--device-ms-per-sample", type=float, default=0.0,
+                   help="device time per sample at speed 1 (0: no emulation, host compute only)")
+    p.add_argument("--shares", choices=("equal", "weighted"), default="equal",
+                   help="each rank's share of the global batch (world x --batch): equal, or by "
+                   "speed with the weighted gradient average (detwan.torch.hetero)")
+    p.add_argument("--alone-steps", type=int, default=0,
+                   help="steps each rank first runs alone (no communication) to measure its "
+                   "own samples/s")
     p.add_argument("--compute-nice", type=int, default=0,
                    help="nice value of the training (main) thread only, set after the process "
                    "group's threads exist: communication threads then win the CPU when "
@@ -133,6 +186,32 @@ def init(args) -> object:
     return None  # the default group
 
 
+def alone_rate(args, data, speed: float, n: int, rank: int) -> float:
+    """This rank's samples/s on its own share with no communication: a copy of the model (not
+    the DDP one) on the same emulated device, timed over --alone-steps after one warm-up."""
+    net = CharTransformer(args.layers, args.dim, args.heads, args.ctx)
+    device = (EmulatedDevice(args.device_ms_per_sample, speed, net.blocks)
+              if args.device_ms_per_sample > 0 else None)
+    opt = torch.optim.AdamW(net.parameters(), lr=args.lr)
+    g = torch.Generator().manual_seed(args.seed + 77 * rank)
+    total = 0.0
+    for step in range(1 + args.alone_steps):
+        starts = torch.randint(0, data.numel() - args.ctx - 1, (n,), generator=g).tolist()
+        x = torch.stack([data[s:s + args.ctx] for s in starts])
+        y = torch.stack([data[s + 1:s + 1 + args.ctx] for s in starts])
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        out = device.forward(net, x) if device else net(x)
+        loss = torch.nn.functional.cross_entropy(out.reshape(-1, 256), y.reshape(-1))
+        if device:
+            device.start_backward()
+        loss.backward()
+        opt.step()
+        if step > 0:
+            total += time.perf_counter() - t0
+    return n * args.alone_steps / total
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     torch.set_num_threads(1)
@@ -150,20 +229,41 @@ def main(argv=None) -> int:
         model.register_comm_hook(group, default_hooks.fp16_compress_hook)
     if args.compute_nice:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), args.compute_nice)
+    if args.shares == "weighted" and (args.trace_buckets or args.fp16_hook):
+        raise SystemExit("--shares weighted has a comm hook of its own: not with "
+                         "--trace-buckets or --fp16-hook")
+    hetero = None
+    if args.speeds or args.shares == "weighted":
+        from detwan.torch import hetero  # noqa: F811  (the package: built with the backend)
+    speeds = hetero.parse_speeds(args.speeds) if args.speeds else [1.0] * world
+    if len(speeds) != world:
+        raise SystemExit(f"--speeds has {len(speeds)} entries for {world} ranks")
+    global_batch = world * args.batch
+    shares = (hetero.batch_shares(speeds, global_batch) if args.shares == "weighted"
+              else [args.batch] * world)
+    mine = shares[rank]
+    if args.shares == "weighted":
+        hetero.register_weighted_hook(model, shares, rank, group=group)
+    device = (EmulatedDevice(args.device_ms_per_sample, speeds[rank], model.module.blocks)
+              if args.device_ms_per_sample > 0 else None)
+    alone = alone_rate(args, data, speeds[rank], mine, rank) if args.alone_steps else None
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     step_s, losses, forward_s, cpu_s, buckets = [], [], [], [], []
     for step in range(args.warmup + args.steps):
         g = torch.Generator().manual_seed(args.seed * 1_000_003 + rank * 10_007 + step)
-        starts = torch.randint(0, data.numel() - args.ctx - 1, (args.batch,), generator=g)
+        starts = torch.randint(0, data.numel() - args.ctx - 1, (mine,), generator=g)
         x = torch.stack([data[s:s + args.ctx] for s in starts.tolist()])
         y = torch.stack([data[s + 1:s + 1 + args.ctx] for s in starts.tolist()])
         t0 = time.perf_counter()
         c0 = time.process_time()
         trace.clear()
         opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
+        out = device.forward(model, x) if device else model(x)
+        loss = torch.nn.functional.cross_entropy(out.reshape(-1, 256), y.reshape(-1))
         t1 = time.perf_counter()
+        if device:
+            device.start_backward()
         loss.backward()  # DDP allreduces the gradient buckets as they become ready
         t_bwd = time.perf_counter()
         opt.step()
@@ -185,7 +285,10 @@ def main(argv=None) -> int:
            "site": os.environ.get("DETWAN_SITE", ""), "params": params,
            "gradient_bytes": params * 4, "batch_per_rank": args.batch, "ctx": args.ctx,
            "step_s": step_s, "forward_s": forward_s, "buckets": buckets, "cpu_s": cpu_s, "loss": losses, "param_checksum": checksum,
-           "corpus_bytes": data.numel()}
+           "corpus_bytes": data.numel(), "speeds": speeds, "shares": shares,
+           "global_batch": global_batch, "shares_mode": args.shares,
+           "alone_samples_per_s": alone,
+           "device_slept_s": device.slept_s if device else 0.0}
     if args.backend == "detwan":
         pg = group or dist.distributed_c10d._get_default_group()
         doc["detwan"] = {"config": pg.describe(), "plan": pg.plan(params * 4)}

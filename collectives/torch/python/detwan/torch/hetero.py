@@ -6,7 +6,7 @@ averages the gradients with matching weights, so that the update is the one the 
 batch gives with equal shares:
 
     import detwan.torch.hetero as hetero
-    shares = hetero.batch_shares(speeds, global_batch=64)       # e.g. [23, 23, 12, 6]
+    shares = hetero.batch_shares(speeds, global_batch=64)       # 1,1,.5,.25: [23, 23, 12, 6]
     sampler = hetero.WeightedSampler(len(dataset), shares, rank, seed=1)
     loader = DataLoader(dataset, batch_size=shares[rank], sampler=sampler)
     model = DDP(net)
@@ -47,7 +47,8 @@ def parse_speeds(text: str) -> list[float]:
 
 def batch_shares(speeds: Sequence[float], global_batch: int) -> list[int]:
     """Each rank's number of samples of a global batch, in proportion to its speed: the largest
-    remainder method (Hamilton), ties to the lower rank, every rank at least one sample. The
+    remainder method (Hamilton; ties to the lower rank), then a rank left with none takes one
+    from the largest share (ties to the lower rank), so every rank has at least one sample. The
     shares sum to global_batch. ValueError when a speed is not positive or the batch is smaller
     than the number of ranks."""
     speeds = [float(s) for s in speeds]
@@ -59,16 +60,19 @@ def batch_shares(speeds: Sequence[float], global_batch: int) -> list[int]:
     if global_batch < len(speeds):
         raise ValueError(f"a global batch of {global_batch} cannot give each of "
                          f"{len(speeds)} ranks a sample")
-    # Every rank gets one sample first; the rest is shared by speed.
-    rest = global_batch - len(speeds)
     total = math.fsum(speeds)
-    exact = [rest * s / total for s in speeds]
+    exact = [global_batch * s / total for s in speeds]
     shares = [math.floor(e) for e in exact]
-    left = rest - sum(shares)
+    left = global_batch - sum(shares)
     by_remainder = sorted(range(len(speeds)), key=lambda i: (-(exact[i] - shares[i]), i))
     for i in by_remainder[:left]:
         shares[i] += 1
-    return [s + 1 for s in shares]
+    for i, share in enumerate(shares):
+        if share == 0:
+            donor = max(range(len(shares)), key=lambda j: (shares[j], -j))
+            shares[donor] -= 1
+            shares[i] = 1
+    return shares
 
 
 class WeightedSampler(torch.utils.data.Sampler):
