@@ -25,7 +25,11 @@ SendQueue::~SendQueue() {
 }
 
 size_t SendQueue::post(int peer, std::span<const std::byte> data) {
-  if (data.size() <= kCopySendMaxBytes) {
+  const bool retain = data.size() <= kRetainMaxMessageBytes &&
+                      !ctx_.topology.same_site(ctx_.peers.rank(), peer) &&
+                      ctx_.peers.retained_bytes() + static_cast<int64_t>(data.size()) <=
+                          kRetainBudgetBytes;
+  if (data.size() <= kCopySendMaxBytes || retain) {
     ctx_.peers.send_copy(peer, data);
     return kNoWait;
   }

@@ -80,8 +80,12 @@ void Peers::send_copy(int peer, std::span<const std::byte> data) {
   } else {
     auto copy = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
     const std::span<const std::byte> view(*copy);
-    channels_[peer]->send_async(view, [promise, copy](Result<void> result) mutable {
+    const auto bytes = static_cast<int64_t>(data.size());
+    retained_->fetch_add(bytes);
+    channels_[peer]->send_async(view, [promise, copy, retained = retained_,
+                                       bytes](Result<void> result) mutable {
       copy.reset();
+      retained->fetch_sub(bytes);
       promise->set_value(std::move(result));
     });
   }

@@ -80,8 +80,10 @@ class Peers {
   // Zero copy: `data` must stay valid and unmodified until wait() has returned for the
   // PendingSend (or flush() has). A message of 0 bytes is a valid message.
   [[nodiscard]] PendingSend send(int peer, std::span<const std::byte> data);
-  // Copies `data` and returns at once; flush() waits for every such send.
+  // Copies `data` and returns at once; flush() waits for every such send. The copy is held
+  // until the peer acknowledges it: retained_bytes() counts what is held now.
   void send_copy(int peer, std::span<const std::byte> data);
+  [[nodiscard]] int64_t retained_bytes() const { return retained_->load(); }
   [[nodiscard]] PendingRecv recv(int peer);
 
   Result<void> wait(PendingSend& send, Deadline deadline);
@@ -114,6 +116,8 @@ class Peers {
   std::vector<std::unique_ptr<transport::Channel>> channels_;
   std::vector<std::string> peer_names_;
   std::vector<PendingSend> copied_sends_;
+  // Bytes of send_copy copies not yet acknowledged (shared with their completion callbacks).
+  std::shared_ptr<std::atomic<int64_t>> retained_ = std::make_shared<std::atomic<int64_t>>(0);
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mutex_;
   std::optional<PeerFailure> failure_;

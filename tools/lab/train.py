@@ -85,6 +85,9 @@ def parser() -> argparse.ArgumentParser:
                    help="with --speeds: device time per sample at speed 1 (default 50)")
     p.add_argument("--site-sizes", default="2,2",
                    help="cross-site placement: ranks in site a, site b (default 2,2; e.g. 3,1)")
+    p.add_argument("--trace-buckets", action="store_true",
+                   help="record each gradient bucket's allreduce start and end (per rank and "
+                   "step, in the runs' rank-<r>.json; summarised as bucket_trace in the run)")
     p.add_argument("--timeout-per-run", type=float, default=900)
     p.add_argument("--build-dir")
     return p
@@ -186,6 +189,14 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
            "params": docs[0]["params"], "gradient_bytes": docs[0]["gradient_bytes"]}
     if "detwan" in docs[0]:
         res["detwan"] = docs[0]["detwan"]
+    if args.trace_buckets and docs[0].get("buckets"):
+        # Median over rank 0's steps: each bucket's allreduce start and end after the step's
+        # start, and the end of backward.
+        rows = docs[0]["buckets"]
+        res["bucket_trace"] = [
+            {"bucket": rows[0][i][0], "bytes": rows[0][i][1],
+             "start_s": percentile([r[i][2] for r in rows], 0.5),
+             "end_s": percentile([r[i][3] for r in rows], 0.5)} for i in range(len(rows[0]))]
     if args.speeds:
         res["shares"] = docs[0]["shares"]
         res["shares_mode"] = docs[0]["shares_mode"]

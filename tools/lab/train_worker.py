@@ -71,17 +71,20 @@ class CharTransformer(torch.nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
-def timing_hook(trace: list, group):
-    """DDP's default allreduce (sum, then / world) with each bucket's start and end times."""
+def timing_hook(trace: list, group, weight: float | None = None):
+    """DDP's default allreduce (sum, then / world) with each bucket's start and end times; with
+    `weight`, the weighted average of detwan.torch.hetero (times weight, then sum)."""
     def hook(state, bucket):
         t0 = time.perf_counter()
         buf = bucket.buffer()
+        if weight is not None:
+            buf.mul_(weight)
         fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
         world = dist.get_world_size(group)
 
         def done(f):
             trace.append((bucket.index(), buf.numel() * 4, t0, time.perf_counter()))
-            return f.value()[0].div_(world)
+            return f.value()[0] if weight is not None else f.value()[0].div_(world)
         return fut.then(done)
     return hook
 
@@ -219,19 +222,22 @@ def main(argv=None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     data = corpus()
     torch.manual_seed(args.seed)
+    # DDP's first bucket is 1 MiB whatever bucket_cap_mb says (torch's documented knob below):
+    # a small model's whole gradient would then be one bucket, ready only at the end of
+    # backward, with nothing of its WAN transfer overlapped. Every bucket is --bucket-mb here.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.bucket_mb * 2**20)
     model = DDP(CharTransformer(args.layers, args.dim, args.heads, args.ctx),
                 process_group=group, bucket_cap_mb=args.bucket_mb)
     trace: list = []
-    if args.trace_buckets:
+    if args.trace_buckets and args.shares != "weighted":
         model.register_comm_hook(None, timing_hook(trace, group))
     if args.fp16_hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         model.register_comm_hook(group, default_hooks.fp16_compress_hook)
     if args.compute_nice:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), args.compute_nice)
-    if args.shares == "weighted" and (args.trace_buckets or args.fp16_hook):
-        raise SystemExit("--shares weighted has a comm hook of its own: not with "
-                         "--trace-buckets or --fp16-hook")
+    if args.shares == "weighted" and args.fp16_hook:
+        raise SystemExit("--shares weighted has a comm hook of its own: not with --fp16-hook")
     hetero = None
     if args.speeds or args.shares == "weighted":
         from detwan.torch import hetero  # noqa: F811  (the package: built with the backend)
@@ -242,7 +248,9 @@ def main(argv=None) -> int:
     shares = (hetero.batch_shares(speeds, global_batch) if args.shares == "weighted"
               else [args.batch] * world)
     mine = shares[rank]
-    if args.shares == "weighted":
+    if args.shares == "weighted" and args.trace_buckets:
+        model.register_comm_hook(None, timing_hook(trace, group, shares[rank] / global_batch))
+    elif args.shares == "weighted":
         hetero.register_weighted_hook(model, shares, rank, group=group)
     device = (EmulatedDevice(args.device_ms_per_sample, speeds[rank], model.module.blocks)
               if args.device_ms_per_sample > 0 else None)
