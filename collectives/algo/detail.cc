@@ -28,7 +28,7 @@ size_t SendQueue::post(int peer, std::span<const std::byte> data) {
   const bool retain = data.size() <= kRetainMaxMessageBytes &&
                       !ctx_.topology.same_site(ctx_.peers.rank(), peer) &&
                       ctx_.peers.retained_bytes() + static_cast<int64_t>(data.size()) <=
-                          kRetainBudgetBytes;
+                          ctx_.peers.retain_budget_bytes();
   if (data.size() <= kCopySendMaxBytes || retain) {
     ctx_.peers.send_copy(peer, data);
     return kNoWait;

@@ -6,7 +6,7 @@
 // unmodified until its acknowledgement, so an algorithm that later overwrites a region it sent
 // calls wait_through(index) first; every algorithm calls wait_all() before returning. Small
 // messages (<= kCopySendMaxBytes), and messages to another site within the retain budget
-// (kRetainMaxMessageBytes, kRetainBudgetBytes), are sent as copies instead: nothing to wait for,
+// (kRetainMaxMessageBytes, Peers::retain_budget_bytes), are sent as copies instead: nothing to wait for,
 // so an operation completes once the data it needs has arrived, not a round trip later.
 // If a SendQueue is destroyed with sends still pending (an error path), it aborts the Peers
 // (the communicator is unusable after a failed collective anyway) and waits for the pending
@@ -30,12 +30,11 @@ namespace detwan::collectives::algo::detail {
 // Messages up to this size are copied (Peers::send_copy) rather than sent zero-copy.
 inline constexpr size_t kCopySendMaxBytes = size_t{64} << 10;
 // A message to another site up to this size is copied too while the copies not yet
-// acknowledged (Peers::retained_bytes) stay within kRetainBudgetBytes: the operation then
+// acknowledged (Peers::retained_bytes) stay within Peers::retain_budget_bytes(): the operation then
 // completes when its data has arrived, without waiting a WAN round trip for the acknowledgement
 // of its own sends (the copies are retained until acknowledged). Larger messages, and any beyond
 // the budget, are sent zero-copy and waited for, so a large broadcast never doubles its memory.
 inline constexpr size_t kRetainMaxMessageBytes = size_t{4} << 20;
-inline constexpr int64_t kRetainBudgetBytes = int64_t{64} << 20;
 // Receives posted ahead of the one being waited for, per peer.
 inline constexpr size_t kRecvWindow = 16;
 // Returned by SendQueue::post for a copied send: there is nothing to wait for.

@@ -84,6 +84,11 @@ class Peers {
   // until the peer acknowledges it: retained_bytes() counts what is held now.
   void send_copy(int peer, std::span<const std::byte> data);
   [[nodiscard]] int64_t retained_bytes() const { return retained_->load(); }
+  // How many bytes of copies the algorithms may keep unacknowledged before they fall back to
+  // zero-copy sends (algo/detail.h); 64 MiB unless set. Executor thread only.
+  static constexpr int64_t kDefaultRetainBudgetBytes = int64_t{64} << 20;
+  [[nodiscard]] int64_t retain_budget_bytes() const { return retain_budget_bytes_; }
+  void set_retain_budget_bytes(int64_t bytes) { retain_budget_bytes_ = bytes; }
   [[nodiscard]] PendingRecv recv(int peer);
 
   Result<void> wait(PendingSend& send, Deadline deadline);
@@ -118,6 +123,7 @@ class Peers {
   std::vector<PendingSend> copied_sends_;
   // Bytes of send_copy copies not yet acknowledged (shared with their completion callbacks).
   std::shared_ptr<std::atomic<int64_t>> retained_ = std::make_shared<std::atomic<int64_t>>(0);
+  int64_t retain_budget_bytes_ = kDefaultRetainBudgetBytes;
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mutex_;
   std::optional<PeerFailure> failure_;

@@ -276,6 +276,8 @@ def main(argv=None) -> int:
         t_bwd = time.perf_counter()
         opt.step()
         dt = time.perf_counter() - t0
+        if step == args.warmup:
+            timed_from = t0
         if step >= args.warmup:
             step_s.append(dt)
             if args.trace_buckets:
@@ -286,13 +288,16 @@ def main(argv=None) -> int:
             forward_s.append(t1 - t0)
             cpu_s.append(time.process_time() - c0)
         losses.append(loss.item())
+    # This rank's wall time over the timed steps (data preparation between steps included):
+    # the job runs as fast as its slowest rank's.
+    timed_wall_s = time.perf_counter() - timed_from
     # Steps are synchronised by the allreduce: every rank's clock says the same, but the
     # slowest rank's view is the job's; the report takes the max over ranks per step.
     checksum = math.fsum(p.detach().double().sum().item() for p in model.parameters())
     doc = {"rank": rank, "world": world, "backend": args.backend,
            "site": os.environ.get("DETWAN_SITE", ""), "params": params,
            "gradient_bytes": params * 4, "batch_per_rank": args.batch, "ctx": args.ctx,
-           "step_s": step_s, "forward_s": forward_s, "buckets": buckets, "cpu_s": cpu_s, "loss": losses, "param_checksum": checksum,
+           "step_s": step_s, "timed_wall_s": timed_wall_s, "forward_s": forward_s, "buckets": buckets, "cpu_s": cpu_s, "loss": losses, "param_checksum": checksum,
            "corpus_bytes": data.numel(), "speeds": speeds, "shares": shares,
            "global_batch": global_batch, "shares_mode": args.shares,
            "alone_samples_per_s": alone,
