@@ -69,14 +69,25 @@ def run(rank: int, world: int) -> list:
     return out
 
 
+def run_cuda(rank: int, world: int) -> list:
+    """A CUDA tensor through the staged path (one rank per site: the leaders' step only)."""
+    groups = hybrid.HybridGroups.from_env(timeout=timedelta(seconds=60))
+    t = (torch.arange(4096, dtype=torch.float32) + rank).cuda()
+    groups.all_reduce(t)
+    torch.cuda.synchronize()
+    expect = torch.arange(4096, dtype=torch.float32) * world + sum(range(world))
+    return [{"case": "cuda_staged", "ok": torch.equal(t.cpu(), expect)}]
+
+
 def main() -> int:
     out_dir = sys.argv[1]
+    cuda = len(sys.argv) > 2 and sys.argv[2] == "cuda"
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     doc = {"rank": rank, "world": world, "site": os.environ.get("DETWAN_SITE", "")}
     try:
         dist.init_process_group("gloo", timeout=timedelta(seconds=60))
-        doc["results"] = run(rank, world)
+        doc["results"] = run_cuda(rank, world) if cuda else run(rank, world)
         dist.barrier()
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - reported to the test

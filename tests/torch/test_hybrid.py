@@ -36,3 +36,20 @@ def test_hybrid_groups_match_gloo(tmp_path, sites):
     # Exactly one leader per site is in the detwan group.
     leaders = [r for r in cases["groups"] if r["inter_size"]]
     assert len(leaders) == len(set(sites)), cases["groups"]
+
+
+def test_device_tensors_are_staged_through_pinned_host_memory(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device on this machine: the staged path of detwan.torch.hybrid "
+                    "(device -> pinned host -> detwan -> device) cannot run here")
+    sites = ["a", "b"]
+    procs = launch.launch([str(HERE / "hybrid_worker.py"), str(tmp_path), "cuda"], sites,
+                          log_dir=tmp_path)
+    codes = launch.wait_all(procs, 240)
+    for rank in range(len(sites)):
+        path = tmp_path / f"rank-{rank}.json"
+        assert path.exists(), f"rank {rank} wrote no result (exit {codes[rank]})"
+        doc = json.loads(path.read_text())
+        assert "fatal" not in doc, doc["fatal"]
+        assert all(r["ok"] for r in doc["results"]), doc["results"]

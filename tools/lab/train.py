@@ -60,7 +60,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reserve", type=parse_rate_bps, default=parse_rate_bps("100mbit"),
                    help="the job's reservation a<->b, each direction (default 100mbit)")
     p.add_argument("--mtu", type=int, default=9000, help="lab link MTU (default 9000)")
-    p.add_argument("--impls", default="detwan,gloo", help="backends (default detwan,gloo)")
+    p.add_argument("--impls", default="detwan,gloo",
+                   help="backends (default detwan,gloo); hybrid = gloo inside each site and detwan "
+                   "between the sites' leaders (detwan.torch.hybrid)")
     p.add_argument("--steps", type=int, default=30, help="timed steps per run (default 30)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
@@ -134,7 +136,7 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
     rank_env = []
     for p in placement:
         e = {"DETWAN_MTU": str(args.mtu - 28 - 40)}  # the lab's path MTU (IP+UDP overhead)
-        if impl == "detwan" and cross and riding:
+        if impl in ("detwan", "hybrid") and cross and riding:
             e["DETWAN_RESERVATION"] = riding["id"]
             e["DETWAN_AGENT"] = riding["host_urls"][p]
         rank_env.append(e)
@@ -150,6 +152,9 @@ def run_job(args, name: str, impl: str, sites: list[dict], placement: list[str],
                  str(args.device_ms_per_sample), "--shares", shares or "weighted",
                  "--alone-steps", "3"]
     gloo_addr = []
+    if impl == "hybrid" and cross:
+        for r, p in enumerate(placement):  # gloo's groups inside each site, on the host's side
+            rank_env[r]["GLOO_SOCKET_IFNAME"] = by_name[p]["host_if"]
     if impl == "gloo" and cross:
         for r, p in enumerate(placement):
             rank_env[r]["TRAIN_GLOO_ADDR"] = by_name[p]["tunnel_addr"]
@@ -267,7 +272,9 @@ def markdown(doc: dict) -> str:
                   f"{e['samples_per_s']:.2f} ({e['over_ideal']:.3f}); weighted / equal "
                   f"{doc['weighted_over_equal']:.2f}."]
     lines += ["", f"Efficiency (cross-site / single-site samples/s): detwan "
-              f"{fmt_ratio(doc.get('efficiency_detwan'))}, gloo {fmt_ratio(doc.get('efficiency_gloo'))}.",
+              f"{fmt_ratio(doc.get('efficiency_detwan'))}, gloo {fmt_ratio(doc.get('efficiency_gloo'))}"
+              + (f", hybrid {fmt_ratio(doc['efficiency_hybrid'])}" if "efficiency_hybrid" in doc
+                 else "") + ".",
               f"Bound: gradient transfer at the reserved rate {b['transfer_s']:.3f} s per step "
               f"(each direction carries the gradient once) against single-site compute "
               f"{b['compute_s']:.3f} s per step: ratio {b['compute_over_transfer']:.1f}.", ""]
@@ -309,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.geteuid() != 0:
             raise RuntimeError("must run as root (network namespaces)")
         problem = torchrun.extension_problem()
-        if problem and "detwan" in impls:
+        if problem and ("detwan" in impls or "hybrid" in impls):
             raise RuntimeError(problem)
         rtt = 2 * args.delay
         queue = max(int(args.rate * rtt / 8e9), 128 << 10)
@@ -371,7 +378,7 @@ def summarize(doc: dict, args) -> None:
                                       "step_s_p99": r["step_s_p99"],
                                       "final_loss": r["final_loss"]} for r in singles}
     doc["cross_site"] = {}
-    for impl in ("detwan", "gloo"):
+    for impl in ("detwan", "gloo", "hybrid"):
         r = runs.get(f"cross-{impl}")
         if r:
             doc["cross_site"][impl] = {"samples_per_s": r["samples_per_s"],

@@ -185,7 +185,10 @@ def init(args) -> object:
         return dist.ProcessGroupGloo(store, dist.get_rank(), dist.get_world_size(), opts)
     if args.backend == "detwan":
         import detwan.torch  # noqa: F401  registers the backend
-    dist.init_process_group(args.backend, timeout=timeout)
+    # hybrid: a gloo default group; the hybrid groups (gloo per site, detwan between the
+    # sites' leaders) are made in main() and carry the gradients through their comm hook.
+    dist.init_process_group("gloo" if args.backend == "hybrid" else args.backend,
+                            timeout=timeout)
     return None  # the default group
 
 
@@ -229,7 +232,7 @@ def main(argv=None) -> int:
     model = DDP(CharTransformer(args.layers, args.dim, args.heads, args.ctx),
                 process_group=group, bucket_cap_mb=args.bucket_mb)
     trace: list = []
-    if args.trace_buckets and args.shares != "weighted":
+    if args.trace_buckets and args.shares != "weighted" and args.backend != "hybrid":
         model.register_comm_hook(None, timing_hook(trace, group))
     if args.fp16_hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -248,7 +251,12 @@ def main(argv=None) -> int:
     shares = (hetero.batch_shares(speeds, global_batch) if args.shares == "weighted"
               else [args.batch] * world)
     mine = shares[rank]
-    if args.shares == "weighted" and args.trace_buckets:
+    if args.backend == "hybrid":
+        from detwan.torch import hybrid
+        groups = hybrid.HybridGroups.from_env(timedelta(seconds=args.timeout_s))
+        hybrid.register_hybrid_hook(model, groups, shares[rank] / global_batch
+                                    if args.shares == "weighted" else None)
+    elif args.shares == "weighted" and args.trace_buckets:
         model.register_comm_hook(None, timing_hook(trace, group, shares[rank] / global_batch))
     elif args.shares == "weighted":
         hetero.register_weighted_hook(model, shares, rank, group=group)
