@@ -250,6 +250,7 @@ Outcome<json::object> Agent::plan(const PlanRequest& request) {
                              {"bucket_bytes", request.job.bucket_bytes},
                              {"first_bucket_bytes", request.job.first_bucket_bytes},
                              {"backward_fraction", request.job.backward_fraction},
+                             {"shares", request.job.speed_shares ? "speed" : "equal"},
                              {"target_step_ns", request.job.target_step_ns},
                              {"min_efficiency", request.job.min_efficiency}}},
         {"start_unix_ns", start_ns},

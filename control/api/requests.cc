@@ -276,7 +276,7 @@ agent::Outcome<agent::PlanRequest> parse_plan(const std::string& body) {
     check_keys(o, {"gradient_bytes", "ranks", "step_compute_ns", "step_compute_ns_by_kind",
                    "target_step_ns", "min_efficiency", "max_sites", "sites", "start_unix_ns",
                    "duration_ns", "reserve", "client_request_id", "placement", "bucket_bytes",
-                   "first_bucket_bytes", "backward_fraction"});
+                   "first_bucket_bytes", "backward_fraction", "shares"});
     agent::PlanRequest r;
     const auto gradient = integer(o, "gradient_bytes", 1, int64_t{1} << 50);
     if (!gradient) bad("gradient_bytes", "is required (bytes allreduced per step)");
@@ -309,6 +309,12 @@ agent::Outcome<agent::PlanRequest> parse_plan(const std::string& body) {
     r.job.first_bucket_bytes =
         static_cast<uint64_t>(integer(o, "first_bucket_bytes", 1024, int64_t{1} << 50).value_or(0));
     r.job.backward_fraction = fraction(o, "backward_fraction").value_or(0);
+    const std::string shares = text(o, "shares", 16).value_or("equal");
+    if (shares != "equal" && shares != "speed") {
+      bad("shares", "must be \"equal\" (every rank the same share of the batch) or \"speed\" "
+                    "(shares by speed: detwan.torch.hetero)");
+    }
+    r.job.speed_shares = shares == "speed";
     r.sites = string_list(o, "sites");
     if (const json::value* fixed = o.if_contains("placement");
         fixed != nullptr && !fixed->is_null()) {

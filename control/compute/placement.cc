@@ -35,6 +35,28 @@ SitePlacement assign(const SiteCapacity& site, uint32_t n, int64_t* compute_ns) 
   return out;
 }
 
+// Each rank's fraction of the global batch, and with speed shares the step's compute: every
+// rank's share in proportion to 1 / its step (equal shares: 1 / ranks each, the slowest's step).
+void share_batch(const Job& job, Placement* p) {
+  double speed_sum = 0;
+  uint32_t ranks = 0;
+  for (const SitePlacement& s : p->sites) {
+    for (const auto& share : s.pools) {
+      speed_sum += share.ranks / static_cast<double>(share.step_compute_ns);
+      ranks += share.ranks;
+    }
+  }
+  if (ranks == 0 || speed_sum <= 0) return;
+  for (SitePlacement& s : p->sites) {
+    for (auto& share : s.pools) {
+      share.batch_fraction =
+          job.speed_shares ? 1.0 / static_cast<double>(share.step_compute_ns) / speed_sum
+                           : 1.0 / ranks;
+    }
+  }
+  if (job.speed_shares) p->compute_ns = std::llround(ranks / speed_sum);
+}
+
 struct Candidate {
   Placement placement;
   uint64_t total_rate_bps = 0;
@@ -118,6 +140,7 @@ void evaluate(Search& search, const std::vector<const SiteCapacity*>& sites,
   Placement& p = c.placement;
   for (size_t i = 0; i < sites.size(); ++i)
     p.sites.push_back(assign(*sites[i], ranks[i], &p.compute_ns));
+  share_batch(job, &p);
   const Overlap overlap = overlap_of(job, p);
   bool explicit_target = false;
   const int64_t target = target_for(job, p.compute_ns, &explicit_target);
@@ -382,7 +405,8 @@ boost::json::array sites_json(const Placement& placement) {
       shares.push_back(boost::json::object{{"pool", share.pool},
                                            {"kind", share.kind},
                                            {"ranks", share.ranks},
-                                           {"step_compute_ns", share.step_compute_ns}});
+                                           {"step_compute_ns", share.step_compute_ns},
+                                           {"batch_fraction", share.batch_fraction}});
     }
     out.push_back(
         boost::json::object{{"site", s.site}, {"ranks", s.ranks}, {"pools", std::move(shares)}});

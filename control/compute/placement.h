@@ -81,6 +81,11 @@ struct Job {
   double backward_fraction = 0;
   // The first bucket's size when it differs (DDP: 1 MiB, first_bucket_bytes); 0: bucket_bytes.
   uint64_t first_bucket_bytes = 0;
+  // Each rank's share of the global batch follows its speed (detwan.torch.hetero): a step's
+  // compute is then ranks / sum(1 / step_compute_ns) over the ranks (every rank finishes its
+  // share together) instead of the slowest rank's; a slow pool adds throughput instead of
+  // setting the pace. false: equal shares.
+  bool speed_shares = false;
   // Only this placement (site -> ranks, summing to `ranks`): "what would this one give?" (the
   // planner still chooses the pools and the rate). Empty: the planner chooses.
   std::vector<std::pair<std::string, uint32_t>> fixed;
@@ -95,6 +100,7 @@ struct SitePlacement {
     uint32_t ranks = 0;
     int64_t step_compute_ns = 0;
     double backward_fraction = 0;
+    double batch_fraction = 0;  // of the global batch, for each rank of this pool
   };
   std::vector<Share> pools;
 };
@@ -109,7 +115,7 @@ struct WanNeed {
 struct Placement {
   std::vector<SitePlacement> sites;
   std::vector<WanNeed> reservations;
-  int64_t compute_ns = 0;        // slowest rank
+  int64_t compute_ns = 0;        // slowest rank (speed shares: ranks / sum(1 / step))
   int64_t allreduce_ns = 0;      // the gradient's allreduce (all its buckets, one after another)
   int64_t exposed_ns = 0;        // the part of it not hidden behind compute: step - compute
   int64_t step_ns = 0;

@@ -59,6 +59,10 @@ std::string format_plan(const json::object& plan) {
     for (const json::value& share : s.at("pools").as_array()) {
       out += fmt::format("{}{} x{} at {}", first ? "" : ", ", std::string(share.at("pool").as_string()),
                          share.at("ranks").to_number<int64_t>(), seconds(share.at("step_compute_ns")));
+      if (plan.at("job").at("shares") == "speed") {
+        out += fmt::format(" ({:.1f} % of the batch each)",
+                           100 * share.at("batch_fraction").to_number<double>());
+      }
       first = false;
     }
     out += ")\n";
@@ -144,6 +148,10 @@ void add_compute_commands(CLI::App& app, ComputeArgs& a) {
                      "share of the step's compute in the backward pass (default: the pools' "
                      "measured share, else 2/3)")
       ->check(CLI::Range(0.0, 1.0));
+  a.plan->add_option("--shares", a.shares,
+                     "equal: every rank the same share of the batch (the slowest sets the pace); "
+                     "speed: shares by speed (detwan.torch.hetero)")
+      ->check(CLI::IsMember({"equal", "speed"}));
   a.plan->add_option("--site", a.sites, "only these sites");
   a.plan->add_option("--start", a.start, "window start (default now)");
   a.plan->add_option("--duration", a.duration, "window length (default 1h)");
@@ -205,6 +213,7 @@ std::optional<ComputeCall> compute_call(
       body["first_bucket_bytes"] = *first;
     }
     if (a.backward_fraction > 0) body["backward_fraction"] = a.backward_fraction;
+    if (!a.shares.empty()) body["shares"] = a.shares;
     if (!a.sites.empty()) {
       json::array sites;
       for (const std::string& s : a.sites) sites.push_back(json::string(s));

@@ -34,6 +34,7 @@ struct ComputeArgs {
   std::vector<std::string> step_compute_kind, sites, placement;
   double min_efficiency = 0;
   double backward_fraction = 0;
+  std::string shares;  // "equal" / "speed"; empty: the agent's default (equal)
   uint32_t max_sites = 0;  // 0: the agent's default (every site count up to its limit)
   bool reserve = false;
 };

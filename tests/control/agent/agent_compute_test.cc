@@ -29,11 +29,11 @@ struct ComputeFixture : AgentFixture {
     return {status, answer};
   }
   void register_pool(const std::string& name, const std::string& site, int ranks,
-                     const std::string& extra = "") {
+                     const std::string& extra = "", const std::string& kind = "cpu") {
     const auto [status, answer] = call(
         "POST", "/v1/pools",
-        fmt::format(R"({{"name":"{}","site":"{}","kind":"cpu","ranks":{}{}}})", name, site, ranks,
-                    extra));
+        fmt::format(R"({{"name":"{}","site":"{}","kind":"{}","ranks":{}{}}})", name, site, kind,
+                    ranks, extra));
     ASSERT_EQ(status, 201) << boost::json::serialize(answer);
   }
 };
@@ -123,6 +123,30 @@ TEST_F(ComputeFixture, TheMeasuredReferenceStepStandsInForAMissingComputeTime) {
   auto [status, plan] = call("POST", "/v1/plan", R"({"gradient_bytes":2000000,"ranks":2})");
   ASSERT_EQ(status, 200) << boost::json::serialize(plan);
   EXPECT_EQ(plan.at("predicted").at("compute_ns").to_number<int64_t>(), 2'000'000'000);
+}
+
+TEST_F(ComputeFixture, SpeedSharesGiveEachPoolItsFractionOfTheBatch) {
+  register_pool("a-gpu", "a", 2, "", "a100");
+  register_pool("a-cpu", "a", 2);
+  const std::string job =
+      R"({"gradient_bytes":1000,"ranks":4,"step_compute_ns_by_kind":{"a100":1000000000,)"
+      R"("cpu":4000000000})";
+  auto [status, plan] = call("POST", "/v1/plan", job + "}");
+  ASSERT_EQ(status, 200) << boost::json::serialize(plan);
+  EXPECT_EQ(plan.at("predicted").at("compute_ns").to_number<int64_t>(), 4'000'000'000);
+  EXPECT_EQ(plan.at("job").at("shares").as_string(), "equal");
+  std::tie(status, plan) = call("POST", "/v1/plan", job + R"(,"shares":"speed"})");
+  ASSERT_EQ(status, 200) << boost::json::serialize(plan);
+  EXPECT_EQ(plan.at("predicted").at("compute_ns").to_number<int64_t>(), 1'600'000'000);
+  EXPECT_EQ(plan.at("job").at("shares").as_string(), "speed");
+  const auto& pools = plan.at("placement").at(0).at("pools").as_array();
+  ASSERT_EQ(pools.size(), 2u);
+  EXPECT_EQ(pools[0].at("kind").as_string(), "a100");
+  EXPECT_DOUBLE_EQ(pools[0].at("batch_fraction").to_number<double>(), 0.4);
+  EXPECT_DOUBLE_EQ(pools[1].at("batch_fraction").to_number<double>(), 0.1);
+  std::tie(status, plan) = call("POST", "/v1/plan", job + R"(,"shares":"fast"})");
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(plan.at("error").at("field").as_string(), "shares");
 }
 
 }  // namespace

@@ -112,6 +112,46 @@ TEST(Placement, FastestPoolsFirstAndTheSlowestRankSetsTheComputeTime) {
   EXPECT_EQ(p.compute_ns, 3 * kS);
 }
 
+TEST(Placement, SpeedSharesMakeTheStepTheRanksTogetherNotTheSlowest) {
+  // 2 fast ranks (1 s per step) and 2 slow (4 s): equal shares run at the slow ranks' pace,
+  // speed shares at 4 / (2/1 + 2/4) = 1.6 s, each fast rank taking 4/10 of the batch.
+  Job job = make_job(1'000'000, 4);
+  const auto pools = std::vector<PoolOffer>{pool("fast", "a", 2, kS, "a100"),
+                                            pool("slow", "a", 2, 4 * kS, "cpu")};
+  const Placement equal = placed(place(job, pools, wan_up_to(0)));
+  EXPECT_EQ(equal.compute_ns, 4 * kS);
+  ASSERT_EQ(equal.sites[0].pools.size(), 2u);
+  EXPECT_DOUBLE_EQ(equal.sites[0].pools[0].batch_fraction, 0.25);
+  job.speed_shares = true;
+  const Placement weighted = placed(place(job, pools, wan_up_to(0)));
+  EXPECT_EQ(weighted.compute_ns, 1'600 * kMs);
+  ASSERT_EQ(weighted.sites[0].pools.size(), 2u);
+  EXPECT_EQ(weighted.sites[0].pools[0].pool, "fast");
+  EXPECT_DOUBLE_EQ(weighted.sites[0].pools[0].batch_fraction, 0.4);
+  EXPECT_DOUBLE_EQ(weighted.sites[0].pools[1].batch_fraction, 0.1);
+  EXPECT_GT(weighted.efficiency, 0);
+  EXPECT_LT(weighted.step_ns, equal.step_ns);
+}
+
+TEST(Placement, SpeedSharesKeepASlowPoolAtHomeInsteadOfCrossingTheWan) {
+  // 4 ranks: site a has 2 fast ranks (1 s) and 2 slower ones (1.5 s), site b 2 fast ones; the
+  // 4 MB gradient takes about 0.36 s over the WAN's 100 Mbit/s. Equal shares: a alone runs at
+  // the slower ranks' 1.5 s, so a+b (1 s + the WAN) wins. Speed shares: a alone is
+  // 4 / (2 + 2/1.5) = 1.2 s, faster than a+b: the job stays home.
+  Job job = make_job(4'000'000, 4);
+  const auto pools = std::vector<PoolOffer>{
+      pool("fast-a", "a", 2, kS), pool("slow-a", "a", 2, 1'500 * kMs), pool("fast-b", "b", 2, kS)};
+  const Placement equal = placed(place(job, pools, wan_up_to(100'000'000)));
+  EXPECT_EQ(equal.sites.size(), 2u);
+  EXPECT_EQ(equal.compute_ns, kS);
+  job.speed_shares = true;
+  const Placement weighted = placed(place(job, pools, wan_up_to(100'000'000)));
+  ASSERT_EQ(weighted.sites.size(), 1u);
+  EXPECT_EQ(weighted.sites[0].site, "a");
+  EXPECT_EQ(weighted.compute_ns, 1'200 * kMs);
+  EXPECT_LT(weighted.step_ns, equal.step_ns);
+}
+
 TEST(Placement, WithATargetFewerSitesWinEvenWhenTwoWouldBeFaster) {
   // Site a: 4 slow ranks that meet the target alone; a+b: faster compute but needs the WAN.
   Job job = make_job(1'000'000, 4);
