@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from lab import measure, reserve, torchrun
+from lab import measure, pipeline, reserve, torchrun
 from lab.transport import percentile  # nearest rank
 from lab.units import parse_duration_ns, parse_rate_bps
 
@@ -87,6 +87,11 @@ def parser() -> argparse.ArgumentParser:
                    help="with --speeds: device time per sample at speed 1 (default 50)")
     p.add_argument("--site-sizes", default="2,2",
                    help="cross-site placement: ranks in site a, site b (default 2,2; e.g. 3,1)")
+    p.add_argument("--pipeline", action="store_true",
+                   help="instead of data parallelism: a two-stage pipeline, stage 0 in site a and "
+                   "stage 1 in site b, activations by send/recv through the reservation, against "
+                   "both stages in site a (tools/lab/pipeline.py)")
+    p.add_argument("--micro-batches", type=int, default=8, help="with --pipeline (default 8)")
     p.add_argument("--trace-buckets", action="store_true",
                    help="record each gradient bucket's allreduce start and end (per rank and "
                    "step, in the runs' rank-<r>.json; summarised as bucket_trace in the run)")
@@ -334,6 +339,11 @@ def main(argv: list[str] | None = None) -> int:
             with reserve.reserved_pairs(url, names, args.reserve) as made:
                 riding = {"id": made[0]["id"], "host_urls": st["agents"][0]["host_urls"]}
                 doc["reservation"] = reserve.summary(made[0])
+                if args.pipeline:
+                    doc["pipeline"] = pipeline.run(args, sites, names, riding, out)
+                    if "bound_s" not in doc["pipeline"]:
+                        raise RuntimeError("a pipeline run failed: see its log in the report")
+                    return finish(doc, out, args, 0)
                 one = [names[0]] * 4
                 two = [names[0]] * sizes[0] + [names[1]] * sizes[1]
                 for impl in impls:
@@ -355,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
         doc["error"] = str(e) or type(e).__name__
         log(f"error: {doc['error']}")
         status = 130 if isinstance(e, KeyboardInterrupt) else 1
+    return finish(doc, out, args, status)
+
+
+def finish(doc: dict, out: pathlib.Path, args, status: int) -> int:
     doc["plot"] = plot(doc, out)
     (out / "report.json").write_text(json.dumps(doc, indent=1))
     if doc.get("bound"):
