@@ -133,6 +133,31 @@ def test_init_refuses_a_reservation_that_is_not_provisioned(lab):
         reserve.end(url, status["id"])
 
 
+def run_torch(lab, reservation: dict, script: list[str], placement: list[str], out,
+              env: dict | None = None) -> list[dict]:
+    """A torch.distributed job in the lab's hosts (ranks at `placement`), detwan riding the
+    reservation, gloo's default group over the best-effort path; every rank's JSON."""
+    from lab import torchrun
+    sites = {s["name"]: s for s in lab["sites"]}
+    out.mkdir()
+    rank_env = [{"DETWAN_RESERVATION": reservation["id"],
+                 "DETWAN_AGENT": lab["agents"][0]["host_urls"][p],
+                 "GLOO_SOCKET_IFNAME": sites[p]["host_if"]} for p in placement]
+    procs = torchrun.launch(script + [str(out)], placement, env=env,
+                            prefix=[["ip", "netns", "exec", sites[p]["host_ns"]]
+                                    for p in placement],
+                            master_addr=sites["a"]["best_effort_addr"], log_dir=out,
+                            rank_env=rank_env)
+    codes = torchrun.wait_all(procs, 600)
+    docs = []
+    for rank in range(len(placement)):
+        f = out / f"rank-{rank}.json"
+        assert f.exists(), (f"rank {rank} exit {codes[rank]}:\n" +
+                            (out / f"rank-{rank}.log").read_text()[-3000:])
+        docs.append(json.loads(f.read_text()))
+    return docs
+
+
 @pytest.mark.netns
 def test_torch_backend_rides_the_reservation(lab, tmp_path):
     """2 sites x 2 ranks of a torch.distributed job (tests/torch/worker.py) with backend detwan
@@ -143,31 +168,13 @@ def test_torch_backend_rides_the_reservation(lab, tmp_path):
     if problem:
         pytest.skip(problem)
     url = lab["agents"][0]["url"]
-    sites = {s["name"]: s for s in lab["sites"]}
     placement = ["a", "a", "b", "b"]
     worker = labutil.REPO / "tests" / "torch" / "worker.py"
     with reserve.reserved_pairs(url, ["a", "b"], RESERVE_BPS) as made:
         r = made[0]
         before = {s: tunnel_counters(s, r["tunnel_id"]) for s in ("a", "b")}
-        docs = {}
-        for mode in ("ops", "ddp"):
-            out = tmp_path / mode
-            out.mkdir()
-            rank_env = [{"DETWAN_RESERVATION": r["id"],
-                         "DETWAN_AGENT": lab["agents"][0]["host_urls"][p],
-                         "GLOO_SOCKET_IFNAME": sites[p]["host_if"]} for p in placement]
-            procs = torchrun.launch([str(worker), mode, str(out)], placement,
-                                    prefix=[["ip", "netns", "exec", sites[p]["host_ns"]]
-                                            for p in placement],
-                                    master_addr=sites["a"]["best_effort_addr"], log_dir=out,
-                                    rank_env=rank_env)
-            codes = torchrun.wait_all(procs, 600)
-            docs[mode] = []
-            for rank in range(4):
-                f = out / f"rank-{rank}.json"
-                assert f.exists(), (f"{mode}: rank {rank} exit {codes[rank]}:\n" +
-                                    (out / f"rank-{rank}.log").read_text()[-3000:])
-                docs[mode].append(json.loads(f.read_text()))
+        docs = {mode: run_torch(lab, r, [str(worker), mode], placement, tmp_path / mode)
+                for mode in ("ops", "ddp")}
         after = {s: tunnel_counters(s, r["tunnel_id"]) for s in ("a", "b")}
     for mode, ranks in docs.items():
         for d in ranks:
@@ -179,3 +186,36 @@ def test_torch_backend_rides_the_reservation(lab, tmp_path):
     assert len(docs["ops"][0]["results"]) > 100
     for s in ("a", "b"):
         assert after[s]["tx_sent"] - before[s]["tx_sent"] > 200, (s, before[s], after[s])
+
+
+@pytest.mark.netns
+def test_weighted_and_hybrid_torch_jobs_ride_the_reservation(lab, tmp_path):
+    """Sites of 3 and 1 ranks through the reservation: speed-weighted DDP
+    (tests/torch/hetero_worker.py, deterministic mode: the global batch's update to the last
+    bit) and the hybrid groups (tests/torch/hybrid_worker.py: gloo inside the site, detwan
+    between the leaders); the tunnel carried detwan's traffic."""
+    from lab import torchrun
+    problem = torchrun.extension_problem()
+    if problem:
+        pytest.skip(problem)
+    url = lab["agents"][0]["url"]
+    placement = ["a", "a", "a", "b"]
+    torch_tests = labutil.REPO / "tests" / "torch"
+    with reserve.reserved_pairs(url, ["a", "b"], RESERVE_BPS) as made:
+        r = made[0]
+        before = {s: tunnel_counters(s, r["tunnel_id"]) for s in ("a", "b")}
+        docs = {
+            "hetero": run_torch(lab, r, [str(torch_tests / "hetero_worker.py")], placement,
+                                tmp_path / "hetero", env={"DETWAN_DETERMINISTIC": "1"}),
+            "hybrid": run_torch(lab, r, [str(torch_tests / "hybrid_worker.py")], placement,
+                                tmp_path / "hybrid")}
+        after = {s: tunnel_counters(s, r["tunnel_id"]) for s in ("a", "b")}
+    for mode, ranks in docs.items():
+        for d in ranks:
+            assert "fatal" not in d, f"{mode} rank {d['rank']}: {d['fatal']}"
+            bad = [x for x in d["results"] if not x["ok"]]
+            assert not bad, f"{mode} rank {d['rank']}: {bad[:3]}"
+        assert len(ranks[0]["results"]) >= 5, (mode, ranks[0]["results"])
+    assert r["id"] in docs["hetero"][0]["describe"], docs["hetero"][0]["describe"]
+    for s in ("a", "b"):
+        assert after[s]["tx_sent"] - before[s]["tx_sent"] > 50, (s, before[s], after[s])
