@@ -13,10 +13,7 @@ Cases:
 """
 from __future__ import annotations
 
-import json
-import os
 import sys
-import traceback
 from datetime import timedelta
 
 import torch
@@ -25,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import detwan.torch  # noqa: F401  registers backend "detwan"
 from detwan.torch import hetero
+from rank_cases import write_rank_doc
 
 
 def dataset(n: int, features: int, exact: bool, seed: int = 5):
@@ -116,25 +114,15 @@ def run(det, rank: int, world: int) -> list[dict]:
     return out
 
 
-def main() -> int:
-    out_dir = sys.argv[1]
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(1)
-    doc = {"rank": rank, "world": world, "site": os.environ.get("DETWAN_SITE", "")}
-    try:
-        timeout = timedelta(seconds=120)
-        dist.init_process_group("gloo", timeout=timeout)
-        det = dist.new_group(backend="detwan", timeout=timeout)
-        doc["describe"] = det.describe()
-        doc["results"] = run(det, rank, world)
-        dist.barrier()
-        dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - reported to the test
-        doc["fatal"] = traceback.format_exc()[-3000:]
-    with open(os.path.join(out_dir, f"rank-{rank}.json"), "w", encoding="utf-8") as f:
-        json.dump(doc, f)
-    return 0
+def body(doc: dict, rank: int, world: int) -> None:
+    timeout = timedelta(seconds=120)
+    dist.init_process_group("gloo", timeout=timeout)
+    det = dist.new_group(backend="detwan", timeout=timeout)
+    doc["describe"] = det.describe()
+    doc["results"] = run(det, rank, world)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(write_rank_doc(sys.argv[1], body))

@@ -1,10 +1,7 @@
 """One rank of tests/torch/test_hybrid.py: detwan.torch.hybrid (the site's own backend, gloo,
 inside each site; detwan between the sites' leaders) against plain gloo on the same inputs.
 Writes OUT_DIR/rank-<r>.json with one result per case."""
-import json
-import os
 import sys
-import traceback
 from datetime import timedelta
 
 import torch
@@ -12,6 +9,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from detwan.torch import hybrid
+from rank_cases import write_rank_doc
 
 
 class Net(torch.nn.Module):
@@ -79,23 +77,13 @@ def run_cuda(rank: int, world: int) -> list:
     return [{"case": "cuda_staged", "ok": torch.equal(t.cpu(), expect)}]
 
 
-def main() -> int:
-    out_dir = sys.argv[1]
+def body(doc: dict, rank: int, world: int) -> None:
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     cuda = len(sys.argv) > 2 and sys.argv[2] == "cuda"
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(1)
-    doc = {"rank": rank, "world": world, "site": os.environ.get("DETWAN_SITE", "")}
-    try:
-        dist.init_process_group("gloo", timeout=timedelta(seconds=60))
-        doc["results"] = run_cuda(rank, world) if cuda else run(rank, world)
-        dist.barrier()
-        dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - reported to the test
-        doc["fatal"] = traceback.format_exc()[-3000:]
-    with open(os.path.join(out_dir, f"rank-{rank}.json"), "w", encoding="utf-8") as f:
-        json.dump(doc, f)
-    return 0
+    doc["results"] = run_cuda(rank, world) if cuda else run(rank, world)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(write_rank_doc(sys.argv[1], body))

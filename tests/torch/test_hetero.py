@@ -4,13 +4,13 @@ uneven 3 + 1 layout in deterministic mode (tests/torch/hetero_worker.py): to the
 to equal shares of the same global batch and to one process computing all of it."""
 from __future__ import annotations
 
-import json
 import pathlib
 import sys
 
 import pytest
 
 from lab import torchrun as launch
+from rank_cases import assert_every_rank_ok, run_cases
 
 sys.path.insert(0, launch.python_path())
 hetero = pytest.importorskip("detwan.torch.hetero", reason="the torch package is not built")
@@ -81,23 +81,10 @@ def test_the_sampler_splits_every_global_batch_by_share_without_overlap():
 
 def test_weighted_ddp_is_the_global_batch_update_to_the_last_bit(tmp_path):
     sites = ["a", "a", "a", "b"]
-    procs = launch.launch([str(HERE / "hetero_worker.py"), str(tmp_path)], sites,
-                          env={"DETWAN_DETERMINISTIC": "1"}, log_dir=tmp_path)
-    codes = launch.wait_all(procs, 240)
-    cases: dict[str, list[dict]] = {}
-    for rank in range(len(sites)):
-        path = tmp_path / f"rank-{rank}.json"
-        log = (tmp_path / f"rank-{rank}.log").read_text(errors="replace")[-3000:]
-        assert path.exists(), f"rank {rank} wrote no result (exit {codes[rank]}):\n{log}"
-        doc = json.loads(path.read_text())
-        assert "fatal" not in doc, f"rank {rank} failed:\n{doc['fatal']}"
-        for r in doc["results"]:
-            cases.setdefault(r["case"], []).append(r)
+    cases = run_cases(HERE / "hetero_worker.py", tmp_path, sites,
+                      env={"DETWAN_DETERMINISTIC": "1"})
     assert sorted(cases) == sorted([
         "exact/weighted_equals_equal_shares", "exact/weighted_equals_one_process",
         "exact/default_mean_differs", "float/weighted_near_equal_shares",
         "float/default_mean_far_off", "float/deterministic_repeat_identical"])
-    for case, got in cases.items():
-        assert len(got) == len(sites), f"{case}: {len(got)} ranks reported it"
-        bad = [r for r in got if not r["ok"]]
-        assert not bad, f"{case}: {bad[0]}"
+    assert_every_rank_ok(cases, len(sites))
