@@ -111,6 +111,16 @@ def run(det, rank: int, world: int) -> list[dict]:
     out.append({"case": "float/default_mean_far_off", "ok": naive_err > 100 * max(err, 2.0**-23),
                 "max_rel": naive_err})
     out.append({"case": "float/deterministic_repeat_identical", "ok": same_bits(w1, w2)})
+    # Measured speeds: every rank's own rate gathered over the detwan group, fastest = 1.
+    speeds = hetero.measure_speeds(10.0 * (rank + 1), group=det)
+    want = [(r + 1) / world for r in range(world)]
+    out.append({"case": "measure_speeds", "ok": speeds == want, "speeds": speeds})
+    try:
+        hetero.measure_speeds(0.0 if rank == 0 else 1.0, group=det)
+        out.append({"case": "measure_speeds_refuses_zero", "ok": False, "detail": "no error"})
+    except ValueError as e:
+        out.append({"case": "measure_speeds_refuses_zero", "ok": "positive speed" in str(e),
+                    "detail": str(e)})
     return out
 
 

@@ -86,5 +86,6 @@ def test_weighted_ddp_is_the_global_batch_update_to_the_last_bit(tmp_path):
     assert sorted(cases) == sorted([
         "exact/weighted_equals_equal_shares", "exact/weighted_equals_one_process",
         "exact/default_mean_differs", "float/weighted_near_equal_shares",
-        "float/default_mean_far_off", "float/deterministic_repeat_identical"])
+        "float/default_mean_far_off", "float/deterministic_repeat_identical",
+        "measure_speeds", "measure_speeds_refuses_zero"])
     assert_every_rank_ok(cases, len(sites))
