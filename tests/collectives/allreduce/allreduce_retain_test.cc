@@ -7,6 +7,7 @@
 // arrived.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -65,9 +66,13 @@ TEST(AllReduceRetain, CrossSiteSendsAreRetainedSoTheCallReturnsOnArrival) {
   const size_t count = 256 * 1024;  // 1 MiB: one 1 MiB message each way, above the copy size
   const Outcome out = run(*mesh, count, int64_t{1} << 20);
   expect_sums(out, count);  // the garbage written right after the return never left
+  // The call returned with part of its own sends still unacknowledged (held as copies). Which
+  // rank shows it depends on when the threads started: the rank whose peer's data arrives
+  // first may see its own acknowledged too if the peer started a delay later, but the later
+  // rank returns when the earlier one's data has arrived, before its own sends' round trip.
+  EXPECT_GT(std::max(out.retained_at_return[0], out.retained_at_return[1]), 0)
+      << out.retained_at_return[0] << " and " << out.retained_at_return[1];
   for (int r = 0; r < 2; ++r) {
-    // The call returned with part of its own sends still unacknowledged (held as copies).
-    EXPECT_GT(out.retained_at_return[r], 0) << "rank " << r;
     EXPECT_EQ(mesh->peers[r]->retained_bytes(), 0) << "rank " << r << " after flush";
   }
 }
