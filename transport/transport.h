@@ -148,6 +148,8 @@ struct ChannelStats {
   uint64_t acks_piggybacked = 0;      // ACKs that rode on a DATA instead of a datagram of their own
 };
 
+class PacingGroup;  // transport/pacing_group.h
+
 using SendCallback = std::function<void(Result<void>)>;
 using RecvCallback = std::function<void(Result<std::vector<std::byte>>)>;
 
@@ -178,6 +180,10 @@ class Channel {
     (void)rate_bps;
     (void)max_burst_bytes;
   }
+  // Paces the channel's reserved path through `group` as well (transport/pacing_group.h): the
+  // channels of one group together never exceed its rate. null leaves the group. Takes effect on
+  // the progress thread shortly after; backends without a pacer (tcp, shm) ignore it.
+  virtual void set_pacing_group(std::shared_ptr<PacingGroup> group) { (void)group; }
   [[nodiscard]] virtual std::string describe() const = 0;  // "udp 10.0.0.1:4000 -> ..."
 
   // Future-based conveniences over the callbacks.

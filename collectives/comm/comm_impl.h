@@ -44,6 +44,10 @@ inline constexpr int64_t kBestEffortWanRateBps = 1'000'000'000;
 // finalize()'s barrier waits at most this long for the other ranks.
 inline constexpr int64_t kFinalizeTimeoutNs = 30'000'000'000;
 
+// Per site (index = site), the pacing group of this rank's channels toward it; null for its own
+// site and best-effort pairs.
+using PacingGroups = std::vector<std::shared_ptr<transport::PacingGroup>>;
+
 struct Communicator::Impl {
   int rank = 0;
   int size = 1;
@@ -60,6 +64,7 @@ struct Communicator::Impl {
   std::unique_ptr<transport::Endpoint> intra_endpoint;
   std::unique_ptr<transport::Endpoint> inter_endpoint;
   std::unique_ptr<Peers> peers;
+  PacingGroups wan_pacing;
   // The WAN reservations it rides (CommConfig::reservation) and their watcher; the watcher
   // stops before the peers it fails go away.
   std::optional<WanReservations> wan;
@@ -73,7 +78,27 @@ struct Communicator::Impl {
   mutable std::mutex plan_mutex;
   mutable std::set<std::pair<int, int>> logged_plans;  // (collective, algorithm) logged once
 
-  std::unique_ptr<Executor> executor;  // last member: destroyed first
+  std::unique_ptr<Executor> executor;
+
+  // Operations in flight together (lanes.cc; config.inflight_ops = K > 1): lanes 1..K-1, each a
+  // communicator of the same ranks with its own channels and executor (this one is lane 0).
+  // Submissions pick a lane and the earlier operations they must wait for under submit_mutex.
+  struct InFlight {
+    size_t lane = 0;
+    std::vector<std::pair<uintptr_t, uintptr_t>> reads;   // [begin, end) byte ranges
+    std::vector<std::pair<uintptr_t, uintptr_t>> writes;
+    std::shared_ptr<Request::State> state;
+  };
+  std::mutex submit_mutex;
+  uint64_t collectives_issued = 0;  // counts groups with a collective: the same on every rank
+  std::vector<InFlight> in_flight;
+  // Last members: destroyed first (each lane's executor runs what was posted to it, which may
+  // wait for this executor's operations, so the lanes go before it).
+  std::vector<std::unique_ptr<Communicator::Impl>> lanes;
+
+  // The operations of a submission on the lane they belong to, after the earlier operations
+  // whose buffers they share (all of them for a barrier).
+  Request submit(std::vector<OpDesc> ops, int64_t timeout_ns);
 
   // Executor thread: runs one operation or group (see executor.cc).
   Result<void> run_ops(std::span<const OpDesc> ops, int64_t timeout_ns);
@@ -89,6 +114,30 @@ struct Communicator::Impl {
   // Waits (on the executor, after everything queued) for the copied sends' acknowledgements.
   Result<void> executor_flush();
 };
+
+// Adds lanes 1..config.inflight_ops-1 to a communicator just built (lanes.cc): each a
+// communicator of the same ranks (its key derived from impl's and the lane number) whose
+// channels join impl's pacing groups. Collective over impl's ranks.
+Result<void> add_lanes(Communicator::Impl& impl);
+
+// A bootstrap whose exchange is an all-gather over an existing communicator's channels, on its
+// executor (split children and lanes); `members` are its ranks, in the new rank order.
+class ParentBootstrap final : public Bootstrap {
+ public:
+  ParentBootstrap(Communicator::Impl& parent, std::vector<int> members, CommKey key)
+      : parent_(parent), members_(std::move(members)), key_(key) {}
+  [[nodiscard]] std::string local_host() const override;
+  [[nodiscard]] CommKey communicator_key() const override { return key_; }
+  Result<std::vector<std::string>> exchange(const std::string& mine, int64_t timeout_ns) override;
+
+ private:
+  Communicator::Impl& parent_;
+  std::vector<int> members_;
+  CommKey key_;
+};
+
+// A lane's key: HKDF(parent key, info "detwan comm v1 lane" | lane).
+Result<CommKey> lane_key(const CommKey& parent, int lane);
 
 // Makes a transport endpoint: transport::make_endpoint, or a test's wrapper around it (which
 // sees the options, e.g. the Security, the communicator hands each endpoint).
@@ -107,10 +156,12 @@ Result<CommKey> split_key(const CommKey& parent, uint64_t split_index, int color
 
 // Setup (setup.cc): endpoints, bootstrap exchange of addresses, topology, mesh, network model.
 // `nranks`/`rank` are this communicator's; the bootstrap must serve exactly that exchange.
-// make_endpoint: empty = transport::make_endpoint.
+// make_endpoint: empty = transport::make_endpoint. inherited_pacing: the pacing groups of
+// another communicator of the same ranks (a lane) whose share this one's channels join;
+// null = groups of its own.
 Result<std::unique_ptr<Communicator::Impl>> build_communicator(
     Bootstrap& bootstrap, int rank, int nranks, const CommConfig& config,
-    const EndpointFactory& make_endpoint = {});
+    const EndpointFactory& make_endpoint = {}, const PacingGroups* inherited_pacing = nullptr);
 
 // Escaped text of one rank's bootstrap blob: fields joined by '|', '\' escapes '|' and '\'.
 std::string encode_fields(const std::vector<std::string>& fields);

@@ -24,6 +24,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueId& id, i
   if (!bootstrap) return std::unexpected(bootstrap.error());
   auto impl = build_communicator(**bootstrap, rank, nranks, config);
   if (!impl) return std::unexpected(impl.error());
+  if (auto lanes = add_lanes(**impl); !lanes) return std::unexpected(lanes.error());
   return std::unique_ptr<Communicator>(new Communicator(std::move(*impl)));
 }
 
@@ -221,10 +222,7 @@ Result<Request> Communicator::submit_group(std::vector<OpDesc> ops) {
     return Request(state);
   }
   const int64_t timeout_ns = impl_->timeout_ns.load();
-  Impl* impl = impl_.get();
-  return impl_->post([impl, ops = std::move(ops), timeout_ns] {
-    return impl->run_ops(ops, timeout_ns);
-  });
+  return impl_->submit(std::move(ops), timeout_ns);
 }
 
 Result<void> Communicator::run(const OpDesc& op) {
@@ -245,6 +243,10 @@ void Communicator::abort() {
   impl_->aborted.store(true);
   impl_->fail(Error{ErrorCode::kUnavailable, "aborted"});
   if (impl_->peers) impl_->peers->abort();
+  for (auto& lane : impl_->lanes) {
+    lane->aborted.store(true);
+    if (lane->peers) lane->peers->abort();
+  }
 }
 
 std::optional<AsyncError> Communicator::async_error() const {

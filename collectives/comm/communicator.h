@@ -87,13 +87,19 @@ struct CommConfig {
   std::string agent_url;    // "http://127.0.0.1:7800"
   std::string agent_token;  // bearer token of the agent (a read token is enough)
   int64_t reservation_poll_ns = 1'000'000'000;  // how often the watcher asks the agent
+  // Operations that may be in flight at once (1..8; DETWAN_INFLIGHT_OPS): each of K lanes has
+  // its own channels and executor, sharing this rank's pacing toward each site. Collectives go
+  // to the lanes in turn in issue order (the same lane on every rank); one that touches a
+  // buffer an earlier one still uses waits for it, a barrier for all; results are those of
+  // running them one at a time (docs/collectives.md "Operations in flight together").
+  int inflight_ops = 1;
 
   // Defaults overridden by DETWAN_SITE, DETWAN_TIMEOUT_MS, DETWAN_WAN_RATE, DETWAN_ALGO,
   // DETWAN_CHUNK_BYTES, DETWAN_DETERMINISTIC, DETWAN_ENCRYPT, DETWAN_CHANNEL_SECURITY,
   // DETWAN_INTRA_BACKEND,
   // DETWAN_INTER_BACKEND, DETWAN_LISTEN_HOST, DETWAN_MTU, DETWAN_WAN_RTT,
   // DETWAN_PEER_TIMEOUT_MS, DETWAN_RESERVATION, DETWAN_AGENT, DETWAN_AGENT_TOKEN,
-  // DETWAN_RESERVATION_POLL_MS. kConfig naming the variable on a bad value.
+  // DETWAN_RESERVATION_POLL_MS, DETWAN_INFLIGHT_OPS. kConfig naming the variable on a bad value.
   static Result<CommConfig> from_environment();
   // Every field, one line, for the start-up log.
   [[nodiscard]] std::string describe() const;

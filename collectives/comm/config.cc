@@ -93,7 +93,16 @@ Result<CommConfig> CommConfig::from_environment() {
       return bad("DETWAN_CHANNEL_SECURITY", v, "must be authenticate, encrypt or none");
     }
   }
-  if (const char* v = env("DETWAN_INTRA_BACKEND")) config.intra_backend = v;
+  if (const char* v = env("DETWAN_INTRA_BACKEND")) {
+    // A transport (shm, tcp, ...; "NAME:CONFIG") is this library's; any other name is a site's
+    // own collective library for detwan.torch's hybrid groups (gloo, nccl, ...), which leaves
+    // this library's transport inside the site at its default.
+    const std::string_view name = std::string_view(v).substr(0, std::string_view(v).find(':'));
+    if (name == "shm" || name == "tcp" || name == "udp" || name == "loopback" ||
+        name == "verbs") {
+      config.intra_backend = v;
+    }
+  }
   if (const char* v = env("DETWAN_INTER_BACKEND")) config.inter_backend = v;
   if (const char* v = env("DETWAN_LISTEN_HOST")) config.listen_host = v;
   if (const char* v = env("DETWAN_MTU")) {
@@ -101,6 +110,12 @@ Result<CommConfig> CommConfig::from_environment() {
     if (!mtu) return std::unexpected(mtu.error());
     if (*mtu < 576 || *mtu > 65535) return bad("DETWAN_MTU", v, "must be in [576, 65535]");
     config.mtu_bytes = static_cast<int32_t>(*mtu);
+  }
+  if (const char* v = env("DETWAN_INFLIGHT_OPS")) {
+    auto n = parse_count("DETWAN_INFLIGHT_OPS", v);
+    if (!n) return std::unexpected(n.error());
+    if (*n < 1 || *n > 8) return bad("DETWAN_INFLIGHT_OPS", v, "must be in [1, 8]");
+    config.inflight_ops = static_cast<int>(*n);
   }
   if (const char* v = env("DETWAN_PEER_TIMEOUT_MS")) {
     auto ms = parse_count("DETWAN_PEER_TIMEOUT_MS", v);
@@ -123,7 +138,7 @@ Result<CommConfig> CommConfig::from_environment() {
 std::string CommConfig::describe() const {
   return fmt::format(
       "site={} timeout={} wan_rate={} wan_rtt={}{} algorithm={} chunk={} deterministic={} "
-      "intra={}{} inter={}{} channels={} listen_host={} mtu={} peer_timeout={} setup_timeout={}{}",
+      "intra={}{} inter={}{} channels={} listen_host={} mtu={} peer_timeout={} setup_timeout={} inflight={}{}",
       site, common::format_duration_ns(timeout_ns),
       wan_rate_bps > 0 ? common::format_rate_bps(static_cast<uint64_t>(wan_rate_bps))
                        : std::string("best-effort"),
@@ -139,7 +154,7 @@ std::string CommConfig::describe() const {
                                                              : "authenticated",
       listen_host.empty() ? "auto" : listen_host,
       mtu_bytes, common::format_duration_ns(peer_timeout_ns),
-      common::format_duration_ns(setup_timeout_ns),
+      common::format_duration_ns(setup_timeout_ns), inflight_ops,
       reservation.empty() ? std::string()
                           : fmt::format(" reservation={} agent={}", reservation, agent_url));
 }

@@ -171,6 +171,11 @@ Error Communicator::Impl::fail(const Error& cause) {
   // learn it now ("peer closed the channel", naming this rank) instead of waiting for this
   // rank's next message until their own timeout. Keeps the cause already recorded.
   if (first && peers && !aborted.load()) peers->fail(-1, cause);
+  if (first && !aborted.load()) {
+    for (auto& lane : lanes) {
+      if (lane->peers) lane->peers->fail(-1, cause);
+    }
+  }
   return out;
 }
 
@@ -245,7 +250,11 @@ Result<void> Communicator::Impl::executor_flush() {
     return channels->flush(Deadline{common::MonotonicClock().now_ns() + wait_ns});
   });
   auto result = request.wait(-1);
-  return result ? *result : Result<void>{};
+  Result<void> out = result ? *result : Result<void>{};
+  for (auto& lane : lanes) {
+    if (auto done = lane->executor_flush(); !done && out) out = done;
+  }
+  return out;
 }
 
 std::string human_bytes(int64_t bytes) {

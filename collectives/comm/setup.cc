@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/units.h"
+#include "transport/pacing_group.h"
 #include "transport/registry.h"
 
 namespace detwan::collectives {
@@ -258,9 +259,15 @@ Result<CommKey> split_key(const CommKey& parent, uint64_t split_index, int color
   return crypto::derive_key(crypto::view(parent), "", info);
 }
 
+Result<CommKey> lane_key(const CommKey& parent, int lane) {
+  std::string info = "detwan comm v1 lane";
+  info += crypto::field(std::to_string(lane));
+  return crypto::derive_key(crypto::view(parent), "", info);
+}
+
 Result<std::unique_ptr<Communicator::Impl>> build_communicator(
     Bootstrap& bootstrap, int rank, int nranks, const CommConfig& config,
-    const EndpointFactory& make_endpoint) {
+    const EndpointFactory& make_endpoint, const PacingGroups* inherited_pacing) {
   if (config.site.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "site: empty site name");
   }
@@ -383,11 +390,30 @@ Result<std::unique_ptr<Communicator::Impl>> build_communicator(
       connect_mesh(rank, topo, {impl->intra_endpoint.get(), impl->inter_endpoint.get()}, addresses,
                    options_for, impl->key, std::max<int64_t>(1, deadline_ns - now_ns()));
   if (!channels) return std::unexpected(channels.error());
-  // Channels this rank accepted were paced by a guess (accepted_other): now the exact share.
-  for (int p = 0; p < nranks; ++p) {
-    const transport::ChannelOptions options = options_for(p);
-    if (!topo.same_site(rank, p) && options.rate_bps > 0 && (*channels)[p] != nullptr) {
-      (*channels)[p]->set_reserved_rate(options.rate_bps, options.max_burst_bytes);
+  // One pacing group per other site: this rank's share of the pair's rate (1 / its site's
+  // ranks), which its channels toward that site (one per rank there, and those of the
+  // communicator's lanes) keep together. Each channel is paced at the whole share (one peer alone
+  // may use all of it); the group keeps the sum. Channels this rank accepted were paced by a
+  // guess (accepted_other), those it connected by share / fanout: both now the group's share.
+  impl->wan_pacing.assign(static_cast<size_t>(topo.num_sites()), nullptr);
+  for (int s = 0; s < topo.num_sites(); ++s) {
+    if (s == topo.site_of(rank)) continue;
+    transport::ChannelOptions share = other_site;
+    share.rate_bps = config.wan_rate_bps / local_ranks;
+    if (impl->wan) {
+      const TunnelGrant* g = impl->wan->between(config.site, topo.site_name(s));
+      if (g != nullptr) apply_pacing(share, pacing_for(*g, local_ranks, config.mtu_bytes), true);
+    }
+    if (share.rate_bps <= 0) continue;  // best effort: congestion control, no group
+    impl->wan_pacing[static_cast<size_t>(s)] =
+        inherited_pacing != nullptr && static_cast<int>(inherited_pacing->size()) == topo.num_sites()
+            ? (*inherited_pacing)[static_cast<size_t>(s)]
+            : transport::PacingGroup::reserved(share.rate_bps, share.mtu_bytes,
+                                               share.frame_overhead_bytes, share.max_burst_bytes);
+    for (int p : topo.ranks_of_site(s)) {
+      if ((*channels)[p] == nullptr) continue;
+      (*channels)[p]->set_reserved_rate(share.rate_bps, share.max_burst_bytes);
+      (*channels)[p]->set_pacing_group(impl->wan_pacing[static_cast<size_t>(s)]);
     }
   }
   std::vector<std::string> names(nranks);

@@ -42,31 +42,19 @@ Result<std::vector<std::string>> parent_exchange(Communicator::Impl& parent,
   return blobs;
 }
 
-class ParentBootstrap final : public Bootstrap {
- public:
-  ParentBootstrap(Communicator::Impl& parent, std::vector<int> members, CommKey key)
-      : parent_(parent), members_(std::move(members)), key_(key) {}
-
-  [[nodiscard]] std::string local_host() const override { return parent_.listen_host; }
-  [[nodiscard]] CommKey communicator_key() const override { return key_; }
-
-  Result<std::vector<std::string>> exchange(const std::string& mine,
-                                            int64_t timeout_ns) override {
-    auto all = parent_exchange(parent_, mine, timeout_ns);
-    if (!all) return std::unexpected(all.error());
-    std::vector<std::string> blobs;
-    blobs.reserve(members_.size());
-    for (int member : members_) blobs.push_back((*all)[member]);
-    return blobs;
-  }
-
- private:
-  Communicator::Impl& parent_;
-  std::vector<int> members_;  // parent ranks, in child rank order
-  CommKey key_;
-};
-
 }  // namespace
+
+std::string ParentBootstrap::local_host() const { return parent_.listen_host; }
+
+Result<std::vector<std::string>> ParentBootstrap::exchange(const std::string& mine,
+                                                           int64_t timeout_ns) {
+  auto all = parent_exchange(parent_, mine, timeout_ns);
+  if (!all) return std::unexpected(all.error());
+  std::vector<std::string> blobs;
+  blobs.reserve(members_.size());
+  for (int member : members_) blobs.push_back((*all)[member]);
+  return blobs;
+}
 
 Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key,
                                                           const std::optional<CommConfig>& config) {
@@ -113,6 +101,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key,
   auto child = build_communicator(bootstrap, static_cast<int>(me - members.begin()),
                                   static_cast<int>(members.size()), child_config);
   if (!child) return std::unexpected(child.error());
+  if (auto lanes = add_lanes(**child); !lanes) return std::unexpected(lanes.error());
   return std::unique_ptr<Communicator>(new Communicator(std::move(*child)));
 }
 

@@ -128,7 +128,11 @@ void DatagramEndpoint<Link>::apply_st(Op& op, int64_t now_ns) {
     case Op::Kind::kPace:
       if (proto::Connection* connection = session.connection();
           connection != nullptr && conn.paths.size() == 1) {
-        (void)connection->set_reserved_rate(0, op.rate_bps, op.max_burst_bytes);
+        if (op.join_group) {
+          (void)connection->set_pacing_group(0, std::move(op.pacing_group));
+        } else {
+          (void)connection->set_reserved_rate(0, op.rate_bps, op.max_burst_bytes);
+        }
       }
       break;
     case Op::Kind::kTask:

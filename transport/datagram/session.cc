@@ -99,6 +99,15 @@ void ChannelHandle::set_reserved_rate(int64_t rate_bps, int64_t max_burst_bytes)
   (void)queue_->post(op);  // nothing to complete: a channel whose endpoint is gone sends nothing
 }
 
+void ChannelHandle::set_pacing_group(std::shared_ptr<PacingGroup> group) {
+  Op op;
+  op.kind = Op::Kind::kPace;
+  op.channel_key = shared_->key;
+  op.join_group = true;
+  op.pacing_group = std::move(group);
+  (void)queue_->post(op);
+}
+
 // ---- AcceptQueue ----
 
 void AcceptQueue::push(std::unique_ptr<Channel> channel) {

@@ -88,6 +88,9 @@ struct Op {
   std::function<void()> task;  // kTask: setup work (listen, connect) run on the progress thread
   int64_t rate_bps = 0;        // kPace: Channel::set_reserved_rate
   int64_t max_burst_bytes = 0;
+  // kPace with `join_group`: Channel::set_pacing_group (rate_bps unused).
+  bool join_group = false;
+  std::shared_ptr<PacingGroup> pacing_group;
 };
 
 // The one mutex-protected queue from API threads to the progress thread, plus its wakeup.
@@ -146,6 +149,7 @@ class ChannelHandle final : public Channel {
   [[nodiscard]] ChannelStats stats() const override;
   void close() override;
   void set_reserved_rate(int64_t rate_bps, int64_t max_burst_bytes) override;
+  void set_pacing_group(std::shared_ptr<PacingGroup> group) override;
   [[nodiscard]] std::string describe() const override { return shared_->description; }
 
  private:

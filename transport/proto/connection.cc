@@ -70,6 +70,12 @@ Status ConnectionImpl::set_reserved_rate(uint32_t path, int64_t rate_bps,
   return Status::kOk;
 }
 
+Status ConnectionImpl::set_pacing_group(uint32_t path, std::shared_ptr<PacingGroup> group) {
+  if (path >= paths_.size()) return Status::kInvalidArgument;
+  paths_[path].group = std::move(group);
+  return Status::kOk;
+}
+
 ConnectionImpl::ConnectionImpl(const ConnectionConfig& config, int64_t now_ns)
     : role_(config.role),
       connection_id_(config.connection_id),
@@ -259,6 +265,9 @@ std::optional<Event> Connection::poll_event() { return impl_->poll_event(); }
 void Connection::close(int64_t now_ns) { impl_->close(now_ns); }
 Status Connection::set_reserved_rate(uint32_t path, int64_t rate_bps, int64_t max_burst_bytes) {
   return impl_->set_reserved_rate(path, rate_bps, max_burst_bytes);
+}
+Status Connection::set_pacing_group(uint32_t path, std::shared_ptr<PacingGroup> group) {
+  return impl_->set_pacing_group(path, std::move(group));
 }
 bool Connection::failed() const { return impl_->failed(); }
 bool Connection::established() const { return impl_->established(); }

@@ -112,6 +112,9 @@ class Connection {
   // accepting). The pacer starts afresh: at most one burst may leave at once. kInvalidArgument
   // for a best-effort path, a path out of range or a rate <= 0 (nothing changes).
   Status set_reserved_rate(uint32_t path, int64_t rate_bps, int64_t max_burst_bytes);
+  // Paces path `path` through `group` as well as its own pacer (transport/pacing_group.h);
+  // null leaves the group. kInvalidArgument for a path out of range.
+  Status set_pacing_group(uint32_t path, std::shared_ptr<PacingGroup> group);
 
   [[nodiscard]] bool failed() const;
   [[nodiscard]] bool established() const;

@@ -22,12 +22,14 @@ wire::Header ConnectionImpl::header(wire::Type type, uint32_t path, int64_t now_
 // Both count the tag a sealed datagram will carry.
 void ConnectionImpl::charge(uint32_t path, size_t bytes, int64_t now_ns) {
   paths_[path].pacer.on_send(now_ns, bytes + tag_bytes_);
+  if (paths_[path].group) paths_[path].group->on_send(now_ns, bytes + tag_bytes_);
   paths_[path].datagrams_sent++;
   last_tx_ns_ = now_ns;
 }
 
 void ConnectionImpl::charge_control(uint32_t path, size_t bytes, int64_t now_ns) {
   paths_[path].pacer.on_unpaced_send(now_ns, bytes + tag_bytes_);
+  if (paths_[path].group) paths_[path].group->on_unpaced_send(now_ns, bytes + tag_bytes_);
   paths_[path].datagrams_sent++;
   last_tx_ns_ = now_ns;
 }

@@ -18,6 +18,7 @@
 #include "transport/fec/codec.h"
 #include "transport/proto/cc_cubic.h"
 #include "transport/proto/connection.h"
+#include "transport/pacing_group.h"
 #include "transport/proto/pacer.h"
 #include "transport/proto/rtt.h"
 #include "transport/proto/wire.h"
@@ -81,6 +82,7 @@ struct Flight {
 struct PathState {
   PathSpec spec;
   Pacer pacer;
+  std::shared_ptr<PacingGroup> group;  // shared with other channels (Channel::set_pacing_group)
   RttEstimator rtt{100'000'000, 5'000'000};
   std::optional<Cubic> cubic;     // best-effort paths only
   uint64_t tx_counter = 0;        // per-path send order of data segments
@@ -193,6 +195,9 @@ class ConnectionImpl {
   std::optional<Event> poll_event();
   void close(int64_t now_ns);
   Status set_reserved_rate(uint32_t path, int64_t rate_bps, int64_t max_burst_bytes);
+  Status set_pacing_group(uint32_t path, std::shared_ptr<PacingGroup> group);
+  // When path `path` may send data: its own pacer and its group's, whichever is later.
+  [[nodiscard]] int64_t path_release_ns(uint32_t path, int64_t now_ns) const;
   [[nodiscard]] Pacer reserved_pacer(const PathSpec& spec) const;
   void fail(ErrorCode code, std::string message);
   [[nodiscard]] ChannelStats stats() const;

@@ -254,7 +254,7 @@ std::optional<uint32_t> ConnectionImpl::pick_path(int64_t now_ns, std::optional<
     for (uint32_t i = 0; i < paths_.size(); ++i) {
       if (pass == 0 && avoid && *avoid == i && paths_.size() > 1) continue;
       if (!cwnd_allows(i) || !path_usable(i, now_ns)) continue;
-      const int64_t r = paths_[i].pacer.release_ns(now_ns);
+      const int64_t r = path_release_ns(i, now_ns);
       if (r < best_release) {
         best_release = r;
         best = i;
@@ -263,6 +263,12 @@ std::optional<uint32_t> ConnectionImpl::pick_path(int64_t now_ns, std::optional<
   }
   *release_ns = best_release;
   return best;
+}
+
+int64_t ConnectionImpl::path_release_ns(uint32_t path, int64_t now_ns) const {
+  const PathState& p = paths_[path];
+  const int64_t own = p.pacer.release_ns(now_ns);
+  return p.group ? std::max(own, p.group->release_ns(now_ns)) : own;
 }
 
 int64_t ConnectionImpl::data_release_ns(int64_t now_ns) const {

@@ -73,11 +73,24 @@ TEST(CommConfig, ReadsEveryVariable) {
   }
 }
 
+TEST(CommConfig, ATorchBackendInDetwanIntraBackendLeavesTheTransportAlone) {
+  // DETWAN_INTRA_BACKEND=gloo names a site's own library for detwan.torch's hybrid groups: the
+  // detwan group of those same processes must still start, on its default transport.
+  EnvGuard env({{"DETWAN_INTRA_BACKEND", "gloo"}, {"DETWAN_INFLIGHT_OPS", "3"}});
+  auto config = CommConfig::from_environment();
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(config->intra_backend, "shm");
+  EXPECT_EQ(config->inflight_ops, 3);
+  EnvGuard tcp({{"DETWAN_INTRA_BACKEND", "tcp:nodelay=1"}, {"DETWAN_SITE", "a"}});
+  EXPECT_EQ(CommConfig::from_environment()->intra_backend, "tcp:nodelay=1");
+}
+
 TEST(CommConfig, BadValuesNameTheVariable) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"DETWAN_WAN_RATE", "fast"},     {"DETWAN_TIMEOUT_MS", "-1"},
       {"DETWAN_TIMEOUT_MS", "0"},      {"DETWAN_ALGO", "quantum"},
       {"DETWAN_CHUNK_BYTES", "lots"},  {"DETWAN_DETERMINISTIC", "maybe"},
+      {"DETWAN_INFLIGHT_OPS", "0"},    {"DETWAN_INFLIGHT_OPS", "9"},
       {"DETWAN_MTU", "70000"},         {"DETWAN_WAN_RTT", "20"},
       {"DETWAN_PEER_TIMEOUT_MS", "x"}};
   for (const auto& [name, value] : cases) {

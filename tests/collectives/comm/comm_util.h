@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <latch>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -98,6 +99,55 @@ inline void with_comms(const RankSetup& setup, const std::function<void(int, det
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// The communicators of one job. Destroying one finalizes it, which is collective (every rank
+// must get there), so they are destroyed together, each on its own thread.
+struct Comms {
+  std::vector<std::unique_ptr<Communicator>> list;
+  explicit Comms(size_t n) : list(n) {}
+  Comms(Comms&&) = default;
+  ~Comms() {
+    std::vector<std::thread> threads;
+    for (auto& comm : list) {
+      if (comm) threads.emplace_back([&comm] { comm.reset(); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  [[nodiscard]] size_t size() const { return list.size(); }
+  std::unique_ptr<Communicator>& operator[](size_t i) { return list[i]; }
+  auto begin() { return list.begin(); }
+  auto end() { return list.end(); }
+};
+
+inline Comms make_comms(const std::vector<std::string>& sites, const CommConfig& base) {
+  const int n = static_cast<int>(sites.size());
+  auto id = UniqueId::create_root("127.0.0.1", 60'000'000'000);
+  EXPECT_TRUE(id) << id.error().message;
+  Comms comms(n);
+  if (!id) return comms;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      CommConfig config = base;
+      config.site = sites[r];
+      auto comm = Communicator::create(*id, r, n, config);
+      EXPECT_TRUE(comm) << "rank " << r << ": " << comm.error().message;
+      if (comm) comms[r] = std::move(*comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return comms;
+}
+
+inline CommConfig test_config() {
+  CommConfig config;
+  config.intra_backend = "tcp";
+  config.inter_backend = "loopback";
+  config.listen_host = "127.0.0.1";
+  config.wan_rate_bps = 200'000'000;
+  config.timeout_ns = 30'000'000'000;
+  return config;
 }
 
 }  // namespace detwan::collectives::testing
