@@ -3,7 +3,7 @@
 channels between sites). Every operation and dtype is compared with gloo's result on the same
 inputs (integers and data movement exact; float reductions within 2 (n+1) eps sum|x_i|, see
 docs/pytorch.md); DDP trains to the same parameters as with gloo, plain and with the fp16
-compression hook; a rank that vanishes makes the others raise, naming it, within the timeout."""
+compression hook; all of it one operation at a time and with 3 in flight (DETWAN_INFLIGHT_OPS); a rank that vanishes makes the others raise, naming it, within the timeout."""
 from __future__ import annotations
 
 import json
@@ -50,9 +50,14 @@ def results(docs: list[dict], case: str) -> list[dict]:
     return out
 
 
-@pytest.fixture(scope="module")
-def ops(tmp_path_factory):
-    return run("ops", tmp_path_factory.mktemp("ops"), 300)
+# Each op family runs twice: one operation at a time (the default), and with 3 in flight
+# (DETWAN_INFLIGHT_OPS=3: the async cases, DDP's buckets cross on several lanes at once).
+LANES = {"serial": None, "inflight3": {"DETWAN_INFLIGHT_OPS": "3"}}
+
+
+@pytest.fixture(scope="module", params=list(LANES))
+def ops(tmp_path_factory, request):
+    return run("ops", tmp_path_factory.mktemp(f"ops-{request.param}"), 300, LANES[request.param])
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -81,16 +86,15 @@ def test_bad_arguments_raise_naming_the_problem(ops, case):
 
 
 @pytest.mark.parametrize("hook", ["none", "fp16"])
-def test_ddp_matches_gloo(tmp_path_factory, hook, request):
-    docs = request.getfixturevalue("ddp")
-    got = results(docs, f"ddp/{hook}")
+def test_ddp_matches_gloo(ddp, hook):
+    got = results(ddp, f"ddp/{hook}")
     assert len(got) == len(SITES)
     assert all(r["ok"] for r in got), f"DDP ({hook}) parameters differ from gloo's: {got}"
 
 
-@pytest.fixture(scope="module")
-def ddp(tmp_path_factory):
-    return run("ddp", tmp_path_factory.mktemp("ddp"), 300)
+@pytest.fixture(scope="module", params=list(LANES))
+def ddp(tmp_path_factory, request):
+    return run("ddp", tmp_path_factory.mktemp(f"ddp-{request.param}"), 300, LANES[request.param])
 
 
 def test_killed_rank_makes_the_others_raise_naming_it(tmp_path):
