@@ -1,7 +1,8 @@
 """The hybrid process groups (detwan.torch.hybrid): gloo inside each site, detwan between the
 sites' leaders, on 3 + 1 ranks and on 2 + 2 (tests/torch/hybrid_worker.py): exact integer
 allreduces, only the leaders in the detwan group, a clear error for an op that does not compose
-site by site, and DDP with the hybrid hook training to gloo's parameters."""
+site by site, and DDP with the hybrid hook training to gloo's parameters; and the same as the
+default group of init_process_group("detwan") with DETWAN_INTRA_BACKEND=gloo."""
 import pathlib
 
 import pytest
@@ -24,6 +25,19 @@ def test_hybrid_groups_match_gloo(tmp_path, sites):
     # Exactly one leader per site is in the detwan group.
     leaders = [r for r in cases["groups"] if r["inter_size"]]
     assert len(leaders) == len(set(sites)), cases["groups"]
+
+
+@pytest.mark.parametrize("sites", [["a", "a", "a", "b"], ["a", "b", "b", "a"]],
+                         ids=["3+1", "2+2-interleaved"])
+def test_init_process_group_detwan_with_a_site_library_is_hybrid(tmp_path, sites):
+    """init_process_group("detwan") + DETWAN_INTRA_BACKEND=gloo: the default group is hybrid;
+    every operation it offers is exact against arithmetic, broadcast from every root, DDP trains
+    to gloo's parameters, an operation it does not offer raises naming it."""
+    cases = run_cases(HERE / "hybrid_worker.py", tmp_path, sites, args=["default_group"],
+                      env={"DETWAN_INTRA_BACKEND": "gloo"})
+    assert "pg/hybrid" in cases and "pg/ddp_matches_gloo" in cases, sorted(cases)
+    assert len([c for c in cases if c.startswith("pg/broadcast/")]) == len(sites)
+    assert_every_rank_ok(cases, len(sites))
 
 
 def test_device_tensors_are_staged_through_pinned_host_memory(tmp_path):
