@@ -134,7 +134,7 @@ def test_init_refuses_a_reservation_that_is_not_provisioned(lab):
 
 
 def run_torch(lab, reservation: dict, script: list[str], placement: list[str], out,
-              env: dict | None = None) -> list[dict]:
+              env: dict | None = None, args: list[str] | None = None) -> list[dict]:
     """A torch.distributed job in the lab's hosts (ranks at `placement`), detwan riding the
     reservation, gloo's default group over the best-effort path; every rank's JSON."""
     from lab import torchrun
@@ -143,7 +143,7 @@ def run_torch(lab, reservation: dict, script: list[str], placement: list[str], o
     rank_env = [{"DETWAN_RESERVATION": reservation["id"],
                  "DETWAN_AGENT": lab["agents"][0]["host_urls"][p],
                  "GLOO_SOCKET_IFNAME": sites[p]["host_if"]} for p in placement]
-    procs = torchrun.launch(script + [str(out)], placement, env=env,
+    procs = torchrun.launch(script + [str(out)] + (args or []), placement, env=env,
                             prefix=[["ip", "netns", "exec", sites[p]["host_ns"]]
                                     for p in placement],
                             master_addr=sites["a"]["best_effort_addr"], log_dir=out,
@@ -191,9 +191,11 @@ def test_torch_backend_rides_the_reservation(lab, tmp_path):
 @pytest.mark.netns
 def test_weighted_and_hybrid_torch_jobs_ride_the_reservation(lab, tmp_path):
     """Sites of 3 and 1 ranks through the reservation: speed-weighted DDP
-    (tests/torch/hetero_worker.py, deterministic mode: the global batch's update to the last
-    bit) and the hybrid groups (tests/torch/hybrid_worker.py: gloo inside the site, detwan
-    between the leaders); the tunnel carried detwan's traffic."""
+    (tests/torch/hetero_worker.py, deterministic mode with 2 operations in flight: the global
+    batch's update to the last bit), the hybrid groups (tests/torch/hybrid_worker.py: gloo
+    inside the site, detwan between the leaders) and the same as the default group of
+    init_process_group("detwan") with DETWAN_INTRA_BACKEND=gloo; the tunnel carried detwan's
+    traffic."""
     from lab import torchrun
     problem = torchrun.extension_problem()
     if problem:
@@ -206,9 +208,13 @@ def test_weighted_and_hybrid_torch_jobs_ride_the_reservation(lab, tmp_path):
         before = {s: tunnel_counters(s, r["tunnel_id"]) for s in ("a", "b")}
         docs = {
             "hetero": run_torch(lab, r, [str(torch_tests / "hetero_worker.py")], placement,
-                                tmp_path / "hetero", env={"DETWAN_DETERMINISTIC": "1"}),
+                                tmp_path / "hetero", env={"DETWAN_DETERMINISTIC": "1",
+                                                          "DETWAN_INFLIGHT_OPS": "2"}),
             "hybrid": run_torch(lab, r, [str(torch_tests / "hybrid_worker.py")], placement,
-                                tmp_path / "hybrid")}
+                                tmp_path / "hybrid"),
+            "hybrid_pg": run_torch(lab, r, [str(torch_tests / "hybrid_worker.py")], placement,
+                                   tmp_path / "hybrid_pg", env={"DETWAN_INTRA_BACKEND": "gloo"},
+                                   args=["default_group"])}
         after = {s: tunnel_counters(s, r["tunnel_id"]) for s in ("a", "b")}
     for mode, ranks in docs.items():
         for d in ranks:
