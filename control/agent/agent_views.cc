@@ -9,6 +9,7 @@
 #include "control/agent/agent_impl.h"
 #include "control/gateway/tunnel_spec.h"
 #include "control/reservation/reservation_json.h"
+#include "common/version.h"
 
 namespace detwan::control::agent {
 namespace json = boost::json;
@@ -232,6 +233,7 @@ json::object Agent::health() const {
   json::object states;
   for (const auto& [state, n] : by_state) states[state] = n;
   return json::object{{"status", "ok"},
+                      {"version", std::string(common::kVersion)},
                       {"domain", m.topology.domain},
                       {"journal", m.journal->path()},
                       {"journal_failures", m.counters.journal_failures},
@@ -271,7 +273,11 @@ std::string Agent::metrics_text() const {
   const Impl& m = *impl_;
   const model::Topology& t = m.topology;
   const int64_t now = m.realtime->now_ns();
-  std::string out;
+  std::string out = fmt::format(
+      "# HELP detwan_build_info The program and its version (constant 1).\n"
+      "# TYPE detwan_build_info gauge\n"
+      "detwan_build_info{{program=\"detwan-agent\",version=\"{}\"}} 1\n",
+      common::kVersion);
   out += "# HELP detwan_agent_reservations Reservations by state.\n";
   out += "# TYPE detwan_agent_reservations gauge\n";
   std::map<std::string, uint64_t> by_state;

@@ -23,6 +23,7 @@
 #include "control/agent/agent.h"
 #include "control/api/http_server.h"
 #include "control/api/routes.h"
+#include "common/version.h"
 
 namespace detwan::control::api {
 std::string_view openapi_document();  // generated from docs/control-api.yaml
@@ -203,7 +204,7 @@ int command_run(const Settings& s) {
 
 int main_impl(int argc, char** argv) {
   CLI::App app{"detwan-agent: reservations of deterministic tunnels (docs/control.md)"};
-  app.set_version_flag("--version", std::string("detwan-agent 0.1.0"));
+  app.set_version_flag("--version", common::version_line("detwan-agent"));
   app.require_subcommand(1);
   Settings s;
   auto add_common = [&](CLI::App* sub) {

@@ -46,6 +46,7 @@
 #include "dataplane/gw/control_server.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/run_context.h"
+#include "common/version.h"
 
 namespace detwan::dataplane::daemon {
 namespace {
@@ -326,6 +327,7 @@ int command_apply(const std::string& control, const std::string& argument) {
 
 int main_impl(int argc, char** argv) {
   CLI::App app{"detwan-gw: the detwan dataplane gateway (docs/gateway.md)"};
+  app.set_version_flag("--version", common::version_line("detwan-gw"));
   app.require_subcommand(0, 1);
 
   std::string check_file;
@@ -379,6 +381,8 @@ int main_impl(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     (void)app.exit(e);

@@ -14,6 +14,7 @@
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/engine_impl.h"
 #include "dataplane/gw/shard.h"
+#include "common/version.h"
 
 namespace detwan::dataplane::gw {
 namespace {
@@ -223,6 +224,8 @@ std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t 
   const Impl& m = *shards[0]->impl_;
   Exposition e;
   e.gauge("detwan_gw_info", "The gateway (constant 1)", {{"gateway", m.config.name}}, 1);
+  e.gauge("detwan_build_info", "The program and its version (constant 1)",
+          {{"program", "detwan-gw"}, {"version", std::string(common::kVersion)}}, 1);
   e.gauge("detwan_gw_uptime_seconds", "Time since the engine was created", {},
           static_cast<double>(now_ns - m.start_ns) * 1e-9);
   if (count > 1) {

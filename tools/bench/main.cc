@@ -31,6 +31,7 @@
 #include "tools/bench/lab_exec.h"
 #include "tools/bench/transport_bench.h"
 #include "tools/bench/transport_security.h"
+#include "common/version.h"
 
 namespace {
 
@@ -75,6 +76,7 @@ bool wants_lab(int argc, char** argv) {
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"detwan-bench: detwan components against their baselines"};
+  app.set_version_flag("--version", common::version_line("detwan-bench"));
   app.require_subcommand(1);
   auto* transport = app.add_subcommand("transport", "detwan transport transfers and ping-pong");
   transport->require_subcommand(1);

@@ -38,6 +38,7 @@
 #include "control/client/http_client.h"
 #include "tools/detwanctl/compute.h"
 #include "tools/detwanctl/format.h"
+#include "common/version.h"
 
 namespace detwan::tools::ctl {
 namespace {
@@ -166,7 +167,7 @@ std::string print_reservation(const json::value& v) { return format_reservation(
 
 int run(int argc, char** argv) {
   CLI::App app{"detwanctl: reservations of deterministic tunnels (docs/control.md)"};
-  app.set_version_flag("--version", std::string("detwanctl 0.1.0"));
+  app.set_version_flag("--version", common::version_line("detwanctl"));
   app.require_subcommand(1);
   const char* env_agent = std::getenv("DETWAN_AGENT");
   const char* env_token = std::getenv("DETWAN_AGENT_TOKEN");

@@ -19,6 +19,7 @@
 #include "tools/perf/perf_wire.h"
 #include "tools/perf/session.h"
 #include "tools/perf/stamp.h"
+#include "common/version.h"
 
 namespace {
 
@@ -46,6 +47,7 @@ const std::map<std::string, StampTimestamp> kTimestamps{{"ntp", StampTimestamp::
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"detwan-perf: latency, jitter and loss per direction; STAMP sender/reflector"};
+  app.set_version_flag("--version", common::version_line("detwan-perf"));
   app.require_subcommand(1);
 
   // server

@@ -9,12 +9,14 @@
 #include "common/status.h"
 #include "tools/probe/probe.h"
 #include "tools/probe/wire.h"
+#include "common/version.h"
 
 namespace {
 
 int run_cli(int argc, char** argv) {
   using namespace detwan::probe;
   CLI::App app{"detwan-probe: one-way delay, loss and reordering between two lab hosts"};
+  app.set_version_flag("--version", detwan::common::version_line("detwan-probe"));
   app.require_subcommand(1);
 
   SendOptions send;

@@ -27,6 +27,7 @@
 #include "tools/wanem/options.h"
 #include "tools/wanem/post_queue.h"
 #include "tools/wanem/stats_table.h"
+#include "common/version.h"
 
 namespace detwan::wanem {
 namespace {
@@ -188,6 +189,7 @@ int command_control(const std::string& path, const boost::json::object& request,
 
 int main_impl(int argc, char** argv) {
   CLI::App app{"detwan-wanem: user-space WAN emulator between two interfaces (docs/wanem.md)"};
+  app.set_version_flag("--version", common::version_line("detwan-wanem"));
   app.require_subcommand(1);
   app.fallthrough();  // --log-level may also follow the subcommand
   std::string log_level = "info";
@@ -254,6 +256,8 @@ int main_impl(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     (void)app.exit(e);

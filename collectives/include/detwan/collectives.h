@@ -43,10 +43,8 @@
 extern "C" {
 #endif
 
-#define DETWAN_MAJOR 0
-#define DETWAN_MINOR 1
-#define DETWAN_PATCH 0
-#define DETWAN_VERSION_CODE (DETWAN_MAJOR * 10000 + DETWAN_MINOR * 100 + DETWAN_PATCH)
+/* DETWAN_MAJOR, DETWAN_MINOR, DETWAN_PATCH, DETWAN_VERSION_STRING, DETWAN_VERSION_CODE */
+#include "detwan/version.h"
 
 typedef enum {
   detwanSuccess = 0,

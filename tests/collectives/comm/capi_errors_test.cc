@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/collectives/comm/comm_util.h"
+#include "common/version.h"
 
 namespace detwan::collectives::testing {
 namespace {
@@ -18,6 +19,10 @@ TEST(CapiErrors, VersionAndErrorStrings) {
   int version = 0;
   ASSERT_EQ(detwanGetVersion(&version), detwanSuccess);
   EXPECT_EQ(version, DETWAN_VERSION_CODE);
+  // The C API's version is the project's (both generated from meson.build).
+  EXPECT_EQ(std::string_view(DETWAN_VERSION_STRING), common::kVersion);
+  EXPECT_EQ(version, common::kVersionMajor * 10000 + common::kVersionMinor * 100 +
+                         common::kVersionPatch);
   EXPECT_EQ(detwanGetVersion(nullptr), detwanInvalidArgument);
   EXPECT_NE(last_error().find("version"), std::string::npos);
   EXPECT_STREQ(detwanGetErrorString(detwanTimeout), "timeout");
