@@ -91,6 +91,23 @@ TEST(CollOptions, ShortAndLongFormsAsNcclTests) {
   EXPECT_EQ(l->options.ops.size(), 1U);
 }
 
+TEST(CollOptions, AggregatedOperationsInFlight) {
+  auto p = parse({"allreduce", "-m", "8", "--inflight", "4", "--local", "2"});
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_EQ(p->options.agg_iters, 8);
+  EXPECT_EQ(p->options.inflight_ops, 4);
+  auto d = parse({"allreduce"});
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->options.agg_iters, 1);
+  EXPECT_EQ(d->options.inflight_ops, 0);  // not given: the environment's
+  for (const auto& bad : {std::vector<std::string>{"allreduce", "--inflight", "9"},
+                          std::vector<std::string>{"allreduce", "-m", "0"}}) {
+    auto b = parse(bad);
+    ASSERT_FALSE(b) << bad[1];
+    EXPECT_NE(b.error().message.find(bad[1]), std::string::npos) << b.error().message;
+  }
+}
+
 TEST(CollOptions, OneRankFromCommandLineOrEnvironment) {
   auto p = parse({"allgather", "--rank", "2", "--nranks", "4", "--id", "tcp://10.10.1.2:5500",
                   "--site", "b", "--wan-rate", "200mbit"});

@@ -275,6 +275,13 @@ Result<ParsedArgs> parse_collective_args(int argc, const char* const* argv, cons
   app.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
   app.add_option("-w,--warmup_iters", o.warmup_iters, "untimed iterations first")
       ->capture_default_str();
+  app.add_option("-m,--agg_iters", o.agg_iters,
+                 "operations submitted together per iteration, each on its own buffers (the "
+                 "time is per operation)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--inflight", o.inflight_ops,
+                 "operations the communicator runs at once (DETWAN_INFLIGHT_OPS; 1..8)")
+      ->check(CLI::Range(1, 8));
   app.add_option("-c,--check", t.check, "1: check every result against the expected values")
       ->capture_default_str();
   app.add_option("-a,--algo", t.algo, "auto ring hd tree hier (default: DETWAN_ALGO or auto)");

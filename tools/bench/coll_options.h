@@ -4,7 +4,8 @@
 //   detwan-bench allreduce|broadcast|reduce|allgather|reducescatter|alltoall|sendrecv
 //     -b/--minbytes 8 -e/--maxbytes 64M -f/--stepfactor 2 | -i/--stepbytes N
 //     -d/--datatype float|...|all  -o/--op sum|prod|min|max|avg|all  -r/--root 0
-//     -n/--iters 20 -w/--warmup_iters 5 -c/--check 1 -a/--algo auto|ring|hd|tree|hier
+//     -n/--iters 20 -w/--warmup_iters 5 -m/--agg_iters 1 --inflight K -c/--check 1
+//     -a/--algo auto|ring|hd|tree|hier
 //     --chunk BYTES --deterministic --json
 //   one rank of a launched job:  --rank R --nranks N --id tcp://HOST:PORT|file:///DIR
 //                                (the secret: DETWAN_BOOTSTRAP_SECRET)
@@ -33,6 +34,10 @@ struct CollBenchOptions {
   int root = 0;
   int iters = 20;
   int warmup_iters = 5;
+  // -m: operations submitted together per iteration, each on its own buffers (nccl-tests'
+  // agg_iters; the time reported is per operation); --inflight: CommConfig::inflight_ops.
+  int agg_iters = 1;
+  int inflight_ops = 0;        // 0: not given (DETWAN_INFLIGHT_OPS / 1)
   bool check = true;
   collectives::Algorithm algorithm = collectives::Algorithm::kAuto;
   bool algorithm_set = false;  // -a given: overrides DETWAN_ALGO

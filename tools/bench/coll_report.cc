@@ -46,9 +46,9 @@ std::string table_header(const RunInfo& info) {
                                ? fmt::format("{}(bytes)", info.sweep.step_bytes)
                                : fmt::format("{}(factor)", info.sweep.step_factor);
   out += fmt::format("# minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} "
-                     "validation: {}\n",
+                     "agg iters: {} in flight: {} validation: {}\n",
                      info.sweep.min_bytes, info.sweep.max_bytes, step, info.warmup_iters,
-                     info.iters, info.check ? 1 : 0);
+                     info.iters, info.agg_iters, info.inflight_ops, info.check ? 1 : 0);
   out += "#\n";
   out += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:^37}\n", "", "", "", "", "",
                      "out-of-place");
@@ -140,6 +140,8 @@ boost::json::object report_json(const RunInfo& info, const std::vector<Row>& row
   doc["deterministic"] = info.deterministic;
   doc["iters"] = info.iters;
   doc["warmup_iters"] = info.warmup_iters;
+  doc["agg_iters"] = info.agg_iters;
+  doc["inflight_ops"] = info.inflight_ops;
   doc["check"] = info.check;
   doc["path"] = nullptr;
   doc["rows"] = std::move(json_rows);

@@ -33,6 +33,8 @@ struct RunInfo {
   SweepOptions sweep;
   int iters = 0;
   int warmup_iters = 0;
+  int agg_iters = 1;     // -m: operations submitted together per iteration
+  int inflight_ops = 1;  // the communicator's CommConfig::inflight_ops
   bool check = true;
 };
 

@@ -35,6 +35,7 @@ Result<coll::CommConfig> make_config(const CollBenchOptions& o) {
   if (o.algorithm_set) config->algorithm = o.algorithm;
   if (o.chunk_bytes >= 0) config->chunk_bytes = o.chunk_bytes;
   if (o.deterministic) config->deterministic = true;
+  if (o.inflight_ops > 0) config->inflight_ops = o.inflight_ops;
   if (!o.intra_backend.empty()) config->intra_backend = o.intra_backend;
   if (!o.inter_backend.empty()) config->inter_backend = o.inter_backend;
   if (!o.listen_host.empty()) config->listen_host = o.listen_host;
@@ -42,12 +43,26 @@ Result<coll::CommConfig> make_config(const CollBenchOptions& o) {
   return config;
 }
 
-// The two buffers of one rank, sized for the largest row of the sweep.
+// The two buffers of one rank, sized for the largest row of the sweep (one pair per operation
+// of an aggregated iteration, -m).
 struct Buffers {
   std::unique_ptr<std::byte[]> send;
   std::unique_ptr<std::byte[]> recv;
   size_t bytes = 0;
 };
+
+// One descriptor of an operation (a group of two for sendrecv) for submit_group.
+std::vector<coll::OpDesc> descriptors(const coll::Communicator& comm, Collective collective,
+                                      const void* send, void* recv, size_t count, DataType type,
+                                      ReduceOp op, int root) {
+  if (collective == Collective::kSendRecv) {
+    const int n = comm.size();
+    const int r = comm.rank();
+    return {coll::OpDesc{collective, send, nullptr, count, type, op, (r + 1) % n, true},
+            coll::OpDesc{collective, nullptr, recv, count, type, op, (r + n - 1) % n, false}};
+  }
+  return {coll::OpDesc{collective, send, recv, count, type, op, root, false}};
+}
 
 struct Operation {
   Collective collective;
@@ -105,11 +120,23 @@ class Runner {
     buffers.send.reset(new std::byte[buffers.bytes]);
     buffers.recv.reset(new std::byte[buffers.bytes]);
     std::memset(buffers.recv.get(), 0, buffers.bytes);
+    aggregated_.clear();
+    for (int k = 1; k < o_.agg_iters; ++k) {
+      Buffers more;
+      more.bytes = buffers.bytes;
+      more.send.reset(new std::byte[more.bytes]);
+      more.recv.reset(new std::byte[more.bytes]);
+      std::memset(more.recv.get(), 0, more.bytes);
+      aggregated_.push_back(std::move(more));
+    }
     for (DataType type : o_.types) {
       for (ReduceOp op : o_.ops) {
         const PatternSpec spec{o_.collective, type, op, comm_.size(), o_.root};
         fill_input(spec, comm_.rank(), buffers.send.get(),
                    buffers.bytes / collectives::data_type_size(type));
+        for (Buffers& more : aggregated_) {
+          std::memcpy(more.send.get(), buffers.send.get(), buffers.bytes);
+        }
         for (uint64_t size : sizes) {
           auto row = run_row(spec, size, buffers);
           if (!row) return std::unexpected(row.error());
@@ -142,17 +169,19 @@ class Runner {
       wrong = count_wrong(spec, comm_.rank(), shape, buffers.recv.get());
     }
     for (int i = 0; i < o_.warmup_iters; ++i) {
-      if (auto ok = run_once(comm_, op); !ok) return failed("warmup of", ok.error());
+      if (auto ok = run_iteration(op); !ok) return failed("warmup of", ok.error());
     }
     if (auto ok = comm_.barrier(); !ok) return failed("barrier before", ok.error());
     const int64_t start_ns = now_ns();
     std::vector<double> iter_us(static_cast<size_t>(o_.iters));
     for (int i = 0; i < o_.iters; ++i) {
       const int64_t iter_start_ns = now_ns();
-      if (auto ok = run_once(comm_, op); !ok) return failed("timed run of", ok.error());
-      iter_us[static_cast<size_t>(i)] = static_cast<double>(now_ns() - iter_start_ns) / 1e3;
+      if (auto ok = run_iteration(op); !ok) return failed("timed run of", ok.error());
+      iter_us[static_cast<size_t>(i)] =
+          static_cast<double>(now_ns() - iter_start_ns) / 1e3 / o_.agg_iters;
     }
-    const double mean_us = static_cast<double>(now_ns() - start_ns) / 1e3 / o_.iters;
+    const double mean_us =
+        static_cast<double>(now_ns() - start_ns) / 1e3 / o_.iters / o_.agg_iters;
     std::vector<double> max_iter_us(iter_us.size());
     if (auto ok = comm_.all_reduce(iter_us.data(), max_iter_us.data(), iter_us.size(),
                                    DataType::kFloat64, ReduceOp::kMax);
@@ -184,8 +213,30 @@ class Runner {
     return row;
   }
 
+  // One iteration: the operation, or -m of them submitted together (each on its own buffers)
+  // and then waited for.
+  Result<void> run_iteration(const Operation& op) {
+    if (aggregated_.empty()) return run_once(comm_, op);
+    std::vector<coll::Request> requests;
+    for (size_t k = 0; k <= aggregated_.size(); ++k) {
+      const void* send = k == 0 ? op.send : aggregated_[k - 1].send.get();
+      void* recv = k == 0 ? op.recv : aggregated_[k - 1].recv.get();
+      auto request = comm_.submit_group(descriptors(comm_, op.collective, send, recv, op.count,
+                                                    op.type, op.op, op.root));
+      if (!request) return std::unexpected(request.error());
+      requests.push_back(std::move(*request));
+    }
+    Result<void> out;
+    for (auto& request : requests) {
+      auto done = request.wait(-1);
+      if (done && !*done && out) out = *done;
+    }
+    return out;
+  }
+
   const CollBenchOptions& o_;
   coll::Communicator& comm_;
+  std::vector<Buffers> aggregated_;  // buffers of operations 2..-m of an iteration
 };
 
 RunInfo run_info(const CollBenchOptions& o, const coll::Communicator& comm) {
@@ -206,6 +257,8 @@ RunInfo run_info(const CollBenchOptions& o, const coll::Communicator& comm) {
   info.sweep = o.sweep;
   info.iters = o.iters;
   info.warmup_iters = o.warmup_iters;
+  info.agg_iters = o.agg_iters;
+  info.inflight_ops = config.inflight_ops;
   info.check = o.check;
   return info;
 }

@@ -45,6 +45,7 @@ PASS_THROUGH = [
     (("-r", "--root"), {}), (("-n", "--iters"), {}), (("-w", "--warmup_iters"), {}),
     (("-c", "--check"), {}), (("-a", "--algo"), {}), (("--chunk",), {}),
     (("--op-timeout",), {}), (("--intra-backend",), {}), (("--inter-backend",), {}),
+    (("-m", "--agg_iters"), {}), (("--inflight",), {}),
 ]
 
 
