@@ -100,11 +100,12 @@ TEST(CollOptions, AggregatedOperationsInFlight) {
   ASSERT_TRUE(d) << d.error().message;
   EXPECT_EQ(d->options.agg_iters, 1);
   EXPECT_EQ(d->options.inflight_ops, 0);  // not given: the environment's
-  for (const auto& bad : {std::vector<std::string>{"allreduce", "--inflight", "9"},
-                          std::vector<std::string>{"allreduce", "-m", "0"}}) {
+  for (const auto& [bad, name] :
+       {std::pair{std::vector<std::string>{"allreduce", "--inflight", "9"}, "--inflight"},
+        std::pair{std::vector<std::string>{"allreduce", "-m", "0"}, "--agg_iters"}}) {
     auto b = parse(bad);
-    ASSERT_FALSE(b) << bad[1];
-    EXPECT_NE(b.error().message.find(bad[1]), std::string::npos) << b.error().message;
+    ASSERT_FALSE(b) << name;
+    EXPECT_NE(b.error().message.find(name), std::string::npos) << b.error().message;
   }
 }
 
