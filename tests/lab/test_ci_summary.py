@@ -1,7 +1,8 @@
 """tools/ci/summarize.py, the closing summary of the README's test command (hermetic: no
 namespaces; it lives here because this is the Python suite CI runs).
 
-Every suite's counts add up into the one closing line "N passed, N failed", and every skipped
+Every suite's counts add up into the one closing line "N passed, N failed" (a script test without
+a report of cases counts as one), and every skipped
 test says why on the lines before it: GoogleTest's skip messages come from the output meson
 kept (its JSON report has none), pytest's from the JUnit XML.
 """
@@ -40,9 +41,13 @@ def run(tmp_path):
     unit.mkdir()
     (unit / "transport_channel_test.json").write_text(json.dumps(GTEST_REPORT))
     testlog = tmp_path / "testlog.json"
-    testlog.write_text(json.dumps({
-        "name": "transport_channel_test", "result": "FAIL", "stdout": GTEST_STDOUT,
-        "command": ["/b/tests/transport/transport_channel_test"]}) + "\n")
+    testlog.write_text("\n".join(json.dumps(e) for e in [
+        {"name": "transport_channel_test", "result": "FAIL", "stdout": GTEST_STDOUT,
+         "command": ["/b/tests/transport/transport_channel_test"]},
+        # Scripts (no report of cases): one test each, as meson saw it.
+        {"name": "version_everywhere", "result": "OK", "command": ["/s/tests/version-check"]},
+        {"name": "install_tree", "result": "FAIL", "command": ["/s/tests/install-check"]},
+    ]) + "\n")
     lab = tmp_path / "lab"
     lab.mkdir()
     (lab / "lab.xml").write_text(JUNIT)
@@ -54,9 +59,10 @@ def run(tmp_path):
 def test_counts_every_suite_and_says_why_each_test_was_skipped(tmp_path):
     result = run(tmp_path)
     lines = result.stdout.splitlines()
-    assert lines[-1] == "2 passed, 1 failed"
+    assert lines[-1] == "3 passed, 2 failed"
     assert result.returncode == 1  # something failed
     assert "  FAILED: unit/Backends/ChannelTest.Flaps/udp" in lines
+    assert "  FAILED: unit/install_tree: FAIL (exit status)" in lines
     assert "  2 skipped, why:" in lines
     assert "    unit: 1 x verbs: no RDMA device (ibv_get_device_list found 0 devices)" in lines
     assert "    lab: 1 x Slurm daemons are not installed" in lines

@@ -4,7 +4,8 @@
 Arguments: LABEL=RESULTS_DIR[:MESON_TESTLOG] for each suite run. Each directory holds GoogleTest JSON reports (one per binary, from GTEST_OUTPUT=json:DIR/) and
 pytest JUnit XML files, plus meson's testlog.json; binaries declared with meson's protocol 'gtest'
 write their report where meson tells them (<build dir>/<test name>.xml) and are read from there. A test binary that meson saw fail but that left
-no report (a crash, a timeout) counts as one failure, so nothing disappears from the count.
+no report (a crash, a timeout) counts as one failure, so nothing disappears from the count; a
+test without a report of cases (a script) counts as one test, passed or skipped as meson saw it.
 Exit status 1 when anything failed.
 """
 import collections
@@ -106,6 +107,11 @@ def summarize_dir(label, results_dir, testlog, totals, failures, skip_reasons):
                   f"{counts[2]} skipped")
         for entry in entries:
             exe = os.path.basename((entry.get("command") or entry.get("cmd") or [""])[0])
+            if exe not in reported and entry.get("result") in ("OK", "SKIP"):
+                # A test without a report of cases (a script: install checks, the example
+                # program) is one test.
+                totals[0 if entry.get("result") == "OK" else 2] += 1
+                continue
             if entry.get("result") in ("OK", "SKIP", "EXPECTEDFAIL"):
                 continue
             # Failed in meson's eyes but no failing case in a report: a crash, a timeout or
