@@ -5,11 +5,11 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "common/version.h"
 #include "control/admission/planner.h"
 #include "control/agent/agent_impl.h"
 #include "control/gateway/tunnel_spec.h"
 #include "control/reservation/reservation_json.h"
-#include "common/version.h"
 
 namespace detwan::control::agent {
 namespace json = boost::json;

@@ -18,12 +18,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/clock.h"
 #include "common/logging.h"
+#include "common/service_notify.h"
 #include "common/units.h"
+#include "common/version.h"
 #include "control/agent/agent.h"
 #include "control/api/http_server.h"
 #include "control/api/routes.h"
-#include "common/version.h"
 
 namespace detwan::control::api {
 std::string_view openapi_document();  // generated from docs/control-api.yaml
@@ -195,7 +197,14 @@ int command_run(const Settings& s) {
             allow, api_settings.tokens_file.empty() ? "" : ", bearer tokens required");
   std::printf("listening on %s\n", url.c_str());
   std::fflush(stdout);
-  while (!stop_requested.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Under systemd (Type=notify): ready now, the watchdog pinged from this loop, stopping below.
+  common::ServiceNotifier notifier;
+  notifier.ready(fmt::format("domain {}: listening on {}", (*agent)->topology().domain, url));
+  while (!stop_requested.load()) {
+    notifier.heartbeat(common::MonotonicClock().now_ns());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  notifier.stopping("stopping");
   log->info("stopping");
   (*server)->stop();
   coordinator.reset();

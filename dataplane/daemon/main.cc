@@ -37,7 +37,9 @@
 #include <boost/json.hpp>
 
 #include "common/logging.h"
+#include "common/service_notify.h"
 #include "common/status.h"
+#include "common/version.h"
 #include "common/x25519.h"
 #include "dataplane/daemon/backends.h"
 #include "dataplane/daemon/stats_table.h"
@@ -46,7 +48,6 @@
 #include "dataplane/gw/control_server.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/run_context.h"
-#include "common/version.h"
 
 namespace detwan::dataplane::daemon {
 namespace {
@@ -206,8 +207,22 @@ int command_run(const RunSettings& settings) {
     log->info("no admin socket (gateway.admin_socket): tunnels cannot change at run time");
   }
 
+  // Under systemd (Type=notify): ready once the backend's loop polls its control socket,
+  // its watchdog pinged from there (a hung loop stops the pings), stopping when asked to.
+  common::ServiceNotifier notifier;
+  bool ready = false;
+  const std::string ready_status = fmt::format("gateway {}: control socket {}", config.name,
+                                               (*control)->name());
+  (*control)->set_heartbeat([&notifier, &ready, &ready_status](int64_t now_ns) {
+    if (!ready) {
+      ready = true;
+      notifier.ready(ready_status);
+    }
+    notifier.heartbeat(now_ns);
+  });
   gw::RunContext context{**engine, config, control->get(), stop_requested, admin.get()};
   auto outcome = run_backend(context);
+  notifier.stopping(outcome ? "stopped" : outcome.error().message);
   control->reset();
   admin.reset();
   if (!outcome) {

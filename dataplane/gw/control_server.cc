@@ -187,6 +187,7 @@ void ControlServer::report_counters(Engine& engine) noexcept {
 }
 
 void ControlServer::poll_st(Engine& engine, int64_t now_ns) {
+  if (heartbeat_) heartbeat_(now_ns);
   const ControlChannel answering = channel();
   poll_st(now_ns, [&engine, &answering, now_ns](std::string_view request) {
     return answer_control_request(engine, request, now_ns, answering);

@@ -125,8 +125,14 @@ class ControlServer {
   [[nodiscard]] uint64_t rate_limited() const noexcept { return rate_limited_; }
 
   // Serves the engine's requests (answer_control_request; refused peers are also counted in
-  // engine.control_io()). Never blocks.
+  // engine.control_io()). Never blocks. Calls the heartbeat first, if set.
   void poll_st(Engine& engine, int64_t now_ns);
+  // Called at every poll_st(engine, now) on the loop's thread: every backend's loop polls its
+  // control socket at least every 10 ms, so this is the loop's heartbeat (the daemon tells
+  // systemd it is ready at the first one and pings its watchdog from it).
+  void set_heartbeat(std::function<void(int64_t now_ns)> heartbeat) {
+    heartbeat_ = std::move(heartbeat);
+  }
   // What answer_control_request needs to know about this socket.
   [[nodiscard]] ControlChannel channel() const;
   // Adds the refused peers, deferred and rate-limited requests since the last report to
@@ -170,6 +176,7 @@ class ControlServer {
   bool client_admits(uint32_t uid, int64_t now_ns) noexcept;
 
   std::string name_;
+  std::function<void(int64_t)> heartbeat_;
   common::UniqueFd listen_fd_;
   ControlServerOptions options_;
   std::vector<Connection> connections_;

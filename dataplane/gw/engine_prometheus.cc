@@ -11,10 +11,10 @@
 #include <fmt/format.h>
 
 #include "common/histogram.h"
+#include "common/version.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/engine_impl.h"
 #include "dataplane/gw/shard.h"
-#include "common/version.h"
 
 namespace detwan::dataplane::gw {
 namespace {

@@ -26,12 +26,12 @@
 
 #include "common/split.h"
 #include "common/units.h"
+#include "common/version.h"
 #include "tools/bench/coll_lab_exec.h"
 #include "tools/bench/coll_main.h"
 #include "tools/bench/lab_exec.h"
 #include "tools/bench/transport_bench.h"
 #include "tools/bench/transport_security.h"
-#include "common/version.h"
 
 namespace {
 

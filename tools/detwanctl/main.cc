@@ -35,10 +35,10 @@
 
 #include "common/secret_file.h"
 #include "common/units.h"
+#include "common/version.h"
 #include "control/client/http_client.h"
 #include "tools/detwanctl/compute.h"
 #include "tools/detwanctl/format.h"
-#include "common/version.h"
 
 namespace detwan::tools::ctl {
 namespace {

@@ -15,11 +15,11 @@
 
 #include "common/status.h"
 #include "common/units.h"
+#include "common/version.h"
 #include "tools/perf/options.h"
 #include "tools/perf/perf_wire.h"
 #include "tools/perf/session.h"
 #include "tools/perf/stamp.h"
-#include "common/version.h"
 
 namespace {
 

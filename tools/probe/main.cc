@@ -7,9 +7,9 @@
 #include <CLI/CLI.hpp>
 
 #include "common/status.h"
+#include "common/version.h"
 #include "tools/probe/probe.h"
 #include "tools/probe/wire.h"
-#include "common/version.h"
 
 namespace {
 

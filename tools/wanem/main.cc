@@ -21,13 +21,13 @@
 
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/version.h"
 #include "tools/wanem/backend.h"
 #include "tools/wanem/control.h"
 #include "tools/wanem/engine/spec.h"
 #include "tools/wanem/options.h"
 #include "tools/wanem/post_queue.h"
 #include "tools/wanem/stats_table.h"
-#include "common/version.h"
 
 namespace detwan::wanem {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/collectives/comm/comm_util.h"
 #include "common/version.h"
+#include "tests/collectives/comm/comm_util.h"
 
 namespace detwan::collectives::testing {
 namespace {
