@@ -13,6 +13,7 @@
 // Exit status (docs/errors.md): 0 success, 1 runtime failure, 2 bad configuration or command line.
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <variant>
 
 #include <fcntl.h>
@@ -282,6 +284,42 @@ std::string error_of(const boost::json::value& answer) {
   return error->is_string() ? std::string(error->as_string()) : boost::json::serialize(*error);
 }
 
+// `stats --watch SECONDS`: what changed each interval (iperf3's habit), until SIGINT/SIGTERM or
+// `count` intervals (0: no limit).
+int command_watch(const std::string& control, double seconds, int count) {
+  install_signal_handlers();
+  auto first = ask(control, R"({"cmd":"stats"})", kStatsTimeoutMs);
+  if (std::holds_alternative<int>(first)) return std::get<int>(first);
+  boost::json::value before = std::move(std::get<boost::json::value>(first));
+  if (auto error = error_of(before); !error.empty()) {
+    std::fprintf(stderr, "detwan-gw: the gateway refused: %s\n", error.c_str());
+    return kExitFailure;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto taken = start;
+  for (int i = 0; count == 0 || i < count; ++i) {
+    const auto due = taken + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < due) {
+      if (stop_requested.load()) return kExitOk;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    auto next = ask(control, R"({"cmd":"stats"})", kStatsTimeoutMs);
+    if (std::holds_alternative<int>(next)) return std::get<int>(next);
+    boost::json::value now = std::move(std::get<boost::json::value>(next));
+    const auto now_time = std::chrono::steady_clock::now();
+    const double from_s = std::chrono::duration<double>(taken - start).count();
+    const double to_s = std::chrono::duration<double>(now_time - start).count();
+    std::fputs(format_stats_interval(before, now, to_s - from_s,
+                                     fmt::format("[{:6.2f}-{:6.2f} s]", from_s, to_s))
+                   .c_str(),
+               stdout);
+    std::fflush(stdout);
+    before = std::move(now);
+    taken = now_time;
+  }
+  return kExitOk;
+}
+
 int command_tunnels(const std::string& control, bool json) {
   auto answer = ask(control, R"({"cmd":"tunnels"})", kStatsTimeoutMs);
   if (const int* status = std::get_if<int>(&answer)) return *status;
@@ -371,7 +409,18 @@ int main_impl(int argc, char** argv) {
   CLI::App* stats = app.add_subcommand("stats", "counters of a running gateway");
   stats->fallthrough();
   CLI::Option* json_flag = stats->add_flag("--json", json, "print the raw JSON");
-  stats->add_flag("--prometheus", prometheus, "print Prometheus text format")->excludes(json_flag);
+  CLI::Option* prometheus_flag =
+      stats->add_flag("--prometheus", prometheus, "print Prometheus text format")
+          ->excludes(json_flag);
+  double watch_s = 0;
+  int watch_count = 0;
+  stats->add_option("--watch", watch_s,
+                    "print what changed every SECONDS (per tunnel and port) until Ctrl-C")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->excludes(json_flag)
+      ->excludes(prometheus_flag);
+  stats->add_option("--count", watch_count, "with --watch: stop after N intervals (0: never)")
+      ->check(CLI::Range(0, 1'000'000));
   bool tunnels_json = false;
   CLI::App* tunnels = app.add_subcommand("tunnels", "the tunnels of a running gateway");
   tunnels->fallthrough();
@@ -425,6 +474,9 @@ int main_impl(int argc, char** argv) {
   if (*stats) {
     if (!run_settings.config_file.empty() || run_options) {
       return usage_error("stats takes only --control, --json and --prometheus");
+    }
+    if (watch_s > 0) {
+      return command_watch(run_settings.control.value_or(""), watch_s, watch_count);
     }
     return command_stats(run_settings.control.value_or(""), json, prometheus);
   }

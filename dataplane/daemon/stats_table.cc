@@ -157,7 +157,90 @@ void append_peer(std::string& out, const json::value& peer) {
                      duration(at(clock, {"rtt_ns"})), duration(at(p, {"last_rx_age_ns"})));
 }
 
+// The change of a counter between two stats documents (0 when missing or gone backwards: the
+// gateway restarted or reconfigured).
+int64_t delta(const json::value* before, const json::value* now) {
+  const int64_t d = number(now).value_or(0) - number(before).value_or(0);
+  return d > 0 ? d : 0;
+}
+
+// The object of `list` (an array at `key`) whose "id" or "name" equals that of `item`.
+const json::value* matching(const json::value& stats, std::string_view key,
+                            const json::value& item) {
+  const json::value* list = at(&stats, {key});
+  if (list == nullptr || !list->is_array()) return nullptr;
+  for (std::string_view field : {"id", "name"}) {
+    const json::value* want = at(&item, {field});
+    if (want == nullptr) continue;
+    for (const json::value& other : list->as_array()) {
+      const json::value* got = at(&other, {field});
+      if (got != nullptr && *got == *want) return &other;
+    }
+  }
+  return nullptr;
+}
+
+// The sum of the deltas of every member of a counter object ({"policed": 3, ...}).
+int64_t dropped_delta(const json::value* before, const json::value* now) {
+  int64_t n = 0;
+  if (now == nullptr || !now->is_object()) return 0;
+  for (const auto& member : now->as_object()) {
+    n += delta(at(before, {member.key()}), &member.value());
+  }
+  return n;
+}
+
+std::string per_second(int64_t n, double seconds) {
+  return fmt::format("{:.0f}", seconds > 0 ? static_cast<double>(n) / seconds : 0.0);
+}
+
+std::string bits_per_second(int64_t bytes, double seconds) {
+  const double bps = seconds > 0 ? static_cast<double>(bytes) * 8 / seconds : 0.0;
+  return common::format_rate_bps(static_cast<uint64_t>(bps));
+}
+
 }  // namespace
+
+std::string format_stats_interval(const json::value& before, const json::value& now,
+                                  double seconds, std::string_view label) {
+  std::string out;
+  const json::value* tunnels = at(&now, {"tunnels"});
+  if (tunnels != nullptr && tunnels->is_array()) {
+    for (const json::value& t : tunnels->as_array()) {
+      const json::value* b = matching(before, "tunnels", t);
+      const json::value* on_time = at(&t, {"rx", "on_time"});
+      const json::value* b_on_time = at(b, {"rx", "on_time"});
+      const int64_t sent = delta(at(b, {"tx", "sent_on_time_packets"}),
+                                 at(&t, {"tx", "sent_on_time_packets"}));
+      const int64_t released = delta(at(b_on_time, {"released_packets"}),
+                                     at(on_time, {"released_packets"}));
+      const int64_t dropped =
+          dropped_delta(at(b, {"tx", "scheduler", "dropped"}),
+                        at(&t, {"tx", "scheduler", "dropped"})) +
+          dropped_delta(at(b_on_time, {"dropped"}), at(on_time, {"dropped"}));
+      out += fmt::format("{}  tunnel {:<4} tx {:>8} pkt/s  rx {:>8} pkt/s  late {:>5}  "
+                         "dropped {:>5}  delay p99 {}\n",
+                         label, count(at(&t, {"id"})), per_second(sent, seconds),
+                         per_second(released, seconds),
+                         delta(at(b_on_time, {"late_packets"}), at(on_time, {"late_packets"})),
+                         dropped, p99(at(on_time, {"one_way_delay_ns"})));
+    }
+  }
+  const json::value* ports = at(&now, {"ports"});
+  if (ports != nullptr && ports->is_array()) {
+    for (const json::value& p : ports->as_array()) {
+      const json::value* b = at(matching(before, "ports", p), {"io"});
+      const json::value* io = at(&p, {"io"});
+      auto moved = [&](const char* key) { return delta(at(b, {key}), at(io, {key})); };
+      out += fmt::format("{}  port {:<6} rx {:>12} {:>8} pkt/s  tx {:>12} {:>8} pkt/s\n", label,
+                         text(at(&p, {"name"})), bits_per_second(moved("rx_bytes"), seconds),
+                         per_second(moved("rx_packets"), seconds),
+                         bits_per_second(moved("tx_bytes"), seconds),
+                         per_second(moved("tx_packets"), seconds));
+    }
+  }
+  return out;
+}
 
 std::string format_stats_table(const json::value& stats) {
   std::string out = fmt::format("gateway {}  up {}\n", text(at(&stats, {"gateway"})),

@@ -205,6 +205,19 @@ def test_reserve_provision_carries_traffic_and_release_stops_it(agentlab):
     st = json.loads(tb("gw", "b", "--", "stats", "--json", check=True).stdout)
     rx = next(t for t in st["tunnels"] if t["id"] == r["tunnel_id"])["rx"]
     assert rx["on_time"]["received_packets"] + rx["best_effort"]["received_packets"] >= 3
+    # `stats --watch`: per interval what the tunnel carried, while pings cross it.
+    pinger = subprocess.Popen([str(labutil.TESTBED), "exec", "a", "--", "ping", "-n", "-q", "-c",
+                               "60", "-i", "0.02", b["tunnel_addr"]],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        watch = tb("gw", "a", "--", "stats", "--watch", "0.4", "--count", "2", check=True,
+                   timeout=30).stdout.splitlines()
+    finally:
+        pinger.wait(timeout=30)
+    lines = [x for x in watch if f"tunnel {r['tunnel_id']} " in x]
+    assert len(lines) == 2 and lines[0].startswith("[  0.00-"), watch
+    sent = [float(x.split(" tx ")[1].split()[0]) for x in lines]
+    assert max(sent) > 10, watch  # ~50 pings/s cross the tunnel
     assert ctl("release", r["id"]).returncode == 0
     assert gw_tunnels("a") == [] and gw_tunnels("b") == []
     assert not ping("a", b["tunnel_addr"], count=2)
