@@ -107,6 +107,26 @@ void expect_same(const DirectionResult& a, const DirectionResult& b) {
   EXPECT_EQ(a.loss_bursts, b.loss_bursts);
 }
 
+TEST(IntervalText, ALiveLinePerIntervalAndDirection) {
+  DirectionResult r;
+  r.start_ns = 11'000'000'000;
+  r.end_ns = 12'000'000'000;
+  r.sent = 1000;
+  r.received = 999;
+  r.lost = 1;
+  r.owd_ns.count = 999;
+  r.owd_ns.p50 = 5'012'000;
+  r.owd_ns.p99 = 5'201'000;
+  r.ipdv_ns.count = 998;
+  r.ipdv_ns.p99 = 12'000;
+  r.throughput_bps = 4e6;
+  EXPECT_EQ(interval_text("10.0.0.2:5201", "forward", r, 10'000'000'000),
+            "[  1.00-  2.00 s] 10.0.0.2:5201 forward  sent 1000 received 999 lost 1 (0.10 %)  "
+            "owd p50 5.012 ms p99 5.201 ms  ipdv p99 12.000 us  4.000 Mbit/s");
+  DirectionResult empty;
+  EXPECT_NE(interval_text("t", "reverse", empty, 0).find("no delay samples"), std::string::npos);
+}
+
 TEST(DirectionJson, RoundTripKeepsEveryFieldExactly) {
   const DirectionResult in = make_full_result();
   auto out = direction_from_json(direction_to_json(in));

@@ -28,6 +28,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -98,7 +99,9 @@ def run(args, out_dir: pathlib.Path, say) -> dict:
         raise RuntimeError(f"the demo's tunnel is not authenticated: reservation encrypt "
                            f"{reservation.get('encrypt')}, gateways {auth}")
     say("")
-    say(text.rstrip())
+    # The client's table (its live per-interval lines, "[  0.00-  1.00 s] ...", are left out).
+    say("\n".join(line for line in text.rstrip().splitlines()
+                   if not re.match(r"\[\s*[\d.]+-\s*[\d.]+ s\] ", line)))
     owd, wan = gw_rx["one_way_delay_ns"], gw_rx["wan_delay_ns"]
     say("")
     say(f"gateway b, tunnel {tunnel_id} egress (tx timestamp at gateway a -> release at b), "

@@ -51,6 +51,13 @@ std::string summary_line(const TestReport& report);
 std::string interval_line(const std::string& target, const char* direction,
                           const DirectionResult& interval);
 
+// The live text line of one interval (what a text-mode client prints as each interval ends,
+// iperf3's habit), no newline: "[  1.00-  2.00 s] TARGET forward  sent 1000 received 999 lost 1
+// (0.10 %)  owd p50 5.012 ms p99 5.201 ms  ipdv p99 12.000 us  4.000 Mbit/s". `origin_ns` is the
+// test's start on the interval's clock (the first interval's start), from which the span counts.
+std::string interval_text(const std::string& target, const char* direction,
+                          const DirectionResult& interval, int64_t origin_ns);
+
 // --raw: CSV with a header line: target,direction,seq,tx_ns,rx_ns,owd_ns (owd corrected as in
 // the report). Lost packets are not rows.
 common::Result<void> write_raw_csv(const TestReport& report, const std::string& path);

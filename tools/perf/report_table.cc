@@ -165,6 +165,21 @@ void print_comparison(std::FILE* out, const char* direction, const DirectionResu
 
 }  // namespace
 
+std::string interval_text(const std::string& target, const char* direction,
+                          const DirectionResult& r, int64_t origin_ns) {
+  std::string delay = "no delay samples";
+  if (r.owd_ns.count > 0) {
+    delay = fmt::format("owd p50 {} p99 {}", human_ns(r.owd_ns.p50), human_ns(r.owd_ns.p99));
+    if (r.ipdv_ns.count > 0) delay += fmt::format("  ipdv p99 {}", human_ns(r.ipdv_ns.p99));
+  }
+  return fmt::format("[{:6.2f}-{:6.2f} s] {} {:<7}  sent {} received {} lost {} ({:.2f} %)  {}  "
+                     "{}",
+                     static_cast<double>(r.start_ns - origin_ns) / 1e9,
+                     static_cast<double>(r.end_ns - origin_ns) / 1e9, target, direction, r.sent,
+                     r.received, r.lost, percent(r.lost, r.sent), delay,
+                     human_bps(r.throughput_bps));
+}
+
 void print_table(const TestReport& report, std::FILE* out) {
   const TestSpec& s = report.spec;
   std::string rate = s.mode == Mode::kThroughput && s.bitrate_bps == 0

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -196,6 +197,15 @@ int run_client(const ClientOptions& options) {
   if (options.json_stream) {
     sink = [](const std::string& target, const char* direction, const DirectionResult& r) {
       std::fprintf(stdout, "%s\n", interval_line(target, direction, r).c_str());
+      std::fflush(stdout);
+    };
+  } else if (!options.json) {
+    // The text report: a live line per interval and direction while the test runs, then the
+    // table. The first interval's start is the origin of the spans.
+    auto origin = std::make_shared<int64_t>(0);
+    sink = [origin](const std::string& target, const char* direction, const DirectionResult& r) {
+      if (*origin == 0) *origin = r.start_ns;
+      std::fprintf(stdout, "%s\n", interval_text(target, direction, r, *origin).c_str());
       std::fflush(stdout);
     };
   }
