@@ -40,8 +40,17 @@ def run(tmp_path):
     unit = tmp_path / "unit"
     unit.mkdir()
     (unit / "transport_channel_test.json").write_text(json.dumps(GTEST_REPORT))
-    testlog = tmp_path / "testlog.json"
+    build = tmp_path / "build"
+    (build / "meson-logs").mkdir(parents=True)
+    testlog = build / "meson-logs" / "testlog.json"
+    # A binary of meson's protocol 'gtest' leaves <build>/<test>.xml, named after the test
+    # alone, while the log names it "project:suite / test" (a project with several suites).
+    (build / "dataplane_gw_engine_test.xml").write_text(
+        '<testsuites><testsuite name="Engine"><testcase classname="Engine" name="a"/>'
+        '<testcase classname="Engine" name="b"/></testsuite></testsuites>')
     testlog.write_text("\n".join(json.dumps(e) for e in [
+        {"name": "detwan:unit / dataplane_gw_engine_test", "result": "OK",
+         "command": ["/b/tests/dataplane/gw/dataplane_gw_engine_test"]},
         {"name": "transport_channel_test", "result": "FAIL", "stdout": GTEST_STDOUT,
          "command": ["/b/tests/transport/transport_channel_test"]},
         # Scripts (no report of cases): one test each, as meson saw it.
@@ -59,7 +68,7 @@ def run(tmp_path):
 def test_counts_every_suite_and_says_why_each_test_was_skipped(tmp_path):
     result = run(tmp_path)
     lines = result.stdout.splitlines()
-    assert lines[-1] == "3 passed, 2 failed"
+    assert lines[-1] == "5 passed, 2 failed"
     assert result.returncode == 1  # something failed
     assert "  FAILED: unit/Backends/ChannelTest.Flaps/udp" in lines
     assert "  FAILED: unit/install_tree: FAIL (exit status)" in lines

@@ -92,7 +92,10 @@ def summarize_dir(label, results_dir, testlog, totals, failures, skip_reasons):
                 reasons[message.strip()] += 1
         for entry in entries:
             exe = os.path.basename((entry.get("command") or entry.get("cmd") or [""])[0])
-            xml = os.path.join(build_dir, f"{entry.get('name', '')}.xml")
+            # meson names a test "project:suite / name" in its log once the project has more
+            # than one suite; the report file is named after the test alone.
+            plain = (entry.get("name") or "").split(" / ")[-1]
+            xml = os.path.join(build_dir, f"{plain}.xml")
             if exe in reported or not entry.get("name") or not os.path.exists(xml):
                 continue
             try:
