@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
+import socket
 import subprocess
 import sys
 import time
@@ -32,6 +34,22 @@ def extension_problem() -> str | None:
     return None
 
 
+def store_port() -> int:
+    """A free port for rank 0's rendezvous store, below the kernel's ephemeral range (32768 and
+    up): a port bind(0) hands out is ephemeral, and another process's outgoing connection once
+    took one between its choice and the store's bind ("Address already in use")."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        return port
+    return free_port()
+
+
 def launch(script: list[str], sites: list[str], env: dict | None = None,
            prefix: list[list[str]] | None = None, master_addr: str = "127.0.0.1",
            master_port: int | None = None, log_dir: pathlib.Path | None = None,
@@ -39,7 +57,7 @@ def launch(script: list[str], sites: list[str], env: dict | None = None,
     """One process per entry of `sites` (rank i runs in site sites[i]); `prefix[i]` is put
     before the interpreter (e.g. `ip netns exec NS`); rank_env[i] adds rank i's variables."""
     world = len(sites)
-    port = master_port or free_port()  # lab.agent's: a TCP port free on 127.0.0.1 now
+    port = master_port or store_port()
     local_rank: dict[str, int] = {}
     procs = []
     for rank, site in enumerate(sites):
