@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 import detwan.torch  # noqa: F401  registers backend "detwan"
 
-__all__ = ["HybridGroups", "hybrid_allreduce_hook", "register_hybrid_hook"]
+__all__ = ["HybridGroups", "hybrid_allreduce_hook", "register_hybrid_hook", "on_host"]
 
 
 class HybridGroups:
@@ -87,25 +87,24 @@ class HybridGroups:
         if len(self.site_ranks) > 1:
             dist.all_reduce(tensor, op=op, group=self.intra)
         if self.inter is not None and len(self.leaders) > 1:
-            if tensor.device.type == "cpu":
-                dist.all_reduce(tensor, op=op, group=self.inter)
-            else:
-                self._all_reduce_staged(tensor, op)
+            on_host(tensor, lambda t: dist.all_reduce(t, op=op, group=self.inter))
         if len(self.site_ranks) > 1:
             dist.broadcast(tensor, src=self.leader, group=self.intra)
         return tensor
 
 
-    def _all_reduce_staged(self, tensor: torch.Tensor, op) -> None:
-        """A device tensor crosses the WAN through pinned host memory (the detwan backend
-        takes CPU tensors): device -> host, the leaders' allreduce, host -> device. The copies
-        are asynchronous on the tensor's stream; the host copy is complete before detwan reads
-        it."""
-        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-        host.copy_(tensor, non_blocking=True)
-        torch.cuda.current_stream(tensor.device).synchronize()
-        dist.all_reduce(host, op=op, group=self.inter)
-        tensor.copy_(host, non_blocking=True)
+def on_host(tensor: torch.Tensor, call) -> None:
+    """Runs call(t) (a detwan operation, which takes CPU tensors) on `tensor`, or, for a device
+    tensor, on a copy in pinned host memory: device -> host, call, host -> device. The copies are
+    asynchronous on the tensor's stream; the host copy is complete before detwan reads it."""
+    if tensor.device.type == "cpu":
+        call(tensor)
+        return
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    torch.cuda.current_stream(tensor.device).synchronize()
+    call(host)
+    tensor.copy_(host, non_blocking=True)
 
 
 class _HookState:

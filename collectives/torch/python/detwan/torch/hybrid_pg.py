@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future as _work_from_future
 
 from detwan.torch._C import ProcessGroupDetwan
+from detwan.torch.hybrid import on_host
 
 __all__ = ["HybridProcessGroup", "names_a_site_library"]
 
@@ -123,14 +124,7 @@ class HybridProcessGroup(dist.ProcessGroup):
     def _inter(self, t: torch.Tensor, call) -> None:
         if self.inter is None or len(self.leaders) < 2:
             return
-        if t.device.type == "cpu":
-            call([t]).wait()
-            return
-        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)  # staged (module doc)
-        host.copy_(t, non_blocking=True)
-        torch.cuda.current_stream(t.device).synchronize()
-        call([host]).wait()
-        t.copy_(host, non_blocking=True)
+        on_host(t, lambda host: call([host]).wait())  # device tensors staged (module doc)
 
     def _all_reduce(self, t: torch.Tensor, op) -> None:
         self._intra_all_reduce(t, op)
