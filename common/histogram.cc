@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include <fmt/format.h>
@@ -183,6 +184,77 @@ uint64_t LogLinearHistogram::count_above(int64_t value) const noexcept {
     }
   }
   return above;
+}
+
+void LogLinearHistogram::counts_at_or_below(std::span<const int64_t> bounds_ascending,
+                                            std::span<uint64_t> out) const noexcept {
+  std::fill(out.begin(), out.end(), 0);
+  if (empty_) return;
+  const size_t n = std::min(bounds_ascending.size(), out.size());
+  size_t k = 0;
+  uint64_t cumulative = 0;
+  // Buckets in ascending value order; before a bucket is added, every bound below its lowest
+  // value gets the count so far.
+  const auto visit = [&](i128 lowest_value, uint64_t samples) {
+    while (k < n && static_cast<i128>(bounds_ascending[k]) < lowest_value) out[k++] = cumulative;
+    cumulative += samples;
+  };
+  if (min_ < 0) {
+    const size_t first = index_of(magnitude_of(std::min<int64_t>(max_, -1)));
+    for (size_t i = index_of(magnitude_of(min_)) + 1; i-- > first;) {
+      if (negative_[i] != 0) visit(-static_cast<i128>(highest_of(i)), negative_[i]);
+    }
+  }
+  if (max_ >= 0) {
+    const size_t last = index_of(magnitude_of(max_));
+    for (size_t i = index_of(magnitude_of(std::max<int64_t>(min_, 0))); i <= last; ++i) {
+      if (positive_[i] != 0) visit(static_cast<i128>(lowest_of(i)), positive_[i]);
+    }
+  }
+  while (k < n) out[k++] = cumulative;
+  // Exact at the ends: nothing is below min(), everything is at or below max().
+  for (size_t b = 0; b < n; ++b) {
+    if (bounds_ascending[b] < min_) out[b] = 0;
+    if (bounds_ascending[b] >= max_) out[b] = count_;
+  }
+}
+
+void LogLinearHistogram::nonzero_buckets(std::vector<Bucket>& out) const {
+  if (empty_) return;
+  if (min_ < 0) {
+    const size_t first = index_of(magnitude_of(std::min<int64_t>(max_, -1)));
+    for (size_t i = index_of(magnitude_of(min_)) + 1; i-- > first;) {
+      if (negative_[i] != 0) out.push_back({-static_cast<int32_t>(i), negative_[i]});
+    }
+  }
+  if (max_ >= 0) {
+    const size_t last = index_of(magnitude_of(max_));
+    for (size_t i = index_of(magnitude_of(std::max<int64_t>(min_, 0))); i <= last; ++i) {
+      if (positive_[i] != 0) out.push_back({static_cast<int32_t>(i), positive_[i]});
+    }
+  }
+}
+
+int64_t LogLinearHistogram::highest_value_of(int32_t key) const noexcept {
+  if (key < 0) return negate_magnitude(lowest_of(static_cast<size_t>(-static_cast<int64_t>(key))));
+  const uint64_t highest = highest_of(static_cast<size_t>(key));
+  return highest > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(highest);
+}
+
+int64_t LogLinearHistogram::percentile_of(std::span<const Bucket> ascending,
+                                          double q) const noexcept {
+  uint64_t total = 0;
+  for (const Bucket& b : ascending) total += b.count;
+  if (total == 0) return 0;
+  const double exact = std::clamp(q, 0.0, 1.0) * static_cast<double>(total);
+  auto rank = static_cast<uint64_t>(std::ceil(exact - exact * 1e-12));
+  rank = std::clamp<uint64_t>(rank, 1, total);
+  uint64_t seen = 0;
+  for (const Bucket& b : ascending) {
+    seen += b.count;
+    if (seen >= rank) return highest_value_of(b.key);
+  }
+  return highest_value_of(ascending.back().key);
 }
 
 size_t LogLinearHistogram::memory_bytes() const noexcept {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,27 @@ class LogLinearHistogram {
 
   // Number of samples strictly greater than `value` (bucket precision).
   [[nodiscard]] uint64_t count_above(int64_t value) const noexcept;
+
+  // Cumulative counts at sorted bounds in one pass over the used buckets (a Prometheus
+  // histogram's _bucket series): out[k] = samples <= bounds[k], with count_above()'s precision
+  // (a bucket counts when its lowest value is <= the bound). out.size() == bounds.size().
+  void counts_at_or_below(std::span<const int64_t> bounds_ascending,
+                          std::span<uint64_t> out) const noexcept;
+
+  // The used buckets, for a compact copy of the histogram's state (HistogramHistory): `key`
+  // orders buckets by value (negative values: minus the magnitude bucket's index, < 0).
+  struct Bucket {
+    int32_t key = 0;
+    uint64_t count = 0;
+  };
+  // Appends the non-empty buckets in ascending key order. Walks only min()..max()'s buckets.
+  void nonzero_buckets(std::vector<Bucket>& out) const;
+  // percentile(q) over buckets of this geometry (ascending keys, as nonzero_buckets gives; a
+  // difference of two such copies is a histogram of what was recorded in between). 0 if empty.
+  [[nodiscard]] int64_t percentile_of(std::span<const Bucket> ascending, double q) const noexcept;
+  // The highest value the bucket of `key` holds (its lowest for negative keys): a bucket
+  // precision maximum of a copy.
+  [[nodiscard]] int64_t highest_value_of(int32_t key) const noexcept;
 
   [[nodiscard]] int sub_bucket_bits() const noexcept { return sub_bucket_bits_; }
   [[nodiscard]] size_t memory_bytes() const noexcept;

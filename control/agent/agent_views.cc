@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/prometheus.h"
 #include "common/units.h"
 #include "common/version.h"
 #include "control/admission/planner.h"
@@ -254,32 +255,15 @@ void Agent::count_refused(const std::string& cause) {
   ++impl_->counters.refused[cause];
 }
 
-namespace {
-
-void summary(std::string& out, std::string_view name, std::string_view help,
-             const common::LogLinearHistogram& h) {
-  out += fmt::format("# HELP {} {}\n# TYPE {} summary\n", name, help, name);
-  for (const double q : {0.5, 0.9, 0.99, 0.999}) {
-    out += fmt::format("{}{{quantile=\"{}\"}} {:.9f}\n", name, q,
-                       h.count() == 0 ? 0.0 : static_cast<double>(h.percentile(q)) / 1e9);
-  }
-  out += fmt::format("{}_count {}\n", name, h.count());
-}
-
-}  // namespace
-
 std::string Agent::metrics_text() const {
+  namespace prom = common::prometheus;
   std::lock_guard lock(impl_->mutex);
   const Impl& m = *impl_;
   const model::Topology& t = m.topology;
   const int64_t now = m.realtime->now_ns();
-  std::string out = fmt::format(
-      "# HELP detwan_build_info The program and its version (constant 1).\n"
-      "# TYPE detwan_build_info gauge\n"
-      "detwan_build_info{{program=\"detwan-agent\",version=\"{}\"}} 1\n",
-      common::kVersion);
-  out += "# HELP detwan_agent_reservations Reservations by state.\n";
-  out += "# TYPE detwan_agent_reservations gauge\n";
+  prom::Exposition e;
+  e.gauge("detwan_build_info", "The program and its version (constant 1).",
+          {{"program", "detwan-agent"}, {"version", std::string(common::kVersion)}}, 1);
   std::map<std::string, uint64_t> by_state;
   for (const State s : {State::kHeld, State::kCommitted, State::kProvisioned, State::kReleased,
                         State::kTerminated, State::kFailed}) {
@@ -291,95 +275,66 @@ std::string Agent::metrics_text() const {
     active += r.dataplane_active ? 1 : 0;
   }
   for (const auto& [state, n] : by_state) {
-    out += fmt::format("detwan_agent_reservations{{state=\"{}\"}} {}\n", state, n);
+    e.gauge("detwan_agent_reservations", "Reservations by state.", {{"state", state}},
+            static_cast<double>(n));
   }
-  out +=
-      "# HELP detwan_agent_dataplane_active Provisioned reservations whose tunnels are on every "
-      "gateway.\n";
-  out += fmt::format(
-      "# TYPE detwan_agent_dataplane_active gauge\ndetwan_agent_dataplane_active {}\n", active);
-  out += "# HELP detwan_agent_transitions_total Reservation state transitions, by target state.\n";
-  out += "# TYPE detwan_agent_transitions_total counter\n";
+  e.gauge("detwan_agent_dataplane_active",
+          "Provisioned reservations whose tunnels are on every gateway.", {},
+          static_cast<double>(active));
   for (const auto& [state, n] : m.counters.transitions) {
-    out += fmt::format("detwan_agent_transitions_total{{to=\"{}\"}} {}\n", state, n);
+    e.counter("detwan_agent_transitions_total",
+              "Reservation state transitions, by target state.", {{"to", state}}, n);
   }
-  out += "# HELP detwan_agent_admission_decisions_total Admission decisions.\n";
-  out += "# TYPE detwan_agent_admission_decisions_total counter\n";
   for (const auto& [op, n] : m.counters.admitted) {
-    out += fmt::format(
-        "detwan_agent_admission_decisions_total{{decision=\"admitted\",operation=\"{}\"}} {}\n", op,
-        n);
+    e.counter("detwan_agent_admission_decisions_total", "Admission decisions.",
+              {{"decision", "admitted"}, {"operation", op}}, n);
   }
   for (const auto& [cause, n] : m.counters.refused) {
-    out += fmt::format(
-        "detwan_agent_admission_decisions_total{{decision=\"refused\",cause=\"{}\"}} {}\n", cause,
-        n);
+    e.counter("detwan_agent_admission_decisions_total", "Admission decisions.",
+              {{"decision", "refused"}, {"cause", cause}}, n);
   }
-  summary(out, "detwan_agent_admission_seconds",
-          "Time to plan one reservation (path, slots, bound).", m.counters.admission_ns);
-  out += "# HELP detwan_agent_http_requests_total API requests by method, route and status.\n";
-  out += "# TYPE detwan_agent_http_requests_total counter\n";
+  e.histogram_ns("detwan_agent_admission_seconds",
+                 "Time to plan one reservation (path, slots, bound).", {},
+                 m.counters.admission_ns, prom::kDelayBucketsSeconds);
   for (const auto& [key, n] : m.counters.requests) {
     const size_t a = key.find(' ');
     const size_t b = key.rfind(' ');
-    out += fmt::format(
-        "detwan_agent_http_requests_total{{method=\"{}\",route=\"{}\",status=\"{}\"}} {}\n",
-        key.substr(0, a), key.substr(a + 1, b - a - 1), key.substr(b + 1), n);
+    e.counter("detwan_agent_http_requests_total", "API requests by method, route and status.",
+              {{"method", key.substr(0, a)},
+               {"route", key.substr(a + 1, b - a - 1)},
+               {"status", key.substr(b + 1)}},
+              n);
   }
-  summary(out, "detwan_agent_http_request_seconds", "API request handling time.",
-          m.counters.request_ns);
-  out += "# HELP detwan_agent_journal_commits_total Transitions written to the journal.\n";
-  out += fmt::format(
-      "# TYPE detwan_agent_journal_commits_total counter\ndetwan_agent_journal_commits_total {}\n",
-      m.journal->commits());
-  out +=
-      "# HELP detwan_agent_journal_failures_total Journal writes that failed (nothing changed).\n";
-  out += fmt::format(
-      "# TYPE detwan_agent_journal_failures_total counter\ndetwan_agent_journal_failures_total "
-      "{}\n",
-      m.counters.journal_failures);
+  e.histogram_ns("detwan_agent_http_request_seconds", "API request handling time.", {},
+                 m.counters.request_ns, prom::kDelayBucketsSeconds);
+  e.counter("detwan_agent_journal_commits_total", "Transitions written to the journal.", {},
+            m.journal->commits());
+  e.counter("detwan_agent_journal_failures_total",
+            "Journal writes that failed (nothing changed).", {}, m.counters.journal_failures);
   const auto counters = m.reconciler->counters();
-  struct Metric {
-    const char* name;
-    const char* type;
-    const char* help;
-    uint64_t gateway::ReconcilerCounters::*field;
-  };
-  const Metric metrics[] = {
-      {"detwan_agent_gateway_reconcile_passes_total", "counter", "Reconciliation passes.",
-       &gateway::ReconcilerCounters::passes},
-      {"detwan_agent_gateway_unreachable_total", "counter",
-       "Passes that could not reach the gateway.", &gateway::ReconcilerCounters::unreachable},
-      {"detwan_agent_gateway_restarts_seen_total", "counter",
-       "Gateway restarts seen (new boot id).", &gateway::ReconcilerCounters::restarts_seen},
-      {"detwan_agent_gateway_generation", "gauge", "The gateway's configuration generation.",
-       &gateway::ReconcilerCounters::generation},
-  };
-  for (const Metric& metric : metrics) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", metric.name, metric.help, metric.name,
-                       metric.type);
-    for (uint32_t g = 0; g < t.gateways.size(); ++g) {
-      out += fmt::format("{}{{gateway=\"{}\"}} {}\n", metric.name, t.gateways[g].name,
-                         counters[g].*(metric.field));
-    }
-  }
-  out += "# HELP detwan_agent_gateway_in_sync 1 if the gateway has exactly the agent's tunnels.\n";
-  out += "# TYPE detwan_agent_gateway_in_sync gauge\n";
   for (uint32_t g = 0; g < t.gateways.size(); ++g) {
-    out += fmt::format("detwan_agent_gateway_in_sync{{gateway=\"{}\"}} {}\n", t.gateways[g].name,
-                       counters[g].in_sync ? 1 : 0);
+    const prom::Labels labels{{"gateway", t.gateways[g].name}};
+    const gateway::ReconcilerCounters& c = counters[g];
+    e.counter("detwan_agent_gateway_reconcile_passes_total", "Reconciliation passes.", labels,
+              c.passes);
+    e.counter("detwan_agent_gateway_unreachable_total",
+              "Passes that could not reach the gateway.", labels, c.unreachable);
+    e.counter("detwan_agent_gateway_restarts_seen_total", "Gateway restarts seen (new boot id).",
+              labels, c.restarts_seen);
+    e.gauge("detwan_agent_gateway_generation", "The gateway's configuration generation.", labels,
+            static_cast<double>(c.generation));
+    e.gauge("detwan_agent_gateway_in_sync",
+            "1 if the gateway has exactly the agent's tunnels.", labels, c.in_sync ? 1 : 0);
   }
-  out += "# HELP detwan_agent_link_reserved_bps Rate reserved now on each link direction.\n";
-  out += "# TYPE detwan_agent_link_reserved_bps gauge\n";
   for (uint32_t l = 0; l < t.links.size() && l < 10'000; ++l) {
     const model::Link& link = t.links[l];
     for (int d = 0; d < 2; ++d) {
-      out +=
-          fmt::format("detwan_agent_link_reserved_bps{{link=\"{}\",from=\"{}\"}} {}\n", link.name,
-                      t.nodes[link.ends[d]].name, m.ledger->capacity(l, d).at_bps(now));
+      e.gauge("detwan_agent_link_reserved_bps", "Rate reserved now on each link direction.",
+              {{"link", link.name}, {"from", t.nodes[link.ends[d]].name}},
+              static_cast<double>(m.ledger->capacity(l, d).at_bps(now)));
     }
   }
-  return out;
+  return e.text();
 }
 
 common::Result<std::string> check_journal(const model::Topology& topology,

@@ -25,6 +25,7 @@
 
 #include "common/crypto.h"
 #include "common/logging.h"
+#include "common/prometheus.h"
 #include "common/secret_file.h"
 #include "control/api/http_internal.h"
 
@@ -405,11 +406,9 @@ void HttpServer::Impl::accept() {
   });
 }
 
-std::string http_counters_text(const HttpCounters& c) {
-  std::string out =
-      "# HELP detwan_agent_http_connections_total API connections and requests by outcome "
-      "(refused_tls: plain HTTP or a failed TLS handshake; refused_cert: a client certificate "
-      "refused).\n# TYPE detwan_agent_http_connections_total counter\n";
+std::string http_counters_text(const HttpCounters& c, std::string_view prefix) {
+  common::prometheus::Exposition e;
+  const std::string name = fmt::format("{}_connections_total", prefix);
   const std::pair<const char*, uint64_t> rows[] = {{"accepted", c.accepted},
                                                    {"refused_address", c.refused_address},
                                                    {"refused_connections", c.refused_connections},
@@ -418,9 +417,12 @@ std::string http_counters_text(const HttpCounters& c) {
                                                    {"refused_tls", c.refused_tls},
                                                    {"refused_cert", c.refused_cert}};
   for (const auto& [outcome, n] : rows) {
-    out += fmt::format("detwan_agent_http_connections_total{{outcome=\"{}\"}} {}\n", outcome, n);
+    e.counter(name,
+              "HTTP connections and requests by outcome (refused_tls: plain HTTP or a failed TLS "
+              "handshake; refused_cert: a client certificate refused).",
+              {{"outcome", outcome}}, n);
   }
-  return out;
+  return e.text();
 }
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/net_address.h"
@@ -107,10 +108,12 @@ struct HttpCounters {
   uint64_t refused_cert = 0;         // client certificate unknown/invalid, or missing when required
 };
 
-// The counters in Prometheus text format, appended to the agent's /metrics:
-// detwan_agent_http_connections_total{outcome="accepted|refused_address|refused_connections|
-// refused_token|bad_request|refused_tls|refused_cert"}.
-std::string http_counters_text(const HttpCounters& counters);
+// The counters in Prometheus text format, appended to an exporter's /metrics:
+// PREFIX_connections_total{outcome="accepted|refused_address|refused_connections|
+// refused_token|bad_request|refused_tls|refused_cert"} (the agent: detwan_agent_http, a
+// gateway: detwan_gw_http).
+std::string http_counters_text(const HttpCounters& counters,
+                               std::string_view prefix = "detwan_agent_http");
 
 class HttpServer {
  public:

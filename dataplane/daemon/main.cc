@@ -32,6 +32,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <openssl/crypto.h>
 #include <unistd.h>
 
@@ -40,10 +41,14 @@
 
 #include "common/logging.h"
 #include "common/service_notify.h"
+#include "common/net_address.h"
 #include "common/status.h"
+#include "common/units.h"
 #include "common/version.h"
 #include "common/x25519.h"
 #include "dataplane/daemon/backends.h"
+#include "dataplane/daemon/commands.h"
+#include "dataplane/daemon/metrics_server.h"
 #include "dataplane/daemon/stats_table.h"
 #include "dataplane/daemon/tunnels_table.h"
 #include "dataplane/gw/config.h"
@@ -52,20 +57,16 @@
 #include "dataplane/gw/run_context.h"
 
 namespace detwan::dataplane::daemon {
-namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitBadInput = 2;
-constexpr int kStatsTimeoutMs = 5000;
-constexpr int kApplyTimeoutMs = 10000;
 
 // Set by SIGINT/SIGTERM; the datapath loop checks it at least every 10 ms. A lock-free atomic
 // store is async-signal-safe.
-std::atomic<bool> stop_requested{false};
+namespace {
+std::atomic<bool> stop_flag{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
+extern "C" void on_stop_signal(int) { stop_flag.store(true); }
+}  // namespace
 
-extern "C" void on_stop_signal(int) { stop_requested.store(true); }
+std::atomic<bool>& stop_requested() { return stop_flag; }
 
 void install_signal_handlers() {
   struct sigaction action {};
@@ -76,6 +77,13 @@ void install_signal_handlers() {
   std::signal(SIGPIPE, SIG_IGN);
 }
 
+int fail(const common::Error& error, int code) {
+  std::fprintf(stderr, "detwan-gw: %s\n", error.message.c_str());
+  return code;
+}
+
+namespace {
+
 int exit_code_for(const common::Error& error) {
   switch (error.code) {
     case common::ErrorCode::kConfig:
@@ -84,11 +92,6 @@ int exit_code_for(const common::Error& error) {
     default:
       return kExitFailure;
   }
-}
-
-int fail(const common::Error& error, int code) {
-  std::fprintf(stderr, "detwan-gw: %s\n", error.message.c_str());
-  return code;
 }
 
 int64_t tai_now_ns() {
@@ -209,6 +212,22 @@ int command_run(const RunSettings& settings) {
     log->info("no admin socket (gateway.admin_socket): tunnels cannot change at run time");
   }
 
+  std::unique_ptr<MetricsServer> metrics;  // destroyed before the control server it asks
+  if (!config.metrics.listen.empty()) {
+    auto started = MetricsServer::start(config.metrics, **control, [] {
+      timespec now{};
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+    });
+    if (!started) return fail(started.error(), exit_code_for(started.error()));
+    metrics = std::move(*started);
+    log->info("metrics: http://{}/metrics (clients: {}; {}at most one build per {})",
+              common::format_host_port(metrics->local_endpoint()),
+              config.metrics.allow.empty() ? "loopback" : fmt::format("{}", fmt::join(config.metrics.allow, ", ")),
+              config.metrics.tokens_file.empty() ? "" : "bearer tokens, ",
+              common::format_duration_ns(config.metrics.min_interval_ns));
+  }
+
   // Under systemd (Type=notify): ready once the backend's loop polls its control socket,
   // its watchdog pinged from there (a hung loop stops the pings), stopping when asked to.
   common::ServiceNotifier notifier;
@@ -222,9 +241,10 @@ int command_run(const RunSettings& settings) {
     }
     notifier.heartbeat(now_ns);
   });
-  gw::RunContext context{**engine, config, control->get(), stop_requested, admin.get()};
+  gw::RunContext context{**engine, config, control->get(), stop_requested(), admin.get()};
   auto outcome = run_backend(context);
   notifier.stopping(outcome ? "stopped" : outcome.error().message);
+  metrics.reset();
   control->reset();
   admin.reset();
   if (!outcome) {
@@ -232,149 +252,6 @@ int command_run(const RunSettings& settings) {
     return fail(outcome.error(), exit_code_for(outcome.error()));
   }
   log->info("stopped; final counters: {}", (*engine)->stats_json(tai_now_ns()));
-  return kExitOk;
-}
-
-int command_stats(const std::string& control, bool json, bool prometheus) {
-  const std::string request = prometheus ? R"({"cmd":"prometheus"})" : R"({"cmd":"stats"})";
-  auto answer = gw::control_request(control, request, kStatsTimeoutMs);
-  if (!answer) return fail(answer.error(), kExitFailure);
-  if (prometheus) {
-    std::printf("%s\n", answer->c_str());
-    return kExitOk;
-  }
-  boost::json::error_code parse_error;
-  const boost::json::value parsed = boost::json::parse(*answer, parse_error);
-  if (parse_error || !parsed.is_object()) {
-    std::fprintf(stderr, "detwan-gw: malformed answer from %s: %s\n",
-                 gw::control_socket_name(control).c_str(), answer->c_str());
-    return kExitFailure;
-  }
-  if (const auto* error = parsed.as_object().if_contains("error")) {
-    std::fprintf(stderr, "detwan-gw: the gateway refused: %s\n",
-                 error->is_string() ? error->as_string().c_str() : answer->c_str());
-    return kExitFailure;
-  }
-  if (json) {
-    std::printf("%s\n", answer->c_str());
-  } else {
-    std::fputs(format_stats_table(parsed).c_str(), stdout);
-  }
-  return kExitOk;
-}
-
-// Asks the gateway; the parsed answer, or the exit status when there is none to show.
-std::variant<boost::json::value, int> ask(const std::string& control, const std::string& request,
-                                          int timeout_ms) {
-  auto answer = gw::control_request(control, request, timeout_ms);
-  if (!answer) return fail(answer.error(), kExitFailure);
-  boost::json::error_code parse_error;
-  boost::json::value parsed = boost::json::parse(*answer, parse_error);
-  if (parse_error || !parsed.is_object()) {
-    std::fprintf(stderr, "detwan-gw: malformed answer from %s: %s\n",
-                 gw::control_socket_name(control).c_str(), answer->c_str());
-    return kExitFailure;
-  }
-  return parsed;
-}
-
-std::string error_of(const boost::json::value& answer) {
-  const auto* error = answer.as_object().if_contains("error");
-  if (error == nullptr) return "";
-  return error->is_string() ? std::string(error->as_string()) : boost::json::serialize(*error);
-}
-
-// `stats --watch SECONDS`: what changed each interval (iperf3's habit), until SIGINT/SIGTERM or
-// `count` intervals (0: no limit).
-int command_watch(const std::string& control, double seconds, int count) {
-  install_signal_handlers();
-  auto first = ask(control, R"({"cmd":"stats"})", kStatsTimeoutMs);
-  if (std::holds_alternative<int>(first)) return std::get<int>(first);
-  boost::json::value before = std::move(std::get<boost::json::value>(first));
-  if (auto error = error_of(before); !error.empty()) {
-    std::fprintf(stderr, "detwan-gw: the gateway refused: %s\n", error.c_str());
-    return kExitFailure;
-  }
-  const auto start = std::chrono::steady_clock::now();
-  auto taken = start;
-  for (int i = 0; count == 0 || i < count; ++i) {
-    const auto due = taken + std::chrono::duration<double>(seconds);
-    while (std::chrono::steady_clock::now() < due) {
-      if (stop_requested.load()) return kExitOk;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    auto next = ask(control, R"({"cmd":"stats"})", kStatsTimeoutMs);
-    if (std::holds_alternative<int>(next)) return std::get<int>(next);
-    boost::json::value now = std::move(std::get<boost::json::value>(next));
-    const auto now_time = std::chrono::steady_clock::now();
-    const double from_s = std::chrono::duration<double>(taken - start).count();
-    const double to_s = std::chrono::duration<double>(now_time - start).count();
-    std::fputs(format_stats_interval(before, now, to_s - from_s,
-                                     fmt::format("[{:6.2f}-{:6.2f} s]", from_s, to_s))
-                   .c_str(),
-               stdout);
-    std::fflush(stdout);
-    before = std::move(now);
-    taken = now_time;
-  }
-  return kExitOk;
-}
-
-int command_tunnels(const std::string& control, bool json) {
-  auto answer = ask(control, R"({"cmd":"tunnels"})", kStatsTimeoutMs);
-  if (const int* status = std::get_if<int>(&answer)) return *status;
-  const auto& value = std::get<boost::json::value>(answer);
-  if (const std::string error = error_of(value); !error.empty()) {
-    std::fprintf(stderr, "detwan-gw: the gateway refused: %s\n", error.c_str());
-    return kExitFailure;
-  }
-  if (json) {
-    std::printf("%s\n", boost::json::serialize(value).c_str());
-  } else {
-    std::fputs(format_tunnels_table(value).c_str(), stdout);
-  }
-  return kExitOk;
-}
-
-// JSON | @FILE | - : the request text.
-std::optional<std::string> read_request(const std::string& argument) {
-  if (argument == "-") {
-    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  }
-  if (!argument.empty() && argument.front() == '@') {
-    std::ifstream file(argument.substr(1), std::ios::binary);
-    if (!file) {
-      std::fprintf(stderr, "detwan-gw: %s: cannot open: %s\n", argument.substr(1).c_str(),
-                   std::strerror(errno));
-      return std::nullopt;
-    }
-    std::ostringstream text;
-    text << file.rdbuf();
-    return text.str();
-  }
-  return argument;
-}
-
-int command_apply(const std::string& control, const std::string& argument) {
-  const auto text = read_request(argument);
-  if (!text) return kExitBadInput;
-  boost::json::error_code parse_error;
-  boost::json::value request = boost::json::parse(*text, parse_error);
-  if (parse_error || !request.is_object()) {
-    std::fprintf(stderr, "detwan-gw: the request must be one JSON object (%s)\n",
-                 parse_error ? parse_error.message().c_str() : "got something else");
-    return kExitBadInput;
-  }
-  // The body of an apply without "cmd" is an apply.
-  if (!request.as_object().contains("cmd")) request.as_object()["cmd"] = "apply";
-  auto answer = ask(control, boost::json::serialize(request), kApplyTimeoutMs);
-  if (const int* status = std::get_if<int>(&answer)) return *status;
-  const auto& value = std::get<boost::json::value>(answer);
-  std::printf("%s\n", boost::json::serialize(value).c_str());
-  if (const std::string error = error_of(value); !error.empty()) {
-    std::fprintf(stderr, "detwan-gw: the gateway refused: %s\n", error.c_str());
-    return kExitBadInput;
-  }
   return kExitOk;
 }
 

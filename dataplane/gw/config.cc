@@ -447,7 +447,8 @@ GatewayIdentity parse_identity(const ConfigNode& node) {
 
 GatewayConfig parse_document(const ConfigNode& root) {
   if (!root.is_map()) root.fail("expected a map with the sections gateway, wan_ports, ...");
-  root.check_keys({"gateway", "identity", "tun", "dpdk", "wan_ports", "peers", "tunnels"});
+  root.check_keys(
+      {"gateway", "identity", "tun", "dpdk", "wan_ports", "peers", "tunnels", "metrics"});
   GatewayConfig config;
   config.source = root.file();
   parse_gateway_section(root.child("gateway"), &config);
@@ -455,6 +456,9 @@ GatewayConfig parse_document(const ConfigNode& root) {
     config.identity = parse_identity(*identity);
   if (const auto tun = root.maybe_child("tun")) parse_tun_section(*tun, &config.tun);
   if (const auto dpdk = root.maybe_child("dpdk")) parse_dpdk_section(*dpdk, &config.dpdk);
+  if (const auto metrics = root.maybe_child("metrics")) {
+    parse_metrics_section(*metrics, &config.metrics);
+  }
   const ConfigNode ports = root.child("wan_ports");
   for (const ConfigNode& item : ports.items()) config.wan_ports.push_back(parse_wan_port(item));
   if (config.wan_ports.empty()) ports.fail("at least one WAN port is required");

@@ -215,6 +215,17 @@ struct DpdkConfig {
   friend bool operator==(const DpdkConfig&, const DpdkConfig&) = default;
 };
 
+// The HTTP exporter (`metrics:`; docs/gateway.md, "Metrics over HTTP"): GET /metrics answers
+// the Prometheus exposition over HTTP, built on the datapath thread like the control socket's
+// "prometheus" request, at most once per min_interval (closer scrapes get the last answer).
+struct MetricsConfig {
+  std::string listen;                // "host:port"; "" = no HTTP exporter
+  std::vector<std::string> allow;    // client prefixes; empty = loopback only
+  std::string tokens_file;           // bearer tokens (control/api/http_server.h); "" = none
+  int64_t min_interval_ns = 1'000'000'000;
+  friend bool operator==(const MetricsConfig&, const MetricsConfig&) = default;
+};
+
 struct GatewayConfig {
   std::string source;  // file the config came from ("<string>" for load_string)
   std::string name;
@@ -260,6 +271,7 @@ struct GatewayConfig {
   std::vector<PeerConfig> peers;
   std::vector<TunnelConfig> tunnels;
   DpdkConfig dpdk;
+  MetricsConfig metrics;
   // Compares every field, `source` included (a round-trip test copies it first).
   friend bool operator==(const GatewayConfig&, const GatewayConfig&) = default;
 };

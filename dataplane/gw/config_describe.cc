@@ -288,6 +288,14 @@ std::string describe(const GatewayConfig& config) {
     out += fmt::format("  lcores: [{}]  # {} shards, shard k on lcores[k]\n",
                        fmt::join(config.dpdk.lcores, ", "), config.dpdk.lcores.size());
   }
+  out += "metrics:\n";
+  out += fmt::format("  listen: {}{}\n", quoted(config.metrics.listen),
+                     config.metrics.listen.empty() ? "  # none: no HTTP exporter" : "");
+  out += fmt::format("  allow: {}{}\n",
+                     flow_list(config.metrics.allow, [](const std::string& s) { return s; }),
+                     config.metrics.allow.empty() ? "  # loopback only" : "");
+  out += fmt::format("  tokens_file: {}\n", quoted(config.metrics.tokens_file));
+  out += fmt::format("  min_interval: {}\n", format_duration_ns(config.metrics.min_interval_ns));
   out += "wan_ports:\n";
   for (const WanPortConfig& port : config.wan_ports) describe_port(&out, config, port);
   out += config.peers.empty() ? "peers: []\n" : "peers:\n";

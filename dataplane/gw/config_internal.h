@@ -77,6 +77,8 @@ int64_t duration_field(const common::ConfigNode& map, std::string_view key, int6
                        int64_t min_ns, int64_t max_ns);
 uint64_t rate_value(const common::ConfigNode& value, uint64_t min_bps, uint64_t max_bps);
 Endpoint endpoint_value(const common::ConfigNode& value);
+// The `metrics:` section (config_net.cc).
+void parse_metrics_section(const common::ConfigNode& node, MetricsConfig* metrics);
 Prefix prefix_value(const common::ConfigNode& value);
 std::vector<Prefix> prefix_list(const common::ConfigNode& value);  // duplicates are errors
 std::string name_value(const common::ConfigNode& value);           // valid_name()

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 
+#include "common/net_address.h"
 #include "common/strings.h"
 #include "dataplane/gw/config.h"
 #include "dataplane/gw/config_internal.h"
@@ -226,6 +227,34 @@ bool prefixes_overlap(const Prefix& a, const Prefix& b) noexcept {
 std::string format_port_range(const PortRange& range) {
   return range.first == range.last ? fmt::format("{}", range.first)
                                    : fmt::format("{}-{}", range.first, range.last);
+}
+
+}  // namespace config_detail
+namespace config_detail {
+
+void parse_metrics_section(const common::ConfigNode& node, MetricsConfig* metrics) {
+  node.check_keys({"listen", "allow", "tokens_file", "min_interval"});
+  if (const auto listen = node.maybe_child("listen")) {
+    metrics->listen = listen->as_string();
+    if (!metrics->listen.empty()) {  // "" = no exporter
+      if (auto parsed = common::parse_host_port(metrics->listen); !parsed) {
+        listen->fail(parsed.error().message);
+      }
+    }
+  }
+  if (const auto allow = node.maybe_child("allow")) {
+    if (!allow->is_sequence()) allow->fail("a list of address prefixes like [10.0.0.0/8]");
+    for (const common::ConfigNode& item : allow->items()) {
+      const std::string text = item.as_string();
+      if (auto parsed = common::parse_ip_prefix(text); !parsed) item.fail(parsed.error().message);
+      metrics->allow.push_back(text);
+    }
+  }
+  if (const auto tokens = node.maybe_child("tokens_file")) {
+    metrics->tokens_file = tokens->as_string();
+  }
+  metrics->min_interval_ns =
+      duration_field(node, "min_interval", 1'000'000'000, 0, 60'000'000'000);
 }
 
 }  // namespace config_detail

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include <sys/socket.h>
@@ -167,6 +168,14 @@ ControlServer::ControlServer(std::string name, common::UniqueFd listen_fd,
 }
 
 ControlServer::~ControlServer() {
+  std::vector<LocalRequest> waiting;
+  {
+    std::lock_guard lock(local_mutex_);
+    waiting.swap(local_);
+  }
+  for (LocalRequest& r : waiting) {
+    r.done(control_error_json("stopping: the gateway's loop has ended"));
+  }
   connections_.clear();
   listen_fd_.reset();
   if (!name_.empty() && name_.front() != '@') ::unlink(name_.c_str());
@@ -256,6 +265,30 @@ void ControlServer::poll_st(int64_t now_ns, const Responder& respond) {
   // In accept order: the oldest waiting request is answered first.
   std::erase_if(connections_,
                 [&](Connection& connection) { return !serve(connection, now_ns, respond); });
+  if (local_pending_.load(std::memory_order_acquire)) serve_local(respond);
+}
+
+bool ControlServer::submit(std::string request, Done done) {
+  std::lock_guard lock(local_mutex_);
+  if (local_.size() >= kMaxLocalRequests) return false;
+  local_.push_back({std::move(request), std::move(done)});
+  local_pending_.store(true, std::memory_order_release);
+  return true;
+}
+
+void ControlServer::serve_local(const Responder& respond) {
+  std::vector<LocalRequest> taken;
+  {
+    std::lock_guard lock(local_mutex_);
+    const size_t n = std::min(local_.size(), answers_left_);
+    if (n < local_.size()) ++deferred_;  // the rest waits for the next poll's budget
+    taken.assign(std::make_move_iterator(local_.begin()),
+                 std::make_move_iterator(local_.begin() + static_cast<std::ptrdiff_t>(n)));
+    local_.erase(local_.begin(), local_.begin() + static_cast<std::ptrdiff_t>(n));
+    local_pending_.store(!local_.empty(), std::memory_order_release);
+  }
+  answers_left_ -= taken.size();
+  for (LocalRequest& r : taken) r.done(respond(r.request));
 }
 
 void ControlServer::accept_pending(int64_t now_ns) {

@@ -43,10 +43,12 @@
 // `stats` costs the datapath at most client_requests_per_s answers per second per uid, and
 // never more than one answer between two polls.
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -116,7 +118,10 @@ class ControlServer {
 
   [[nodiscard]] int fd() const noexcept { return listen_fd_.get(); }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
-  [[nodiscard]] bool has_connections() const noexcept { return !connections_.empty(); }
+  // Also true while a local request (submit) waits: the loop then polls soon.
+  [[nodiscard]] bool has_connections() const noexcept {
+    return !connections_.empty() || local_pending_.load(std::memory_order_relaxed);
+  }
   [[nodiscard]] bool admin() const noexcept { return options_.admin; }
   // Admin connections refused by uid since start.
   [[nodiscard]] uint64_t refused_peers() const noexcept { return refused_peers_; }
@@ -140,6 +145,18 @@ class ControlServer {
   void report_counters(Engine& engine) noexcept;
   // The same with any responder.
   void poll_st(int64_t now_ns, const Responder& respond);
+
+  // Local requests: from another thread of this process (the gateway's HTTP exporter,
+  // dataplane/gw/metrics_server.h). Thread-safe. The request is answered at a coming poll on
+  // the loop's thread with the same responder as the socket's requests (a sharded gateway's
+  // merged answer too) and within the same per-poll budget, after the socket's connections;
+  // `done` is then called on the loop's thread with the answer (it must be quick: hand the text
+  // over). At most kMaxLocalRequests wait: submit() refuses more (returns false, `done` is not
+  // called). Requests still waiting when the server is destroyed are answered
+  // {"error":"stopping: ..."}.
+  using Done = std::function<void(std::string answer)>;
+  static constexpr size_t kMaxLocalRequests = 16;
+  bool submit(std::string request, Done done);
 
  private:
   struct Connection {
@@ -189,6 +206,15 @@ class ControlServer {
   size_t answers_left_ = 0;
   size_t write_bytes_left_ = 0;
   std::array<ClientRate, kRatedClients> clients_{};
+  // Local requests (submit), guarded by local_mutex_; local_pending_ says one waits.
+  struct LocalRequest {
+    std::string request;
+    Done done;
+  };
+  void serve_local(const Responder& respond);
+  std::mutex local_mutex_;
+  std::vector<LocalRequest> local_;
+  std::atomic<bool> local_pending_{false};
 };
 
 // Client side: connects to `name` ("" = the default), sends `request` plus '\n' and returns the

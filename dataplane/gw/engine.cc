@@ -190,6 +190,7 @@ common::Result<TunnelState> make_tunnel(TunnelSetup setup) {
       .next_sequence = 0,
       .peer_epoch = setup.auth ? setup.auth->peer_epoch : 0,
       .counters = {},
+      .windows = {},
       .auth = std::move(setup.auth),
   };
 }

@@ -6,6 +6,8 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <new>
+#include <utility>
 #include <variant>
 
 #include "dataplane/gw/engine.h"
@@ -286,8 +288,34 @@ int64_t Engine::Impl::next_control_event_ns() const noexcept {
   return t;
 }
 
+void Engine::Impl::record_windows(int64_t now_ns) noexcept {
+  if (now_ns < next_windows_ns || tunnels.empty()) return;
+  next_windows_ns = now_ns + kWindowsLookNs;
+  uint32_t copies = 0;
+  const auto n = static_cast<uint32_t>(tunnels.size());
+  for (uint32_t visited = 0; visited < n && copies < kWindowsCopiesPerLook; ++visited) {
+    windows_cursor = windows_cursor < n ? windows_cursor : 0;
+    TunnelState& t = tunnels[windows_cursor];
+    const std::pair<common::HistogramHistory*, const common::LogLinearHistogram*> due[] = {
+        {&t.windows.on_time_wan_delay, &t.on_time.counters().wan_delay_ns},
+        {&t.windows.on_time_lateness, &t.on_time.counters().lateness_ns},
+        {&t.windows.best_effort_wan_delay, &t.best_effort.counters().wan_delay_ns}};
+    for (const auto& [history, histogram] : due) {
+      if (!t.active || !history->due(now_ns)) continue;
+      try {
+        history->snapshot(*histogram, now_ns);
+      } catch (const std::bad_alloc&) {
+        ++windows_skipped;
+      }
+      ++copies;
+    }
+    ++windows_cursor;
+  }
+}
+
 void Engine::poll_control_st(int64_t now_ns) noexcept {
   Impl& m = *impl_;
+  m.record_windows(now_ns);
   for (uint32_t i = 0; i < m.peers.size(); ++i) {
     PeerState& peer = m.peers[i];
     const PeerConfig& config = m.peer_config(peer);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/histogram_history.h"
 #include "dataplane/gw/classify.h"
 #include "dataplane/gw/clock_filter.h"
 #include "dataplane/gw/config.h"
@@ -108,6 +109,11 @@ struct TunnelState {
   uint64_t next_sequence = 0;       // of the next data frame it sends
   uint64_t peer_epoch = 0;          // the far gateway's session epoch its window is for; 0: none
   TunnelCounters counters;
+  // Copies of the playouts' delay and lateness histograms every 10 s for 5 min: the windowed
+  // percentiles of stats (Engine::Impl::record_windows, common/histogram_history.h).
+  struct Windows {
+    common::HistogramHistory on_time_wan_delay, on_time_lateness, best_effort_wan_delay;
+  } windows;
   std::unique_ptr<TunnelAuthState> auth;  // nullptr: not authenticated
   // Bytes a packet grows by after its payload: the AEAD tag on an authenticated tunnel.
   [[nodiscard]] uint32_t trailer_bytes() const noexcept {
@@ -172,6 +178,11 @@ struct ControlSlot {
 struct Engine::Impl {
   GatewayConfig config;
   int64_t start_ns = 0;
+  // record_windows: when it looks next, and the tunnel it goes on from (a bounded number of
+  // copies per look, so a gateway with many tunnels spreads them over several looks).
+  int64_t next_windows_ns = 0;
+  uint32_t windows_cursor = 0;
+  uint64_t windows_skipped = 0;  // copies not taken: out of memory
   std::vector<PortState> ports;
   std::vector<TunnelState> tunnels;  // by engine tunnel index (file order at create)
   // next_rx_st's place: the playout it releases from (tunnel index * 2, + 1 for best effort).
@@ -228,6 +239,11 @@ struct Engine::Impl {
   }
   // Control plane (engine_control.cc), all on the datapath thread.
   void queue_control(uint32_t peer, const wire::ControlBody& body, int64_t now_ns) noexcept;
+  // Takes the tunnels' due window copies (TunnelState::Windows): looks every
+  // kWindowsLookNs, at most kWindowsCopiesPerLook copies per look. Control path (allocates).
+  static constexpr int64_t kWindowsLookNs = 100'000'000;
+  static constexpr uint32_t kWindowsCopiesPerLook = 64;
+  void record_windows(int64_t now_ns) noexcept;
   // Builds the control packet of an outbox slot the scheduler released; false if it has none.
   bool emit_control(uint32_t slot, const sched::TxFrame& frame, int64_t now_ns,
                     TxEmit* emit) noexcept;

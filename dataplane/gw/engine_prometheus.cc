@@ -1,8 +1,8 @@
 // Engine::prometheus_text(): the engine's counters in the Prometheus text exposition format
-// 0.0.4 (docs/gateway.md, "Statistics"). Every family is written as one group with its # HELP
-// and # TYPE lines; counters end in _total; histograms are summaries in seconds with the
-// quantiles 0.5, 0.9, 0.99, 0.999 and 0.99999 plus _sum and _count. A sharded gateway's
-// exposition is the same families, merged over its shards (each tunnel from its owner).
+// 0.0.4 (docs/gateway.md, "Statistics"; written by common/prometheus.h). Counters end in _total;
+// latencies are Prometheus histograms in seconds with the fixed buckets of common/prometheus.h
+// (delays: kDelayBucketsSeconds; errors against a schedule: kErrorBucketsSeconds). A sharded
+// gateway's exposition is the same families, merged over its shards (each tunnel from its owner).
 #include <map>
 #include <string>
 #include <string_view>
@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "common/histogram.h"
+#include "common/prometheus.h"
 #include "common/version.h"
 #include "dataplane/gw/engine.h"
 #include "dataplane/gw/engine_impl.h"
@@ -19,85 +20,10 @@
 namespace detwan::dataplane::gw {
 namespace {
 
-constexpr double kQuantiles[] = {0.5, 0.9, 0.99, 0.999, 0.99999};
-constexpr std::string_view kQuantileText[] = {"0.5", "0.9", "0.99", "0.999", "0.99999"};
-
-std::string escape_label(std::string_view value) {
-  std::string out;
-  for (const char ch : value) {
-    if (ch == '\\') {
-      out += "\\\\";
-    } else if (ch == '"') {
-      out += "\\\"";
-    } else if (ch == '\n') {
-      out += "\\n";
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
-using Labels = std::vector<std::pair<std::string_view, std::string>>;
-
-std::string label_text(const Labels& labels, std::string_view extra_name = {},
-                       std::string_view extra_value = {}) {
-  std::string out;
-  for (const auto& [name, value] : labels) {
-    out += out.empty() ? "{" : ",";
-    out += fmt::format("{}=\"{}\"", name, escape_label(value));
-  }
-  if (!extra_name.empty()) {
-    out += out.empty() ? "{" : ",";
-    out += fmt::format("{}=\"{}\"", extra_name, escape_label(extra_value));
-  }
-  if (!out.empty()) out += "}";
-  return out;
-}
-
-// Collects samples per family so that each family is written as one group, in first-use order.
-class Exposition {
- public:
-  void counter(std::string_view name, std::string_view help, const Labels& labels, uint64_t value) {
-    add(name, help, "counter").lines += fmt::format("{}{} {}\n", name, label_text(labels), value);
-  }
-  void gauge(std::string_view name, std::string_view help, const Labels& labels, double value) {
-    add(name, help, "gauge").lines += fmt::format("{}{} {}\n", name, label_text(labels), value);
-  }
-  // A histogram of nanoseconds as a summary in seconds.
-  void summary_ns(std::string_view name, std::string_view help, const Labels& labels,
-                  const common::LogLinearHistogram& h) {
-    Family& f = add(name, help, "summary");
-    for (std::size_t i = 0; i < std::size(kQuantiles); ++i) {
-      f.lines += fmt::format("{}{} {}\n", name, label_text(labels, "quantile", kQuantileText[i]),
-                             static_cast<double>(h.percentile(kQuantiles[i])) * 1e-9);
-    }
-    f.lines += fmt::format("{}_sum{} {}\n", name, label_text(labels),
-                           h.mean() * static_cast<double>(h.count()) * 1e-9);
-    f.lines += fmt::format("{}_count{} {}\n", name, label_text(labels), h.count());
-  }
-  [[nodiscard]] std::string text() const {
-    std::string out;
-    for (const Family& f : families_) {
-      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name, f.type);
-      out += f.lines;
-    }
-    return out;
-  }
-
- private:
-  struct Family {
-    std::string name, help, type, lines;
-  };
-  Family& add(std::string_view name, std::string_view help, std::string_view type) {
-    const auto [it, inserted] = index_.try_emplace(std::string(name), families_.size());
-    if (inserted)
-      families_.push_back({std::string(name), std::string(help), std::string(type), {}});
-    return families_[it->second];
-  }
-  std::vector<Family> families_;
-  std::map<std::string, std::size_t, std::less<>> index_;
-};
+using common::prometheus::Exposition;
+using common::prometheus::kDelayBucketsSeconds;
+using common::prometheus::kErrorBucketsSeconds;
+using common::prometheus::Labels;
 
 // The scheduler counters of one owner (a port, its best effort, or a tunnel) under `prefix`.
 void tx_counters(Exposition& e, std::string_view prefix, std::string_view who, const Labels& labels,
@@ -128,10 +54,10 @@ void tx_counters(Exposition& e, std::string_view prefix, std::string_view who, c
     e.counter(name("drops_total"), help("Frames dropped by the scheduler, by reason"), with_reason,
               c.dropped[i]);
   }
-  e.summary_ns(name("departure_error_seconds"), help("Actual minus scheduled departure"), labels,
-               c.departure_error_ns);
-  e.summary_ns(name("queue_wait_seconds"), help("Scheduled departure minus enqueue time"), labels,
-               c.queue_wait_ns);
+  e.histogram_ns(name("departure_error_seconds"), help("Actual minus scheduled departure"), labels,
+                 c.departure_error_ns, kErrorBucketsSeconds);
+  e.histogram_ns(name("queue_wait_seconds"), help("Scheduled departure minus enqueue time"),
+                 labels, c.queue_wait_ns, kErrorBucketsSeconds);
 }
 
 void playout_counters(Exposition& e, const Labels& labels, const sched::PlayoutCounters& c) {
@@ -154,14 +80,15 @@ void playout_counters(Exposition& e, const Labels& labels, const sched::PlayoutC
     e.counter(fmt::format("{}_playout_drops_total", p), "Packets dropped by the playout, by reason",
               with_reason, c.dropped[i]);
   }
-  e.summary_ns(fmt::format("{}_wan_delay_seconds", p),
-               "Arrival minus sender time (WAN one-way delay)", labels, c.wan_delay_ns);
-  e.summary_ns(fmt::format("{}_one_way_delay_seconds", p), "Release minus sender time", labels,
-               c.one_way_delay_ns);
-  e.summary_ns(fmt::format("{}_lateness_seconds", p), "Arrival minus target of late packets",
-               labels, c.lateness_ns);
-  e.summary_ns(fmt::format("{}_playout_error_seconds", p), "Actual minus target release", labels,
-               c.playout_error_ns);
+  e.histogram_ns(fmt::format("{}_wan_delay_seconds", p),
+                 "Arrival minus sender time (WAN one-way delay)", labels, c.wan_delay_ns,
+                 kDelayBucketsSeconds);
+  e.histogram_ns(fmt::format("{}_one_way_delay_seconds", p), "Release minus sender time", labels,
+                 c.one_way_delay_ns, kDelayBucketsSeconds);
+  e.histogram_ns(fmt::format("{}_lateness_seconds", p), "Arrival minus target of late packets",
+                 labels, c.lateness_ns, kErrorBucketsSeconds);
+  e.histogram_ns(fmt::format("{}_playout_error_seconds", p), "Actual minus target release",
+                 labels, c.playout_error_ns, kErrorBucketsSeconds);
 }
 
 // Sums of the shards' counters (prometheus_text over shards).

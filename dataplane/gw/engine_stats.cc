@@ -46,6 +46,21 @@ json::object local_io_json(const LocalIo& io) {
       {"loop_timer_wakeups", io.loop_timer_wakeups}, {"loop_io_wakeups", io.loop_io_wakeups}};
 }
 
+// The windowed percentiles of one histogram (docs/gateway.md, "Statistics": "windows").
+json::object windows_json(const common::HistogramHistory& history,
+                          const common::LogLinearHistogram& current, int64_t now_ns) {
+  json::object out;
+  for (const auto& [name, window_ns] :
+       {std::pair{"10s", int64_t{10'000'000'000}}, std::pair{"1m", int64_t{60'000'000'000}},
+        std::pair{"5m", int64_t{300'000'000'000}}}) {
+    const common::HistogramWindow w = history.window(current, window_ns, now_ns);
+    out[name] = json::object{{"span_ns", w.span_ns}, {"count", w.count}, {"p50", w.p50},
+                             {"p90", w.p90},         {"p99", w.p99},     {"p99_9", w.p99_9},
+                             {"max", w.max}};
+  }
+  return out;
+}
+
 json::value optional_ns(bool present, int64_t value) {
   return present ? json::value(value) : json::value(nullptr);
 }
@@ -135,6 +150,16 @@ std::string Engine::stats_json(int64_t now_ns) const {
         {"best_effort", parse_embedded(t.best_effort.counters_json())},
     };
     if (!t.replay.empty()) rx["replay_top"] = t.replay.top();
+    rx["windows"] = json::object{
+        {"on_time",
+         json::object{{"wan_delay_ns", windows_json(t.windows.on_time_wan_delay,
+                                                    t.on_time.counters().wan_delay_ns, now_ns)},
+                      {"lateness_ns", windows_json(t.windows.on_time_lateness,
+                                                   t.on_time.counters().lateness_ns, now_ns)}}},
+        {"best_effort",
+         json::object{{"wan_delay_ns",
+                       windows_json(t.windows.best_effort_wan_delay,
+                                    t.best_effort.counters().wan_delay_ns, now_ns)}}}};
     // Per path: the primary (0) and, on a protected tunnel, the protection path (1).
     json::array paths;
     for (uint32_t path = 0; path < (t.protected_path() ? kMaxPaths : 1); ++path) {

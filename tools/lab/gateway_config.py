@@ -379,6 +379,18 @@ def gateway_section_lines(site: Site, options: GatewayOptions) -> list[str]:
     ]
 
 
+METRICS_PORT = 9464  # every lab gateway's HTTP exporter, on its LAN address
+
+
+def metrics_lines(site: Site) -> list[str]:
+    """The `metrics:` section: the HTTP exporter on the gateway's LAN address, for the site's own
+    LAN (its host namespace, where a Prometheus would run) and nobody else."""
+    return ["metrics:",
+            f"  listen: {_q(f'{site.gateway_lan_addr}:{METRICS_PORT}')}",
+            f"  allow: [{site.lan_prefix}]   # the site's LAN only",
+            "  min_interval: 1s"]
+
+
 def wan_port_lines(site: Site, p: WanPath, k: int, line_bps: int, mtu: int,
                    options: GatewayOptions) -> list[str]:
     """One entry of wan_ports: the site's end of WAN path p, the k-th port of its gateway."""
@@ -407,6 +419,7 @@ def render_agent_config(site: Site, topo: Topology, options: GatewayOptions, spe
         f"{options.backend} --agents (tools/lab/gateway.py): no tunnels, detwan-agent adds them",
         *gateway_section_lines(site, options),
         f"  admin_socket: {_q(str(admin_socket(site)))}   # writes: root only (mode 0600)",
+        *metrics_lines(site),
     ]
     if site.name in options.identity_keys:
         lines += ["identity:   # its own X25519 key pair; the agent's topology has the public key",
@@ -454,6 +467,7 @@ def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], Tunne
         f"# detwan-gw of lab site {site.name}, written by tools/testbed up --dataplane "
         f"{options.backend} (tools/lab/gateway.py)",
         *gateway_section_lines(site, options),
+        *metrics_lines(site),
         "tun:",
         "  enabled: true",
         f"  name: {TUN_NAME}",

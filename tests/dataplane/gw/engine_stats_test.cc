@@ -9,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
 
+#include "common/prometheus.h"
 #include "tests/dataplane/gw/engine_sim_util.h"
 
 namespace detwan::dataplane::gw {
@@ -214,10 +216,10 @@ std::optional<Sample> parse_sample(const std::string& line) {
   return s;
 }
 
-std::string key_of(const Sample& s, bool without_quantile = false) {
+std::string key_of(const Sample& s, bool without_le = false) {
   std::string key = s.name;
   for (const auto& [k, v] : s.labels) {
-    if (without_quantile && k == "quantile") continue;
+    if (without_le && k == "le") continue;
     key += "|" + k + "=" + v;
   }
   return key;
@@ -233,8 +235,9 @@ TEST(EngineStats, PrometheusTextIsWellFormedAndAgreesWithTheCounters) {
   std::string line;
   std::map<std::string, std::string> types;  // family -> type
   std::set<std::string> helped, samples, closed;
-  std::map<std::string, std::set<std::string>> quantiles;  // summary series -> quantiles
-  std::string family;                                      // current group
+  // histogram series -> its buckets in order (le text, cumulative count)
+  std::map<std::string, std::vector<std::pair<std::string, double>>> buckets;
+  std::string family;  // current group
   std::map<std::string, double> values;
   int line_number = 0;
   while (std::getline(in, line)) {
@@ -250,7 +253,7 @@ TEST(EngineStats, PrometheusTextIsWellFormedAndAgreesWithTheCounters) {
       std::istringstream words(line.substr(7));
       std::string name, type;
       words >> name >> type;
-      EXPECT_TRUE(type == "counter" || type == "gauge" || type == "summary") << type;
+      EXPECT_TRUE(type == "counter" || type == "gauge" || type == "histogram") << type;
       EXPECT_TRUE(helped.contains(name)) << "TYPE without HELP before it";
       EXPECT_TRUE(types.emplace(name, type).second) << "TYPE twice: " << name;
       if (!family.empty()) closed.insert(family);
@@ -264,24 +267,48 @@ TEST(EngineStats, PrometheusTextIsWellFormedAndAgreesWithTheCounters) {
     ASSERT_TRUE(s.has_value()) << "does not parse";
     ASSERT_FALSE(family.empty()) << "sample before any TYPE";
     const std::string& type = types.at(family);
-    if (type == "summary") {
-      EXPECT_TRUE(s->name == family || s->name == family + "_sum" || s->name == family + "_count")
+    if (type == "histogram") {
+      EXPECT_TRUE(s->name == family + "_bucket" || s->name == family + "_sum" ||
+                  s->name == family + "_count")
           << "not in family " << family;
-      if (s->name == family) quantiles[key_of(*s, true)].insert(s->labels.at("quantile"));
+      if (s->name == family + "_bucket") {
+        buckets[key_of(*s, true)].emplace_back(s->labels.at("le"), s->value);
+      }
     } else {
       EXPECT_EQ(s->name, family) << "sample outside its family's group";
     }
     EXPECT_TRUE(samples.insert(key_of(*s)).second) << "duplicate series";
-    EXPECT_GE(s->value, 0) << "no metric here can be negative";
+    if (!s->name.ends_with("_sum")) {
+      EXPECT_GE(s->value, 0) << "no count here can be negative";
+    }
     values[key_of(*s)] = s->value;
   }
   EXPECT_GT(types.size(), 60u);
-  const std::set<std::string> expected_quantiles = {"0.5", "0.9", "0.99", "0.999", "0.99999"};
-  EXPECT_FALSE(quantiles.empty());
-  for (const auto& [series, q] : quantiles) EXPECT_EQ(q, expected_quantiles) << series;
+  // Every histogram: one of the two documented bucket sets, cumulative, +Inf last and equal to
+  // its _count.
+  std::vector<std::string> delay_les, error_les;
+  for (const double b : common::prometheus::kDelayBucketsSeconds) {
+    delay_les.push_back(fmt::format("{}", b));
+  }
+  for (const double b : common::prometheus::kErrorBucketsSeconds) {
+    error_les.push_back(fmt::format("{}", b));
+  }
+  delay_les.push_back("+Inf");
+  error_les.push_back("+Inf");
+  EXPECT_GT(buckets.size(), 10u);
+  for (const auto& [series, list] : buckets) {
+    SCOPED_TRACE(series);
+    std::vector<std::string> les;
+    for (const auto& [le, count] : list) les.push_back(le);
+    EXPECT_TRUE(les == delay_les || les == error_les);
+    for (size_t i = 1; i < list.size(); ++i) EXPECT_GE(list[i].second, list[i - 1].second);
+    std::string count_key = series;
+    count_key.replace(count_key.find("_bucket"), 7, "_count");
+    EXPECT_EQ(list.back().second, values.at(count_key));
+  }
   for (const auto& [name, type] : types) {
-    if (type == "summary") {
-      EXPECT_FALSE(types.contains(name + "_sum")) << name;
+    if (type == "histogram") {
+      EXPECT_FALSE(types.contains(name + "_bucket")) << name;
       EXPECT_FALSE(types.contains(name + "_count")) << name;
     }
   }
@@ -295,13 +322,30 @@ TEST(EngineStats, PrometheusTextIsWellFormedAndAgreesWithTheCounters) {
   EXPECT_EQ(values.at("detwan_gw_port_tx_sent_packets_total|port=wan1"),
             static_cast<double>(a.scheduler(0).port_counters().sent_packets));
   EXPECT_EQ(values.at("detwan_gw_peer_up|peer=site-b"), 1.0);
-  EXPECT_EQ(values.at("detwan_gw_port_tx_departure_error_seconds|port=wan1|quantile=0.99999"), 0.0);
+  // Virtual time: every frame leaves exactly at its slot, so all are in the first bucket.
+  EXPECT_EQ(values.at("detwan_gw_port_tx_departure_error_seconds_bucket|le=1e-06|port=wan1"),
+            static_cast<double>(a.scheduler(0).port_counters().sent_packets));
   EXPECT_EQ(values.at("detwan_gw_port_tx_departure_error_seconds_count|port=wan1"),
             static_cast<double>(a.scheduler(0).port_counters().sent_packets));
   const std::string b_text = run.g->engine(1).prometheus_text(run.g->engine_now_ns(1));
-  EXPECT_NE(b_text.find("detwan_gw_tunnel_rx_one_way_delay_seconds{tunnel=\"7\",port=\"wan1\","
-                        "class=\"on_time\",quantile=\"0.5\"} 0.005\n"),
-            std::string::npos);
+  // Every on-time packet is released exactly at its 5 ms bound: all at or below le=0.005,
+  // none at or below le=0.0025.
+  const std::string series =
+      "detwan_gw_tunnel_rx_one_way_delay_seconds_bucket{tunnel=\"7\",port=\"wan1\","
+      "class=\"on_time\",le=\"";
+  const size_t at = b_text.find(series + "0.005\"} ");
+  ASSERT_NE(at, std::string::npos);
+  const size_t count_at = b_text.find(
+      "detwan_gw_tunnel_rx_one_way_delay_seconds_count{tunnel=\"7\",port=\"wan1\","
+      "class=\"on_time\"} ");
+  ASSERT_NE(count_at, std::string::npos);
+  const auto number_after = [&](size_t pos) {
+    const size_t space = b_text.find(' ', b_text.find('}', pos));
+    return std::stod(b_text.substr(space + 1, b_text.find('\n', space) - space - 1));
+  };
+  EXPECT_GT(number_after(count_at), 0.0);
+  EXPECT_EQ(number_after(at), number_after(count_at));
+  EXPECT_NE(b_text.find(series + "0.0025\"} 0\n"), std::string::npos);
   EXPECT_NE(
       b_text.find("detwan_gw_port_rx_wire_drops_total{port=\"wan1\",reason=\"too_short\"} 1\n"),
       std::string::npos);

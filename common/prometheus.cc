@@ -1,0 +1,102 @@
+#include "common/prometheus.h"
+
+#include <array>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace detwan::common::prometheus {
+namespace {
+
+std::string label_text(const Labels& labels, std::string_view extra_name = {},
+                       std::string_view extra_value = {}) {
+  std::string out;
+  for (const auto& [name, value] : labels) {
+    out += out.empty() ? "{" : ",";
+    out += fmt::format("{}=\"{}\"", name, escape_label(value));
+  }
+  if (!extra_name.empty()) {
+    out += out.empty() ? "{" : ",";
+    out += fmt::format("{}=\"{}\"", extra_name, escape_label(extra_value));
+  }
+  if (!out.empty()) out += "}";
+  return out;
+}
+
+constexpr size_t kMaxBounds = 32;
+
+}  // namespace
+
+std::string escape_label(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (const char ch : value) {
+    if (ch == '\\') {
+      out += "\\\\";
+    } else if (ch == '"') {
+      out += "\\\"";
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+void Exposition::counter(std::string_view name, std::string_view help, const Labels& labels,
+                         uint64_t value) {
+  fmt::format_to(std::back_inserter(add(name, help, "counter").lines), "{}{} {}\n", name,
+                 label_text(labels), value);
+}
+
+void Exposition::gauge(std::string_view name, std::string_view help, const Labels& labels,
+                       double value) {
+  fmt::format_to(std::back_inserter(add(name, help, "gauge").lines), "{}{} {}\n", name,
+                 label_text(labels), value);
+}
+
+void Exposition::histogram_ns(std::string_view name, std::string_view help, const Labels& labels,
+                              const LogLinearHistogram& h,
+                              std::span<const double> bounds_seconds) {
+  Family& f = add(name, help, "histogram");
+  const size_t n = std::min(bounds_seconds.size(), kMaxBounds);
+  std::array<int64_t, kMaxBounds> bounds_ns{};
+  std::array<uint64_t, kMaxBounds> counts{};
+  for (size_t i = 0; i < n; ++i) {
+    bounds_ns[i] = static_cast<int64_t>(std::llround(bounds_seconds[i] * 1e9));
+  }
+  h.counts_at_or_below(std::span(bounds_ns.data(), n), std::span(counts.data(), n));
+  auto out = std::back_inserter(f.lines);
+  const std::string plain = label_text(labels);
+  for (size_t i = 0; i < n; ++i) {
+    fmt::format_to(out, "{}_bucket{} {}\n", name,
+                   label_text(labels, "le", fmt::format("{}", bounds_seconds[i])), counts[i]);
+  }
+  fmt::format_to(out, "{}_bucket{} {}\n", name, label_text(labels, "le", "+Inf"), h.count());
+  fmt::format_to(out, "{}_sum{} {}\n", name, plain,
+                 h.mean() * static_cast<double>(h.count()) / 1e9);
+  fmt::format_to(out, "{}_count{} {}\n", name, plain, h.count());
+}
+
+std::string Exposition::text() const {
+  std::string out;
+  size_t bytes = 0;
+  for (const Family& f : families_) bytes += f.lines.size() + 2 * f.name.size() + f.help.size() + 32;
+  out.reserve(bytes);
+  for (const Family& f : families_) {
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name,
+                   f.type);
+    out += f.lines;
+  }
+  return out;
+}
+
+Exposition::Family& Exposition::add(std::string_view name, std::string_view help,
+                                    std::string_view type) {
+  const auto [it, inserted] = index_.try_emplace(std::string(name), families_.size());
+  if (inserted) families_.push_back({std::string(name), std::string(help), std::string(type), {}});
+  return families_[it->second];
+}
+
+}  // namespace detwan::common::prometheus
