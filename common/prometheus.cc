@@ -67,13 +67,18 @@ void Exposition::histogram_ns(std::string_view name, std::string_view help, cons
     bounds_ns[i] = static_cast<int64_t>(std::llround(bounds_seconds[i] * 1e9));
   }
   h.counts_at_or_below(std::span(bounds_ns.data(), n), std::span(counts.data(), n));
-  auto out = std::back_inserter(f.lines);
+  // One label prefix for every bucket line: `name_bucket{labels,le="` (label text built once).
   const std::string plain = label_text(labels);
+  std::string prefix = fmt::format("{}_bucket{{", name);
+  if (plain.size() > 2) prefix.append(plain, 1, plain.size() - 2).append(",");
+  prefix += "le=\"";
+  auto out = std::back_inserter(f.lines);
   for (size_t i = 0; i < n; ++i) {
-    fmt::format_to(out, "{}_bucket{} {}\n", name,
-                   label_text(labels, "le", fmt::format("{}", bounds_seconds[i])), counts[i]);
+    f.lines += prefix;
+    fmt::format_to(out, "{}\"}} {}\n", bounds_seconds[i], counts[i]);  // shortest round trip
   }
-  fmt::format_to(out, "{}_bucket{} {}\n", name, label_text(labels, "le", "+Inf"), h.count());
+  f.lines += prefix;
+  fmt::format_to(out, "+Inf\"}} {}\n", h.count());
   fmt::format_to(out, "{}_sum{} {}\n", name, plain,
                  h.mean() * static_cast<double>(h.count()) / 1e9);
   fmt::format_to(out, "{}_count{} {}\n", name, plain, h.count());
@@ -94,9 +99,10 @@ std::string Exposition::text() const {
 
 Exposition::Family& Exposition::add(std::string_view name, std::string_view help,
                                     std::string_view type) {
-  const auto [it, inserted] = index_.try_emplace(std::string(name), families_.size());
-  if (inserted) families_.push_back({std::string(name), std::string(help), std::string(type), {}});
-  return families_[it->second];
+  if (const auto it = index_.find(name); it != index_.end()) return families_[it->second];
+  index_.emplace(std::string(name), families_.size());
+  families_.push_back({std::string(name), std::string(help), std::string(type), {}});
+  return families_.back();
 }
 
 }  // namespace detwan::common::prometheus

@@ -26,8 +26,10 @@ using common::prometheus::kErrorBucketsSeconds;
 using common::prometheus::Labels;
 
 // The scheduler counters of one owner (a port, its best effort, or a tunnel) under `prefix`.
+// Per tunnel only the departure error is a histogram (queue_wait stays in stats and per port):
+// a histogram is ~20 series, and a gateway may carry a thousand tunnels.
 void tx_counters(Exposition& e, std::string_view prefix, std::string_view who, const Labels& labels,
-                 const sched::TxCounters& c) {
+                 const sched::TxCounters& c, bool queue_wait = true) {
   const auto name = [&](std::string_view metric) { return fmt::format("{}_{}", prefix, metric); };
   const auto help = [&](std::string_view what) { return fmt::format("{} of {}", what, who); };
   e.counter(name("offered_packets_total"), help("Frames offered to the scheduler"), labels,
@@ -56,11 +58,16 @@ void tx_counters(Exposition& e, std::string_view prefix, std::string_view who, c
   }
   e.histogram_ns(name("departure_error_seconds"), help("Actual minus scheduled departure"), labels,
                  c.departure_error_ns, kErrorBucketsSeconds);
-  e.histogram_ns(name("queue_wait_seconds"), help("Scheduled departure minus enqueue time"),
-                 labels, c.queue_wait_ns, kErrorBucketsSeconds);
+  if (queue_wait) {
+    e.histogram_ns(name("queue_wait_seconds"), help("Scheduled departure minus enqueue time"),
+                   labels, c.queue_wait_ns, kErrorBucketsSeconds);
+  }
 }
 
-void playout_counters(Exposition& e, const Labels& labels, const sched::PlayoutCounters& c) {
+// Best effort is released on receipt: its one-way delay is its WAN delay and it has no target,
+// so only the on-time class has the one-way delay, lateness and playout error histograms.
+void playout_counters(Exposition& e, const Labels& labels, const sched::PlayoutCounters& c,
+                      bool on_time) {
   constexpr std::string_view p = "detwan_gw_tunnel_rx";
   e.counter(fmt::format("{}_received_packets_total", p), "Packets pushed to the playout", labels,
             c.received_packets);
@@ -83,6 +90,7 @@ void playout_counters(Exposition& e, const Labels& labels, const sched::PlayoutC
   e.histogram_ns(fmt::format("{}_wan_delay_seconds", p),
                  "Arrival minus sender time (WAN one-way delay)", labels, c.wan_delay_ns,
                  kDelayBucketsSeconds);
+  if (!on_time) return;
   e.histogram_ns(fmt::format("{}_one_way_delay_seconds", p), "Release minus sender time", labels,
                  c.one_way_delay_ns, kDelayBucketsSeconds);
   e.histogram_ns(fmt::format("{}_lateness_seconds", p), "Arrival minus target of late packets",
@@ -221,13 +229,13 @@ std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t 
     const Labels labels{{"tunnel", std::to_string(t.id)},
                         {"port", o.config.wan_ports[t.port].name}};
     if (const sched::TxCounters* c = o.ports[t.port].scheduler.tunnel_counters(t.id)) {
-      tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", labels, *c);
+      tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", labels, *c, false);
     }
     if (t.protected_path()) {  // its copies, on the protection port (label port says which)
       const Labels copy_labels{{"tunnel", std::to_string(t.id)},
                                {"port", o.config.wan_ports[t.protect_port].name}};
       if (const auto* c = o.ports[t.protect_port].scheduler.tunnel_counters(t.id)) {
-        tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", copy_labels, *c);
+        tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", copy_labels, *c, false);
       }
     }
     const TunnelCounters& tc = t.counters;
@@ -298,7 +306,7 @@ std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t 
       Labels with_class = labels;
       with_class.emplace_back("class", best_effort ? "best_effort" : "on_time");
       playout_counters(e, with_class,
-                       best_effort ? t.best_effort.counters() : t.on_time.counters());
+                       best_effort ? t.best_effort.counters() : t.on_time.counters(), !best_effort);
     }
     for (const auto reason : {wire::DropReason::kDuplicate, wire::DropReason::kTooOld}) {
       Labels with_reason = labels;

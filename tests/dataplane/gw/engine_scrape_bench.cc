@@ -25,7 +25,7 @@ namespace {
 using namespace detwan::dataplane::gw;  // NOLINT(google-build-using-namespace): bench only
 
 constexpr int64_t kStartNs = 1'000'000'000'000;
-constexpr int64_t kCycleNs = 1'000'000;
+constexpr int64_t kCycleNs = 10'000'000;
 constexpr uint32_t kSlots = 1000;
 constexpr uint32_t kPacketBytes = 1200;
 
@@ -39,7 +39,7 @@ Endpoint v4(uint8_t last, uint16_t port) {
   return e;
 }
 
-// Tunnel i: 10.(i / 256).(i % 256).0/24, one slot (10 Mbit/s of the 10 Gbit/s port).
+// Tunnel i: 10.(i / 256).(i % 256).0/24, one 10 us slot of a 10 ms cycle (5 Mbit/s reserved).
 Prefix prefix_of(uint32_t i) {
   Prefix p;
   p.address[0] = 10;
@@ -71,7 +71,7 @@ GatewayConfig config(uint32_t tunnels) {
     TunnelConfig t;
     t.id = 1000 + i;
     t.peer = "site-b";
-    t.rate_bps = 10'000'000;
+    t.rate_bps = 5'000'000;
     t.slots = {i % kSlots};
     t.bound_ns = 20'000'000;
     t.dst_prefixes = {prefix_of(i)};
@@ -118,7 +118,7 @@ Loaded loaded(uint32_t tunnels) {
     for (const auto& p : packets) {
       for (int f = 0; f < 4; ++f) (void)l.engine->submit_tun_st(++handle, p, l.now_ns);
     }
-    for (int64_t t = l.now_ns; t < l.now_ns + kCycleNs; t += 1000) (void)l.engine->poll_tx_st(t, sink);
+    for (int64_t t = l.now_ns; t < l.now_ns + kCycleNs; t += 10'000) (void)l.engine->poll_tx_st(t, sink);
     l.now_ns += kCycleNs;
   }
   return l;
