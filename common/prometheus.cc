@@ -105,4 +105,48 @@ Exposition::Family& Exposition::add(std::string_view name, std::string_view help
   return families_.back();
 }
 
+std::string merge(const std::vector<std::string>& parts) {
+  struct Merged {
+    std::string head, lines;
+  };
+  std::vector<Merged> families;
+  std::map<std::string, size_t, std::less<>> index;
+  size_t total = 0;
+  for (const std::string& part : parts) total += part.size();
+  for (const std::string& part : parts) {
+    Merged* current = nullptr;
+    bool fresh = false;  // the current family was first seen in this part
+    size_t at = 0;
+    while (at < part.size()) {
+      size_t end = part.find('\n', at);
+      if (end == std::string::npos) end = part.size();
+      const std::string_view line(part.data() + at, end - at);
+      at = end + 1;
+      if (line.empty()) continue;
+      const bool help = line.starts_with("# HELP ");
+      if (help || line.starts_with("# TYPE ")) {
+        std::string_view name = line.substr(7);
+        name = name.substr(0, name.find(' '));
+        auto it = index.find(name);
+        if (it == index.end()) {
+          it = index.emplace(std::string(name), families.size()).first;
+          families.emplace_back();
+          fresh = true;
+        } else if (help) {
+          fresh = false;
+        }
+        current = &families[it->second];
+        if (fresh) current->head.append(line).append("\n");
+        continue;
+      }
+      if (line.front() == '#' || current == nullptr) continue;  // a comment
+      current->lines.append(line).append("\n");
+    }
+  }
+  std::string out;
+  out.reserve(total);
+  for (const Merged& f : families) out.append(f.head).append(f.lines);
+  return out;
+}
+
 }  // namespace detwan::common::prometheus

@@ -60,4 +60,9 @@ class Exposition {
   std::map<std::string, size_t, std::less<>> index_;
 };
 
+// Expositions written in parts (a gateway builds its /metrics over several polls) joined into
+// one: each family's samples brought together under the first part's # HELP and # TYPE lines,
+// families in first-seen order; other comment lines are dropped.
+std::string merge(const std::vector<std::string>& parts);
+
 }  // namespace detwan::common::prometheus

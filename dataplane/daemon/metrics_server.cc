@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -10,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "common/prometheus.h"
 #include "common/version.h"
 #include "control/api/http_server.h"
 
@@ -32,6 +34,7 @@ struct MetricsServer::State {
   int64_t cache_at_ns = 0;
   std::string cache;  // the last exposition (engine part)
   std::vector<api::Respond> waiting;
+  std::vector<std::string> parts;  // of the build under way (datapath thread only)
   std::atomic<uint64_t> builds{0}, cached_answers{0};
 
   std::string with_http_counters(const std::string& exposition) const {
@@ -47,22 +50,55 @@ struct MetricsServer::State {
     return r;
   }
 
-  // On the datapath thread: the control server's answer to {"cmd":"prometheus"}.
-  void built(const std::string& answer) {
+  // The request for the part after `after_tunnel` (-1: the first part, with the head).
+  static std::string part_request(int64_t after_tunnel) {
+    return fmt::format(
+        R"({{"cmd":"prometheus","part":{{"head":{},"after_tunnel":{},"max_tunnels":{}}}}})",
+        after_tunnel < 0 ? "true" : "false", after_tunnel, kTunnelsPerPart);
+  }
+
+  // Asks the loop for the part after `after_tunnel`; false if the control server's queue is
+  // full.
+  bool ask(const std::shared_ptr<State>& self, int64_t after_tunnel) {
+    return control->submit(part_request(after_tunnel),
+                           [self](std::string answer) { self->part_built(self, std::move(answer)); });
+  }
+
+  // On the datapath thread: one part of the exposition. Asks for the next part, or hands the
+  // parts to a thread of their own to be joined and answered (never on the datapath thread).
+  void part_built(const std::shared_ptr<State>& self, std::string answer) {
+    if (answer.rfind("{\"error\"", 0) == 0) return finish(self, {}, answer);
+    int64_t next = -1;
+    if (const size_t at = answer.rfind(gw::kPrometheusMore); at != std::string::npos) {
+      next = std::strtoll(answer.c_str() + at + gw::kPrometheusMore.size(), nullptr, 10);
+      answer.resize(at);
+    }
+    parts.push_back(std::move(answer));
+    if (next >= 0 && ask(self, next)) return;
+    std::vector<std::string> all;
+    all.swap(parts);
+    if (next >= 0) return finish(self, {}, R"({"error":"busy: the control channel's local queue is full"})");
+    std::thread([self, all = std::move(all)] { self->finish(self, all, ""); }).detach();
+  }
+
+  // The joined exposition (or the error) to every waiting scrape, and into the cache.
+  void finish(const std::shared_ptr<State>&, const std::vector<std::string>& all,
+              const std::string& error) {
     std::vector<api::Respond> respond;
     std::string body;
-    const bool ok = answer.rfind("{\"error\"", 0) != 0;
+    const bool ok = error.empty();
+    const std::string exposition = ok ? common::prometheus::merge(all) : std::string();
     {
       std::lock_guard lock(mutex);
       building = false;
       if (stopped) return;
       if (ok) {
-        cache = answer;
+        cache = exposition;
         have_cache = true;
         cache_at_ns = clock_ns();
       }
-      body = ok ? with_http_counters(answer)
-                : fmt::format("detwan-gw could not build its metrics: {}\n", answer);
+      body = ok ? with_http_counters(exposition)
+                : fmt::format("detwan-gw could not build its metrics: {}\n", error);
       respond.swap(waiting);
     }
     for (api::Respond& r : respond) r(text_response(ok ? 200 : 503, body));
@@ -90,10 +126,8 @@ struct MetricsServer::State {
     building = true;
     lock.unlock();
     ++builds;
-    const bool queued = control->submit(R"({"cmd":"prometheus"})",
-                                        [self](std::string answer) { self->built(answer); });
-    if (!queued) {
-      self->built(R"({"error":"busy: the control channel's local queue is full"})");
+    if (!ask(self, -1)) {
+      finish(self, {}, R"({"error":"busy: the control channel's local queue is full"})");
     }
   }
 };

@@ -9,10 +9,14 @@
 // method 405.
 //
 // Threading: the HTTP server runs on a thread of its own; the exposition is built on the
-// datapath thread, which owns the engine: a scrape is handed to the read-only control server
-// (ControlServer::submit) and answered at its next poll (<= 10 ms), within the control channel's
-// per-poll budget. Scrapes closer together than metrics.min_interval share one build (the
-// last answer is served again), so N scrapers cost the datapath at most one build per
+// datapath thread, which owns the engine, in parts: a scrape hands the read-only control
+// server (ControlServer::submit) a request for the first part (the gateway, ports, peers, host
+// counters and the first kTunnelsPerPart tunnels by id), answered at its next poll within the
+// control channel's per-poll budget; each answer asks for the next kTunnelsPerPart tunnels, so
+// one poll never holds the datapath for more than that many tunnels however many the gateway
+// carries. The parts are joined by family (common::prometheus::merge) on a thread of their
+// own, never on the datapath. Scrapes closer together than metrics.min_interval share one build
+// (the last answer is served again), so N scrapers cost the datapath at most one build per
 // interval. At most kMaxWaiting scrapes wait for a build; more are answered 503.
 #include <cstdint>
 #include <functional>
@@ -28,6 +32,8 @@ namespace detwan::dataplane::daemon {
 class MetricsServer {
  public:
   static constexpr size_t kMaxWaiting = 64;
+  // Tunnels per part: ~4 ms of one core at 76 us per tunnel (docs/benchmarks.md, "Scrape cost").
+  static constexpr uint32_t kTunnelsPerPart = 50;
   // Listens on config.listen (errors name it, or the tokens file). `control` must outlive the
   // server's use of it: destroy the MetricsServer first. clock_ns: monotonic time.
   static common::Result<std::unique_ptr<MetricsServer>> start(

@@ -217,7 +217,10 @@ std::string answer(Engine& engine, std::string_view request, int64_t now_ns,
     }
     return apply(engine, object, name, now_ns);
   }
-  if (name != "stats" && name != "prometheus" && name != "config" && name != "tunnels") {
+  if (name == "prometheus") {
+    return prometheus_answer({&engine}, boost::json::serialize(object), now_ns);
+  }
+  if (name != "stats" && name != "config" && name != "tunnels") {
     return control_error_json(fmt::format("unknown cmd \"{}\" (use {})", name, kCommands));
   }
   for (const auto& field : object) {
@@ -227,12 +230,51 @@ std::string answer(Engine& engine, std::string_view request, int64_t now_ns,
     }
   }
   if (name == "stats") return engine.stats_json(now_ns);
-  if (name == "prometheus") return engine.prometheus_text(now_ns);
   if (name == "tunnels") return engine.tunnels_json();
   return describe(engine.config());
 }
 
 }  // namespace
+
+std::string prometheus_answer(const std::vector<Engine*>& shards, std::string_view request,
+                              int64_t now_ns) {
+  boost::system::error_code error;
+  const boost::json::value parsed = boost::json::parse(request, error);
+  if (error || !parsed.is_object()) return control_error_json("request is not a JSON object");
+  Engine::PrometheusPart part;
+  bool parted = false;
+  for (const auto& field : parsed.as_object()) {
+    if (field.key() == "cmd") continue;
+    if (field.key() != "part" || !field.value().is_object()) {
+      return control_error_json(fmt::format(
+          "unknown field \"{}\" (prometheus takes \"cmd\" and an optional \"part\" object)",
+          std::string_view(field.key())));
+    }
+    parted = true;
+    for (const auto& item : field.value().as_object()) {
+      const boost::json::value& v = item.value();
+      if (item.key() == "head" && v.is_bool()) {
+        part.head = v.as_bool();
+      } else if (item.key() == "after_tunnel" && v.is_int64() && v.as_int64() >= -1 &&
+                 v.as_int64() <= UINT32_MAX) {
+        part.after_tunnel = v.as_int64();
+      } else if (item.key() == "max_tunnels" && v.is_int64() && v.as_int64() >= 1 &&
+                 v.as_int64() <= UINT32_MAX) {
+        part.max_tunnels = static_cast<uint32_t>(v.as_int64());
+      } else {
+        return control_error_json(fmt::format(
+            "part.{}: not one of head (true/false), after_tunnel (-1 or a tunnel id), "
+            "max_tunnels (>= 1)",
+            std::string_view(item.key())));
+      }
+    }
+  }
+  if (!parted) return Engine::prometheus_text(shards, now_ns);
+  int64_t next_after = -1;
+  std::string text = Engine::prometheus_text(shards, now_ns, part, &next_after);
+  if (next_after >= 0) text += fmt::format("{}{}\n", kPrometheusMore, next_after);
+  return text;
+}
 
 std::string answer_control_request(Engine& engine, std::string_view request, int64_t now_ns,
                                    const ControlChannel& channel) {

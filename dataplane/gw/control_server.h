@@ -77,6 +77,13 @@ struct ControlChannel {
 // (writes: {"error":"...","generation":N}).
 std::string answer_control_request(Engine& engine, std::string_view request, int64_t now_ns,
                                    const ControlChannel& channel = {});
+// {"cmd":"prometheus"} over a gateway's shards (one shard: {&engine}): the whole exposition, or
+// with "part":{"head":bool,"after_tunnel":ID,"max_tunnels":N} a part of it
+// (Engine::PrometheusPart) that ends with the comment line kPrometheusMore + ID when tunnels
+// above ID remain. Malformed: {"error":...} naming the field.
+inline constexpr std::string_view kPrometheusMore = "# detwan-gw: more after_tunnel ";
+std::string prometheus_answer(const std::vector<Engine*>& shards, std::string_view request,
+                              int64_t now_ns);
 // {"error": message} as one JSON line (without '\n'): every refusal of the control channel.
 std::string control_error_json(std::string_view message);
 

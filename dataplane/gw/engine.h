@@ -35,6 +35,10 @@
 #include "dataplane/wire/drop_reason.h"
 #include "dataplane/wire/header.h"
 
+namespace detwan::common::prometheus {
+class Exposition;  // common/prometheus.h
+}  // namespace detwan::common::prometheus
+
 namespace detwan::dataplane::gw {
 
 // Engine-level drop reasons (besides the scheduler's TxDrop, the wire's DropReason and the
@@ -375,7 +379,8 @@ class Engine {
   // Everything the engine counts, as one JSON object (schema in docs/gateway.md):
   // {"gateway":..,"uptime_ns":..,"drops":{..},"ports":[..],"tunnels":[..],"peers":[..],"local":..}
   [[nodiscard]] std::string stats_json(int64_t now_ns) const;
-  // The same in Prometheus text exposition format (counters *_total, histograms as summaries).
+  // The same in Prometheus text exposition format (counters *_total, latencies as histograms;
+  // common/prometheus.h).
   [[nodiscard]] std::string prometheus_text(int64_t now_ns) const;
   // One exposition for a gateway spread over shards (shard.h; shards[k] is shard k of N): each
   // tunnel's series from the shard that owns it, each peer's from its lead; engine drops, port,
@@ -383,10 +388,30 @@ class Engine {
   // the shards' histograms share one bucket layout). N = 1 is prometheus_text(now_ns).
   [[nodiscard]] static std::string prometheus_text(const std::vector<Engine*>& shards,
                                                    int64_t now_ns);
+  // A part of that exposition, so that a large gateway's is built over several polls (the HTTP
+  // exporter, dataplane/daemon/metrics_server.h): the head (gateway, ports, peers, host
+  // counters) if `head`, and the max_tunnels tunnels with the lowest ids above after_tunnel.
+  // *next_after (if given) is the last id written when tunnels above it remain, else -1.
+  // Parts are expositions of their own; common::prometheus::merge joins them by family.
+  struct PrometheusPart {
+    bool head = true;
+    int64_t after_tunnel = -1;
+    uint32_t max_tunnels = UINT32_MAX;
+  };
+  [[nodiscard]] static std::string prometheus_text(const std::vector<Engine*>& shards,
+                                                   int64_t now_ns, const PrometheusPart& part,
+                                                   int64_t* next_after);
 
  private:
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
+  // The pieces of prometheus_text (engine_prometheus.cc).
+  static void write_head(common::prometheus::Exposition& e, const std::vector<Engine*>& shards,
+                         int64_t now_ns);
+  static void write_tunnel(common::prometheus::Exposition& e, const std::vector<Engine*>& shards,
+                           uint32_t id);
+  static void write_peers_and_host(common::prometheus::Exposition& e,
+                                   const std::vector<Engine*>& shards, int64_t now_ns);
   // Datapath steps used by the templates (engine_datapath.cc).
   bool next_tx_st(int64_t now_ns, TxEmit* emit) noexcept;
   bool next_rx_st(int64_t now_ns, RxEmit* emit) noexcept;

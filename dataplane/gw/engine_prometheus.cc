@@ -3,6 +3,7 @@
 // latencies are Prometheus histograms in seconds with the fixed buckets of common/prometheus.h
 // (delays: kDelayBucketsSeconds; errors against a schedule: kErrorBucketsSeconds). A sharded
 // gateway's exposition is the same families, merged over its shards (each tunnel from its owner).
+#include <algorithm>
 #include <map>
 #include <string>
 #include <string_view>
@@ -155,9 +156,38 @@ std::string Engine::prometheus_text(int64_t now_ns) const {
 }
 
 std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t now_ns) {
-  const auto count = static_cast<uint32_t>(shards.size());
+  return prometheus_text(shards, now_ns, PrometheusPart{}, nullptr);
+}
+
+std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t now_ns,
+                                    const PrometheusPart& part, int64_t* next_after) {
   const Impl& m = *shards[0]->impl_;
   Exposition e;
+  // This part's tunnels: the max_tunnels lowest ids above after_tunnel, in id order (ids, not
+  // indices: a tunnel added or removed between two parts never appears twice).
+  std::vector<uint32_t> ids;
+  for (const TunnelState& listed : m.tunnels) {
+    if (listed.active && static_cast<int64_t>(listed.id) > part.after_tunnel) {
+      ids.push_back(listed.id);
+    }
+  }
+  const bool more = ids.size() > part.max_tunnels;
+  if (more) {
+    std::nth_element(ids.begin(), ids.begin() + part.max_tunnels, ids.end());
+    ids.resize(part.max_tunnels);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (next_after != nullptr) *next_after = more ? static_cast<int64_t>(ids.back()) : -1;
+  if (part.head) write_head(e, shards, now_ns);
+  for (const uint32_t id : ids) write_tunnel(e, shards, id);
+  if (part.head) write_peers_and_host(e, shards, now_ns);
+  return e.text();
+}
+
+void Engine::write_head(common::prometheus::Exposition& e, const std::vector<Engine*>& shards,
+                        int64_t now_ns) {
+  const auto count = static_cast<uint32_t>(shards.size());
+  const Impl& m = *shards[0]->impl_;
   e.gauge("detwan_gw_info", "The gateway (constant 1)", {{"gateway", m.config.name}}, 1);
   e.gauge("detwan_build_info", "The program and its version (constant 1)",
           {{"program", "detwan-gw"}, {"version", std::string(common::kVersion)}}, 1);
@@ -219,12 +249,16 @@ std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t 
     tx_counters(e, "detwan_gw_port_tx", "the WAN port", labels, port_tx);
     tx_counters(e, "detwan_gw_best_effort_tx", "the port's best effort", labels, best_effort_tx);
   }
-  for (const TunnelState& listed : m.tunnels) {
-    if (!listed.active) continue;
+}
+
+void Engine::write_tunnel(common::prometheus::Exposition& e, const std::vector<Engine*>& shards,
+                          uint32_t id) {
+  const auto count = static_cast<uint32_t>(shards.size());
+  {
     // Every shard holds every tunnel; only its owner's state counts (shard.h).
-    const Impl& o = *shards[shard_of_tunnel(listed.id, count)]->impl_;
-    const uint32_t owned = o.find_tunnel(listed.id);
-    if (owned == kNoIndex) continue;
+    const Impl& o = *shards[shard_of_tunnel(id, count)]->impl_;
+    const uint32_t owned = o.find_tunnel(id);
+    if (owned == kNoIndex) return;
     const TunnelState& t = o.tunnels[owned];
     const Labels labels{{"tunnel", std::to_string(t.id)},
                         {"port", o.config.wan_ports[t.port].name}};
@@ -316,6 +350,12 @@ std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t 
                 t.replay_drops[reason]);
     }
   }
+}
+
+void Engine::write_peers_and_host(common::prometheus::Exposition& e,
+                                  const std::vector<Engine*>& shards, int64_t now_ns) {
+  const auto count = static_cast<uint32_t>(shards.size());
+  const Impl& m = *shards[0]->impl_;
   for (uint32_t i = 0; i < m.peers.size(); ++i) {
     // A peer's control state lives in its lead shard (shard.h).
     uint32_t lead = 0;
@@ -406,7 +446,6 @@ std::string Engine::prometheus_text(const std::vector<Engine*>& shards, int64_t 
             io.loop_timer_wakeups);
   e.counter("detwan_gw_loop_wakeups_total", "How the loop's sleeps ended", {{"cause", "io"}},
             io.loop_io_wakeups);
-  return e.text();
 }
 
 }  // namespace detwan::dataplane::gw

@@ -178,10 +178,10 @@ std::string answer_sharded_request(const std::vector<Engine*>& shards, std::stri
       return control_error_json(fmt::format("internal error: {}", e.what()));
     }
   }
-  if (name == "prometheus" && parsed.as_object().size() == 1) {
+  if (name == "prometheus") {
     ++lead.control_io().requests;
     try {
-      return Engine::prometheus_text(shards, now_ns);
+      return prometheus_answer(shards, request, now_ns);
     } catch (const std::exception& e) {
       return control_error_json(fmt::format("internal error: {}", e.what()));
     }

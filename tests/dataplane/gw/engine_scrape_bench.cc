@@ -143,6 +143,25 @@ void BM_PrometheusText(benchmark::State& state) {
 }
 BENCHMARK(BM_PrometheusText)->Arg(1)->Arg(100)->Arg(1000)->Unit(benchmark::kMillisecond);
 
+// One part of the HTTP exporter's build (what one control poll holds the datapath for): the
+// head and the first 50 tunnels of a gateway with range(0) tunnels.
+void BM_PrometheusFirstPart(benchmark::State& state) {
+  answer_bench(state, [](const Engine& e, int64_t now) {
+    return Engine::prometheus_text({const_cast<Engine*>(&e)}, now,
+                                   Engine::PrometheusPart{true, -1, 50}, nullptr);
+  });
+}
+BENCHMARK(BM_PrometheusFirstPart)->Arg(1000)->Unit(benchmark::kMillisecond);
+
+// A later part: 50 tunnels, no head.
+void BM_PrometheusTunnelPart(benchmark::State& state) {
+  answer_bench(state, [](const Engine& e, int64_t now) {
+    return Engine::prometheus_text({const_cast<Engine*>(&e)}, now,
+                                   Engine::PrometheusPart{false, 1499, 50}, nullptr);
+  });
+}
+BENCHMARK(BM_PrometheusTunnelPart)->Arg(1000)->Unit(benchmark::kMillisecond);
+
 void BM_StatsJson(benchmark::State& state) {
   answer_bench(state, [](const Engine& e, int64_t now) { return e.stats_json(now); });
 }

@@ -15,7 +15,9 @@
 #include <boost/json.hpp>
 
 #include "common/prometheus.h"
+#include "dataplane/gw/control_server.h"
 #include "tests/dataplane/gw/engine_sim_util.h"
+#include "tests/dataplane/gw/engine_test_util.h"
 
 namespace detwan::dataplane::gw {
 namespace {
@@ -349,6 +351,55 @@ TEST(EngineStats, PrometheusTextIsWellFormedAndAgreesWithTheCounters) {
   EXPECT_NE(
       b_text.find("detwan_gw_port_rx_wire_drops_total{port=\"wan1\",reason=\"too_short\"} 1\n"),
       std::string::npos);
+}
+
+
+// The HTTP exporter builds the exposition in parts (Engine::PrometheusPart, one control poll
+// each); joined by family they are the whole exposition, line for line, each family once.
+TEST(EnginePrometheusParts, PartsJoinedAreTheWholeExposition) {
+  auto engine = Engine::create(testing::many_tunnels_config(120), 1'000'000'000'000);
+  ASSERT_TRUE(engine.has_value()) << engine.error().message;
+  const std::vector<Engine*> shards{engine->get()};
+  const int64_t now = 1'000'000'000'000;
+  const std::string whole = Engine::prometheus_text(shards, now);
+  std::vector<std::string> parts;
+  int64_t after = -1;
+  int rounds = 0;
+  do {
+    const std::string request = fmt::format(
+        R"({{"cmd":"prometheus","part":{{"head":{},"after_tunnel":{},"max_tunnels":50}}}})",
+        after < 0 ? "true" : "false", after);
+    std::string text = prometheus_answer(shards, request, now);
+    ASSERT_NE(text.rfind("{\"error\"", 0), 0u) << text;
+    after = -1;
+    if (const size_t at = text.rfind(kPrometheusMore); at != std::string::npos) {
+      after = std::stoll(text.substr(at + kPrometheusMore.size()));
+      text.resize(at);
+    }
+    parts.push_back(std::move(text));
+  } while (after >= 0 && ++rounds < 10);
+  EXPECT_EQ(parts.size(), 3u);  // 50 + 50 + 20 tunnels
+  const std::string merged = common::prometheus::merge(parts);
+  const auto lines_of = [](const std::string& text) {
+    std::multiset<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.insert(line);
+    return lines;
+  };
+  EXPECT_EQ(lines_of(merged), lines_of(whole));
+  std::set<std::string> typed;
+  std::istringstream in(merged);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      EXPECT_TRUE(typed.insert(line).second) << line;
+    }
+  }
+  // Malformed parts are refused naming the field.
+  EXPECT_NE(prometheus_answer(shards, R"({"cmd":"prometheus","part":{"max_tunnels":0}})", now)
+                .find("part.max_tunnels"),
+            std::string::npos);
+  EXPECT_NE(prometheus_answer(shards, R"({"cmd":"prometheus","bogus":1})", now).find("bogus"),
+            std::string::npos);
 }
 
 }  // namespace

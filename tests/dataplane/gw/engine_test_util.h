@@ -161,6 +161,39 @@ inline GatewayConfig site_config(int site, const SiteOptions& o = {}) {
 
 // The gate control list configuration of wan1 written out independently of the engine, for the
 // slot oracle.
+// One port of 1000 10 us slots (10 ms cycle, 10 Gbit/s) and `tunnels` tunnels of one slot
+// each (ids 1000.., 5 Mbit/s, 10.(i/256).(i%256).0/24): a gateway with many tunnels.
+inline GatewayConfig many_tunnels_config(uint32_t tunnels) {
+  GatewayConfig c;
+  c.name = "site-a";
+  WanPortConfig port;
+  port.name = "wan1";
+  port.local = v4_endpoint(192, 0, 2, 1, 4789);
+  port.line_rate_bps = 10'000'000'000;
+  port.mtu_bytes = 1500;
+  port.cycle_ns = 10 * kMs;
+  port.slot_count = 1000;
+  port.guard_ns = 100;
+  c.wan_ports.push_back(port);
+  PeerConfig peer;
+  peer.name = "site-b";
+  peer.wan_port = "wan1";
+  peer.endpoint = v4_endpoint(192, 0, 2, 2, 4789);
+  peer.clock_offset_ns = 0;
+  c.peers.push_back(peer);
+  for (uint32_t i = 0; i < tunnels; ++i) {
+    TunnelConfig t;
+    t.id = 1000 + i;
+    t.peer = "site-b";
+    t.rate_bps = 5'000'000;
+    t.slots = {i % 1000};
+    t.bound_ns = 20 * kMs;
+    t.dst_prefixes = {v4_prefix(10, static_cast<uint8_t>(i / 256), static_cast<uint8_t>(i % 256), 0, 24)};
+    c.tunnels.push_back(t);
+  }
+  return c;
+}
+
 inline sched::GclConfig wan1_gcl(const GatewayConfig& c) {
   sched::GclConfig g;
   const WanPortConfig& p = c.wan_ports.at(0);

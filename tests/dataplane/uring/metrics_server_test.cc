@@ -7,8 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -89,7 +91,8 @@ gw::MetricsConfig loopback_config(int64_t min_interval_ns = 1'000'000'000) {
 TEST(MetricsServer, ScrapeIsBuiltByTheLoopAndSharedWithinTheInterval) {
   std::atomic<int> builds{0};
   PolledControl control([&](std::string_view request) {
-    EXPECT_EQ(request, R"({"cmd":"prometheus"})");
+    EXPECT_EQ(request,
+              R"({"cmd":"prometheus","part":{"head":true,"after_tunnel":-1,"max_tunnels":50}})");
     ++builds;
     return "# HELP x_total X\n# TYPE x_total counter\nx_total " + std::to_string(builds.load()) +
            "\n";
@@ -116,6 +119,39 @@ TEST(MetricsServer, ScrapeIsBuiltByTheLoopAndSharedWithinTheInterval) {
   const Answer third = http_request(at, http::verb::get, "/metrics");
   EXPECT_NE(third.body.find("x_total 2\n"), std::string::npos);
   EXPECT_EQ((*server)->builds(), 2u);
+}
+
+TEST(MetricsServer, ALargeExpositionIsBuiltInPartsOnePerPollAndJoinedByFamily) {
+  // The loop's answers: the first part says more tunnels follow after 1049, the second after
+  // 1099, the third is the last. Each part repeats the families it writes.
+  std::mutex mutex;  // the poll thread writes, the test thread reads
+  std::vector<std::string> asked;
+  PolledControl control([&](std::string_view request) -> std::string {
+    std::lock_guard lock(mutex);
+    asked.emplace_back(request);
+    const std::string family = "# HELP t_total T\n# TYPE t_total counter\n";
+    if (asked.size() == 1) {
+      return "# HELP up Up\n# TYPE up gauge\nup 1\n" + family + "t_total{tunnel=\"1000\"} 1\n" +
+             std::string(gw::kPrometheusMore) + "1049\n";
+    }
+    if (asked.size() == 2) {
+      return family + "t_total{tunnel=\"1050\"} 2\n" + std::string(gw::kPrometheusMore) + "1099\n";
+    }
+    return family + "t_total{tunnel=\"1100\"} 3\n";
+  });
+  control.start_polling();
+  auto server = MetricsServer::start(loopback_config(), control.server(), [] { return int64_t{0}; });
+  ASSERT_TRUE(server.has_value()) << server.error().message;
+  const Answer answer = http_request((*server)->local_endpoint(), http::verb::get, "/metrics");
+  EXPECT_EQ(answer.status, 200);
+  EXPECT_EQ(answer.body.substr(0, answer.body.find("# HELP detwan_gw_http")),
+            "# HELP up Up\n# TYPE up gauge\nup 1\n# HELP t_total T\n# TYPE t_total counter\n"
+            "t_total{tunnel=\"1000\"} 1\nt_total{tunnel=\"1050\"} 2\nt_total{tunnel=\"1100\"} 3\n");
+  std::lock_guard lock(mutex);
+  ASSERT_EQ(asked.size(), 3u);
+  EXPECT_NE(asked[1].find(R"("head":false,"after_tunnel":1049)"), std::string::npos) << asked[1];
+  EXPECT_NE(asked[2].find(R"("after_tunnel":1099)"), std::string::npos) << asked[2];
+  EXPECT_EQ((*server)->builds(), 1u);
 }
 
 TEST(MetricsServer, WrongPathAndMethodAreNamed) {
