@@ -136,7 +136,7 @@ def library_shlibs(pkg: layout.Package, root: pathlib.Path, info: BuildInfo) -> 
     return "".join(lines)
 
 
-def shlibdeps(work: pathlib.Path, pkg: str, root: pathlib.Path) -> list[str]:
+def shlibdeps(work: pathlib.Path, root: pathlib.Path) -> list[str]:
     """dpkg-shlibdeps on the package's ELF files, run in the work directory whose debian/*/
     trees are the packages (so a library of one package is found with its shlibs)."""
     elves = sorted(str(p.relative_to(work)) for p in root.rglob("*")
@@ -175,8 +175,7 @@ def control(pkg: layout.Package, root: pathlib.Path, version: str, architecture:
     fields += list(pkg.extra.items())
     if depends:
         fields.append(("Depends", ", ".join(depends)))
-    fields += [("Section", pkg.section), ("Priority", "optional"),
-               ("Homepage", "https://github.com/detwan/detwan")]
+    fields += [("Section", pkg.section), ("Priority", "optional")]
     return "\n".join(f"{k}: {v}" for k, v in fields) + "\n" + \
         wrap_description(pkg.summary, pkg.description) + "\n"
 
