@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 
-MULTIARCH = "x86_64-linux-gnu"  # replaced by build.multiarch() at run time (LIB below)
 LIB = "usr/lib/{multiarch}"
 PY = "usr/lib/python3/dist-packages"
 MAN = "usr/share/man/man1"
