@@ -47,7 +47,7 @@ def meson_json(build_dir: pathlib.Path, what: str):
     except OSError as e:
         raise PackageError(f"cannot run meson: {e}") from e
     if res.returncode != 0:
-        raise PackageError(f"meson introspect {what} {build_dir}: {res.stderr.strip()} "
+        raise PackageError(f"meson introspect {what} {build_dir}: {(res.stderr or res.stdout).strip()} "
                            "(is it a configured meson build directory?)")
     return json.loads(res.stdout)
 
