@@ -117,6 +117,10 @@ def cleanup(procs: list[subprocess.Popen]) -> list[str]:
                              env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
         if res.returncode != 0:
             problems.append(f"apt-get purge: {res.stdout[-2000:]}{res.stderr}")
+        # The maintainer scripts' purge removes the operator's files too (docs/packages.md).
+        for path in (ETC, AGENT_STATE):
+            if res.returncode == 0 and path.exists():
+                problems.append(f"{path} left after purge: {sorted(map(str, path.rglob('*')))}")
     shutil.rmtree(ETC, ignore_errors=True)
     shutil.rmtree(AGENT_STATE, ignore_errors=True)
     if installed():
