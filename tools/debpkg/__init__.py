@@ -1,0 +1,1 @@
+"""Debian binary packages from a meson build tree (tools/package deb; docs/packages.md)."""
