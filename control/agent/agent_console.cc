@@ -114,9 +114,8 @@ json::object Agent::gateways_json() const {
                                                 : json::value(now_mono - v.last_report_ns)},
         {"tunnels_in_place", std::move(in_place)},
         {"tunnels_refused", std::move(refused)},
+        // (ReconcilerCounters' applies and refusals are not maintained by the reconciler yet.)
         {"reconciler", json::object{{"passes", c.passes},
-                                    {"applies", c.applies},
-                                    {"refusals", c.refusals},
                                     {"unreachable", c.unreachable},
                                     {"restarts_seen", c.restarts_seen}}}});
   }

@@ -44,6 +44,8 @@ function rate(bps) {
 function duration(ns) {
   if (ns === null || ns === undefined) return "";
   const a = Math.abs(ns);
+  if (a >= 3600e9 && ns % 3600e9 === 0) return `${ns / 3600e9} h`;
+  if (a >= 60e9 && ns % 60e9 === 0) return `${ns / 60e9} min`;
   if (a >= 1e9) return `${(ns / 1e9).toFixed(2)} s`;
   if (a >= 1e6) return `${(ns / 1e6).toFixed(2)} ms`;
   if (a >= 1e3) return `${(ns / 1e3).toFixed(1)} µs`;
@@ -365,7 +367,13 @@ function calendarSvg(reserved, reservable, from, step) {
   });
   const y = h - 1 - (reservable / top) * (h - 2);
   s.appendChild(svg("line", { x1: 0, x2: w, y1: y, y2: y, class: "limit" }));
-  return s;
+  const wrap = el("div", null, "calendar");
+  wrap.appendChild(s);
+  const axis = el("div", null, "axis");
+  axis.appendChild(el("span", "now"));
+  axis.appendChild(el("span", `+${duration(n * step)}`));
+  wrap.appendChild(axis);
+  return wrap;
 }
 
 function renderLinks() {
