@@ -39,8 +39,10 @@ json::value histogram(const json::object* playout, std::string_view key) {
   if (h == nullptr || !h->is_object()) return nullptr;
   const json::object& o = h->as_object();
   if (integer_at(&o, "count") == 0) return nullptr;
-  return json::object{{"count", integer_at(&o, "count")}, {"p50", integer_at(&o, "p50")},
-                      {"p99", integer_at(&o, "p99")},     {"max", integer_at(&o, "max")},
+  return json::object{{"count", integer_at(&o, "count")},
+                      {"p50", integer_at(&o, "p50")},
+                      {"p99", integer_at(&o, "p99")},
+                      {"max", integer_at(&o, "max")},
                       {"mean", integer_at(&o, "mean")}};
 }
 
@@ -70,19 +72,17 @@ json::object tunnel_summary(const json::object& t) {
       {"port", t.contains("port") ? t.at("port") : json::value("")},
       {"rate_bps", integer_at(&t, "rate_bps")},
       {"bound_ns", integer_at(&t, "bound_ns")},
-      {"tx",
-       json::object{{"sent_on_time_packets", integer_at(tx, "sent_on_time_packets")},
-                    {"sent_best_effort_packets", integer_at(tx, "sent_best_effort_packets")},
-                    {"missed_slot_packets", integer_at(tx, "missed_slot_packets")}}},
-      {"rx",
-       json::object{{"class", timed ? "on_time" : "best_effort"},
-                    {"received_packets", integer_at(playout, "received_packets")},
-                    {"released_packets", integer_at(playout, "released_packets")},
-                    {"late_packets", integer_at(playout, "late_packets")},
-                    {"dropped", std::move(dropped)},
-                    {"wan_delay_ns", histogram(playout, "wan_delay_ns")},
-                    {"one_way_delay_ns", histogram(playout, "one_way_delay_ns")},
-                    {"lateness_ns", histogram(playout, "lateness_ns")}}}};
+      {"tx", json::object{{"sent_on_time_packets", integer_at(tx, "sent_on_time_packets")},
+                          {"sent_best_effort_packets", integer_at(tx, "sent_best_effort_packets")},
+                          {"missed_slot_packets", integer_at(tx, "missed_slot_packets")}}},
+      {"rx", json::object{{"class", timed ? "on_time" : "best_effort"},
+                          {"received_packets", integer_at(playout, "received_packets")},
+                          {"released_packets", integer_at(playout, "released_packets")},
+                          {"late_packets", integer_at(playout, "late_packets")},
+                          {"dropped", std::move(dropped)},
+                          {"wan_delay_ns", histogram(playout, "wan_delay_ns")},
+                          {"one_way_delay_ns", histogram(playout, "one_way_delay_ns")},
+                          {"lateness_ns", histogram(playout, "lateness_ns")}}}};
   return out;
 }
 
@@ -110,8 +110,8 @@ json::object Agent::gateways_json() const {
         {"generation", v.generation},
         {"boot_id", v.boot_id},
         {"error", v.error},
-        {"report_age_ns", v.last_report_ns == 0 ? json::value(nullptr)
-                                                : json::value(now_mono - v.last_report_ns)},
+        {"report_age_ns",
+         v.last_report_ns == 0 ? json::value(nullptr) : json::value(now_mono - v.last_report_ns)},
         {"tunnels_in_place", std::move(in_place)},
         {"tunnels_refused", std::move(refused)},
         // (ReconcilerCounters' applies and refusals are not maintained by the reconciler yet.)
@@ -239,10 +239,8 @@ Outcome<json::object> Agent::link_calendar(int64_t horizon_ns, int64_t step_ns) 
                                  {"reservable_bps", link.reservable_bps()},
                                  {"directions", std::move(directions)}});
   }
-  return json::object{{"from_unix_ns", from},
-                      {"step_ns", step_ns},
-                      {"steps", steps},
-                      {"links", std::move(links)}};
+  return json::object{
+      {"from_unix_ns", from}, {"step_ns", step_ns}, {"steps", steps}, {"links", std::move(links)}};
 }
 
 }  // namespace detwan::control::agent

@@ -54,8 +54,8 @@ HttpResponse outcome(const agent::Outcome<json::object>& o) {
 }
 
 HttpResponse only_get() {
-  HttpResponse r = json_answer(
-      405, ApiError{405, "method_not_allowed", "allowed: GET", ""}.to_json());
+  HttpResponse r =
+      json_answer(405, ApiError{405, "method_not_allowed", "allowed: GET", ""}.to_json());
   r.headers.emplace_back("Allow", "GET");
   return r;
 }
@@ -154,10 +154,10 @@ bool handle_console(agent::Agent& agent, const HttpRequest& request, std::string
     const int64_t horizon_s = seconds(request.query, "horizon_s", 6 * 3600);
     const int64_t step_s = seconds(request.query, "step_s", 600);
     if (horizon_s < 0 || step_s < 0) {
-      send(json_answer(400, ApiError{400, "invalid_field",
-                                     "horizon_s and step_s are whole numbers of seconds",
-                                     horizon_s < 0 ? "horizon_s" : "step_s"}
-                                .to_json()));
+      send(json_answer(
+          400, ApiError{400, "invalid_field", "horizon_s and step_s are whole numbers of seconds",
+                        horizon_s < 0 ? "horizon_s" : "step_s"}
+                   .to_json()));
       return true;
     }
     send(outcome(agent.link_calendar(horizon_s * 1'000'000'000, step_s * 1'000'000'000)));

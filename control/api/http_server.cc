@@ -223,10 +223,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     identity_ = Identity{};
     const std::string_view target = request.target();
     const std::string_view path = target.substr(0, target.find('?'));
-    const bool health = request.method() == http::verb::get &&
-                        std::find(server_.options.open_paths.begin(),
-                                  server_.options.open_paths.end(),
-                                  path) != server_.options.open_paths.end();
+    const bool health =
+        request.method() == http::verb::get &&
+        std::find(server_.options.open_paths.begin(), server_.options.open_paths.end(), path) !=
+            server_.options.open_paths.end();
     const auto auth = request[http::field::authorization];
     const Token* match = nullptr;
     if (!auth.empty() && !server_.tokens.empty()) {

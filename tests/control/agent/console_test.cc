@@ -149,8 +149,7 @@ TEST_F(ConsoleTest, GatewaysShowWhatTheReconcilerLastSaw) {
   EXPECT_GE(a.at("reconciler").at("passes").as_int64(), 1);
   const auto& c = all[2].as_object();
   EXPECT_FALSE(c.at("reachable").as_bool());
-  EXPECT_NE(std::string(c.at("error").as_string()).find("Connection refused"),
-            std::string::npos);
+  EXPECT_NE(std::string(c.at("error").as_string()).find("Connection refused"), std::string::npos);
   (void)id;
 }
 
@@ -189,8 +188,7 @@ TEST_F(ConsoleTest, GatewayTunnelsCarryLiveDelaysCachedForASecond) {
   monotonic.advance_ns(kSecond);
   live = get_json("/v1/gateways/gw-b/tunnels");
   EXPECT_EQ(live.at("tunnels").at(0).at("rx").at("received_packets").as_int64(), 250);
-  EXPECT_EQ(live.at("tunnels").at(0).at("rx").at("wan_delay_ns").at("p50").as_int64(),
-            7'000'000);
+  EXPECT_EQ(live.at("tunnels").at(0).at("rx").at("wan_delay_ns").at("p50").as_int64(), 7'000'000);
   EXPECT_EQ(gateways.with("/fake/gw-b", [](FakeGateways::Gateway& g) { return g.stats_requests; }),
             2u);
 
@@ -226,9 +224,9 @@ TEST_F(ConsoleTest, TheCalendarShowsEachDirectionsReservedRateOverTime) {
   EXPECT_EQ(reserved[2].as_int64(), 0);  // the reservation ended at 600 s
   // Defaults: 6 h in 10 min steps. Out of range: 400 naming why.
   EXPECT_EQ(get_json("/v1/calendar").at("steps").as_int64(), 36);
-  for (const char* bad : {"/v1/calendar?step_s=0", "/v1/calendar?horizon_s=x",
-                          "/v1/calendar?horizon_s=864000", "/v1/calendar?horizon_s=3600&step_s=1",
-                          "/v1/calendar?horizon_s=-5"}) {
+  for (const char* bad :
+       {"/v1/calendar?step_s=0", "/v1/calendar?horizon_s=x", "/v1/calendar?horizon_s=864000",
+        "/v1/calendar?horizon_s=3600&step_s=1", "/v1/calendar?horizon_s=-5"}) {
     const auto r = call(token(false), "GET", bad);
     EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
   }
@@ -237,8 +235,8 @@ TEST_F(ConsoleTest, TheCalendarShowsEachDirectionsReservedRateOverTime) {
 TEST_F(ConsoleTest, ThroughTheServerThePageIsOpenAndTheDataNeedsAToken) {
   const std::string tokens = dir.path() + "/tokens";
   std::ofstream(tokens) << "read " << kReadToken << "\nwrite " << kWriteToken << "\n";
-  std::filesystem::permissions(tokens, std::filesystem::perms::owner_read |
-                                           std::filesystem::perms::owner_write);
+  std::filesystem::permissions(
+      tokens, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   api::HttpServerOptions options;
   options.listen = *common::parse_host_port("127.0.0.1:0", true);
   options.allow = {*common::parse_ip_prefix("127.0.0.0/8")};
@@ -246,8 +244,8 @@ TEST_F(ConsoleTest, ThroughTheServerThePageIsOpenAndTheDataNeedsAToken) {
   for (const std::string& p : api::console_page_paths()) options.open_paths.push_back(p);
   auto server = api::HttpServer::start(options, handler);
   ASSERT_TRUE(server.has_value()) << server.error().message;
-  const auto url = client::parse_url(
-      fmt::format("http://127.0.0.1:{}", (*server)->local_endpoint().port));
+  const auto url =
+      client::parse_url(fmt::format("http://127.0.0.1:{}", (*server)->local_endpoint().port));
   ASSERT_TRUE(url.has_value());
   auto get = [&](const std::string& path, const std::string& bearer) {
     auto answer = client::http_call(*url, "GET", path, "", bearer, 5000);
@@ -270,8 +268,7 @@ TEST_F(ConsoleTest, ThroughTheServerThePageIsOpenAndTheDataNeedsAToken) {
   ASSERT_TRUE(who.has_value());
   EXPECT_TRUE(boost::json::parse(who->body).at("may_reserve").as_bool());
   // A read token may not use the page's forms.
-  auto post = client::http_call(*url, "POST", "/v1/reservations/r-1/release", "", kReadToken,
-                                5000);
+  auto post = client::http_call(*url, "POST", "/v1/reservations/r-1/release", "", kReadToken, 5000);
   ASSERT_TRUE(post.has_value());
   EXPECT_EQ(post->status, 403);
   (*server)->stop();

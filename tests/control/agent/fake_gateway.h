@@ -64,9 +64,9 @@ class FakeGateways final : public gateway::GatewayClient {
       boost::json::array list;
       for (const auto& [id, t] : g.tunnels) {
         auto histogram = [&](int64_t v) {
-          return boost::json::object{{"count", g.rx_packets}, {"min", v}, {"mean", v},
-                                     {"p50", v},  {"p90", v},  {"p99", v + 1000},
-                                     {"max", v + 2000}};
+          return boost::json::object{
+              {"count", g.rx_packets}, {"min", v},       {"mean", v}, {"p50", v}, {"p90", v},
+              {"p99", v + 1000},       {"max", v + 2000}};
         };
         boost::json::object on_time{{"received_packets", g.rx_packets},
                                     {"released_packets", g.rx_packets},
@@ -84,9 +84,9 @@ class FakeGateways final : public gateway::GatewayClient {
             {"rate_bps", t.at("rate_bps")},
             {"bound_ns", t.at("bound_ns")},
             {"tx", boost::json::object{{"sent_on_time_packets", g.rx_packets}}},
-            {"rx", boost::json::object{{"on_time", std::move(on_time)},
-                                       {"best_effort",
-                                        boost::json::object{{"received_packets", 0}}}}}});
+            {"rx",
+             boost::json::object{{"on_time", std::move(on_time)},
+                                 {"best_effort", boost::json::object{{"received_packets", 0}}}}}});
       }
       return boost::json::serialize(boost::json::object{{"tunnels", std::move(list)}});
     }

@@ -419,8 +419,7 @@ TEST_F(TokensTest, OpenPathsNeedNoTokenForAGetOnly) {
   EXPECT_EQ(response["X-Content-Type-Options"], "nosniff");  // on every answer
   EXPECT_EQ(client.request(http::verb::get, "/console.js?v=2").result_int(), 200u);
   // A wrong token on an open path is no worse than none; anything else still needs one.
-  EXPECT_EQ(client.request(http::verb::get, "/", "", "not-a-token-at-all-0000").result_int(),
-            200u);
+  EXPECT_EQ(client.request(http::verb::get, "/", "", "not-a-token-at-all-0000").result_int(), 200u);
   EXPECT_EQ(client.request(http::verb::post, "/").result_int(), 401u);
   EXPECT_EQ(client.request(http::verb::get, "/console.css").result_int(), 401u);
   EXPECT_EQ(client.request(http::verb::get, "/v1/whoami").result_int(), 401u);
