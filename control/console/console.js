@@ -19,6 +19,7 @@ const state = {
   calendar: null,
   calendarAt: 0,
   timer: null,
+  session: 0,         // a new sign-in or sign-out ends the polls of the one before
 };
 
 // ------------------------------------------------------------------------------- formatting
@@ -112,6 +113,7 @@ function setStatus(text, bad) {
 // ------------------------------------------------------------------------------- sign-in
 
 async function signIn(token) {
+  state.session += 1;
   state.token = token;
   try {
     state.who = await api("GET", "/v1/whoami");
@@ -137,6 +139,7 @@ async function signIn(token) {
 }
 
 function signOut() {
+  state.session += 1;
   sessionStorage.removeItem(TOKEN_KEY);
   clearTimeout(state.timer);
   state.timer = null;
@@ -154,6 +157,7 @@ function signOut() {
 async function poll() {
   clearTimeout(state.timer);
   if (state.who === null) return;
+  const session = state.session;
   try {
     const [topology, reservations, gateways] = await Promise.all([
       api("GET", "/v1/topology"), api("GET", "/v1/reservations"), api("GET", "/v1/gateways")]);
@@ -169,13 +173,15 @@ async function poll() {
       state.calendar = await api("GET", "/v1/calendar?horizon_s=21600&step_s=600");
       state.calendarAt = Date.now();
     }
+    if (session !== state.session) return;
     render();
     setStatus(`updated ${new Date().toISOString().slice(11, 19)} UTC`, false);
   } catch (e) {
+    if (session !== state.session) return;
     setStatus(`agent: ${e.message}`, true);
     if (e.status === 401) { signOut(); return; }
   }
-  if (state.who !== null) state.timer = setTimeout(poll, POLL_MS);
+  if (state.who !== null && session === state.session) state.timer = setTimeout(poll, POLL_MS);
 }
 
 // ------------------------------------------------------------------------------- rendering
