@@ -217,7 +217,8 @@ function liveTunnels(tunnelId) {
   return out;
 }
 
-function delayText(tunnelId) {
+// One line per gateway at the tunnel's ends: what it received (the WAN's one-way delay).
+function delayLines(tunnelId) {
   const parts = [];
   for (const { gateway, tunnel } of liveTunnels(tunnelId)) {
     const d = tunnel.rx.wan_delay_ns;
@@ -225,7 +226,7 @@ function delayText(tunnelId) {
     parts.push(`at ${gateway}: p50 ${duration(d.p50)}, p99 ${duration(d.p99)} ` +
                `(${tunnel.rx.received_packets} pkts)`);
   }
-  return parts.length ? parts.join("; ") : "no traffic yet";
+  return parts.length ? parts : ["no traffic yet"];
 }
 
 function latenessText(tunnelId) {
@@ -268,8 +269,9 @@ function renderReservations() {
               `${duration(b.max_latency_variation_ns)}` : "");
     cell(tr, `${clock(r.spec.start_unix_ns)} – ${clock(r.spec.end_unix_ns)}`);
     cell(tr, r.tunnel_id || "", "num");
-    const delay = cell(tr, delayText(r.tunnel_id), "delay");
+    const delay = cell(tr, null, "delay");
     delay.id = `delay-${r.id}`;
+    for (const line of delayLines(r.tunnel_id)) delay.appendChild(el("div", line));
     cell(tr, latenessText(r.tunnel_id), "lateness");
     const actions = el("td", null, "write-only");
     actions.hidden = !state.who.may_reserve;

@@ -139,10 +139,27 @@ def sign_in(driver, url: str, token: str):
         lambda d: d.find_elements(By.CSS_SELECTOR, "#gateways tbody tr[data-gateway]"))
 
 
+# The page re-renders its tables every second, so an element found a moment ago may be gone:
+# read and click through one script run in the page (atomic between two renders) instead.
+def texts(driver, css: str) -> list[str]:
+    """The rendered text of every element matching `css`, now."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.innerText);", css)
+
+
+def text(driver, css: str) -> str:
+    found = texts(driver, css)
+    return found[0] if found else ""
+
+
+def click(driver, css: str) -> bool:
+    """Clicks the first element matching `css`; False if there is none."""
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); if (e) e.click(); return !!e;", css)
+
+
 def delay_text(driver, rid: str) -> str:
-    from selenium.webdriver.common.by import By  # pylint: disable=import-outside-toplevel
-    cells = driver.find_elements(By.ID, f"delay-{rid}")
-    return cells[0].text if cells else ""
+    return text(driver, f"#delay-{rid}")
 
 
 @pytest.mark.netns
@@ -170,9 +187,9 @@ def test_console_in_headless_chromium(consolelab, browser):
     assert "may read" in identity and "reserve" not in identity, identity
     assert not driver.find_element(By.ID, "reserve-form").is_displayed()
     assert not driver.find_element(By.ID, "release-form").is_displayed()
-    gateways = driver.find_elements(By.CSS_SELECTOR, "#gateways tbody tr[data-gateway]")
+    gateways = texts(driver, "#gateways tbody tr[data-gateway]")
     assert len(gateways) == 2
-    assert all("yes" in g.text for g in gateways)
+    assert all("yes" in g for g in gateways), gateways
     assert driver.find_elements(By.CSS_SELECTOR, "#links svg.calendar")
     assert severe(driver) == []
 
@@ -186,11 +203,10 @@ def test_console_in_headless_chromium(consolelab, browser):
         lambda d: d.find_elements(By.CSS_SELECTOR, f"#reservations tr[data-id='{rid}']"))
     shown_s = time.monotonic() - reserved_at
     assert shown_s <= SHOWN_WITHIN_S
-    row = driver.find_element(By.CSS_SELECTOR, f"#reservations tr[data-id='{rid}']")
-    WebDriverWait(driver, 5).until(lambda d: "provisioned" in d.find_element(
-        By.CSS_SELECTOR, f"#reservations tr[data-id='{rid}'] td.state").text)
-    row = driver.find_element(By.CSS_SELECTOR, f"#reservations tr[data-id='{rid}']")
-    assert "slurm job 4242" in row.text and "20 Mbit/s" in row.text and "a → b" in row.text
+    WebDriverWait(driver, 5).until(
+        lambda d: "provisioned" in text(d, f"#reservations tr[data-id='{rid}'] td.state"))
+    row = text(driver, f"#reservations tr[data-id='{rid}']")
+    assert "slurm job 4242" in row and "20 Mbit/s" in row and "a → b" in row, row
     # The reservation's tunnel on both gateways, with its reservation.
     WebDriverWait(driver, 5).until(lambda d: len(d.find_elements(
         By.CSS_SELECTOR, f"#tunnels tr[data-tunnel='{r['tunnel_id']}']")) == 2)
@@ -245,8 +261,8 @@ def test_console_in_headless_chromium(consolelab, browser):
     field.clear()
     field.send_keys(rid)
     driver.find_element(By.CSS_SELECTOR, "#release-form button[type=submit]").click()
-    WebDriverWait(driver, 10).until(lambda d: "released" in d.find_element(
-        By.CSS_SELECTOR, f"#reservations tr[data-id='{rid}'] td.state").text)
+    WebDriverWait(driver, 10).until(
+        lambda d: "released" in text(d, f"#reservations tr[data-id='{rid}'] td.state"))
     status, after = api_get(url, f"/v1/reservations/{rid}", READ_TOKEN)
     assert status == 200 and after["state"] == "released"
     assert severe(driver) == []
@@ -260,6 +276,10 @@ def test_console_in_headless_chromium(consolelab, browser):
     WebDriverWait(driver, 5).until(
         lambda d: "refused" in d.find_element(By.ID, "token-error").text)
     assert not driver.find_element(By.ID, "main").is_displayed()
+    # The only error the browser logged is that refusal.
+    logged = severe(driver)
+    assert logged and all("/v1/whoami" in e["message"] and "401" in e["message"]
+                          for e in logged), logged
     assert ctl("terminate", rid).returncode == 0
 
 
@@ -276,19 +296,26 @@ agent:
 sites:
   - {{name: a, gateway: gw-a, tunnel_prefixes: [10.20.1.0/24]}}
   - {{name: b, gateway: gw-b, tunnel_prefixes: [10.20.2.0/24]}}
+  - {{name: c, gateway: gw-c, tunnel_prefixes: [10.20.3.0/24]}}
 gateways:
   - name: gw-a
     site: a
     admin_socket: {dir}/gw-a.sock
-    ports: [{{name: ab1, link: ab1}}]
-    peers: [{{name: b, port: ab1, gateway: gw-b}}]
+    ports: [{{name: ab1, link: ab1}}, {{name: ac1, link: ac1}}]
+    peers: [{{name: b, port: ab1, gateway: gw-b}}, {{name: c, port: ac1, gateway: gw-c}}]
   - name: gw-b
     site: b
     admin_socket: {dir}/gw-b.sock
     ports: [{{name: ab1, link: ab1}}]
     peers: [{{name: a, port: ab1, gateway: gw-a}}]
+  - name: gw-c
+    site: c
+    admin_socket: {dir}/gw-c.sock
+    ports: [{{name: ac1, link: ac1}}]
+    peers: [{{name: a, port: ac1, gateway: gw-a}}]
 links:
   - {{name: ab1, ends: [a, b], capacity: 200mbit, delay: 5ms, reservable: 90%}}
+  - {{name: ac1, ends: [a, c], capacity: 100mbit, delay: 8ms, reservable: 90%}}
 """
 
 
@@ -343,14 +370,14 @@ def test_console_without_gateways(solo_agent, browser):
     from selenium.webdriver.support.ui import WebDriverWait  # pylint: disable=import-outside-toplevel
     url = solo_agent
     driver = browser
+    driver.get_log("browser")  # what an earlier test left
     driver.get(url + "/")
     sign_in(driver, url, READ_TOKEN)
     assert not driver.find_element(By.ID, "reserve-form").is_displayed()
-    gateways = driver.find_elements(By.CSS_SELECTOR, "#gateways tbody tr[data-gateway]")
-    assert len(gateways) == 2
-    assert all("nothing listens on" in g.text for g in gateways), [g.text for g in gateways]
-    WebDriverWait(driver, 5).until(lambda d: "stats unavailable" in d.find_element(
-        By.ID, "tunnels").text)
+    gateways = texts(driver, "#gateways tbody tr[data-gateway]")
+    assert len(gateways) == 3
+    assert all("nothing listens on" in g for g in gateways), gateways
+    WebDriverWait(driver, 5).until(lambda d: "stats unavailable" in text(d, "#tunnels"))
 
     # A reservation made through the API (for Slurm job 7, committed) shows within 2 s.
     status, r = post(url, "/v1/reservations", WRITE_TOKEN,
@@ -362,32 +389,34 @@ def test_console_without_gateways(solo_agent, browser):
     WebDriverWait(driver, SHOWN_WITHIN_S, poll_frequency=0.05).until(
         lambda d: d.find_elements(By.CSS_SELECTOR, f"#reservations tr[data-id='{r['id']}']"))
     assert time.monotonic() - made_at <= SHOWN_WITHIN_S
-    row = driver.find_element(By.CSS_SELECTOR, f"#reservations tr[data-id='{r['id']}']")
-    assert "slurm job 7" in row.text and "committed" in row.text and "30 Mbit/s" in row.text
-    assert not row.find_elements(By.CSS_SELECTOR, "button")  # a read token has no buttons
+    row = text(driver, f"#reservations tr[data-id='{r['id']}']")
+    assert "slurm job 7" in row and "committed" in row and "30 Mbit/s" in row, row
+    # A read token has no buttons.
+    assert not texts(driver, f"#reservations tr[data-id='{r['id']}'] button")
     assert severe(driver) == []
 
-    # The write token: the reserve form (commit only) and a row's terminate button.
+    # The write token: the reserve form (a to c, commit only) and a row's terminate button.
+    from selenium.webdriver.support.ui import Select  # pylint: disable=import-outside-toplevel
     sign_in(driver, url, WRITE_TOKEN)
     assert driver.find_element(By.ID, "reserve-form").is_displayed()
+    Select(driver.find_element(By.ID, "reserve-dst")).select_by_value("c")
     rate_field = driver.find_element(By.ID, "reserve-rate")
     rate_field.clear()
     rate_field.send_keys("12mbit")
     driver.find_element(By.ID, "reserve-provision").click()  # commit only: no gateway here
     driver.find_element(By.CSS_SELECTOR, "#reserve-form button[type=submit]").click()
-    WebDriverWait(driver, 10).until(
-        lambda d: "reserved r-" in d.find_element(By.ID, "form-result").text)
+    WebDriverWait(driver, 10).until(lambda d: "reserved r-" in text(d, "#form-result"))
     made = driver.find_element(By.ID, "form-result").text.split()[1].rstrip(":")
     status, listed = api_get(url, f"/v1/reservations/{made}", READ_TOKEN)
     assert status == 200 and listed["min_bandwidth_bps"] == 12_000_000
-    assert listed["state"] == "committed"
+    assert listed["state"] == "committed" and listed["dst"] == "c"
     WebDriverWait(driver, 5).until(lambda d: d.find_elements(
         By.CSS_SELECTOR, f"#reservations tr[data-id='{made}'] button[data-action=terminate]"))
-    # The calendar shows both reservations on ab1 (42 Mbit/s in each direction now).
-    WebDriverWait(driver, 10).until(lambda d: "42 Mbit/s" in d.find_element(By.ID, "links").text)
+    # The links show what each reservation books now: 30 Mbit/s on ab1, 12 Mbit/s on ac1.
+    WebDriverWait(driver, 10).until(lambda d: "12 Mbit/s" in text(d, "#links"))
+    assert "30 Mbit/s" in text(driver, "#links")
     driver.save_screenshot(str(screenshot_path("console-no-gateways.png")))
-    driver.find_element(
-        By.CSS_SELECTOR, f"#reservations tr[data-id='{made}'] button[data-action=terminate]").click()
-    WebDriverWait(driver, 10).until(lambda d: "terminated" in d.find_element(
-        By.CSS_SELECTOR, f"#reservations tr[data-id='{made}'] td.state").text)
+    assert click(driver, f"#reservations tr[data-id='{made}'] button[data-action=terminate]")
+    WebDriverWait(driver, 10).until(
+        lambda d: "terminated" in text(d, f"#reservations tr[data-id='{made}'] td.state"))
     assert severe(driver) == []
