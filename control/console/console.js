@@ -18,6 +18,7 @@ const state = {
   tunnels: {},        // gateway name -> GET /v1/gateways/{name}/tunnels
   calendar: null,
   calendarAt: 0,
+  calendarFor: "",    // the reservations (id:version) the calendar was fetched after
   timer: null,
   session: 0,         // a new sign-in or sign-out ends the polls of the one before
 };
@@ -169,9 +170,12 @@ async function poll() {
         .catch((e) => ({ gateway: g.name, reachable: false, error: e.message, tunnels: [] }))));
     state.tunnels = {};
     for (const t of live) state.tunnels[t.gateway] = t;
-    if (Date.now() - state.calendarAt >= CALENDAR_EVERY_MS) {
+    // Every 5 s, and at once when a reservation changed.
+    const changes = state.reservations.map((r) => `${r.id}:${r.version}`).join(",");
+    if (Date.now() - state.calendarAt >= CALENDAR_EVERY_MS || changes !== state.calendarFor) {
       state.calendar = await api("GET", "/v1/calendar?horizon_s=21600&step_s=600");
       state.calendarAt = Date.now();
+      state.calendarFor = changes;
     }
     if (session !== state.session) return;
     render();
