@@ -58,6 +58,9 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
   impl->owner = "agent:" + impl->topology.agent.name;
   impl->ledger = std::make_unique<calendar::Ledger>(impl->topology);
   impl->gateways.resize(impl->topology.gateways.size());
+  for (size_t g = 0; g < impl->topology.gateways.size(); ++g) {
+    impl->stats_cache.push_back(std::make_unique<GatewayStatsCache>());
+  }
   auto journal = journal::Journal::open(
       impl->topology.agent.journal, impl->topology.agent.journal_sync_full, impl->topology.domain);
   if (!journal) return std::unexpected(journal.error());

@@ -146,6 +146,21 @@ class Agent {
   boost::json::object health() const;
   std::string metrics_text() const;  // Prometheus text exposition format
 
+  // ---- The operator console's reads (agent_console.cc, docs/console.md) ----
+  // Every gateway as the reconciler last saw it: reachable, in sync, generation, boot id, last
+  // error, tunnels desired / in place / refused, the reconciler's counters, age of the report.
+  boost::json::object gateways_json() const;
+  // Gateway `name`'s tunnels with live counters and delay summaries (one-way WAN delay,
+  // delay at release, lateness), from its {"cmd":"stats"} through the admin socket with a
+  // short timeout, cached kGatewayStatsMaxAgeNs (concurrent callers share one fetch). A
+  // gateway that does not answer is {"reachable": false, "error": ...}; 404 for an unknown name.
+  // Blocks for at most the gateway's timeout; never under the agent's lock.
+  Outcome<boost::json::object> gateway_tunnels(const std::string& name);
+  // Each link direction's reserved rate over [now, now + horizon_ns) in steps of step_ns (the
+  // most reserved at any instant of each step), with the link's reservable rate. 400 if the
+  // horizon or step is out of range (step >= 1 s, at most 1000 steps, horizon <= 7 days).
+  Outcome<boost::json::object> link_calendar(int64_t horizon_ns, int64_t step_ns) const;
+
   // Calls `done` with the reservation's JSON once its dataplane is active (every gateway has
   // its tunnel as planned), or at `timeout_ns` with whatever it is then.
   void when_active(const std::string& id, int64_t timeout_ns,

@@ -65,12 +65,27 @@ struct FederatedEnd {
   std::string key_context;                // "f-<aggregate id>/<aggregator domain>": both ends'
 };
 
+// The last stats a gateway answered, summarised for the console (agent_console.cc): at most one
+// fetch per gateway per kGatewayStatsMaxAgeNs, however many clients ask.
+inline constexpr int64_t kGatewayStatsMaxAgeNs = 1'000'000'000;
+inline constexpr int kGatewayStatsTimeoutMs = 500;
+struct GatewayStatsCache {
+  std::mutex fetching;  // held while one caller asks the gateway; the others wait for its answer
+  std::mutex mutex;     // guards the fields below
+  int64_t fetched_mono_ns = 0;  // 0 = never
+  int64_t fetched_unix_ns = 0;
+  bool reachable = false;
+  std::string error;
+  boost::json::array tunnels;  // the summaries, before reservation ids are added
+};
+
 struct Agent::Impl {
   model::Topology topology;
   AgentOptions options;
   common::RealtimeClock own_realtime;
   common::MonotonicClock own_monotonic;
   gateway::UnixGatewayClient own_client;
+  gateway::UnixGatewayClient stats_client{kGatewayStatsTimeoutMs};  // console reads, short wait
   const common::Clock* realtime = nullptr;
   const common::Clock* monotonic = nullptr;
   std::string owner;  // "agent:<name>"
@@ -88,6 +103,9 @@ struct Agent::Impl {
   std::vector<GatewayView> gateways;
   std::vector<Waiter> waiters;
   Counters counters;
+
+  // One per gateway, made at open (the caches have their own locks, not `mutex`).
+  std::vector<std::unique_ptr<GatewayStatsCache>> stats_cache;
 
   std::unique_ptr<gateway::Reconciler> reconciler;
   std::condition_variable timer_wake;

@@ -222,7 +222,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // tokens file). Returns false (and answers) if refused.
   bool authenticate(const http::request<http::string_body>& request) {
     identity_ = Identity{};
-    const bool health = request.method() == http::verb::get && request.target() == "/healthz";
+    const std::string_view target = request.target();
+    const std::string_view path = target.substr(0, target.find('?'));
+    const bool health =
+        request.method() == http::verb::get &&
+        std::find(server_.options.open_paths.begin(), server_.options.open_paths.end(), path) !=
+            server_.options.open_paths.end();
     const auto auth = request[http::field::authorization];
     const Token* match = nullptr;
     if (!auth.empty() && !server_.tokens.empty()) {
@@ -344,6 +349,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     message->version(11);
     message->set(http::field::server, "detwan-agent");
     message->set(http::field::content_type, response.content_type);
+    message->set("X-Content-Type-Options", "nosniff");
     for (const auto& [name, value] : response.headers) message->set(name, value);
     message->body() = std::move(response.body);
     message->keep_alive(keep_alive);

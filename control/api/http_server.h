@@ -4,7 +4,8 @@
 // Who may talk to it, checked before anything is read or allocated for a connection:
 //   * the client's address must lie in one of `allow` (default: loopback only);
 //   * at most `max_connections` connections at once (more are closed at accept);
-//   * with a tokens file, every request but GET /healthz carries "Authorization: Bearer T"
+//   * with a tokens file, every request but a GET of one of `open_paths` (/healthz, the
+//     console's static page) carries "Authorization: Bearer T"
 //     (or comes over mutual TLS with a verified client certificate: a peer agent); read-only
 //     tokens may GET, others may also POST/PATCH/DELETE; the routes check the rest with the
 //     request's Identity (control/api/authority.h);
@@ -91,6 +92,8 @@ struct HttpServerOptions {
   common::HostPort listen;
   std::vector<common::IpPrefix> allow;
   std::string tokens_file;  // "" = no tokens
+  // Paths a GET may ask without a token (no data behind them: liveness, a static page).
+  std::vector<std::string> open_paths = {"/healthz"};
   uint32_t max_connections = 64;
   uint64_t max_body_bytes = 1 << 20;
   int64_t request_timeout_ns = 10'000'000'000;

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/strings.h"
 #include "control/api/authority.h"
+#include "control/api/console_routes.h"
 #include "control/api/requests.h"
 #include "control/policy/policy.h"
 
@@ -117,6 +118,10 @@ class Router {
     if (federation_ && handle_federation(*federation_, agent_, request, route, send)) return;
     if (method == "GET" && !who.may_read && path != "/healthz") {
       return forbid(request, send, fmt::format("{} may not read", describe(who)));
+    }
+    if (handle_console(agent_, request, route,
+                       [&send](HttpResponse response) { send(std::move(response)); })) {
+      return;
     }
     if (path == "/v1/policy") {
       route = "/v1/policy";

@@ -24,6 +24,7 @@
 #include "common/units.h"
 #include "common/version.h"
 #include "control/agent/agent.h"
+#include "control/api/console_routes.h"
 #include "control/api/http_server.h"
 #include "control/api/routes.h"
 
@@ -143,6 +144,8 @@ int command_run(const Settings& s) {
   options.max_body_bytes = api_settings.max_body_bytes;
   options.request_timeout_ns = api_settings.request_timeout_ns;
   options.tls = tls_options(api_settings);
+  // The operator console's page (docs/console.md) holds no data: served without a token.
+  for (const std::string& path : api::console_page_paths()) options.open_paths.push_back(path);
   // Federation (docs/federation.md): the aggregator of reservations leaving the domain, when
   // the topology names peers; it recovers what a restart interrupted before serving.
   std::unique_ptr<federation::Coordinator> coordinator;

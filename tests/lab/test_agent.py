@@ -35,7 +35,10 @@ def test_openapi_document_is_openapi_3_and_lists_every_route():
                                  "/v1/pools/{name}", "/v1/plan", "/v1/policy",
                                  "/v1/federation/view", "/v1/federation/segments",
                                  "/v1/federation/segments/{id}",
-                                 "/v1/federation/segments/{id}/{action}"}
+                                 "/v1/federation/segments/{id}/{action}",
+                                 # the operator console (docs/console.md, test_console.py)
+                                 "/", "/v1/whoami", "/v1/gateways",
+                                 "/v1/gateways/{name}/tunnels", "/v1/calendar"}
     # Every route the agent serves (control/api/routes.h) is there, with its methods.
     assert set(doc["paths"]["/v1/reservations/{id}"]) >= {"get", "patch", "delete"}
     assert doc["paths"]["/v1/reservations/{id}/{action}"]["parameters"][1]["schema"]["enum"] == [

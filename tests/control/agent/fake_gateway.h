@@ -1,6 +1,7 @@
 #pragma once
 // A stand-in for detwan-gw's admin socket, for the agent's unit tests: it answers
-// {"cmd":"tunnels"} and {"cmd":"apply",...} as docs/gateway.md "Control channel" describes
+// {"cmd":"tunnels"}, {"cmd":"apply",...} and (a small part of) {"cmd":"stats"} as docs/gateway.md
+// "Control channel" describes
 // (generation, boot_id, if_generation, all-or-nothing), per socket path, in memory. Faults:
 // a gateway can be made unreachable, restarted (tunnels gone, new boot id), or told to refuse
 // a tunnel id.
@@ -31,6 +32,10 @@ class FakeGateways final : public gateway::GatewayClient {
     std::map<uint32_t, boost::json::object> tunnels;  // as {"cmd":"tunnels"} lists them
     uint64_t applies = 0;
     std::string public_key;  // the identity's public key it reports ("" = null: none)
+    // {"cmd":"stats"}: every tunnel received this many on-time packets, with this WAN delay.
+    uint64_t rx_packets = 0;
+    int64_t wan_delay_ns = 5'000'000;
+    uint64_t stats_requests = 0;
   };
 
   common::Result<std::string> request(const std::string& socket, const std::string& line) override {
@@ -53,6 +58,37 @@ class FakeGateways final : public gateway::GatewayClient {
           {"tunnels", std::move(list)},
           {"public_key",
            g.public_key.empty() ? boost::json::value(nullptr) : boost::json::value(g.public_key)}});
+    }
+    if (cmd == "stats") {
+      ++g.stats_requests;
+      boost::json::array list;
+      for (const auto& [id, t] : g.tunnels) {
+        auto histogram = [&](int64_t v) {
+          return boost::json::object{
+              {"count", g.rx_packets}, {"min", v},       {"mean", v}, {"p50", v}, {"p90", v},
+              {"p99", v + 1000},       {"max", v + 2000}};
+        };
+        boost::json::object on_time{{"received_packets", g.rx_packets},
+                                    {"released_packets", g.rx_packets},
+                                    {"late_packets", 0},
+                                    {"dropped", boost::json::object{{"late", 0}}},
+                                    {"wan_delay_ns", histogram(g.wan_delay_ns)},
+                                    {"one_way_delay_ns", histogram(g.wan_delay_ns + 1'000'000)},
+                                    {"lateness_ns", histogram(0)}};
+        on_time["lateness_ns"].as_object()["count"] = 0;
+        list.push_back(boost::json::object{
+            {"id", id},
+            {"owner", t.at("owner")},
+            {"peer", t.at("peer")},
+            {"port", "wan0"},
+            {"rate_bps", t.at("rate_bps")},
+            {"bound_ns", t.at("bound_ns")},
+            {"tx", boost::json::object{{"sent_on_time_packets", g.rx_packets}}},
+            {"rx",
+             boost::json::object{{"on_time", std::move(on_time)},
+                                 {"best_effort", boost::json::object{{"received_packets", 0}}}}}});
+      }
+      return boost::json::serialize(boost::json::object{{"tunnels", std::move(list)}});
     }
     if (cmd != "apply") return error(g, "unknown cmd");
     if (const auto* want = request.if_contains("if_generation")) {

@@ -406,6 +406,27 @@ TEST_F(TokensTest, ReadTokensMayGetWriteTokensMayChangeHealthzNeedsNone) {
   EXPECT_EQ((*server)->counters().refused_token, 6u);
 }
 
+TEST_F(TokensTest, OpenPathsNeedNoTokenForAGetOnly) {
+  EchoHandler echo;
+  HttpServerOptions options = loopback_options();
+  options.tokens_file = write_file("tokens", std::string("read ") + kReadToken + "\n");
+  options.open_paths = {"/healthz", "/", "/console.js"};
+  auto server = HttpServer::start(options, echo.handler());
+  ASSERT_TRUE(server.has_value()) << server.error().message;
+  Client client((*server)->local_endpoint().port);
+  auto response = client.request(http::verb::get, "/");
+  EXPECT_EQ(response.result_int(), 200u);
+  EXPECT_EQ(response["X-Content-Type-Options"], "nosniff");  // on every answer
+  EXPECT_EQ(client.request(http::verb::get, "/console.js?v=2").result_int(), 200u);
+  // A wrong token on an open path is no worse than none; anything else still needs one.
+  EXPECT_EQ(client.request(http::verb::get, "/", "", "not-a-token-at-all-0000").result_int(), 200u);
+  EXPECT_EQ(client.request(http::verb::post, "/").result_int(), 401u);
+  EXPECT_EQ(client.request(http::verb::get, "/console.css").result_int(), 401u);
+  EXPECT_EQ(client.request(http::verb::get, "/v1/whoami").result_int(), 401u);
+  EXPECT_EQ(client.request(http::verb::get, "/v1/whoami", "", kReadToken).result_int(), 200u);
+  EXPECT_EQ(echo.count(), 4u);
+}
+
 TEST_F(TokensTest, LoadTokensErrorsNameTheLine) {
   const std::string good = std::string("read ") + kReadToken + "\n";
   auto loaded = load_tokens(write_file("good", "# c\n" + good + "write " + kWriteToken + "\n"));
