@@ -347,7 +347,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     auto message = std::make_shared<http::response<http::string_body>>();
     message->result(static_cast<unsigned>(response.status));
     message->version(11);
-    message->set(http::field::server, "detwan-agent");
+    message->set(http::field::server, server_.options.server_name);
     message->set(http::field::content_type, response.content_type);
     message->set("X-Content-Type-Options", "nosniff");
     for (const auto& [name, value] : response.headers) message->set(name, value);

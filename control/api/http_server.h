@@ -99,6 +99,7 @@ struct HttpServerOptions {
   int64_t request_timeout_ns = 10'000'000'000;
   uint32_t threads = 2;
   TlsServerOptions tls;
+  std::string server_name = "detwan-agent";  // the Server header of every answer
 };
 
 struct HttpCounters {

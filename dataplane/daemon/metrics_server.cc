@@ -155,6 +155,7 @@ common::Result<std::unique_ptr<MetricsServer>> MetricsServer::start(
   }
   options.tokens_file = config.tokens_file;
   options.threads = 1;
+  options.server_name = "detwan-gw";
   options.max_connections = 16;
   options.max_body_bytes = 1024;  // a scrape has no body
   auto state = std::make_shared<State>();
