@@ -46,6 +46,20 @@ json::value histogram(const json::object* playout, std::string_view key) {
                       {"mean", integer_at(&o, "mean")}};
 }
 
+// The WAN delay of the last 10 s of the class (stats' rx.windows, docs/gateway.md): what the
+// console calls live; null when no packet arrived in it (or the gateway predates windows).
+json::value recent_delay(const json::value* rx, std::string_view cls) {
+  const json::object* windows = object_at(rx, "windows");
+  const json::value* of_class = windows != nullptr ? windows->if_contains(cls) : nullptr;
+  const json::object* delay = object_at(of_class, "wan_delay_ns");
+  const json::value* w = delay != nullptr ? delay->if_contains("10s") : nullptr;
+  if (w == nullptr || !w->is_object() || integer_at(&w->as_object(), "count") == 0) return nullptr;
+  const json::object& o = w->as_object();
+  return json::object{{"span_ns", integer_at(&o, "span_ns")}, {"count", integer_at(&o, "count")},
+                      {"p50", integer_at(&o, "p50")},         {"p99", integer_at(&o, "p99")},
+                      {"max", integer_at(&o, "max")}};
+}
+
 // One tunnel of a gateway's stats document (docs/gateway.md, "Counters") -> the console's row.
 // The receive side is the class that carried traffic (on time if any).
 json::object tunnel_summary(const json::object& t) {
@@ -81,6 +95,8 @@ json::object tunnel_summary(const json::object& t) {
                           {"late_packets", integer_at(playout, "late_packets")},
                           {"dropped", std::move(dropped)},
                           {"wan_delay_ns", histogram(playout, "wan_delay_ns")},
+                          {"recent_wan_delay_ns",
+                           recent_delay(rx, timed ? "on_time" : "best_effort")},
                           {"one_way_delay_ns", histogram(playout, "one_way_delay_ns")},
                           {"lateness_ns", histogram(playout, "lateness_ns")}}}};
   return out;

@@ -225,10 +225,14 @@ function liveTunnels(tunnelId) {
 function delayLines(tunnelId) {
   const parts = [];
   for (const { gateway, tunnel } of liveTunnels(tunnelId)) {
-    const d = tunnel.rx.wan_delay_ns;
+    // The last 10 s when packets arrived in them (the gateway's windowed percentiles), else
+    // everything since the tunnel was added.
+    const recent = tunnel.rx.recent_wan_delay_ns;
+    const d = recent || tunnel.rx.wan_delay_ns;
     if (!d) continue;
     parts.push(`at ${gateway}: p50 ${duration(d.p50)}, p99 ${duration(d.p99)} ` +
-               `(${tunnel.rx.received_packets} pkts)`);
+               (recent ? `last 10 s (${recent.count} of ${tunnel.rx.received_packets} pkts)`
+                       : `(${tunnel.rx.received_packets} pkts)`));
   }
   return parts.length ? parts : ["no traffic yet"];
 }
