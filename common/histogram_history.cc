@@ -3,17 +3,32 @@
 #include <algorithm>
 
 namespace detwan::common {
+namespace {
+
+// Whether every bucket of `copy` is in `now` with at least its count (both ascending by key):
+// `now` is the same histogram later, not reset since.
+bool covers(const std::vector<LogLinearHistogram::Bucket>& now,
+            const std::vector<LogLinearHistogram::Bucket>& copy) {
+  size_t i = 0;
+  for (const auto& c : copy) {
+    while (i < now.size() && now[i].key < c.key) ++i;
+    if (i == now.size() || now[i].key != c.key || now[i].count < c.count) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 HistogramHistory::HistogramHistory(int64_t tick_ns, int64_t horizon_ns)
     : tick_ns_(std::max<int64_t>(tick_ns, 1)), horizon_ns_(std::max<int64_t>(horizon_ns, 0)) {}
 
 void HistogramHistory::snapshot(const LogLinearHistogram& h, int64_t now_ns) {
-  // Fewer samples than the last copy: the histogram was reset; its old copies mean nothing.
-  if (!copies_.empty() && h.count() < copies_.back().count) copies_.clear();
   Copy copy;
   copy.at_ns = now_ns;
   copy.count = h.count();
   h.nonzero_buckets(copy.buckets);
+  // The last copy not within the histogram now: it was reset; the old copies mean nothing.
+  if (!copies_.empty() && !covers(copy.buckets, copies_.back().buckets)) copies_.clear();
   copies_.push_back(std::move(copy));
   // Keep the newest copy at least horizon_ns old (a window of the horizon needs it), drop the
   // ones before it.
@@ -42,13 +57,20 @@ HistogramWindow HistogramHistory::window(const LogLinearHistogram& current, int6
     w.span_ns = 0;  // no copy yet: everything so far, for an unknown span
   } else {
     w.span_ns = now_ns - base->at_ns;
-    // Both ascending by key: a merge that keeps what was added since the copy.
-    size_t j = 0;
-    for (const auto& b : now_buckets) {
-      while (j < base->buckets.size() && base->buckets[j].key < b.key) ++j;
-      const uint64_t before =
-          j < base->buckets.size() && base->buckets[j].key == b.key ? base->buckets[j].count : 0;
-      if (b.count > before) delta.push_back({b.key, b.count - before});
+    if (!covers(now_buckets, base->buckets)) {
+      // A bucket of the copy above the histogram's own: the histogram was reset since (and has
+      // counted past the copy's total again). The copy is of another life: everything so far.
+      delta = std::move(now_buckets);
+      w.span_ns = 0;
+    } else {
+      // Both ascending by key: a merge that keeps what was added since the copy.
+      size_t j = 0;
+      for (const auto& b : now_buckets) {
+        while (j < base->buckets.size() && base->buckets[j].key < b.key) ++j;
+        const uint64_t before =
+            j < base->buckets.size() && base->buckets[j].key == b.key ? base->buckets[j].count : 0;
+        if (b.count > before) delta.push_back({b.key, b.count - before});
+      }
     }
   }
   for (const auto& b : delta) w.count += b.count;

@@ -49,7 +49,7 @@ HttpResponse json_answer(int status, const json::value& body) {
   return r;
 }
 
-HttpResponse outcome(const agent::Outcome<json::object>& o) {
+HttpResponse console_outcome(const agent::Outcome<json::object>& o) {
   return o ? json_answer(200, *o) : json_answer(o.error().status, o.error().to_json());
 }
 
@@ -142,7 +142,7 @@ bool handle_console(agent::Agent& agent, const HttpRequest& request, std::string
     }
     const std::string name =
         path.substr(prefix.size(), path.size() - prefix.size() - suffix.size());
-    send(outcome(agent.gateway_tunnels(name)));
+    send(console_outcome(agent.gateway_tunnels(name)));
     return true;
   }
   if (path == "/v1/calendar") {
@@ -160,7 +160,7 @@ bool handle_console(agent::Agent& agent, const HttpRequest& request, std::string
                    .to_json()));
       return true;
     }
-    send(outcome(agent.link_calendar(horizon_s * 1'000'000'000, step_s * 1'000'000'000)));
+    send(console_outcome(agent.link_calendar(horizon_s * 1'000'000'000, step_s * 1'000'000'000)));
     return true;
   }
   return false;

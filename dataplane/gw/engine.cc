@@ -229,6 +229,7 @@ void restart_tunnel(TunnelState& drained, TunnelSetup&& setup) noexcept {
   drained.next_sequence = 0;
   drained.peer_epoch = setup.auth ? setup.auth->peer_epoch : 0;
   drained.counters = {};
+  drained.windows.clear();  // its copies are of the drained tunnel's histograms
   drained.auth = std::move(setup.auth);
 }
 

@@ -113,6 +113,11 @@ struct TunnelState {
   // percentiles of stats (Engine::Impl::record_windows, common/histogram_history.h).
   struct Windows {
     common::HistogramHistory on_time_wan_delay, on_time_lateness, best_effort_wan_delay;
+    void clear() noexcept {
+      on_time_wan_delay.clear();
+      on_time_lateness.clear();
+      best_effort_wan_delay.clear();
+    }
   } windows;
   std::unique_ptr<TunnelAuthState> auth;  // nullptr: not authenticated
   // Bytes a packet grows by after its payload: the AEAD tag on an authenticated tunnel.

@@ -132,5 +132,19 @@ TEST(HistogramHistory, ResetHistogramStartsAfresh) {
   EXPECT_EQ(history.copies(), 1u);  // the stale copy is gone
 }
 
+TEST(HistogramHistory, ResetHistogramThatCountedPastTheCopyIsNotSubtracted) {
+  LogLinearHistogram h;
+  HistogramHistory history(10, 100);
+  for (int i = 0; i < 8; ++i) h.record(1000);  // the tunnel's earlier life
+  history.snapshot(h, 0);
+  h.reset();
+  for (int i = 0; i < 20; ++i) h.record(2000);  // more samples than the copy, other buckets
+  const HistogramWindow w = history.window(h, 10, 20);
+  EXPECT_EQ(w.count, 20u);  // not 20 - 8
+  EXPECT_EQ(w.span_ns, 0);
+  history.snapshot(h, 20);
+  EXPECT_EQ(history.copies(), 1u);
+}
+
 }  // namespace
 }  // namespace detwan::common
