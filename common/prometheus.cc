@@ -50,6 +50,22 @@ void Exposition::counter(std::string_view name, std::string_view help, const Lab
                  label_text(labels), value);
 }
 
+void Exposition::table_counter(std::string_view prefix, std::string_view metric,
+                               std::string_view help, const Labels& labels,
+                               std::string_view label_name, std::string_view label_value,
+                               uint64_t value) {
+  std::string name;
+  name.reserve(prefix.size() + metric.size());
+  name.append(prefix).append(metric);
+  if (label_name.empty()) {
+    counter(name, help, labels, value);
+    return;
+  }
+  Labels with_label = labels;
+  with_label.emplace_back(label_name, std::string(label_value));
+  counter(name, help, with_label, value);
+}
+
 void Exposition::gauge(std::string_view name, std::string_view help, const Labels& labels,
                        double value) {
   fmt::format_to(std::back_inserter(add(name, help, "gauge").lines), "{}{} {}\n", name,

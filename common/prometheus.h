@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/counter_table.h"
 #include "common/histogram.h"
 
 namespace detwan::common::prometheus {
@@ -41,6 +42,15 @@ class Exposition {
  public:
   void counter(std::string_view name, std::string_view help, const Labels& labels, uint64_t value);
   void gauge(std::string_view name, std::string_view help, const Labels& labels, double value);
+  // Every field of a counter table (common/counter_table.h) as a counter named prefix + metric,
+  // with `labels` and the field's constant label if it has one.
+  template <typename Counters, size_t N>
+  void counters(std::string_view prefix, const Labels& labels, const Counters& c,
+                const CounterField<Counters> (&fields)[N]) {
+    for (const CounterField<Counters>& f : fields) {
+      table_counter(prefix, f.metric, f.help, labels, f.label_name, f.label_value, c.*f.member);
+    }
+  }
   // A histogram of nanoseconds as a Prometheus histogram in seconds: one cumulative _bucket per
   // bound (le="..."; a value counts in every bucket whose bound it does not exceed, so negative
   // values count from the first), le="+Inf", _sum and _count. Bucket counts carry the source
@@ -56,6 +66,9 @@ class Exposition {
     std::string name, help, type, lines;
   };
   Family& add(std::string_view name, std::string_view help, std::string_view type);
+  void table_counter(std::string_view prefix, std::string_view metric, std::string_view help,
+                     const Labels& labels, std::string_view label_name,
+                     std::string_view label_value, uint64_t value);
   std::vector<Family> families_;
   std::map<std::string, size_t, std::less<>> index_;
 };

@@ -9,6 +9,7 @@
 // interval.
 //
 // Threading: one thread (the daemon's main loop) calls it.
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 
@@ -29,7 +30,7 @@ class ServiceNotifier {
   // WATCHDOG=1 when half the interval has passed since the last ping (or none was sent yet).
   void heartbeat(int64_t now_ns);
 
-  [[nodiscard]] uint64_t sent() const { return sent_; }  // notifications sent (tests)
+  [[nodiscard]] uint64_t sent() const { return sent_.load(); }  // notifications sent (tests)
 
  private:
   void send(std::string_view state, std::string_view status);
@@ -37,7 +38,7 @@ class ServiceNotifier {
   bool active_ = false;
   int64_t watchdog_ns_ = 0;
   int64_t last_ping_ns_ = INT64_MIN;
-  uint64_t sent_ = 0;
+  std::atomic<uint64_t> sent_{0};  // ready/reloading may come from another thread than pings
 };
 
 }  // namespace detwan::common

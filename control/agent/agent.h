@@ -145,6 +145,9 @@ class Agent {
   boost::json::object topology_json() const;
   boost::json::object health() const;
   std::string metrics_text() const;  // Prometheus text exposition format
+  // GET /v1/stats: the counters of metrics_text() as JSON, from the same lists
+  // (agent_counters.h): counters, per-gateway reconciler counters, latency summaries.
+  boost::json::object stats() const;
 
   // ---- The operator console's reads (agent_console.cc, docs/console.md) ----
   // Every gateway as the reconciler last saw it: reachable, in sync, generation, boot id, last

@@ -8,6 +8,7 @@
 #include "common/units.h"
 #include "common/version.h"
 #include "control/admission/planner.h"
+#include "control/agent/agent_counters.h"
 #include "control/agent/agent_impl.h"
 #include "control/gateway/tunnel_spec.h"
 #include "control/reservation/reservation_json.h"
@@ -255,6 +256,45 @@ void Agent::count_refused(const std::string& cause) {
   ++impl_->counters.refused[cause];
 }
 
+json::object Agent::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  const Impl& m = *impl_;
+  json::object counters;
+  for (const LabelledCounters& family : kLabelledCounters) {
+    json::object by_label;
+    for (const auto& [label, n] : m.counters.*family.member) by_label[label] = n;
+    counters[family.key] = std::move(by_label);
+  }
+  json::object requests;
+  for (const auto& [key, n] : m.counters.requests) requests[key] = n;
+  counters["requests"] = std::move(requests);
+  counters["journal_commits"] = m.journal->commits();
+  counters["journal_failures"] = m.counters.journal_failures;
+  json::array gateways;
+  const auto by_gateway = m.reconciler->counters();
+  for (uint32_t g = 0; g < m.topology.gateways.size(); ++g) {
+    const gateway::ReconcilerCounters& c = by_gateway[g];
+    json::object entry{{"name", m.topology.gateways[g].name},
+                       {"generation", c.generation},
+                       {"in_sync", c.in_sync}};
+    common::for_each_counter(c, kReconcilerFields,
+                             [&](std::string_view key, uint64_t n) { entry[key] = n; });
+    gateways.push_back(std::move(entry));
+  }
+  const auto summary = [](const common::LogLinearHistogram& h) {
+    boost::system::error_code ec;
+    json::value v = json::parse(h.summary_json(), ec);
+    return ec ? json::value(nullptr) : v;
+  };
+  return json::object{
+      {"counters", std::move(counters)},
+      {"gateways", std::move(gateways)},
+      {"latency",
+       json::object{{"admission_ns", summary(m.counters.admission_ns)},
+                    {"request_ns", summary(m.counters.request_ns)}}},
+  };
+}
+
 std::string Agent::metrics_text() const {
   namespace prom = common::prometheus;
   std::lock_guard lock(impl_->mutex);
@@ -281,17 +321,16 @@ std::string Agent::metrics_text() const {
   e.gauge("detwan_agent_dataplane_active",
           "Provisioned reservations whose tunnels are on every gateway.", {},
           static_cast<double>(active));
-  for (const auto& [state, n] : m.counters.transitions) {
-    e.counter("detwan_agent_transitions_total",
-              "Reservation state transitions, by target state.", {{"to", state}}, n);
-  }
-  for (const auto& [op, n] : m.counters.admitted) {
-    e.counter("detwan_agent_admission_decisions_total", "Admission decisions.",
-              {{"decision", "admitted"}, {"operation", op}}, n);
-  }
-  for (const auto& [cause, n] : m.counters.refused) {
-    e.counter("detwan_agent_admission_decisions_total", "Admission decisions.",
-              {{"decision", "refused"}, {"cause", cause}}, n);
+  for (const LabelledCounters& family : kLabelledCounters) {
+    const std::string name = fmt::format("{}{}", kAgentPrefix, family.metric);
+    for (const auto& [label, n] : m.counters.*family.member) {
+      prom::Labels labels;
+      if (!family.const_label_name.empty()) {
+        labels.emplace_back(family.const_label_name, std::string(family.const_label_value));
+      }
+      labels.emplace_back(family.label, label);
+      e.counter(name, family.help, labels, n);
+    }
   }
   e.histogram_ns("detwan_agent_admission_seconds",
                  "Time to plan one reservation (path, slots, bound).", {},
@@ -315,12 +354,7 @@ std::string Agent::metrics_text() const {
   for (uint32_t g = 0; g < t.gateways.size(); ++g) {
     const prom::Labels labels{{"gateway", t.gateways[g].name}};
     const gateway::ReconcilerCounters& c = counters[g];
-    e.counter("detwan_agent_gateway_reconcile_passes_total", "Reconciliation passes.", labels,
-              c.passes);
-    e.counter("detwan_agent_gateway_unreachable_total",
-              "Passes that could not reach the gateway.", labels, c.unreachable);
-    e.counter("detwan_agent_gateway_restarts_seen_total", "Gateway restarts seen (new boot id).",
-              labels, c.restarts_seen);
+    e.counters(kGatewayPrefix, labels, c, kReconcilerFields);
     e.gauge("detwan_agent_gateway_generation", "The gateway's configuration generation.", labels,
             static_cast<double>(c.generation));
     e.gauge("detwan_agent_gateway_in_sync",

@@ -70,7 +70,9 @@ std::string error_body(std::string_view code, std::string_view message) {
 struct HttpServer::Impl {
   HttpServerOptions options;
   Handler handler;
-  std::vector<Token> tokens;
+  // Replaced whole by reload_tokens() (SIGHUP); a request reads one snapshot.
+  std::atomic<std::shared_ptr<const std::vector<Token>>> tokens{
+      std::make_shared<const std::vector<Token>>()};
   std::vector<std::thread> threads;
   std::atomic<uint32_t> connections{0};
   mutable std::mutex counters_mutex;
@@ -229,14 +231,16 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         std::find(server_.options.open_paths.begin(), server_.options.open_paths.end(), path) !=
             server_.options.open_paths.end();
     const auto auth = request[http::field::authorization];
+    const std::shared_ptr<const std::vector<Token>> tokens_held = server_.tokens.load();
+    const std::vector<Token>& tokens = *tokens_held;
     const Token* match = nullptr;
-    if (!auth.empty() && !server_.tokens.empty()) {
+    if (!auth.empty() && !tokens.empty()) {
       const std::string prefix = "bearer ";  // the scheme name is case-insensitive (RFC 7235)
       std::string scheme(auth.substr(0, std::min(auth.size(), prefix.size())));
       for (char& ch : scheme) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       if (auth.size() > prefix.size() && scheme == prefix) {
         const std::string given(auth.substr(prefix.size()));
-        for (const Token& t : server_.tokens) {
+        for (const Token& t : tokens) {
           if (constant_time_equal(t.token, given)) match = &t;
         }
       }
@@ -261,7 +265,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return true;
     }
     // A token that is not ours is refused even beside a certificate (never a way to be a peer).
-    const bool wrong_token = !server_.tokens.empty() && !auth.empty();
+    const bool wrong_token = !tokens.empty() && !auth.empty();
     if (!peer_domain_.empty() && !wrong_token) {
       // Whatever else it sends, a client with a verified certificate is that peer (never
       // anonymous, even on an agent without tokens).
@@ -272,7 +276,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       identity_.may_admin = false;
       return true;
     }
-    if (!server_.tokens.empty() && !health) {
+    if (!tokens.empty() && !health) {
       server_.count(&HttpCounters::refused_token);
       send_error(401, "unauthorized",
                  "this agent needs 'Authorization: Bearer TOKEN' (see its tokens_file)",
@@ -431,6 +435,24 @@ std::string http_counters_text(const HttpCounters& c, std::string_view prefix) {
   return e.text();
 }
 
+common::Result<size_t> HttpServer::reload_tokens() {
+  const std::string& file = impl_->options.tokens_file;
+  if (file.empty()) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              "no tokens file (agent.api.tokens_file): nothing to reload");
+  }
+  auto tokens = load_tokens(file);
+  if (!tokens) return std::unexpected(tokens.error());
+  if (tokens->empty()) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              file + ": no token left (the agent would serve anyone); kept the "
+                                     "tokens in force");
+  }
+  const size_t count = tokens->size();
+  impl_->tokens.store(std::make_shared<const std::vector<Token>>(std::move(*tokens)));
+  return count;
+}
+
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { stop(); }
@@ -443,7 +465,7 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOp
   if (!options.tokens_file.empty()) {
     auto tokens = load_tokens(options.tokens_file);
     if (!tokens) return std::unexpected(tokens.error());
-    impl->tokens = std::move(*tokens);
+    impl->tokens.store(std::make_shared<const std::vector<Token>>(std::move(*tokens)));
   }
   if (!options.tls.cert_file.empty()) {
     auto ctx = detail::make_server_context(options.tls);

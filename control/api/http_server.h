@@ -132,6 +132,11 @@ class HttpServer {
   void stop();
   [[nodiscard]] common::HostPort local_endpoint() const;  // the bound port when 0 was asked
   [[nodiscard]] HttpCounters counters() const;
+  // Reads the tokens file again (SIGHUP, detwan-agent run) and puts its tokens in force for
+  // every request from now on; requests being answered keep the tokens they were checked with.
+  // Refused, keeping the tokens in force, when there is no tokens file, when it does not parse
+  // (the error names the line) or when it holds no token. Returns the number of tokens.
+  common::Result<size_t> reload_tokens();
 
   struct Impl;
 

@@ -146,6 +146,11 @@ class Router {
       r.content_type = "text/plain; version=0.0.4";
       return send(std::move(r));
     }
+    if (path == "/v1/stats") {
+      route = "/v1/stats";
+      return method == "GET" ? send(json_response(200, agent_.stats()))
+                             : send(method_not_allowed("GET"));
+    }
     if (path == "/openapi.yaml") {
       route = "/openapi.yaml";
       if (method != "GET") return send(method_not_allowed("GET"));

@@ -40,7 +40,9 @@ constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
 
 std::atomic<bool> stop_requested{false};
+std::atomic<bool> reload_requested{false};
 extern "C" void on_stop_signal(int) { stop_requested.store(true); }
+extern "C" void on_reload_signal(int) { reload_requested.store(true); }
 
 int fail(const common::Error& error) {
   std::fprintf(stderr, "detwan-agent: %s\n", error.message.c_str());
@@ -180,6 +182,8 @@ int command_run(const Settings& s) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  action.sa_handler = on_reload_signal;  // SIGHUP: the tokens file read again
+  sigaction(SIGHUP, &action, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   std::string allow;
   for (const auto& p : api_settings.allow)
@@ -202,9 +206,26 @@ int command_run(const Settings& s) {
   std::fflush(stdout);
   // Under systemd (Type=notify): ready now, the watchdog pinged from this loop, stopping below.
   common::ServiceNotifier notifier;
-  notifier.ready(fmt::format("domain {}: listening on {}", (*agent)->topology().domain, url));
+  const std::string ready_status =
+      fmt::format("domain {}: listening on {}", (*agent)->topology().domain, url);
+  notifier.ready(ready_status);
   while (!stop_requested.load()) {
     notifier.heartbeat(common::MonotonicClock().now_ns());
+    if (reload_requested.exchange(false)) {
+      // SIGHUP (systemd's ExecReload): the tokens file again, so that tokens are added, revoked
+      // or changed without a restart; the topology and the rest need one (docs/control.md).
+      notifier.reloading("reloading " + api_settings.tokens_file);
+      auto reloaded = (*server)->reload_tokens();
+      std::string outcome;
+      if (reloaded) {
+        outcome = fmt::format("reloaded {}: {} tokens", api_settings.tokens_file, *reloaded);
+        log->info("SIGHUP: {}", outcome);
+      } else {
+        outcome = "reload refused: " + reloaded.error().message;
+        log->error("SIGHUP: {}", outcome);
+      }
+      notifier.ready(ready_status + "; last reload: " + outcome);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   notifier.stopping("stopping");
@@ -223,7 +244,8 @@ int main_impl(int argc, char** argv) {
     sub->add_option("--topology", s.topology, "topology file (YAML)")->required();
     sub->add_option("--journal", s.journal, "SQLite journal (overrides agent.journal)");
   };
-  CLI::App* run = app.add_subcommand("run", "serve the API until SIGINT/SIGTERM");
+  CLI::App* run = app.add_subcommand(
+      "run", "serve the API until SIGINT/SIGTERM (SIGHUP: reload the tokens file)");
   add_common(run);
   run->add_option("--listen", s.listen, "ADDR:PORT (overrides agent.listen; port 0 picks one)");
   run->add_option("--log-level", s.log_level, "trace, debug, info, warn, error")

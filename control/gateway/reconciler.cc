@@ -171,6 +171,8 @@ void Reconciler::reconcile_now(bool force) {
       ++c.passes;
       if (!report.reachable) ++c.unreachable;
       if (report.restarted) ++c.restarts_seen;
+      if (report.applied) ++c.applies;
+      c.refusals += report.refused.size();
       if (report.reachable) {
         slot.boot_id = report.boot_id;
         c.generation = report.generation;

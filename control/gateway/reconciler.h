@@ -67,8 +67,8 @@ struct GatewayReport {
 
 struct ReconcilerCounters {
   uint64_t passes = 0;
-  uint64_t applies = 0;        // apply requests the gateway accepted
-  uint64_t refusals = 0;       // apply requests the gateway refused
+  uint64_t applies = 0;        // passes that changed the gateway (an apply it accepted)
+  uint64_t refusals = 0;       // tunnels the gateway refused (summed over passes)
   uint64_t unreachable = 0;    // passes that could not reach it
   uint64_t restarts_seen = 0;  // boot_id changes
   uint64_t generation = 0;

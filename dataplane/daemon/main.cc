@@ -49,6 +49,7 @@
 #include "dataplane/daemon/backends.h"
 #include "dataplane/daemon/commands.h"
 #include "dataplane/daemon/metrics_server.h"
+#include "dataplane/daemon/reloader.h"
 #include "dataplane/daemon/stats_table.h"
 #include "dataplane/daemon/tunnels_table.h"
 #include "dataplane/gw/config.h"
@@ -62,11 +63,14 @@ namespace detwan::dataplane::daemon {
 // store is async-signal-safe.
 namespace {
 std::atomic<bool> stop_flag{false};
+std::atomic<bool> reload_flag{false};  // SIGHUP (reloader.h)
 static_assert(std::atomic<bool>::is_always_lock_free);
 extern "C" void on_stop_signal(int) { stop_flag.store(true); }
+extern "C" void on_reload_signal(int) { reload_flag.store(true); }
 }  // namespace
 
 std::atomic<bool>& stop_requested() { return stop_flag; }
+std::atomic<bool>& reload_requested() { return reload_flag; }
 
 void install_signal_handlers() {
   struct sigaction action {};
@@ -74,6 +78,8 @@ void install_signal_handlers() {
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  action.sa_handler = on_reload_signal;
+  sigaction(SIGHUP, &action, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 }
 
@@ -241,9 +247,12 @@ int command_run(const RunSettings& settings) {
     }
     notifier.heartbeat(now_ns);
   });
+  // SIGHUP: the file's tunnel changes applied (reloader.h); SIGHUPs before this are kept.
+  auto reloader = std::make_unique<Reloader>(**control, notifier, ready_status, config.source);
   gw::RunContext context{**engine, config, control->get(), stop_requested(), admin.get()};
   auto outcome = run_backend(context);
   notifier.stopping(outcome ? "stopped" : outcome.error().message);
+  reloader.reset();
   metrics.reset();
   control->reset();
   admin.reset();
@@ -279,7 +288,8 @@ int main_impl(int argc, char** argv) {
   app.add_option("--cpu", run_settings.cpu, "pin the datapath thread to this CPU")
       ->check(CLI::NonNegativeNumber);
 
-  CLI::App* run = app.add_subcommand("run", "run the gateway until SIGINT/SIGTERM");
+  CLI::App* run = app.add_subcommand(
+      "run", "run the gateway until SIGINT/SIGTERM (SIGHUP: reload the file's tunnels)");
   run->fallthrough();
   bool json = false;
   bool prometheus = false;

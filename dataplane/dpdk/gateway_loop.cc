@@ -82,11 +82,10 @@ void Gateway::run_shard_st(std::atomic<bool>& stop, const TscTaiClock& clock,
     if (serves && (now_ns >= next_control_ns || connected(control, admin))) {
       for (gw::ControlServer* server : {control, admin}) {
         if (server == nullptr) continue;
-        const gw::ControlChannel channel = server->channel();
         // The other shards are paused only while a request is answered, not for every poll.
         server->poll_st(now_ns, [&](std::string_view request) {
           const gw::PauseScope pause(*shared.pause, stop, {});
-          return gw::answer_sharded_request(engines, request, now_ns, channel);
+          return gw::answer_sharded_request(engines, request, now_ns, server->channel());
         });
         server->report_counters(impl.engine);
       }

@@ -332,6 +332,17 @@ struct TunnelChanges {
   std::vector<TunnelConfig> modify;
   std::vector<uint32_t> remove;
 };
+// A configuration reload (SIGHUP, {"cmd":"reload"}; docs/gateway.md, "Reloading the
+// configuration"): the changes that turn the tunnels `file_ids` named (the file as last loaded)
+// into those `file` (the file now) names, in `running` (the gateway's configuration now: the
+// file's tunnels and those added at run time). A tunnel of the file that runs differently is
+// modified, one it no longer names removed, a new one added; tunnels added at run time are left
+// alone unless the file names their id. Refused (kConfig) when `file` changes anything but the
+// tunnels, naming the first section that differs (control_socket, admin_socket, timing and cpu,
+// which command-line options override, are not compared).
+common::Result<TunnelChanges> reload_changes(const GatewayConfig& running,
+                                             const std::vector<uint32_t>& file_ids,
+                                             const GatewayConfig& file);
 // Parses one request item, a JSON object (text), with the file's tunnel parser: the object
 // becomes the YAML map it spells (strings, numbers and booleans as scalars). Errors (kConfig)
 // start with `label`: "add[0] (tunnel 1001): field 'slots': ...".

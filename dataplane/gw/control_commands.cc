@@ -23,7 +23,8 @@ namespace json = boost::json;
 
 constexpr std::string_view kReadCommands = "stats, prometheus, config, tunnels";
 constexpr std::string_view kCommands =
-    "stats, prometheus, config, tunnels, apply, add_tunnel, modify_tunnel or remove_tunnel";
+    "stats, prometheus, config, tunnels, apply, add_tunnel, modify_tunnel, remove_tunnel or "
+    "reload";
 
 
 // A refused write: the message and the generation in force (nothing changed).
@@ -36,7 +37,7 @@ std::string refusal_json(std::string_view message, const Engine& engine) {
 
 bool is_write(std::string_view command) {
   return command == "apply" || command == "add_tunnel" || command == "modify_tunnel" ||
-         command == "remove_tunnel";
+         command == "remove_tunnel" || command == "reload";
 }
 
 // Keys of `object` must be among `allowed`; else the refusal names the first other one.
@@ -173,21 +174,51 @@ std::string apply(Engine& engine, const json::object& request, std::string_view 
                       json::serialize(*expected), engine.generation()));
     }
   }
-  auto changes = changes_of(request, command);
-  if (!changes) return refused(changes.error().message);
-  auto result = engine.apply_st(*changes, now_ns);
-  if (!result) return refused(result.error().message);
-  ++io.applied;
   const auto ids = [](const std::vector<uint32_t>& list) {
     json::array out;
     for (const uint32_t id : list) out.push_back(id);
     return out;
   };
-  return json::serialize(json::object{{"ok", true},
-                                      {"generation", result->generation},
-                                      {"added", ids(result->added)},
-                                      {"modified", ids(result->modified)},
-                                      {"removed", ids(result->removed)}});
+  // reload: the configuration file read again, its tunnel changes applied (config.h).
+  std::vector<uint32_t> file_ids;
+  common::Result<TunnelChanges> changes = TunnelChanges{};
+  if (command == "reload") {
+    if (auto key = unknown_key(request, {"cmd", "if_generation"}, command); !key.empty()) {
+      return refused(std::move(key));
+    }
+    const std::string& path = engine.config().source;
+    if (path.empty() || path == "<string>") {
+      return refused("reload: this gateway's configuration did not come from a file");
+    }
+    auto file = load_gateway_config(path);
+    if (!file) return refused("reload: " + file.error().message + " (nothing was changed)");
+    changes = reload_changes(engine.config(), engine.file_tunnel_ids(), *file);
+    if (!changes) return refused("reload: " + changes.error().message);
+    for (const TunnelConfig& t : file->tunnels) file_ids.push_back(t.id);
+    if (changes->add.empty() && changes->modify.empty() && changes->remove.empty()) {
+      engine.set_file_tunnel_ids(std::move(file_ids));
+      return json::serialize(json::object{{"ok", true},
+                                          {"generation", engine.generation()},
+                                          {"added", json::array{}},
+                                          {"modified", json::array{}},
+                                          {"removed", json::array{}},
+                                          {"source", path}});
+    }
+  } else {
+    changes = changes_of(request, command);
+    if (!changes) return refused(changes.error().message);
+  }
+  auto result = engine.apply_st(*changes, now_ns);
+  if (!result) return refused(result.error().message);
+  ++io.applied;
+  if (command == "reload") engine.set_file_tunnel_ids(std::move(file_ids));
+  json::object out{{"ok", true},
+                   {"generation", result->generation},
+                   {"added", ids(result->added)},
+                   {"modified", ids(result->modified)},
+                   {"removed", ids(result->removed)}};
+  if (command == "reload") out["source"] = engine.config().source;
+  return json::serialize(out);
 }
 
 std::string answer(Engine& engine, std::string_view request, int64_t now_ns,

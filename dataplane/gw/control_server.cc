@@ -182,6 +182,7 @@ ControlServer::~ControlServer() {
 }
 
 ControlChannel ControlServer::channel() const {
+  if (serving_local_admin_) return ControlChannel{true, name_ + " (local)", name_};
   return ControlChannel{options_.admin, name_, options_.admin ? name_ : options_.admin_socket_hint};
 }
 
@@ -197,9 +198,8 @@ void ControlServer::report_counters(Engine& engine) noexcept {
 
 void ControlServer::poll_st(Engine& engine, int64_t now_ns) {
   if (heartbeat_) heartbeat_(now_ns);
-  const ControlChannel answering = channel();
-  poll_st(now_ns, [&engine, &answering, now_ns](std::string_view request) {
-    return answer_control_request(engine, request, now_ns, answering);
+  poll_st(now_ns, [this, &engine, now_ns](std::string_view request) {
+    return answer_control_request(engine, request, now_ns, channel());
   });
   report_counters(engine);
 }
@@ -268,10 +268,10 @@ void ControlServer::poll_st(int64_t now_ns, const Responder& respond) {
   if (local_pending_.load(std::memory_order_acquire)) serve_local(respond);
 }
 
-bool ControlServer::submit(std::string request, Done done) {
+bool ControlServer::submit(std::string request, Done done, bool admin) {
   std::lock_guard lock(local_mutex_);
   if (local_.size() >= kMaxLocalRequests) return false;
-  local_.push_back({std::move(request), std::move(done)});
+  local_.push_back({std::move(request), std::move(done), admin});
   local_pending_.store(true, std::memory_order_release);
   return true;
 }
@@ -288,7 +288,12 @@ void ControlServer::serve_local(const Responder& respond) {
     local_pending_.store(!local_.empty(), std::memory_order_release);
   }
   answers_left_ -= taken.size();
-  for (LocalRequest& r : taken) r.done(respond(r.request));
+  for (LocalRequest& r : taken) {
+    serving_local_admin_ = r.admin;
+    std::string answer = respond(r.request);
+    serving_local_admin_ = false;
+    r.done(std::move(answer));
+  }
 }
 
 void ControlServer::accept_pending(int64_t now_ns) {

@@ -145,7 +145,9 @@ class ControlServer {
   void set_heartbeat(std::function<void(int64_t now_ns)> heartbeat) {
     heartbeat_ = std::move(heartbeat);
   }
-  // What answer_control_request needs to know about this socket.
+  // What answer_control_request needs to know about the request being answered: this socket,
+  // or while a local admin request is answered (inside the responder), an admin channel.
+  // Responders read it for each request.
   [[nodiscard]] ControlChannel channel() const;
   // Adds the refused peers, deferred and rate-limited requests since the last report to
   // engine.control_io().
@@ -161,9 +163,11 @@ class ControlServer {
   // over). At most kMaxLocalRequests wait: submit() refuses more (returns false, `done` is not
   // called). Requests still waiting when the server is destroyed are answered
   // {"error":"stopping: ..."}.
+  // Local requests are read-only unless submitted with `admin` (the process's own reload on
+  // SIGHUP, detwan-gw run): such a request may write even on the read-only socket's server.
   using Done = std::function<void(std::string answer)>;
   static constexpr size_t kMaxLocalRequests = 16;
-  bool submit(std::string request, Done done);
+  bool submit(std::string request, Done done, bool admin = false);
 
  private:
   struct Connection {
@@ -217,7 +221,9 @@ class ControlServer {
   struct LocalRequest {
     std::string request;
     Done done;
+    bool admin = false;
   };
+  bool serving_local_admin_ = false;  // loop thread: a local admin request is being answered
   void serve_local(const Responder& respond);
   std::mutex local_mutex_;
   std::vector<LocalRequest> local_;

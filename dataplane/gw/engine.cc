@@ -331,6 +331,7 @@ common::Result<std::unique_ptr<Engine>> Engine::create(const GatewayConfig& conf
   impl->shard = shard;
   impl->config = config;
   impl->start_ns = start_ns;
+  for (const TunnelConfig& t : config.tunnels) impl->file_tunnel_ids.push_back(t.id);
   const GatewayConfig& c = impl->config;
   for (uint32_t i = 0; i < c.wan_ports.size(); ++i) {
     auto port = make_port(c, i, start_ns, shard);
@@ -394,6 +395,12 @@ uint32_t Engine::tunnel_id(uint32_t tunnel_index) const noexcept {
   return tunnel_index < impl_->tunnels.size() ? impl_->tunnels[tunnel_index].id : 0;
 }
 uint64_t Engine::generation() const noexcept { return impl_->generation; }
+const std::vector<uint32_t>& Engine::file_tunnel_ids() const noexcept {
+  return impl_->file_tunnel_ids;
+}
+void Engine::set_file_tunnel_ids(std::vector<uint32_t> ids) {
+  impl_->file_tunnel_ids = std::move(ids);
+}
 const std::string& Engine::boot_id() const noexcept { return impl_->boot_id; }
 ControlIo& Engine::control_io() noexcept { return impl_->control; }
 uint32_t Engine::port_of_tunnel(uint32_t tunnel_index) const noexcept {

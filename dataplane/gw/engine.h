@@ -341,6 +341,11 @@ class Engine {
   // dead_after). generation() grows by one.
   [[nodiscard]] common::Result<ApplyResult> apply_st(const TunnelChanges& changes, int64_t now_ns);
   [[nodiscard]] uint64_t generation() const noexcept;
+  // The ids of the tunnels the configuration file named at start or at the last reload
+  // ({"cmd":"reload"}, SIGHUP): a reload removes those the file no longer names and leaves the
+  // tunnels added at run time (detwan-gw apply, the agent) alone.
+  [[nodiscard]] const std::vector<uint32_t>& file_tunnel_ids() const noexcept;
+  void set_file_tunnel_ids(std::vector<uint32_t> ids);
   // 16 hex digits drawn at create(): a reader that sees another boot id knows the generation
   // counter started again.
   [[nodiscard]] const std::string& boot_id() const noexcept;

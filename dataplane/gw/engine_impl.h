@@ -208,6 +208,7 @@ struct Engine::Impl {
   // (id, index) of the active tunnels, sorted by id.
   std::vector<std::pair<uint32_t, uint32_t>> tunnel_ids;
   uint64_t generation = 0;  // +1 per successful apply_st
+  std::vector<uint32_t> file_tunnel_ids;  // Engine::file_tunnel_ids()
   uint64_t epoch = 0;       // this gateway's session epoch (keepalives), random per create()
   // The tunnel key schedule (aead/key_schedule.h) and the numbering of transmit sessions.
   std::unique_ptr<aead::KeyDeriver> deriver;

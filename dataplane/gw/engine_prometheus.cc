@@ -15,6 +15,7 @@
 #include "common/prometheus.h"
 #include "common/version.h"
 #include "dataplane/gw/engine.h"
+#include "dataplane/gw/engine_counters.h"
 #include "dataplane/gw/engine_impl.h"
 #include "dataplane/gw/shard.h"
 
@@ -26,42 +27,25 @@ using common::prometheus::kDelayBucketsSeconds;
 using common::prometheus::kErrorBucketsSeconds;
 using common::prometheus::Labels;
 
-// The scheduler counters of one owner (a port, its best effort, or a tunnel) under `prefix`.
-// Per tunnel only the departure error is a histogram (queue_wait stays in stats and per port):
-// a histogram is ~20 series, and a gateway may carry a thousand tunnels.
-void tx_counters(Exposition& e, std::string_view prefix, std::string_view who, const Labels& labels,
+// The scheduler counters of one owner (a port, its best effort, or a tunnel) under `prefix`
+// ("detwan_gw_port_tx_", ...). Per tunnel only the departure error is a histogram (queue_wait
+// stays in stats and per port): a histogram is ~20 series, and a gateway may carry a thousand
+// tunnels.
+void tx_counters(Exposition& e, std::string_view prefix, const Labels& labels,
                  const sched::TxCounters& c, bool queue_wait = true) {
-  const auto name = [&](std::string_view metric) { return fmt::format("{}_{}", prefix, metric); };
-  const auto help = [&](std::string_view what) { return fmt::format("{} of {}", what, who); };
-  e.counter(name("offered_packets_total"), help("Frames offered to the scheduler"), labels,
-            c.offered_packets);
-  e.counter(name("offered_bytes_total"), help("Bytes (on the wire) offered"), labels,
-            c.offered_bytes);
-  e.counter(name("queued_packets_total"), help("Frames accepted into the schedule"), labels,
-            c.queued_packets);
-  e.counter(name("queued_bytes_total"), help("Bytes accepted into the schedule"), labels,
-            c.queued_bytes);
-  e.counter(name("sent_packets_total"), help("Frames sent in their slots"), labels, c.sent_packets);
-  e.counter(name("sent_bytes_total"), help("Bytes sent in their slots"), labels, c.sent_bytes);
-  e.counter(name("downgraded_packets_total"),
-            help("Frames above the reservation sent as best effort"), labels, c.downgraded_packets);
-  e.counter(name("downgraded_bytes_total"), help("Bytes above the reservation sent as best effort"),
-            labels, c.downgraded_bytes);
-  e.counter(name("held_for_slot_total"), help("Frames that waited for a later window"), labels,
-            c.held_for_slot);
-  e.counter(name("rescheduled_total"), help("Frames that missed their window and took a later one"),
-            labels, c.rescheduled);
+  const auto name = [&](std::string_view metric) { return fmt::format("{}{}", prefix, metric); };
+  e.counters(prefix, labels, c, sched::kTxCounterFields);
   for (int i = 0; i < sched::kTxDropCount; ++i) {
     Labels with_reason = labels;
     with_reason.emplace_back("reason", std::string(to_string(static_cast<sched::TxDrop>(i))));
-    e.counter(name("drops_total"), help("Frames dropped by the scheduler, by reason"), with_reason,
+    e.counter(name("drops_total"), "Frames dropped by the scheduler, by reason", with_reason,
               c.dropped[i]);
   }
-  e.histogram_ns(name("departure_error_seconds"), help("Actual minus scheduled departure"), labels,
+  e.histogram_ns(name("departure_error_seconds"), "Actual minus scheduled departure", labels,
                  c.departure_error_ns, kErrorBucketsSeconds);
   if (queue_wait) {
-    e.histogram_ns(name("queue_wait_seconds"), help("Scheduled departure minus enqueue time"),
-                   labels, c.queue_wait_ns, kErrorBucketsSeconds);
+    e.histogram_ns(name("queue_wait_seconds"), "Scheduled departure minus enqueue time", labels,
+                   c.queue_wait_ns, kErrorBucketsSeconds);
   }
 }
 
@@ -70,18 +54,7 @@ void tx_counters(Exposition& e, std::string_view prefix, std::string_view who, c
 void playout_counters(Exposition& e, const Labels& labels, const sched::PlayoutCounters& c,
                       bool on_time) {
   constexpr std::string_view p = "detwan_gw_tunnel_rx";
-  e.counter(fmt::format("{}_received_packets_total", p), "Packets pushed to the playout", labels,
-            c.received_packets);
-  e.counter(fmt::format("{}_received_bytes_total", p), "Payload bytes pushed to the playout",
-            labels, c.received_bytes);
-  e.counter(fmt::format("{}_released_packets_total", p), "Packets released", labels,
-            c.released_packets);
-  e.counter(fmt::format("{}_released_bytes_total", p), "Payload bytes released", labels,
-            c.released_bytes);
-  e.counter(fmt::format("{}_late_packets_total", p), "Packets that arrived after their target",
-            labels, c.late_packets);
-  e.counter(fmt::format("{}_late_delivered_total", p), "Late packets delivered anyway", labels,
-            c.late_delivered);
+  e.counters("detwan_gw_tunnel_rx_", labels, c, sched::kPlayoutCounterFields);
   for (int i = 0; i < sched::kPlayoutDropCount; ++i) {
     Labels with_reason = labels;
     with_reason.emplace_back("reason", std::string(to_string(static_cast<sched::PlayoutDrop>(i))));
@@ -101,49 +74,8 @@ void playout_counters(Exposition& e, const Labels& labels, const sched::PlayoutC
 }
 
 // Sums of the shards' counters (prometheus_text over shards).
-void add_io(PortIo& into, const PortIo& from) {
-  into.rx_packets += from.rx_packets;
-  into.rx_bytes += from.rx_bytes;
-  into.tx_packets += from.tx_packets;
-  into.tx_bytes += from.tx_bytes;
-  into.rx_errors += from.rx_errors;
-  into.tx_errors += from.tx_errors;
-  into.no_buffer += from.no_buffer;
-  into.tx_batches += from.tx_batches;
-  into.gso_refused += from.gso_refused;
-  into.rx_batches += from.rx_batches;
-}
-
-void add_io(LocalIo& into, const LocalIo& from) {
-  into.tun_rx_packets += from.tun_rx_packets;
-  into.tun_tx_packets += from.tun_tx_packets;
-  into.tun_rx_errors += from.tun_rx_errors;
-  into.tun_tx_errors += from.tun_tx_errors;
-  into.tun_rx_batches += from.tun_rx_batches;
-  into.tun_tx_batches += from.tun_tx_batches;
-  into.tun_gso_refused += from.tun_gso_refused;
-  into.service_rx_packets += from.service_rx_packets;
-  into.service_tx_packets += from.service_tx_packets;
-  into.service_rx_errors += from.service_rx_errors;
-  into.service_tx_errors += from.service_tx_errors;
-  into.loop_sleeps += from.loop_sleeps;
-  into.loop_coalesced_sleeps += from.loop_coalesced_sleeps;
-  into.loop_blind_sleeps += from.loop_blind_sleeps;
-  into.loop_timer_wakeups += from.loop_timer_wakeups;
-  into.loop_io_wakeups += from.loop_io_wakeups;
-}
-
 void add_tx(sched::TxCounters& into, const sched::TxCounters& from) {
-  into.offered_packets += from.offered_packets;
-  into.offered_bytes += from.offered_bytes;
-  into.queued_packets += from.queued_packets;
-  into.queued_bytes += from.queued_bytes;
-  into.sent_packets += from.sent_packets;
-  into.sent_bytes += from.sent_bytes;
-  into.downgraded_packets += from.downgraded_packets;
-  into.downgraded_bytes += from.downgraded_bytes;
-  into.held_for_slot += from.held_for_slot;
-  into.rescheduled += from.rescheduled;
+  common::add_counters(into, from, sched::kTxCounterFields);
   for (int i = 0; i < sched::kTxDropCount; ++i) into.dropped[i] += from.dropped[i];
   (void)into.departure_error_ns.merge(from.departure_error_ns);
   (void)into.queue_wait_ns.merge(from.queue_wait_ns);
@@ -211,34 +143,14 @@ void Engine::write_head(common::prometheus::Exposition& e, const std::vector<Eng
     sched::TxCounters best_effort_tx = port.scheduler.best_effort_counters();
     for (uint32_t k = 1; k < count; ++k) {
       const PortState& other = shards[k]->impl_->ports[p];
-      add_io(io, other.io);
+      common::add_counters(io, other.io, kPortIoFields);
       for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) {
         rx_drops.by_reason[r] += other.rx_drops.by_reason[r];
       }
       add_tx(port_tx, other.scheduler.port_counters());
       add_tx(best_effort_tx, other.scheduler.best_effort_counters());
     }
-    e.counter("detwan_gw_port_rx_packets_total", "Datagrams received on the WAN port", labels,
-              io.rx_packets);
-    e.counter("detwan_gw_port_rx_bytes_total", "Bytes received on the WAN port", labels,
-              io.rx_bytes);
-    e.counter("detwan_gw_port_tx_packets_total", "Datagrams sent on the WAN port", labels,
-              io.tx_packets);
-    e.counter("detwan_gw_port_tx_bytes_total", "Bytes sent on the WAN port", labels, io.tx_bytes);
-    e.counter("detwan_gw_port_rx_errors_total", "Failed or truncated receives", labels,
-              io.rx_errors);
-    e.counter("detwan_gw_port_tx_errors_total", "Failed sends", labels, io.tx_errors);
-    e.counter("detwan_gw_port_no_buffer_total", "Receives skipped for lack of a buffer", labels,
-              io.no_buffer);
-    e.counter("detwan_gw_port_tx_batches_total",
-              "Sends that carried several frames (UDP GSO, io_uring backend)", labels,
-              io.tx_batches);
-    e.counter("detwan_gw_port_gso_refused_total",
-              "GSO batches the route refused (their frames were sent one by one)", labels,
-              io.gso_refused);
-    e.counter("detwan_gw_port_rx_batches_total",
-              "Receives that carried several frames (UDP GRO, io_uring backend)", labels,
-              io.rx_batches);
+    e.counters(kPortIoPrefix, labels, io, kPortIoFields);
     for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) {
       Labels with_reason = labels;
       with_reason.emplace_back("reason", std::string(to_string(static_cast<wire::DropReason>(r))));
@@ -246,8 +158,8 @@ void Engine::write_head(common::prometheus::Exposition& e, const std::vector<Eng
                 "Tunnel datagrams dropped by the wire checks, by reason", with_reason,
                 rx_drops.by_reason[r]);
     }
-    tx_counters(e, "detwan_gw_port_tx", "the WAN port", labels, port_tx);
-    tx_counters(e, "detwan_gw_best_effort_tx", "the port's best effort", labels, best_effort_tx);
+    tx_counters(e, "detwan_gw_port_tx_", labels, port_tx);
+    tx_counters(e, "detwan_gw_best_effort_tx_", labels, best_effort_tx);
   }
 }
 
@@ -263,20 +175,18 @@ void Engine::write_tunnel(common::prometheus::Exposition& e, const std::vector<E
     const Labels labels{{"tunnel", std::to_string(t.id)},
                         {"port", o.config.wan_ports[t.port].name}};
     if (const sched::TxCounters* c = o.ports[t.port].scheduler.tunnel_counters(t.id)) {
-      tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", labels, *c, false);
+      tx_counters(e, "detwan_gw_tunnel_tx_", labels, *c, false);
     }
     if (t.protected_path()) {  // its copies, on the protection port (label port says which)
       const Labels copy_labels{{"tunnel", std::to_string(t.id)},
                                {"port", o.config.wan_ports[t.protect_port].name}};
       if (const auto* c = o.ports[t.protect_port].scheduler.tunnel_counters(t.id)) {
-        tx_counters(e, "detwan_gw_tunnel_tx", "the tunnel", copy_labels, *c, false);
+        tx_counters(e, "detwan_gw_tunnel_tx_", copy_labels, *c, false);
       }
     }
     const TunnelCounters& tc = t.counters;
-    e.counter("detwan_gw_tunnel_tx_replicas_sent_total",
-              "Copies sent on the protection path (1+1 protection)", labels, tc.replicas_sent);
-    e.counter("detwan_gw_tunnel_tx_replicas_not_made_total",
-              "Copies the backend could not make (no buffer)", labels, tc.replicas_not_made);
+    e.counters(kTunnelPrefix, labels, tc, kTunnelTxFields);
+    e.counters(kTunnelPrefix, labels, tc, kTunnelRxFields);
     for (uint32_t path = 0; path < (t.protected_path() ? kMaxPaths : 1); ++path) {
       // Labelled with the path's own port.
       const uint32_t port = path == kPrimaryPathId ? t.port : t.protect_port;
@@ -293,22 +203,9 @@ void Engine::write_tunnel(common::prometheus::Exposition& e, const std::vector<E
                 "Copies eliminated on the path: the other path's came first", with_path,
                 tc.path_eliminated_packets[path]);
     }
-    e.counter("detwan_gw_tunnel_rx_peer_restarts_total",
-              "Replay window started again: the peer gateway restarted (new session epoch)", labels,
-              tc.peer_restarts);
     if (t.auth) {  // authenticated tunnel (docs/wire-format.md, "Authenticated tunnels")
       const AuthCounters& ac = t.auth->counters;
-      e.counter("detwan_gw_tunnel_auth_sealed_packets_total",
-                "Packets sealed with the tunnel's transmit key (data and control)", labels,
-                ac.sealed_packets);
-      e.counter("detwan_gw_tunnel_auth_opened_packets_total",
-                "Packets a key of the tunnel opened (data and control)", labels, ac.opened_packets);
-      e.counter("detwan_gw_tunnel_auth_key_derivations_total",
-                "Keys derived for a new peer epoch (HKDF; docs/wire-format.md, Key schedule)",
-                labels, ac.key_derivations);
-      e.counter("detwan_gw_tunnel_auth_candidate_derivations_total",
-                "Control keys derived for a control packet from an unknown peer epoch", labels,
-                ac.candidate_derivations);
+      e.counters(kAuthPrefix, labels, ac, kAuthFields);
       for (int r = 0; r < kAuthDropCount; ++r) {
         Labels with_reason = labels;
         with_reason.emplace_back("reason", std::string(to_string(static_cast<AuthDrop>(r))));
@@ -319,23 +216,6 @@ void Engine::write_tunnel(common::prometheus::Exposition& e, const std::vector<E
     }
     e.gauge("detwan_gw_tunnel_tx_next_sequence", "Sequence number of the tunnel's next data frame",
             labels, static_cast<double>(t.next_sequence));
-    e.counter("detwan_gw_tunnel_tx_best_effort_offered_packets_total",
-              "Packets to the tunnel's prefixes outside its UDP ports, sent as best effort", labels,
-              t.counters.best_effort_offered_packets);
-    for (const bool best_effort : {false, true}) {
-      Labels with_action = labels;
-      with_action.emplace_back("action", best_effort ? "best_effort" : "dropped");
-      e.counter(
-          "detwan_gw_tunnel_tx_foreign_source_packets_total",
-          "Packets to the tunnel's prefixes from a source outside its match.src (not its "
-          "tenant), by what its foreign_source policy did",
-          with_action,
-          best_effort ? tc.foreign_source_best_effort_packets : tc.foreign_source_dropped_packets);
-    }
-    e.counter("detwan_gw_tunnel_rx_foreign_inner_packets_total",
-              "Decapsulated packets dropped: source outside the tunnel's match.dst or destination "
-              "outside its match.src",
-              labels, tc.rx_foreign_inner_packets);
     for (const bool best_effort : {false, true}) {
       Labels with_class = labels;
       with_class.emplace_back("class", best_effort ? "best_effort" : "on_time");
@@ -366,7 +246,6 @@ void Engine::write_peers_and_host(common::prometheus::Exposition& e,
     const PeerState& p = l.peers[i];
     const PeerConfig& config = l.peer_config(p);
     const Labels labels{{"peer", config.name}};
-    const PeerCounters& c = p.counters;
     e.gauge("detwan_gw_peer_up", "1 if a packet came from the peer within dead_after", labels,
             p.up ? 1 : 0);
     if (p.last_rx_ns != kNeverNs) {
@@ -382,70 +261,16 @@ void Engine::write_peers_and_host(common::prometheus::Exposition& e,
     }
     e.counter("detwan_gw_peer_clock_samples_total", "Time-exchange samples accepted", labels,
               p.clock.samples());
-    e.counter("detwan_gw_peer_time_requests_sent_total", "Time requests sent", labels,
-              c.time_requests_sent);
-    e.counter("detwan_gw_peer_time_requests_received_total", "Time requests received", labels,
-              c.time_requests_received);
-    e.counter("detwan_gw_peer_time_responses_sent_total", "Time responses sent", labels,
-              c.time_responses_sent);
-    e.counter("detwan_gw_peer_time_responses_received_total", "Time responses received", labels,
-              c.time_responses_received);
-    e.counter("detwan_gw_peer_keepalives_sent_total", "Keepalives sent", labels, c.keepalives_sent);
-    e.counter("detwan_gw_peer_keepalives_received_total", "Keepalives received", labels,
-              c.keepalives_received);
-    e.counter("detwan_gw_peer_restarts_total",
-              "Keepalives with a new session epoch: the peer gateway restarted", labels,
-              c.restarts);
-    for (const auto& [reason, value] :
-         {std::pair{"replayed", c.control_replayed}, std::pair{"reflected", c.control_reflected},
-          std::pair{"stale", c.control_stale}}) {
-      Labels with_reason = labels;
-      with_reason.emplace_back("reason", reason);
-      e.counter("detwan_gw_peer_control_refused_total",
-                "Control packets refused: replayed in the epoch, our own sent back, or from an "
-                "epoch not accepted (an earlier boot's)",
-                with_reason, value);
-    }
-    e.counter("detwan_gw_peer_early_keepalives_total",
-              "Keepalives sent ahead of the interval: the peer did not know our epoch", labels,
-              c.early_keepalives);
+    e.counters(kPeerPrefix, labels, p.counters, kPeerFields);
   }
   LocalIo io = m.local;
-  for (uint32_t k = 1; k < count; ++k) add_io(io, shards[k]->impl_->local);
-  e.counter("detwan_gw_tun_rx_packets_total", "Packets read from the TUN device", {},
-            io.tun_rx_packets);
-  e.counter("detwan_gw_tun_tx_packets_total", "Packets written to the TUN device", {},
-            io.tun_tx_packets);
-  e.counter("detwan_gw_tun_rx_errors_total", "Failed TUN reads", {}, io.tun_rx_errors);
-  e.counter("detwan_gw_tun_rx_batches_total",
-            "TUN reads that carried several packets (UDP GSO, tun.offload)", {}, io.tun_rx_batches);
-  e.counter("detwan_gw_tun_tx_batches_total",
-            "TUN writes that carried several packets (UDP GSO, tun.offload)", {},
-            io.tun_tx_batches);
-  e.counter("detwan_gw_tun_gso_refused_total",
-            "UDP GSO runs the TUN device refused (then written packet by packet)", {},
-            io.tun_gso_refused);
-  e.counter("detwan_gw_tun_tx_errors_total", "Failed TUN writes", {}, io.tun_tx_errors);
-  e.counter("detwan_gw_service_rx_packets_total", "Datagrams received on service ports", {},
-            io.service_rx_packets);
-  e.counter("detwan_gw_service_tx_packets_total", "Datagrams sent from service ports", {},
-            io.service_tx_packets);
-  e.counter("detwan_gw_service_rx_errors_total", "Failed service receives", {},
-            io.service_rx_errors);
-  e.counter("detwan_gw_service_tx_errors_total", "Failed service sends", {}, io.service_tx_errors);
-  e.counter("detwan_gw_loop_sleeps_total",
-            "Sleeps of the datapath loop (io_uring, timing low-cpu)",
-            {}, io.loop_sleeps);
-  e.counter("detwan_gw_loop_coalesced_sleeps_total",
-            "Sleeps that did not wake for a single arrival (gateway.rx_coalesce)", {},
-            io.loop_coalesced_sleeps);
-  e.counter("detwan_gw_loop_blind_sleeps_total",
-            "Coalesced sleeps outside the ring: no arrival woke them before their end", {},
-            io.loop_blind_sleeps);
-  e.counter("detwan_gw_loop_wakeups_total", "How the loop's sleeps ended", {{"cause", "timer"}},
-            io.loop_timer_wakeups);
-  e.counter("detwan_gw_loop_wakeups_total", "How the loop's sleeps ended", {{"cause", "io"}},
-            io.loop_io_wakeups);
+  ControlIo control = m.control;
+  for (uint32_t k = 1; k < count; ++k) {
+    common::add_counters(io, shards[k]->impl_->local, kLocalIoFields);
+    common::add_counters(control, shards[k]->impl_->control, kControlIoFields);
+  }
+  e.counters(kLocalIoPrefix, {}, io, kLocalIoFields);
+  e.counters(kControlIoPrefix, {}, control, kControlIoFields);
 }
 
 }  // namespace detwan::dataplane::gw

@@ -10,6 +10,7 @@
 
 #include "common/x25519.h"
 #include "dataplane/gw/engine.h"
+#include "dataplane/gw/engine_counters.h"
 #include "dataplane/gw/engine_impl.h"
 #include "dataplane/sched/gate_control_list.h"
 
@@ -25,25 +26,26 @@ json::value parse_embedded(const std::string& text) {
   return value;
 }
 
-json::object port_io_json(const PortIo& io) {
-  return {{"rx_packets", io.rx_packets},   {"rx_bytes", io.rx_bytes},
-          {"tx_packets", io.tx_packets},   {"tx_bytes", io.tx_bytes},
-          {"rx_errors", io.rx_errors},     {"tx_errors", io.tx_errors},
-          {"no_buffer", io.no_buffer},     {"tx_batches", io.tx_batches},
-          {"gso_refused", io.gso_refused}, {"rx_batches", io.rx_batches}};
+// The fields of a counter table into `into` (engine_counters.h); a key "a.b" goes to into["a"]["b"].
+template <typename C, size_t N>
+void put_counters(json::object& into, const C& c, const common::CounterField<C> (&fields)[N]) {
+  for (const common::CounterField<C>& f : fields) {
+    const size_t dot = f.key.find('.');
+    if (dot == std::string_view::npos) {
+      into[f.key] = c.*f.member;
+      continue;
+    }
+    json::value& inner = into[f.key.substr(0, dot)];
+    if (!inner.is_object()) inner = json::object{};
+    inner.as_object()[f.key.substr(dot + 1)] = c.*f.member;
+  }
 }
 
-json::object local_io_json(const LocalIo& io) {
-  return {
-      {"tun_rx_packets", io.tun_rx_packets},         {"tun_tx_packets", io.tun_tx_packets},
-      {"tun_rx_errors", io.tun_rx_errors},           {"tun_tx_errors", io.tun_tx_errors},
-      {"tun_rx_batches", io.tun_rx_batches},         {"tun_tx_batches", io.tun_tx_batches},
-      {"tun_gso_refused", io.tun_gso_refused},       {"service_rx_packets", io.service_rx_packets},
-      {"service_tx_packets", io.service_tx_packets}, {"service_rx_errors", io.service_rx_errors},
-      {"service_tx_errors", io.service_tx_errors},   {"loop_sleeps", io.loop_sleeps},
-      {"loop_coalesced_sleeps", io.loop_coalesced_sleeps},
-      {"loop_blind_sleeps", io.loop_blind_sleeps},
-      {"loop_timer_wakeups", io.loop_timer_wakeups}, {"loop_io_wakeups", io.loop_io_wakeups}};
+template <typename C, size_t N>
+json::object counters_object(const C& c, const common::CounterField<C> (&fields)[N]) {
+  json::object out;
+  put_counters(out, c, fields);
+  return out;
 }
 
 // The windowed percentiles of one histogram (docs/gateway.md, "Statistics": "windows").
@@ -101,7 +103,7 @@ std::string Engine::stats_json(int64_t now_ns) const {
         {"mtu_bytes", config.mtu_bytes},
         {"max_payload_bytes", port.max_payload_bytes},
         {"line_rate_bps", config.line_rate_bps},
-        {"io", port_io_json(port.io)},
+        {"io", counters_object(port.io, kPortIoFields)},
         {"rx_drops", parse_embedded(wire::to_json(port.rx_drops))},
         {"tx", scheduler_json.back()},
     });
@@ -125,30 +127,17 @@ std::string Engine::stats_json(int64_t now_ns) const {
     };
     json::value scheduler_counters = port_counters(t.port);
     const TunnelCounters& c = t.counters;
-    json::object tx{
-        {"scheduler", scheduler_counters},
-        {"next_sequence", t.next_sequence},
-        {"sent_on_time_packets", c.sent_on_time_packets},
-        {"sent_best_effort_packets", c.sent_best_effort_packets},
-        {"missed_slot_packets", c.missed_slot_packets},
-        {"best_effort_offered_packets", c.best_effort_offered_packets},
-        {"best_effort_offered_bytes", c.best_effort_offered_bytes},
-        {"foreign_source_dropped_packets", c.foreign_source_dropped_packets},
-        {"foreign_source_best_effort_packets", c.foreign_source_best_effort_packets},
-    };
+    json::object tx{{"scheduler", scheduler_counters}, {"next_sequence", t.next_sequence}};
+    put_counters(tx, c, kTunnelTxFields);
     json::object rx{
-        {"accepted_on_time_packets", c.rx_on_time_packets},
-        {"accepted_best_effort_packets", c.rx_best_effort_packets},
-        {"accepted_bytes", c.rx_bytes},
-        {"foreign_inner_packets", c.rx_foreign_inner_packets},
         {"replay_drops", json::object{{"duplicate", t.replay_drops[wire::DropReason::kDuplicate]},
                                       {"too_old", t.replay_drops[wire::DropReason::kTooOld]}}},
         {"replay_top", nullptr},
-        {"peer_restarts", c.peer_restarts},
         {"clock_offset_ns", t.on_time.config().clock_offset_ns},
         {"on_time", parse_embedded(t.on_time.counters_json())},
         {"best_effort", parse_embedded(t.best_effort.counters_json())},
     };
+    put_counters(rx, c, kTunnelRxFields);
     if (!t.replay.empty()) rx["replay_top"] = t.replay.top();
     rx["windows"] = json::object{
         {"on_time",
@@ -176,8 +165,6 @@ std::string Engine::stats_json(int64_t now_ns) const {
       });
     }
     tx["protection_scheduler"] = t.protected_path() ? port_counters(t.protect_port) : nullptr;
-    tx["replicas_sent"] = c.replicas_sent;
-    tx["replicas_not_made"] = c.replicas_not_made;
     json::value auth = nullptr;  // null: not authenticated
     if (t.auth) {
       const AuthCounters& ac = t.auth->counters;
@@ -196,16 +183,11 @@ std::string Engine::stats_json(int64_t now_ns) const {
           {"tx_key", t.auth->keys[t.auth->tx].id},
           {"tx_session", t.auth->tx_session},
           {"keys", std::move(keys)},
-          {"sealed_packets", ac.sealed_packets},
-          {"seal_failed", ac.seal_failed},
-          {"opened_packets", ac.opened_packets},
-          {"new_sessions", ac.new_sessions},
           {"peer_epoch", t.auth->peer_epoch == 0
                              ? json::value(nullptr)
                              : json::value(fmt::format("{:016x}", t.auth->peer_epoch))},
-          {"key_derivations", ac.key_derivations},
-          {"candidate_derivations", ac.candidate_derivations},
           {"drops", std::move(drops)}};
+      put_counters(auth.as_object(), ac, kAuthFields);
     } else if (c.auth_unexpected_packets != 0) {
       auth = json::object{{"drops", json::object{{"auth_unexpected", c.auth_unexpected_packets}}}};
     }
@@ -235,8 +217,7 @@ std::string Engine::stats_json(int64_t now_ns) const {
     const bool heard = p.last_rx_ns != kNeverNs;
     const bool estimated = p.clock.has_estimate();
     const wire::ClockSample best = p.clock.best();
-    const PeerCounters& c = p.counters;
-    peers.push_back(json::object{
+    json::object peer{
         {"name", config.name},
         {"port", m.config.wan_ports[p.port].name},
         {"state", p.up ? "up" : "down"},
@@ -244,9 +225,6 @@ std::string Engine::stats_json(int64_t now_ns) const {
                                ? json::value(nullptr)
                                : json::value(m.tunnels[p.control_tunnel].id)},
         {"last_rx_age_ns", optional_ns(heard, heard ? now_ns - p.last_rx_ns : 0)},
-        {"up_transitions", c.up_transitions},
-        {"down_transitions", c.down_transitions},
-        {"restarts", c.restarts},
         {"session_epoch",
          p.epoch == 0 ? json::value(nullptr) : json::value(fmt::format("{:016x}", p.epoch))},
         {"clock",
@@ -259,27 +237,15 @@ std::string Engine::stats_json(int64_t now_ns) const {
              {"last_sample_age_ns",
               optional_ns(estimated, estimated ? now_ns - p.clock.last_sample_ns() : 0)},
          }},
-        {"time_exchange", json::object{{"requests_sent", c.time_requests_sent},
-                                       {"requests_received", c.time_requests_received},
-                                       {"responses_sent", c.time_responses_sent},
-                                       {"responses_received", c.time_responses_received},
-                                       {"responses_ignored", c.time_responses_ignored}}},
-        {"keepalive", json::object{{"sent", c.keepalives_sent},
-                                   {"received", c.keepalives_received},
-                                   {"early", c.early_keepalives},
-                                   {"last_rx_counter", p.last_rx_keepalive},
+        {"keepalive", json::object{{"last_rx_counter", p.last_rx_keepalive},
                                    {"peer_last_rx_counter", p.peer_last_rx_counter}}},
-        {"control_refused", json::object{{"replayed", c.control_replayed},
-                                         {"reflected", c.control_reflected},
-                                         {"stale", c.control_stale}}},
-    });
+    };
+    put_counters(peer, p.counters, kPeerFields);
+    peers.push_back(std::move(peer));
   }
   root["peers"] = std::move(peers);
-  root["local"] = local_io_json(m.local);
-  root["control"] =
-      json::object{{"requests", m.control.requests}, {"refused_peers", m.control.refused_peers},
-                   {"applied", m.control.applied},   {"refused_writes", m.control.refused_writes},
-                   {"deferred", m.control.deferred}, {"rate_limited", m.control.rate_limited}};
+  root["local"] = counters_object(m.local, kLocalIoFields);
+  root["control"] = counters_object(m.control, kControlIoFields);
   return json::serialize(root);
 }
 

@@ -2,6 +2,7 @@
 #include "dataplane/sched/playout.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -76,21 +77,29 @@ common::Result<void> Playout::validate(const PlayoutConfig& config) {
   return {};
 }
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+static_assert(offsetof(PlayoutCounters, dropped) ==
+              sizeof(uint64_t) * std::size(kPlayoutCounterFields));
+#pragma GCC diagnostic pop
+
 std::string Playout::counters_json() const {
   const PlayoutCounters& c = counters_;
-  std::string dropped;
+  std::string out = "{";
+  common::for_each_counter(c, kPlayoutCounterFields, [&](std::string_view key, uint64_t value) {
+    fmt::format_to(std::back_inserter(out), "\"{}\":{},", key, value);
+  });
+  out += "\"dropped\":{";
   for (int i = 0; i < kPlayoutDropCount; ++i) {
-    dropped += fmt::format("{}\"{}\":{}", i == 0 ? "" : ",", to_string(static_cast<PlayoutDrop>(i)),
-                           c.dropped[i]);
+    fmt::format_to(std::back_inserter(out), "{}\"{}\":{}", i == 0 ? "" : ",",
+                   to_string(static_cast<PlayoutDrop>(i)), c.dropped[i]);
   }
-  return fmt::format(
-      "{{\"received_packets\":{},\"received_bytes\":{},\"released_packets\":{},"
-      "\"released_bytes\":{},\"late_packets\":{},\"late_delivered\":{},\"dropped\":{{{}}},"
-      "\"wan_delay_ns\":{},\"one_way_delay_ns\":{},\"lateness_ns\":{},\"playout_error_ns\":{},"
-      "\"held_frames\":{}}}",
-      c.received_packets, c.received_bytes, c.released_packets, c.released_bytes, c.late_packets,
-      c.late_delivered, dropped, c.wan_delay_ns.summary_json(), c.one_way_delay_ns.summary_json(),
-      c.lateness_ns.summary_json(), c.playout_error_ns.summary_json(), size_);
+  fmt::format_to(std::back_inserter(out),
+                 "}},\"wan_delay_ns\":{},\"one_way_delay_ns\":{},\"lateness_ns\":{},"
+                 "\"playout_error_ns\":{},\"held_frames\":{}}}",
+                 c.wan_delay_ns.summary_json(), c.one_way_delay_ns.summary_json(),
+                 c.lateness_ns.summary_json(), c.playout_error_ns.summary_json(), size_);
+  return out;
 }
 
 }  // namespace detwan::dataplane::sched

@@ -33,6 +33,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/counter_table.h"
 #include "common/histogram.h"
 #include "common/status.h"
 
@@ -76,6 +77,24 @@ struct PlayoutCounters {
   common::LogLinearHistogram lateness_ns;
   // Actual release - target, from record_release().
   common::LogLinearHistogram playout_error_ns;
+};
+
+// PlayoutCounters' scalar counters, one list for counters_json(), the gateway's exposition
+// (after detwan_gw_tunnel_rx_) and the sums over shards (common/counter_table.h). `dropped` and
+// the histograms are written beside them.
+inline constexpr common::CounterField<PlayoutCounters> kPlayoutCounterFields[] = {
+    {&PlayoutCounters::received_packets, "received_packets", "received_packets_total",
+     "Packets pushed to the playout"},
+    {&PlayoutCounters::received_bytes, "received_bytes", "received_bytes_total",
+     "Payload bytes pushed to the playout"},
+    {&PlayoutCounters::released_packets, "released_packets", "released_packets_total",
+     "Packets released"},
+    {&PlayoutCounters::released_bytes, "released_bytes", "released_bytes_total",
+     "Payload bytes released"},
+    {&PlayoutCounters::late_packets, "late_packets", "late_packets_total",
+     "Packets that arrived after their target"},
+    {&PlayoutCounters::late_delivered, "late_delivered", "late_delivered_total",
+     "Late packets delivered anyway"},
 };
 
 // One packet handed to the release_due() sink.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -26,20 +28,25 @@ std::unexpected<common::Error> policy_error(std::string message) {
   return make_error(ErrorCode::kConfig, "tx scheduler: " + std::move(message));
 }
 
+// The scalars are the struct's first members and the table names every one of them.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+static_assert(offsetof(TxCounters, dropped) == sizeof(uint64_t) * std::size(kTxCounterFields));
+#pragma GCC diagnostic pop
+
 std::string counters_json_of(const TxCounters& c) {
-  std::string dropped;
+  std::string out = "{";
+  common::for_each_counter(c, kTxCounterFields, [&](std::string_view key, uint64_t value) {
+    fmt::format_to(std::back_inserter(out), "\"{}\":{},", key, value);
+  });
+  out += "\"dropped\":{";
   for (int i = 0; i < kTxDropCount; ++i) {
-    dropped += fmt::format("{}\"{}\":{}", i == 0 ? "" : ",", to_string(static_cast<TxDrop>(i)),
-                           c.dropped[i]);
+    fmt::format_to(std::back_inserter(out), "{}\"{}\":{}", i == 0 ? "" : ",",
+                   to_string(static_cast<TxDrop>(i)), c.dropped[i]);
   }
-  return fmt::format(
-      "{{\"offered_packets\":{},\"offered_bytes\":{},\"queued_packets\":{},\"queued_bytes\":{},"
-      "\"sent_packets\":{},\"sent_bytes\":{},\"downgraded_packets\":{},\"downgraded_bytes\":{},"
-      "\"held_for_slot\":{},\"rescheduled\":{},\"dropped\":{{{}}},\"departure_error_ns\":{},"
-      "\"queue_wait_ns\":{}}}",
-      c.offered_packets, c.offered_bytes, c.queued_packets, c.queued_bytes, c.sent_packets,
-      c.sent_bytes, c.downgraded_packets, c.downgraded_bytes, c.held_for_slot, c.rescheduled,
-      dropped, c.departure_error_ns.summary_json(), c.queue_wait_ns.summary_json());
+  fmt::format_to(std::back_inserter(out), "}},\"departure_error_ns\":{},\"queue_wait_ns\":{}}}",
+                 c.departure_error_ns.summary_json(), c.queue_wait_ns.summary_json());
+  return out;
 }
 
 std::string wait_text(int64_t max_wait_ns) {

@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/counter_table.h"
 #include "common/histogram.h"
 #include "common/status.h"
 #include "dataplane/sched/gate_control_list.h"
@@ -96,6 +97,31 @@ struct TxCounters {
   common::LogLinearHistogram departure_error_ns;
   // Scheduled departure - enqueue time of each queued frame.
   common::LogLinearHistogram queue_wait_ns;
+};
+
+// TxCounters' scalar counters, one list for counters_json(), the gateway's exposition (metric
+// after the owner's prefix: detwan_gw_port_tx_, detwan_gw_best_effort_tx_, detwan_gw_tunnel_tx_)
+// and the sums over shards (common/counter_table.h). `dropped` and the histograms are written
+// beside them.
+inline constexpr common::CounterField<TxCounters> kTxCounterFields[] = {
+    {&TxCounters::offered_packets, "offered_packets", "offered_packets_total",
+     "Frames offered to the scheduler"},
+    {&TxCounters::offered_bytes, "offered_bytes", "offered_bytes_total",
+     "Bytes (on the wire) offered to the scheduler"},
+    {&TxCounters::queued_packets, "queued_packets", "queued_packets_total",
+     "Frames accepted into the schedule"},
+    {&TxCounters::queued_bytes, "queued_bytes", "queued_bytes_total",
+     "Bytes accepted into the schedule"},
+    {&TxCounters::sent_packets, "sent_packets", "sent_packets_total", "Frames sent in their slots"},
+    {&TxCounters::sent_bytes, "sent_bytes", "sent_bytes_total", "Bytes sent in their slots"},
+    {&TxCounters::downgraded_packets, "downgraded_packets", "downgraded_packets_total",
+     "Frames above the reservation sent as best effort"},
+    {&TxCounters::downgraded_bytes, "downgraded_bytes", "downgraded_bytes_total",
+     "Bytes above the reservation sent as best effort"},
+    {&TxCounters::held_for_slot, "held_for_slot", "held_for_slot_total",
+     "Frames that waited for a later window"},
+    {&TxCounters::rescheduled, "rescheduled", "rescheduled_total",
+     "Frames that missed their window and took a later one"},
 };
 
 struct TunnelTxPolicy {

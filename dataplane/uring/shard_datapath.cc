@@ -134,7 +134,6 @@ void Datapath::serve_control_st(gw::ControlServer& server, int64_t now_ns) {
     server.poll_st(engine_, now_ns);
     return;
   }
-  const gw::ControlChannel channel = server.channel();
   ShardGroup& group = *group_;
   const std::atomic<bool>& stop = context_.stop;
   // The other shards are paused only while a request is answered, not for every poll.
@@ -142,7 +141,7 @@ void Datapath::serve_control_st(gw::ControlServer& server, int64_t now_ns) {
     const gw::PauseScope pause(group.pause, stop, [&group] {
       for (uint32_t k = 1; k < group.count; ++k) group.wake(k);
     });
-    return gw::answer_sharded_request(group.engines, request, now_ns, channel,
+    return gw::answer_sharded_request(group.engines, request, now_ns, server.channel(),
                                       [&group] { return group.counters_json(); });
   });
   server.report_counters(engine_);

@@ -60,6 +60,7 @@ const char* const kRoutes[] = {
     "/v1/topology",
     "/healthz",
     "/metrics",
+    "/v1/stats",
     "/v1/pools",
     "/v1/pools/a-cpu",
     "/v1/plan",

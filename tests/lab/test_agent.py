@@ -29,7 +29,8 @@ from agent_lab import OPENAPI, WAN, ctl, gw_tunnels, http, openapi, ping, valida
 def test_openapi_document_is_openapi_3_and_lists_every_route():
     doc = openapi()
     assert doc["openapi"].startswith("3.")
-    assert set(doc["paths"]) == {"/healthz", "/metrics", "/openapi.yaml", "/v1/topology",
+    assert set(doc["paths"]) == {"/healthz", "/metrics", "/v1/stats", "/openapi.yaml",
+                                 "/v1/topology",
                                  "/v1/paths", "/v1/reservations", "/v1/reservations/{id}",
                                  "/v1/reservations/{id}/{action}", "/v1/pools",
                                  "/v1/pools/{name}", "/v1/plan", "/v1/policy",
@@ -446,5 +447,15 @@ def test_gateway_metrics_over_http_windows_and_dashboards(agentlab):
         assert agent_fams["detwan_agent_http_request_seconds"].type == "histogram"
         known |= metrics_check.series_names(agent_text)
         assert metrics_check.unknown_dashboard_metrics(known) == []
+        # The agent's stats are its exposition's counters from the same lists (agent_counters.h).
+        status, stats = http(agentlab["agents"][0]["url"] + "/v1/stats")
+        assert status == 200
+        validate(openapi(), "Stats", stats)
+        assert stats["counters"]["admitted"]["reserve"] >= 1
+        assert sum(g["applies"] for g in stats["gateways"]) >= 2  # the reservation's two ends
+        for g in stats["gateways"]:
+            assert g["passes"] >= 1, g
+            assert (f'detwan_agent_gateway_applies_total{{gateway="{g["name"]}"}}'
+                    in agent_text), g["name"]
     finally:
         ctl("terminate", r["id"])

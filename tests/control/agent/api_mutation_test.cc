@@ -102,6 +102,7 @@ TEST_F(AgentFixture, EveryRequestThroughTheRoutesGetsADocumentedJsonAnswer) {
                          "/v1/topology",
                          "/healthz",
                          "/metrics",
+                         "/v1/stats",
                          "/nope",
                          "/v1/reservations/r-1/reboot",
                          "/v1/reservations/"

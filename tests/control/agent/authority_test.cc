@@ -240,6 +240,7 @@ TEST_F(AuthorityTest, APeerReachesOnlyTheFederationHealthAndPolicy) {
                                                         {"POST", "/v1/reservations"},
                                                         {"GET", "/v1/topology"},
                                                         {"GET", "/metrics"},
+                                                        {"GET", "/v1/stats"},
                                                         {"POST", "/v1/paths"}}) {
     const auto r = call(w, method, target, "{}");
     EXPECT_EQ(r.status, 403) << method << " " << target;

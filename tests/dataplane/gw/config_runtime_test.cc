@@ -2,6 +2,7 @@
 // parser from JSON, the candidate checked by the file's validator, every refusal naming the
 // request item and the field; the admin-socket keys of the gateway section and the tunnel owner.
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -223,6 +224,58 @@ TEST_F(ConfigRuntime, ServicePortsAndSizedStateCannotChange) {
   TunnelChanges same;
   same.modify = {t};
   EXPECT_TRUE(apply_tunnel_changes(base_, same));
+}
+
+// A reload: the file's tunnels against the running ones (the file's and the run-time ones).
+TEST_F(ConfigRuntime, ReloadChangesOnlyTheFilesTunnels) {
+  auto running = apply_tunnel_changes(base_, TunnelChanges{{b(1001, "60-63")}, {}, {}});
+  ASSERT_TRUE(running) << running.error().message;
+  const std::vector<uint32_t> file_ids = {7, 9, 11};
+  GatewayConfig file = base_;
+  // Unchanged file: nothing to do; the run-time tunnel 1001 is not the file's to remove.
+  auto none = reload_changes(*running, file_ids, file);
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_TRUE(none->add.empty() && none->modify.empty() && none->remove.empty());
+  // Tunnel 7 changed, 9 gone, 1002 new.
+  file.tunnels[0].rate_bps /= 2;
+  file.tunnels.erase(file.tunnels.begin() + 1);
+  file.tunnels.push_back(b(1002, "64-67"));
+  auto changes = reload_changes(*running, file_ids, file);
+  ASSERT_TRUE(changes) << changes.error().message;
+  ASSERT_EQ(changes->modify.size(), 1u);
+  EXPECT_EQ(changes->modify[0].id, 7u);
+  ASSERT_EQ(changes->add.size(), 1u);
+  EXPECT_EQ(changes->add[0].id, 1002u);
+  EXPECT_EQ(changes->remove, std::vector<uint32_t>{9});
+  // And they pass the run-time rules.
+  EXPECT_TRUE(apply_tunnel_changes(*running, *changes));
+  // The file naming the run-time tunnel's id takes it over (modified to the file's version).
+  file = base_;
+  file.tunnels.push_back(b(1001, "68-71"));
+  changes = reload_changes(*running, file_ids, file);
+  ASSERT_TRUE(changes);
+  ASSERT_EQ(changes->modify.size(), 1u);
+  EXPECT_EQ(changes->modify[0].id, 1001u);
+}
+
+TEST_F(ConfigRuntime, ReloadRefusesAnyOtherChangeNamingTheSection) {
+  GatewayConfig file = base_;
+  file.peers[0].endpoint.port += 1;
+  auto refused = reload_changes(base_, {7, 9, 11}, file);
+  ASSERT_FALSE(refused);
+  EXPECT_THAT(refused.error().message, HasSubstr("'peers' changed; a reload applies tunnel "
+                                                 "changes only: restart the gateway"));
+  file = base_;
+  file.metrics.min_interval_ns *= 2;
+  refused = reload_changes(base_, {7, 9, 11}, file);
+  ASSERT_FALSE(refused);
+  EXPECT_THAT(refused.error().message, HasSubstr("'metrics' changed"));
+  // What the command line may override is not compared.
+  file = base_;
+  file.control_socket = "@elsewhere";
+  file.timing = TimingMode::kBusy;
+  file.cpu = 3;
+  EXPECT_TRUE(reload_changes(base_, {7, 9, 11}, file));
 }
 
 TEST(ConfigAdmin, AdminSocketModeAndUids) {

@@ -415,6 +415,7 @@ TEST(ConfigExample, DocsExampleLoadsAndRoundTrips) {
   EXPECT_TRUE(udp_ports);
   EXPECT_TRUE(downgrade);
   EXPECT_TRUE(bound);
+  EXPECT_EQ(config->metrics.listen, "127.0.0.1:9464");  // the example shows the exporter
   // describe() never prints a secret (only its fingerprint), so the keys do not round-trip:
   // everything else does.
   const std::string described = describe(*config);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -309,6 +310,94 @@ TEST_F(DetwanGw, TunnelsAndApplyOnAGatewayStartedWithoutTunnels) {
   const Outcome stopped = gateway.wait();
   EXPECT_EQ(stopped.status, 0) << stopped.err;
   EXPECT_FALSE(std::filesystem::exists(admin));  // removed on a clean stop
+}
+
+// SIGHUP (systemctl reload): the file's tunnel changes applied in place; a tunnel added at run
+// time stays; a file that changes anything but tunnels is refused and changes nothing.
+TEST_F(DetwanGw, SighupReloadsTheFilesTunnelsAndRefusesOtherChanges) {
+  const std::string name = uring::testing::unique_socket_name("cli-reload");
+  const std::string path = write("reload.yaml", config_text("@unused"));
+  const std::string admin = (directory_ / "admin.sock").string();
+  Process gateway(
+      {"run", "--config", path, "--control", name, "--admin-socket", admin, "--log-level", "info"});
+  const auto tunnels = [&]() -> std::optional<boost::json::value> {
+    auto answer = gw::control_request(name, R"({"cmd":"tunnels"})", 1000);
+    if (!answer) return std::nullopt;
+    return boost::json::parse(*answer);
+  };
+  // Polls (bounded) until the gateway's generation is `generation`.
+  const auto until_generation = [&](uint64_t generation) -> boost::json::value {
+    for (int i = 0; i < 2000; ++i) {
+      if (auto t = tunnels(); t && t->at("generation").to_number<uint64_t>() == generation) {
+        return *t;
+      }
+      ::usleep(5000);
+    }
+    ADD_FAILURE() << "generation " << generation << " never came";
+    return nullptr;
+  };
+  const auto ids = [](const boost::json::value& t) {
+    std::set<uint64_t> out;
+    for (const auto& tunnel : t.at("tunnels").as_array()) {
+      out.insert(tunnel.at("id").to_number<uint64_t>());
+    }
+    return out;
+  };
+  ASSERT_FALSE(until_generation(0).is_null()) << "the gateway never answered on " << name;
+  // A tunnel added at run time, as the agent adds them.
+  const Outcome applied = run({"apply", "--control", admin,
+                               R"({"add":[{"id":1001,"peer":"site-b","auth":"none",)"
+                               R"("owner":"agent:cli","rate":"10mbit","slots":"60-69"}]})"});
+  ASSERT_EQ(applied.status, 0) << applied.err;
+
+  // Tunnel 7 at another rate and a new tunnel 8.
+  const std::string tunnel8 =
+      "  - id: 8\n    peer: site-b\n    rate: 10mbit\n    slots: 50-59\n    auth: none\n";
+  write("reload.yaml", config_text("@unused", "50mbit") + tunnel8);
+  gateway.signal(SIGHUP);
+  const boost::json::value second = until_generation(2);
+  ASSERT_FALSE(second.is_null());
+  EXPECT_EQ(ids(second), (std::set<uint64_t>{7, 8, 1001}));
+  for (const auto& tunnel : second.at("tunnels").as_array()) {
+    if (tunnel.at("id").to_number<uint64_t>() == 7) {
+      EXPECT_EQ(tunnel.at("rate_bps").to_number<uint64_t>(), 50'000'000u);
+    }
+  }
+  // Tunnel 8 gone from the file: removed; the run-time tunnel stays.
+  write("reload.yaml", config_text("@unused", "50mbit"));
+  gateway.signal(SIGHUP);
+  const boost::json::value third = until_generation(3);
+  ASSERT_FALSE(third.is_null());
+  EXPECT_EQ(ids(third), (std::set<uint64_t>{7, 1001}));
+
+  // Another WAN line rate: refused (counted), nothing changed.
+  std::string other = config_text("@unused", "50mbit");
+  other.replace(other.find("line_rate: 1gbit"), 16, "line_rate: 2gbit");
+  write("reload.yaml", other);
+  gateway.signal(SIGHUP);
+  uint64_t refused = 0;
+  for (int i = 0; i < 2000 && refused == 0; ++i) {
+    const auto stats = boost::json::parse(run({"stats", "--control", name, "--json"}).out);
+    refused = stats.at("control").at("refused_writes").to_number<uint64_t>();
+    if (refused == 0) ::usleep(5000);
+  }
+  EXPECT_EQ(refused, 1u);
+  // The same asked on the admin socket: the answer names what changed.
+  const Outcome asked = run({"apply", "--control", admin, R"({"cmd":"reload"})"});
+  EXPECT_EQ(asked.status, 2);
+  EXPECT_NE(asked.err.find("'wan_ports' changed; a reload applies tunnel changes only"),
+            std::string::npos)
+      << asked.err;
+  const auto after = tunnels();
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->at("generation").to_number<uint64_t>(), 3u);
+
+  gateway.signal(SIGTERM);
+  const Outcome stopped = gateway.wait();
+  EXPECT_EQ(stopped.status, 0) << stopped.err;
+  EXPECT_NE(stopped.err.find("generation 2, added 8, modified 7, removed -"), std::string::npos)
+      << stopped.err;
+  EXPECT_NE(stopped.err.find("reload refused:"), std::string::npos) << stopped.err;
 }
 
 TEST_F(DetwanGw, TunnelsAndApplyWithoutAGatewayExitWithStatus1) {
