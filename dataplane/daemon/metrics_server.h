@@ -32,8 +32,10 @@ namespace detwan::dataplane::daemon {
 class MetricsServer {
  public:
   static constexpr size_t kMaxWaiting = 64;
-  // Tunnels per part: ~4 ms of one core at 76 us per tunnel (docs/benchmarks.md, "Scrape cost").
-  static constexpr uint32_t kTunnelsPerPart = 50;
+  // Tunnels per part: ~0.5 ms of the loop (docs/benchmarks.md, "Scrape cost": 2.6 ms per 50);
+  // a longer stall of the loop delays TUN reads into a burst beyond a tunnel's policer
+  // ("its effect on forwarding").
+  static constexpr uint32_t kTunnelsPerPart = 10;
   // Listens on config.listen (errors name it, or the tokens file). `control` must outlive the
   // server's use of it: destroy the MetricsServer first. clock_ns: monotonic time.
   static common::Result<std::unique_ptr<MetricsServer>> start(

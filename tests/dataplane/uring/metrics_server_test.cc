@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <boost/asio.hpp>
@@ -91,8 +92,9 @@ gw::MetricsConfig loopback_config(int64_t min_interval_ns = 1'000'000'000) {
 TEST(MetricsServer, ScrapeIsBuiltByTheLoopAndSharedWithinTheInterval) {
   std::atomic<int> builds{0};
   PolledControl control([&](std::string_view request) {
-    EXPECT_EQ(request,
-              R"({"cmd":"prometheus","part":{"head":true,"after_tunnel":-1,"max_tunnels":50}})");
+    EXPECT_EQ(request, fmt::format(R"({{"cmd":"prometheus","part":{{"head":true,)"
+                                   R"("after_tunnel":-1,"max_tunnels":{}}}}})",
+                                   MetricsServer::kTunnelsPerPart));
     ++builds;
     return "# HELP x_total X\n# TYPE x_total counter\nx_total " + std::to_string(builds.load()) +
            "\n";
