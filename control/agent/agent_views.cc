@@ -265,8 +265,22 @@ json::object Agent::stats() const {
     for (const auto& [label, n] : m.counters.*family.member) by_label[label] = n;
     counters[family.key] = std::move(by_label);
   }
+  // The method comes from the client: bytes outside printable ASCII as \xNN, so that the
+  // document stays valid UTF-8 JSON whatever was asked (the fuzzer sent such a method).
+  const auto printable = [](const std::string& key) {
+    std::string out;
+    for (const char ch : key) {
+      const auto byte = static_cast<unsigned char>(ch);
+      if (byte >= 0x20 && byte < 0x7f) {
+        out += ch;
+      } else {
+        out += fmt::format("\\x{:02x}", byte);
+      }
+    }
+    return out;
+  };
   json::object requests;
-  for (const auto& [key, n] : m.counters.requests) requests[key] = n;
+  for (const auto& [key, n] : m.counters.requests) requests[printable(key)] = n;
   counters["requests"] = std::move(requests);
   counters["journal_commits"] = m.journal->commits();
   counters["journal_failures"] = m.counters.journal_failures;
