@@ -246,8 +246,23 @@ json::object Agent::health() const {
 
 void Agent::count_request(const std::string& method, const std::string& route, int status,
                           int64_t latency_ns) {
+  // The method (and a route that names what was asked) come from the client: bytes outside
+  // printable ASCII as \xNN, so that /v1/stats stays valid UTF-8 JSON and /metrics a valid
+  // exposition whatever was asked (the fuzzer sent such requests); no space (it separates them).
+  const auto printable = [](const std::string& text) {
+    std::string out;
+    for (const char ch : text) {
+      const auto byte = static_cast<unsigned char>(ch);
+      if (byte > 0x20 && byte < 0x7f && ch != '"' && ch != '\\') {
+        out += ch;
+      } else {
+        out += fmt::format("\\x{:02x}", byte);
+      }
+    }
+    return out;
+  };
   std::lock_guard lock(impl_->mutex);
-  ++impl_->counters.requests[fmt::format("{} {} {}", method, route, status)];
+  ++impl_->counters.requests[fmt::format("{} {} {}", printable(method), printable(route), status)];
   impl_->counters.request_ns.record(latency_ns);
 }
 
@@ -265,22 +280,8 @@ json::object Agent::stats() const {
     for (const auto& [label, n] : m.counters.*family.member) by_label[label] = n;
     counters[family.key] = std::move(by_label);
   }
-  // The method comes from the client: bytes outside printable ASCII as \xNN, so that the
-  // document stays valid UTF-8 JSON whatever was asked (the fuzzer sent such a method).
-  const auto printable = [](const std::string& key) {
-    std::string out;
-    for (const char ch : key) {
-      const auto byte = static_cast<unsigned char>(ch);
-      if (byte >= 0x20 && byte < 0x7f) {
-        out += ch;
-      } else {
-        out += fmt::format("\\x{:02x}", byte);
-      }
-    }
-    return out;
-  };
   json::object requests;
-  for (const auto& [key, n] : m.counters.requests) requests[printable(key)] = n;
+  for (const auto& [key, n] : m.counters.requests) requests[key] = n;
   counters["requests"] = std::move(requests);
   counters["journal_commits"] = m.journal->commits();
   counters["journal_failures"] = m.counters.journal_failures;
