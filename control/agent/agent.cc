@@ -61,10 +61,15 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
   for (size_t g = 0; g < impl->topology.gateways.size(); ++g) {
     impl->stats_cache.push_back(std::make_unique<GatewayStatsCache>());
   }
-  auto journal = journal::Journal::open(
-      impl->topology.agent.journal, impl->topology.agent.journal_sync_full, impl->topology.domain);
-  if (!journal) return std::unexpected(journal.error());
-  impl->journal = std::move(*journal);
+  if (options.store) {
+    impl->journal = options.store;
+  } else {
+    auto journal = journal::Journal::open(impl->topology.agent.journal,
+                                          impl->topology.agent.journal_sync_full,
+                                          impl->topology.domain);
+    if (!journal) return std::unexpected(journal.error());
+    impl->journal = std::move(*journal);
+  }
   auto loaded = impl->journal->load();
   if (!loaded) return std::unexpected(loaded.error());
   impl->next_key = loaded->next_key;
@@ -76,7 +81,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
     if (ec || !value.is_object()) {
       return common::make_error(
           common::ErrorCode::kIo,
-          fmt::format("journal {}: a reservation row is not JSON", impl->topology.agent.journal));
+          fmt::format("journal {}: a reservation row is not JSON", impl->journal->path()));
     }
     auto r = reservation::from_json(value.as_object());
     if (!r) return std::unexpected(r.error());
@@ -85,7 +90,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
         return common::make_error(
             common::ErrorCode::kIo,
             fmt::format("journal {}: reservation {} has key {} without its secret",
-                        impl->topology.agent.journal, r->id, key.id));
+                        impl->journal->path(), r->id, key.id));
       }
     }
     impl->next_key = std::max(impl->next_key, r->key + 1);
@@ -115,7 +120,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
     if (!pool) {
       return common::make_error(common::ErrorCode::kIo,
                                 fmt::format("journal {}: a pool row is unreadable: {}",
-                                            impl->topology.agent.journal, pool.error().message));
+                                            impl->journal->path(), pool.error().message));
     }
     if (impl->topology.find_site(pool->site) == model::kNone) {
       log->warn("pool {}: site '{}' is no longer in the topology; kept, never placed on",
@@ -126,7 +131,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
   if (std::string problem = impl->ledger->check(); !problem.empty()) {
     return common::make_error(
         common::ErrorCode::kConfig,
-        fmt::format("journal {} does not fit the topology {}: {}", impl->topology.agent.journal,
+        fmt::format("journal {} does not fit the topology {}: {}", impl->journal->path(),
                     impl->topology.source, problem));
   }
   Impl& m = *impl;
@@ -140,7 +145,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
       return common::make_error(common::ErrorCode::kIo, ok.error().message);
     }
   }
-  log->info("journal {}: {} reservations, {} events", impl->topology.agent.journal,
+  log->info("journal {}: {} reservations, {} events", impl->journal->path(),
             impl->reservations.size(), loaded->events);
 
   std::vector<gateway::GatewayTarget> targets;

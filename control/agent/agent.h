@@ -26,6 +26,7 @@
 #include "control/compute/placement.h"
 #include "control/compute/pool.h"
 #include "control/gateway/reconciler.h"
+#include "control/journal/store.h"
 #include "control/model/topology.h"
 #include "control/reservation/reservation.h"
 
@@ -101,6 +102,9 @@ struct AgentOptions {
   const common::Clock* monotonic = nullptr;  // timeouts (default: CLOCK_MONOTONIC)
   gateway::GatewayClient* gateway_client = nullptr;  // default: Unix sockets
   bool start_threads = true;  // false: tests call tick() and reconcile() themselves
+  // Where the state is kept (journal/store.h); default: the SQLite journal agent.journal names.
+  // A replica on etcd passes its EtcdStore, fenced by its term (docs/control.md).
+  std::shared_ptr<journal::Store> store;
 };
 
 class Agent {
@@ -222,5 +226,7 @@ class Agent {
 // and verifies that at no point any link direction was booked above its reservable rate and no
 // gateway slot was booked twice at once. Returns a summary line; errors name the event.
 common::Result<std::string> check_journal(const model::Topology& topology, const std::string& path);
+// The same over any store (an etcd domain's events: `journal-check --store etcd://...`).
+common::Result<std::string> check_store(const model::Topology& topology, journal::Store& store);
 
 }  // namespace detwan::control::agent

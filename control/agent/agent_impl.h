@@ -91,7 +91,7 @@ struct Agent::Impl {
   std::string owner;  // "agent:<name>"
 
   mutable std::mutex mutex;
-  std::unique_ptr<journal::Journal> journal;
+  std::shared_ptr<journal::Store> journal;  // SQLite or etcd (journal/store.h)
   std::unique_ptr<calendar::Ledger> ledger;
   std::map<uint64_t, reservation::Reservation> reservations;  // by key
   std::map<std::string, journal::RequestRecord> requests;     // by client_request_id

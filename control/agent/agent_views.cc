@@ -1,5 +1,6 @@
 // Read-only views: reservations, paths, topology, health, Prometheus metrics; the journal check.
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -388,15 +389,21 @@ std::string Agent::metrics_text() const {
 
 common::Result<std::string> check_journal(const model::Topology& topology,
                                           const std::string& path) {
+  auto journal = journal::Journal::open(path, false, topology.domain);
+  if (!journal) return std::unexpected(journal.error());
+  return check_store(topology, **journal);
+}
+
+common::Result<std::string> check_store(const model::Topology& topology, journal::Store& store) {
   model::Topology t = topology;
   if (auto ok = model::finish(t); !ok) return std::unexpected(ok.error());
-  auto journal = journal::Journal::open(path, false, t.domain);
-  if (!journal) return std::unexpected(journal.error());
+  const std::string& path = store.path();
+  std::map<std::string, uint64_t> key_of_id;  // a reservation id is one reservation
   calendar::Ledger ledger(t);
   std::string problem;
   int64_t events = 0;
   uint64_t peak_bookings = 0;
-  auto replayed = (*journal)->for_each_event([&](const journal::Event& e) {
+  auto replayed = store.for_each_event([&](const journal::Event& e) {
     if (!problem.empty()) return;
     ++events;
     boost::system::error_code ec;
@@ -408,6 +415,12 @@ common::Result<std::string> check_journal(const model::Topology& topology,
     auto r = reservation::from_json(value.as_object());
     if (!r) {
       problem = fmt::format("event {}: {}", e.seq, r.error().message);
+      return;
+    }
+    if (auto [it, added] = key_of_id.emplace(r->id, r->key); !added && it->second != r->key) {
+      problem = fmt::format("event {}: reservation {} has key {}, earlier {}: one id, two "
+                            "reservations",
+                            e.seq, r->id, r->key, it->second);
       return;
     }
     if (reservation::holds_resources(r->state)) {
@@ -429,9 +442,9 @@ common::Result<std::string> check_journal(const model::Topology& topology,
   if (problem.empty()) problem = ledger.check();
   if (!problem.empty()) return common::make_error(common::ErrorCode::kInternal, problem);
   return fmt::format(
-      "journal {}: {} events replayed, at most {} bookings at once, nothing "
+      "journal {}: {} events replayed, {} reservations, at most {} bookings at once, nothing "
       "over-booked",
-      path, events, peak_bookings);
+      path, events, key_of_id.size(), peak_bookings);
 }
 
 }  // namespace detwan::control::agent

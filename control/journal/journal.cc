@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <initializer_list>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <sqlite3.h>
@@ -391,6 +393,71 @@ common::Result<std::vector<std::pair<std::string, std::string>>> Journal::federa
   while (sqlite3_step(s) == SQLITE_ROW) rows.emplace_back(column_text(s, 0), column_text(s, 1));
   sqlite3_finalize(s);
   return rows;
+}
+
+common::Result<void> Journal::import_snapshot(const Snapshot& snapshot) {
+  sqlite3_stmt* s = nullptr;
+  int64_t existing = 0;
+  if (sqlite3_prepare_v2(db_, "SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM "
+                         "reservations)", -1, &s, nullptr) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW) {
+    existing = sqlite3_column_int64(s, 0);
+  }
+  sqlite3_finalize(s);
+  if (existing > 0) {
+    return common::make_error(common::ErrorCode::kConfig,
+                              fmt::format("journal {} is not empty ({} rows of events and "
+                                          "reservations): migrate into a new journal",
+                                          path_, existing));
+  }
+  if (auto ok = exec("BEGIN IMMEDIATE"); !ok) return ok;
+  bool ok = true;
+  auto run = [&](const char* sql, std::initializer_list<std::string_view> texts) {
+    if (!ok) return;
+    ok = sqlite3_prepare_v2(db_, sql, -1, &s, nullptr) == SQLITE_OK;
+    int index = 1;
+    for (std::string_view text : texts) {
+      if (ok) ok = sqlite3_bind_text(s, index++, text.data(), static_cast<int>(text.size()),
+                                     SQLITE_TRANSIENT) == SQLITE_OK;
+    }
+    if (ok) ok = sqlite3_step(s) == SQLITE_DONE;
+    sqlite3_finalize(s);
+  };
+  const std::string insert_event =
+      fmt::format("INSERT INTO events (at_unix_ns, id, from_state, to_state, reason, body) "
+                  "VALUES (CAST(?1 AS INTEGER), ?2, ?3, ?4, ?5, {})",
+                  kWithoutSecrets);
+  for (const Event& e : snapshot.events) {
+    const std::string at = std::to_string(e.at_ns);
+    run(insert_event.c_str(), {at, e.id, e.from, e.to, e.reason, e.body});
+  }
+  for (const std::string& body : snapshot.state.reservations) {
+    run("INSERT OR REPLACE INTO reservations (id, body) VALUES (json_extract(?1, '$.id'), ?1)",
+        {body});
+  }
+  for (const RequestRecord& r : snapshot.state.requests) {
+    run("INSERT OR REPLACE INTO requests (client_request_id, fingerprint, reservation_id, "
+        "at_unix_ns) VALUES (?1, ?2, ?3, 0)",
+        {r.client_request_id, r.fingerprint, r.reservation_id});
+  }
+  for (const std::string& body : snapshot.state.pools) {
+    run("INSERT OR REPLACE INTO pools (name, body) VALUES (json_extract(?1, '$.name'), ?1)",
+        {body});
+  }
+  for (const FederationRow& row : snapshot.federation) {
+    run("INSERT OR REPLACE INTO federation (kind, id, body, at_unix_ns) VALUES (?1, ?2, ?3, 0)",
+        {row.kind, row.id, row.body});
+  }
+  const std::string next_key = std::to_string(snapshot.state.next_key);
+  run("UPDATE meta SET value = ?1 WHERE key = 'next_key'", {next_key});
+  if (!ok) {
+    const common::Error e = error("import");
+    (void)exec("ROLLBACK");
+    return std::unexpected(e);
+  }
+  if (auto done = exec("COMMIT"); !done) return done;
+  ++commits_;
+  return {};
 }
 
 }  // namespace detwan::control::journal

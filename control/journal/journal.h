@@ -34,65 +34,44 @@
 #include <vector>
 
 #include "common/status.h"
+#include "control/journal/store.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace detwan::control::journal {
 
-struct Event {
-  int64_t seq = 0;
-  int64_t at_ns = 0;
-  std::string id;
-  std::string from;
-  std::string to;
-  std::string reason;
-  std::string body;  // the reservation's JSON after the transition
-};
-
-struct RequestRecord {
-  std::string client_request_id;
-  std::string fingerprint;
-  std::string reservation_id;
-};
-
-struct Loaded {
-  uint64_t next_key = 1;
-  std::vector<std::string> reservations;  // JSON bodies
-  std::vector<RequestRecord> requests;
-  std::vector<std::string> pools;  // JSON bodies
-  int64_t events = 0;
-};
-
-class Journal {
+class Journal final : public Store {
  public:
   static common::Result<std::unique_ptr<Journal>> open(const std::string& path, bool sync_full,
                                                        const std::string& domain);
-  ~Journal();
+  ~Journal() override;
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
 
-  [[nodiscard]] common::Result<Loaded> load();
+  [[nodiscard]] common::Result<Loaded> load() override;
   // One transition, atomically. `request` (may be null) is stored for idempotency.
   [[nodiscard]] common::Result<void> record(const Event& event, uint64_t next_key,
-                                            const RequestRecord* request);
+                                            const RequestRecord* request) override;
   // Registers (body) or removes (nullptr) a compute pool; one statement, committed on return.
-  [[nodiscard]] common::Result<void> put_pool(const std::string& name, const std::string* body);
+  [[nodiscard]] common::Result<void> put_pool(const std::string& name, const std::string* body) override;
   // Writes (replaces) one federation row and, when next_key > 0, the next reservation key, in
   // one transaction: committed on return.
   [[nodiscard]] common::Result<void> put_federation(const std::string& kind, const std::string& id,
                                                     const std::string& body, int64_t at_ns,
-                                                    uint64_t next_key);
+                                                    uint64_t next_key) override;
   // Every row of `kind` as (id, body), in insertion order.
   [[nodiscard]] common::Result<std::vector<std::pair<std::string, std::string>>> federation_rows(
-      const std::string& kind);
+      const std::string& kind) override;
   // Checkpoints and truncates the WAL: nothing a past transaction replaced (an old key) is left
   // in the journal's files. Fails (kIo) while another connection reads (retry later).
-  [[nodiscard]] common::Result<void> erase_freed();
+  [[nodiscard]] common::Result<void> erase_freed() override;
   // Every event in order (journal check, tests).
-  [[nodiscard]] common::Result<void> for_each_event(const std::function<void(const Event&)>& f);
-  [[nodiscard]] const std::string& path() const noexcept { return path_; }
-  [[nodiscard]] uint64_t commits() const noexcept { return commits_; }
+  [[nodiscard]] common::Result<void> for_each_event(
+      const std::function<void(const Event&)>& f) override;
+  [[nodiscard]] common::Result<void> import_snapshot(const Snapshot& snapshot) override;
+  [[nodiscard]] const std::string& path() const noexcept override { return path_; }
+  [[nodiscard]] uint64_t commits() const noexcept override { return commits_; }
 
  private:
   Journal(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}

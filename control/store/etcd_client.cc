@@ -309,6 +309,17 @@ common::Result<TxnResult> EtcdClient::txn(const std::vector<Compare>& compares,
   return out;
 }
 
+common::Result<void> EtcdClient::compact(int64_t revision) {
+  auto text = call("/v3/kv/compaction",
+                   json::serialize(json::object{{"revision", std::to_string(revision)}}));
+  if (!text) {
+    // Compacting to a revision already compacted is not a failure.
+    if (text.error().message.find("compacted") != std::string::npos) return {};
+    return std::unexpected(text.error());
+  }
+  return {};
+}
+
 common::Result<Lease> EtcdClient::grant(int64_t ttl_s) {
   auto text = call("/v3/lease/grant", json::serialize(json::object{{"TTL", std::to_string(ttl_s)}}));
   if (!text) return std::unexpected(text.error());

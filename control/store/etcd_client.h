@@ -104,6 +104,8 @@ class EtcdClient {
   common::Result<TxnResult> txn(const std::vector<Compare>& compares,
                                 const std::vector<Operation>& success,
                                 const std::vector<Operation>& failure = {});
+  // Drops the history before `revision` (superseded values); the current values stay.
+  common::Result<void> compact(int64_t revision);
   common::Result<Lease> grant(int64_t ttl_s);
   // Renews the lease: the TTL left after renewal; 0 when the lease has expired (it is gone).
   common::Result<int64_t> keepalive(int64_t lease);

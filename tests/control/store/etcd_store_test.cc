@@ -1,0 +1,262 @@
+// control/store/etcd_store.h and leader_election.h against a real etcd (Debian's etcd-server):
+// a transition round-trips (bodies, requests, keys; the event without its key secrets, every
+// value sealed in etcd), a wrong store key or domain is refused, a fenced store cannot write
+// once its lease is gone, exactly one of two replicas leads and the other takes over when the
+// leader resigns, paging past kPageKeys, and `migrate` both ways between SQLite and etcd.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "control/journal/journal.h"
+#include "control/store/etcd_store.h"
+#include "control/store/leader_election.h"
+#include "tests/control/store/etcd_process.h"
+
+namespace detwan::control::store {
+namespace {
+
+const std::string kKey(kStoreKeyBytes, '\x42');
+
+std::string body_of(int n, bool secret) {
+  return fmt::format(
+      R"({{"id":"r-{}","key":{},"state":"held","tunnel_keys":{{"keys":[{{"id":1,{}"fingerprint":"f{}"}}]}}}})",
+      n, n, secret ? R"("secret":"U0VDUkVULVZBTFVF",)" : "", n);
+}
+
+journal::Event event_of(int n, const std::string& to) {
+  return journal::Event{0, 1000 + n, fmt::format("r-{}", n), "", to, "test", body_of(n, true)};
+}
+
+class EtcdStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kEtcd)) {
+      GTEST_SKIP() << kEtcd << " is not installed (Debian package etcd-server; tools/install-deps)";
+    }
+    etcd_ = std::make_unique<EtcdProcess>();
+    ASSERT_TRUE(etcd_->ready()) << "etcd did not start on " << etcd_->url();
+    auto c = EtcdClient::create({etcd_->url()});
+    ASSERT_TRUE(c) << c.error().message;
+    client_ = std::shared_ptr<EtcdClient>(std::move(*c));
+  }
+  std::unique_ptr<EtcdStore> open(const std::string& domain = "lab", Fence fence = {},
+                                  const std::string& key = kKey) {
+    auto store = EtcdStore::open(client_, EtcdStoreOptions{domain, key, std::move(fence)}, "test");
+    EXPECT_TRUE(store) << store.error().message;
+    return store ? std::move(*store) : nullptr;
+  }
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::shared_ptr<EtcdClient> client_;
+};
+
+TEST_F(EtcdStoreTest, TransitionsRoundTripSealedAndEventsWithoutSecrets) {
+  auto store = open();
+  ASSERT_TRUE(store);
+  const journal::RequestRecord request{"req-1", "fp", "r-1"};
+  ASSERT_TRUE(store->record(event_of(1, "held"), 2, &request));
+  ASSERT_TRUE(store->record(event_of(1, "committed"), 2, nullptr));
+  ASSERT_TRUE(store->record(event_of(2, "held"), 3, nullptr));
+  const std::string pool = R"({"name":"p1","gpus":8})";
+  ASSERT_TRUE(store->put_pool("p1", &pool));
+  ASSERT_TRUE(store->put_federation("segment", "s-2", "{\"b\":1}", 0, 0));
+  ASSERT_TRUE(store->put_federation("segment", "s-1", "{\"a\":1}", 0, 7));
+  EXPECT_EQ(store->commits(), 6u);
+
+  // A fresh store (another replica) reads it all back.
+  auto again = open();
+  ASSERT_TRUE(again);
+  auto loaded = again->load();
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->next_key, 7u);
+  ASSERT_EQ(loaded->reservations.size(), 2u);
+  EXPECT_NE(loaded->reservations[0].find("U0VDUkVULVZBTFVF"), std::string::npos);  // kept here
+  ASSERT_EQ(loaded->requests.size(), 1u);
+  EXPECT_EQ(loaded->requests[0].reservation_id, "r-1");
+  EXPECT_EQ(loaded->requests[0].fingerprint, "fp");
+  ASSERT_EQ(loaded->pools.size(), 1u);
+  EXPECT_EQ(loaded->pools[0], pool);
+  EXPECT_EQ(loaded->events, 3);
+  std::vector<journal::Event> events;
+  ASSERT_TRUE(again->for_each_event([&](const journal::Event& e) { events.push_back(e); }));
+  ASSERT_EQ(events.size(), 3u);
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].seq, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(events[i].body.find("U0VDUkVULVZBTFVF"), std::string::npos) << events[i].body;
+    EXPECT_NE(events[i].body.find("\"fingerprint\""), std::string::npos);
+  }
+  EXPECT_EQ(events[1].to, "committed");
+  auto rows = again->federation_rows("segment");
+  ASSERT_TRUE(rows);
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].first, "s-2");  // the order they were first written
+  EXPECT_EQ((*rows)[1].first, "s-1");
+  // The next event continues the sequence (read from etcd, not remembered).
+  ASSERT_TRUE(again->record(event_of(3, "held"), 8, nullptr));
+  // etcd holds no value in clear: neither the secret nor the reservation's id.
+  auto raw = client_->range(domain_prefix("lab"), prefix_end(domain_prefix("lab")));
+  ASSERT_TRUE(raw);
+  ASSERT_GE(raw->kvs.size(), 10u);
+  for (const KeyValue& kv : raw->kvs) {
+    EXPECT_EQ(kv.value.find("U0VDUkVU"), std::string::npos) << kv.key;
+    EXPECT_EQ(kv.value.find("r-1"), std::string::npos) << kv.key;
+  }
+  ASSERT_TRUE(again->erase_freed());  // compaction: values stay
+  auto after = open()->load();
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->reservations.size(), 3u);
+}
+
+TEST_F(EtcdStoreTest, AnotherKeyOrDomainIsRefusedAndAMovedValueDoesNotOpen) {
+  ASSERT_TRUE(open("lab"));
+  auto wrong = EtcdStore::open(client_, EtcdStoreOptions{"lab", std::string(32, 'x'), {}}, "t");
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code, common::ErrorCode::kConfig);
+  EXPECT_NE(wrong.error().message.find("store key"), std::string::npos) << wrong.error().message;
+  auto short_key = EtcdStore::open(client_, EtcdStoreOptions{"lab", "short", {}}, "t");
+  ASSERT_FALSE(short_key);
+  // A value copied under another key (an attacker with etcd access) does not open there.
+  auto store = open("lab");
+  ASSERT_TRUE(store->record(event_of(1, "held"), 2, nullptr));
+  auto one = client_->range(domain_prefix("lab") + "reservations/r-1");
+  ASSERT_TRUE(one);
+  ASSERT_EQ(one->kvs.size(), 1u);
+  ASSERT_TRUE(client_->put(domain_prefix("lab") + "reservations/r-9", one->kvs[0].value));
+  auto loaded = open("lab")->load();
+  ASSERT_FALSE(loaded);
+  EXPECT_NE(loaded.error().message.find("reservations/r-9"), std::string::npos)
+      << loaded.error().message;
+}
+
+TEST_F(EtcdStoreTest, AFencedStoreCannotWriteOnceItsLeaseIsGone) {
+  auto election = LeaderElection::start(client_, ElectionOptions{"lab", "a", "http://a", 2});
+  ASSERT_TRUE(election);
+  std::optional<Fence> fence;
+  for (int i = 0; i < 200 && !fence; ++i) {
+    fence = (*election)->term();
+    if (!fence) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(fence) << "a lone replica was not elected";
+  EXPECT_TRUE((*election)->leading_now());
+  auto store = open("lab", *fence);
+  ASSERT_TRUE(store->load());
+  ASSERT_TRUE(store->record(event_of(1, "held"), 2, nullptr));
+  (*election)->resign();  // revokes the lease: the leader key goes with it
+  for (int i = 0; i < 200 && (*election)->term(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE((*election)->leading_now());
+  // Whatever the election does next, this term's store cannot commit.
+  auto refused = store->record(event_of(2, "held"), 3, nullptr);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, common::ErrorCode::kUnavailable);
+  EXPECT_NE(refused.error().message.find("no longer the leader"), std::string::npos)
+      << refused.error().message;
+  auto loaded = open("lab")->load();
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->events, 1);
+  EXPECT_EQ(loaded->reservations.size(), 1u);
+}
+
+TEST_F(EtcdStoreTest, ExactlyOneReplicaLeadsAndAnotherTakesOverWhenItGoes) {
+  auto a = LeaderElection::start(client_, ElectionOptions{"lab", "a", "http://a", 2});
+  auto b = LeaderElection::start(client_, ElectionOptions{"lab", "b", "http://b", 2});
+  ASSERT_TRUE(a && b);
+  auto settled = [&] {
+    for (int i = 0; i < 300; ++i) {
+      const bool la = (*a)->term().has_value(), lb = (*b)->term().has_value();
+      if (la != lb && (*a)->leader() && (*b)->leader()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  ASSERT_TRUE(settled());
+  LeaderElection& leader = (*a)->term() ? **a : **b;
+  std::unique_ptr<LeaderElection>& follower = (*a)->term() ? *b : *a;
+  const int64_t first_term = leader.term()->create_revision;
+  EXPECT_EQ(follower->leader()->replica, leader.leader()->replica);  // both see the same one
+  // The leader goes away (its destructor resigns): the follower is elected, in a new term.
+  std::unique_ptr<LeaderElection>& leader_ptr = (*a)->term() ? *a : *b;
+  leader_ptr.reset();
+  std::optional<Fence> next;
+  for (int i = 0; i < 300 && !next; ++i) {
+    next = follower->term();
+    if (!next) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(next) << "the follower was not elected";
+  EXPECT_GT(next->create_revision, first_term);
+  EXPECT_EQ(follower->terms_won(), 1u);
+}
+
+TEST_F(EtcdStoreTest, LoadPagesPastOneRange) {
+  auto store = open();
+  const int n = static_cast<int>(kPageKeys) + 37;
+  for (int i = 1; i <= n; ++i) {
+    ASSERT_TRUE(store->record(event_of(i, "held"), static_cast<uint64_t>(i + 1), nullptr));
+  }
+  auto loaded = open()->load();
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->reservations.size(), static_cast<size_t>(n));
+  EXPECT_EQ(loaded->events, n);
+  int64_t seen = 0;
+  ASSERT_TRUE(open()->for_each_event([&](const journal::Event& e) { EXPECT_EQ(e.seq, ++seen); }));
+  EXPECT_EQ(seen, n);
+}
+
+TEST_F(EtcdStoreTest, MigrateMovesAJournalToEtcdAndBack) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("detwan-migrate-test-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  {
+    auto sqlite = journal::Journal::open((dir / "a.db").string(), false, "lab");
+    ASSERT_TRUE(sqlite) << sqlite.error().message;
+    const journal::RequestRecord request{"req-1", "fp", "r-1"};
+    ASSERT_TRUE((*sqlite)->record(event_of(1, "held"), 2, &request));
+    ASSERT_TRUE((*sqlite)->record(event_of(1, "committed"), 2, nullptr));
+    ASSERT_TRUE((*sqlite)->record(event_of(2, "held"), 3, nullptr));
+    const std::string pool = R"({"name":"p1","gpus":8})";
+    ASSERT_TRUE((*sqlite)->put_pool("p1", &pool));
+    ASSERT_TRUE((*sqlite)->put_federation("aggregate", "fr-1", "{\"x\":1}", 5, 0));
+    auto from = journal::snapshot_of(**sqlite);
+    ASSERT_TRUE(from) << from.error().message;
+    auto etcd = open();
+    ASSERT_TRUE(etcd->import_snapshot(*from));
+    auto refused = etcd->import_snapshot(*from);  // not into a domain that has a state
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, common::ErrorCode::kConfig);
+    auto in_etcd = journal::snapshot_of(*open());
+    ASSERT_TRUE(in_etcd) << in_etcd.error().message;
+    EXPECT_EQ(in_etcd->state.next_key, 3u);
+    EXPECT_EQ(in_etcd->state.reservations, from->state.reservations);
+    EXPECT_EQ(in_etcd->events.size(), 3u);
+    EXPECT_EQ(in_etcd->state.requests.size(), 1u);
+    EXPECT_EQ(in_etcd->state.pools, from->state.pools);
+    ASSERT_EQ(in_etcd->federation.size(), 1u);
+    EXPECT_EQ(in_etcd->federation[0].id, "fr-1");
+    // A replica continues after the imported events.
+    auto store = open();
+    ASSERT_TRUE(store->load());
+    ASSERT_TRUE(store->record(event_of(3, "held"), 4, nullptr));
+    // And back into a new SQLite journal.
+    auto back = journal::Journal::open((dir / "b.db").string(), false, "lab");
+    ASSERT_TRUE(back);
+    auto all = journal::snapshot_of(*open());
+    ASSERT_TRUE(all);
+    ASSERT_TRUE((*back)->import_snapshot(*all));
+    auto reread = journal::snapshot_of(**back);
+    ASSERT_TRUE(reread);
+    EXPECT_EQ(reread->state.reservations.size(), 3u);
+    EXPECT_EQ(reread->events.size(), 4u);
+    EXPECT_EQ(reread->state.next_key, 4u);
+    EXPECT_EQ(reread->federation.size(), 1u);
+    EXPECT_FALSE((*back)->import_snapshot(*all));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace detwan::control::store
