@@ -1,9 +1,11 @@
 #include "control/client/http_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 // GCC 12 with -fsanitize=address,undefined reports a false -Wmaybe-uninitialized inside
@@ -394,5 +396,50 @@ common::Result<HttpAnswer> HttpConnectionPool::call(const std::string& method,
 }
 
 uint64_t HttpConnectionPool::connections_opened() const { return impl_->opened.load(); }
+
+common::Result<std::vector<Url>> parse_urls(const std::string& text) {
+  std::vector<Url> urls;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string one = text.substr(start, comma - start);
+    auto url = parse_url(one);
+    if (!url) {
+      return common::make_error(common::ErrorCode::kInvalidArgument,
+                                fmt::format("'{}': {}", one, url.error().message));
+    }
+    urls.push_back(std::move(*url));
+    start = comma + 1;
+  }
+  return urls;
+}
+
+common::Result<HttpAnswer> http_call_replicas(const std::vector<Url>& urls,
+                                              const std::string& method,
+                                              const std::string& path, const std::string& body,
+                                              const std::string& token, int timeout_ms,
+                                              int retry_ms, const std::string& user_agent,
+                                              const TlsClientOptions* tls) {
+  static std::atomic<size_t> last_leader{0};
+  if (urls.size() == 1) {
+    return http_call(urls.front(), method, path, body, token, timeout_ms, user_agent, tls);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(retry_ms);
+  common::Result<HttpAnswer> last =
+      common::make_error(common::ErrorCode::kInvalidArgument, "no agent URL");
+  while (true) {
+    const size_t first = last_leader.load();
+    for (size_t k = 0; k < urls.size(); ++k) {
+      const size_t index = (first + k) % urls.size();
+      last = http_call(urls[index], method, path, body, token, timeout_ms, user_agent, tls);
+      if (last && last->status != 503) {
+        last_leader.store(index);
+        return last;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
 
 }  // namespace detwan::control::client

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -46,6 +47,23 @@ common::Result<HttpAnswer> http_call(const Url& url, const std::string& method,
                                      const std::string& token, int timeout_ms,
                                      const std::string& user_agent = "detwanctl",
                                      const TlsClientOptions* tls = nullptr);
+
+// An agent's replica set (docs/control.md, "The agent on etcd"): "URL1,URL2,..." (one URL is a
+// set of one). kInvalidArgument naming the URL that does not parse.
+common::Result<std::vector<Url>> parse_urls(const std::string& text);
+
+// http_call to a replica set: the replicas are tried in turn, from the one that answered last,
+// until one answers as the leader. A replica that cannot be reached, or answers 503 (a follower:
+// not_leader; a leader whose store write failed: a failover under way), is passed over; the
+// rounds repeat, 200 ms apart, until retry_ms has passed, then the last answer (or error) is
+// returned. With one URL: one attempt, as http_call. Callers send requests that are safe to
+// repeat (a reservation with its client_request_id).
+common::Result<HttpAnswer> http_call_replicas(const std::vector<Url>& urls,
+                                              const std::string& method,
+                                              const std::string& path, const std::string& body,
+                                              const std::string& token, int timeout_ms,
+                                              int retry_ms, const std::string& user_agent,
+                                              const TlsClientOptions* tls = nullptr);
 
 // Kept-alive connections to one agent, for a caller that asks it often (an aggregator calling
 // its peers, docs/federation.md): a call reuses an idle connection (no TCP connect, no TLS

@@ -161,8 +161,9 @@ common::Result<TunnelGrant> parse_grant(std::string_view json_text) {
 }
 
 common::Result<TunnelGrant> fetch_grant(const AgentAddress& agent, const std::string& id) {
-  auto url = parse_url(agent.url);
-  if (!url) return std::unexpected(url.error());
+  auto urls = parse_urls(agent.url);  // an agent, or its replicas "URL1,URL2,..."
+  if (!urls) return std::unexpected(urls.error());
+  const Url* url = &urls->front();
   if (id.empty() || id.find_first_of("/?# ") != std::string::npos) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("'{}' is not a reservation id (like r-3)", id));
@@ -182,8 +183,9 @@ common::Result<TunnelGrant> fetch_grant(const AgentAddress& agent, const std::st
   }
   const TlsClientOptions tls{env("DETWAN_AGENT_CA"), env("DETWAN_AGENT_CERT"),
                              env("DETWAN_AGENT_KEY")};
-  auto answer = http_call(*url, "GET", "/v1/reservations/" + id, "", token, agent.timeout_ms,
-                          "detwan-collectives", url->https ? &tls : nullptr);
+  auto answer = http_call_replicas(*urls, "GET", "/v1/reservations/" + id, "", token,
+                                   agent.timeout_ms, agent.timeout_ms, "detwan-collectives",
+                                   url->https ? &tls : nullptr);
   if (!answer) {
     return make_error(answer.error().code, fmt::format("asking the agent for reservation {}: {}",
                                                        id, answer.error().message));

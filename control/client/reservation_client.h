@@ -13,7 +13,8 @@
 
 namespace detwan::control::client {
 
-// Where the agent is: "http://127.0.0.1:7800" or "https://..." and an optional bearer token (a
+// Where the agent is: "http://127.0.0.1:7800" or "https://..." -- or its replica set,
+// "URL1,URL2,..." (tried in turn, see http_call_replicas) -- and an optional bearer token (a
 // read token of the job's tenant is enough). For an https agent, fetch_grant takes its TLS
 // options from $DETWAN_AGENT_CA (the agent's CA; else the system's store), $DETWAN_AGENT_CERT
 // and $DETWAN_AGENT_KEY, and an empty token from the file $DETWAN_AGENT_TOKEN_FILE

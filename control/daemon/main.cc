@@ -69,7 +69,7 @@ struct Settings {
   std::string store_key;
   std::string replica;
   std::string advertise;
-  std::string lease_ttl = "2s";
+  std::string lease_ttl = "5s";
   std::string from;  // migrate
   std::string to;
 };

@@ -32,7 +32,7 @@ struct ReplicaSettings {
   std::string store_key_file;   // 32 bytes, the same on every replica
   std::string replica;          // this replica's name
   std::string advertise;        // this replica's API URL, as clients reach it
-  int64_t lease_ttl_s = 2;
+  int64_t lease_ttl_s = 5;
 };
 
 // Builds what a leader serves over its agent (the daemon's routes, federation included); the

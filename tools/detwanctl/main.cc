@@ -33,6 +33,7 @@
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
 
+#include "common/crypto.h"
 #include "common/secret_file.h"
 #include "common/units.h"
 #include "common/version.h"
@@ -43,8 +44,8 @@
 namespace detwan::tools::ctl {
 namespace {
 namespace json = boost::json;
-using control::client::http_call;
-using control::client::parse_url;
+using control::client::http_call_replicas;
+using control::client::parse_urls;
 using control::client::Url;
 
 constexpr int kExitOk = 0;
@@ -96,7 +97,8 @@ int64_t time_of(const std::string& option, const std::string& text) {
 }
 
 struct Context {
-  Url url;
+  Url url;                // the first of urls (its scheme decides TLS)
+  std::vector<Url> urls;  // the agent's replica set (--agent URL1,URL2,...)
   control::client::TlsClientOptions tls;  // used for https:// URLs
   std::string token;
   bool json = false;
@@ -107,7 +109,8 @@ struct Context {
 int call(const Context& c, const std::string& method, const std::string& path,
          const std::string& body, const std::function<std::string(const json::value&)>& print,
          const std::function<int(const json::value&)>& verdict = nullptr) {
-  auto answer = http_call(c.url, method, path, body, c.token, c.timeout_ms, "detwanctl", &c.tls);
+  auto answer = http_call_replicas(c.urls, method, path, body, c.token, c.timeout_ms,
+                                   c.timeout_ms, "detwanctl", &c.tls);
   if (!answer) {
     if (c.json) {
       std::printf("%s\n",
@@ -182,7 +185,9 @@ int run(int argc, char** argv) {
   c.tls.ca_file = env("DETWAN_AGENT_CA");
   c.tls.cert_file = env("DETWAN_AGENT_CERT");
   c.tls.key_file = env("DETWAN_AGENT_KEY");
-  app.add_option("--agent", agent, "agent URL (default $DETWAN_AGENT or http://127.0.0.1:7800)");
+  app.add_option("--agent", agent,
+                 "agent URL, or its replicas' URL1,URL2,... (default $DETWAN_AGENT or "
+                 "http://127.0.0.1:7800)");
   CLI::Option* token_option =
       app.add_option("--token", token, "bearer token (default $DETWAN_AGENT_TOKEN)");
   CLI::Option* token_file_option =
@@ -286,9 +291,13 @@ int run(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   try {
-    auto url = parse_url(agent);
-    if (!url) throw Usage{"--agent: " + url.error().message};
-    c.url = *url;
+    auto urls = parse_urls(agent);
+    if (!urls) throw Usage{"--agent: " + urls.error().message};
+    c.urls = *urls;
+    c.url = c.urls.front();
+    for (const Url& u : c.urls) {
+      if (u.https != c.url.https) throw Usage{"--agent: give every replica with the same scheme"};
+    }
     c.token = token;
     if (token_option->count() > 0 && token_file_option->count() > 0) {
       throw Usage{"--token and --token-file: give one"};
@@ -337,6 +346,13 @@ int run(int argc, char** argv) {
       if (commit) body["commit"] = true;
       if (provision) body["provision"] = true;
       if (!request_id.empty()) body["client_request_id"] = request_id;
+      if (request_id.empty() && c.urls.size() > 1) {
+        // A replica set: the request may be sent again after a failover; its id makes the
+        // repetition find the reservation the first attempt made instead of booking another.
+        auto nonce = common::crypto::random_u64();
+        if (!nonce) throw Usage{"cannot draw a request id: " + nonce.error().message};
+        body["client_request_id"] = fmt::format("detwanctl-{:016x}", *nonce);
+      }
       return call(
           c, "POST", no_wait ? "/v1/reservations?wait=false" : "/v1/reservations",
           json::serialize(body), print_reservation,
@@ -357,8 +373,8 @@ int run(int argc, char** argv) {
       if (!end.empty() && !extend.empty()) throw Usage{"give --end or --extend, not both"};
       if (!end.empty()) body["end_unix_ns"] = time_of("--end", end);
       if (!extend.empty()) {
-        auto current = http_call(c.url, "GET", "/v1/reservations/" + id, "", c.token, c.timeout_ms,
-                                 "detwanctl", &c.tls);
+        auto current = http_call_replicas(c.urls, "GET", "/v1/reservations/" + id, "", c.token,
+                                          c.timeout_ms, c.timeout_ms, "detwanctl", &c.tls);
         if (!current || current->status != 200) throw Usage{"--extend: cannot read " + id};
         const json::value r = json::parse(current->body);
         body["end_unix_ns"] =
