@@ -193,6 +193,20 @@ void Replica::open_term(const store::Fence& fence) {
   term_ = std::move(term);
 }
 
+std::string Replica::metrics_text(bool leading) const {
+  return fmt::format(
+      "# HELP detwan_agent_leader 1 while this replica leads its domain.\n"
+      "# TYPE detwan_agent_leader gauge\n"
+      "detwan_agent_leader{{replica=\"{0}\"}} {1}\n"
+      "# HELP detwan_agent_terms_won_total Terms this replica was elected for.\n"
+      "# TYPE detwan_agent_terms_won_total counter\n"
+      "detwan_agent_terms_won_total{{replica=\"{0}\"}} {2}\n"
+      "# HELP detwan_agent_terms_lost_total Terms that ended without a resignation at stop.\n"
+      "# TYPE detwan_agent_terms_lost_total counter\n"
+      "detwan_agent_terms_lost_total{{replica=\"{0}\"}} {3}\n",
+      settings_.replica, leading ? 1 : 0, election_->terms_won(), election_->terms_lost());
+}
+
 void Replica::follower_answer(const api::HttpRequest& request,
                               const api::Respond& respond) const {
   const std::optional<store::LeaderInfo> leader = election_->leader();
@@ -208,13 +222,7 @@ void Replica::follower_answer(const api::HttpRequest& request,
     return;
   }
   if (request.method == "GET" && request.path == "/metrics") {
-    respond(api::HttpResponse{
-        200,
-        fmt::format("# HELP detwan_agent_leader 1 when this replica leads its domain.\n"
-                    "# TYPE detwan_agent_leader gauge\n"
-                    "detwan_agent_leader{{replica=\"{}\"}} 0\n",
-                    settings_.replica),
-        "text/plain; version=0.0.4", {}});
+    respond(api::HttpResponse{200, metrics_text(false), "text/plain; version=0.0.4", {}});
     return;
   }
   const std::string url = leader ? leader->url : "";
@@ -249,6 +257,12 @@ api::Handler Replica::handler() {
           body.as_object()["leader"] = json::object{{"replica", replica}, {"url", url}};
           response.body = json::serialize(body);
         }
+        respond(std::move(response));
+        retire(std::move(keep));
+      };
+    } else if (request.method == "GET" && request.path == "/metrics") {
+      respond = [this, respond, keep = term](api::HttpResponse response) mutable {
+        if (response.status == 200) response.body += metrics_text(true);
         respond(std::move(response));
         retire(std::move(keep));
       };

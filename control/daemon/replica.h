@@ -65,6 +65,7 @@ class Replica {
   std::shared_ptr<Term> current() const;
   void open_term(const store::Fence& fence);
   void retire(std::shared_ptr<Term> term);
+  std::string metrics_text(bool leading) const;
   void follower_answer(const api::HttpRequest& request, const api::Respond& respond) const;
 
   model::Topology topology_;
