@@ -133,6 +133,21 @@ class Agent {
   Outcome<boost::json::object> modify(const std::string& id, const ModifyRequest& request);
   Outcome<boost::json::object> get(const std::string& id) const;
   boost::json::array list(std::optional<reservation::State> state) const;
+  // One page of the reservations in id order (GET /v1/reservations?state=&site=&after=&limit=):
+  // those after `after_key` that match the filters, at most `limit` (0: all); `next` is the
+  // last id of a full page ("" when nothing follows).
+  struct ListQuery {
+    std::optional<reservation::State> state;
+    std::string site;                                   // src or dst; "" = any
+    std::function<bool(const std::string&)> visible;    // by tenant; null = all
+    uint64_t after_key = 0;
+    size_t limit = 0;
+  };
+  struct ListPage {
+    boost::json::array reservations;
+    std::string next;
+  };
+  ListPage list_page(const ListQuery& query) const;
 
   // Compute pools (control/compute/pool.h): register (create or replace), read, remove.
   Outcome<boost::json::object> register_pool(compute::Pool pool);

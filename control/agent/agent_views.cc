@@ -74,15 +74,29 @@ Outcome<json::object> Agent::get(const std::string& id) const {
 }
 
 json::array Agent::list(std::optional<State> state) const {
+  ListQuery query;
+  query.state = state;
+  return list_page(query).reservations;
+}
+
+Agent::ListPage Agent::list_page(const ListQuery& query) const {
   std::lock_guard lock(impl_->mutex);
-  json::array out;
-  for (const auto& [key, r] : impl_->reservations) {
-    if (state && r.state != *state) continue;
+  ListPage page;
+  for (auto it = impl_->reservations.upper_bound(query.after_key);
+       it != impl_->reservations.end(); ++it) {
+    const Reservation& r = it->second;
+    if (query.state && r.state != *query.state) continue;
+    if (!query.site.empty() && r.spec.src != query.site && r.spec.dst != query.site) continue;
+    if (query.visible && !query.visible(r.tenant)) continue;
+    if (query.limit > 0 && page.reservations.size() == query.limit) {
+      page.next = page.reservations.back().as_object().at("id").as_string().c_str();
+      break;
+    }
     json::object item = impl_->view(r);
     item.erase("history");
-    out.push_back(std::move(item));
+    page.reservations.push_back(std::move(item));
   }
-  return out;
+  return page;
 }
 
 Outcome<json::object> Agent::paths(const PathsRequest& request) const {

@@ -1,5 +1,6 @@
 #include "control/api/routes.h"
 
+#include <charconv>
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -20,6 +21,38 @@ namespace json = boost::json;
 using agent::ApiError;
 
 namespace {
+
+// ?after=ID&limit=N of GET /v1/reservations (1 <= N <= kMaxPage; no limit: every one).
+constexpr size_t kMaxPage = 10000;
+agent::Outcome<void> page_of(const std::string& query_text, agent::Agent::ListQuery& query) {
+  const std::string after = common::query_value(query_text, "after");
+  if (!after.empty()) {
+    uint64_t key = 0;
+    const bool ok = after.size() > 2 && after.rfind("r-", 0) == 0 &&
+                    std::from_chars(after.data() + 2, after.data() + after.size(), key).ec ==
+                        std::errc{} &&
+                    after.find_first_not_of("0123456789", 2) == std::string::npos;
+    if (!ok) {
+      return std::unexpected(agent::ApiError{
+          400, "invalid_field", fmt::format("after '{}' is not a reservation id (r-N)", after),
+          "after"});
+    }
+    query.after_key = key;
+  }
+  const std::string limit = common::query_value(query_text, "limit");
+  if (!limit.empty()) {
+    size_t n = 0;
+    if (std::from_chars(limit.data(), limit.data() + limit.size(), n).ec != std::errc{} ||
+        limit.find_first_not_of("0123456789") != std::string::npos || n < 1 || n > kMaxPage) {
+      return std::unexpected(agent::ApiError{
+          400, "invalid_field", fmt::format("limit '{}': a number from 1 to {}", limit, kMaxPage),
+          "limit"});
+    }
+    query.limit = n;
+  }
+  return {};
+}
+
 
 int64_t monotonic_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -233,20 +266,20 @@ class Router {
                          "state"}));
           }
         }
-        json::array all = agent_.list(state);
+        agent::Agent::ListQuery query;
+        query.state = state;
+        query.site = common::query_value(request.query, "site");
         if (who.kind != Identity::Kind::kAnonymous && !who.may_admin) {
           // A tenant's token sees its own reservations only.
-          json::array own;
-          for (json::value& r : all) {
-            const json::value* tenant = r.as_object().if_contains("tenant");
-            if (tenant != nullptr && tenant->is_string() &&
-                may_act_on(who, std::string_view(tenant->as_string()))) {
-              own.push_back(std::move(r));
-            }
-          }
-          all = std::move(own);
+          query.visible = [&who](const std::string& tenant) { return may_act_on(who, tenant); };
         }
-        return send(json_response(200, json::object{{"reservations", std::move(all)}}));
+        if (auto paging = page_of(request.query, query); !paging) {
+          return send(error_response(paging.error()));
+        }
+        agent::Agent::ListPage page = agent_.list_page(query);
+        json::object body{{"reservations", std::move(page.reservations)}};
+        if (!page.next.empty()) body["next"] = page.next;
+        return send(json_response(200, std::move(body)));
       }
       if (method != "POST") return send(method_not_allowed("GET, POST"));
       auto parsed = parse_reserve(request.body);
