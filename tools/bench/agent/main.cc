@@ -4,6 +4,10 @@
 //       in process: a synthetic topology of N nodes (~5 links per node, a site every 10th node),
 //       R committed reservations booked first, then Q path computations (POST /v1/paths
 //       without HTTP) and Q admissions (reserve + journal) timed one by one: p50/p90/p99/max.
+//   detwan-agent-bench scale --nodes N [--reservations R] [--queries Q] [--spread-days D]
+//                            [--etcd etcd://H:P --store-key F]
+//       R reservations over D days, then Q timed admissions, memory per reservation, and the
+//       agent's startup from SQLite (and from etcd) with them (startup.cc).
 //   detwan-agent-bench topology --nodes N [--seed S] --journal PATH [--listen ADDR:PORT]
 //       the same synthetic topology as a topology file for `detwan-agent run`.
 //   detwan-agent-bench load --url URL --nodes N [--seed S] --clients C --requests R [--json]
@@ -34,19 +38,13 @@
 #include "common/histogram.h"
 #include "common/logging.h"
 #include "control/agent/agent.h"
+#include "tools/bench/agent/startup.h"
 #include "tools/bench/agent/synthetic.h"
 #include "control/client/http_client.h"
 
 namespace detwan::tools::agent_bench {
 namespace {
 namespace json = boost::json;
-
-class NoGateways final : public control::gateway::GatewayClient {
- public:
-  common::Result<std::string> request(const std::string& socket, const std::string&) override {
-    return common::make_error(common::ErrorCode::kUnavailable, "benchmark: no gateway " + socket);
-  }
-};
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -373,6 +371,18 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   paths->add_option("--queries", queries, "timed path computations")->capture_default_str();
   paths->add_flag("--json", as_json);
+  ScaleOptions scale;
+  CLI::App* scale_cmd =
+      app.add_subcommand("scale", "many reservations: admission, memory, startup (SQLite, etcd)");
+  add_topology(scale_cmd);
+  scale_cmd->add_option("--reservations", scale.reservations, "reservations booked first")
+      ->capture_default_str();
+  scale_cmd->add_option("--queries", scale.queries, "timed admissions")->capture_default_str();
+  scale_cmd->add_option("--spread-days", scale.spread_days, "start times within this many days")
+      ->capture_default_str();
+  scale_cmd->add_option("--etcd", scale.etcd, "etcd://HOST:PORT,...: also the startup from etcd");
+  scale_cmd->add_option("--store-key", scale.store_key, "with --etcd: the store key file");
+  scale_cmd->add_flag("--json", as_json);
   CLI::App* topology = app.add_subcommand("topology", "print the synthetic topology file");
   add_topology(topology);
   topology->add_option("--journal", options.journal, "the agent's journal")->required();
@@ -395,6 +405,7 @@ int run(int argc, char** argv) {
   log.level = "warn";
   (void)common::init_logging("detwan-agent-bench", log);
   if (*paths) return command_paths(options, reservations, queries, as_json);
+  if (*scale_cmd) return command_scale(options, scale, as_json);
   if (*topology) {
     std::fputs(topology_yaml(synthetic_topology(options), listen).c_str(), stdout);
     return 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "control/gateway/reconciler.h"
 #include "control/model/topology.h"
 
 namespace detwan::tools::agent_bench {
@@ -20,5 +21,13 @@ struct SyntheticOptions {
 };
 
 control::model::Topology synthetic_topology(const SyntheticOptions& options);
+
+// The benchmarks' gateways: none (reservations are committed, never provisioned).
+class NoGateways final : public control::gateway::GatewayClient {
+ public:
+  common::Result<std::string> request(const std::string& socket, const std::string&) override {
+    return common::make_error(common::ErrorCode::kUnavailable, "benchmark: no gateway " + socket);
+  }
+};
 
 }  // namespace detwan::tools::agent_bench

@@ -1,0 +1,191 @@
+// detwan-agent-bench scale: the agent with many reservations in its calendars (issue 36):
+// books R committed reservations in process (SQLite journal, start times spread over D days so
+// that they fit), records the resident memory they take, times the last Q admissions and path
+// computations one by one, then times the agent's startup from its store: Agent::open over the
+// SQLite journal, and -- with --etcd -- over the same state migrated into etcd (a fresh domain).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <fmt/format.h>
+
+#include <boost/json.hpp>
+
+#include "common/clock.h"
+#include "common/histogram.h"
+#include "control/agent/agent.h"
+#include "control/journal/journal.h"
+#include "control/store/etcd_store.h"
+#include "tools/bench/agent/startup.h"
+
+namespace detwan::tools::agent_bench {
+namespace {
+namespace json = boost::json;
+
+int64_t mono_ns() { return common::MonotonicClock().now_ns(); }
+
+int64_t rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+json::object percentiles(const common::LogLinearHistogram& h) {
+  return {{"p50_ms", h.percentile(0.5) / 1e6},
+          {"p99_ms", h.percentile(0.99) / 1e6},
+          {"max_ms", h.max() / 1e6}};
+}
+
+control::agent::ReserveRequest random_reserve(const control::model::Topology& t,
+                                              std::mt19937_64& rng, int64_t base_ns,
+                                              uint32_t spread_days, const std::string& tag) {
+  std::uniform_int_distribution<size_t> site(0, t.sites.size() - 1);
+  const size_t a = site(rng);
+  size_t b = site(rng);
+  while (b == a) b = site(rng);
+  control::agent::ReserveRequest r;
+  r.spec.src = t.sites[a].name;
+  r.spec.dst = t.sites[b].name;
+  r.spec.min_bandwidth_bps = 100'000'000ULL * (1 + rng() % 20);  // 0.1 .. 2 Gbit/s
+  r.spec.start_ns =
+      base_ns + static_cast<int64_t>(rng() % (uint64_t{spread_days} * 86'400)) * 1'000'000'000;
+  r.spec.duration_ns = static_cast<int64_t>(1 + rng() % 6) * 3'600'000'000'000;  // 1..6 h
+  r.commit = true;
+  r.fingerprint = tag;
+  return r;
+}
+
+}  // namespace
+
+int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bool as_json) {
+  auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("detwan-agent-scale-{}", getpid());
+  std::filesystem::create_directories(dir);
+  SyntheticOptions o = options;
+  o.journal = (dir / "journal.db").string();
+  control::model::Topology t = synthetic_topology(o);
+  t.domain = fmt::format("scale-{}", getpid());  // a fresh domain (in etcd too)
+  const control::model::Topology topology = t;
+  NoGateways gateways;
+  control::agent::AgentOptions agent_options;
+  agent_options.gateway_client = &gateways;
+  agent_options.start_threads = false;
+  const int64_t rss_before = rss_bytes();
+  auto agent = control::agent::Agent::open(t, agent_options);
+  if (!agent) {
+    std::fprintf(stderr, "detwan-agent-bench: %s\n", agent.error().message.c_str());
+    return 1;
+  }
+  std::mt19937_64 rng(options.seed * 7919 + 1);
+  const int64_t base = common::RealtimeClock().now_ns() + 60'000'000'000;
+  uint64_t admitted = 0;
+  const int64_t fill_started = mono_ns();
+  for (uint32_t i = 0; i < scale.reservations; ++i) {
+    if ((*agent)->reserve(random_reserve(topology, rng, base, scale.spread_days,
+                                         std::to_string(i)))) {
+      ++admitted;
+    }
+  }
+  const int64_t fill_ns = mono_ns() - fill_started;
+  const int64_t rss_after = rss_bytes();
+  common::LogLinearHistogram reserve_ns, path_ns;
+  for (uint32_t i = 0; i < scale.queries; ++i) {
+    auto r = random_reserve(topology, rng, base, scale.spread_days, "q" + std::to_string(i));
+    control::agent::PathsRequest p;
+    p.src = r.spec.src;
+    p.dst = r.spec.dst;
+    p.min_bandwidth_bps = r.spec.min_bandwidth_bps;
+    p.start_ns = r.spec.start_ns;
+    p.duration_ns = r.spec.duration_ns;
+    int64_t t0 = mono_ns();
+    (void)(*agent)->paths(p);
+    path_ns.record(mono_ns() - t0);
+    t0 = mono_ns();
+    if ((*agent)->reserve(r)) ++admitted;
+    reserve_ns.record(mono_ns() - t0);
+  }
+  const std::string check = (*agent)->check_ledger();
+  agent->reset();
+  // Startup: the state read again (a restart), from SQLite ...
+  int64_t t0 = mono_ns();
+  auto reopened = control::agent::Agent::open(topology, agent_options);
+  const int64_t sqlite_open_ns = mono_ns() - t0;
+  if (!reopened) {
+    std::fprintf(stderr, "detwan-agent-bench: reopen: %s\n", reopened.error().message.c_str());
+    return 1;
+  }
+  const size_t loaded = (*reopened)->list(std::nullopt).size();
+  reopened->reset();
+  json::object out{{"nodes", options.nodes},
+                   {"links", topology.links.size()},
+                   {"sites", topology.sites.size()},
+                   {"reservations_requested", scale.reservations + scale.queries},
+                   {"reservations_admitted", admitted},
+                   {"fill_seconds", fill_ns / 1e9},
+                   {"rss_bytes_per_reservation",
+                    admitted > 0 ? static_cast<double>(rss_after - rss_before) /
+                                       static_cast<double>(admitted)
+                                 : 0.0},
+                   {"reserve", percentiles(reserve_ns)},
+                   {"path", percentiles(path_ns)},
+                   {"ledger_check", check.empty() ? "ok" : check},
+                   {"startup_sqlite_s", sqlite_open_ns / 1e9},
+                   {"loaded", loaded},
+                   {"journal_bytes", std::filesystem::file_size(o.journal)}};
+  // ... and from etcd, the same state migrated there.
+  if (!scale.etcd.empty()) {
+    auto endpoints = control::store::parse_etcd_url(scale.etcd);
+    auto key = control::store::read_store_key(scale.store_key);
+    if (!endpoints || !key) {
+      std::fprintf(stderr, "detwan-agent-bench: --etcd/--store-key: %s\n",
+                   (!endpoints ? endpoints.error() : key.error()).message.c_str());
+      return 2;
+    }
+    auto client = control::store::EtcdClient::create(*endpoints, 30'000);
+    auto store = control::store::EtcdStore::open(
+        std::shared_ptr<control::store::EtcdClient>(std::move(*client)),
+        control::store::EtcdStoreOptions{topology.domain, *key, {}}, scale.etcd);
+    auto journal = control::journal::Journal::open(o.journal, false, topology.domain);
+    if (!store || !journal) {
+      std::fprintf(stderr, "detwan-agent-bench: %s\n",
+                   (!store ? store.error() : journal.error()).message.c_str());
+      return 1;
+    }
+    t0 = mono_ns();
+    auto snapshot = control::journal::snapshot_of(**journal);
+    auto imported = snapshot ? (*store)->import_snapshot(*snapshot)
+                             : common::Result<void>(std::unexpected(snapshot.error()));
+    const int64_t migrate_ns = mono_ns() - t0;
+    if (!imported) {
+      std::fprintf(stderr, "detwan-agent-bench: migrate: %s\n", imported.error().message.c_str());
+      return 1;
+    }
+    control::agent::AgentOptions etcd_options = agent_options;
+    etcd_options.store = std::shared_ptr<control::store::EtcdStore>(std::move(*store));
+    t0 = mono_ns();
+    auto over_etcd = control::agent::Agent::open(topology, etcd_options);
+    const int64_t etcd_open_ns = mono_ns() - t0;
+    if (!over_etcd) {
+      std::fprintf(stderr, "detwan-agent-bench: open over etcd: %s\n",
+                   over_etcd.error().message.c_str());
+      return 1;
+    }
+    out["migrate_to_etcd_s"] = migrate_ns / 1e9;
+    out["startup_etcd_s"] = etcd_open_ns / 1e9;
+    out["loaded_from_etcd"] = (*over_etcd)->list(std::nullopt).size();
+  }
+  std::filesystem::remove_all(dir);
+  if (as_json) {
+    std::printf("%s\n", json::serialize(out).c_str());
+  } else {
+    std::printf("%s\n", json::serialize(out).c_str());
+  }
+  return check.empty() && loaded == admitted ? 0 : 1;
+}
+
+}  // namespace detwan::tools::agent_bench

@@ -1,0 +1,20 @@
+#pragma once
+// detwan-agent-bench scale (startup.cc): many reservations, admission latency, memory, startup.
+#include <cstdint>
+#include <string>
+
+#include "tools/bench/agent/synthetic.h"
+
+namespace detwan::tools::agent_bench {
+
+struct ScaleOptions {
+  uint32_t reservations = 100'000;
+  uint32_t queries = 1'000;
+  uint32_t spread_days = 30;
+  std::string etcd;       // etcd://HOST:PORT,... ("" = SQLite only)
+  std::string store_key;  // with etcd
+};
+
+int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bool as_json);
+
+}  // namespace detwan::tools::agent_bench
