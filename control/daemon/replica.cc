@@ -242,7 +242,10 @@ void Replica::follower_answer(const api::HttpRequest& request,
 api::Handler Replica::handler() {
   return [this](api::HttpRequest request, api::Respond respond) {
     std::shared_ptr<Term> term = current();
-    if (!term) {
+    // A leader whose lease is not certainly alive (paused and continued, cut off from etcd)
+    // answers as a follower until the election settles: no read from a state that another
+    // leader may have moved past, no write that the fence would refuse anyway.
+    if (!term || !election_->leading_now()) {
       follower_answer(request, respond);
       return;
     }
