@@ -71,8 +71,13 @@ int detwan_ctl_run(const struct detwan_config *c, const char *agent_url,
   const char *argv[kMaxArgs];
   size_t argc = 0;
   argv[argc++] = c->detwanctl;
+  /* A replica set is written URL1|URL2 in plugstack.conf (',' separates its lists); detwanctl
+     takes URL1,URL2 and retries across them. */
+  char agents[DETWAN_URL_MAX];
+  snprintf(agents, sizeof agents, "%s", agent_url);
+  for (char *bar = strchr(agents, '|'); bar != NULL; bar = strchr(bar + 1, '|')) *bar = ',';
   argv[argc++] = "--agent";
-  argv[argc++] = agent_url;
+  argv[argc++] = agents;
   argv[argc++] = "--json";
   argv[argc++] = "--timeout";
   argv[argc++] = timeout_ms;

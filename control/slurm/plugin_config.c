@@ -37,11 +37,27 @@ int detwan_valid_name(const char *name) {
   return 1;
 }
 
+static int valid_one_url(const char *url, size_t len) {
+  const size_t scheme = len >= 8 && strncmp(url, "https://", 8) == 0  ? 8
+                        : len >= 7 && strncmp(url, "http://", 7) == 0 ? 7
+                                                                      : 0;
+  if (scheme == 0 || len <= scheme) return 0;
+  for (size_t i = 0; i < len; ++i) {
+    if (url[i] == ' ' || url[i] == '\t' || url[i] == '\n' || url[i] == ',') return 0;
+  }
+  return 1;
+}
+
+/* An agent, or its replica set URL1|URL2|... (one scheme for all; docs/slurm.md). */
 static int valid_url(const char *url) {
-  const size_t scheme = strncmp(url, "https://", 8) == 0  ? 8
-                        : strncmp(url, "http://", 7) == 0 ? 7
-                                                          : 0;
-  return scheme > 0 && strlen(url) > scheme && strpbrk(url, " \t\n,") == NULL;
+  const int https = strncmp(url, "https://", 8) == 0;
+  for (const char *p = url;;) {
+    const char *bar = strchr(p, '|');
+    const size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (!valid_one_url(p, len) || (strncmp(p, "https://", 8) == 0) != https) return 0;
+    if (bar == NULL) return 1;
+    p = bar + 1;
+  }
 }
 
 /* sites=NODE:SITE,NODE:SITE */
@@ -144,7 +160,8 @@ int detwan_config_parse(struct detwan_config *c, int argc, char **argv, char *er
       if (parse_sites(c, value, err, err_len) != 0) return -1;
     } else if (KEY_IS("agent")) {
       if (!valid_url(value) || copy(c->agent, sizeof c->agent, value, strlen(value)) != 0) {
-        return fail(err, err_len, "agent=%s: must be a URL starting with http(s)://", value);
+        return fail(err, err_len, "agent=%s: must be a URL starting with http(s)://, or replicas' URLs "
+                    "joined by |", value);
       }
     } else if (KEY_IS("agents")) {
       if (parse_agents(c, value, err, err_len) != 0) return -1;

@@ -292,7 +292,11 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av) {
   if (!state.config_ok || state.site[0] == '\0') return 0;
   spank_setenv(sp, "DETWAN_SITE", state.site, 1);
   if (state.reservations[0] != '\0') {
-    spank_setenv(sp, "DETWAN_AGENT", state.agent_url, 1);
+    /* A replica set (URL1|URL2) as the collectives read it: URL1,URL2. */
+    char agents[DETWAN_URL_MAX];
+    snprintf(agents, sizeof agents, "%s", state.agent_url);
+    for (char *bar = strchr(agents, '|'); bar != NULL; bar = strchr(bar + 1, '|')) *bar = ',';
+    spank_setenv(sp, "DETWAN_AGENT", agents, 1);
     if (state.config.agent_ca[0] != '\0' && strncmp(state.agent_url, "https://", 8) == 0) {
       spank_setenv(sp, "DETWAN_AGENT_CA", state.config.agent_ca, 1);
     }

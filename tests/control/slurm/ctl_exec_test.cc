@@ -117,6 +117,20 @@ TEST(SlurmCtlExec, PassesTheAgentCaToHttpsAgentsOnly) {
   unlink(path.c_str());
 }
 
+TEST(SlurmCtlExec, GivesDetwanctlAReplicaSetAsACommaList) {
+  detwan_config c = config_with_timeout(5);
+  const std::string path = script(R"(echo "{\"args\":\"$*\"}")");
+  std::strcpy(c.detwanctl, path.c_str());
+  const char* args[] = {"list", nullptr};
+  detwan_ctl_result r;
+  ASSERT_EQ(detwan_ctl_run(&c, "http://h1:1|http://h2:1|http://h3:1", args, &r), 0) << r.err;
+  EXPECT_NE(std::string(r.out).find("--agent http://h1:1,http://h2:1,http://h3:1 --json"),
+            std::string::npos)
+      << r.out;
+  detwan_ctl_result_free(&r);
+  unlink(path.c_str());
+}
+
 TEST(SlurmCtlExec, KillsAChildPastItsDeadline) {
   detwan_config c = config_with_timeout(1);
   const std::string path = script("exec sleep 30");

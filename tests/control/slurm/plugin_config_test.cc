@@ -65,6 +65,18 @@ TEST(SlurmPluginConfig, HttpsAgentsAndTheirCa) {
   EXPECT_NE(std::string(relative.err).find("agent_ca=ca.pem: must be an absolute path"),
             std::string::npos)
       << relative.err;
+  // Replica sets: URL|URL (one scheme), in agent= and per site in agents=.
+  const Parsed replicas = parse({"detwanctl=/x", "sites=n1:a,n2:b",
+                                 "agent=http://h1:1|http://h2:1|http://h3:1",
+                                 "agents=b=http://b1:1|http://b2:1"});
+  ASSERT_EQ(replicas.rc, 0) << replicas.err;
+  EXPECT_STREQ(replicas.config.agent, "http://h1:1|http://h2:1|http://h3:1");
+  EXPECT_STREQ(replicas.config.agents[0].url, "http://b1:1|http://b2:1");
+  for (const char* bad : {"agent=http://h1:1|", "agent=http://h1:1|https://h2:1",
+                          "agent=http://h1:1||http://h2:1", "agent=http://h1:1|ftp://h2:1"}) {
+    const Parsed p = parse({"detwanctl=/x", "sites=n:a", bad});
+    EXPECT_NE(p.rc, 0) << bad;
+  }
   const Parsed ftp = parse({"detwanctl=/x", "sites=n:a", "agent=ftp://h:1"});
   EXPECT_EQ(ftp.rc, -1);
 }
