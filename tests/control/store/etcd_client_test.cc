@@ -21,26 +21,10 @@
 #include "control/store/etcd_client.h"
 #include "tests/control/store/etcd_process.h"
 
-extern char** environ;
-
 namespace detwan::control::store {
 namespace {
 
-class EtcdClientTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(kEtcd)) {
-      GTEST_SKIP() << kEtcd << " is not installed (Debian package etcd-server; tools/install-deps)";
-    }
-    etcd_ = std::make_unique<EtcdProcess>();
-    ASSERT_TRUE(etcd_->ready()) << "etcd did not start on " << etcd_->url();
-    auto c = EtcdClient::create({etcd_->url()});
-    ASSERT_TRUE(c) << c.error().message;
-    client_ = std::move(*c);
-  }
-  std::unique_ptr<EtcdProcess> etcd_;
-  std::unique_ptr<EtcdClient> client_;
-};
+using EtcdClientTest = EtcdFixture;
 
 TEST_F(EtcdClientTest, PutRangeAndDeleteKeepBinaryKeysAndValuesIntact) {
   // Lengths 1..5 cover every base64 padding; values with NUL and 0xff bytes.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "control/store/etcd_client.h"
 
@@ -93,6 +94,23 @@ class EtcdProcess {
   std::filesystem::path dir_;
   std::string client_url_;
   pid_t pid_ = -1;
+};
+
+// A test with its own etcd member and a client of it; skipped, saying why, without etcd.
+class EtcdFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kEtcd)) {
+      GTEST_SKIP() << kEtcd << " is not installed (Debian package etcd-server; tools/install-deps)";
+    }
+    etcd_ = std::make_unique<EtcdProcess>();
+    ASSERT_TRUE(etcd_->ready()) << "etcd did not start on " << etcd_->url();
+    auto c = EtcdClient::create({etcd_->url()});
+    ASSERT_TRUE(c) << c.error().message;
+    client_ = std::shared_ptr<EtcdClient>(std::move(*c));
+  }
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::shared_ptr<EtcdClient> client_;
 };
 
 }  // namespace detwan::control::store

@@ -32,26 +32,14 @@ journal::Event event_of(int n, const std::string& to) {
   return journal::Event{0, 1000 + n, fmt::format("r-{}", n), "", to, "test", body_of(n, true)};
 }
 
-class EtcdStoreTest : public ::testing::Test {
+class EtcdStoreTest : public EtcdFixture {
  protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(kEtcd)) {
-      GTEST_SKIP() << kEtcd << " is not installed (Debian package etcd-server; tools/install-deps)";
-    }
-    etcd_ = std::make_unique<EtcdProcess>();
-    ASSERT_TRUE(etcd_->ready()) << "etcd did not start on " << etcd_->url();
-    auto c = EtcdClient::create({etcd_->url()});
-    ASSERT_TRUE(c) << c.error().message;
-    client_ = std::shared_ptr<EtcdClient>(std::move(*c));
-  }
   std::unique_ptr<EtcdStore> open(const std::string& domain = "lab", Fence fence = {},
                                   const std::string& key = kKey) {
     auto store = EtcdStore::open(client_, EtcdStoreOptions{domain, key, std::move(fence)}, "test");
     EXPECT_TRUE(store) << store.error().message;
     return store ? std::move(*store) : nullptr;
   }
-  std::unique_ptr<EtcdProcess> etcd_;
-  std::shared_ptr<EtcdClient> client_;
 };
 
 TEST_F(EtcdStoreTest, TransitionsRoundTripSealedAndEventsWithoutSecrets) {

@@ -60,30 +60,6 @@ json::object summary(const common::LogLinearHistogram& h) {
 
 std::string ms(int64_t ns) { return fmt::format("{:.3f} ms", static_cast<double>(ns) / 1e6); }
 
-struct RandomRequest {
-  std::string src, dst;
-  uint64_t rate_bps = 0;
-  int64_t start_offset_ns = 0;
-  int64_t duration_ns = 0;
-};
-
-// Start offsets within `spread_s` seconds (a day by default; shorter spreads make requests
-// overlap in time and contend for the same capacity).
-RandomRequest random_request(const control::model::Topology& t, std::mt19937_64& rng,
-                             uint32_t spread_s = 86'400) {
-  std::uniform_int_distribution<size_t> site(0, t.sites.size() - 1);
-  RandomRequest r;
-  const size_t a = site(rng);
-  size_t b = site(rng);
-  while (b == a) b = site(rng);
-  r.src = t.sites[a].name;
-  r.dst = t.sites[b].name;
-  r.rate_bps = 100'000'000ULL * (1 + rng() % 20);  // 0.1 .. 2 Gbit/s
-  r.start_offset_ns = static_cast<int64_t>(rng() % spread_s) * 1'000'000'000;
-  r.duration_ns = static_cast<int64_t>(1 + rng() % 6) * 3'600'000'000'000;  // 1..6 h
-  return r;
-}
-
 // The baseline measured beside the agent's path computation: Boost Graph Library's Dijkstra on
 // the same graph with the same link weights (delay + jitter + one frame), no capacity, slots,
 // windows or bounds.

@@ -44,17 +44,13 @@ json::object percentiles(const common::LogLinearHistogram& h) {
 control::agent::ReserveRequest random_reserve(const control::model::Topology& t,
                                               std::mt19937_64& rng, int64_t base_ns,
                                               uint32_t spread_days, const std::string& tag) {
-  std::uniform_int_distribution<size_t> site(0, t.sites.size() - 1);
-  const size_t a = site(rng);
-  size_t b = site(rng);
-  while (b == a) b = site(rng);
+  const RandomRequest q = random_request(t, rng, spread_days * 86'400);
   control::agent::ReserveRequest r;
-  r.spec.src = t.sites[a].name;
-  r.spec.dst = t.sites[b].name;
-  r.spec.min_bandwidth_bps = 100'000'000ULL * (1 + rng() % 20);  // 0.1 .. 2 Gbit/s
-  r.spec.start_ns =
-      base_ns + static_cast<int64_t>(rng() % (uint64_t{spread_days} * 86'400)) * 1'000'000'000;
-  r.spec.duration_ns = static_cast<int64_t>(1 + rng() % 6) * 3'600'000'000'000;  // 1..6 h
+  r.spec.src = q.src;
+  r.spec.dst = q.dst;
+  r.spec.min_bandwidth_bps = q.rate_bps;
+  r.spec.start_ns = base_ns + q.start_offset_ns;
+  r.spec.duration_ns = q.duration_ns;
   r.commit = true;
   r.fingerprint = tag;
   return r;

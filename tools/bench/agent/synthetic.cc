@@ -102,4 +102,20 @@ control::model::Topology synthetic_topology(const SyntheticOptions& o) {
   return t;
 }
 
+RandomRequest random_request(const control::model::Topology& t, std::mt19937_64& rng,
+                             uint32_t spread_s) {
+  std::uniform_int_distribution<size_t> site(0, t.sites.size() - 1);
+  RandomRequest r;
+  const size_t a = site(rng);
+  size_t b = site(rng);
+  while (b == a) b = site(rng);
+  r.src = t.sites[a].name;
+  r.dst = t.sites[b].name;
+  r.rate_bps = 100'000'000ULL * (1 + rng() % 20);  // 0.1 .. 2 Gbit/s
+  r.start_offset_ns = static_cast<int64_t>(rng() % spread_s) * 1'000'000'000;
+  r.duration_ns = static_cast<int64_t>(1 + rng() % 6) * 3'600'000'000'000;  // 1..6 h
+  return r;
+}
+
+
 }  // namespace detwan::tools::agent_bench

@@ -5,6 +5,7 @@
 // site with a gateway (planning only: no admin socket is contacted), the rest transit nodes.
 // Seeded: the same arguments give the same topology.
 #include <cstdint>
+#include <random>
 #include <string>
 
 #include "control/gateway/reconciler.h"
@@ -21,6 +22,17 @@ struct SyntheticOptions {
 };
 
 control::model::Topology synthetic_topology(const SyntheticOptions& options);
+
+// A random reservation between two sites: 0.1 .. 2 Gbit/s, 1 .. 6 h long, starting within
+// `spread_s` seconds (a day by default; shorter spreads make requests contend).
+struct RandomRequest {
+  std::string src, dst;
+  uint64_t rate_bps = 0;
+  int64_t start_offset_ns = 0;
+  int64_t duration_ns = 0;
+};
+RandomRequest random_request(const control::model::Topology& t, std::mt19937_64& rng,
+                             uint32_t spread_s = 86'400);
 
 // The benchmarks' gateways: none (reservations are committed, never provisioned).
 class NoGateways final : public control::gateway::GatewayClient {
