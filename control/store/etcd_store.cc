@@ -1,7 +1,5 @@
 #include "control/store/etcd_store.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <span>
@@ -13,9 +11,9 @@
 
 #include <boost/json.hpp>
 
-#include "common/crypto.h"
 #include "common/secret_file.h"
 #include "common/split.h"
+#include "control/store/sealed_value.h"
 
 namespace detwan::control::store {
 namespace {
@@ -24,14 +22,7 @@ namespace json = boost::json;
 using common::ErrorCode;
 using common::make_error;
 
-constexpr size_t kNonceBytes = 12;
-constexpr size_t kTagBytes = 16;
 constexpr size_t kOpsPerTxn = 100;  // etcd refuses more than 128 (--max-txn-ops)
-
-struct CipherCtx {
-  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-  ~CipherCtx() { EVP_CIPHER_CTX_free(ctx); }
-};
 
 std::string seq_key(int64_t seq) { return fmt::format("events/{:020d}", seq); }
 
@@ -162,57 +153,11 @@ common::Result<std::unique_ptr<EtcdStore>> EtcdStore::open(std::shared_ptr<EtcdC
 
 common::Result<std::string> EtcdStore::seal(const std::string& key,
                                             const std::string& plain) const {
-  std::string out(kNonceBytes + plain.size() + kTagBytes, '\0');
-  auto* bytes = reinterpret_cast<unsigned char*>(out.data());
-  if (auto ok = common::crypto::random_bytes(
-          std::as_writable_bytes(std::span(out.data(), kNonceBytes)));
-      !ok) {
-    return std::unexpected(ok.error());
-  }
-  CipherCtx c;
-  int n = 0;
-  const auto* k = reinterpret_cast<const unsigned char*>(options_.store_key.data());
-  if (c.ctx == nullptr ||
-      EVP_EncryptInit_ex(c.ctx, EVP_aes_256_gcm(), nullptr, k, bytes) != 1 ||
-      EVP_EncryptUpdate(c.ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(key.data()),
-                        static_cast<int>(key.size())) != 1 ||
-      EVP_EncryptUpdate(c.ctx, bytes + kNonceBytes, &n,
-                        reinterpret_cast<const unsigned char*>(plain.data()),
-                        static_cast<int>(plain.size())) != 1 ||
-      EVP_EncryptFinal_ex(c.ctx, bytes + kNonceBytes + n, &n) != 1 ||
-      EVP_CIPHER_CTX_ctrl(c.ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes,
-                          bytes + kNonceBytes + plain.size()) != 1) {
-    return make_error(ErrorCode::kInternal,
-                      "sealing " + key + ": " + common::crypto::openssl_error());
-  }
-  return out;
+  return seal_value(options_.store_key, key, plain);
 }
 
 common::Result<std::string> EtcdStore::open_value(const KeyValue& kv) const {
-  if (kv.value.size() < kNonceBytes + kTagBytes) {
-    return make_error(ErrorCode::kInternal, fmt::format("{}: too short to be sealed", kv.key));
-  }
-  const size_t length = kv.value.size() - kNonceBytes - kTagBytes;
-  std::string plain(length, '\0');
-  const auto* bytes = reinterpret_cast<const unsigned char*>(kv.value.data());
-  CipherCtx c;
-  int n = 0;
-  const auto* k = reinterpret_cast<const unsigned char*>(options_.store_key.data());
-  std::string tag = kv.value.substr(kNonceBytes + length);
-  if (c.ctx == nullptr ||
-      EVP_DecryptInit_ex(c.ctx, EVP_aes_256_gcm(), nullptr, k, bytes) != 1 ||
-      EVP_DecryptUpdate(c.ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(kv.key.data()),
-                        static_cast<int>(kv.key.size())) != 1 ||
-      EVP_DecryptUpdate(c.ctx, reinterpret_cast<unsigned char*>(plain.data()), &n,
-                        bytes + kNonceBytes, static_cast<int>(length)) != 1 ||
-      EVP_CIPHER_CTX_ctrl(c.ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag.data()) != 1 ||
-      EVP_DecryptFinal_ex(c.ctx, reinterpret_cast<unsigned char*>(plain.data()) + n, &n) != 1) {
-    return make_error(ErrorCode::kInternal,
-                      fmt::format("{}: does not open under the store key (altered, moved from "
-                                  "another key, or sealed with another key)",
-                                  kv.key));
-  }
-  return plain;
+  return open_sealed(options_.store_key, kv.key, kv.value);
 }
 
 Operation EtcdStore::put(const std::string& key, const std::string& sealed) const {
