@@ -249,12 +249,19 @@ def check_topology(cmd: list[str], path: pathlib.Path) -> tuple[int, str]:
 
 def start(cmd: list[str], name: str = NAME) -> dict:
     """Starts the agent of domain `name` (root namespace); returns its state record."""
-    argv = [*cmd, "run", "--topology", str(topology_file(name))]
+    return start_argv([*cmd, "run", "--topology", str(topology_file(name))], name)
+
+
+def start_argv(argv: list[str], name: str, preexec=None) -> dict:
+    """Starts `argv` as the agent (or replica) `name`: log agent-<name>.log, pid file
+    agent-<name>.pid (written before this returns); `preexec` runs in the child before exec
+    (a replica joins its cgroup there)."""
     with open(log_file(name), "a", encoding="utf-8") as log:
         log.write("$ " + shlex.join(argv) + "\n")
         log.flush()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=preexec)
     start_time = process_start_time(proc.pid)
     write_pid_file(pid_key(name), proc.pid, start_time)
     return {"pid": proc.pid, "pid_start_time": start_time, "argv": argv,
@@ -315,3 +322,98 @@ def stop(record: dict, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> bo
     if is_alive(pid, start_time):
         os.kill(pid, signal.SIGKILL)
     return True
+
+
+# ------------------------------------------------------- replicas on etcd (--agent-replicas N)
+# N detwan-agent processes of the one domain "lab", named lab-1..lab-N, each on its own port
+# and with its own log and pid file, sharing the topology file and a store key; they elect one
+# leader through an etcd lease (tools/lab/etcd.py runs the cluster). The leader serves the API
+# and programs the gateways; a follower's /healthz says who leads, every other route answers
+# 503 not_leader.
+
+def replica_names(count: int) -> list[str]:
+    return [f"{NAME}-{i}" for i in range(1, count + 1)]
+
+
+def store_key_file(name: str = NAME) -> pathlib.Path:
+    """The key that seals the domain's values in etcd (32 random bytes, 0600, one per domain)."""
+    return RUN_DIR / f"agent-{name}.store.key"
+
+
+def write_store_key(path: pathlib.Path) -> None:
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(32))
+
+
+# The leader's etcd lease: a dead or cut-off leader is replaced within it. Passed explicitly so
+# the lab does not depend on the agent's default.
+LEASE_TTL = "3s"
+
+
+def replica_argv(cmd: list[str], replica: str, port: int, store: str, key: pathlib.Path,
+                 lease_ttl: str | None = LEASE_TTL) -> list[str]:
+    return [*cmd, "run", "--topology", str(topology_file()), "--listen", f"0.0.0.0:{port}",
+            "--store", store, "--store-key", str(key), "--replica", replica,
+            "--advertise", url_of(port), *(["--lease-ttl", lease_ttl] if lease_ttl else [])]
+
+
+def health(url: str, timeout_s: float = 2.0) -> dict | None:
+    """/healthz of an agent or replica (None: no answer)."""
+    try:
+        return get_json(url, "/healthz", timeout_s=timeout_s)
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+def wait_replica_answers(record: dict, url: str, name: str,
+                         timeout_s: float = READY_TIMEOUT_S) -> str:
+    """Polls (bounded) until the replica's /healthz answers with role leader or follower;
+    returns the role. Fails early with the end of its log if it exits."""
+    deadline = time.monotonic() + timeout_s
+    problem = "no answer yet"
+    while time.monotonic() < deadline:
+        if not is_alive(record["pid"], record["pid_start_time"]):
+            raise LabError(f"detwan-agent replica {name} exited during start-up:\n"
+                           + file_tail(log_file(name)))
+        h = health(url)
+        if h is not None and h.get("role") in ("leader", "follower"):
+            return h["role"]
+        problem = "no answer" if h is None else f"/healthz answered {json.dumps(h)[:200]}"
+        time.sleep(0.05)
+    raise LabError(f"detwan-agent replica {name} not answering within {timeout_s:.0f} s "
+                   f"({problem}):\n" + file_tail(log_file(name)))
+
+
+def wait_one_leader(replicas: list[tuple[str, dict, str]], gateways: int,
+                    timeout_s: float = 60.0) -> str:
+    """Polls (bounded) until exactly one replica reports role leader and has reached every
+    gateway, and every other one answers as a follower; returns the leader's name.
+    `replicas`: (name, record, url). A replica that exits fails at once with its log."""
+    deadline = time.monotonic() + timeout_s
+    problem = "no answer yet"
+    while time.monotonic() < deadline:
+        roles = {}
+        leader_health = None
+        for name, record, url in replicas:
+            if not is_alive(record["pid"], record["pid_start_time"]):
+                raise LabError(f"detwan-agent replica {name} exited during start-up:\n"
+                               + file_tail(log_file(name)))
+            h = health(url)
+            roles[name] = None if h is None else h.get("role")
+            if roles[name] == "leader":
+                leader_health = h
+        leaders = [n for n, r in roles.items() if r == "leader"]
+        if len(leaders) == 1 and all(r == "follower" for n, r in roles.items()
+                                     if n != leaders[0]):
+            if leader_health.get("gateways_reachable") == gateways:
+                return leaders[0]
+            problem = (f"leader {leaders[0]} reached {leader_health.get('gateways_reachable')} "
+                       f"of {gateways} gateways")
+        else:
+            problem = "roles " + ", ".join(f"{n}: {r}" for n, r in roles.items())
+        time.sleep(0.1)
+    raise LabError(f"the agent's replicas did not settle on one leader within {timeout_s:.0f} s "
+                   f"({problem}):\n" + "\n".join(f"{n}:\n{file_tail(log_file(n), 6)}"
+                                                 for n, _, _ in replicas))

@@ -12,7 +12,7 @@ import pathlib
 import time
 from typing import Callable
 
-from lab import agent, cross, federation, gateway, netns, slurm, state, topology, wanem
+from lab import agent, cross, etcd, federation, gateway, netns, slurm, state, topology, wanem
 from lab.netns import LabError, ip, run, sysctl
 from lab.topology import Site, Topology, WanPath, mac_for
 
@@ -49,6 +49,13 @@ class LabConfig:
     owners: federation.Owners | None = None
     domain_ports: dict[str, int] = dataclasses.field(default_factory=dict)
     domain_topologies: dict[str, str] = dataclasses.field(default_factory=dict)
+    # --agent-replicas N (> 1): N replicas of the agent of domain "lab" (lab-1..lab-N), each on
+    # its own port, electing a leader through a 3-member etcd cluster that also holds their
+    # journal (tools/lab/etcd.py, docs/testbed.md "Agent replicas on etcd").
+    agent_replicas: int = 1
+    replica_ports: dict[str, int] = dataclasses.field(default_factory=dict)
+    etcd_cmd: list[str] = dataclasses.field(default_factory=list)
+    etcd_cluster: dict = dataclasses.field(default_factory=dict)  # etcd.plan(), pids added
     # --slurm: slurmctld, a slurmd per site and munged; jobs reserve through the agent
     # (tools/lab/slurm.py, docs/slurm.md).
     slurm: bool = False
@@ -71,6 +78,14 @@ class LabConfig:
             self.gateway_configs = {s.name: gateway.render_agent_config(s, topo, self.gateway,
                                                                         self.spec_for)
                                     for s in topo.sites}
+            if self.agent_replicas > 1:
+                for name in agent.replica_names(self.agent_replicas):
+                    self.replica_ports.setdefault(name, agent.free_port())
+                # The topology's listen: line names the first replica's port (each replica
+                # gets its own with --listen).
+                self.agent_port = self.replica_ports[f"{agent.NAME}-1"]
+                if not self.etcd_cluster:
+                    self.etcd_cluster = etcd.plan()
             if not self.agent_port:
                 self.agent_port = agent.free_port()
             if not self.mgmt_net:
@@ -135,10 +150,15 @@ class Lab:
                         if cfg.dataplane and not cfg.agents else None,
                         "gw_rt_priority": cfg.gateway.effective_rt_priority()
                         if cfg.dataplane else None,
-                        "agents": cfg.agents, "slurm": cfg.slurm},
+                        "agents": cfg.agents, "agent_replicas": cfg.agent_replicas,
+                        "slurm": cfg.slurm},
             "gw_cmd": cfg.gw_cmd,
             "agent_cmd": cfg.agent_cmd,
             "agents": agent_records(self),
+            # --agent-replicas: every replica's URL, for detwanctl --agent URL1,URL2,...
+            "agent_urls": [a["url"] for a in agent_records(self)] if cfg.agents else [],
+            "etcd": etcd_record(self),
+            "etcd_cmd": cfg.etcd_cmd,
             "slurm": slurm.record(self),
             "namespaces": self.topo.namespaces,
             "sites": [site_record(s, self) for s in self.topo.sites],
@@ -177,6 +197,8 @@ def agent_records(lab: Lab) -> list[dict]:
     """--agents: the lab's agent (empty without)."""
     if not lab.config.agents:
         return []
+    if lab.config.agent_replicas > 1:
+        return replica_records(lab)
     if lab.config.owners is not None:
         out = []
         for d, f in lab.config.domain_files().items():
@@ -201,6 +223,37 @@ def agent_records(lab: Lab) -> list[dict]:
     rec.update({k: v for k, v in lab.agents.get(agent.NAME, {}).items()
                 if k in ("pid", "pid_start_time", "started_unix_ns", "argv")})
     return [rec]
+
+
+def replica_records(lab: Lab) -> list[dict]:
+    """--agent-replicas: one record per replica of domain "lab"."""
+    cfg = lab.config
+    out = []
+    for name in agent.replica_names(cfg.agent_replicas):
+        port = cfg.replica_ports[name]
+        cgroup = etcd.cgroup_dir(name)
+        rec = {"name": name, "domain": agent.NAME, "replica": name, "url": agent.url_of(port),
+               "host_urls": {s.name: agent.host_url(cfg.mgmt_net, s, port)
+                             for s in lab.topo.sites},
+               "mgmt_net": f"{cfg.mgmt_net}.0.0/16", "port": port,
+               "topology": str(agent.topology_file()), "journal": None,
+               "store": etcd.store_url(cfg.etcd_cluster) if cfg.etcd_cluster else None,
+               "store_key": str(agent.store_key_file()), "log": str(agent.log_file(name)),
+               "cgroup": str(cgroup) if cgroup else None, "partitioned": False,
+               "gateways": len(lab.topo.sites), "pid": None, "pid_start_time": None}
+        rec.update({k: v for k, v in lab.agents.get(name, {}).items()
+                    if k in ("pid", "pid_start_time", "started_unix_ns", "argv", "cgroup")})
+        out.append(rec)
+    return out
+
+
+def etcd_record(lab: Lab) -> dict | None:
+    """--agent-replicas: the etcd cluster (members with their pids), None without."""
+    cluster = lab.config.etcd_cluster
+    if lab.config.agent_replicas <= 1 or not cluster:
+        return None
+    return {"token": cluster["token"], "endpoints": etcd.endpoints(cluster),
+            "store": etcd.store_url(cluster), "members": cluster["members"]}
 
 
 def tunnel_records(lab: Lab) -> list[dict]:
@@ -386,6 +439,36 @@ def start_gateways(lab: Lab) -> None:
         gateway.make_realtime(s, lab.gateways[s.name])
 
 
+def start_etcd(lab: Lab) -> None:
+    """--agent-replicas N > 1: the 3-member etcd cluster, healthy before any replica starts.
+    Each member's pid goes on record as it starts."""
+    if not lab.config.agents or lab.config.agent_replicas <= 1:
+        return
+    if not lab.config.etcd_cluster:
+        lab.config.etcd_cluster = etcd.plan()
+    etcd.start(lab.config.etcd_cmd or etcd.etcd_command(), lab.config.etcd_cluster, lab.save)
+    lab.save()
+
+
+def _start_replicas(lab: Lab) -> None:
+    """--agent-replicas: the store key, then every replica in its own cgroup (for partitions);
+    ready once exactly one is leader and has reached every gateway, the others followers."""
+    cfg = lab.config
+    agent.write_store_key(agent.store_key_file())
+    store = etcd.store_url(cfg.etcd_cluster)
+    replicas = []
+    for name in agent.replica_names(cfg.agent_replicas):
+        port = cfg.replica_ports[name]
+        cgroup = etcd.make_cgroup(name)
+        argv = agent.replica_argv(cfg.agent_cmd, name, port, store, agent.store_key_file())
+        rec = agent.start_argv(argv, name, etcd.enter_cgroup(str(cgroup) if cgroup else None))
+        rec["cgroup"] = str(cgroup) if cgroup else None
+        lab.agents[name] = rec
+        lab.save()
+        replicas.append((name, rec, agent.url_of(port)))
+    agent.wait_one_leader(replicas, len(lab.topo.sites))
+
+
 def start_agents(lab: Lab) -> None:
     """--agents: writes the agent's topology (checked by the CLI before anything was made),
     starts detwan-agent in the root namespace, waits until it answers and has reached every
@@ -399,6 +482,9 @@ def start_agents(lab: Lab) -> None:
         lab.config.plan_gateways(lab.topo)
     agent.topology_file().write_text(lab.config.agent_topology, encoding="utf-8")
     agent.create_management(lab.topo, lab.config.mgmt_net)
+    if lab.config.agent_replicas > 1:
+        _start_replicas(lab)
+        return
     lab.agents[agent.NAME] = agent.start(lab.config.agent_cmd)
     lab.save()
     agent.wait_ready(lab.agents[agent.NAME], agent.url_of(lab.config.agent_port),
@@ -466,6 +552,7 @@ STEPS: list[tuple[str, Step]] = [
     ("configure_routes", configure_routes),
     ("start_emulators", start_emulators),
     ("start_gateways", start_gateways),
+    ("start_etcd", start_etcd),
     ("start_agents", start_agents),
     ("start_slurm", slurm.start),
     ("check_reachability", check_reachability),
@@ -524,6 +611,7 @@ def down(log: Callable[[str], None]) -> bool:
         records = list(st.get("paths", []))
         records += [s.get("gateway") for s in st.get("sites", []) if isinstance(s, dict)]
         records += list(st.get("agents", []))
+        records += list((st.get("etcd") or {}).get("members") or [])
         records += list(((st.get("slurm") or {}).get("daemons") or {}).values())
         for p in records:
             if isinstance(p, dict) and isinstance(p.get("pid"), int) and \
@@ -549,6 +637,11 @@ def down(log: Callable[[str], None]) -> bool:
         log(f"down: deleting leftover link {dev} in the root namespace")
         ip("link", "del", "dev", dev, check=False)
     state.remove_runtime_files()
+    # --agent-replicas: partition rules, the replicas' cgroups, etcd's data (found by prefix
+    # and run directory, without the state file).
+    etcd.remove_partitions()
+    etcd.remove_cgroups()
+    etcd.remove_files()
     slurm.remove_files()
     gateway.remove_dpdk_runtime_dirs()
     left = netns.list_namespaces()

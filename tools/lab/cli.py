@@ -17,13 +17,15 @@ import sys
 import tempfile
 import time
 
-from lab import agent, builder, cross_cli, federation, gateway, netns, slurm, state, topology, wanem
+from lab import (agent, builder, cross_cli, etcd, federation, gateway, netns, slurm, state,
+                 topology, wanem)
 from lab.netns import LabError
 
 PROG = "tools/testbed"
 EXIT_TOOL_ERROR = 125
 MIN_MTU_BYTES = 576    # IPv4 minimum; also the transport's lower limit
 MAX_MTU_BYTES = 9216   # largest jumbo frame veth and common switches take
+MAX_AGENT_REPLICAS = 5
 
 
 USAGE = {
@@ -138,6 +140,11 @@ def add_up_parser(sub) -> None:
                    help="with --owners: the WAN links belong to this carrier domain, or W,V: two "
                    "carriers in a row, each owning half of every path (default: each link to "
                    "the owner of its first site)")
+    g.add_argument("--agent-replicas", type=int, default=1, metavar="N",
+                   help="with --agents: N replicas of the lab's agent (lab-1..lab-N, each on its "
+                   "own port) on a 3-member etcd cluster, one of them leader; 1 (the default) is "
+                   "the single agent with its SQLite journal (docs/testbed.md, 'Agent replicas "
+                   "on etcd')")
     g.add_argument("--agent-cmd", help="agent command instead of the built detwan-agent "
                    "(also $DETWAN_AGENT_CMD); for development only")
     g.add_argument("--slurm", action="store_true",
@@ -188,7 +195,23 @@ def cmd_up(args) -> int:
     if args.wan_owner and not args.owners:
         err("--wan-owner needs --owners (the sites' owners)")
         return 2
-        return 2
+    if args.agent_replicas != 1:
+        if not 2 <= args.agent_replicas <= MAX_AGENT_REPLICAS:
+            err(f"--agent-replicas {args.agent_replicas}: must be 1 (one agent, SQLite journal) "
+                f"or 2..{MAX_AGENT_REPLICAS}")
+            return 2
+        if not args.agents:
+            err("--agent-replicas needs --agents (the replicas are the lab's agent): "
+                "up --dataplane uring --agents --agent-replicas 3")
+            return 2
+        if args.owners:
+            err("--agent-replicas is refused with --owners: replicas on etcd exist for the "
+                "lab's single domain only (one agent per owner with --owners)")
+            return 2
+        if args.slurm:
+            err("--agent-replicas is refused with --slurm: the Slurm plugin is configured with "
+                "one agent URL")
+            return 2
     if args.slurm and not args.agents:
         err("--slurm needs --agents (Slurm jobs reserve their WAN path through the agent): "
             "up --dataplane uring --agents --slurm")
@@ -280,6 +303,13 @@ def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
     if args.agents:
         config.agents = True
         config.agent_cmd = agent.agent_command(build, args.agent_cmd)
+        config.agent_replicas = args.agent_replicas
+        if args.agent_replicas > 1:
+            try:
+                config.etcd_cmd = etcd.etcd_command()
+            except LabError as e:
+                err(str(e))
+                return 1
         if args.owners:
             try:
                 config.owners = federation.parse_owners(args.owners, args.wan_owner, topo)
@@ -358,6 +388,14 @@ def live_status() -> dict | None:
         pid = a.get("pid")
         a["alive"] = bool(pid) and netns.is_alive(pid, a.get("pid_start_time"))
         healthy = healthy and a["alive"]
+        if a.get("replica"):
+            # Its role as it says (None: no answer, e.g. stopped); a short query each.
+            h = agent.health(a["url"], timeout_s=1.0) if a["alive"] else None
+            a["role"] = None if h is None else h.get("role")
+            a["leader"] = None if h is None else h.get("leader")
+    if st.get("etcd"):
+        st["etcd"]["members"] = etcd.live(st["etcd"])
+        healthy = healthy and all(m["alive"] for m in st["etcd"]["members"])
     for d in ((st.get("slurm") or {}).get("daemons") or {}).values():
         d["alive"] = bool(d.get("pid")) and netns.is_alive(d["pid"], d.get("pid_start_time"))
         healthy = healthy and d["alive"]
@@ -384,8 +422,27 @@ def _print_status(st: dict, out) -> None:
     for a in st.get("agents", []):
         alive = a.get("alive")
         health = "" if alive is None else ("  alive" if alive else "  DEAD")
-        print(f"agent {a['name']}: {a['url']}  pid {a.get('pid')}{health}  topology "
-              f"{a['topology']}  journal {a['journal']}  log {a['log']}", file=out)
+        if a.get("replica"):
+            role = f"  {a['role'] or 'no answer'}" if "role" in a else ""
+            cut = "  PARTITIONED from etcd" if a.get("partitioned") else ""
+            print(f"agent {a['name']} (replica of {a['domain']}): {a['url']}  pid "
+                  f"{a.get('pid')}{health}{role}{cut}  log {a['log']}", file=out)
+        else:
+            print(f"agent {a['name']}: {a['url']}  pid {a.get('pid')}{health}  topology "
+                  f"{a['topology']}  journal {a['journal']}  log {a['log']}", file=out)
+    ec = st.get("etcd")
+    if ec:
+        print(f"etcd: {ec['store']}  (agent replicas: --agent {','.join(st.get('agent_urls', []))}"
+              f"; store key {st['agents'][0].get('store_key') if st.get('agents') else '?'})",
+              file=out)
+        for m in ec.get("members", []):
+            alive = m.get("alive")
+            health = "" if alive is None else ("  alive" if alive else "  DEAD")
+            extra = "" if alive is None else (("  healthy" if m.get("healthy") else "  UNHEALTHY")
+                                              + ("  raft leader" if m.get("raft_leader") else ""))
+            print(f"  {m['name']}: {m['client_url']}  peer {m['peer_url']}  pid "
+                  f"{m.get('pid')}{health}{extra}  data {m['data_dir']}  log {m['log']}",
+                  file=out)
     sl = st.get("slurm")
     if sl:
         link = "  (/etc/slurm/slurm.conf links to it)" if sl.get("etc_slurm_conf_link") else ""
@@ -483,10 +540,11 @@ def cmd_wanem(argv: list[str]) -> int:
 
 
 def cmd_agent(args) -> int:
-    """agent NAME kill|start|restart|stop|cont|status: kill = SIGKILL (a crash: nothing cleaned
-    up), start = run it again with the same topology, port and journal, restart = SIGTERM then
-    start, stop = SIGSTOP (a hung agent: its sockets stay open, nothing answers), cont =
-    SIGCONT."""
+    """agent NAME kill|start|restart|stop|cont|status|partition|heal: kill = SIGKILL (a crash:
+    nothing cleaned up), start = run it again with the same topology, port and journal (a
+    replica: the same argv), restart = SIGTERM then start, stop = SIGSTOP (a hung agent: its
+    sockets stay open, nothing answers), cont = SIGCONT; partition/heal (replicas only): cut the
+    replica off from etcd and back."""
     _require_root()
     with state.locked():
         st = state.read()
@@ -499,9 +557,16 @@ def cmd_agent(args) -> int:
                            f"{', '.join(a.get('name', '?') for a in records) or 'none: up --agents'})")
         alive = bool(rec.get("pid")) and netns.is_alive(rec["pid"], rec.get("pid_start_time"))
         if args.action == "status":
+            role = ""
+            if rec.get("replica"):
+                h = agent.health(rec["url"], timeout_s=2.0) if alive else None
+                role = f" {h.get('role') if h else 'no answer'}" + \
+                    (" PARTITIONED from etcd" if rec.get("partitioned") else "")
             print(f"agent {rec['name']}: {rec['url']} pid {rec.get('pid')} "
-                  f"{'alive' if alive else 'not running'}")
+                  f"{'alive' if alive else 'not running'}{role}")
             return 0 if alive else 3
+        if args.action in ("partition", "heal"):
+            return _partition(st, rec, args.action == "partition")
         if args.action in ("stop", "cont"):
             if not alive:
                 raise LabError(f"agent '{args.name}' is not running")
@@ -518,12 +583,88 @@ def cmd_agent(args) -> int:
         if args.action in ("start", "restart"):
             if args.action == "start" and alive:
                 raise LabError(f"agent '{args.name}' is already running (pid {rec['pid']})")
-            started = agent.start(st.get("agent_cmd") or [], rec["name"])
-            rec.update(started)
+            if rec.get("replica"):
+                # The same argv, in its cgroup again; ready once it answers as leader or
+                # follower (the gateways are the leader's business).
+                cgroup = rec.get("cgroup")
+                if cgroup:
+                    os.makedirs(cgroup, exist_ok=True)
+                started = agent.start_argv(rec["argv"], rec["name"], etcd.enter_cgroup(cgroup))
+                rec.update(started)
+                state.write(st)
+                role = agent.wait_replica_answers(started, rec["url"], rec["name"])
+                print(f"agent {args.name}: running, pid {started['pid']}, {rec['url']}, {role}")
+            else:
+                started = agent.start(st.get("agent_cmd") or [], rec["name"])
+                rec.update(started)
+                state.write(st)
+                agent.wait_ready(started, rec["url"],
+                                 rec.get("gateways", len(st.get("sites", []))),
+                                 name=rec["name"], ca=rec.get("ca"))
+                print(f"agent {args.name}: running, pid {started['pid']}, {rec['url']}")
+        state.write(st)
+    return 0
+
+
+def _partition(st: dict, rec: dict, cut: bool) -> int:
+    """agent REPLICA partition|heal: the nftables rules are rewritten for every replica marked
+    partitioned in the state (tools/lab/etcd.py, apply_partitions)."""
+    if not rec.get("replica") or not st.get("etcd"):
+        raise LabError(f"agent '{rec['name']}' is not a replica on etcd: partition|heal need "
+                       f"{PROG} up ... --agents --agent-replicas 3")
+    problem = etcd.partition_problem()
+    if problem or not rec.get("cgroup"):
+        raise LabError(f"cannot partition replicas on this host: "
+                       f"{problem or 'the replica has no cgroup of its own'}")
+    rec["partitioned"] = cut
+    cut_off = {a["name"]: a["cgroup"] for a in st.get("agents", []) if a.get("partitioned")}
+    etcd.apply_partitions(cut_off, etcd.client_ports(st["etcd"]))
+    state.write(st)
+    print(f"agent {rec['name']}: " + ("cut off from etcd (TCP to ports "
+                                       + ",".join(str(p) for p in etcd.client_ports(st["etcd"]))
+                                       + " dropped)" if cut else "reaches etcd again"))
+    return 0
+
+
+def cmd_etcd(args) -> int:
+    """etcd MEMBER kill|start|restart|stop|cont|status: a member of the replicas' etcd cluster;
+    start runs it again with the same argv and data directory (it rejoins) and waits until it
+    answers healthy."""
+    _require_root()
+    with state.locked():
+        st = state.read()
+        if st is None or not st.get("etcd"):
+            raise LabError(f"no lab with etcd is up (run {PROG} up --dataplane uring --agents "
+                           "--agent-replicas 3)")
+        m = etcd.find(st["etcd"], args.name)
+        alive = etcd.alive(m)
+        if args.action == "status":
+            (live,) = [x for x in etcd.live({"members": [m]})]
+            print(f"etcd {m['name']}: {m['client_url']} pid {m.get('pid')} "
+                  f"{'alive' if alive else 'not running'}"
+                  + (("  healthy" if live["healthy"] else "  unhealthy")
+                     + ("  raft leader" if live["raft_leader"] else "") if alive else ""))
+            return 0 if alive and live["healthy"] else 3
+        if args.action in ("stop", "cont"):
+            if not alive:
+                raise LabError(f"etcd member '{args.name}' is not running")
+            os.kill(m["pid"], signal.SIGSTOP if args.action == "stop" else signal.SIGCONT)
+            print(f"etcd {args.name}: "
+                  f"{'stopped (SIGSTOP)' if args.action == 'stop' else 'continued'}")
+            return 0
+        if args.action in ("kill", "restart"):
+            if not alive and args.action == "kill":
+                raise LabError(f"etcd member '{args.name}' is not running")
+            etcd.stop_member(m, signal.SIGKILL if args.action == "kill" else signal.SIGTERM)
+            print(f"etcd {args.name}: "
+                  f"{'killed (SIGKILL)' if args.action == 'kill' else 'stopped'}")
+        if args.action in ("start", "restart"):
+            if args.action == "start" and alive:
+                raise LabError(f"etcd member '{args.name}' is already running (pid {m['pid']})")
+            etcd.start_member(m)
             state.write(st)
-            agent.wait_ready(started, rec["url"], rec.get("gateways", len(st.get("sites", []))),
-                             name=rec["name"], ca=rec.get("ca"))
-            print(f"agent {args.name}: running, pid {started['pid']}, {rec['url']}")
+            etcd.wait_healthy([m])
+            print(f"etcd {args.name}: running, pid {m['pid']}, {m['client_url']}, healthy")
         state.write(st)
     return 0
 
@@ -608,8 +749,15 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("wanem", help="PAIR K -- ARGS: detwan-wanem ARGS --control <path's socket>")
     sub.add_parser("gw", help="SITE -- ARGS: detwan-gw ARGS in SITE's gateway namespace")
     p = sub.add_parser("agent",
-                       help="NAME kill|start|restart|stop|cont|status: the lab's detwan-agent")
-    p.add_argument("name", help="the agent's name (status --json lists it; 'lab')")
+                       help="NAME kill|start|restart|stop|cont|status|partition|heal: the lab's "
+                       "detwan-agent (or one replica of it)")
+    p.add_argument("name", help="the agent's name (status --json lists it; 'lab', or a "
+                   "replica's: 'lab-1')")
+    p.add_argument("action", choices=("kill", "start", "restart", "stop", "cont", "status",
+                                      "partition", "heal"))
+    p = sub.add_parser("etcd", help="MEMBER kill|start|restart|stop|cont|status: a member of the "
+                       "agent replicas' etcd cluster")
+    p.add_argument("name", help="the member's name (etcd-1, etcd-2, etcd-3)")
     p.add_argument("action", choices=("kill", "start", "restart", "stop", "cont", "status"))
     p = sub.add_parser("gateway", help="SITE kill|stop|start|restart|status: a site's detwan-gw")
     p.add_argument("site")
@@ -625,7 +773,8 @@ def main(argv: list[str] | None = None) -> int:
             return {"exec": cmd_exec, "wanem": cmd_wanem, "gw": cmd_gw}[argv[0]](rest)
         args = parser.parse_args(argv)
         return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "agent": cmd_agent,
-                "gateway": cmd_gateway, "cross": cross_cli.cmd_cross}[args.command](args)
+                "gateway": cmd_gateway, "etcd": cmd_etcd,
+                "cross": cross_cli.cmd_cross}[args.command](args)
     except LabError as e:
         err(str(e))
         return EXIT_TOOL_ERROR if argv and argv[0] in ("exec", "wanem", "gw") else 1

@@ -86,7 +86,7 @@ def remove_runtime_files() -> None:
     if not RUN_DIR.is_dir():
         return
     for pattern in ("state.json", "*.pid", "*.sock", ".state-*", "agent-*.db*",
-                    "keys/tunnel-*.key"):
+                    "agent-*.store.key", "keys/tunnel-*.key"):
         for f in RUN_DIR.glob(pattern):
             with contextlib.suppress(OSError):
                 f.unlink()
