@@ -74,7 +74,7 @@ def test_etcd_members_are_a_static_cluster_of_their_own(tmp_path):
     assert argv[1:] == ["run", "--topology", str(agent.topology_file()), "--listen",
                         "0.0.0.0:7801", "--store", "etcd://x", "--store-key",
                         str(tmp_path / "k"), "--replica", "lab-2", "--advertise",
-                        "http://127.0.0.1:7801", "--lease-ttl", "2s"]
+                        "http://127.0.0.1:7801", "--lease-ttl", agent.LEASE_TTL]
 
 
 # ------------------------------------------------------------------------------ helpers
