@@ -105,6 +105,7 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
         impl->ledger->book(*booking);
       }
     }
+    impl->index_holding(*r);
     impl->reservations.emplace(r->key, std::move(*r));
   }
   for (const journal::RequestRecord& request : loaded->requests) {
@@ -225,8 +226,19 @@ Outcome<void> Agent::Impl::commit_transition(Reservation next, const std::string
     tunnel_ids_in_use.insert(next.tunnel_id);
   }
   const uint64_t key = next.key;
+  index_holding(next);
   reservations[key] = std::move(next);
   return {};
+}
+
+void Agent::Impl::index_holding(const Reservation& r) {
+  auto pair = std::minmax(r.spec.src, r.spec.dst);
+  auto& keys = holding_by_pair[{pair.first, pair.second}];
+  if (reservation::holds_resources(r.state)) {
+    keys.insert(r.key);
+  } else {
+    keys.erase(r.key);
+  }
 }
 
 uint32_t Agent::Impl::allocate_tunnel_id() {

@@ -94,6 +94,10 @@ struct Agent::Impl {
   std::shared_ptr<journal::Store> journal;  // SQLite or etcd (journal/store.h)
   std::unique_ptr<calendar::Ledger> ledger;
   std::map<uint64_t, reservation::Reservation> reservations;  // by key
+  // The keys of the reservations that hold resources, by site pair (the lesser name first):
+  // what prefix_conflict compares a request with, without a scan of every reservation.
+  std::map<std::pair<std::string, std::string>, std::set<uint64_t>> holding_by_pair;
+  void index_holding(const reservation::Reservation& r);
   std::map<std::string, journal::RequestRecord> requests;     // by client_request_id
   std::map<std::string, compute::Pool> pools;                 // by name
   std::map<std::string, FederatedEnd> federated_ends;         // committed segments, by id

@@ -83,11 +83,15 @@ static bool overlap(const std::vector<std::string>& a, const std::vector<std::st
 // packet still matches one tunnel). Returns the conflicting reservation, or nullptr.
 static const Reservation* prefix_conflict(const Agent::Impl& m, const reservation::Spec& spec,
                                           uint64_t ignore_key) {
-  for (const auto& [key, r] : m.reservations) {
-    if (key == ignore_key || !reservation::holds_resources(r.state)) continue;
-    const bool same_pair = (r.spec.src == spec.src && r.spec.dst == spec.dst) ||
-                           (r.spec.src == spec.dst && r.spec.dst == spec.src);
-    if (!same_pair || r.spec.end_ns <= spec.start_ns || spec.end_ns <= r.spec.start_ns) continue;
+  auto pair = std::minmax(spec.src, spec.dst);
+  const auto holding = m.holding_by_pair.find({pair.first, pair.second});
+  if (holding == m.holding_by_pair.end()) return nullptr;
+  for (const uint64_t key : holding->second) {
+    const auto found = m.reservations.find(key);
+    if (key == ignore_key || found == m.reservations.end()) continue;
+    const Reservation& r = found->second;
+    if (!reservation::holds_resources(r.state)) continue;
+    if (r.spec.end_ns <= spec.start_ns || spec.end_ns <= r.spec.start_ns) continue;
     for (const std::string& site : {spec.src, spec.dst}) {
       if (overlap(match_at(spec, site), match_at(r.spec, site)) &&
           overlap(sources_at(spec, site), sources_at(r.spec, site))) {
