@@ -70,8 +70,10 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
     if (!journal) return std::unexpected(journal.error());
     impl->journal = std::move(*journal);
   }
+  const int64_t load_started_ns = impl->monotonic->now_ns();
   auto loaded = impl->journal->load();
   if (!loaded) return std::unexpected(loaded.error());
+  const int64_t loaded_ns = impl->monotonic->now_ns();
   impl->next_key = loaded->next_key;
   auto log = common::logger("detwan-agent");
   std::vector<Reservation> broken;
@@ -146,8 +148,10 @@ common::Result<std::unique_ptr<Agent>> Agent::open(model::Topology topology, Age
       return common::make_error(common::ErrorCode::kIo, ok.error().message);
     }
   }
-  log->info("journal {}: {} reservations, {} events", impl->journal->path(),
-            impl->reservations.size(), loaded->events);
+  log->info("journal {}: {} reservations, {} events (read in {:.0f} ms, restored in {:.0f} ms)",
+            impl->journal->path(), impl->reservations.size(), loaded->events,
+            static_cast<double>(loaded_ns - load_started_ns) / 1e6,
+            static_cast<double>(impl->monotonic->now_ns() - loaded_ns) / 1e6);
 
   std::vector<gateway::GatewayTarget> targets;
   for (const model::Gateway& g : impl->topology.gateways)
