@@ -117,16 +117,8 @@ int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32
   uint64_t admitted = 0;
   const int64_t fill_started = now_ns();
   for (uint32_t i = 0; i < reservations; ++i) {
-    const RandomRequest q = random_request(topo, rng);
-    control::agent::ReserveRequest r;
-    r.spec.src = q.src;
-    r.spec.dst = q.dst;
-    r.spec.min_bandwidth_bps = q.rate_bps;
-    r.spec.start_ns = base + q.start_offset_ns;
-    r.spec.duration_ns = q.duration_ns;
-    r.spec.src_prefixes = {};
-    r.commit = true;
-    r.fingerprint = std::to_string(i);
+    const control::agent::ReserveRequest r =
+        reserve_request(random_request(topo, rng), base, std::to_string(i));
     if ((*agent)->reserve(r).has_value()) ++admitted;
   }
   const int64_t fill_ns = now_ns() - fill_started;
@@ -157,15 +149,8 @@ int command_paths(const SyntheticOptions& options, uint32_t reservations, uint32
   }
   uint64_t admitted_timed = 0;
   for (uint32_t i = 0; i < queries; ++i) {
-    const RandomRequest q = random_request(topo, rng);
-    control::agent::ReserveRequest r;
-    r.spec.src = q.src;
-    r.spec.dst = q.dst;
-    r.spec.min_bandwidth_bps = q.rate_bps;
-    r.spec.start_ns = base + q.start_offset_ns;
-    r.spec.duration_ns = q.duration_ns;
-    r.commit = true;
-    r.fingerprint = "t" + std::to_string(i);
+    const control::agent::ReserveRequest r =
+        reserve_request(random_request(topo, rng), base, "t" + std::to_string(i));
     const int64_t t0 = now_ns();
     if ((*agent)->reserve(r).has_value()) ++admitted_timed;
     reserve_ns.record(now_ns() - t0);

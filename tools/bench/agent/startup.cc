@@ -44,16 +44,7 @@ json::object percentiles(const common::LogLinearHistogram& h) {
 control::agent::ReserveRequest random_reserve(const control::model::Topology& t,
                                               std::mt19937_64& rng, int64_t base_ns,
                                               uint32_t spread_days, const std::string& tag) {
-  const RandomRequest q = random_request(t, rng, spread_days * 86'400);
-  control::agent::ReserveRequest r;
-  r.spec.src = q.src;
-  r.spec.dst = q.dst;
-  r.spec.min_bandwidth_bps = q.rate_bps;
-  r.spec.start_ns = base_ns + q.start_offset_ns;
-  r.spec.duration_ns = q.duration_ns;
-  r.commit = true;
-  r.fingerprint = tag;
-  return r;
+  return reserve_request(random_request(t, rng, spread_days * 86'400), base_ns, tag);
 }
 
 }  // namespace

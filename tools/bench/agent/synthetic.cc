@@ -118,4 +118,17 @@ RandomRequest random_request(const control::model::Topology& t, std::mt19937_64&
 }
 
 
+control::agent::ReserveRequest reserve_request(const RandomRequest& q, int64_t base_ns,
+                                               std::string fingerprint) {
+  control::agent::ReserveRequest r;
+  r.spec.src = q.src;
+  r.spec.dst = q.dst;
+  r.spec.min_bandwidth_bps = q.rate_bps;
+  r.spec.start_ns = base_ns + q.start_offset_ns;
+  r.spec.duration_ns = q.duration_ns;
+  r.commit = true;
+  r.fingerprint = std::move(fingerprint);
+  return r;
+}
+
 }  // namespace detwan::tools::agent_bench

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "control/agent/agent.h"
 #include "control/gateway/reconciler.h"
 #include "control/model/topology.h"
 
@@ -33,6 +34,10 @@ struct RandomRequest {
 };
 RandomRequest random_request(const control::model::Topology& t, std::mt19937_64& rng,
                              uint32_t spread_s = 86'400);
+
+// The committed reservation of `q`, its window from base_ns on.
+control::agent::ReserveRequest reserve_request(const RandomRequest& q, int64_t base_ns,
+                                               std::string fingerprint);
 
 // The benchmarks' gateways: none (reservations are committed, never provisioned).
 class NoGateways final : public control::gateway::GatewayClient {
