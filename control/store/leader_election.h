@@ -55,7 +55,10 @@ class LeaderElection {
   [[nodiscard]] bool leading_now() const;
   // The leader as last seen (this replica included); nullopt when there is none.
   [[nodiscard]] std::optional<LeaderInfo> leader() const;
-  // Ends this replica's term now (revokes its lease); it stands again from the next round.
+  // Ends this replica's term: term() is empty from the election thread's next step, then the
+  // lease is revoked. Until etcd has the revocation the lease is still this replica's (a write
+  // fenced by the term may still commit; no other replica can be elected before the key is
+  // gone). It stands again from the next round.
   void resign();
   [[nodiscard]] uint64_t terms_won() const;
   [[nodiscard]] uint64_t terms_lost() const;

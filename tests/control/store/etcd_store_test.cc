@@ -133,11 +133,19 @@ TEST_F(EtcdStoreTest, AFencedStoreCannotWriteOnceItsLeaseIsGone) {
   auto store = open("lab", *fence);
   ASSERT_TRUE(store->load());
   ASSERT_TRUE(store->record(event_of(1, "held"), 2, nullptr));
-  (*election)->resign();  // revokes the lease: the leader key goes with it
-  for (int i = 0; i < 200 && (*election)->term(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Resigning ends the term here at once and revokes the lease: once etcd has the revocation,
+  // the leader key is gone with it. (Until then the lease is still this replica's and a write
+  // may still commit: no other replica can be elected before the key is gone.)
+  (*election)->resign();
+  const std::string leader_key = domain_prefix("lab") + "leader";
+  // Gone: no leader key, or one of a later term (the replica stands again after resigning).
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    auto key = client_->range(leader_key);
+    gone = key && (key->kvs.empty() || key->kvs.front().create_revision != fence->create_revision);
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_FALSE((*election)->leading_now());
+  ASSERT_TRUE(gone) << "the resigned term's leader key stayed";
   // Whatever the election does next, this term's store cannot commit.
   auto refused = store->record(event_of(2, "held"), 3, nullptr);
   ASSERT_FALSE(refused);
