@@ -54,6 +54,32 @@ std::string text_in(const json::object& o, std::string_view key) {
   return v != nullptr && v->is_string() ? std::string(v->as_string()) : std::string();
 }
 
+// The value of events/<seq>: the transition, its body without key secrets.
+std::string event_value(int64_t seq, const journal::Event& e) {
+  return json::serialize(json::object{{"seq", seq},
+                                      {"at_unix_ns", e.at_ns},
+                                      {"id", e.id},
+                                      {"from", e.from},
+                                      {"to", e.to},
+                                      {"reason", e.reason},
+                                      {"body", without_secrets(e.body)}});
+}
+
+// The value of requests/<client_request_id>.
+std::string request_value(const journal::RequestRecord& r, int64_t at_ns) {
+  return json::serialize(json::object{{"client_request_id", r.client_request_id},
+                                      {"fingerprint", r.fingerprint},
+                                      {"reservation_id", r.reservation_id},
+                                      {"at_unix_ns", at_ns}});
+}
+
+// A text field of a JSON body ("" when the body is not an object or has no such text).
+std::string field_of(const std::string& body, std::string_view key) {
+  boost::system::error_code ec;
+  const json::value v = json::parse(body, ec);
+  return !ec && v.is_object() ? text_in(v.as_object(), key) : "";
+}
+
 }  // namespace
 
 std::string domain_prefix(const std::string& domain) { return "/detwan/" + domain + "/"; }
@@ -289,22 +315,15 @@ common::Result<void> EtcdStore::record(const journal::Event& event, uint64_t nex
   }
   const int64_t seq = next_seq_;
   const std::string event_key = prefix_ + seq_key(seq);
-  const std::string event_json = json::serialize(json::object{
-      {"seq", seq}, {"at_unix_ns", event.at_ns}, {"id", event.id}, {"from", event.from},
-      {"to", event.to}, {"reason", event.reason}, {"body", without_secrets(event.body)}});
   std::vector<std::pair<std::string, std::string>> values = {
-      {event_key, event_json},
+      {event_key, event_value(seq, event)},
       {prefix_ + "reservations/" + event.id, event.body},
       {prefix_ + "meta/next_key", std::to_string(next_key)},
       {prefix_ + "meta/event_seq", std::to_string(seq + 1)},
   };
   if (request != nullptr) {
     values.emplace_back(prefix_ + "requests/" + request->client_request_id,
-                        json::serialize(json::object{
-                            {"client_request_id", request->client_request_id},
-                            {"fingerprint", request->fingerprint},
-                            {"reservation_id", request->reservation_id},
-                            {"at_unix_ns", event.at_ns}}));
+                        request_value(*request, event.at_ns));
   }
   std::vector<Operation> ops;
   for (const auto& [key, value] : values) {
@@ -402,32 +421,18 @@ common::Result<void> EtcdStore::import_snapshot(const journal::Snapshot& snapsho
   int64_t seq = 0;
   for (const journal::Event& e : snapshot.events) {
     seq = std::max(seq + 1, e.seq);
-    values.emplace_back(prefix_ + seq_key(seq),
-                        json::serialize(json::object{{"seq", seq},
-                                                     {"at_unix_ns", e.at_ns},
-                                                     {"id", e.id},
-                                                     {"from", e.from},
-                                                     {"to", e.to},
-                                                     {"reason", e.reason},
-                                                     {"body", without_secrets(e.body)}}));
+    values.emplace_back(prefix_ + seq_key(seq), event_value(seq, e));
   }
   for (const std::string& body : snapshot.state.reservations) {
-    boost::system::error_code ec;
-    const json::value v = json::parse(body, ec);
-    const std::string id = !ec && v.is_object() ? text_in(v.as_object(), "id") : "";
+    const std::string id = field_of(body, "id");
     if (id.empty()) return make_error(ErrorCode::kInvalidArgument, "a reservation without an id");
     values.emplace_back(prefix_ + "reservations/" + id, body);
   }
   for (const journal::RequestRecord& r : snapshot.state.requests) {
-    values.emplace_back(prefix_ + "requests/" + r.client_request_id,
-                        json::serialize(json::object{{"client_request_id", r.client_request_id},
-                                                     {"fingerprint", r.fingerprint},
-                                                     {"reservation_id", r.reservation_id}}));
+    values.emplace_back(prefix_ + "requests/" + r.client_request_id, request_value(r, 0));
   }
   for (const std::string& body : snapshot.state.pools) {
-    boost::system::error_code ec;
-    const json::value v = json::parse(body, ec);
-    const std::string name = !ec && v.is_object() ? text_in(v.as_object(), "name") : "";
+    const std::string name = field_of(body, "name");
     if (name.empty()) return make_error(ErrorCode::kInvalidArgument, "a pool without a name");
     values.emplace_back(prefix_ + "pools/" + name, body);
   }
