@@ -142,10 +142,12 @@ class Agent {
     std::function<bool(const std::string&)> visible;    // by tenant; null = all
     uint64_t after_key = 0;
     size_t limit = 0;
+    bool archived = false;  // the store's archive instead of the hot state
   };
   struct ListPage {
     boost::json::array reservations;
     std::string next;
+    std::optional<ApiError> error;  // the archive could not be read
   };
   ListPage list_page(const ListQuery& query) const;
 

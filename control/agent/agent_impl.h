@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -49,6 +50,7 @@ struct Counters {
   common::LogLinearHistogram admission_ns;      // time to plan one request
   common::LogLinearHistogram request_ns;        // API handling time
   uint64_t journal_failures = 0;
+  uint64_t archived = 0;  // reservations moved to the store's archive by this process
 };
 
 // Callbacks to run once the lock is released.
@@ -138,6 +140,19 @@ struct Agent::Impl {
   void expire(int64_t now_ns);
   int64_t next_deadline_ns() const;  // realtime, INT64_MAX if none
   void run_timer();
+  // ---- archive (agent_archive.cc) ----
+  int64_t next_archive_mono_ns = 0;
+  // Moves reservations final for agent.archive_after out of memory into the store's archive
+  // (at most once every 10 s, kArchiveBatch at a time).
+  void archive_old(int64_t now_ns);
+  // An archived reservation by id (nullopt: none; an error: the store failed).
+  Outcome<std::optional<reservation::Reservation>> archived(const std::string& id) const;
+  // A page of the archive, filtered like the hot list (at most 10,000 without a limit).
+  Agent::ListPage list_archived(const Agent::ListQuery& query) const;
+  // view() of an archived reservation, marked "archived": true.
+  boost::json::object archived_view(const reservation::Reservation& r) const;
+  // The error for an id that is not in memory: 404, or 409 when it is archived (read-only).
+  ApiError missing(const std::string& id, std::string_view operation) const;
   // ---- federation (agent_federation.cc) ----
   void load_federated_ends();
   // A committed segment's tunnel on our gateway toward another domain's: the peer whose
@@ -147,6 +162,8 @@ struct Agent::Impl {
 };
 
 ApiError not_found(const std::string& id);
+// "r-<digits>" -> its key (nullopt for anything else, or past 2^64).
+std::optional<uint64_t> key_of_id(const std::string& id);
 ApiError wrong_state(const reservation::Reservation& r, std::string_view operation,
                      std::string_view allowed);
 

@@ -187,6 +187,9 @@ Outcome<json::object> Agent::reserve(const ReserveRequest& request) {
             "client_request_id"});
       }
       if (const Reservation* r = m.find(seen->second.reservation_id)) return m.view(*r);
+      auto old = m.archived(seen->second.reservation_id);  // a repeat after it was archived
+      if (!old) return std::unexpected(old.error());
+      if (old->has_value()) return m.archived_view(**old);
     }
   }
   for (const auto* field : {&request.spec.src, &request.spec.dst}) {
@@ -352,7 +355,16 @@ Outcome<json::object> change(Agent::Impl& m, const std::string& id, std::string_
                              std::string_view allowed_text, Allowed allowed, State target,
                              const std::string& reason, std::initializer_list<State> already) {
   Reservation* r = m.find(id);
-  if (r == nullptr) return std::unexpected(not_found(id));
+  if (r == nullptr) {
+    // Archived: final, so a repeat of what made it final is answered, anything else refused.
+    auto old = m.archived(id);
+    if (!old) return std::unexpected(old.error());
+    if (!old->has_value()) return std::unexpected(not_found(id));
+    for (const State s : already) {
+      if ((*old)->state == s) return m.archived_view(**old);
+    }
+    return std::unexpected(m.missing(id, operation));
+  }
   for (const State s : already) {
     if (r->state == s) return m.view(*r);  // repeated request: nothing to do
   }
@@ -409,7 +421,7 @@ Outcome<json::object> Agent::rotate_key(const std::string& id) {
   std::lock_guard lock(impl_->mutex);
   Impl& m = *impl_;
   Reservation* r = m.find(id);
-  if (r == nullptr) return std::unexpected(not_found(id));
+  if (r == nullptr) return std::unexpected(m.missing(id, "rotate the key of"));
   if (r->spec.encrypt == reservation::kNoCipher) {
     return std::unexpected(ApiError{
         409, "not_encrypted",
@@ -451,7 +463,7 @@ Outcome<json::object> Agent::permit_rotation(const std::string& id,
   std::lock_guard lock(impl_->mutex);
   Impl& m = *impl_;
   Reservation* r = m.find(id);
-  if (r == nullptr) return std::unexpected(not_found(id));
+  if (r == nullptr) return std::unexpected(m.missing(id, "pace the key rotation of"));
   if (!r->keys.paced) {
     return std::unexpected(ApiError{
         409, "not_paced",
@@ -500,7 +512,7 @@ Outcome<json::object> Agent::modify(const std::string& id, const ModifyRequest& 
   Impl& m = *impl_;
   const model::Topology& t = m.topology;
   Reservation* r = m.find(id);
-  if (r == nullptr) return std::unexpected(not_found(id));
+  if (r == nullptr) return std::unexpected(m.missing(id, "modify"));
   if (!reservation::holds_resources(r->state)) {
     return std::unexpected(wrong_state(*r, "modify", "held, committed, provisioned or released"));
   }

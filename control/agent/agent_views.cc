@@ -69,8 +69,11 @@ json::object Agent::Impl::view(const Reservation& r) const {
 Outcome<json::object> Agent::get(const std::string& id) const {
   std::lock_guard lock(impl_->mutex);
   const Reservation* r = impl_->find(id);
-  if (r == nullptr) return std::unexpected(not_found(id));
-  return impl_->view(*r);
+  if (r != nullptr) return impl_->view(*r);
+  auto old = impl_->archived(id);
+  if (!old) return std::unexpected(old.error());
+  if (!old->has_value()) return std::unexpected(not_found(id));
+  return impl_->archived_view(**old);
 }
 
 json::array Agent::list(std::optional<State> state) const {
@@ -81,6 +84,7 @@ json::array Agent::list(std::optional<State> state) const {
 
 Agent::ListPage Agent::list_page(const ListQuery& query) const {
   std::lock_guard lock(impl_->mutex);
+  if (query.archived) return impl_->list_archived(query);
   ListPage page;
   for (auto it = impl_->reservations.upper_bound(query.after_key);
        it != impl_->reservations.end(); ++it) {
@@ -300,6 +304,7 @@ json::object Agent::stats() const {
   counters["requests"] = std::move(requests);
   counters["journal_commits"] = m.journal->commits();
   counters["journal_failures"] = m.counters.journal_failures;
+  counters["archived"] = m.counters.archived;
   json::array gateways;
   const auto by_gateway = m.reconciler->counters();
   for (uint32_t g = 0; g < m.topology.gateways.size(); ++g) {
@@ -380,6 +385,9 @@ std::string Agent::metrics_text() const {
             m.journal->commits());
   e.counter("detwan_agent_journal_failures_total",
             "Journal writes that failed (nothing changed).", {}, m.counters.journal_failures);
+  e.counter("detwan_agent_reservations_archived_total",
+            "Final reservations moved out of memory into the store's archive.", {},
+            m.counters.archived);
   const auto counters = m.reconciler->counters();
   for (uint32_t g = 0; g < t.gateways.size(); ++g) {
     const prom::Labels labels{{"gateway", t.gateways[g].name}};

@@ -276,7 +276,9 @@ class Router {
         if (auto paging = page_of(request.query, query); !paging) {
           return send(error_response(paging.error()));
         }
+        query.archived = query_flag(request.query, "archived", false);
         agent::Agent::ListPage page = agent_.list_page(query);
+        if (page.error) return send(error_response(*page.error));
         json::object body{{"reservations", std::move(page.reservations)}};
         if (!page.next.empty()) body["next"] = page.next;
         return send(json_response(200, std::move(body)));

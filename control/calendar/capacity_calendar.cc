@@ -1,57 +1,47 @@
 #include "control/calendar/capacity_calendar.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace detwan::control::calendar {
 
-size_t CapacityCalendar::upper(int64_t t_ns) const {
-  return static_cast<size_t>(std::upper_bound(levels_.begin(), levels_.end(), t_ns,
-                                              [](int64_t t, const std::pair<int64_t, uint64_t>& b) {
-                                                return t < b.first;
-                                              }) -
-                             levels_.begin());
+uint64_t CapacityCalendar::level_at(Levels::const_iterator upper) const {
+  return upper == levels_.begin() ? 0 : std::prev(upper)->second;
 }
 
 uint64_t CapacityCalendar::at_bps(int64_t t_ns) const {
-  const size_t i = upper(t_ns);
-  return i == 0 ? 0 : levels_[i - 1].second;
+  return level_at(levels_.upper_bound(t_ns));
 }
 
 uint64_t CapacityCalendar::peak_bps(int64_t start_ns, int64_t end_ns) const {
   if (end_ns <= start_ns) return 0;
-  size_t i = upper(start_ns);
-  uint64_t peak = i == 0 ? 0 : levels_[i - 1].second;
-  for (; i < levels_.size() && levels_[i].first < end_ns; ++i)
-    peak = std::max(peak, levels_[i].second);
+  auto it = levels_.upper_bound(start_ns);
+  uint64_t peak = level_at(it);
+  for (; it != levels_.end() && it->first < end_ns; ++it) peak = std::max(peak, it->second);
   return peak;
 }
 
-size_t CapacityCalendar::split_at(int64_t t_ns) {
-  const size_t i = upper(t_ns);
-  if (i > 0 && levels_[i - 1].first == t_ns) return i - 1;
-  const uint64_t level = i == 0 ? 0 : levels_[i - 1].second;
-  levels_.insert(levels_.begin() + static_cast<std::ptrdiff_t>(i), {t_ns, level});
-  return i;
+CapacityCalendar::Levels::iterator CapacityCalendar::split_at(int64_t t_ns) {
+  const auto upper = levels_.upper_bound(t_ns);
+  if (upper != levels_.begin() && std::prev(upper)->first == t_ns) return std::prev(upper);
+  return levels_.emplace_hint(upper, t_ns, level_at(upper));
 }
 
-void CapacityCalendar::merge_around(int64_t t_ns) {
-  const size_t i = upper(t_ns);
-  if (i == 0 || levels_[i - 1].first != t_ns) return;
-  const uint64_t before = i - 1 == 0 ? 0 : levels_[i - 2].second;
-  if (levels_[i - 1].second == before)
-    levels_.erase(levels_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+void CapacityCalendar::merge_at(Levels::iterator it) {
+  const uint64_t before = level_at(it);
+  if (it->second == before) levels_.erase(it);
 }
 
 void CapacityCalendar::add(int64_t start_ns, int64_t end_ns, uint64_t rate_bps, bool subtract) {
   if (end_ns <= start_ns || rate_bps == 0) return;
-  split_at(start_ns);
-  split_at(end_ns);
-  for (size_t i = upper(start_ns) - 1; i < levels_.size() && levels_[i].first < end_ns; ++i) {
-    uint64_t& level = levels_[i].second;
+  const auto first = split_at(start_ns);
+  const auto last = split_at(end_ns);
+  for (auto it = first; it != last; ++it) {
+    uint64_t& level = it->second;
     level = subtract ? (level >= rate_bps ? level - rate_bps : 0) : level + rate_bps;
   }
-  merge_around(end_ns);
-  merge_around(start_ns);
+  merge_at(last);
+  merge_at(first);
 }
 
 void CapacityCalendar::book(int64_t start_ns, int64_t end_ns, uint64_t rate_bps) {
@@ -60,6 +50,36 @@ void CapacityCalendar::book(int64_t start_ns, int64_t end_ns, uint64_t rate_bps)
 
 void CapacityCalendar::unbook(int64_t start_ns, int64_t end_ns, uint64_t rate_bps) {
   add(start_ns, end_ns, rate_bps, true);
+}
+
+void CapacityCalendar::assign(std::vector<Window>& windows) {
+  // Every boundary as (time, +rate or -rate), in time order; the level after each distinct
+  // time is a breakpoint when it differs from the one before.
+  struct Change {
+    int64_t t_ns;
+    uint64_t rate_bps;
+    bool up;
+  };
+  std::vector<Change> changes;
+  changes.reserve(2 * windows.size());
+  for (const Window& w : windows) {
+    if (w.end_ns <= w.start_ns || w.rate_bps == 0) continue;
+    changes.push_back({w.start_ns, w.rate_bps, true});
+    changes.push_back({w.end_ns, w.rate_bps, false});
+  }
+  std::sort(changes.begin(), changes.end(),
+            [](const Change& a, const Change& b) { return a.t_ns < b.t_ns; });
+  levels_.clear();
+  uint64_t level = 0;
+  uint64_t last = 0;
+  for (size_t i = 0; i < changes.size();) {
+    const int64_t t = changes[i].t_ns;
+    for (; i < changes.size() && changes[i].t_ns == t; ++i) {
+      level = changes[i].up ? level + changes[i].rate_bps : level - changes[i].rate_bps;
+    }
+    if (level != last) levels_.emplace_hint(levels_.end(), t, level);
+    last = level;
+  }
 }
 
 }  // namespace detwan::control::calendar

@@ -52,6 +52,10 @@ class Ledger {
                                   uint64_t ignore_key = 0) const;
 
   void book(const Booking& booking);  // replaces an earlier booking of the same key
+  // Many bookings of distinct keys at once (an agent's startup): the same state as book() of
+  // each, each calendar built by one sort and a sweep. Into an empty ledger; otherwise, or with
+  // a key twice, book() of each.
+  void book_all(std::vector<Booking> bookings);
   void unbook(uint64_t key);
   [[nodiscard]] const Booking* find(uint64_t key) const;
   [[nodiscard]] size_t size() const noexcept { return bookings_.size(); }
@@ -62,6 +66,9 @@ class Ledger {
   // "" if no link direction is above its reservable rate and no slot is booked twice at any
   // instant; else a description of the first violation found.
   [[nodiscard]] std::string check() const;
+  // The same from the calendars as they stand (no rebuild: what an agent's startup runs once it
+  // has booked everything it loaded).
+  [[nodiscard]] std::string check_calendars() const;
   // The same for one booking against the others (what a journal replay runs after each event).
   [[nodiscard]] std::string check_booking(uint64_t key) const;
 

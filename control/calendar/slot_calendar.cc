@@ -1,6 +1,8 @@
 #include "control/calendar/slot_calendar.h"
 
 #include <algorithm>
+#include <bit>
+#include <iterator>
 #include <utility>
 
 #include "common/link_time.h"
@@ -78,22 +80,115 @@ int64_t service_latency_ns(const SlotGeometry& g, const std::vector<uint32_t>& s
   return shortest < 0 ? g.cycle_ns : g.cycle_ns - shortest;
 }
 
+SlotCalendar::Levels::iterator SlotCalendar::split_at(int64_t t_ns) {
+  const auto upper = levels_.upper_bound(t_ns);
+  if (upper != levels_.begin() && std::prev(upper)->first == t_ns) return std::prev(upper);
+  // The level in force until now (none before the first breakpoint).
+  Bits level = upper == levels_.begin() ? Bits(words_, 0) : std::prev(upper)->second;
+  return levels_.emplace_hint(upper, t_ns, std::move(level));
+}
+
+void SlotCalendar::merge_at(Levels::iterator it) {
+  const bool same = it == levels_.begin()
+                        ? std::all_of(it->second.begin(), it->second.end(),
+                                      [](uint64_t w) { return w == 0; })
+                        : it->second == std::prev(it)->second;
+  if (same) levels_.erase(it);
+}
+
+bool SlotCalendar::apply(const Booking& b, bool set) {
+  if (b.slots.empty() || b.end_ns <= b.start_ns) return false;
+  const auto first = split_at(b.start_ns);
+  const auto last = split_at(b.end_ns);
+  bool taken = false;
+  for (auto it = first; it != last; ++it) {
+    Bits& level = it->second;
+    for (const uint32_t s : b.slots) {
+      const uint64_t mask = uint64_t{1} << (s % 64);
+      taken = taken || (set && (level[s / 64] & mask) != 0);
+      level[s / 64] = set ? level[s / 64] | mask : level[s / 64] & ~mask;
+    }
+  }
+  merge_at(last);
+  merge_at(first);
+  return taken;
+}
+
+void SlotCalendar::rebuild() {
+  levels_.clear();
+  for (const auto& [key, list] : by_key_) {
+    for (const Booking& b : list) apply(b, true);
+  }
+}
+
+bool SlotCalendar::involved(uint64_t key) const {
+  return std::any_of(shared_.begin(), shared_.end(),
+                     [key](const Shared& s) { return s.key == key; });
+}
+
 std::vector<bool> SlotCalendar::free_slots(int64_t start_ns, int64_t end_ns,
                                            uint64_t ignore_key) const {
+  const auto own = ignore_key == 0 ? by_key_.end() : by_key_.find(ignore_key);
+  if (own != by_key_.end() && (own->second.size() > 1 || involved(ignore_key))) {
+    return free_slots_by_scan(start_ns, end_ns, ignore_key);
+  }
+  std::vector<uint64_t> used(words_, 0);
+  Bits level;
+  // The level in force at start_ns, then every level that begins inside the window.
+  auto it = levels_.upper_bound(start_ns);
+  if (it != levels_.begin()) --it;
+  for (; it != levels_.end(); ++it) {
+    if (it->first > start_ns && it->first >= end_ns) break;
+    const auto next = std::next(it);
+    const int64_t from = std::max(it->first, start_ns);
+    const int64_t to = next != levels_.end() ? std::min(next->first, end_ns) : end_ns;
+    level = it->second;
+    // A level is constant: while a booking of ours covers all of the level's part of the
+    // window its slots are its own (no one else's), else they are someone else's there too.
+    if (own != by_key_.end()) {
+      for (const Booking& b : own->second) {
+        if (b.start_ns > from || to > b.end_ns) continue;
+        for (const uint32_t s : b.slots) level[s / 64] &= ~(uint64_t{1} << (s % 64));
+      }
+    }
+    for (size_t w = 0; w < words_; ++w) used[w] |= level[w];
+  }
   std::vector<bool> free(geometry_.slot_count, true);
-  for (const Booking& b : bookings_) {
-    if (b.key == ignore_key && ignore_key != 0) continue;
-    if (b.end_ns <= start_ns || end_ns <= b.start_ns) continue;
-    for (const uint32_t s : b.slots) free[s] = false;
+  for (uint32_t s = 0; s < geometry_.slot_count; ++s) {
+    if ((used[s / 64] >> (s % 64)) & 1) free[s] = false;
   }
   return free;
 }
 
 uint32_t SlotCalendar::booked_at(int64_t t_ns) const {
+  if (!shared_.empty()) return booked_at_by_scan(t_ns);
+  const auto upper = levels_.upper_bound(t_ns);
+  if (upper == levels_.begin()) return 0;
+  uint32_t n = 0;
+  for (const uint64_t w : std::prev(upper)->second) n += static_cast<uint32_t>(std::popcount(w));
+  return n;
+}
+
+std::vector<bool> SlotCalendar::free_slots_by_scan(int64_t start_ns, int64_t end_ns,
+                                                   uint64_t ignore_key) const {
+  std::vector<bool> free(geometry_.slot_count, true);
+  for (const auto& [key, list] : by_key_) {
+    if (key == ignore_key && ignore_key != 0) continue;
+    for (const Booking& b : list) {
+      if (b.end_ns <= start_ns || end_ns <= b.start_ns) continue;
+      for (const uint32_t s : b.slots) free[s] = false;
+    }
+  }
+  return free;
+}
+
+uint32_t SlotCalendar::booked_at_by_scan(int64_t t_ns) const {
   std::vector<bool> used(geometry_.slot_count, false);
-  for (const Booking& b : bookings_) {
-    if (b.start_ns <= t_ns && t_ns < b.end_ns) {
-      for (const uint32_t s : b.slots) used[s] = true;
+  for (const auto& [key, list] : by_key_) {
+    for (const Booking& b : list) {
+      if (b.start_ns <= t_ns && t_ns < b.end_ns) {
+        for (const uint32_t s : b.slots) used[s] = true;
+      }
     }
   }
   return static_cast<uint32_t>(std::count(used.begin(), used.end(), true));
@@ -174,27 +269,107 @@ void SlotCalendar::book(uint64_t key, int64_t start_ns, int64_t end_ns,
   // A slot beyond the port's count cannot be booked (callers check: reservation::booking_of);
   // drop it rather than index past the end later.
   std::erase_if(slots, [this](uint32_t s) { return s >= geometry_.slot_count; });
-  bookings_.push_back(Booking{key, start_ns, end_ns, std::move(slots)});
+  std::sort(slots.begin(), slots.end());
+  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+  Booking mine{key, start_ns, end_ns, std::move(slots)};
+  // A slot already taken somewhere in the window is a double booking: name the other key(s)
+  // (a scan, on this rare path only).
+  if (apply(mine, true)) {
+    std::vector<bool> taken(geometry_.slot_count, false);
+    for (const uint32_t s : mine.slots) taken[s] = true;
+    for (const auto& [other_key, list] : by_key_) {
+      if (other_key == key) continue;  // a key's own bookings may overlap (as before)
+      for (const Booking& other : list) {
+        if (other.end_ns <= start_ns || end_ns <= other.start_ns) continue;
+        for (const uint32_t s : other.slots) {
+          if (!taken[s]) continue;
+          shared_.push_back(Shared{key, other_key, s});
+          shared_.push_back(Shared{other_key, key, s});
+          break;
+        }
+      }
+    }
+  }
+  by_key_[key].push_back(std::move(mine));
+  ++count_;
+}
+
+void SlotCalendar::assign(std::vector<Entry> entries) {
+  levels_.clear();
+  by_key_.clear();
+  shared_.clear();
+  count_ = 0;
+  struct Change {
+    int64_t t_ns;
+    bool up;
+    uint32_t entry;
+  };
+  std::vector<Change> changes;
+  changes.reserve(2 * entries.size());
+  for (uint32_t i = 0; i < entries.size(); ++i) {
+    std::vector<uint32_t>& slots = entries[i].slots;
+    std::erase_if(slots, [this](uint32_t s) { return s >= geometry_.slot_count; });
+    std::sort(slots.begin(), slots.end());
+    slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+    if (entries[i].end_ns <= entries[i].start_ns || slots.empty()) continue;
+    changes.push_back({entries[i].start_ns, true, i});
+    changes.push_back({entries[i].end_ns, false, i});
+  }
+  // At one instant, what ends goes before what starts: adjacent windows may share a slot.
+  std::sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
+    return a.t_ns != b.t_ns ? a.t_ns < b.t_ns : a.up < b.up;
+  });
+  std::vector<uint32_t> owners(geometry_.slot_count, 0);
+  Bits level(words_, 0);
+  Bits last(words_, 0);
+  bool shared = false;
+  for (size_t i = 0; i < changes.size();) {
+    const int64_t t = changes[i].t_ns;
+    for (; i < changes.size() && changes[i].t_ns == t; ++i) {
+      for (const uint32_t s : entries[changes[i].entry].slots) {
+        const uint64_t mask = uint64_t{1} << (s % 64);
+        if (changes[i].up) {
+          shared = shared || owners[s] > 0;
+          if (owners[s]++ == 0) level[s / 64] |= mask;
+        } else if (--owners[s] == 0) {
+          level[s / 64] &= ~mask;
+        }
+      }
+    }
+    if (level != last) levels_.emplace_hint(levels_.end(), t, level);
+    last = level;
+  }
+  if (shared) {  // name the double bookings as book() does
+    levels_.clear();
+    for (Entry& e : entries) book(e.key, e.start_ns, e.end_ns, std::move(e.slots));
+    return;
+  }
+  for (Entry& e : entries) {
+    by_key_[e.key].push_back(Booking{e.key, e.start_ns, e.end_ns, std::move(e.slots)});
+    ++count_;
+  }
 }
 
 std::optional<std::pair<uint32_t, uint64_t>> SlotCalendar::shared_slot(uint64_t key) const {
-  for (const Booking& mine : bookings_) {
-    if (mine.key != key) continue;
-    std::vector<bool> taken(geometry_.slot_count, false);
-    for (const uint32_t s : mine.slots) taken[s] = true;
-    for (const Booking& other : bookings_) {
-      if (other.key == key || other.end_ns <= mine.start_ns || mine.end_ns <= other.start_ns)
-        continue;
-      for (const uint32_t s : other.slots) {
-        if (taken[s]) return std::pair{s, other.key};
-      }
-    }
+  for (const Shared& s : shared_) {
+    if (s.key == key) return std::pair{s.slot, s.other};
   }
   return std::nullopt;
 }
 
 void SlotCalendar::unbook(uint64_t key) {
-  std::erase_if(bookings_, [key](const Booking& b) { return b.key == key; });
+  const auto it = by_key_.find(key);
+  if (it == by_key_.end()) return;
+  const std::vector<Booking> gone = std::move(it->second);
+  count_ -= gone.size();
+  by_key_.erase(it);
+  if (involved(key)) {
+    // Clearing its bits would clear the other owner's too: draw the bitmaps again.
+    std::erase_if(shared_, [key](const Shared& s) { return s.key == key || s.other == key; });
+    rebuild();
+    return;
+  }
+  for (const Booking& b : gone) apply(b, false);
 }
 
 }  // namespace detwan::control::calendar

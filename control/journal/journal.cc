@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include "control/journal/sqlite_text.h"
+
 namespace detwan::control::journal {
 namespace {
 
@@ -34,6 +36,11 @@ CREATE TABLE IF NOT EXISTS requests (
   reservation_id TEXT NOT NULL,
   at_unix_ns INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS archive (
+  key INTEGER PRIMARY KEY,
+  id TEXT NOT NULL,
+  body TEXT NOT NULL,
+  at_unix_ns INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS federation (
   kind TEXT NOT NULL,
   id TEXT NOT NULL,
@@ -85,16 +92,10 @@ common::Result<void> make_private(const std::string& path) {
   return result;
 }
 
-std::string column_text(sqlite3_stmt* statement, int column) {
-  const unsigned char* text = sqlite3_column_text(statement, column);
-  return text == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(text));
-}
-
-void bind_text(sqlite3_stmt* statement, int index, const std::string& text) {
-  sqlite3_bind_text(statement, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
-}
-
 }  // namespace
+
+using detail::bind_text;
+using detail::column_text;
 
 common::Error Journal::error(const std::string& what) const {
   return common::Error{common::ErrorCode::kIo,
@@ -283,7 +284,19 @@ common::Result<void> Journal::record(const Event& event, uint64_t next_key,
 }
 
 common::Result<void> Journal::scrub_event_secrets() {
+  // Once per journal: every event written since has had its secrets removed on insert, and the
+  // check reads every event (a second per 100,000 reservations at startup).
   sqlite3_stmt* s = nullptr;
+  bool done = false;
+  if (sqlite3_prepare_v2(db_, "SELECT 1 FROM meta WHERE key = 'events_scrubbed'", -1, &s,
+                         nullptr) == SQLITE_OK) {
+    done = sqlite3_step(s) == SQLITE_ROW;
+  }
+  sqlite3_finalize(s);
+  if (done) return {};
+  auto mark = [this] {
+    return exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('events_scrubbed', '1')");
+  };
   if (sqlite3_prepare_v2(db_,
                          "SELECT count(*) FROM events WHERE json_valid(body) AND "
                          "json_extract(body, '$.tunnel_keys.keys[0].secret') IS NOT NULL",
@@ -292,7 +305,7 @@ common::Result<void> Journal::scrub_event_secrets() {
   }
   const int64_t with_secrets = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
   sqlite3_finalize(s);
-  if (with_secrets == 0) return {};
+  if (with_secrets == 0) return mark();
   // kWithoutSecrets with the row's own body where the insert has its parameter ?6.
   std::string expression = kWithoutSecrets;
   for (size_t at = expression.find("?6"); at != std::string::npos; at = expression.find("?6", at)) {
@@ -301,7 +314,8 @@ common::Result<void> Journal::scrub_event_secrets() {
   const std::string sql = fmt::format("UPDATE events SET body = {};", expression);
   if (auto ok = exec(sql.c_str()); !ok) return ok;
   if (auto ok = exec("VACUUM;"); !ok) return ok;
-  return erase_freed();
+  if (auto ok = erase_freed(); !ok) return ok;
+  return mark();
 }
 
 common::Result<void> Journal::erase_freed() {
@@ -434,6 +448,13 @@ common::Result<void> Journal::import_snapshot(const Snapshot& snapshot) {
   for (const std::string& body : snapshot.state.reservations) {
     run("INSERT OR REPLACE INTO reservations (id, body) VALUES (json_extract(?1, '$.id'), ?1)",
         {body});
+  }
+  for (const ArchivedRow& row : snapshot.archived) {
+    const std::string key = std::to_string(row.key);
+    const std::string at = std::to_string(row.at_ns);
+    run("INSERT OR REPLACE INTO archive (key, id, body, at_unix_ns) VALUES (CAST(?1 AS INTEGER), "
+        "?2, ?3, CAST(?4 AS INTEGER))",
+        {key, row.id, row.body, at});
   }
   for (const RequestRecord& r : snapshot.state.requests) {
     run("INSERT OR REPLACE INTO requests (client_request_id, fingerprint, reservation_id, "

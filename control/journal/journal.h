@@ -10,6 +10,8 @@
 //   requests(client_request_id, fingerprint, reservation_id, at_unix_ns)
 //                                      idempotency: a repeated request finds its reservation
 //   pools(name, body)                  registered compute pools (control/compute/pool.h)
+//   archive(key, id, body, at_unix_ns) reservations final for agent.archive_after, moved out
+//                                      of `reservations` (bodies without key secrets)
 //   federation(kind, id, body, at_unix_ns)
 //                                      federated reservations this agent aggregates (kind
 //                                      "aggregate") and the federation data of segments it
@@ -69,6 +71,10 @@ class Journal final : public Store {
   // Every event in order (journal check, tests).
   [[nodiscard]] common::Result<void> for_each_event(
       const std::function<void(const Event&)>& f) override;
+  [[nodiscard]] common::Result<void> archive(const std::vector<ArchivedRow>& rows) override;
+  [[nodiscard]] common::Result<std::optional<ArchivedRow>> find_archived(uint64_t key) override;
+  [[nodiscard]] common::Result<std::vector<ArchivedRow>> archived_after(uint64_t after_key,
+                                                                        size_t limit) override;
   [[nodiscard]] common::Result<void> import_snapshot(const Snapshot& snapshot) override;
   [[nodiscard]] const std::string& path() const noexcept override { return path_; }
   [[nodiscard]] uint64_t commits() const noexcept override { return commits_; }

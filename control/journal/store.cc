@@ -15,6 +15,13 @@ common::Result<Snapshot> snapshot_of(Store& store) {
     if (!rows) return std::unexpected(rows.error());
     for (auto& [id, body] : *rows) snapshot.federation.push_back({kind, id, std::move(body)});
   }
+  for (uint64_t after = 0;;) {
+    auto page = store.archived_after(after, 500);
+    if (!page) return std::unexpected(page.error());
+    if (page->empty()) break;
+    after = page->back().key;
+    for (ArchivedRow& row : *page) snapshot.archived.push_back(std::move(row));
+  }
   return snapshot;
 }
 

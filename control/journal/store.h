@@ -13,6 +13,7 @@
 // Threading: one owner at a time (the agent's core, under its lock).
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,9 +53,19 @@ struct FederationRow {
   std::string body;
 };
 
+// A reservation moved out of the hot state (docs/control.md, "Archive"): final for a while, no
+// longer loaded at startup, still answered by id. Its body has no key secrets.
+struct ArchivedRow {
+  uint64_t key = 0;  // the reservation's numeric key (its id is "r-<key>")
+  std::string id;
+  std::string body;
+  int64_t at_ns = 0;  // when it was archived
+};
+
 // A whole store's content, for `detwan-agent migrate`.
 struct Snapshot {
   Loaded state;
+  std::vector<ArchivedRow> archived;
   std::vector<Event> events;  // in order; bodies without key secrets
   std::vector<FederationRow> federation;
 };
@@ -85,6 +96,15 @@ class Store {
   // Every event in order (journal check, migrate, tests).
   [[nodiscard]] virtual common::Result<void> for_each_event(
       const std::function<void(const Event&)>& f) = 0;
+  // Moves these (final) reservations out of what load() returns into the archive: their rows as
+  // given (bodies without key secrets); each row's move is atomic (SQLite: all in one
+  // transaction; etcd: 50 rows per transaction). Their events stay.
+  [[nodiscard]] virtual common::Result<void> archive(const std::vector<ArchivedRow>& rows) = 0;
+  // One archived reservation, or nullopt when `key` is not archived.
+  [[nodiscard]] virtual common::Result<std::optional<ArchivedRow>> find_archived(uint64_t key) = 0;
+  // Archived reservations with keys above `after_key`, in key order, at most `limit`.
+  [[nodiscard]] virtual common::Result<std::vector<ArchivedRow>> archived_after(uint64_t after_key,
+                                                                                size_t limit) = 0;
   // Writes a whole snapshot into this store, which must hold no reservation and no event yet
   // (kConfig otherwise): `detwan-agent migrate`.
   [[nodiscard]] virtual common::Result<void> import_snapshot(const Snapshot& snapshot) = 0;

@@ -134,8 +134,13 @@ struct AgentSettings {
   int64_t hold_timeout_ns = 60'000'000'000;  // default time a hold stays without commit
   int64_t reconcile_interval_ns = 1'000'000'000;
   int64_t provision_wait_ns = 5'000'000'000;  // how long a provision call waits for gateways
+  // A terminated or failed reservation leaves the hot state (memory, the startup's load) this
+  // long after its last transition, into the store's archive; 0 = never.
+  int64_t archive_after_ns = 7 * 86'400'000'000'000;
+  // Tunnel ids are 32 bits on the wire (docs/wire-format.md); a live reservation holds one for
+  // its life, so the range bounds how many the domain holds at once.
   uint32_t first_tunnel_id = 1000;
-  uint32_t last_tunnel_id = 65535;
+  uint32_t last_tunnel_id = 2'147'483'647;  // 2^31 - 1: the upper half is the federation's
 };
 
 // Federation (docs/federation.md): a point where this domain meets a neighbour, named alike by
@@ -160,8 +165,8 @@ struct FederationSettings {
   std::string key;
   int64_t hold_timeout_ns = 30'000'000'000;  // holds of segments this agent coordinates
   int64_t call_timeout_ns = 2'000'000'000;   // one call to a peer
-  uint32_t first_tunnel_id = 40000;          // ids of cross-domain tunnels
-  uint32_t last_tunnel_id = 65535;
+  uint32_t first_tunnel_id = 2'147'483'648;  // ids of cross-domain tunnels: 2^31 ..
+  uint32_t last_tunnel_id = 4'294'967'295;   // .. 2^32 - 1
   [[nodiscard]] const FederationPeer* peer(std::string_view domain) const noexcept;
 };
 

@@ -40,7 +40,7 @@ common::IpPrefix prefix_of(const ConfigNode& node) {
 void parse_agent(const ConfigNode& node, AgentSettings* agent) {
   node.check_keys({"name", "listen", "allow", "tokens_file", "max_connections", "max_body",
                    "request_timeout", "journal", "journal_sync", "hold_timeout",
-                   "reconcile_interval", "provision_wait", "tunnel_ids", "tls"});
+                   "reconcile_interval", "provision_wait", "tunnel_ids", "tls", "archive_after"});
   if (const auto name = node.maybe_child("name")) agent->name = name_of(*name);
   if (const auto listen = node.maybe_child("listen")) {
     auto endpoint = common::parse_host_port(listen->as_string(), true);
@@ -73,6 +73,12 @@ void parse_agent(const ConfigNode& node, AgentSettings* agent) {
   }
   agent->hold_timeout_ns =
       duration_in(node, "hold_timeout", agent->hold_timeout_ns, 1'000'000'000, 86'400'000'000'000);
+  // 0 = never; else at least a minute (a client may still read what it just ended).
+  agent->archive_after_ns =
+      duration_in(node, "archive_after", agent->archive_after_ns, 0, 3'650 * 86'400'000'000'000);
+  if (agent->archive_after_ns != 0 && agent->archive_after_ns < 60'000'000'000) {
+    node.child("archive_after").fail("must be 0 (never) or at least 1m");
+  }
   agent->reconcile_interval_ns = duration_in(
       node, "reconcile_interval", agent->reconcile_interval_ns, 10'000'000, 3'600'000'000'000);
   agent->provision_wait_ns =

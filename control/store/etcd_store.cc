@@ -407,7 +407,7 @@ common::Result<void> EtcdStore::for_each_event(
 }
 
 common::Result<void> EtcdStore::import_snapshot(const journal::Snapshot& snapshot) {
-  for (const char* section : {"reservations/", "events/"}) {
+  for (const char* section : {"reservations/", "events/", "archive/"}) {
     auto found = client_->range(prefix_ + section, prefix_end(prefix_ + section), 1);
     if (!found) return std::unexpected(found.error());
     if (found->count > 0) {
@@ -427,6 +427,9 @@ common::Result<void> EtcdStore::import_snapshot(const journal::Snapshot& snapsho
     const std::string id = field_of(body, "id");
     if (id.empty()) return make_error(ErrorCode::kInvalidArgument, "a reservation without an id");
     values.emplace_back(prefix_ + "reservations/" + id, body);
+  }
+  for (const journal::ArchivedRow& row : snapshot.archived) {
+    values.emplace_back(prefix_ + archive_key(row.key), archive_value(row));
   }
   for (const journal::RequestRecord& r : snapshot.state.requests) {
     values.emplace_back(prefix_ + "requests/" + r.client_request_id, request_value(r, 0));

@@ -9,6 +9,7 @@
 //   events/<seq, 20 digits>                      one transition (its body without key secrets)
 //   requests/<client_request_id>                 idempotency
 //   pools/<name>, federation/<kind>/<id>         as in the SQLite journal
+//   archive/<key, 20 digits>                     an archived reservation (body without secrets)
 //   leader                                       the elected replica (leader_election.h)
 // Every value but the leader's is sealed with AES-256-GCM under the store key (32 bytes, the
 // same file on every replica, --store-key), the value's own key name as associated data: etcd's
@@ -25,6 +26,7 @@
 // Threading: one owner at a time (the agent's core), as journal::Store says.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +80,12 @@ class EtcdStore final : public journal::Store {
   [[nodiscard]] common::Result<void> erase_freed() override;
   [[nodiscard]] common::Result<void> for_each_event(
       const std::function<void(const journal::Event&)>& f) override;
+  [[nodiscard]] common::Result<void> archive(
+      const std::vector<journal::ArchivedRow>& rows) override;
+  [[nodiscard]] common::Result<std::optional<journal::ArchivedRow>> find_archived(
+      uint64_t key) override;
+  [[nodiscard]] common::Result<std::vector<journal::ArchivedRow>> archived_after(
+      uint64_t after_key, size_t limit) override;
   [[nodiscard]] common::Result<void> import_snapshot(const journal::Snapshot& snapshot) override;
   [[nodiscard]] const std::string& path() const noexcept override { return description_; }
   [[nodiscard]] uint64_t commits() const noexcept override { return commits_.load(); }
@@ -99,6 +107,9 @@ class EtcdStore final : public journal::Store {
   common::Result<void> write(std::vector<Compare> compares, const std::vector<Operation>& ops,
                              const std::string& what);
   common::Result<uint64_t> read_number(const std::string& key, uint64_t absent);
+  // archive/<key, 20 digits> and its value (etcd_store_archive.cc).
+  static std::string archive_key(uint64_t key);
+  static std::string archive_value(const journal::ArchivedRow& row);
 
   std::shared_ptr<EtcdClient> client_;
   EtcdStoreOptions options_;

@@ -64,6 +64,8 @@ TEST_F(AgentFixture, EveryStatsCounterIsInTheExpositionWithTheSameValue) {
                 counters.at("journal_commits").to_number<uint64_t>());
   expect_sample("detwan_agent_journal_failures_total",
                 counters.at("journal_failures").to_number<uint64_t>());
+  expect_sample("detwan_agent_reservations_archived_total",
+                counters.at("archived").to_number<uint64_t>());
   uint64_t applies = 0;
   for (const auto& g : stats.at("gateways").as_array()) {
     const json& entry = g.as_object();

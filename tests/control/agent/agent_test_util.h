@@ -82,12 +82,13 @@ struct AgentFixture : ::testing::Test {
   common::VirtualClock monotonic{1'000 * kSecond};
   FakeGateways gateways;
   std::unique_ptr<agent::Agent> agent;
+  std::string extra_agent;  // more lines of the topology's agent: section
 
   void SetUp() override { open(); }
 
   void open() {
     agent.reset();
-    auto topology = model::load_topology_string(lab_topology(journal));
+    auto topology = model::load_topology_string(lab_topology(journal, extra_agent));
     ASSERT_TRUE(topology.has_value()) << topology.error().message;
     agent::AgentOptions options;
     options.realtime = &realtime;

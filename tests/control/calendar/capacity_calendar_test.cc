@@ -165,5 +165,30 @@ TEST(CapacityCalendar, RandomizedAgainstABruteForceArray) {
   }
 }
 
+// assign() (the startup's bulk build) gives the very calendar book() of each window gives:
+// same levels everywhere and the same breakpoints (adjacent and equal levels merged alike).
+TEST(CapacityCalendar, AssignEqualsBookingEachWindow) {
+  std::mt19937_64 rng(17);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<CapacityCalendar::Window> windows;
+    CapacityCalendar booked;
+    const int n = 1 + static_cast<int>(rng() % 300);
+    for (int i = 0; i < n; ++i) {
+      const int64_t start = static_cast<int64_t>(rng() % 100) * 10;
+      const int64_t end = start + static_cast<int64_t>(rng() % 20) * 10;  // sometimes empty
+      const uint64_t rate = rng() % 4 == 0 ? 0 : 1 + rng() % 5;
+      windows.push_back({start, end, rate});
+      if (end > start) booked.book(start, end, rate);
+    }
+    CapacityCalendar assigned;
+    assigned.assign(windows);
+    ASSERT_EQ(assigned.breakpoints(), booked.breakpoints()) << "round " << round;
+    for (int64_t t = -10; t <= 1200; t += 5) {
+      ASSERT_EQ(assigned.at_bps(t), booked.at_bps(t)) << "round " << round << " t " << t;
+      ASSERT_EQ(assigned.peak_bps(t, t + 37), booked.peak_bps(t, t + 37));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace detwan::control::calendar

@@ -136,9 +136,11 @@ TEST(Ledger, CheckFindsAnOverBooking) {
   EXPECT_NE(own.find("link 'r-b'"), std::string::npos) << own;
   EXPECT_NE(own.find("booking 2"), std::string::npos) << own;
   EXPECT_NE(ledger.check_booking(1), "");
+  EXPECT_EQ(ledger.check_calendars(), problem);
   // Moved one ns later the windows are adjacent: nothing over-booked.
   ledger.book(booking(2, 100, 200, 600'000'000, {1}));
   EXPECT_EQ(ledger.check(), "");
+  EXPECT_EQ(ledger.check_calendars(), "");
 }
 
 TEST(Ledger, CheckFindsADoubleBookedSlot) {
@@ -149,6 +151,10 @@ TEST(Ledger, CheckFindsADoubleBookedSlot) {
   const std::string problem = ledger.check();
   EXPECT_NE(problem.find("slot 4 of link 'a-r' leaving 'a'"), std::string::npos) << problem;
   EXPECT_NE(ledger.check_booking(2).find("slot 4"), std::string::npos);
+  EXPECT_EQ(ledger.check_calendars(), problem);  // the calendars as they stand say the same
+  ledger.unbook(1);
+  EXPECT_EQ(ledger.check_calendars(), "");
+  EXPECT_EQ(ledger.check(), "");
   // The same slot in the other direction of a link is another gateway's port: no conflict.
   const model::Topology direct =
       TopologyBuilder().site("a").site("b").link("a-b", "a", "b").build();
@@ -165,6 +171,7 @@ TEST(Ledger, CheckFindsADoubleBookedSlot) {
   later.book(booking(1, 0, 100, 1'000'000, {0}, {{0, 0, {4}}}));
   later.book(booking(2, 100, 150, 1'000'000, {0}, {{0, 0, {4}}}));
   EXPECT_EQ(later.check(), "");
+  EXPECT_EQ(later.check_calendars(), "");
 }
 
 TEST(Ledger, EndsAfterIsSortedAndUnique) {
@@ -178,6 +185,48 @@ TEST(Ledger, EndsAfterIsSortedAndUnique) {
   EXPECT_EQ(ledger.ends_after(100), (std::vector<int64_t>{200, 300}));
   EXPECT_EQ(ledger.ends_after(299), (std::vector<int64_t>{300}));
   EXPECT_TRUE(ledger.ends_after(300).empty());
+}
+
+// book_all (the startup's bulk build) leaves the ledger book() of each leaves, and the same
+// violations are found in it; a key twice falls back to book() (the later replaces).
+TEST(Ledger, BookAllEqualsBookingEach) {
+  const model::Topology t = lab();
+  std::vector<Booking> all;
+  for (uint64_t k = 1; k <= 40; ++k) {
+    const int64_t start = static_cast<int64_t>(k % 7) * 100;
+    all.push_back(booking(k, start, start + 150 + static_cast<int64_t>(k % 3) * 50, 20'000'000,
+                          {k % 2 == 0 ? 0u : 1u}, {{0, 0, {static_cast<uint32_t>(k % 100)}}}));
+  }
+  Ledger one_by_one(t);
+  for (const Booking& b : all) one_by_one.book(b);
+  Ledger bulk(t);
+  bulk.book_all(all);
+  EXPECT_EQ(bulk.size(), one_by_one.size());
+  for (uint32_t l = 0; l < 2; ++l) {
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(bulk.capacity(l, d).breakpoints(), one_by_one.capacity(l, d).breakpoints());
+      for (int64_t at = 0; at < 1000; at += 25) {
+        EXPECT_EQ(bulk.capacity(l, d).at_bps(at), one_by_one.capacity(l, d).at_bps(at));
+      }
+    }
+  }
+  EXPECT_EQ(bulk.check(), one_by_one.check());
+  EXPECT_EQ(bulk.check_calendars(), bulk.check());
+  // An over-booking and a shared slot, found alike.
+  all.push_back(booking(41, 0, 1000, 900'000'000, {1}, {{0, 0, {1}}}));
+  Ledger bad_one(t);
+  for (const Booking& b : all) bad_one.book(b);
+  Ledger bad_bulk(t);
+  bad_bulk.book_all(all);
+  EXPECT_NE(bad_bulk.check(), "");
+  EXPECT_EQ(bad_bulk.check(), bad_one.check());
+  EXPECT_EQ(bad_bulk.check_calendars(), bad_bulk.check());
+  // The same key twice: as book() of each (the second replaces the first).
+  Ledger twice(t);
+  twice.book_all({booking(1, 0, 100, 5, {0}), booking(1, 200, 300, 7, {0})});
+  EXPECT_EQ(twice.size(), 1u);
+  EXPECT_EQ(twice.capacity(0, 0).at_bps(50), 0u);
+  EXPECT_EQ(twice.capacity(0, 0).at_bps(250), 7u);
 }
 
 }  // namespace

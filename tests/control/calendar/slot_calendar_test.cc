@@ -7,6 +7,8 @@
 #include "control/calendar/slot_calendar.h"
 
 #include <algorithm>
+#include <map>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -194,6 +196,139 @@ TEST(SlotCalendar, IgnoreKeyLetsAModificationKeepItsOwnSlots) {
   EXPECT_EQ(c.bookings(), 2u);
   c.unbook(7);
   EXPECT_EQ(c.bookings(), 0u);
+}
+
+// The bitmaps against the definition: a naive list of bookings, under random books (planned,
+// and forced ones that double-book), unbooks and queries -- with ignore keys, empty and wide
+// windows, and slot counts over one 64-bit word.
+struct NaiveBooking {
+  uint64_t key;
+  int64_t start;
+  int64_t end;
+  std::vector<uint32_t> slots;
+};
+
+std::vector<bool> naive_free(const std::vector<NaiveBooking>& all, uint32_t n, int64_t start,
+                             int64_t end, uint64_t ignore) {
+  std::vector<bool> free(n, true);
+  for (const NaiveBooking& b : all) {
+    if (ignore != 0 && b.key == ignore) continue;
+    if (b.end <= start || end <= b.start) continue;
+    for (const uint32_t s : b.slots) free[s] = false;
+  }
+  return free;
+}
+
+bool naive_shares(const std::vector<NaiveBooking>& all, uint64_t key) {
+  for (const NaiveBooking& a : all) {
+    if (a.key != key) continue;
+    for (const NaiveBooking& b : all) {
+      if (b.key == key || b.end <= a.start || a.end <= b.start) continue;
+      for (const uint32_t s : b.slots) {
+        if (std::find(a.slots.begin(), a.slots.end(), s) != a.slots.end()) return true;
+      }
+    }
+  }
+  return false;
+}
+
+TEST(SlotCalendar, BitmapsAgreeWithTheBookingsUnderRandomOperations) {
+  for (const uint32_t slot_count : {100u, 130u}) {
+    SlotGeometry g = lab_geometry();
+    g.slot_count = slot_count;
+    g.reservable_slots = slot_count;
+    SlotCalendar c(g);
+    std::vector<NaiveBooking> all;
+    std::mt19937_64 rng(slot_count);
+    auto window = [&rng](int64_t* start, int64_t* end) {
+      *start = static_cast<int64_t>(rng() % 200) * 10;
+      *end = *start + 10 + static_cast<int64_t>(rng() % 60) * 10;
+    };
+    uint64_t next_key = 1;
+    for (int step = 0; step < 3000; ++step) {
+      const uint64_t op = rng() % 10;
+      int64_t start = 0, end = 0;
+      window(&start, &end);
+      if (op < 5) {  // a planned booking
+        const uint64_t rate = 10'000'000 + rng() % 200'000'000;
+        if (auto slots = c.plan(rate, start, end)) {
+          const auto free = naive_free(all, slot_count, start, end, 0);
+          for (const uint32_t s : *slots) ASSERT_TRUE(free[s]) << "planned a taken slot " << s;
+          c.book(next_key, start, end, *slots);
+          all.push_back({next_key++, start, end, *slots});
+        }
+      } else if (op == 5 && step % 7 == 0) {  // forced: may double-book
+        std::vector<uint32_t> slots{static_cast<uint32_t>(rng() % slot_count)};
+        c.book(next_key, start, end, slots);
+        all.push_back({next_key++, start, end, slots});
+      } else if (op < 8 && !all.empty()) {  // unbook a random key
+        const uint64_t key = all[rng() % all.size()].key;
+        c.unbook(key);
+        std::erase_if(all, [key](const NaiveBooking& b) { return b.key == key; });
+      } else {  // queries
+        const uint64_t ignore = all.empty() || rng() % 2 ? 0 : all[rng() % all.size()].key;
+        const int64_t query_end = rng() % 8 == 0 ? start : end;  // sometimes an empty window
+        if (query_end > start) {
+          ASSERT_EQ(c.free_slots(start, query_end, ignore),
+                    naive_free(all, slot_count, start, query_end, ignore))
+              << "step " << step << " window " << start << ".." << query_end << " ignore "
+              << ignore;
+        }
+        const auto used_at = naive_free(all, slot_count, start, start + 1, 0);
+        ASSERT_EQ(c.booked_at(start), std::count(used_at.begin(), used_at.end(), false));
+      }
+      ASSERT_EQ(c.bookings(), all.size());
+      if (step % 50 == 0) {
+        for (const NaiveBooking& b : all) {
+          const auto shared = c.shared_slot(b.key);
+          ASSERT_EQ(shared.has_value(), naive_shares(all, b.key)) << "key " << b.key;
+        }
+      }
+    }
+    // Everything unbooked: no breakpoint left behind.
+    for (const NaiveBooking& b : std::vector<NaiveBooking>(all)) c.unbook(b.key);
+    EXPECT_EQ(c.bookings(), 0u);
+    EXPECT_EQ(c.breakpoints(), 0u);
+    EXPECT_FALSE(c.any_shared());
+  }
+}
+
+// assign() (the startup's bulk build) gives the state book() of each gives: the same free slots
+// in every window, the same double bookings named, the same count -- also when some share a
+// slot (then it books each) and when adjacent windows reuse one.
+TEST(SlotCalendar, AssignEqualsBookingEach) {
+  std::mt19937_64 rng(29);
+  for (int round = 0; round < 30; ++round) {
+    SlotCalendar booked(lab_geometry());
+    std::vector<SlotCalendar::Entry> entries;
+    const bool forced = round % 3 == 0;  // one round in three may double-book
+    for (uint64_t key = 1; key <= 60; ++key) {
+      const int64_t start = static_cast<int64_t>(rng() % 50) * 10;
+      const int64_t end = start + 10 + static_cast<int64_t>(rng() % 10) * 10;
+      std::vector<uint32_t> slots;
+      if (forced) {
+        slots = {static_cast<uint32_t>(rng() % 100)};
+      } else if (auto planned = booked.plan(20'000'000, start, end)) {
+        slots = *planned;
+      } else {
+        continue;
+      }
+      booked.book(key, start, end, slots);
+      entries.push_back({key, start, end, slots});
+    }
+    SlotCalendar assigned(lab_geometry());
+    assigned.assign(entries);
+    ASSERT_EQ(assigned.bookings(), booked.bookings());
+    ASSERT_EQ(assigned.any_shared(), booked.any_shared()) << "round " << round;
+    ASSERT_EQ(assigned.breakpoints(), booked.breakpoints()) << "round " << round;
+    for (const auto& e : entries) {
+      ASSERT_EQ(assigned.shared_slot(e.key).has_value(), booked.shared_slot(e.key).has_value());
+    }
+    for (int64_t t = 0; t < 700; t += 7) {
+      ASSERT_EQ(assigned.free_slots(t, t + 25), booked.free_slots(t, t + 25)) << "t " << t;
+      ASSERT_EQ(assigned.booked_at(t), booked.booked_at(t));
+    }
+  }
 }
 
 }  // namespace

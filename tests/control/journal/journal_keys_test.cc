@@ -132,6 +132,10 @@ TEST_F(JournalKeysTest, AnOldJournalIsScrubbedOnOpen) {
       "'', 'held', 'reserved', '" +
       body_with_keys("r-1", {kOldKey}) + "');";
   ASSERT_EQ(sqlite3_exec(db, insert.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  // A journal of before the scrub carries no mark of it (a new one is marked when created).
+  ASSERT_EQ(sqlite3_exec(db, "DELETE FROM meta WHERE key = 'events_scrubbed'", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
   ASSERT_EQ(sqlite3_close(db), SQLITE_OK);
   ASSERT_NE(all_bytes(path_).find(kOldKey), std::string::npos);  // it is there to be found
 
@@ -143,6 +147,17 @@ TEST_F(JournalKeysTest, AnOldJournalIsScrubbedOnOpen) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].find("secret"), std::string::npos);
   EXPECT_NE(events[0].find("fingerprint"), std::string::npos);
+  // Marked: the next open does not read every event again.
+  sqlite3* check = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &check), SQLITE_OK);
+  int marked = 0;
+  ASSERT_EQ(sqlite3_exec(
+                check, "SELECT 1 FROM meta WHERE key = 'events_scrubbed'",
+                [](void* out, int, char**, char**) { return *static_cast<int*>(out) = 1, 0; },
+                &marked, nullptr),
+            SQLITE_OK);
+  sqlite3_close(check);
+  EXPECT_EQ(marked, 1);
 }
 
 TEST_F(JournalKeysTest, TheFileIsPrivateFromItsCreationAndAnotherUidsIsRefused) {

@@ -84,10 +84,11 @@ TEST_F(JournalTest, OpenCreatesTheSchemaInWalMode) {
   EXPECT_EQ(
       query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
             "ORDER BY name"),
-      (std::vector<std::string>{"events", "federation", "meta", "pools", "requests",
+      (std::vector<std::string>{"archive", "events", "federation", "meta", "pools", "requests",
                                  "reservations"}));
   EXPECT_EQ(query("SELECT key, value FROM meta ORDER BY key"),
-            (std::vector<std::string>{"domain|lab", "next_key|1", "schema_version|1"}));
+            (std::vector<std::string>{"domain|lab", "events_scrubbed|1", "next_key|1",
+                                      "schema_version|1"}));
   EXPECT_EQ(query("PRAGMA journal_mode"), (std::vector<std::string>{"wal"}));
   const auto loaded = journal->load();
   ASSERT_TRUE(loaded.has_value()) << loaded.error().message;

@@ -254,5 +254,62 @@ TEST_F(EtcdStoreTest, MigrateMovesAJournalToEtcdAndBack) {
   std::filesystem::remove_all(dir);
 }
 
+// Both stores: archived rows leave load(), are found by key and paged in key order, their
+// events stay, and a migrate carries them.
+TEST_F(EtcdStoreTest, ArchivedRowsLeaveTheLoadAndAreFoundPagedAndMigrated) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("detwan-archive-test-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  {
+    auto sqlite = journal::Journal::open((dir / "a.db").string(), false, "lab");
+    ASSERT_TRUE(sqlite) << sqlite.error().message;
+    auto etcd = open();
+    ASSERT_TRUE(etcd);
+    for (journal::Store* store : {static_cast<journal::Store*>(sqlite->get()),
+                                  static_cast<journal::Store*>(etcd.get())}) {
+      SCOPED_TRACE(store->path());
+      for (int i = 1; i <= 120; ++i) {
+        ASSERT_TRUE(store->record(event_of(i, "terminated"), static_cast<uint64_t>(i + 1), nullptr));
+      }
+      std::vector<journal::ArchivedRow> rows;
+      for (int i = 1; i <= 110; ++i) {
+        rows.push_back({static_cast<uint64_t>(i), fmt::format("r-{}", i), body_of(i, false), 5000});
+      }
+      ASSERT_TRUE(store->archive(rows));  // etcd: in three transactions
+      auto loaded = store->load();
+      ASSERT_TRUE(loaded) << loaded.error().message;
+      EXPECT_EQ(loaded->reservations.size(), 10u);
+      EXPECT_EQ(loaded->events, 120);  // the history stays
+      auto found = store->find_archived(7);
+      ASSERT_TRUE(found && found->has_value());
+      EXPECT_EQ((*found)->id, "r-7");
+      EXPECT_EQ((*found)->body, body_of(7, false));
+      EXPECT_EQ((*found)->at_ns, 5000);
+      auto hot = store->find_archived(115);
+      ASSERT_TRUE(hot);
+      EXPECT_FALSE(hot->has_value());
+      auto tail = store->archived_after(100, 50);
+      ASSERT_TRUE(tail);
+      ASSERT_EQ(tail->size(), 10u);
+      for (size_t i = 0; i < tail->size(); ++i) EXPECT_EQ((*tail)[i].key, 101 + i);
+      auto head = store->archived_after(0, 3);
+      ASSERT_TRUE(head);
+      ASSERT_EQ(head->size(), 3u);
+      EXPECT_EQ(head->back().id, "r-3");
+    }
+    auto from = journal::snapshot_of(**sqlite);
+    ASSERT_TRUE(from) << from.error().message;
+    EXPECT_EQ(from->archived.size(), 110u);
+    auto other = open("lab-archive");
+    ASSERT_TRUE(other->import_snapshot(*from));
+    auto moved = journal::snapshot_of(*other);
+    ASSERT_TRUE(moved) << moved.error().message;
+    EXPECT_EQ(moved->archived.size(), 110u);
+    EXPECT_EQ(moved->state.reservations.size(), 10u);
+    EXPECT_EQ(moved->archived[109].body, body_of(110, false));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace detwan::control::store

@@ -5,7 +5,7 @@
 //       R committed reservations booked first, then Q path computations (POST /v1/paths
 //       without HTTP) and Q admissions (reserve + journal) timed one by one: p50/p90/p99/max.
 //   detwan-agent-bench scale --nodes N [--reservations R] [--queries Q] [--spread-days D]
-//                            [--etcd etcd://H:P --store-key F]
+//                            [--etcd etcd://H:P --store-key F] [--keep DIR]
 //       R reservations over D days, then Q timed admissions, memory per reservation, and the
 //       agent's startup from SQLite (and from etcd) with them (startup.cc).
 //   detwan-agent-bench topology --nodes N [--seed S] --journal PATH [--listen ADDR:PORT]
@@ -324,6 +324,9 @@ int run(int argc, char** argv) {
     sub->add_option("--nodes", options.nodes, "nodes of the synthetic topology")
         ->capture_default_str();
     sub->add_option("--degree", options.degree, "average links per node")->capture_default_str();
+    sub->add_option("--site-every", options.site_every, "every n-th node is a site")
+        ->check(CLI::Range(1u, 1000u))
+        ->capture_default_str();
     sub->add_option("--seed", options.seed, "random seed")->capture_default_str();
   };
   CLI::App* paths = app.add_subcommand("paths", "path computation and admission in process");
@@ -343,6 +346,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   scale_cmd->add_option("--etcd", scale.etcd, "etcd://HOST:PORT,...: also the startup from etcd");
   scale_cmd->add_option("--store-key", scale.store_key, "with --etcd: the store key file");
+  scale_cmd->add_option("--keep", scale.keep_dir,
+                        "keep the journal in DIR; with one there, time the startup alone");
   scale_cmd->add_flag("--json", as_json);
   CLI::App* topology = app.add_subcommand("topology", "print the synthetic topology file");
   add_topology(topology);

@@ -50,13 +50,18 @@ control::agent::ReserveRequest random_reserve(const control::model::Topology& t,
 }  // namespace
 
 int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bool as_json) {
-  auto dir =
-      std::filesystem::temp_directory_path() / fmt::format("detwan-agent-scale-{}", getpid());
+  const bool keep = !scale.keep_dir.empty();
+  auto dir = keep ? std::filesystem::path(scale.keep_dir)
+                  : std::filesystem::temp_directory_path() /
+                        fmt::format("detwan-agent-scale-{}", getpid());
   std::filesystem::create_directories(dir);
   SyntheticOptions o = options;
   o.journal = (dir / "journal.db").string();
+  const bool reuse = keep && std::filesystem::exists(o.journal);
   control::model::Topology t = synthetic_topology(o);
-  t.domain = fmt::format("scale-{}", getpid());  // a fresh domain (in etcd too)
+  // A fresh domain (in etcd too), or the kept journal's.
+  t.domain = keep ? fmt::format("scale-{}-{}", options.nodes, options.seed)
+                  : fmt::format("scale-{}", getpid());
   const control::model::Topology topology = t;
   NoGateways gateways;
   control::agent::AgentOptions agent_options;
@@ -72,7 +77,7 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
   const int64_t base = common::RealtimeClock().now_ns() + 60'000'000'000;
   uint64_t admitted = 0;
   const int64_t fill_started = mono_ns();
-  for (uint32_t i = 0; i < scale.reservations; ++i) {
+  for (uint32_t i = 0; i < (reuse ? 0 : scale.reservations); ++i) {
     if ((*agent)->reserve(random_reserve(topology, rng, base, scale.spread_days,
                                          std::to_string(i)))) {
       ++admitted;
@@ -81,7 +86,7 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
   const int64_t fill_ns = mono_ns() - fill_started;
   const int64_t rss_after = rss_bytes();
   common::LogLinearHistogram reserve_ns, path_ns;
-  for (uint32_t i = 0; i < scale.queries; ++i) {
+  for (uint32_t i = 0; i < (reuse ? 0 : scale.queries); ++i) {
     auto r = random_reserve(topology, rng, base, scale.spread_days, "q" + std::to_string(i));
     control::agent::PathsRequest p;
     p.src = r.spec.src;
@@ -97,6 +102,7 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
     reserve_ns.record(mono_ns() - t0);
   }
   const std::string check = (*agent)->check_ledger();
+  if (reuse) admitted = (*agent)->list(std::nullopt).size();
   agent->reset();
   // Startup: the state read again (a restart), from SQLite: the read alone, then the whole ...
   int64_t t0 = mono_ns();
@@ -115,6 +121,7 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
   const size_t loaded = (*reopened)->list(std::nullopt).size();
   reopened->reset();
   json::object out{{"nodes", options.nodes},
+                   {"reused_journal", reuse},
                    {"links", topology.links.size()},
                    {"sites", topology.sites.size()},
                    {"reservations_requested", scale.reservations + scale.queries},
@@ -140,10 +147,13 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
                    (!endpoints ? endpoints.error() : key.error()).message.c_str());
       return 2;
     }
+    // Always a fresh domain in etcd (a kept journal's domain may be there from a run before).
+    control::model::Topology etcd_topology = topology;
+    etcd_topology.domain += fmt::format("-{}", getpid());
     auto client = control::store::EtcdClient::create(*endpoints, 30'000);
     auto store = control::store::EtcdStore::open(
         std::shared_ptr<control::store::EtcdClient>(std::move(*client)),
-        control::store::EtcdStoreOptions{topology.domain, *key, {}}, scale.etcd);
+        control::store::EtcdStoreOptions{etcd_topology.domain, *key, {}}, scale.etcd);
     auto journal = control::journal::Journal::open(o.journal, false, topology.domain);
     if (!store || !journal) {
       std::fprintf(stderr, "detwan-agent-bench: %s\n",
@@ -162,7 +172,7 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
     control::agent::AgentOptions etcd_options = agent_options;
     etcd_options.store = std::shared_ptr<control::store::EtcdStore>(std::move(*store));
     t0 = mono_ns();
-    auto over_etcd = control::agent::Agent::open(topology, etcd_options);
+    auto over_etcd = control::agent::Agent::open(etcd_topology, etcd_options);
     const int64_t etcd_open_ns = mono_ns() - t0;
     if (!over_etcd) {
       std::fprintf(stderr, "detwan-agent-bench: open over etcd: %s\n",
@@ -173,7 +183,7 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
     out["startup_etcd_s"] = etcd_open_ns / 1e9;
     out["loaded_from_etcd"] = (*over_etcd)->list(std::nullopt).size();
   }
-  std::filesystem::remove_all(dir);
+  if (!keep) std::filesystem::remove_all(dir);
   if (as_json) {
     std::printf("%s\n", json::serialize(out).c_str());
   } else {

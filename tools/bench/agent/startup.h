@@ -13,6 +13,9 @@ struct ScaleOptions {
   uint32_t spread_days = 30;
   std::string etcd;       // etcd://HOST:PORT,... ("" = SQLite only)
   std::string store_key;  // with etcd
+  // Keep the journal in this folder (domain "scale-<nodes>-<seed>"); when it already holds one,
+  // skip the filling and the timed admissions: time the startup alone over the same state.
+  std::string keep_dir;
 };
 
 int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bool as_json);
