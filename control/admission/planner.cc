@@ -61,7 +61,7 @@ std::optional<std::vector<uint32_t>> slots_for(const Context& c, uint32_t link, 
 
 bool capacity_free(const Context& c, uint32_t link) {
   for (int d = 0; d < 2; ++d) {
-    if (c.ledger.free_bps(link, d, c.r.start_ns, c.r.end_ns, c.r.ignore_key) < c.r.rate_bps) {
+    if (!c.ledger.fits(link, d, c.r.start_ns, c.r.end_ns, c.r.rate_bps, c.r.ignore_key)) {
       return false;
     }
   }

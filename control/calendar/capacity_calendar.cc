@@ -39,7 +39,9 @@ void CapacityCalendar::add(int64_t start_ns, int64_t end_ns, uint64_t rate_bps, 
   for (auto it = first; it != last; ++it) {
     uint64_t& level = it->second;
     level = subtract ? (level >= rate_bps ? level - rate_bps : 0) : level + rate_bps;
+    if (!subtract) max_bound_bps_ = std::max(max_bound_bps_, level);
   }
+  if (subtract) max_bound_stale_ = true;
   merge_at(last);
   merge_at(first);
 }
@@ -70,6 +72,8 @@ void CapacityCalendar::assign(std::vector<Window>& windows) {
   std::sort(changes.begin(), changes.end(),
             [](const Change& a, const Change& b) { return a.t_ns < b.t_ns; });
   levels_.clear();
+  max_bound_bps_ = 0;
+  max_bound_stale_ = false;
   uint64_t level = 0;
   uint64_t last = 0;
   for (size_t i = 0; i < changes.size();) {
@@ -79,7 +83,15 @@ void CapacityCalendar::assign(std::vector<Window>& windows) {
     }
     if (level != last) levels_.emplace_hint(levels_.end(), t, level);
     last = level;
+    max_bound_bps_ = std::max(max_bound_bps_, level);
   }
+}
+
+void CapacityCalendar::tighten_max_bound() const {
+  if (!max_bound_stale_) return;
+  max_bound_bps_ = 0;
+  for (const auto& [t, level] : levels_) max_bound_bps_ = std::max(max_bound_bps_, level);
+  max_bound_stale_ = false;
 }
 
 }  // namespace detwan::control::calendar

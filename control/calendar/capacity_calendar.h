@@ -44,6 +44,13 @@ class CapacityCalendar {
     }
   }
   [[nodiscard]] size_t breakpoints() const noexcept { return levels_.size(); }
+  // An upper bound of the highest level at any time, O(1) (exact after book() and assign();
+  // after unbook() it may stay above until the next exact recount, which a lookup makes when
+  // the bound does not already answer it): "would rate_bps fit whatever the window" without a
+  // descent -- most links of a large network are far from full.
+  [[nodiscard]] uint64_t max_bound_bps() const noexcept { return max_bound_bps_; }
+  // Recounts the bound exactly (a walk over every breakpoint) when unbook() left it stale.
+  void tighten_max_bound() const;
 
  private:
   using Levels = std::map<int64_t, uint64_t>;
@@ -54,6 +61,8 @@ class CapacityCalendar {
   void add(int64_t start_ns, int64_t end_ns, uint64_t rate_bps, bool subtract);
   // Level from each time until the next breakpoint; before the first one the level is 0.
   Levels levels_;
+  mutable uint64_t max_bound_bps_ = 0;
+  mutable bool max_bound_stale_ = false;  // an unbook since the last exact count
 };
 
 }  // namespace detwan::control::calendar

@@ -44,6 +44,20 @@ uint64_t Ledger::free_bps(uint32_t link, int direction, int64_t start_ns, int64_
   return used >= limit ? 0 : limit - used;
 }
 
+bool Ledger::fits(uint32_t link, int direction, int64_t start_ns, int64_t end_ns,
+                  uint64_t rate_bps, uint64_t ignore_key) const {
+  const uint64_t limit = topology_.links[link].reservable_bps();
+  const CapacityCalendar& calendar = capacity(link, direction);
+  // Our own booking only lowers what is used: the bound holds with it too.
+  auto room = [&] {
+    return calendar.max_bound_bps() <= limit && rate_bps <= limit - calendar.max_bound_bps();
+  };
+  if (room()) return true;
+  calendar.tighten_max_bound();
+  if (room()) return true;
+  return free_bps(link, direction, start_ns, end_ns, ignore_key) >= rate_bps;
+}
+
 std::vector<int64_t> Ledger::ends_after(int64_t t_ns) const {
   std::vector<int64_t> out;
   for (const auto& [key, booking] : bookings_) {

@@ -51,6 +51,11 @@ class Ledger {
   [[nodiscard]] uint64_t free_bps(uint32_t link, int direction, int64_t start_ns, int64_t end_ns,
                                   uint64_t ignore_key = 0) const;
 
+  // free_bps(...) >= rate_bps, answered without a window lookup when the link direction's
+  // highest level ever leaves room for it (what path search asks of every link it relaxes).
+  [[nodiscard]] bool fits(uint32_t link, int direction, int64_t start_ns, int64_t end_ns,
+                          uint64_t rate_bps, uint64_t ignore_key = 0) const;
+
   void book(const Booking& booking);  // replaces an earlier booking of the same key
   // Many bookings of distinct keys at once (an agent's startup): the same state as book() of
   // each, each calendar built by one sort and a sweep. Into an empty ledger; otherwise, or with

@@ -395,5 +395,48 @@ TEST_F(AuthorityTest, ReservationsArePagedAndFilteredPerTenant) {
   }
 }
 
+// The archive through the API: after agent.archive_after (7 days by default) a terminated
+// reservation is listed with ?archived=true (each tenant its own), read by id with its tenant's
+// rights, answered again on DELETE and refused any change.
+TEST_F(AuthorityTest, ArchivedReservationsAreReadThroughTheApiWithTheirTenantsRights) {
+  const Identity alpha = token("alpha");
+  const Identity beta = token("beta");
+  const Identity ops = token("", true, true);
+  const std::string mine = reserve_as(alpha, "a", "b", 1'000'000, 1);
+  const std::string theirs = reserve_as(beta, "a", "c", 1'000'000, 2);
+  const std::string live = reserve_as(beta, "a", "b", 1'000'000, 3);
+  ASSERT_EQ(call(alpha, "DELETE", "/v1/reservations/" + mine).status, 200);
+  ASSERT_EQ(call(beta, "DELETE", "/v1/reservations/" + theirs).status, 200);
+  const auto commit = call(beta, "POST", "/v1/reservations/" + live + "/commit");
+  ASSERT_EQ(commit.status, 200) << commit.body;
+  realtime.advance_ns(8 * 86'400 * kSecond);
+  monotonic.advance_ns(8 * 86'400 * kSecond);
+  agent->tick();  // the live one ended too (its window passed); archived at the next pass
+  EXPECT_EQ(listed(ops), std::vector<std::string>{live});
+  auto archived = [&](const Identity& who) {
+    const auto r = call(who, "GET", "/v1/reservations?archived=true");
+    EXPECT_EQ(r.status, 200) << r.body;
+    std::vector<std::string> ids;
+    const boost::json::value parsed = boost::json::parse(r.body);
+    for (const auto& item : parsed.at("reservations").as_array()) {
+      EXPECT_TRUE(item.at("archived").as_bool());
+      ids.emplace_back(item.at("id").as_string());
+    }
+    return ids;
+  };
+  EXPECT_EQ(archived(ops), (std::vector<std::string>{mine, theirs}));
+  EXPECT_EQ(archived(alpha), std::vector<std::string>{mine});
+  const auto read = call(alpha, "GET", "/v1/reservations/" + mine);
+  ASSERT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(boost::json::parse(read.body).at("state").as_string(), "terminated");
+  EXPECT_EQ(call(beta, "GET", "/v1/reservations/" + mine).status, 403);  // alpha's, archived
+  EXPECT_EQ(call(alpha, "DELETE", "/v1/reservations/" + mine).status, 200);
+  const auto changed =
+      call(alpha, "PATCH", "/v1/reservations/" + mine, R"({"min_bandwidth_bps":2000000})");
+  EXPECT_EQ(changed.status, 409) << changed.body;
+  EXPECT_NE(message_of(changed).find("archived"), std::string::npos) << changed.body;
+  EXPECT_EQ(call(ops, "GET", "/v1/reservations/r-4242").status, 404);
+}
+
 }  // namespace
 }  // namespace detwan::control::testing

@@ -165,6 +165,23 @@ TEST(CapacityCalendar, RandomizedAgainstABruteForceArray) {
   }
 }
 
+// The bound of the highest level: exact after bookings, never below the truth after an unbook,
+// exact again once tightened.
+TEST(CapacityCalendar, MaxBoundIsNeverBelowThePeakAndTightensAfterUnbook) {
+  CapacityCalendar c;
+  EXPECT_EQ(c.max_bound_bps(), 0u);
+  c.book(0, 10, 5);
+  c.book(5, 15, 7);
+  EXPECT_EQ(c.max_bound_bps(), 12u);
+  c.unbook(5, 15, 7);
+  EXPECT_GE(c.max_bound_bps(), c.peak_bps(INT64_MIN, INT64_MAX));
+  c.tighten_max_bound();
+  EXPECT_EQ(c.max_bound_bps(), 5u);
+  c.unbook(0, 10, 5);
+  c.tighten_max_bound();
+  EXPECT_EQ(c.max_bound_bps(), 0u);
+}
+
 // assign() (the startup's bulk build) gives the very calendar book() of each window gives:
 // same levels everywhere and the same breakpoints (adjacent and equal levels merged alike).
 TEST(CapacityCalendar, AssignEqualsBookingEachWindow) {
@@ -183,6 +200,8 @@ TEST(CapacityCalendar, AssignEqualsBookingEachWindow) {
     CapacityCalendar assigned;
     assigned.assign(windows);
     ASSERT_EQ(assigned.breakpoints(), booked.breakpoints()) << "round " << round;
+    ASSERT_EQ(assigned.max_bound_bps(), booked.peak_bps(INT64_MIN, INT64_MAX));
+    ASSERT_EQ(booked.max_bound_bps(), booked.peak_bps(INT64_MIN, INT64_MAX));
     for (int64_t t = -10; t <= 1200; t += 5) {
       ASSERT_EQ(assigned.at_bps(t), booked.at_bps(t)) << "round " << round << " t " << t;
       ASSERT_EQ(assigned.peak_bps(t, t + 37), booked.peak_bps(t, t + 37));

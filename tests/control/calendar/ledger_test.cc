@@ -212,6 +212,20 @@ TEST(Ledger, BookAllEqualsBookingEach) {
   }
   EXPECT_EQ(bulk.check(), one_by_one.check());
   EXPECT_EQ(bulk.check_calendars(), bulk.check());
+  // fits() answers what free_bps() would, with and without ignoring a key, before and after
+  // an unbook (the bound is stale until tightened).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t at = 0; at < 1000; at += 50) {
+      for (const uint64_t rate : {10'000'000ull, 500'000'000ull, 850'000'000ull, 900'000'001ull}) {
+        for (const uint64_t ignore : {0ull, 3ull}) {
+          EXPECT_EQ(bulk.fits(1, 0, at, at + 120, rate, ignore),
+                    bulk.free_bps(1, 0, at, at + 120, ignore) >= rate)
+              << "at " << at << " rate " << rate;
+        }
+      }
+    }
+    bulk.unbook(2);
+  }
   // An over-booking and a shared slot, found alike.
   all.push_back(booking(41, 0, 1000, 900'000'000, {1}, {{0, 0, {1}}}));
   Ledger bad_one(t);
