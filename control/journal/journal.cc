@@ -270,8 +270,11 @@ common::Result<void> Journal::record(const Event& event, uint64_t next_key,
     bind_text(set_next_key_, 1, std::to_string(next_key));
     ok = step(set_next_key_);
   }
-  if (!ok) {
-    const common::Error failure = error("write transition of " + event.id);
+  return finish(ok, ok ? common::Error{} : error("write transition of " + event.id));
+}
+
+common::Result<void> Journal::finish(bool written, const common::Error& failure) {
+  if (!written) {
     (void)exec("ROLLBACK");
     return std::unexpected(failure);
   }

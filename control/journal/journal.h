@@ -82,6 +82,9 @@ class Journal final : public Store {
  private:
   Journal(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
   common::Result<void> exec(const char* sql);
+  // Ends the transaction BEGIN IMMEDIATE opened: COMMIT when everything in it was written (then
+  // one commit more), else ROLLBACK and `failure`.
+  common::Result<void> finish(bool written, const common::Error& failure);
   common::Result<void> scrub_event_secrets();
   common::Error error(const std::string& what) const;
 

@@ -47,16 +47,7 @@ common::Result<void> Journal::archive(const std::vector<ArchivedRow>& rows) {
   sqlite3_finalize(insert);
   sqlite3_finalize(remove);
   if (!ok) return ok;
-  if (!written) {
-    (void)exec("ROLLBACK");
-    return std::unexpected(failure);
-  }
-  if (auto committed = exec("COMMIT"); !committed) {
-    (void)exec("ROLLBACK");
-    return committed;
-  }
-  ++commits_;
-  return {};
+  return finish(written, failure);
 }
 
 common::Result<std::vector<ArchivedRow>> Journal::archived_after(uint64_t after_key,
