@@ -198,7 +198,9 @@ class Relay {
         buffer[flip_at_ - seen] ^= 0x01;
       }
       seen += static_cast<size_t>(n);
-      if (::write(to, buffer.data(), static_cast<size_t>(n)) != n) break;
+      // MSG_NOSIGNAL: the side that found the tampered record may have closed already (a
+      // write() would raise SIGPIPE and kill the test process).
+      if (::send(to, buffer.data(), static_cast<size_t>(n), MSG_NOSIGNAL) != n) break;
     }
     ::shutdown(to, SHUT_WR);
   }
