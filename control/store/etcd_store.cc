@@ -255,7 +255,7 @@ common::Result<void> EtcdStore::scan(
   std::string from = prefix_ + section;
   const std::string end = prefix_end(prefix_ + section);
   while (true) {
-    auto page = client_->range(from, end, kPageKeys);
+    auto page = client_->range(from, end, options_.page_keys);
     if (!page) return std::unexpected(page.error());
     for (const KeyValue& kv : page->kvs) {
       auto value = open_value(kv);

@@ -69,7 +69,7 @@ common::Result<std::vector<journal::ArchivedRow>> EtcdStore::archived_after(uint
   std::string from = prefix_ + archive_key(after_key) + std::string(1, '\0');
   while (rows.size() < limit) {
     auto page = client_->range(
-        from, end, std::min<int64_t>(static_cast<int64_t>(limit - rows.size()), kPageKeys));
+        from, end, std::min<int64_t>(static_cast<int64_t>(limit - rows.size()), options_.page_keys));
     if (!page) return std::unexpected(page.error());
     for (const KeyValue& kv : page->kvs) {
       auto text = open_value(kv);

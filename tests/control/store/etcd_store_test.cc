@@ -2,7 +2,7 @@
 // a transition round-trips (bodies, requests, keys; the event without its key secrets, every
 // value sealed in etcd), a wrong store key or domain is refused, a fenced store cannot write
 // once its lease is gone, exactly one of two replicas leads and the other takes over when the
-// leader resigns, paging past kPageKeys, and `migrate` both ways between SQLite and etcd.
+// leader resigns, paging past a page of keys, and `migrate` both ways between SQLite and etcd.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -21,6 +21,7 @@ namespace detwan::control::store {
 namespace {
 
 const std::string kKey(kStoreKeyBytes, '\x42');
+constexpr int64_t kTestPageKeys = 50;
 
 std::string body_of(int n, bool secret) {
   return fmt::format(
@@ -36,7 +37,9 @@ class EtcdStoreTest : public EtcdFixture {
  protected:
   std::unique_ptr<EtcdStore> open(const std::string& domain = "lab", Fence fence = {},
                                   const std::string& key = kKey) {
-    auto store = EtcdStore::open(client_, EtcdStoreOptions{domain, key, std::move(fence)}, "test");
+    EtcdStoreOptions options{domain, key, std::move(fence)};
+    options.page_keys = kTestPageKeys;  // loads page several times with a few hundred keys
+    auto store = EtcdStore::open(client_, std::move(options), "test");
     EXPECT_TRUE(store) << store.error().message;
     return store ? std::move(*store) : nullptr;
   }
@@ -190,7 +193,7 @@ TEST_F(EtcdStoreTest, ExactlyOneReplicaLeadsAndAnotherTakesOverWhenItGoes) {
 
 TEST_F(EtcdStoreTest, LoadPagesPastOneRange) {
   auto store = open();
-  const int n = static_cast<int>(kPageKeys) + 37;
+  const int n = 3 * static_cast<int>(kTestPageKeys) + 37;
   for (int i = 1; i <= n; ++i) {
     ASSERT_TRUE(store->record(event_of(i, "held"), static_cast<uint64_t>(i + 1), nullptr));
   }
