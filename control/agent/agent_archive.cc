@@ -120,9 +120,13 @@ ApiError Agent::Impl::missing(const std::string& id, std::string_view operation)
   auto found = archived(id);
   if (!found) return found.error();
   if (!found->has_value()) return not_found(id);
+  return archived_read_only(**found, operation);
+}
+
+ApiError archived_read_only(const Reservation& r, std::string_view operation) {
   return ApiError{409, "wrong_state",
-                  fmt::format("cannot {} {}: it is {} and archived (read-only)", operation, id,
-                              reservation::to_string((*found)->state)),
+                  fmt::format("cannot {} {}: it is {} and archived (read-only)", operation, r.id,
+                              reservation::to_string(r.state)),
                   "id"};
 }
 

@@ -162,6 +162,8 @@ struct Agent::Impl {
 };
 
 ApiError not_found(const std::string& id);
+// 409: an archived reservation is read-only (agent_archive.cc).
+ApiError archived_read_only(const reservation::Reservation& r, std::string_view operation);
 // "r-<digits>" -> its key (nullopt for anything else, or past 2^64).
 std::optional<uint64_t> key_of_id(const std::string& id);
 ApiError wrong_state(const reservation::Reservation& r, std::string_view operation,

@@ -363,7 +363,7 @@ Outcome<json::object> change(Agent::Impl& m, const std::string& id, std::string_
     for (const State s : already) {
       if ((*old)->state == s) return m.archived_view(**old);
     }
-    return std::unexpected(m.missing(id, operation));
+    return std::unexpected(archived_read_only(**old, operation));
   }
   for (const State s : already) {
     if (r->state == s) return m.view(*r);  // repeated request: nothing to do

@@ -137,6 +137,29 @@ void Ledger::unbook(uint64_t key) {
   bookings_.erase(it);
 }
 
+std::string Ledger::over_capacity(const std::vector<CapacityCalendar>& calendars) const {
+  for (uint32_t l = 0; l < topology_.links.size(); ++l) {
+    const model::Link& link = topology_.links[l];
+    for (int d = 0; d < 2; ++d) {
+      const uint64_t peak =
+          calendars[2 * l + static_cast<size_t>(d)].peak_bps(INT64_MIN, INT64_MAX);
+      if (peak > link.reservable_bps()) {
+        return fmt::format("link '{}' direction {}->{}: {} bit/s booked at once, reservable {}",
+                           link.name, topology_.nodes[link.ends[d]].name,
+                           topology_.nodes[link.ends[1 - d]].name, peak, link.reservable_bps());
+      }
+    }
+  }
+  return "";
+}
+
+std::string Ledger::first_booking_problem() const {
+  for (const auto& [key, booking] : bookings_) {
+    if (std::string problem = check_booking(key); !problem.empty()) return problem;
+  }
+  return "";
+}
+
 std::string Ledger::check() const {
   // Capacity: rebuild from the bookings alone (independent of the incremental calendars).
   std::vector<CapacityCalendar> fresh(2 * topology_.links.size());
@@ -148,45 +171,18 @@ std::string Ledger::check() const {
       }
     }
   }
-  for (uint32_t l = 0; l < topology_.links.size(); ++l) {
-    const model::Link& link = topology_.links[l];
-    for (int d = 0; d < 2; ++d) {
-      const uint64_t peak = fresh[2 * l + static_cast<size_t>(d)].peak_bps(INT64_MIN, INT64_MAX);
-      if (peak > link.reservable_bps()) {
-        return fmt::format("link '{}' direction {}->{}: {} bit/s booked at once, reservable {}",
-                           link.name, topology_.nodes[link.ends[d]].name,
-                           topology_.nodes[link.ends[1 - d]].name, peak, link.reservable_bps());
-      }
-    }
-  }
+  if (std::string problem = over_capacity(fresh); !problem.empty()) return problem;
   // Slots: two bookings with overlapping windows on one port never share a slot.
-  for (const auto& [key, booking] : bookings_) {
-    if (std::string problem = check_booking(key); !problem.empty()) return problem;
-  }
-  return "";
+  return first_booking_problem();
 }
 
 std::string Ledger::check_calendars() const {
-  for (uint32_t l = 0; l < topology_.links.size(); ++l) {
-    const model::Link& link = topology_.links[l];
-    for (int d = 0; d < 2; ++d) {
-      const uint64_t peak = capacity(l, d).peak_bps(INT64_MIN, INT64_MAX);
-      if (peak > link.reservable_bps()) {
-        return fmt::format("link '{}' direction {}->{}: {} bit/s booked at once, reservable {}",
-                           link.name, topology_.nodes[link.ends[d]].name,
-                           topology_.nodes[link.ends[1 - d]].name, peak, link.reservable_bps());
-      }
-    }
-  }
+  if (std::string problem = over_capacity(capacity_); !problem.empty()) return problem;
   // Slots: only a calendar that recorded a double booking has one; then name it as check() does.
   const bool shared = std::any_of(slots_.begin(), slots_.end(), [](const auto& calendar) {
     return calendar && calendar->any_shared();
   });
-  if (!shared) return "";
-  for (const auto& [key, booking] : bookings_) {
-    if (std::string problem = check_booking(key); !problem.empty()) return problem;
-  }
-  return "";
+  return shared ? first_booking_problem() : "";
 }
 
 std::string Ledger::check_booking(uint64_t key) const {

@@ -78,6 +78,11 @@ class Ledger {
   [[nodiscard]] std::string check_booking(uint64_t key) const;
 
  private:
+  // The first link direction whose calendar (of `calendars`, 2 per link) is above its
+  // reservable rate at some instant; the first booking check_booking() faults. "" if none.
+  [[nodiscard]] std::string over_capacity(const std::vector<CapacityCalendar>& calendars) const;
+  [[nodiscard]] std::string first_booking_problem() const;
+
   const model::Topology& topology_;
   std::vector<CapacityCalendar> capacity_;          // 2 per link
   std::vector<std::optional<SlotCalendar>> slots_;  // 2 per link
