@@ -70,6 +70,7 @@ struct Settings {
   std::string replica;
   std::string advertise;
   std::string lease_ttl = "5s";
+  std::string warm_sync = "1s";
   std::string from;  // migrate
   std::string to;
 };
@@ -248,10 +249,16 @@ int command_run(const Settings& s) {
       return fail(common::Error{common::ErrorCode::kInvalidArgument,
                                 "--lease-ttl '" + s.lease_ttl + "': whole seconds, at least 1s"});
     }
-    auto started = Replica::start(std::move(*t),
-                                  ReplicaSettings{s.store, s.store_key, s.replica, s.advertise,
-                                                  *ttl_ns / 1'000'000'000},
-                                  leader_routes);
+    auto warm_ns = common::parse_duration_ns(s.warm_sync);
+    if (!warm_ns || *warm_ns < 0 || (*warm_ns > 0 && *warm_ns < 100'000'000)) {
+      return fail(common::Error{common::ErrorCode::kInvalidArgument,
+                                "--warm-sync '" + s.warm_sync + "': 0 (no warm copy) or at "
+                                "least 100ms"});
+    }
+    ReplicaSettings replica_settings{s.store, s.store_key, s.replica, s.advertise,
+                                     *ttl_ns / 1'000'000'000};
+    replica_settings.warm_sync_ms = *warm_ns / 1'000'000;
+    auto started = Replica::start(std::move(*t), std::move(replica_settings), leader_routes);
     if (!started) return fail(started.error());
     replica = std::move(*started);
     routes = replica->handler();
@@ -375,6 +382,10 @@ int main_impl(int argc, char** argv) {
                   "leader's)");
   run->add_option("--lease-ttl", s.lease_ttl,
                   "with etcd: the leader's lease; a dead leader is replaced within it")
+      ->capture_default_str();
+  run->add_option("--warm-sync", s.warm_sync,
+                  "with etcd: a follower syncs its warm copy of the state this often, so that "
+                  "once elected it reads only what changed (0: no copy, reads everything)")
       ->capture_default_str();
   CLI::App* check = app.add_subcommand("check", "validate the topology and print a summary");
   add_common(check);

@@ -1,5 +1,6 @@
 #include "control/daemon/replica.h"
 
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,7 @@ Replica::Replica(model::Topology topology, ReplicaSettings settings, MakeRoutes 
       make_routes_(std::move(make_routes)) {}
 
 Replica::~Replica() {
+  stop_warming();
   {
     std::lock_guard lock(mutex_);
     term_.reset();
@@ -101,7 +103,48 @@ common::Result<std::unique_ptr<Replica>> Replica::start(model::Topology topology
                                          r->settings_.advertise, r->settings_.lease_ttl_s});
   if (!election) return std::unexpected(election.error());
   r->election_ = std::move(*election);
+  if (r->settings_.warm_sync_ms > 0) {
+    r->warm_ = std::make_shared<store::WarmRows>(
+        r->client_, store::domain_prefix(r->topology_.domain), r->store_key_, store::kPageKeys);
+    r->warmer_ = std::thread([raw = r.get()] { raw->warm_loop(); });
+  }
   return r;
+}
+
+void Replica::warm_loop() {
+  auto log = common::logger("detwan-agent");
+  bool failing = false;
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    const bool following = term_ == nullptr && !election_->term().has_value();
+    lock.unlock();
+    if (following) {
+      auto synced = warm_->sync();
+      if (!synced) {
+        warm_failures_.fetch_add(1);
+        if (!failing) {
+          log->warn("replica {}: warm copy not synced: {} (retried; an elected replica reads "
+                    "what it lacks)",
+                    settings_.replica, synced.error().message);
+        }
+      } else if (synced->full) {
+        log->info("replica {}: warm copy read whole: {} rows", settings_.replica, warm_->rows());
+      }
+      failing = !synced;
+    }
+    lock.lock();
+    warm_wake_.wait_for(lock, std::chrono::milliseconds(settings_.warm_sync_ms),
+                        [this] { return stopping_; });
+  }
+}
+
+void Replica::stop_warming() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  warm_wake_.notify_all();
+  if (warmer_.joinable()) warmer_.join();
 }
 
 std::shared_ptr<Replica::Term> Replica::current() const {
@@ -156,8 +199,9 @@ void Replica::open_term(const store::Fence& fence) {
   auto term = std::make_shared<Term>();
   term->create_revision = fence.create_revision;
   term->gateways = std::make_unique<FencedGatewayClient>(*election_);
-  auto opened = store::EtcdStore::open(
-      client_, store::EtcdStoreOptions{topology_.domain, store_key_, fence}, description_);
+  store::EtcdStoreOptions store_options{topology_.domain, store_key_, fence};
+  store_options.warm = warm_;
+  auto opened = store::EtcdStore::open(client_, std::move(store_options), description_);
   common::Result<void> ok;
   if (opened) {
     term->store = std::move(*opened);
@@ -187,8 +231,14 @@ void Replica::open_term(const store::Fence& fence) {
     election_->resign();
     return;
   }
-  log->info("replica {}: leading term {} over {}", settings_.replica, fence.create_revision,
-            description_);
+  if (const auto& warm = term->store->warm_sync(); warm) {
+    log->info("replica {}: leading term {} over {} (warm copy: {} rows read, {} gone, of {})",
+              settings_.replica, fence.create_revision, description_, warm->read, warm->dropped,
+              warm->listed);
+  } else {
+    log->info("replica {}: leading term {} over {}", settings_.replica, fence.create_revision,
+              description_);
+  }
   std::lock_guard lock(mutex_);
   term_ = std::move(term);
 }
@@ -203,8 +253,18 @@ std::string Replica::metrics_text(bool leading) const {
       "detwan_agent_terms_won_total{{replica=\"{0}\"}} {2}\n"
       "# HELP detwan_agent_terms_lost_total Terms that ended without a resignation at stop.\n"
       "# TYPE detwan_agent_terms_lost_total counter\n"
-      "detwan_agent_terms_lost_total{{replica=\"{0}\"}} {3}\n",
-      settings_.replica, leading ? 1 : 0, election_->terms_won(), election_->terms_lost());
+      "detwan_agent_terms_lost_total{{replica=\"{0}\"}} {3}\n"
+      "# HELP detwan_agent_warm_rows Rows of the state this follower holds warm for a failover.\n"
+      "# TYPE detwan_agent_warm_rows gauge\n"
+      "detwan_agent_warm_rows{{replica=\"{0}\"}} {4}\n"
+      "# HELP detwan_agent_warm_syncs_total Syncs of the warm copy that completed.\n"
+      "# TYPE detwan_agent_warm_syncs_total counter\n"
+      "detwan_agent_warm_syncs_total{{replica=\"{0}\"}} {5}\n"
+      "# HELP detwan_agent_warm_sync_failures_total Syncs of the warm copy that failed.\n"
+      "# TYPE detwan_agent_warm_sync_failures_total counter\n"
+      "detwan_agent_warm_sync_failures_total{{replica=\"{0}\"}} {6}\n",
+      settings_.replica, leading ? 1 : 0, election_->terms_won(), election_->terms_lost(),
+      warm_ ? warm_->rows() : 0, warm_ ? warm_->syncs() : 0, warm_failures_.load());
 }
 
 void Replica::follower_answer(const api::HttpRequest& request,

@@ -11,10 +11,16 @@
 // writes then fail, fenced) and the replica stands again. Gateways are programmed only while
 // the lease is certainly alive (LeaderElection::leading_now), through a fenced gateway client.
 //
+// A follower keeps a warm copy of the state (store/warm_rows.h), synced every warm_sync_ms on a
+// thread of its own, so that an elected replica reads what changed since, not everything.
+//
 // Threading: handler() may be called from any thread; poll() from one (the daemon's loop).
+#include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -24,6 +30,7 @@
 #include "control/model/topology.h"
 #include "control/store/etcd_store.h"
 #include "control/store/leader_election.h"
+#include "control/store/warm_rows.h"
 
 namespace detwan::control::daemon {
 
@@ -33,6 +40,9 @@ struct ReplicaSettings {
   std::string replica;          // this replica's name
   std::string advertise;        // this replica's API URL, as clients reach it
   int64_t lease_ttl_s = 5;
+  // A follower brings its warm copy of the state (store/warm_rows.h) up to date this often, so
+  // that once elected it reads only what changed; 0: no copy (an elected replica reads all).
+  int64_t warm_sync_ms = 1000;
 };
 
 // Builds what a leader serves over its agent (the daemon's routes, federation included); the
@@ -67,6 +77,9 @@ class Replica {
   void retire(std::shared_ptr<Term> term);
   std::string metrics_text(bool leading) const;
   void follower_answer(const api::HttpRequest& request, const api::Respond& respond) const;
+  // The warm copy's thread: syncs while this replica follows, until stop_warming().
+  void warm_loop();
+  void stop_warming();
 
   model::Topology topology_;
   ReplicaSettings settings_;
@@ -79,6 +92,11 @@ class Replica {
   std::shared_ptr<Term> term_;
   std::vector<std::shared_ptr<Term>> retired_;  // dropped by poll()
   int64_t failed_term_ = 0;  // the term whose opening failed (resigned; not retried)
+  std::shared_ptr<store::WarmRows> warm_;  // nullptr: warm_sync_ms 0
+  std::thread warmer_;
+  std::condition_variable warm_wake_;
+  bool stopping_ = false;  // under mutex_
+  std::atomic<uint64_t> warm_failures_{0};
 };
 
 }  // namespace detwan::control::daemon

@@ -104,10 +104,12 @@ int64_t revision_of(const json::object& answer) {
   return header != nullptr && header->is_object() ? number_of(header->as_object(), "revision") : 0;
 }
 
-json::object range_request(const std::string& key, const std::string& range_end, int64_t limit) {
+json::object range_request(const std::string& key, const std::string& range_end, int64_t limit,
+                           bool keys_only = false) {
   json::object r{{"key", base64(key)}};
   if (!range_end.empty()) r["range_end"] = base64(range_end);
   if (limit > 0) r["limit"] = std::to_string(limit);
+  if (keys_only) r["keys_only"] = true;
   return r;
 }
 
@@ -237,8 +239,9 @@ common::Result<std::string> EtcdClient::call(const std::string& path, const std:
 }
 
 common::Result<RangeResult> EtcdClient::range(const std::string& key, const std::string& range_end,
-                                              int64_t limit) {
-  auto text = call("/v3/kv/range", json::serialize(range_request(key, range_end, limit)));
+                                              int64_t limit, bool keys_only) {
+  auto text =
+      call("/v3/kv/range", json::serialize(range_request(key, range_end, limit, keys_only)));
   if (!text) return std::unexpected(text.error());
   auto answer = parse_object(*text, "range");
   if (!answer) return std::unexpected(answer.error());

@@ -95,8 +95,9 @@ class EtcdClient {
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
 
+  // keys_only: the key-values without their values (keys and revisions alone).
   common::Result<RangeResult> range(const std::string& key, const std::string& range_end = "",
-                                    int64_t limit = 0);
+                                    int64_t limit = 0, bool keys_only = false);
   // The revision of the put.
   common::Result<int64_t> put(const std::string& key, const std::string& value, int64_t lease = 0);
   // The number of keys deleted.

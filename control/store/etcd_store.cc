@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -275,28 +276,44 @@ common::Result<journal::Loaded> EtcdStore::load() {
   auto next_seq = read_number("meta/event_seq", 1);
   if (!next_seq) return std::unexpected(next_seq.error());
   next_seq_ = static_cast<int64_t>(*next_seq);
-  auto ok = scan("reservations/", [&](const KeyValue&, std::string&& body) -> common::Result<void> {
+  // One reader per section (kWarmSections), fed from etcd page by page or from the warm copy.
+  using Reader = std::function<common::Result<void>(const KeyValue&, std::string&&)>;
+  const Reader reservations = [&](const KeyValue&, std::string&& body) -> common::Result<void> {
     loaded.reservations.push_back(std::move(body));
     return {};
-  });
-  if (ok) {
-    ok = scan("requests/", [&](const KeyValue& kv, std::string&& text) -> common::Result<void> {
-      boost::system::error_code ec;
-      const json::value v = json::parse(text, ec);
-      if (ec || !v.is_object()) return make_error(ErrorCode::kInternal, kv.key + ": not JSON");
-      const json::object& o = v.as_object();
-      loaded.requests.push_back({text_in(o, "client_request_id"), text_in(o, "fingerprint"),
-                                 text_in(o, "reservation_id")});
-      return {};
-    });
+  };
+  const Reader requests = [&](const KeyValue& kv, std::string&& text) -> common::Result<void> {
+    boost::system::error_code ec;
+    const json::value v = json::parse(text, ec);
+    if (ec || !v.is_object()) return make_error(ErrorCode::kInternal, kv.key + ": not JSON");
+    const json::object& o = v.as_object();
+    loaded.requests.push_back(
+        {text_in(o, "client_request_id"), text_in(o, "fingerprint"), text_in(o, "reservation_id")});
+    return {};
+  };
+  const Reader pools = [&](const KeyValue&, std::string&& body) -> common::Result<void> {
+    loaded.pools.push_back(std::move(body));
+    return {};
+  };
+  const std::pair<std::string, const Reader*> readers[] = {
+      {kWarmSections[0], &reservations}, {kWarmSections[1], &requests}, {kWarmSections[2], &pools}};
+  if (options_.warm && options_.warm->prefix() == prefix_) {
+    auto synced = options_.warm->sync();
+    if (!synced) return std::unexpected(synced.error());
+    warm_counts_ = *synced;
+    WarmSections rows = options_.warm->take();
+    for (const auto& [section, reader] : readers) {
+      KeyValue kv;
+      for (auto& [key, row] : rows[section]) {
+        kv.key = key;
+        if (auto ok = (*reader)(kv, std::move(row.value)); !ok) return std::unexpected(ok.error());
+      }
+    }
+  } else {
+    for (const auto& [section, reader] : readers) {
+      if (auto ok = scan(section, *reader); !ok) return std::unexpected(ok.error());
+    }
   }
-  if (ok) {
-    ok = scan("pools/", [&](const KeyValue&, std::string&& body) -> common::Result<void> {
-      loaded.pools.push_back(std::move(body));
-      return {};
-    });
-  }
-  if (!ok) return std::unexpected(ok.error());
   auto events = client_->range(prefix_ + "events/", prefix_end(prefix_ + "events/"), 1);
   if (!events) return std::unexpected(events.error());
   loaded.events = events->count;

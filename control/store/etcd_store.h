@@ -33,6 +33,7 @@
 #include "common/status.h"
 #include "control/journal/store.h"
 #include "control/store/etcd_client.h"
+#include "control/store/warm_rows.h"
 
 namespace detwan::control::store {
 
@@ -52,6 +53,9 @@ struct EtcdStoreOptions {
   std::string store_key;  // kStoreKeyBytes bytes
   Fence fence;
   int64_t page_keys = kPageKeys;  // keys per range call of a load (tests page with fewer)
+  // A follower's warm copy of this domain (warm_rows.h): load() syncs it and takes its rows
+  // instead of reading every value again. nullptr: load() reads everything.
+  std::shared_ptr<WarmRows> warm = nullptr;
 };
 
 // The key prefix of a domain: "/detwan/<domain>/".
@@ -71,6 +75,7 @@ class EtcdStore final : public journal::Store {
                                                           std::string description);
   ~EtcdStore() override;
 
+  // With options.warm: what changed since its last sync, then its rows (warm_rows.h).
   [[nodiscard]] common::Result<journal::Loaded> load() override;
   [[nodiscard]] common::Result<void> record(const journal::Event& event, uint64_t next_key,
                                             const journal::RequestRecord* request) override;
@@ -97,6 +102,10 @@ class EtcdStore final : public journal::Store {
   // store writes nothing more until load() reads the state again; the replica should step down
   // so that a leader with the true state serves (clients retry with their request ids).
   [[nodiscard]] bool uncertain() const noexcept { return uncertain_.load(); }
+  // What the last load() read through the warm copy (nullopt: it read everything).
+  [[nodiscard]] const std::optional<WarmSyncCounts>& warm_sync() const noexcept {
+    return warm_counts_;
+  }
 
  private:
   EtcdStore(std::shared_ptr<EtcdClient> client, EtcdStoreOptions options, std::string description);
@@ -121,6 +130,7 @@ class EtcdStore final : public journal::Store {
   std::string prefix_;
   int64_t next_seq_ = 1;  // known after load()
   bool loaded_ = false;
+  std::optional<WarmSyncCounts> warm_counts_;  // what the last load's sync read
   std::atomic<bool> uncertain_{false};
   std::atomic<uint64_t> commits_{0};
 };

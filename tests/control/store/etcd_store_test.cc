@@ -2,7 +2,8 @@
 // a transition round-trips (bodies, requests, keys; the event without its key secrets, every
 // value sealed in etcd), a wrong store key or domain is refused, a fenced store cannot write
 // once its lease is gone, exactly one of two replicas leads and the other takes over when the
-// leader resigns, paging past a page of keys, and `migrate` both ways between SQLite and etcd.
+// leader resigns, paging past a page of keys, a follower's warm copy (what changed, nothing
+// else), and `migrate` both ways between SQLite and etcd.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "control/journal/journal.h"
 #include "control/store/etcd_store.h"
 #include "control/store/leader_election.h"
+#include "control/store/warm_rows.h"
 #include "tests/control/store/etcd_process.h"
 
 namespace detwan::control::store {
@@ -204,6 +206,94 @@ TEST_F(EtcdStoreTest, LoadPagesPastOneRange) {
   int64_t seen = 0;
   ASSERT_TRUE(open()->for_each_event([&](const journal::Event& e) { EXPECT_EQ(e.seq, ++seen); }));
   EXPECT_EQ(seen, n);
+}
+
+TEST_F(EtcdStoreTest, AWarmCopyLoadsWhatAFullLoadDoesReadingOnlyWhatChanged) {
+  auto leader = open();
+  ASSERT_TRUE(leader);
+  const int n = 3 * static_cast<int>(kTestPageKeys) + 11;
+  for (int i = 1; i <= n; ++i) {
+    const journal::RequestRecord request{fmt::format("req-{}", i), "fp", fmt::format("r-{}", i)};
+    ASSERT_TRUE(leader->record(event_of(i, "held"), static_cast<uint64_t>(i + 1),
+                               i % 10 == 0 ? &request : nullptr));
+  }
+  const std::string p1 = R"({"name":"p1","gpus":8})";
+  const std::string p2 = R"({"name":"p2","gpus":4})";
+  ASSERT_TRUE(leader->put_pool("p1", &p1));
+  ASSERT_TRUE(leader->put_pool("p2", &p2));
+  const uint64_t rows = static_cast<uint64_t>(n + n / 10 + 2);
+
+  // A follower's copy: the first sync reads everything, the next nothing.
+  auto warm = std::make_shared<WarmRows>(client_, domain_prefix("lab"), kKey, kTestPageKeys);
+  auto first = warm->sync();
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->full);
+  EXPECT_EQ(first->listed, rows);
+  EXPECT_EQ(first->read, rows);
+  EXPECT_EQ(warm->rows(), rows);
+  auto idle = warm->sync();
+  ASSERT_TRUE(idle);
+  EXPECT_FALSE(idle->full);
+  EXPECT_EQ(idle->read, 0u);
+  EXPECT_EQ(idle->dropped, 0u);
+
+  // The leader moves on: 5 transitions, 3 new reservations (one with a request), 4 archived,
+  // one pool changed and one erased.
+  for (int i = 1; i <= 5; ++i) {
+    ASSERT_TRUE(leader->record(event_of(i, "committed"), static_cast<uint64_t>(n + 1), nullptr));
+  }
+  const journal::RequestRecord late{"req-late", "fp", fmt::format("r-{}", n + 1)};
+  for (int i = n + 1; i <= n + 3; ++i) {
+    ASSERT_TRUE(leader->record(event_of(i, "held"), static_cast<uint64_t>(i + 1),
+                               i == n + 1 ? &late : nullptr));
+  }
+  std::vector<journal::ArchivedRow> gone;
+  for (int i = 6; i <= 9; ++i) {
+    gone.push_back({static_cast<uint64_t>(i), fmt::format("r-{}", i), body_of(i, false), 1});
+  }
+  ASSERT_TRUE(leader->archive(gone));
+  const std::string p1_bigger = R"({"name":"p1","gpus":16})";
+  ASSERT_TRUE(leader->put_pool("p1", &p1_bigger));
+  ASSERT_TRUE(leader->put_pool("p2", nullptr));
+
+  // An elected replica with the copy loads exactly what one reading everything does, and reads
+  // only the rows that changed.
+  EtcdStoreOptions options{"lab", kKey, {}};
+  options.page_keys = kTestPageKeys;
+  options.warm = warm;
+  auto elected = EtcdStore::open(client_, std::move(options), "warm");
+  ASSERT_TRUE(elected);
+  auto from_warm = (*elected)->load();
+  ASSERT_TRUE(from_warm) << from_warm.error().message;
+  auto from_all = open()->load();
+  ASSERT_TRUE(from_all);
+  EXPECT_EQ(from_warm->reservations, from_all->reservations);
+  EXPECT_EQ(from_warm->reservations.size(), static_cast<size_t>(n + 3 - 4));
+  EXPECT_EQ(from_warm->pools, std::vector<std::string>{p1_bigger});
+  EXPECT_EQ(from_warm->pools, from_all->pools);
+  ASSERT_EQ(from_warm->requests.size(), from_all->requests.size());
+  for (size_t i = 0; i < from_all->requests.size(); ++i) {
+    EXPECT_EQ(from_warm->requests[i].client_request_id, from_all->requests[i].client_request_id);
+    EXPECT_EQ(from_warm->requests[i].reservation_id, from_all->requests[i].reservation_id);
+  }
+  EXPECT_EQ(from_warm->next_key, from_all->next_key);
+  EXPECT_EQ(from_warm->events, from_all->events);
+  ASSERT_TRUE((*elected)->warm_sync().has_value());
+  const WarmSyncCounts& counts = *(*elected)->warm_sync();
+  EXPECT_FALSE(counts.full);
+  EXPECT_EQ(counts.read, 5u + 3u + 1u + 1u);  // transitions, new, their request, pool p1
+  EXPECT_EQ(counts.dropped, 4u + 1u);          // archived, pool p2
+  EXPECT_EQ(warm->rows(), 0u);                 // moved out to the load
+
+  // A value that does not open under the store key fails the sync, naming its key.
+  auto moved = client_->range(domain_prefix("lab") + "reservations/r-1");
+  ASSERT_TRUE(moved);
+  ASSERT_EQ(moved->kvs.size(), 1u);
+  ASSERT_TRUE(client_->put(domain_prefix("lab") + "reservations/r-x", moved->kvs[0].value));
+  auto refused = warm->sync();
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("reservations/r-x"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST_F(EtcdStoreTest, MigrateMovesAJournalToEtcdAndBack) {

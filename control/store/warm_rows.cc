@@ -1,0 +1,128 @@
+#include "control/store/warm_rows.h"
+
+#include <utility>
+
+#include "control/store/sealed_value.h"
+
+namespace detwan::control::store {
+namespace {
+
+constexpr size_t kKeysPerTxn = 100;  // etcd refuses more than 128 operations (--max-txn-ops)
+// A listing moves ~40 bytes of JSON per key (no values): pages this many times larger than a
+// load's, since etcd counts the rest of the range on every call.
+constexpr int64_t kListingPageFactor = 4;
+
+}  // namespace
+
+WarmRows::WarmRows(std::shared_ptr<EtcdClient> client, std::string prefix, std::string store_key,
+                   int64_t page_keys)
+    : client_(std::move(client)),
+      prefix_(std::move(prefix)),
+      store_key_(std::move(store_key)),
+      page_keys_(page_keys > 0 ? page_keys : 1) {}
+
+common::Result<WarmSyncCounts> WarmRows::sync() {
+  std::lock_guard lock(mutex_);
+  WarmSyncCounts counts;
+  common::Result<void> ok;
+  for (const char* section : kWarmSections) {
+    ok = sync_section(section, counts);
+    if (!ok) break;
+  }
+  uint64_t n = 0;
+  for (const auto& [section, rows] : sections_) n += rows.size();
+  rows_.store(n);
+  if (!ok) return std::unexpected(ok.error());
+  syncs_.fetch_add(1);
+  return counts;
+}
+
+WarmSections WarmRows::take() {
+  std::lock_guard lock(mutex_);
+  WarmSections out = std::move(sections_);
+  sections_.clear();
+  rows_.store(0);
+  return out;
+}
+
+common::Result<void> WarmRows::sync_section(const std::string& section, WarmSyncCounts& counts) {
+  std::map<std::string, WarmRow>& copy = sections_[section];
+  // The keys there now with their mod revisions; a row still at its revision moves over as is.
+  std::map<std::string, WarmRow> next;
+  std::vector<std::string> wanted;
+  uint64_t listed = 0;
+  uint64_t changed = 0;  // listed, held, at another revision
+  std::string from = prefix_ + section;
+  const std::string end = prefix_end(prefix_ + section);
+  while (true) {
+    auto page = client_->range(from, end, page_keys_ * kListingPageFactor, /*keys_only=*/true);
+    if (!page) return std::unexpected(page.error());
+    if (page->kvs.empty()) break;
+    const std::string last = page->kvs.back().key;
+    for (KeyValue& kv : page->kvs) {
+      ++listed;
+      auto at = copy.find(kv.key);
+      if (at != copy.end() && at->second.mod_revision == kv.mod_revision) {
+        next.insert(copy.extract(at));
+      } else {
+        if (at != copy.end()) ++changed;
+        wanted.push_back(std::move(kv.key));
+      }
+    }
+    if (!page->more) break;
+    from = last + std::string(1, '\0');
+  }
+  counts.listed += listed;
+  counts.dropped += copy.size() - changed;  // the rest of what is left was not listed: gone
+  copy = std::move(next);
+  if (wanted.size() > kKeysPerTxn && 2 * wanted.size() > listed) {
+    return read_whole(section, copy, counts);
+  }
+  return read_keys(wanted, copy, counts);
+}
+
+common::Result<void> WarmRows::read_whole(const std::string& section,
+                                          std::map<std::string, WarmRow>& into,
+                                          WarmSyncCounts& counts) {
+  counts.full = true;
+  into.clear();
+  std::string from = prefix_ + section;
+  const std::string end = prefix_end(prefix_ + section);
+  while (true) {
+    auto page = client_->range(from, end, page_keys_);
+    if (!page) return std::unexpected(page.error());
+    for (KeyValue& kv : page->kvs) {
+      auto opened = open_sealed(store_key_, kv.key, kv.value);
+      if (!opened) return std::unexpected(opened.error());
+      into.insert_or_assign(kv.key, WarmRow{kv.mod_revision, std::move(*opened)});
+      ++counts.read;
+    }
+    if (!page->more || page->kvs.empty()) return {};
+    from = page->kvs.back().key + std::string(1, '\0');
+  }
+}
+
+common::Result<void> WarmRows::read_keys(const std::vector<std::string>& keys,
+                                         std::map<std::string, WarmRow>& into,
+                                         WarmSyncCounts& counts) {
+  for (size_t first = 0; first < keys.size(); first += kKeysPerTxn) {
+    std::vector<Operation> reads;
+    for (size_t i = first; i < keys.size() && i < first + kKeysPerTxn; ++i) {
+      reads.push_back(Operation{Operation::Kind::kRange, keys[i], "", "", 0, 0});
+    }
+    auto done = client_->txn({}, reads);
+    if (!done) return std::unexpected(done.error());
+    for (std::vector<KeyValue>& found : done->ranges) {
+      // Empty: deleted since the listing (the next sync does not list it).
+      for (KeyValue& kv : found) {
+        auto opened = open_sealed(store_key_, kv.key, kv.value);
+        if (!opened) return std::unexpected(opened.error());
+        into.insert_or_assign(kv.key, WarmRow{kv.mod_revision, std::move(*opened)});
+        ++counts.read;
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace detwan::control::store
