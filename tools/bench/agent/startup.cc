@@ -2,7 +2,8 @@
 // books R committed reservations in process (SQLite journal, start times spread over D days so
 // that they fit), records the resident memory they take, times the last Q admissions and path
 // computations one by one, then times the agent's startup from its store: Agent::open over the
-// SQLite journal, and -- with --etcd -- over the same state migrated into etcd (a fresh domain).
+// SQLite journal, and -- with --etcd -- over the same state migrated into etcd (a fresh domain),
+// then a failover's load through a follower's warm copy after the leader booked 100 more.
 #include <unistd.h>
 
 #include <cstdio>
@@ -150,10 +151,14 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
     // Always a fresh domain in etcd (a kept journal's domain may be there from a run before).
     control::model::Topology etcd_topology = topology;
     etcd_topology.domain += fmt::format("-{}", getpid());
-    auto client = control::store::EtcdClient::create(*endpoints, 30'000);
+    auto created = control::store::EtcdClient::create(*endpoints, 30'000);
+    if (!created) {
+      std::fprintf(stderr, "detwan-agent-bench: %s\n", created.error().message.c_str());
+      return 2;
+    }
+    std::shared_ptr<control::store::EtcdClient> client = std::move(*created);
     auto store = control::store::EtcdStore::open(
-        std::shared_ptr<control::store::EtcdClient>(std::move(*client)),
-        control::store::EtcdStoreOptions{etcd_topology.domain, *key, {}}, scale.etcd);
+        client, control::store::EtcdStoreOptions{etcd_topology.domain, *key, {}}, scale.etcd);
     auto journal = control::journal::Journal::open(o.journal, false, topology.domain);
     if (!store || !journal) {
       std::fprintf(stderr, "detwan-agent-bench: %s\n",
@@ -182,6 +187,65 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
     out["migrate_to_etcd_s"] = migrate_ns / 1e9;
     out["startup_etcd_s"] = etcd_open_ns / 1e9;
     out["loaded_from_etcd"] = (*over_etcd)->list(std::nullopt).size();
+    // A failover: a follower's warm copy (its first sync, in the background on a replica),
+    // the leader then books `changes` more, and an elected replica loads through the copy.
+    auto warm = std::make_shared<control::store::WarmRows>(
+        client, control::store::domain_prefix(etcd_topology.domain), *key,
+        control::store::kPageKeys);
+    t0 = mono_ns();
+    auto first_sync = warm->sync();
+    const int64_t warm_sync_ns = mono_ns() - t0;
+    if (!first_sync) {
+      std::fprintf(stderr, "detwan-agent-bench: warm copy: %s\n",
+                   first_sync.error().message.c_str());
+      return 1;
+    }
+    t0 = mono_ns();
+    auto idle_sync = warm->sync();  // what a follower's every sync costs when nothing changed
+    const int64_t idle_sync_ns = mono_ns() - t0;
+    if (!idle_sync) {
+      std::fprintf(stderr, "detwan-agent-bench: warm copy: %s\n",
+                   idle_sync.error().message.c_str());
+      return 1;
+    }
+    constexpr uint32_t kChanges = 100;
+    for (uint32_t i = 0; i < kChanges; ++i) {
+      (void)(*over_etcd)->reserve(random_reserve(topology, rng, base, scale.spread_days,
+                                                 "failover" + std::to_string(i)));
+    }
+    const size_t leader_held = (*over_etcd)->list(std::nullopt).size();
+    over_etcd->reset();
+    control::store::EtcdStoreOptions warm_options{etcd_topology.domain, *key, {}};
+    warm_options.warm = warm;
+    auto elected_store = control::store::EtcdStore::open(client, warm_options, scale.etcd);
+    if (!elected_store) {
+      std::fprintf(stderr, "detwan-agent-bench: %s\n", elected_store.error().message.c_str());
+      return 1;
+    }
+    std::shared_ptr<control::store::EtcdStore> elected_shared = std::move(*elected_store);
+    etcd_options.store = elected_shared;
+    t0 = mono_ns();
+    auto elected = control::agent::Agent::open(etcd_topology, etcd_options);
+    const int64_t warm_open_ns = mono_ns() - t0;
+    if (!elected) {
+      std::fprintf(stderr, "detwan-agent-bench: open through the warm copy: %s\n",
+                   elected.error().message.c_str());
+      return 1;
+    }
+    const auto& counts = *elected_shared->warm_sync();
+    out["warm_first_sync_s"] = warm_sync_ns / 1e9;
+    out["warm_idle_sync_s"] = idle_sync_ns / 1e9;
+    out["startup_etcd_warm_s"] = warm_open_ns / 1e9;
+    out["warm_rows_read"] = counts.read;
+    out["warm_rows_listed"] = counts.listed;
+    out["loaded_warm"] = (*elected)->list(std::nullopt).size();
+    out["leader_held"] = leader_held;
+    if ((*elected)->list(std::nullopt).size() != leader_held) {
+      std::fprintf(stderr, "detwan-agent-bench: the warm load holds %zu reservations, the "
+                           "leader %zu\n",
+                   (*elected)->list(std::nullopt).size(), leader_held);
+      return 1;
+    }
   }
   if (!keep) std::filesystem::remove_all(dir);
   if (as_json) {
