@@ -38,8 +38,18 @@ admission::Request pair_request(uint32_t a, uint32_t b, int64_t start_ns, int64_
 compute::WanOffer wan_offer(const model::Topology& t, const calendar::Ledger& ledger,
                             uint32_t a, uint32_t b, int64_t start_ns, int64_t end_ns) {
   admission::Request q = pair_request(a, b, start_ns, end_ns, 0);
-  uint64_t hi = 0;
-  for (const model::Link& l : t.links) hi = std::max(hi, l.reservable_bps());
+  // One path leaves a's node on one of its links and enters b's on one of its: it carries at
+  // most the least of the two sides' freest link (the search's upper end, often the answer).
+  const auto freest = [&](uint32_t node, bool leaving) {
+    uint64_t most = 0;
+    for (const uint32_t l : t.nodes[node].links) {
+      const int from_node = t.links[l].direction_from(node);
+      most = std::max(most, ledger.free_bps(l, leaving ? from_node : 1 - from_node, start_ns,
+                                            end_ns));
+    }
+    return most;
+  };
+  const uint64_t hi = std::min(freest(t.sites[a].node, true), freest(t.sites[b].node, false));
   constexpr uint64_t kStep = 1'000'000;
   auto at = [&](uint64_t units) {
     q.rate_bps = units * kStep;
@@ -53,6 +63,7 @@ compute::WanOffer wan_offer(const model::Topology& t, const calendar::Ledger& le
   }
   uint64_t lo = 1;
   uint64_t top = std::max<uint64_t>(1, hi / kStep);
+  if (top > lo && std::holds_alternative<admission::Plan>(at(top))) lo = top;
   while (lo < top) {  // the largest admitted multiple of kStep
     const uint64_t mid = lo + (top - lo + 1) / 2;
     if (std::holds_alternative<admission::Plan>(at(mid))) {

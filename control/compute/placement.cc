@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -115,6 +117,15 @@ struct Search {
   std::vector<Candidate> candidates;
   std::string wan_refusals;
   uint32_t considered = 0;
+  // What the WAN offers each pair, asked once per search (every split of the ranks between two
+  // sites, every set holding the pair, reads the same answer: one lookup is ~17 path searches).
+  std::map<std::pair<std::string, std::string>, WanOffer> offers;
+
+  const WanOffer& offer(const std::string& a, const std::string& b) {
+    auto [at, added] = offers.try_emplace({a, b});
+    if (added) at->second = wan(a, b);
+    return at->second;
+  }
 };
 
 // The target a placement with this compute must meet (0: none; explicit = the job gave one).
@@ -153,7 +164,7 @@ void evaluate(Search& search, const std::vector<const SiteCapacity*>& sites,
   WanOffer worst{UINT64_MAX, 0, 1.0, ""};
   for (size_t i = 0; i < sites.size(); ++i) {
     for (size_t j = i + 1; j < sites.size(); ++j) {
-      const WanOffer offer = search.wan(sites[i]->site, sites[j]->site);
+      const WanOffer& offer = search.offer(sites[i]->site, sites[j]->site);
       if (offer.max_rate_bps == 0) {
         search.wan_refusals += fmt::format("{}{}-{}: {}", search.wan_refusals.empty() ? "" : "; ",
                                            sites[i]->site, sites[j]->site, offer.refusal);
@@ -215,6 +226,53 @@ std::vector<uint32_t> balanced(const std::vector<const SiteCapacity*>& sites, ui
       left -= take;
     }
   }
+  return out;
+}
+
+// The pairs of sites worth asking the WAN about, in name order, given the single-site
+// candidates found: pairs that can hold the job, but none that cannot beat the best single site
+// whatever the WAN gives -- with a target that one meets, a pair never wins (fewer sites first);
+// without one, a pair's step is at least its compute, at least its sites' fastest pool's step.
+// Of the rest, the kMaxSitePairs with the fastest pools (at 1,000 sites there are ~500,000).
+std::vector<std::pair<size_t, size_t>> promising_pairs(
+    const Job& job, const std::vector<const SiteCapacity*>& sites,
+    const std::vector<Candidate>& singles) {
+  const bool with_target = job.target_step_ns != 0 || job.min_efficiency > 0;
+  int64_t best_step = std::numeric_limits<int64_t>::max();
+  for (const Candidate& c : singles) {
+    if (with_target && c.meets_target) return {};
+    best_step = std::min(best_step, c.placement.step_ns);
+  }
+  struct Ranked {
+    int64_t compute_bound_ns;
+    size_t a;
+    size_t b;
+  };
+  std::vector<Ranked> pairs;
+  for (size_t a = 0; a < sites.size(); ++a) {
+    for (size_t b = a + 1; b < sites.size(); ++b) {
+      if (sites[a]->ranks + sites[b]->ranks < job.ranks) continue;
+      const int64_t bound = std::min(sites[a]->pools.front()->step_compute_ns,
+                                     sites[b]->pools.front()->step_compute_ns);
+      if (!with_target && bound >= best_step) continue;
+      pairs.push_back({bound, a, b});
+    }
+  }
+  const auto by_name = [](const Ranked& x, const Ranked& y) {
+    return std::tie(x.a, x.b) < std::tie(y.a, y.b);
+  };
+  if (pairs.size() > kMaxSitePairs) {
+    std::nth_element(pairs.begin(), pairs.begin() + kMaxSitePairs, pairs.end(),
+                     [&](const Ranked& x, const Ranked& y) {
+                       return x.compute_bound_ns != y.compute_bound_ns
+                                  ? x.compute_bound_ns < y.compute_bound_ns
+                                  : by_name(x, y);
+                     });
+    pairs.resize(kMaxSitePairs);
+    std::sort(pairs.begin(), pairs.end(), by_name);
+  }
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const Ranked& r : pairs) out.emplace_back(r.a, r.b);
   return out;
 }
 
@@ -293,7 +351,7 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
                                job.ranks, total, offered.empty() ? "no pool" : offered)};
   }
 
-  Search search{job, wan, {}, "", 0};
+  Search search{job, wan, {}, "", 0, {}};
   if (!job.fixed.empty()) {
     // Only the job's placement (its sites in name order, as everywhere else).
     auto fixed = job.fixed;
@@ -318,14 +376,11 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
       if (s->ranks >= job.ranks) evaluate(search, {s}, {job.ranks});
     }
     if (job.max_sites >= 2 && job.ranks >= 2) {
-      for (size_t a = 0; a < sites.size(); ++a) {
-        for (size_t b = a + 1; b < sites.size(); ++b) {
-          if (sites[a]->ranks + sites[b]->ranks < job.ranks) continue;
-          for (uint32_t ra = 1; ra < job.ranks; ++ra) {
-            const uint32_t rb = job.ranks - ra;
-            if (ra <= sites[a]->ranks && rb <= sites[b]->ranks) {
-              evaluate(search, {sites[a], sites[b]}, {ra, rb});
-            }
+      for (const auto& [a, b] : promising_pairs(job, sites, search.candidates)) {
+        for (uint32_t ra = 1; ra < job.ranks; ++ra) {
+          const uint32_t rb = job.ranks - ra;
+          if (ra <= sites[a]->ranks && rb <= sites[b]->ranks) {
+            evaluate(search, {sites[a], sites[b]}, {ra, rb});
           }
         }
       }

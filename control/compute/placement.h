@@ -16,7 +16,10 @@
 // (predict_step). Efficiency = compute / step time.
 //
 // Candidates: every site that can host all ranks alone, and every pair of sites with every split
-// of the ranks between them (ranks go to a site's fastest pools first); only when none of those
+// of the ranks between them (ranks go to a site's fastest pools first) -- but no pair that cannot
+// beat the best single site whatever the WAN gives (a single site meeting the target wins; a
+// pair's step is at least its fastest pool's compute), and of the others the kMaxSitePairs with
+// the fastest pools, each pair's WAN asked once; only when none of those
 // can host the job, every set of 3 (then 4, up to max_sites) sites with the ranks spread evenly
 // over their capacity. A multi-site candidate needs a WAN reservation between every pair of its
 // sites (the communicator joins every pair), at one rate: the smallest whole Mbit/s that meets
@@ -46,6 +49,9 @@ inline constexpr double kDefaultBackwardFraction = 2.0 / 3.0;
 inline constexpr uint32_t kMaxRanks = 4096;
 inline constexpr uint32_t kMaxSites = 4;        // sites one job may span
 inline constexpr uint32_t kMaxSiteSets = 2000;  // 3+ site sets evaluated per size, at most
+// Pairs of sites asked of the WAN per plan, at most: those with the fastest pools (a WAN lookup
+// is ~17 path searches; at 1,000 sites ~500,000 pairs could hold a job).
+inline constexpr size_t kMaxSitePairs = 64;
 
 // Compute a pool offers this job in its window.
 struct PoolOffer {

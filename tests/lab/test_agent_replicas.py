@@ -1,7 +1,8 @@
 """The agent on etcd (issue 36): `tools/testbed up --dataplane uring --agents --agent-replicas 3`
 runs three replicas of the lab's agent (lab-1..lab-3) on a 3-member etcd cluster. Exactly one is
-leader; detwanctl given every replica's URL reaches it whichever comes first; the leader killed
-in the middle of a burst of reservations loses none that were acknowledged and books none twice
+leader; detwanctl given every replica's URL reaches it whichever comes first; followers hold the
+state warm; the leader killed in the middle of a burst of reservations loses none that were
+acknowledged and books none twice, its successor loading through its warm copy
 (the journal in etcd replays without over-booking) while a provisioned tunnel keeps forwarding;
 a hung (SIGSTOP) leader is replaced and, continued, refuses writes as a follower; one etcd member
 down does not stop reservations and rejoins; a leader cut off from etcd steps down.
@@ -163,6 +164,19 @@ def wait_leader(st: dict, exclude: set[str] = frozenset(),
     raise AssertionError(f"no single leader among {sorted(recs)} within {timeout_s} s: {seen}")
 
 
+def metric(url: str, name: str) -> float | None:
+    """One sample of `name` in a replica's /metrics (None: absent or not answered)."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=3) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
 def wait_role(url: str, role: str, timeout_s: float = FAILOVER_TIMEOUT_S) -> dict:
     deadline = time.monotonic() + timeout_s
     h = None
@@ -277,6 +291,16 @@ def test_one_leader_and_the_replica_list_reaches_it(restored):
         assert labutil.ping_replies("a", b["tunnel_addr"], 20) == 20
         rx = next(t for t in labutil.gw_stats("b")["tunnels"] if t["id"] == r["tunnel_id"])["rx"]
         assert rx["on_time"]["received_packets"] + rx["best_effort"]["received_packets"] >= 20
+        # Every follower holds the state warm (its copy synced since): the reservation's row.
+        for n in recs:
+            if n == leader:
+                continue
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (
+                    (metric(recs[n]["url"], "detwan_agent_warm_rows") or 0) >= 1):
+                time.sleep(0.2)
+            assert (metric(recs[n]["url"], "detwan_agent_warm_rows") or 0) >= 1, n
+            assert (metric(recs[n]["url"], "detwan_agent_warm_syncs_total") or 0) >= 1, n
     finally:
         assert ctl(agent_list(st, first=follower), "terminate", r["id"]).returncode == 0
 
@@ -348,6 +372,10 @@ def test_leader_killed_during_a_burst_loses_no_acknowledged_reservation(restored
     # A new leader, elected among the two others.
     new = wait_leader(st, exclude={leader})
     assert new != leader
+    # It loaded through its warm copy (what changed since its last sync), not everything.
+    log_text = (labutil.RUN_DIR / f"agent-{new}.log").read_text(errors="replace")
+    terms = [line for line in log_text.splitlines() if f"replica {new}: leading term" in line]
+    assert terms and "(warm copy: " in terms[-1], terms[-1:]
     print(f"burst: {len(acked)} acknowledged ({killed['acked_before']} before the kill of "
           f"{leader}), {len(failed)} failed: {sorted({f[1] or '?' for f in failed.values()})}; "
           f"new leader {new}")

@@ -3,6 +3,7 @@
 // predictions.
 #include "control/compute/placement.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -66,6 +67,36 @@ TEST(Placement, ASiteThatHoldsEveryRankNeedsNoWan) {
   EXPECT_GT(p.allreduce_ns, 0);
   EXPECT_EQ(p.step_ns, p.compute_ns + p.allreduce_ns);
   EXPECT_NEAR(p.efficiency, 2.0 * kS / static_cast<double>(p.step_ns), 1e-9);
+}
+
+TEST(Placement, ASingleSiteMeetingTheTargetLeavesEveryPairUnasked) {
+  int calls = 0;
+  Job job = make_job(40'000'000, 4);
+  job.target_step_ns = 10 * kS;  // one site alone meets it: no pair can win (fewer sites first)
+  const Placement& p = placed(place(
+      job, {pool("a1", "a", 4, 2 * kS), pool("b1", "b", 4, 2 * kS), pool("c1", "c", 4, 2 * kS)},
+      wan_up_to(900'000'000, &calls)));
+  ASSERT_EQ(p.sites.size(), 1u);
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(p.candidates, 3u);  // the three single sites
+}
+
+TEST(Placement, ManySitesAskTheWanOncePerPairAndOnlyOfTheFastestPairs) {
+  // 100 sites of 3 ranks (none holds the job's 4 alone): 4,950 pairs could, 3 splits each.
+  std::vector<PoolOffer> pools;
+  for (int i = 0; i < 100; ++i) {
+    pools.push_back(pool(fmt::format("p{:03d}", i), fmt::format("s{:03d}", (i * 37) % 100), 3,
+                         (1000 + 10 * ((i * 37) % 100)) * kMs));
+  }
+  int calls = 0;
+  const Placement& p = placed(place(make_job(40'000'000, 4), pools,
+                                    wan_up_to(900'000'000, &calls)));
+  EXPECT_EQ(calls, static_cast<int>(kMaxSitePairs));  // each pair asked once, the budget's worth
+  EXPECT_EQ(p.candidates, 3 * kMaxSitePairs);
+  // The fastest sites' pair wins (s000 at 1 s a step, s001 at 1.01 s).
+  ASSERT_EQ(p.sites.size(), 2u);
+  EXPECT_EQ(p.sites[0].site, "s000");
+  EXPECT_EQ(p.sites[1].site, "s001");
 }
 
 TEST(Placement, SplitsOverTwoSitesWithTheSmallestRateThatMeetsTheTarget) {
