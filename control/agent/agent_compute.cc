@@ -3,6 +3,8 @@
 // how much each site pair can take in the job's window and lets compute::place() decide.
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -51,29 +53,38 @@ compute::WanOffer wan_offer(const model::Topology& t, const calendar::Ledger& le
   };
   const uint64_t hi = std::min(freest(t.sites[a].node, true), freest(t.sites[b].node, false));
   constexpr uint64_t kStep = 1'000'000;
-  auto at = [&](uint64_t units) {
+  std::optional<admission::Plan> best;  // the plan at `lo`, the most admitted so far
+  std::string refusal;
+  auto admitted = [&](uint64_t units) {
     q.rate_bps = units * kStep;
-    return admission::plan(t, ledger, q);
+    admission::Decision d = admission::plan(t, ledger, q);
+    if (auto* plan = std::get_if<admission::Plan>(&d)) {
+      best = std::move(*plan);
+      return true;
+    }
+    refusal = std::get<admission::Refusal>(d).message;
+    return false;
   };
   compute::WanOffer offer;
-  const admission::Decision lowest = at(1);
-  if (const auto* refusal = std::get_if<admission::Refusal>(&lowest)) {
-    offer.refusal = refusal->message;
-    return offer;
-  }
   uint64_t lo = 1;
   uint64_t top = std::max<uint64_t>(1, hi / kStep);
-  if (top > lo && std::holds_alternative<admission::Plan>(at(top))) lo = top;
+  if (admitted(top)) {
+    lo = top;  // the bound is admitted: it is the most
+  } else if (top == 1 || !admitted(1)) {
+    offer.refusal = refusal;
+    return offer;
+  } else {
+    --top;  // refused: the most is below
+  }
   while (lo < top) {  // the largest admitted multiple of kStep
     const uint64_t mid = lo + (top - lo + 1) / 2;
-    if (std::holds_alternative<admission::Plan>(at(mid))) {
+    if (admitted(mid)) {
       lo = mid;
     } else {
       top = mid - 1;
     }
   }
-  const admission::Decision best = at(lo);
-  const auto& plan = std::get<admission::Plan>(best);
+  const admission::Plan& plan = *best;
   offer.max_rate_bps = lo * kStep;
   offer.latency_ns = plan.bound.max_latency_ns;
   uint32_t mtu = 1500;

@@ -212,6 +212,10 @@ std::optional<std::vector<uint32_t>> SlotCalendar::plan(
     for (const uint32_t s : *preferred) all_free = all_free && s < g.slot_count && free[s];
     if (all_free && sufficient(*preferred)) return *preferred;
   }
+  // Not even every free slot the budget allows would carry the rate: nothing will (what the
+  // planner's probes for the most a pair admits meet most; candidate 2 would try every prefix).
+  const auto free_count = static_cast<uint32_t>(std::count(free.begin(), free.end(), true));
+  if (nominal_rate_bps(g, std::min(budget, free_count)) < rate_bps) return std::nullopt;
   // Candidate 1: one contiguous run (one guard band per cycle). Every run of L slots carries the
   // same rate, so find the shortest sufficient L, then the first free run that long (circular).
   const uint32_t limit = std::min(budget, g.slot_count);
@@ -251,13 +255,12 @@ std::optional<std::vector<uint32_t>> SlotCalendar::plan(
   std::vector<std::pair<uint32_t, uint32_t>> runs = runs_of(free);
   std::sort(runs.begin(), runs.end(),
             [](const auto& a, const auto& b) { return a.second > b.second; });
-  std::vector<uint32_t> slots;
+  std::vector<uint32_t> sorted;  // the slots taken so far, in slot order
   for (const auto& [start, length] : runs) {
     for (uint32_t k = 0; k < length; ++k) {
-      if (slots.size() >= budget) return std::nullopt;
-      slots.push_back((start + k) % g.slot_count);
-      std::vector<uint32_t> sorted = slots;
-      std::sort(sorted.begin(), sorted.end());
+      if (sorted.size() >= budget) return std::nullopt;
+      const uint32_t slot = (start + k) % g.slot_count;
+      sorted.insert(std::lower_bound(sorted.begin(), sorted.end(), slot), slot);
       if (sufficient(sorted)) return sorted;
     }
   }

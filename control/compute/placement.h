@@ -51,7 +51,7 @@ inline constexpr uint32_t kMaxSites = 4;        // sites one job may span
 inline constexpr uint32_t kMaxSiteSets = 2000;  // 3+ site sets evaluated per size, at most
 // Pairs of sites asked of the WAN per plan, at most: those with the fastest pools (a WAN lookup
 // is ~17 path searches; at 1,000 sites ~500,000 pairs could hold a job).
-inline constexpr size_t kMaxSitePairs = 64;
+inline constexpr size_t kMaxSitePairs = 16;
 
 // Compute a pool offers this job in its window.
 struct PoolOffer {

@@ -344,6 +344,9 @@ int run(int argc, char** argv) {
   scale_cmd->add_option("--queries", scale.queries, "timed admissions")->capture_default_str();
   scale_cmd->add_option("--spread-days", scale.spread_days, "start times within this many days")
       ->capture_default_str();
+  scale_cmd->add_option("--plans", scale.plans,
+                        "timed co-scheduling plans (a pool at every site, jobs of 8-24 ranks)")
+      ->capture_default_str();
   scale_cmd->add_option("--etcd", scale.etcd, "etcd://HOST:PORT,...: also the startup from etcd");
   scale_cmd->add_option("--store-key", scale.store_key, "with --etcd: the store key file");
   scale_cmd->add_option("--keep", scale.keep_dir,

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -102,6 +103,41 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
     if ((*agent)->reserve(r)) ++admitted;
     reserve_ns.record(mono_ns() - t0);
   }
+  // The co-scheduling planner over the same calendars: a pool at every site (4-16 ranks, two
+  // kinds), jobs of 8-24 ranks (some fit one site, some need two), half with a target.
+  common::LogLinearHistogram plan_ns;
+  json::object plan_outcomes{{"one_site", 0}, {"two_sites", 0}, {"more", 0}, {"refused", 0}};
+  if (!reuse && scale.plans > 0) {
+    for (const control::model::Site& site : topology.sites) {
+      control::compute::Pool pool;
+      pool.name = "pool-" + site.name;
+      pool.site = site.name;
+      pool.kind = rng() % 2 == 0 ? "gpu-a" : "gpu-b";
+      pool.ranks = 4 + static_cast<uint32_t>(rng() % 13);
+      pool.windows.push_back({0, std::numeric_limits<int64_t>::max()});
+      (void)(*agent)->register_pool(std::move(pool));
+    }
+    for (uint32_t i = 0; i < scale.plans; ++i) {
+      control::agent::PlanRequest plan;
+      plan.job.gradient_bytes = 100'000'000 + rng() % 900'000'000;
+      plan.job.ranks = 8 + static_cast<uint32_t>(rng() % 17);
+      plan.job.bucket_bytes = 25 << 20;
+      if (i % 2 == 1) plan.job.min_efficiency = 0.8;
+      plan.step_compute_ns_by_kind = {{"gpu-a", 500'000'000}, {"gpu-b", 800'000'000}};
+      plan.start_ns = base + static_cast<int64_t>(rng() % (scale.spread_days * 86'400ULL)) *
+                                 1'000'000'000;
+      plan.duration_ns = 2 * 3'600'000'000'000;
+      const int64_t t0 = mono_ns();
+      auto planned = (*agent)->plan(plan);
+      plan_ns.record(mono_ns() - t0);
+      const char* outcome = "refused";
+      if (planned) {
+        const size_t n = planned->at("placement").as_array().size();
+        outcome = n == 1 ? "one_site" : n == 2 ? "two_sites" : "more";
+      }
+      plan_outcomes[outcome] = plan_outcomes[outcome].as_int64() + 1;
+    }
+  }
   const std::string check = (*agent)->check_ledger();
   if (reuse) admitted = (*agent)->list(std::nullopt).size();
   agent->reset();
@@ -134,6 +170,8 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
                                  : 0.0},
                    {"reserve", percentiles(reserve_ns)},
                    {"path", percentiles(path_ns)},
+                   {"plan", percentiles(plan_ns)},
+                   {"plans", plan_outcomes},
                    {"ledger_check", check.empty() ? "ok" : check},
                    {"startup_sqlite_s", sqlite_open_ns / 1e9},
                    {"startup_sqlite_read_s", read_ns / 1e9},

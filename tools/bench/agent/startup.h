@@ -11,6 +11,7 @@ struct ScaleOptions {
   uint32_t reservations = 100'000;
   uint32_t queries = 1'000;
   uint32_t spread_days = 30;
+  uint32_t plans = 100;  // timed co-scheduling plans after the admissions
   std::string etcd;       // etcd://HOST:PORT,... ("" = SQLite only)
   std::string store_key;  // with etcd
   // Keep the journal in this folder (domain "scale-<nodes>-<seed>"); when it already holds one,
