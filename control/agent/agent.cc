@@ -354,67 +354,6 @@ void Agent::Impl::update_desired(int64_t now_ns) {
   advance_key_rotations(now_ns);
 }
 
-bool Agent::Impl::rotation_step_in_place(const Reservation& r) const {
-  if (r.paths.empty()) return false;
-  bool all = true;
-  for (const reservation::EndPlacement& end : r.paths.front().ends) {
-    if (end.gateway.empty()) continue;
-    const uint32_t g = topology.find_gateway(end.gateway);
-    if (g == model::kNone) continue;
-    const GatewayView& v = gateways[g];
-    all = all && v.reachable && v.last_report_ns != 0 &&
-          v.reported_version >= v.desired_version && v.in_place.count(r.tunnel_id) != 0;
-  }
-  return all;
-}
-
-// A key rotation takes its next step once every gateway of the tunnel reports the current step
-// in place, computed from the desired set that has it (reported_version >= desired_version).
-void Agent::Impl::advance_key_rotations(int64_t now_ns) {
-  std::vector<std::string> ready;
-  for (const auto& [key, r] : reservations) {
-    if (r.keys.rotation == reservation::KeyRotation::kNone || !r.dataplane_active) continue;
-    // The old key goes only when packets sealed with it just before the switch have arrived:
-    // a grace of 1 s plus the path's latency bound.
-    const int64_t grace_ns = kKeyDropGraceNs + std::max<int64_t>(0, r.bound.max_latency_ns);
-    if (r.keys.rotation == reservation::KeyRotation::kSwitching &&
-        now_ns - r.keys.step_unix_ns < grace_ns) {
-      continue;
-    }
-    if (!reservation::may_advance(r.keys)) continue;  // paced: the aggregator's word first
-    const bool all = rotation_step_in_place(r);
-    if (all) ready.push_back(r.id);
-  }
-  if (ready.empty()) return;
-  for (const std::string& id : ready) {
-    Reservation next = *find(id);
-    reservation::advance_rotation(next.keys, now_ns);
-    const std::string state(reservation::to_string(next.state));
-    const std::string reason =
-        next.keys.rotation == reservation::KeyRotation::kNone
-            ? std::string("key rotation done")
-            : fmt::format("key rotation: {}", reservation::to_string(next.keys.rotation));
-    const bool done = next.keys.rotation == reservation::KeyRotation::kNone;
-    if (auto ok = commit_transition(std::move(next), state, reason, nullptr); !ok) {
-      common::logger("detwan-agent")
-          ->warn("{}: key rotation step not journaled ({}); retried at the next report", id,
-                 ok.error().message);
-      return;
-    }
-    // The old key has left the reservation's row (its freed bytes zeroed: secure_delete); now
-    // also the WAL frames of the earlier versions of that row.
-    if (done) {
-      if (auto erased = journal->erase_freed(); !erased) {
-        common::logger("detwan-agent")
-            ->warn("{}: the old key's bytes are still in the journal's WAL ({}); erased at the "
-                   "next completed rotation",
-                   id, erased.error().message);
-      }
-    }
-  }
-  update_desired(now_ns);  // the next step's keys to the gateways
-}
-
 void Agent::Impl::on_report(const gateway::GatewayReport& report) {
   Deferred deferred;
   {

@@ -1,4 +1,5 @@
-// The reservation operations: reserve, commit, abort, provision, release, terminate, modify.
+// The reservation operations: reserve, commit, abort, provision, release, terminate, modify
+// (key rotation: agent_rotation.cc).
 #include <algorithm>
 #include <utility>
 
@@ -415,89 +416,6 @@ Outcome<json::object> Agent::release(const std::string& id) {
   return change(*impl_, id, "release", "provisioned",
                 [](State s) { return s == State::kProvisioned; }, State::kReleased, "released",
                 {State::kReleased});
-}
-
-Outcome<json::object> Agent::rotate_key(const std::string& id) {
-  std::lock_guard lock(impl_->mutex);
-  Impl& m = *impl_;
-  Reservation* r = m.find(id);
-  if (r == nullptr) return std::unexpected(m.missing(id, "rotate the key of"));
-  if (r->spec.encrypt == reservation::kNoCipher) {
-    return std::unexpected(ApiError{
-        409, "not_encrypted",
-        fmt::format("{} is not encrypted (it was reserved with \"encrypt\": \"none\")", id), ""});
-  }
-  if (reservation::is_final(r->state) || r->state == State::kReleased) {
-    return std::unexpected(wrong_state(*r, "rotate-key", "held, committed or provisioned"));
-  }
-  if (r->keys.rotation != reservation::KeyRotation::kNone) {
-    return std::unexpected(ApiError{409, "rotation_in_progress",
-                                    fmt::format("{}: a key rotation is under way (step '{}')", id,
-                                                reservation::to_string(r->keys.rotation)),
-                                    ""});
-  }
-  Reservation next = *r;
-  const int64_t now = m.realtime->now_ns();
-  auto started = reservation::start_rotation(next.keys, now);
-  if (!started) return std::unexpected(ApiError{500, "internal", started.error().message, ""});
-  // Not on any gateway yet: the new key simply replaces the old one.
-  if (r->state != State::kProvisioned) {
-    while (next.keys.rotation != reservation::KeyRotation::kNone) {
-      reservation::advance_rotation(next.keys, now);
-    }
-  }
-  const std::string state(reservation::to_string(r->state));
-  const bool done = next.keys.rotation == reservation::KeyRotation::kNone;
-  if (auto ok = m.commit_transition(std::move(next), state, "key rotation started", nullptr); !ok) {
-    return std::unexpected(ok.error());
-  }
-  // Replaced at once: the old key's bytes go from the journal's WAL too (agent.cc, on_report).
-  if (done) (void)m.journal->erase_freed();
-  m.update_desired(now);
-  m.timer_wake.notify_all();
-  return m.view(*m.find(id));
-}
-
-Outcome<json::object> Agent::permit_rotation(const std::string& id,
-                                             reservation::KeyRotation step) {
-  std::lock_guard lock(impl_->mutex);
-  Impl& m = *impl_;
-  Reservation* r = m.find(id);
-  if (r == nullptr) return std::unexpected(m.missing(id, "pace the key rotation of"));
-  if (!r->keys.paced) {
-    return std::unexpected(ApiError{
-        409, "not_paced",
-        fmt::format("{}: its key rotation is not paced by an aggregator (it steps itself)", id),
-        ""});
-  }
-  if (step != reservation::KeyRotation::kSwitching && step != reservation::KeyRotation::kDropping) {
-    return std::unexpected(ApiError{400, "invalid_field",
-                                    "step: 'switching' or 'dropping' may be permitted", "step"});
-  }
-  // Stable (finished, or replaced at once while not on a gateway) or already there: nothing to
-  // do, said with the segment as it is (a retried permit is answered the same way).
-  if (r->keys.rotation == reservation::KeyRotation::kNone || r->keys.permitted >= step) {
-    return m.view(*r);
-  }
-  Reservation next = *r;
-  const int64_t now = m.realtime->now_ns();
-  next.keys.permitted = step;
-  // The old key goes a grace after the last end switched, which is before this permit.
-  if (step == reservation::KeyRotation::kDropping &&
-      next.keys.rotation == reservation::KeyRotation::kSwitching) {
-    next.keys.step_unix_ns = now;
-  }
-  const std::string state(reservation::to_string(r->state));
-  if (auto ok = m.commit_transition(std::move(next), state,
-                                    fmt::format("key rotation: {} permitted by the aggregator",
-                                                reservation::to_string(step)),
-                                    nullptr);
-      !ok) {
-    return std::unexpected(ok.error());
-  }
-  m.update_desired(now);
-  m.timer_wake.notify_all();
-  return m.view(*m.find(id));
 }
 
 Outcome<json::object> Agent::terminate(const std::string& id) {
