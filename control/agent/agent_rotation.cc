@@ -1,7 +1,7 @@
 // Tunnel key rotation (docs/control-api.md, rotate-key and permit-rotation): an operator's or
 // aggregator's start (rotate_key), an aggregator's pacing (permit_rotation), and the steps the
-// agent takes once every gateway of the tunnel reports the current one in place (advance_key_rotations, from
-// update_desired).
+// agent takes once every gateway of the tunnel reports the current one in place
+// (advance_key_rotations, from update_desired).
 #include <algorithm>
 #include <string>
 #include <utility>
