@@ -122,9 +122,13 @@ struct Search {
   std::map<std::pair<std::string, std::string>, WanOffer> offers;
 
   const WanOffer& offer(const std::string& a, const std::string& b) {
-    auto [at, added] = offers.try_emplace({a, b});
-    if (added) at->second = wan(a, b);
-    return at->second;
+    if (const auto known = offers.find({a, b}); known != offers.end()) return known->second;
+    static const WanOffer kNotAsked{0, 0, 0,
+                                    fmt::format("not asked (the plan asked the WAN about {} "
+                                                "pairs, its most)",
+                                                kMaxWanPairs)};
+    if (offers.size() >= kMaxWanPairs) return kNotAsked;
+    return offers.emplace(std::make_pair(a, b), wan(a, b)).first->second;
   }
 };
 

@@ -52,6 +52,8 @@ inline constexpr uint32_t kMaxSiteSets = 2000;  // 3+ site sets evaluated per si
 // Pairs of sites asked of the WAN per plan, at most: those with the fastest pools (a WAN lookup
 // is ~17 path searches; at 1,000 sites ~500,000 pairs could hold a job).
 inline constexpr size_t kMaxSitePairs = 16;
+// Pairs asked of the WAN per plan in all (3+ site sets included), at most.
+inline constexpr size_t kMaxWanPairs = 64;
 
 // Compute a pool offers this job in its window.
 struct PoolOffer {

@@ -104,12 +104,14 @@ int64_t revision_of(const json::object& answer) {
   return header != nullptr && header->is_object() ? number_of(header->as_object(), "revision") : 0;
 }
 
-json::object range_request(const std::string& key, const std::string& range_end, int64_t limit,
-                           bool keys_only = false) {
-  json::object r{{"key", base64(key)}};
-  if (!range_end.empty()) r["range_end"] = base64(range_end);
-  if (limit > 0) r["limit"] = std::to_string(limit);
-  if (keys_only) r["keys_only"] = true;
+json::object range_request(const EtcdClient::RangeQuery& q) {
+  json::object r{{"key", base64(q.key)}};
+  if (!q.range_end.empty()) r["range_end"] = base64(q.range_end);
+  if (q.limit > 0) r["limit"] = std::to_string(q.limit);
+  if (q.keys_only) r["keys_only"] = true;
+  if (q.count_only) r["count_only"] = true;
+  if (q.revision > 0) r["revision"] = std::to_string(q.revision);
+  if (q.min_mod_revision > 0) r["min_mod_revision"] = std::to_string(q.min_mod_revision);
   return r;
 }
 
@@ -121,7 +123,7 @@ json::object operation_json(const Operation& op) {
       return {{"request_put", std::move(put)}};
     }
     case Operation::Kind::kRange:
-      return {{"request_range", range_request(op.key, op.range_end, op.limit)}};
+      return {{"request_range", range_request({op.key, op.range_end, op.limit})}};
     case Operation::Kind::kDelete: {
       json::object del{{"key", base64(op.key)}};
       if (!op.range_end.empty()) del["range_end"] = base64(op.range_end);
@@ -240,8 +242,11 @@ common::Result<std::string> EtcdClient::call(const std::string& path, const std:
 
 common::Result<RangeResult> EtcdClient::range(const std::string& key, const std::string& range_end,
                                               int64_t limit, bool keys_only) {
-  auto text =
-      call("/v3/kv/range", json::serialize(range_request(key, range_end, limit, keys_only)));
+  return range(RangeQuery{key, range_end, limit, keys_only});
+}
+
+common::Result<RangeResult> EtcdClient::range(const RangeQuery& query) {
+  auto text = call("/v3/kv/range", json::serialize(range_request(query)));
   if (!text) return std::unexpected(text.error());
   auto answer = parse_object(*text, "range");
   if (!answer) return std::unexpected(answer.error());

@@ -98,6 +98,18 @@ class EtcdClient {
   // keys_only: the key-values without their values (keys and revisions alone).
   common::Result<RangeResult> range(const std::string& key, const std::string& range_end = "",
                                     int64_t limit = 0, bool keys_only = false);
+  // A range with etcd's filters: at `revision` (0: the latest), only keys modified after
+  // `min_mod_revision` (0: all; etcd filters as it scans), or only the count.
+  struct RangeQuery {
+    std::string key;
+    std::string range_end;
+    int64_t limit = 0;
+    bool keys_only = false;
+    bool count_only = false;
+    int64_t revision = 0;
+    int64_t min_mod_revision = 0;
+  };
+  common::Result<RangeResult> range(const RangeQuery& query);
   // The revision of the put.
   common::Result<int64_t> put(const std::string& key, const std::string& value, int64_t lease = 0);
   // The number of keys deleted.

@@ -41,12 +41,47 @@ WarmSections WarmRows::take() {
   std::lock_guard lock(mutex_);
   WarmSections out = std::move(sections_);
   sections_.clear();
+  synced_at_.clear();
   rows_.store(0);
   return out;
 }
 
-common::Result<void> WarmRows::sync_section(const std::string& section, WarmSyncCounts& counts) {
+common::Result<bool> WarmRows::sync_changes(const std::string& section, WarmSyncCounts& counts) {
   std::map<std::string, WarmRow>& copy = sections_[section];
+  const int64_t since = synced_at_[section];
+  if (since == 0) return false;
+  const std::string from = prefix_ + section;
+  const std::string end = prefix_end(from);
+  // The count now, then -- at that same revision -- the keys written since the last sync.
+  auto counted = client_->range(EtcdClient::RangeQuery{from, end, 0, false, true});
+  if (!counted) return std::unexpected(counted.error());
+  auto changed = client_->range(
+      EtcdClient::RangeQuery{from, end, 0, true, false, counted->revision, since + 1});
+  if (!changed) return std::unexpected(changed.error());
+  std::vector<std::string> wanted;
+  uint64_t added = 0;
+  for (KeyValue& kv : changed->kvs) {
+    auto at = copy.find(kv.key);
+    if (at == copy.end()) ++added;
+    if (at == copy.end() || at->second.mod_revision != kv.mod_revision) {
+      wanted.push_back(std::move(kv.key));
+    }
+  }
+  // A key deleted since shows only in the count: then the whole listing finds which.
+  if (static_cast<uint64_t>(counted->count) != copy.size() + added) return false;
+  if (auto ok = read_keys(wanted, copy, counts); !ok) return std::unexpected(ok.error());
+  counts.listed += static_cast<uint64_t>(counted->count);
+  synced_at_[section] = counted->revision;
+  return true;
+}
+
+common::Result<void> WarmRows::sync_section(const std::string& section, WarmSyncCounts& counts) {
+  auto incremental = sync_changes(section, counts);
+  if (!incremental) return std::unexpected(incremental.error());
+  if (*incremental) return {};
+  std::map<std::string, WarmRow>& copy = sections_[section];
+  int64_t listed_at = 0;  // the first page's revision: anything written after it is newer
+  ++counts.listings;
   // The keys there now with their mod revisions; a row still at its revision moves over as is.
   std::map<std::string, WarmRow> next;
   std::vector<std::string> wanted;
@@ -57,6 +92,7 @@ common::Result<void> WarmRows::sync_section(const std::string& section, WarmSync
   while (true) {
     auto page = client_->range(from, end, page_keys_ * kListingPageFactor, /*keys_only=*/true);
     if (!page) return std::unexpected(page.error());
+    if (listed_at == 0) listed_at = page->revision;
     if (page->kvs.empty()) break;
     const std::string last = page->kvs.back().key;
     for (KeyValue& kv : page->kvs) {
@@ -75,10 +111,11 @@ common::Result<void> WarmRows::sync_section(const std::string& section, WarmSync
   counts.listed += listed;
   counts.dropped += copy.size() - changed;  // the rest of what is left was not listed: gone
   copy = std::move(next);
-  if (wanted.size() > kKeysPerTxn && 2 * wanted.size() > listed) {
-    return read_whole(section, copy, counts);
-  }
-  return read_keys(wanted, copy, counts);
+  auto ok = wanted.size() > kKeysPerTxn && 2 * wanted.size() > listed
+                ? read_whole(section, copy, counts)
+                : read_keys(wanted, copy, counts);
+  if (ok) synced_at_[section] = listed_at;
+  return ok;
 }
 
 common::Result<void> WarmRows::read_whole(const std::string& section,

@@ -6,10 +6,12 @@
 // Why: an elected replica must read the whole state before it serves, and a load of 100,000
 // reservations from etcd is ~400 MB of JSON (8.9 s on the benchmark machine): leadership would
 // be back within one lease but writes would wait for the load. A follower instead keeps this
-// copy and brings it up to date every second or so; sync() lists the sections' keys alone (keys
-// and revisions, no values: ~40 bytes a row), reads only the values that are new or whose mod
-// revision moved (batches of 100 keys, one transaction each; the whole section page by page when
-// more than half changed, as on the first sync), and drops the keys that are gone. The elected
+// copy and brings it up to date every second or so; sync() asks each section's count and the
+// keys written since its last sync (etcd filters by mod revision as it scans: only those cross
+// the wire) and reads those values (batches of 100 keys, one transaction each). When the count
+// says a key was deleted, it lists the section's keys alone (keys and revisions, no values: ~40
+// bytes a row), reads the values that are new or whose mod revision moved (the whole section page
+// by page when more than half did, as on the first sync) and drops the keys gone. The elected
 // replica's load is then one such sync plus take(): what changed since the last sync, not the
 // whole state.
 //
@@ -51,6 +53,7 @@ struct WarmSyncCounts {
   uint64_t read = 0;     // values read by this sync (new or changed)
   uint64_t dropped = 0;  // keys gone since the last sync
   bool full = false;     // a section was read whole (first sync, or most of it changed)
+  uint64_t listings = 0; // sections listed key by key (a key was deleted, or a first sync)
 };
 
 class WarmRows {
@@ -71,6 +74,10 @@ class WarmRows {
 
  private:
   common::Result<void> sync_section(const std::string& section, WarmSyncCounts& counts);
+  // The cheap way, when no key was deleted since the last sync: the section's count and the
+  // keys written since (etcd filters them as it scans; nothing else crosses the wire). false:
+  // a key was deleted (or never synced), the whole listing is needed.
+  common::Result<bool> sync_changes(const std::string& section, WarmSyncCounts& counts);
   common::Result<void> read_whole(const std::string& section, std::map<std::string, WarmRow>& into,
                                   WarmSyncCounts& counts);
   common::Result<void> read_keys(const std::vector<std::string>& keys,
@@ -82,6 +89,7 @@ class WarmRows {
   const int64_t page_keys_;
   mutable std::mutex mutex_;
   WarmSections sections_;
+  std::map<std::string, int64_t> synced_at_;  // per section: the revision its rows are as of
   std::atomic<uint64_t> rows_{0};
   std::atomic<uint64_t> syncs_{0};
 };

@@ -231,11 +231,23 @@ TEST_F(EtcdStoreTest, AWarmCopyLoadsWhatAFullLoadDoesReadingOnlyWhatChanged) {
   EXPECT_EQ(first->listed, rows);
   EXPECT_EQ(first->read, rows);
   EXPECT_EQ(warm->rows(), rows);
+  EXPECT_EQ(first->listings, 3u);
   auto idle = warm->sync();
   ASSERT_TRUE(idle);
   EXPECT_FALSE(idle->full);
   EXPECT_EQ(idle->read, 0u);
   EXPECT_EQ(idle->dropped, 0u);
+  EXPECT_EQ(idle->listed, rows);
+  EXPECT_EQ(idle->listings, 0u);  // nothing deleted: counts and changes only, no listing
+
+  // Writes without a deletion: the two rows written are read, nothing is listed.
+  ASSERT_TRUE(leader->record(event_of(100, "committed"), static_cast<uint64_t>(n + 1), nullptr));
+  ASSERT_TRUE(leader->record(event_of(101, "committed"), static_cast<uint64_t>(n + 1), nullptr));
+  auto puts = warm->sync();
+  ASSERT_TRUE(puts) << puts.error().message;
+  EXPECT_EQ(puts->read, 2u);
+  EXPECT_EQ(puts->listings, 0u);
+  EXPECT_EQ(puts->listed, rows);
 
   // The leader moves on: 5 transitions, 3 new reservations (one with a request), 4 archived,
   // one pool changed and one erased.
@@ -283,6 +295,7 @@ TEST_F(EtcdStoreTest, AWarmCopyLoadsWhatAFullLoadDoesReadingOnlyWhatChanged) {
   EXPECT_FALSE(counts.full);
   EXPECT_EQ(counts.read, 5u + 3u + 1u + 1u);  // transitions, new, their request, pool p1
   EXPECT_EQ(counts.dropped, 4u + 1u);          // archived, pool p2
+  EXPECT_EQ(counts.listings, 2u);              // the sections that lost a key: listed
   EXPECT_EQ(warm->rows(), 0u);                 // moved out to the load
 
   // A value that does not open under the store key fails the sync, naming its key.
