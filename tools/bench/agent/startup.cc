@@ -212,19 +212,25 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
       std::fprintf(stderr, "detwan-agent-bench: migrate: %s\n", imported.error().message.c_str());
       return 1;
     }
-    control::agent::AgentOptions etcd_options = agent_options;
-    etcd_options.store = std::shared_ptr<control::store::EtcdStore>(std::move(*store));
-    t0 = mono_ns();
-    auto over_etcd = control::agent::Agent::open(etcd_topology, etcd_options);
-    const int64_t etcd_open_ns = mono_ns() - t0;
-    if (!over_etcd) {
-      std::fprintf(stderr, "detwan-agent-bench: open over etcd: %s\n",
-                   over_etcd.error().message.c_str());
-      return 1;
-    }
+    // Agent::open over an etcd store, timed; nullptr (said on stderr) when it fails.
+    const auto open_over = [&](std::shared_ptr<control::store::EtcdStore> over, const char* what,
+                               int64_t* ns) -> std::unique_ptr<control::agent::Agent> {
+      control::agent::AgentOptions etcd_options = agent_options;
+      etcd_options.store = std::move(over);
+      const int64_t started = mono_ns();
+      auto opened = control::agent::Agent::open(etcd_topology, etcd_options);
+      *ns = mono_ns() - started;
+      if (opened) return std::move(*opened);
+      std::fprintf(stderr, "detwan-agent-bench: open %s: %s\n", what,
+                   opened.error().message.c_str());
+      return nullptr;
+    };
+    int64_t etcd_open_ns = 0;
+    auto over_etcd = open_over(std::move(*store), "over etcd", &etcd_open_ns);
+    if (!over_etcd) return 1;
     out["migrate_to_etcd_s"] = migrate_ns / 1e9;
     out["startup_etcd_s"] = etcd_open_ns / 1e9;
-    out["loaded_from_etcd"] = (*over_etcd)->list(std::nullopt).size();
+    out["loaded_from_etcd"] = over_etcd->list(std::nullopt).size();
     // A failover: a follower's warm copy (its first sync, in the background on a replica),
     // the leader then books `changes` more, and an elected replica loads through the copy.
     auto warm = std::make_shared<control::store::WarmRows>(
@@ -248,11 +254,11 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
     }
     constexpr uint32_t kChanges = 100;
     for (uint32_t i = 0; i < kChanges; ++i) {
-      (void)(*over_etcd)->reserve(random_reserve(topology, rng, base, scale.spread_days,
+      (void)over_etcd->reserve(random_reserve(topology, rng, base, scale.spread_days,
                                                  "failover" + std::to_string(i)));
     }
-    const size_t leader_held = (*over_etcd)->list(std::nullopt).size();
-    over_etcd->reset();
+    const size_t leader_held = over_etcd->list(std::nullopt).size();
+    over_etcd.reset();
     control::store::EtcdStoreOptions warm_options{etcd_topology.domain, *key, {}};
     warm_options.warm = warm;
     auto elected_store = control::store::EtcdStore::open(client, warm_options, scale.etcd);
@@ -261,27 +267,21 @@ int command_scale(const SyntheticOptions& options, const ScaleOptions& scale, bo
       return 1;
     }
     std::shared_ptr<control::store::EtcdStore> elected_shared = std::move(*elected_store);
-    etcd_options.store = elected_shared;
-    t0 = mono_ns();
-    auto elected = control::agent::Agent::open(etcd_topology, etcd_options);
-    const int64_t warm_open_ns = mono_ns() - t0;
-    if (!elected) {
-      std::fprintf(stderr, "detwan-agent-bench: open through the warm copy: %s\n",
-                   elected.error().message.c_str());
-      return 1;
-    }
+    int64_t warm_open_ns = 0;
+    auto elected = open_over(elected_shared, "through the warm copy", &warm_open_ns);
+    if (!elected) return 1;
     const auto& counts = *elected_shared->warm_sync();
     out["warm_first_sync_s"] = warm_sync_ns / 1e9;
     out["warm_idle_sync_s"] = idle_sync_ns / 1e9;
     out["startup_etcd_warm_s"] = warm_open_ns / 1e9;
     out["warm_rows_read"] = counts.read;
     out["warm_rows_listed"] = counts.listed;
-    out["loaded_warm"] = (*elected)->list(std::nullopt).size();
+    out["loaded_warm"] = elected->list(std::nullopt).size();
     out["leader_held"] = leader_held;
-    if ((*elected)->list(std::nullopt).size() != leader_held) {
+    if (elected->list(std::nullopt).size() != leader_held) {
       std::fprintf(stderr, "detwan-agent-bench: the warm load holds %zu reservations, the "
                            "leader %zu\n",
-                   (*elected)->list(std::nullopt).size(), leader_held);
+                   elected->list(std::nullopt).size(), leader_held);
       return 1;
     }
   }
