@@ -250,7 +250,11 @@ int command_run(const Settings& s) {
                                 "--lease-ttl '" + s.lease_ttl + "': whole seconds, at least 1s"});
     }
     auto warm_ns = common::parse_duration_ns(s.warm_sync);
-    if (!warm_ns || *warm_ns < 0 || (*warm_ns > 0 && *warm_ns < 100'000'000)) {
+    if (!warm_ns) {
+      return fail(common::Error{common::ErrorCode::kInvalidArgument,
+                                "--warm-sync: " + warm_ns.error().message});
+    }
+    if (*warm_ns > 0 && *warm_ns < 100'000'000) {
       return fail(common::Error{common::ErrorCode::kInvalidArgument,
                                 "--warm-sync '" + s.warm_sync + "': 0 (no warm copy) or at "
                                 "least 100ms"});

@@ -57,6 +57,22 @@ def test_replica_options_are_refused_where_they_cannot_apply():
     assert res.returncode == 2 and "--agent-replicas 0" in res.stderr
 
 
+def test_warm_sync_period_is_checked_before_etcd_is_contacted(tmp_path):
+    key = tmp_path / "store.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    base = [str(labutil.build_dir() / agent.AGENT_BINARY), "run", "--topology",
+            str(labutil.REPO / "packaging" / "etc" / "topology.yaml.sample"),
+            "--store", "etcd://127.0.0.1:1", "--store-key", str(key), "--replica", "r1",
+            "--advertise", "http://127.0.0.1:1"]
+    for bad, says in (("50ms", "0 (no warm copy) or at least 100ms"),
+                      ("1x", "unknown duration unit")):
+        res = subprocess.run([*base, "--warm-sync", bad], capture_output=True, text=True,
+                             timeout=60, stdin=subprocess.DEVNULL)
+        assert res.returncode == 2 and "--warm-sync" in res.stderr and says in res.stderr, \
+            (bad, res.returncode, res.stderr)
+
+
 def test_etcd_members_are_a_static_cluster_of_their_own(tmp_path):
     cluster = etcd.plan()
     names = [m["name"] for m in cluster["members"]]
