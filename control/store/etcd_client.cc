@@ -261,6 +261,19 @@ common::Result<RangeResult> EtcdClient::range(const RangeQuery& query) {
   return out;
 }
 
+common::Result<void> for_each_page(EtcdClient& client, EtcdClient::RangeQuery query,
+                                   const std::function<common::Result<void>(RangeResult&)>& f) {
+  while (true) {
+    auto page = client.range(query);
+    if (!page) return std::unexpected(page.error());
+    if (page->kvs.empty()) return f(*page);
+    std::string next = page->kvs.back().key + std::string(1, '\0');
+    const bool more = page->more;
+    if (auto ok = f(*page); !ok || !more) return ok;
+    query.key = std::move(next);
+  }
+}
+
 common::Result<int64_t> EtcdClient::put(const std::string& key, const std::string& value,
                                         int64_t lease) {
   Operation op{Operation::Kind::kPut, key, value, "", lease, 0};

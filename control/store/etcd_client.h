@@ -18,6 +18,7 @@
 // method is thread-safe (the pools are; the current endpoint is an atomic).
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -143,5 +144,11 @@ class EtcdClient {
   std::atomic<size_t> current_{0};
   std::atomic<uint64_t> failovers_{0};
 };
+
+// Every key-value of [query.key, query.range_end) in key order, query.limit per call (> 0; etcd
+// counts the rest of the range on each), handed to `f` page by page (the page's revision is the
+// store's when that call answered). Stops at the first error, of etcd or of `f`.
+common::Result<void> for_each_page(EtcdClient& client, EtcdClient::RangeQuery query,
+                                   const std::function<common::Result<void>(RangeResult&)>& f);
 
 }  // namespace detwan::control::store

@@ -253,19 +253,16 @@ common::Result<uint64_t> EtcdStore::read_number(const std::string& key, uint64_t
 common::Result<void> EtcdStore::scan(
     const std::string& section,
     const std::function<common::Result<void>(const KeyValue&, std::string&&)>& f) {
-  std::string from = prefix_ + section;
-  const std::string end = prefix_end(prefix_ + section);
-  while (true) {
-    auto page = client_->range(from, end, options_.page_keys);
-    if (!page) return std::unexpected(page.error());
-    for (const KeyValue& kv : page->kvs) {
-      auto value = open_value(kv);
-      if (!value) return std::unexpected(value.error());
-      if (auto ok = f(kv, std::move(*value)); !ok) return ok;
-    }
-    if (!page->more || page->kvs.empty()) return {};
-    from = page->kvs.back().key + std::string(1, '\0');
-  }
+  const std::string from = prefix_ + section;
+  return for_each_page(*client_, EtcdClient::RangeQuery{from, prefix_end(from), options_.page_keys},
+                       [&](RangeResult& page) -> common::Result<void> {
+                         for (const KeyValue& kv : page.kvs) {
+                           auto value = open_value(kv);
+                           if (!value) return std::unexpected(value.error());
+                           if (auto ok = f(kv, std::move(*value)); !ok) return ok;
+                         }
+                         return {};
+                       });
 }
 
 common::Result<journal::Loaded> EtcdStore::load() {

@@ -87,15 +87,11 @@ common::Result<void> WarmRows::sync_section(const std::string& section, WarmSync
   std::vector<std::string> wanted;
   uint64_t listed = 0;
   uint64_t changed = 0;  // listed, held, at another revision
-  std::string from = prefix_ + section;
-  const std::string end = prefix_end(prefix_ + section);
-  while (true) {
-    auto page = client_->range(from, end, page_keys_ * kListingPageFactor, /*keys_only=*/true);
-    if (!page) return std::unexpected(page.error());
-    if (listed_at == 0) listed_at = page->revision;
-    if (page->kvs.empty()) break;
-    const std::string last = page->kvs.back().key;
-    for (KeyValue& kv : page->kvs) {
+  const std::string from = prefix_ + section;
+  EtcdClient::RangeQuery listing{from, prefix_end(from), page_keys_ * kListingPageFactor, true};
+  auto ok = for_each_page(*client_, listing, [&](RangeResult& page) -> common::Result<void> {
+    if (listed_at == 0) listed_at = page.revision;
+    for (KeyValue& kv : page.kvs) {
       ++listed;
       auto at = copy.find(kv.key);
       if (at != copy.end() && at->second.mod_revision == kv.mod_revision) {
@@ -105,17 +101,26 @@ common::Result<void> WarmRows::sync_section(const std::string& section, WarmSync
         wanted.push_back(std::move(kv.key));
       }
     }
-    if (!page->more) break;
-    from = last + std::string(1, '\0');
-  }
+    return {};
+  });
+  if (!ok) return ok;
   counts.listed += listed;
   counts.dropped += copy.size() - changed;  // the rest of what is left was not listed: gone
   copy = std::move(next);
-  auto ok = wanted.size() > kKeysPerTxn && 2 * wanted.size() > listed
-                ? read_whole(section, copy, counts)
-                : read_keys(wanted, copy, counts);
+  ok = wanted.size() > kKeysPerTxn && 2 * wanted.size() > listed
+           ? read_whole(section, copy, counts)
+           : read_keys(wanted, copy, counts);
   if (ok) synced_at_[section] = listed_at;
   return ok;
+}
+
+common::Result<void> WarmRows::keep(KeyValue& kv, std::map<std::string, WarmRow>& into,
+                                    WarmSyncCounts& counts) const {
+  auto opened = open_sealed(store_key_, kv.key, kv.value);
+  if (!opened) return std::unexpected(opened.error());
+  into.insert_or_assign(std::move(kv.key), WarmRow{kv.mod_revision, std::move(*opened)});
+  ++counts.read;
+  return {};
 }
 
 common::Result<void> WarmRows::read_whole(const std::string& section,
@@ -123,20 +128,14 @@ common::Result<void> WarmRows::read_whole(const std::string& section,
                                           WarmSyncCounts& counts) {
   counts.full = true;
   into.clear();
-  std::string from = prefix_ + section;
-  const std::string end = prefix_end(prefix_ + section);
-  while (true) {
-    auto page = client_->range(from, end, page_keys_);
-    if (!page) return std::unexpected(page.error());
-    for (KeyValue& kv : page->kvs) {
-      auto opened = open_sealed(store_key_, kv.key, kv.value);
-      if (!opened) return std::unexpected(opened.error());
-      into.insert_or_assign(kv.key, WarmRow{kv.mod_revision, std::move(*opened)});
-      ++counts.read;
-    }
-    if (!page->more || page->kvs.empty()) return {};
-    from = page->kvs.back().key + std::string(1, '\0');
-  }
+  const std::string from = prefix_ + section;
+  return for_each_page(*client_, EtcdClient::RangeQuery{from, prefix_end(from), page_keys_},
+                       [&](RangeResult& page) -> common::Result<void> {
+                         for (KeyValue& kv : page.kvs) {
+                           if (auto ok = keep(kv, into, counts); !ok) return ok;
+                         }
+                         return {};
+                       });
 }
 
 common::Result<void> WarmRows::read_keys(const std::vector<std::string>& keys,
@@ -152,10 +151,7 @@ common::Result<void> WarmRows::read_keys(const std::vector<std::string>& keys,
     for (std::vector<KeyValue>& found : done->ranges) {
       // Empty: deleted since the listing (the next sync does not list it).
       for (KeyValue& kv : found) {
-        auto opened = open_sealed(store_key_, kv.key, kv.value);
-        if (!opened) return std::unexpected(opened.error());
-        into.insert_or_assign(kv.key, WarmRow{kv.mod_revision, std::move(*opened)});
-        ++counts.read;
+        if (auto ok = keep(kv, into, counts); !ok) return ok;
       }
     }
   }

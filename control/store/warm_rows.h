@@ -80,6 +80,9 @@ class WarmRows {
   common::Result<bool> sync_changes(const std::string& section, WarmSyncCounts& counts);
   common::Result<void> read_whole(const std::string& section, std::map<std::string, WarmRow>& into,
                                   WarmSyncCounts& counts);
+  // Opens a value read from etcd into `into` (kInternal naming the key if it does not open).
+  common::Result<void> keep(KeyValue& kv, std::map<std::string, WarmRow>& into,
+                            WarmSyncCounts& counts) const;
   common::Result<void> read_keys(const std::vector<std::string>& keys,
                                  std::map<std::string, WarmRow>& into, WarmSyncCounts& counts);
 
