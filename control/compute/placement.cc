@@ -132,6 +132,9 @@ struct Search {
   }
 };
 
+// The job gives a target (a step time, or an efficiency): then the fewest sites meeting it win.
+bool has_target(const Job& job) { return job.target_step_ns != 0 || job.min_efficiency > 0; }
+
 // The target a placement with this compute must meet (0: none; explicit = the job gave one).
 int64_t target_for(const Job& job, int64_t compute_ns, bool* explicit_target) {
   int64_t target = job.target_step_ns;
@@ -241,7 +244,7 @@ std::vector<uint32_t> balanced(const std::vector<const SiteCapacity*>& sites, ui
 std::vector<std::pair<size_t, size_t>> promising_pairs(
     const Job& job, const std::vector<const SiteCapacity*>& sites,
     const std::vector<Candidate>& singles) {
-  const bool with_target = job.target_step_ns != 0 || job.min_efficiency > 0;
+  const bool with_target = has_target(job);
   int64_t best_step = std::numeric_limits<int64_t>::max();
   for (const Candidate& c : singles) {
     if (with_target && c.meets_target) return {};
@@ -425,7 +428,7 @@ Decision place(const Job& job, const std::vector<PoolOffer>& pools, const WanLoo
                                                  "sites that could share them: {}",
                                                  wan_refusals))};
   }
-  const bool with_target = job.target_step_ns != 0 || job.min_efficiency > 0;
+  const bool with_target = has_target(job);
   const auto better = [&](const Candidate& x, const Candidate& y) {
     const Placement& a = x.placement;
     const Placement& b = y.placement;
