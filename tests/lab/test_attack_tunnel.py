@@ -191,7 +191,7 @@ def test_packets_and_keepalives_from_before_a_restart_replayed_later_move_nothin
     after it came back: the keepalives are from an earlier boot (they answer none of A's recent
     keepalives) and are refused; the data was sealed under keys of B's old epoch and does not
     open. No second restart, no window reset, nothing delivered; the tunnel works after."""
-    a, b = attacklab["sites"][0], attacklab["sites"][1]
+    a = attacklab["sites"][0]
     r = reserve_encrypted()
     tid = r["tunnel_id"]
     try:

@@ -18,6 +18,7 @@ console-no-gateways.png beside the other.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -50,9 +51,7 @@ def _browser_problem() -> str | None:
     for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
         if not shutil.which(path):
             return f"{path} not found: install Debian's {package} (tools/install-deps)"
-    try:
-        import selenium  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    except ImportError:
+    if importlib.util.find_spec("selenium") is None:
         return "selenium not importable: install Debian's python3-selenium (tools/install-deps)"
     return None
 

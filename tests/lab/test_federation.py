@@ -27,7 +27,6 @@ import pytest
 
 import labutil
 from labutil import tb
-from agent_lab import ctl
 
 sys.path.insert(0, str(labutil.REPO / "tools"))
 from lab import measure  # noqa: E402

@@ -97,7 +97,7 @@ def test_static_tunnels_are_encrypted_with_a_key_per_tunnel_drawn_per_lab(tmp_pa
         for t in (12, 13):
             assert f'secret_file: "{tmp_path}/keys/tunnel-{t}.key"' in text_a
         # The same key file (content) at both ends of a tunnel, one per tunnel.
-        assert f'tunnel-13.key' in cfg.gateway_configs["c"]
+        assert 'tunnel-13.key' in cfg.gateway_configs["c"]
     assert sorted(keys[0]) == [12, 13, 23]
     assert all(len(k) == 64 and int(k, 16) >= 0 for k in keys[0].values())
     assert len(set(keys[0].values())) == 3 and not set(keys[0].values()) & set(keys[1].values())

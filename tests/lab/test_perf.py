@@ -20,7 +20,7 @@ import labutil
 from labutil import tb
 
 sys.path.insert(0, str(labutil.REPO / "tools"))
-from lab import gateway, measure, perf  # noqa: E402
+from lab import measure, perf  # noqa: E402
 
 MS = 1_000_000
 DELAY_NS = 5 * MS

@@ -394,14 +394,14 @@ def wait_one_leader(replicas: list[tuple[str, dict, str]], gateways: int,
     deadline = time.monotonic() + timeout_s
     problem = "no answer yet"
     while time.monotonic() < deadline:
-        roles = {}
-        leader_health = None
+        roles: dict[str, str | None] = {}
+        leader_health: dict = {}
         for name, record, url in replicas:
             if not is_alive(record["pid"], record["pid_start_time"]):
                 raise LabError(f"detwan-agent replica {name} exited during start-up:\n"
                                + file_tail(log_file(name)))
-            h = health(url)
-            roles[name] = None if h is None else h.get("role")
+            h = health(url) or {}  # {}: no answer
+            roles[name] = h.get("role")
             if roles[name] == "leader":
                 leader_health = h
         leaders = [n for n, r in roles.items() if r == "leader"]

@@ -112,6 +112,8 @@ class LabConfig:
         return plans
 
     def domain_files(self) -> dict[str, "federation.DomainFiles"]:
+        if self.owners is None:
+            raise LabError("the lab has no --owners: no domains, no domain files")
         return {d: federation.DomainFiles(d, self.domain_ports[d]) for d in self.owners.domains}
 
 
@@ -496,18 +498,21 @@ def _start_domain_agents(lab: Lab) -> None:
     each is ready once it answers and has reached its own gateways."""
     if not lab.config.domain_topologies:
         lab.config.plan_gateways(lab.topo)
+    owners = lab.config.owners
+    if owners is None:
+        raise LabError("the lab has no --owners: no domain agents to start")
     files = lab.config.domain_files()
     federation.make_pki(files, [agent.mgmt_root_addr(lab.config.mgmt_net, s)
                                 for s in lab.topo.sites])
     for d, text in lab.config.domain_topologies.items():
         agent.topology_file(d).write_text(text, encoding="utf-8")
     agent.create_management(lab.topo, lab.config.mgmt_net)
-    for d in lab.config.owners.domains:
+    for d in owners.domains:
         lab.agents[d] = agent.start(lab.config.agent_cmd, d)
         lab.save()
-    for d in lab.config.owners.domains:
+    for d in owners.domains:
         agent.wait_ready(lab.agents[d], files[d].url,
-                         len(lab.config.owners.sites_of(d, lab.topo)), name=d,
+                         len(owners.sites_of(d, lab.topo)), name=d,
                          ca=str(files[d].ca))
 
 
@@ -605,7 +610,8 @@ def down(log: Callable[[str], None]) -> bool:
     there."""
     namespaces = netns.list_namespaces()
     # Recorded pids count only with their start time: a stale record never hits a recycled pid.
-    pids = {pid: start for pid, start in state.read_pid_files().items() if start is not None}
+    pids: dict[int, int | None] = {pid: start for pid, start in state.read_pid_files().items()
+                                   if start is not None}
     st = state.read()
     if st:
         records = list(st.get("paths", []))

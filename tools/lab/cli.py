@@ -340,10 +340,9 @@ def _prepare_gateways(args, config: builder.LabConfig, topo, build) -> int:
         config.plan_gateways(topo)
         gateway.write_tunnel_keys(config.gateway)
         for site, text in config.gateway_configs.items():
-            path = os.path.join(tmp, f"gw-{site}.yaml")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-            status, message = gateway.check_config(config.gw_cmd, path)
+            gw_file = pathlib.Path(tmp) / f"gw-{site}.yaml"
+            gw_file.write_text(text, encoding="utf-8")
+            status, message = gateway.check_config(config.gw_cmd, gw_file)
             if status != 0:
                 err(f"the configuration of gateway {site} is refused by detwan-gw --check-config "
                     f"(exit {status}): {message}")

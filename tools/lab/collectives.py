@@ -39,7 +39,7 @@ GRACE_S = 5.0
 SCHEMA = "detwan-bench-collective"
 
 # Options handed to every rank unchanged: (flags, argparse keyword arguments).
-PASS_THROUGH = [
+PASS_THROUGH: list[tuple[tuple[str, ...], dict]] = [
     (("-b", "--minbytes"), {}), (("-e", "--maxbytes"), {}), (("-f", "--stepfactor"), {}),
     (("-i", "--stepbytes"), {}), (("-d", "--datatype"), {}), (("-o", "--op"), {}),
     (("-r", "--root"), {}), (("-n", "--iters"), {}), (("-w", "--warmup_iters"), {}),
@@ -137,7 +137,7 @@ def rank_plan(st: dict, nsites: int, per_site: int,
     sizes = sizes or [per_site] * nsites
     if len(sizes) != nsites:
         raise BenchError(f"--site-sizes gives {len(sizes)} sites, --sites {nsites}")
-    plan = []
+    plan: list[dict] = []
     for s, size in enumerate(sizes):
         plan += [{"rank": len(plan) + j, "site": sites[s]} for j in range(size)]
     return plan
@@ -198,6 +198,7 @@ def run_ranks(args, binary: str, plan: list[dict], wan_rate_bps: int | None, rtt
         log(f"{len(procs)} ranks, rank 0: {' '.join(first[4:])}")
         deadline = time.monotonic() + args.timeout
         failed_at = None
+        assert procs[0].stdout is not None  # rank 0 writes to a pipe (above)
         fd = procs[0].stdout.fileno()
         open_out = True
         while True:

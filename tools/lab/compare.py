@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from typing import Any, Sequence
 
 from lab import measure, wanem
 from lab.runs import CcSampler, Runs, last_json, ns_sysctl, run_group, set_cc, tail
@@ -143,7 +144,7 @@ def result(row: dict | None, reason: str | None, extra: dict | None = None) -> d
     return out
 
 
-def run_gloo(runs: Runs, args, binary: str, where: list[dict | None], size: int,
+def run_gloo(runs: Runs, args, binary: str, where: Sequence[dict | None], size: int,
              timeout_s: float) -> dict:
     """One gloo sweep of one size; where[r] is rank r's site (None: this namespace, loopback)."""
     store = pathlib.Path(tempfile.mkdtemp(prefix="gloo-store-", dir=runs.workdir))
@@ -472,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DETWAN_BUILD_DIR"] = str(pathlib.Path(args.build_dir).resolve())
     args.lab_build_dir = args.lab_build_dir or args.build_dir
     args.sizes = sizes_of(args)
+    doc: dict[str, Any]  # the JSON report: values of every type
     doc = {"schema": "detwan-compare-allreduce", "version": 1, "rows": [], "lab": [],
            "cc_sysctl": [], "bound_formula": BOUND_FORMULA, "busbw_formula": BUSBW_FORMULA,
            "detwan_cc_note": "detwan does not use kernel TCP: it runs once per loss level and "

@@ -34,6 +34,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from typing import Any
 
 from lab import compare, cpu_account, cross, measure, reserve
 from lab.runs import Runs, last_json, run_group, set_cc, tail
@@ -156,18 +157,20 @@ def measure_wan(runs, args, bins, sites, loss, wan, riding, doc) -> None:
                                                  riding if path == "tunnel" else None)
                     else:
                         got, reason = run_baseline(runs, args, impl, bins, sites, size)
+                report = cpu.report
+                assert report is not None  # made when the window closed
                 row = row_of(size, impl, path, wan, loss, bound_s, got, reason,
-                             {"cpu": cpu.report})
+                             {"cpu": report})
                 if row["reason"]:
                     log(f"  null: {row['reason']}")
                 else:
-                    c = cpu.report["components"]
+                    c = report["components"]
                     log(f"  p50 {row['time_s_p50']:.3f} s, p99 {row['time_s_p99']:.3f} s, "
                         f"max {row['time_s_max']:.3f} s (bound {bound_s:.3f} s); CPU share: "
                         f"ranks {c['ranks']['share']:.2f}, busiest gateway "
                         f"{c['gateways']['max_share']:.3f}, emulator "
                         f"{c['emulator']['share']:.3f}, cross {c['cross']['share']:.2f}, "
-                        f"softirq {cpu.report['machine']['softirq_s'] / cpu.report['wall_s']:.2f}")
+                        f"softirq {report['machine']['softirq_s'] / report['wall_s']:.2f}")
                 doc["rows"].append(row)
 
 
@@ -265,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.build_dir:
         os.environ["DETWAN_BUILD_DIR"] = str(pathlib.Path(args.build_dir).resolve())
+    doc: dict[str, Any]  # the JSON report: values of every type
     doc = {"schema": SCHEMA, "version": 1, "rows": [], "lab": [], "summary": [], "error": None,
            "bound_formula": BOUND_FORMULA,
            "params": {"dataplane": args.dataplane, "reserve_bps": args.reserve,

@@ -378,7 +378,7 @@ def status(handle: CrossHandle | None = None) -> dict:
         rec["offered_bps"] = g.offered_bps
         for role in ("server", "client"):
             p = handle.procs.get(f"{g.id}-{role}")
-            alive = bool(p) and is_alive(p["pid"], p["pid_start_time"])
+            alive = bool(p and is_alive(p["pid"], p["pid_start_time"]))
             all_alive = all_alive and alive
             rec[role] = {"pid": p["pid"] if p else None, "alive": alive, "ns": p and p["ns"],
                          "json": p and p["json"], "log": p and p["log"]}

@@ -94,18 +94,19 @@ def group_flows(group: dict, server: dict | None, client: dict | None,
 def totals(flows: list[dict]) -> dict:
     """Sums of achieved bits/s: all flows, TCP, UDP, per kind ("cubic", "bbr", "udp": a TCP
     flow counts under its congestion control) and per direction ("ab")."""
-    out = {"achieved_bps": 0.0, "tcp_bps": 0.0, "udp_bps": 0.0, "by_kind": {},
-           "by_direction": {}, "flows": len(flows),
-           "flows_with_errors": sum(1 for f in flows if f.get("error"))}
+    sums = {"achieved_bps": 0.0, "tcp_bps": 0.0, "udp_bps": 0.0}
+    by_kind: dict[str, float] = {}
+    by_direction: dict[str, float] = {}
     for f in flows:
         bps = f["achieved_bps"]
         kind = "udp" if f["kind"] == "udp" else (f.get("cc") or "tcp")
         direction = f["src"] + f["dst"]
-        out["achieved_bps"] += bps
-        out["tcp_bps" if f["kind"] == "tcp" else "udp_bps"] += bps
-        out["by_kind"][kind] = out["by_kind"].get(kind, 0.0) + bps
-        out["by_direction"][direction] = out["by_direction"].get(direction, 0.0) + bps
-    return out
+        sums["achieved_bps"] += bps
+        sums["tcp_bps" if f["kind"] == "tcp" else "udp_bps"] += bps
+        by_kind[kind] = by_kind.get(kind, 0.0) + bps
+        by_direction[direction] = by_direction.get(direction, 0.0) + bps
+    return {**sums, "by_kind": by_kind, "by_direction": by_direction, "flows": len(flows),
+            "flows_with_errors": sum(1 for f in flows if f.get("error"))}
 
 
 def parse_ss_ti(text: str, known_cc: set[str],

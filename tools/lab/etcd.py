@@ -221,7 +221,7 @@ def live(cluster: dict) -> list[dict]:
         rec["alive"] = alive(m)
         rec["healthy"] = rec["alive"] and health(m, timeout_s=2.0)[0]
         st = member_status(m, timeout_s=2.0) if rec["alive"] else None
-        rec["raft_leader"] = bool(st) and st.get("leader") == st.get("header", {}).get("member_id")
+        rec["raft_leader"] = bool(st and st.get("leader") == st.get("header", {}).get("member_id"))
         rec["raft_index"] = int(st.get("raftIndex", 0)) if st else None
         out.append(rec)
     return out

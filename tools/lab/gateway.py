@@ -14,8 +14,8 @@ import signal
 import subprocess
 import time
 
-# Re-exported: callers name lab.gateway for both sides.
-from lab.gateway_config import (  # noqa: F401
+# Re-exported (__all__ below): callers name lab.gateway for both sides.
+from lab.gateway_config import (
     AEAD_TAG_BYTES, BACKENDS, BOUND_MARGIN_NS, CIPHERS, CONTROL, CYCLE_NS,
     DEFAULT_CIPHER, DEFAULT_LINE_RATE_BPS, DEFAULT_RT_PRIORITY, DEFAULT_TUNNEL_RATE,
     ENCAP_OVERHEAD_BYTES, ETHERNET_OVERHEAD_BYTES, GUARD_NS, KEY_DIR, METRICS_PORT,
@@ -30,7 +30,28 @@ from lab.gateway_config import (  # noqa: F401
 from lab.netns import LabError, is_alive, process_start_time, run
 from lab.state import RUN_DIR, file_tail, write_pid_file
 from lab.topology import Site, Topology
-from lab.units import format_duration, format_rate  # noqa: F401 (callers use gateway.format_*)
+from lab.units import format_duration, format_rate  # re-exported: gateway.format_*
+
+# The public names: this module's own, then those of lab.gateway_config and lab.units that it
+# re-exports (callers name lab.gateway for both sides; pyflakes counts them used through this).
+__all__ = [
+    "GW_BINARY", "READY_TIMEOUT_S", "NFT_TABLE", "DPDK_RUN_DIR", "config_file", "log_file",
+    "pid_key", "gw_command", "check_config", "drop_kernel_tunnel_port", "start",
+    "make_realtime", "stats", "wait_ready", "log_tail", "remove_dpdk_runtime_dirs",
+    "find_tunnel", "tunnel_counters", "restart",
+    "admin_socket", "AEAD_TAG_BYTES", "auth_lines", "BACKENDS", "BOUND_MARGIN_NS", "CIPHERS",
+    "CONTROL", "CYCLE_NS", "default_bound_ns", "DEFAULT_CIPHER", "DEFAULT_LINE_RATE_BPS",
+    "DEFAULT_RT_PRIORITY", "DEFAULT_TUNNEL_RATE", "dpdk_section", "draw_identity_keys",
+    "draw_tunnel_keys", "ENCAP_OVERHEAD_BYTES", "ETHERNET_OVERHEAD_BYTES", "format_duration",
+    "format_rate", "GatewayOptions", "guaranteed_rate_bps", "GUARD_NS", "identity_file",
+    "KEY_DIR", "key_file", "line_rate_bps", "max_frame_bytes", "METRICS_PORT",
+    "path_delay_range_ns", "peer_name", "PLAIN_TUN_MTU_BYTES", "plan_tunnels",
+    "policer_burst_bytes", "POLICER_BURST_NS", "render_agent_config", "render_config",
+    "RESERVED_QUEUE", "SLOT_COUNT", "slot_list", "slots_for_rate", "spec_tokens",
+    "TIMING_MODES", "TUN_MTU_BYTES", "TUN_NAME", "TUNNEL_DSCP", "tunnel_id", "TUNNEL_PORT",
+    "TunnelPlan", "uring_shard_lines", "WAN_MTU_BYTES", "wan_port_name", "with_prio_dscp",
+    "write_tunnel_keys",
+]
 
 GW_BINARY = "dataplane/daemon/detwan-gw"
 READY_TIMEOUT_S = 60.0

@@ -462,7 +462,7 @@ def render_config(site: Site, topo: Topology, plans: dict[tuple[str, str], Tunne
                   options: GatewayOptions) -> str:
     """The YAML configuration of `site`'s gateway (the format of dataplane/gw/config.h)."""
     peers = [t for t in topo.sites if t != site]
-    mine = [plans[tuple(sorted((site.name, p.name)))] for p in peers]
+    mine = [plans[min(site.name, p.name), max(site.name, p.name)] for p in peers]
     lines = [
         f"# detwan-gw of lab site {site.name}, written by tools/testbed up --dataplane "
         f"{options.backend} (tools/lab/gateway.py)",

@@ -20,6 +20,8 @@ TESTBED = pathlib.Path(__file__).resolve().parents[1] / "testbed"
 def wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> None:
     """Waits (bounded) until `needle` appears on proc's stderr. Reads the raw fd, so the rest of
     the output is still there for communicate()."""
+    if proc.stderr is None:
+        raise ValueError("wait_for_line: the process was not started with stderr=PIPE")
     fd = proc.stderr.fileno()
     deadline = time.monotonic() + timeout_s
     seen = b""

@@ -13,6 +13,7 @@ rest, as train_worker.EmulatedDevice). Writes rank-<r>.json: step times, the sta
 time per step (device time), bytes per activation.
 """
 import argparse
+import importlib
 import json
 import os
 import pathlib
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     torch.set_num_threads(1)
     if args.backend == "detwan":
-        import detwan.torch  # noqa: F401  registers the backend
+        importlib.import_module("detwan.torch")  # registers the backend
     dist.init_process_group(args.backend, timeout=timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != 2:

@@ -74,9 +74,14 @@ def launch(script: list[str], sites: list[str], env: dict | None = None,
         e.update(env or {})
         e.update(rank_env[rank] if rank_env else {})
         cmd = (prefix[rank] if prefix else []) + ["/usr/bin/python3", *script]
-        out = open(log_dir / f"rank-{rank}.log", "w") if log_dir else subprocess.DEVNULL
-        procs.append(subprocess.Popen(cmd, env=e, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL))
+        if log_dir:
+            # The rank keeps its own copy of the descriptor; ours is closed at once.
+            with open(log_dir / f"rank-{rank}.log", "w") as log:
+                procs.append(subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL))
+        else:
+            procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
     return procs
 
 

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from lab import measure, pipeline, reserve, torchrun
 from lab.transport import percentile  # nearest rank
@@ -306,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(speeds) != 4 or not all(_positive(v) for v in speeds):
             raise SystemExit(f"{PROG}: --speeds {args.speeds}: four positive numbers, one per "
                              "rank (e.g. 1,1,0.5,0.25)")
+    doc: dict[str, Any]  # the JSON report: values of every type
     doc = {"schema": "detwan-train-cross-site", "version": 1,
            "date": time.strftime("%Y-%m-%d"), "runs": [], "error": None,
            "params": {"delay_ns": args.delay, "rate_bps": args.rate, "reserve_bps": args.reserve,

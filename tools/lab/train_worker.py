@@ -11,6 +11,7 @@ one JSON per rank: the time of each step, rank 0's loss per step, a parameter ch
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -171,7 +172,7 @@ def parse(argv):
     return p.parse_args(argv)
 
 
-def init(args) -> object:
+def init(args) -> dist.ProcessGroup | None:
     if args.gloo_addr_from_env:
         args.gloo_addr = os.environ["TRAIN_GLOO_ADDR"]
     timeout = timedelta(seconds=args.timeout_s)
@@ -184,7 +185,7 @@ def init(args) -> object:
         store = dist.PrefixStore("train-gloo", dist.distributed_c10d._get_default_store())
         return dist.ProcessGroupGloo(store, dist.get_rank(), dist.get_world_size(), opts)
     if args.backend == "detwan":
-        import detwan.torch  # noqa: F401  registers the backend
+        importlib.import_module("detwan.torch")  # registers the backend
     # hybrid: a gloo default group; the hybrid groups (gloo per site, detwan between the
     # sites' leaders) are made in main() and carry the gradients through their comm hook.
     dist.init_process_group("gloo" if args.backend == "hybrid" else args.backend,
@@ -241,9 +242,8 @@ def main(argv=None) -> int:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), args.compute_nice)
     if args.shares == "weighted" and args.fp16_hook:
         raise SystemExit("--shares weighted has a comm hook of its own: not with --fp16-hook")
-    hetero = None
     if args.speeds or args.shares == "weighted":
-        from detwan.torch import hetero  # noqa: F811  (the package: built with the backend)
+        from detwan.torch import hetero  # the package: built with the backend
     speeds = hetero.parse_speeds(args.speeds) if args.speeds else [1.0] * world
     if len(speeds) != world:
         raise SystemExit(f"--speeds has {len(speeds)} entries for {world} ranks")
