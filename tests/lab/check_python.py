@@ -26,7 +26,8 @@ SKIP = 77
 def python_files() -> list[pathlib.Path]:
     """What pyflakes reads: the package, the lab tests, and the front ends that are Python
     scripts without a .py name (tools/testbed, most of tools/bench)."""
-    files = sorted((REPO / "tools" / "lab").rglob("*.py")) + sorted((REPO / "tests" / "lab").rglob("*.py"))
+    files = [*sorted((REPO / "tools" / "lab").rglob("*.py")),
+             *sorted((REPO / "tests" / "lab").rglob("*.py"))]
     for script in [REPO / "tools" / "testbed", *sorted((REPO / "tools" / "bench").iterdir())]:
         if script.is_file() and script.suffix == "":
             with open(script, "rb") as f:

@@ -21,7 +21,7 @@ import pytest
 import labutil
 
 sys.path.insert(0, str(labutil.REPO / "tools"))
-from lab import compare  # noqa: E402
+from lab import allreduce_runs, compare  # noqa: E402
 
 SCRIPT = labutil.REPO / "tools" / "bench" / "compare-allreduce"
 PREFIX = "dwcp-"
@@ -127,10 +127,10 @@ def test_two_sites_rows_are_numbers_or_reasons_and_nothing_is_left(root_and_tool
         assert row["bound_time_s"] == pytest.approx(row["size_bytes"] * 8 / RATE_BPS)
         check_tool_columns(row)
     # gloo and Open MPI are installed on the lab machines: both must really have run.
-    if (labutil.build_dir() / compare.GLOO_BINARY).exists():
+    if (labutil.build_dir() / allreduce_runs.GLOO_BINARY).exists():
         assert all(r["gloo_busbw"] is not None for r in rows), rows
         assert all(r["cc_seen"]["gloo"] in ([], ["bbr"]) for r in rows), rows
-    if (labutil.build_dir() / compare.MPI_BINARY).exists():
+    if (labutil.build_dir() / allreduce_runs.MPI_BINARY).exists():
         assert all(r["mpi_busbw"] is not None for r in rows), rows
     assert not compare_namespaces()
     assert not leftovers(), leftovers()
@@ -171,11 +171,11 @@ def test_sizes_and_rows_without_root():
     assert compare.sizes_of(args) == [1 << 20, 4 << 20, 16 << 20]
     args = compare.parser().parse_args(["--sizes", "64M,1G", "--loss", "0.1%,0"])
     assert compare.sizes_of(args) == [64 << 20, 1 << 30] and args.losses == [0.001, 0.0]
-    det = compare.result({"busbw_GBps": 0.03, "time_us": 2e6, "wrong": 0}, None)
-    gloo = compare.result({"busbw_GBps": 0.01, "time_us": 6e6, "wrong": 0}, None)
-    mpi = compare.result(None, "mpirun failed")
+    det = allreduce_runs.result({"busbw_GBps": 0.03, "time_us": 2e6, "wrong": 0}, None)
+    gloo = allreduce_runs.result({"busbw_GBps": 0.01, "time_us": 6e6, "wrong": 0}, None)
+    mpi = allreduce_runs.result(None, "mpirun failed")
     row = compare.make_row(1 << 20, 0.0, "bbr", 2, 4, det, gloo, mpi, 0.5, {})
     assert row["detwan_over_gloo"] == pytest.approx(3.0)
     assert row["detwan_over_mpi"] is None and row["mpi_reason"] == "mpirun failed"
     assert row["detwan_over_bound"] == pytest.approx(4.0)
-    assert compare.parse_row({"rows": [{"size_bytes": 8, "wrong": 2, "time_us": 1}]}, 8)[0] is None
+    assert allreduce_runs.parse_row({"rows": [{"size_bytes": 8, "wrong": 2, "time_us": 1}]}, 8)[0] is None

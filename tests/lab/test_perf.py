@@ -156,7 +156,7 @@ def test_stamp_across_the_wan(perflab):
          "-p", port, "--stateful"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL)
     try:
-        measure._wait_listening(b["host_ns"], int(port), proto="u")
+        measure.wait_listening(b["host_ns"], int(port), proto="u")
         with EmulatorLateness() as late:
             res = tb("exec", "a", "--", str(perf_binary()), "stamp", b["best_effort_addr"],
                      "-p", port, "-c", "200", "-i", "0.005", "--json", timeout=30)
@@ -192,7 +192,7 @@ def test_vanished_server_ends_the_test_with_partial_results(perflab):
                                "server", "-p", str(port)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     try:
-        measure._wait_listening(b["host_ns"], port)
+        measure.wait_listening(b["host_ns"], port)
         client = subprocess.Popen(
             [str(measure.TESTBED), "exec", "a", "--", str(perf_binary()), "client",
              b["best_effort_addr"], "-p", str(port), "-t", "20", "--pps", "200", "--reverse",

@@ -27,9 +27,10 @@ import tempfile
 import time
 
 from lab import measure, reserve
-from lab.transport import (MTU_BYTES, BenchError, _arg, bench_binary, running_lab, stop,
+from lab.transport import (MTU_BYTES, BenchError, bench_binary, running_lab, stop,
                            wan_spec)
-from lab.units import parse_duration_ns, parse_fraction, parse_rate_bps, parse_size_bytes
+from lab.units import (arg_type, parse_duration_ns, parse_fraction, parse_rate_bps,
+                       parse_size_bytes)
 
 PROG = "detwan-bench COLLECTIVE --lab"
 COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall",
@@ -64,19 +65,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sites", type=int, help="lab sites, 2..4 (default 2, or as many as "
                    "--site-sizes names)")
     p.add_argument("--ranks-per-site", type=int, default=2, help="ranks in each site (default 2)")
-    p.add_argument("--site-sizes", type=_arg(parse_site_sizes),
+    p.add_argument("--site-sizes", type=arg_type(parse_site_sizes),
                    help="ranks of sites a, b, ... instead, e.g. 3,1 (as many as --sites)")
-    p.add_argument("--rate", type=_arg(parse_rate_bps), default=parse_rate_bps("200mbit"),
+    p.add_argument("--rate", type=arg_type(parse_rate_bps), default=parse_rate_bps("200mbit"),
                    help="rate of every WAN path (default 200mbit)")
-    p.add_argument("--rtt", type=_arg(parse_duration_ns), default=parse_duration_ns("20ms"),
+    p.add_argument("--rtt", type=arg_type(parse_duration_ns), default=parse_duration_ns("20ms"),
                    help="round-trip time (delay = rtt/2 each way; default 20ms)")
-    p.add_argument("--loss", type=_arg(parse_fraction), default=0.0,
+    p.add_argument("--loss", type=arg_type(parse_fraction), default=0.0,
                    help="random loss each way, e.g. 0.1%%")
     p.add_argument("--mtu", type=int, help="IP MTU of the lab's links and of detwan's datagrams, "
                    "e.g. 9000 (default 1500; with --no-setup: the running lab's)")
-    p.add_argument("--queue", type=_arg(parse_size_bytes),
+    p.add_argument("--queue", type=arg_type(parse_size_bytes),
                    help="emulator queue (default max(BDP, 128k))")
-    p.add_argument("--wan-rate", type=_arg(parse_rate_bps),
+    p.add_argument("--wan-rate", type=arg_type(parse_rate_bps),
                    help="detwan's reserved rate per site pair and direction (default: the path "
                    "rate)")
     p.add_argument("--best-effort", action="store_true",
@@ -84,11 +85,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dataplane", choices=("uring", "dpdk"),
                    help="own lab: gateways of this backend and an agent (--dataplane X --agents), "
                    "so that --reserve can run the ranks' inter-site traffic through tunnels")
-    p.add_argument("--reserve", type=_arg(parse_rate_bps),
+    p.add_argument("--reserve", type=arg_type(parse_rate_bps),
                    help="reserve RATE each way between every pair of sites through the lab's "
                    "agent for the run (released afterwards); the ranks get DETWAN_RESERVATION "
                    "and DETWAN_AGENT and send through the tunnels")
-    p.add_argument("--reserve-burst", type=_arg(parse_size_bytes),
+    p.add_argument("--reserve-burst", type=arg_type(parse_size_bytes),
                    help="the reservations' max_burst_bytes (default: the agent's)")
     p.add_argument("--reservation", help="ride existing reservation(s) 'r-3[,r-4]' instead")
     p.add_argument("--port", type=int, default=5500, help="rendezvous port of rank 0")
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         log("lab removed")
         return status
     except (BenchError, RuntimeError, subprocess.TimeoutExpired, Interrupted, reserve.ReserveError,
-            measure._Terminated) as e:  # noqa: SLF001 - own_lab's signal exception
+            measure.Terminated) as e:  # own_lab's signal exception
         print(f"{PROG}: {e}", file=sys.stderr)
         if args.json:
             print(json.dumps({"schema": SCHEMA, "version": 1, "collective": args.collective,

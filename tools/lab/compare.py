@@ -30,192 +30,36 @@ failure and on SIGINT/SIGTERM/SIGHUP.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import pathlib
-import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-from typing import Any, Sequence
+from typing import Any
 
-from lab import measure, wanem
+from lab import measure
+from lab.allreduce_runs import (CompareError, binaries, lab_sites, parse_row, raise_terminated,
+                                rank_sites, result, run_gloo, run_mpi, sweep_args,
+                                without_tunnel_addrs)
 from lab.runs import CcSampler, Runs, last_json, ns_sysctl, run_group, set_cc, tail
 from lab.transport import MIN_QUEUE_BYTES, wan_spec
-from lab.units import (format_rate, parse_duration_ns, parse_fraction, parse_rate_bps,
-                       parse_size_bytes)
+from lab.units import (arg_type, format_rate, list_type, parse_duration_ns, parse_fraction,
+                       parse_rate_bps, parse_size_bytes)
 
 PROG = "compare-allreduce"
 REPO = pathlib.Path(__file__).resolve().parents[2]
-GLOO_BINARY = "tools/bench/baselines/gloo-allreduce"
-MPI_BINARY = "tools/bench/baselines/mpi-allreduce"
-BENCH_BINARY = "tools/bench/detwan-bench"
 BOUND_FORMULA = ("bound_time_s = size_bytes * 8 / rate_bps (2 sites: each direction of the WAN "
                  "must carry the full buffer once)")
 BUSBW_FORMULA = "busbw = size / time * 2 (n - 1) / n (nccl-tests allreduce), GB/s = 1e9 B/s"
-
-
-class CompareError(Exception):
-    pass
-
-
-class _Terminated(Exception):
-    pass
 
 
 def log(msg: str) -> None:
     print(f"[compare] {msg}", file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------------------------- lab
-
-def lab_sites(st: dict, nsites: int) -> list[dict]:
-    sites = sorted(st["sites"], key=lambda s: s["index"])
-    if len(sites) < nsites:
-        raise CompareError(f"the lab has {len(sites)} sites, --sites {nsites} needs more")
-    return sites[:nsites]
-
-
-def rank_sites(sites: list[dict], per_site: int) -> list[dict]:
-    return [s for s in sites for _ in range(per_site)]
-
-
-def _host_ip(s: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", "netns", "exec", s["host_ns"], "ip", *args],
-                          capture_output=True, text=True, timeout=10)
-
-
-@contextlib.contextmanager
-def without_tunnel_addrs(sites: list[dict]):
-    """Removes each host's /32s in the tunnel prefix -- its tunnel address and the co-tenant's
-    (topology.py) -- for the MPI run (see the module doc) and restores them, with the routes
-    that use them as their source (a dataplane lab's route into the tunnel: the kernel drops
-    those with the address)."""
-    removed = []
-    try:
-        for s in sites:
-            for key in ("tunnel_addr", "cotenant_addr"):
-                addr = s.get(key)
-                if not addr:
-                    continue
-                routes = [line.split() for line in _host_ip(s, "-o", "route", "show").stdout
-                          .splitlines() if f"src {addr}" in line]
-                res = _host_ip(s, "addr", "del", f"{addr}/32", "dev", s["host_if"])
-                if res.returncode == 0:
-                    removed.append((s, addr, routes))
-        yield sorted({s["name"] for s, _, _ in removed})
-    finally:
-        for s, addr, routes in reversed(removed):
-            _host_ip(s, "addr", "add", f"{addr}/32", "dev", s["host_if"])
-            for route in routes:
-                _host_ip(s, "route", "replace", *route)
-
-
 # ------------------------------------------------------------------------------- tools
-
-def sweep_args(size: int, args) -> list[str]:
-    return ["-b", str(size), "-e", str(size), "-f", "2", "-n", str(args.iters), "-w",
-            str(args.warmup), "-c", "1"]
-
-
-def parse_row(doc: dict | None, size: int) -> tuple[dict | None, str | None]:
-    if doc is None:
-        return None, "printed no JSON"
-    if doc.get("error"):
-        return None, str(doc["error"])
-    rows = [r for r in doc.get("rows", []) if r.get("size_bytes") in (size, size // 4 * 4)]
-    if not rows:
-        return None, f"no row for {size} bytes in its output"
-    row = rows[0]
-    if row.get("wrong", 0) != 0:
-        return None, f"{row['wrong']} wrong elements"
-    return row, None
-
-
-def result(row: dict | None, reason: str | None, extra: dict | None = None) -> dict:
-    out = {"row": row, "busbw": row.get("busbw_GBps") if row else None,
-           "time_s": row["time_us"] / 1e6 if row else None,
-           "wrong": row.get("wrong") if row else None,
-           "reason": None if row else reason}
-    out.update(extra or {})
-    return out
-
-
-def run_gloo(runs: Runs, args, binary: str, where: Sequence[dict | None], size: int,
-             timeout_s: float) -> dict:
-    """One gloo sweep of one size; where[r] is rank r's site (None: this namespace, loopback)."""
-    store = pathlib.Path(tempfile.mkdtemp(prefix="gloo-store-", dir=runs.workdir))
-    n = len(where)
-    argvs = []
-    for r, site in enumerate(where):
-        addr = site["best_effort_addr"] if site else "127.0.0.1"
-        cmd = [binary, "--rank", str(r), "--nranks", str(n), "--store", str(store),
-               "--iface-addr", addr, "--timeout", str(int(timeout_s) + 1), "--json",
-               *sweep_args(size, args)]
-        argvs.append([str(measure.TESTBED), "exec", site["name"], "--", *cmd] if site else cmd)
-    outs, killed = run_group(runs, argvs, timeout_s)
-    shutil.rmtree(store, ignore_errors=True)
-    if killed:
-        return result(None, killed)
-    row, reason = parse_row(last_json(outs[0][1]), size)
-    if row is None:
-        errs = [tail(e, 300) for rc, _, e in outs if rc]
-        reason = f"{reason}; " + " | ".join(errs) if errs else reason
-    return result(row, reason)
-
-
-def write_agent(runs: Runs, sites: list[dict]) -> pathlib.Path:
-    """plm_rsh_agent: `agent HOST CMD...` runs CMD in HOST's site namespace."""
-    agent = runs.workdir / "mpi-agent"
-    cases = "\n".join(f"  {s['best_effort_addr']}) ns={shlex.quote(s['host_ns'])} ;;"
-                      for s in sites)
-    agent.write_text(f"""#!/bin/sh
-# Written by {PROG}: Open MPI's remote-launch agent for the lab (no ssh: site namespaces).
-host="$1"; shift
-case "$host" in
-{cases}
-  *) echo "mpi-agent: no lab site has address $host" >&2; exit 1 ;;
-esac
-exec ip netns exec "$ns" sh -c "$*"
-""")
-    agent.chmod(0o755)
-    return agent
-
-
-def mpirun_argv(runs: Runs, args, binary: str, sites: list[dict] | None, nranks: int,
-                size: int) -> list[str]:
-    common = ["mpirun", "--allow-run-as-root", "-np", str(nranks), "--mca", "btl", args.mpi_btl,
-              "--mca", "orte_base_help_aggregate", "0"]
-    if sites is None:
-        return [*common, "--oversubscribe", "--host", f"localhost:{nranks}", "--mca",
-                "btl_tcp_if_include", "lo", binary, "--json", *sweep_args(size, args)]
-    agent = write_agent(runs, sites)
-    hosts = ",".join(f"{s['best_effort_addr']}:{args.ranks_per_site}" for s in sites)
-    nets = ",".join(s["lan_prefix"] for s in sites)
-    return [str(measure.TESTBED), "exec", sites[0]["name"], "--", *common, "--host", hosts,
-            "--mca", "plm_rsh_agent", str(agent), "--mca", "plm_rsh_no_tree_spawn", "1",
-            "--mca", "btl_tcp_if_include", nets, "--mca", "oob_tcp_if_include", nets,
-            binary, "--json", *sweep_args(size, args)]
-
-
-def run_mpi(runs: Runs, args, binary: str | None, sites: list[dict] | None, nranks: int,
-            size: int, timeout_s: float) -> dict:
-    if binary is None:
-        return result(None, "mpi-allreduce not built (libopenmpi-dev missing at meson setup)")
-    if shutil.which("mpirun") is None:
-        return result(None, "mpirun not installed (openmpi-bin)")
-    argv = mpirun_argv(runs, args, binary, sites, nranks, size)
-    outs, killed = run_group(runs, [argv], timeout_s)
-    if killed:
-        return result(None, killed)
-    rc, out, err = outs[0]
-    row, reason = parse_row(last_json(out), size)
-    if row is None:
-        reason = f"{reason} (mpirun exit {rc}): {tail(err)}"
-    return result(row, reason)
 
 
 def run_detwan(runs: Runs, args, binary: str | None, size: int, timeout_s: float,
@@ -272,17 +116,6 @@ def make_row(size: int, loss: float | None, cc: str, sites: int, ranks: int, det
         if k.startswith("detwan_"):
             row[k] = v
     return row
-
-
-def binaries(args) -> dict:
-    build = wanem.build_dir(args.build_dir)
-
-    def found(rel: str) -> str | None:
-        p = build / rel
-        return str(p) if os.access(p, os.X_OK) else None
-    bench = args.bench_binary or os.environ.get("DETWAN_BENCH_BINARY") or found(BENCH_BINARY)
-    return {"build": str(build), "gloo": found(GLOO_BINARY), "mpi": found(MPI_BINARY),
-            "detwan": bench}
 
 
 def run_two_sites(args, runs: Runs, bins: dict, doc: dict) -> None:
@@ -363,41 +196,22 @@ def run_one_site(args, runs: Runs, bins: dict, doc: dict) -> None:
 
 # ---------------------------------------------------------------------------------- main
 
-def _arg(parse):
-    def convert(text: str):
-        try:
-            return parse(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    convert.__name__ = parse.__name__
-    return convert
-
-
-def _list(parse):
-    def convert(text: str):
-        try:
-            return [parse(t) for t in text.split(",") if t.strip()]
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    convert.__name__ = parse.__name__ + "_list"
-    return convert
-
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--loss", dest="losses", type=_list(parse_fraction), default=[0.0, 0.001],
+    p.add_argument("--loss", dest="losses", type=list_type(parse_fraction), default=[0.0, 0.001],
                    help="loss levels, comma-separated (default 0,0.1%%)")
-    p.add_argument("--rtt", type=_arg(parse_duration_ns), default=parse_duration_ns("20ms"))
-    p.add_argument("--rate", type=_arg(parse_rate_bps), default=parse_rate_bps("200mbit"))
-    p.add_argument("--sizes", type=_list(parse_size_bytes),
+    p.add_argument("--rtt", type=arg_type(parse_duration_ns), default=parse_duration_ns("20ms"))
+    p.add_argument("--rate", type=arg_type(parse_rate_bps), default=parse_rate_bps("200mbit"))
+    p.add_argument("--sizes", type=list_type(parse_size_bytes),
                    help="sizes, comma-separated (default 64M,256M,1G)")
-    p.add_argument("-b", "--minbytes", type=_arg(parse_size_bytes))
-    p.add_argument("-e", "--maxbytes", type=_arg(parse_size_bytes))
+    p.add_argument("-b", "--minbytes", type=arg_type(parse_size_bytes))
+    p.add_argument("-e", "--maxbytes", type=arg_type(parse_size_bytes))
     p.add_argument("-f", "--stepfactor", type=int, default=4)
     p.add_argument("-n", "--iters", type=int, default=3, help="timed iterations per size")
     p.add_argument("-w", "--warmup", type=int, default=1, help="untimed iterations per size")
-    p.add_argument("--cc", dest="ccs", type=_list(str), default=["bbr", "cubic"],
+    p.add_argument("--cc", dest="ccs", type=list_type(str), default=["bbr", "cubic"],
                    help="TCP congestion controls for gloo and MPI (default bbr,cubic)")
     p.add_argument("--mtu", type=int, default=1500,
                    help="IP MTU of the lab's links (detwan's datagrams and TCP's MSS follow it)")
@@ -459,10 +273,6 @@ def print_table(doc: dict) -> None:
     print("detwan does not use TCP: its figure is one run per loss level, repeated in each cc row")
 
 
-def _raise_terminated(signum, _frame):
-    raise _Terminated(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--dataplane" in argv or any(a.startswith("--dataplane=") for a in argv):
@@ -481,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
            "error": None}
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="detwan-compare-"))
     runs = Runs(workdir)
-    saved = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    saved = {s: signal.signal(s, raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
     allowed_before = ns_sysctl(None, "-n", "net.ipv4.tcp_allowed_congestion_control").stdout
     status = 0
     try:

@@ -36,11 +36,13 @@ import sys
 import tempfile
 from typing import Any
 
-from lab import compare, cpu_account, cross, measure, reserve
+from lab import cpu_account, cross, measure, reserve
+from lab.allreduce_runs import (CompareError, binaries, lab_sites, parse_row, raise_terminated,
+                                rank_sites, run_gloo, run_mpi, sweep_args, without_tunnel_addrs)
 from lab.runs import Runs, last_json, run_group, set_cc, tail
 from lab.transport import MIN_QUEUE_BYTES, wan_spec
-from lab.units import (parse_duration_ns, parse_fraction, parse_rate_bps, parse_share,
-                       parse_size_bytes)
+from lab.units import (arg_type, list_type, parse_duration_ns, parse_fraction, parse_rate_bps,
+                       parse_share, parse_size_bytes)
 
 PROG = "compare-allreduce --dataplane"
 SCHEMA = "detwan-compare-wan"
@@ -56,29 +58,29 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--dataplane", nargs="?", const="uring", choices=("uring", "dpdk"),
                    required=True, help="the gateways' backend (default uring)")
-    p.add_argument("--reserve", type=compare._arg(parse_rate_bps), required=True,
+    p.add_argument("--reserve", type=arg_type(parse_rate_bps), required=True,
                    help="the job's reservation a<->b, each direction (e.g. 100mbit)")
-    p.add_argument("--reserve-burst", type=compare._arg(parse_size_bytes),
+    p.add_argument("--reserve-burst", type=arg_type(parse_size_bytes),
                    help="the reservation's max_burst_bytes (default: the agent's)")
-    p.add_argument("--cross", type=compare._arg(parse_share), default=1.5,
+    p.add_argument("--cross", type=arg_type(parse_share), default=1.5,
                    help="flooded: cross traffic offered per direction, as a share of the "
                    "best-effort share rate - reserve (default 150%%)")
     p.add_argument("--cross-tcp", type=int, default=4, help="TCP cross flows per direction "
                    "(cubic and bbr alternating; default 4)")
-    p.add_argument("--cross-udp", type=compare._arg(parse_fraction), default=0.5,
+    p.add_argument("--cross-udp", type=arg_type(parse_fraction), default=0.5,
                    help="share of the cross traffic that is unresponsive UDP (default 50%%)")
-    p.add_argument("--wan", dest="wans", type=compare._list(str), default=["idle", "flooded"],
+    p.add_argument("--wan", dest="wans", type=list_type(str), default=["idle", "flooded"],
                    help="idle,flooded (default both)")
-    p.add_argument("--impls", type=compare._list(str), default=list(IMPLS),
+    p.add_argument("--impls", type=list_type(str), default=list(IMPLS),
                    help="detwan,gloo,mpi (default all)")
-    p.add_argument("--paths", type=compare._list(str), default=["tunnel", "best_effort"],
+    p.add_argument("--paths", type=list_type(str), default=["tunnel", "best_effort"],
                    help="detwan's paths: tunnel,best_effort (default both)")
-    p.add_argument("--loss", dest="losses", type=compare._list(parse_fraction), default=[0.0],
+    p.add_argument("--loss", dest="losses", type=list_type(parse_fraction), default=[0.0],
                    help="loss levels, comma-separated (default 0)")
-    p.add_argument("--rtt", type=compare._arg(parse_duration_ns),
+    p.add_argument("--rtt", type=arg_type(parse_duration_ns),
                    default=parse_duration_ns("20ms"))
-    p.add_argument("--rate", type=compare._arg(parse_rate_bps), default=parse_rate_bps("200mbit"))
-    p.add_argument("--sizes", type=compare._list(parse_size_bytes), default=[64 << 20])
+    p.add_argument("--rate", type=arg_type(parse_rate_bps), default=parse_rate_bps("200mbit"))
+    p.add_argument("--sizes", type=list_type(parse_size_bytes), default=[64 << 20])
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations (default 20)")
     p.add_argument("-w", "--warmup", type=int, default=1)
     p.add_argument("--cc", default="cubic", help="the hosts' TCP congestion control for gloo and "
@@ -118,13 +120,13 @@ def row_of(size: int, impl: str, path: str, wan: str, loss: float, bound_s: floa
 def run_detwan(runs: Runs, args, binary: str, size: int, riding: str | None) -> tuple:
     argv = [binary, "allreduce", "--lab", "--no-setup", "--sites", "2", "--ranks-per-site",
             str(args.ranks_per_site), "--timeout", f"{args.timeout_per_run:g}", "--json",
-            *compare.sweep_args(size, args)]
+            *sweep_args(size, args)]
     argv += ["--reservation", riding] if riding else ["--best-effort"]
     outs, killed = run_group(runs, [argv], args.timeout_per_run + 60)
     if killed:
         return None, killed
     rc, out, err = outs[0]
-    got, reason = compare.parse_row(last_json(out), size)
+    got, reason = parse_row(last_json(out), size)
     if got is None:
         reason = f"{reason} (detwan-bench exit {rc}): {tail(err)}"
     return got, reason
@@ -132,14 +134,14 @@ def run_detwan(runs: Runs, args, binary: str, size: int, riding: str | None) -> 
 
 def run_baseline(runs: Runs, args, impl: str, bins: dict, sites: list[dict],
                  size: int) -> tuple:
-    where = compare.rank_sites(sites, args.ranks_per_site)
+    where = rank_sites(sites, args.ranks_per_site)
     if impl == "gloo":
         if bins["gloo"] is None:
             return None, "gloo-allreduce not built (libgloo-dev missing)"
-        r = compare.run_gloo(runs, args, bins["gloo"], where, size, args.timeout_per_run)
+        r = run_gloo(runs, args, bins["gloo"], where, size, args.timeout_per_run)
     else:
-        with compare.without_tunnel_addrs(sites):
-            r = compare.run_mpi(runs, args, bins["mpi"], sites, len(where), size,
+        with without_tunnel_addrs(sites):
+            r = run_mpi(runs, args, bins["mpi"], sites, len(where), size,
                                 args.timeout_per_run)
     return r.get("row"), r["reason"]
 
@@ -185,7 +187,7 @@ def run_loss(runs, args, bins, loss: float, doc: dict) -> None:
         up += ["--build-dir", args.build_dir]
     log(f"tools/testbed up {' '.join(up)}")
     with measure.own_lab(*up) as st:
-        sites = compare.lab_sites(st, 2)
+        sites = lab_sites(st, 2)
         readback = set_cc([s["host_ns"] for s in sites], args.cc)
         url = st["agents"][0]["url"]
         with reserve.reserved_pairs(url, [s["name"] for s in sites], args.reserve,
@@ -279,20 +281,20 @@ def main(argv: list[str] | None = None) -> int:
                       "ranks_per_site": args.ranks_per_site, "mtu_bytes": args.mtu}}
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="detwan-compare-wan-"))
     runs = Runs(workdir)
-    saved = {s: signal.signal(s, compare._raise_terminated) for s in (signal.SIGTERM,
+    saved = {s: signal.signal(s, raise_terminated) for s in (signal.SIGTERM,
                                                                       signal.SIGHUP)}
     status = 0
     try:
         if os.geteuid() != 0:
-            raise compare.CompareError("must run as root (network namespaces)")
+            raise CompareError("must run as root (network namespaces)")
         if not 0 < args.reserve < args.rate:
-            raise compare.CompareError("--reserve must be below --rate (the best-effort share "
+            raise CompareError("--reserve must be below --rate (the best-effort share "
                                        "is rate - reserve)")
         if args.iters < 1:
-            raise compare.CompareError("--iters must be >= 1")
-        bins = compare.binaries(args)
+            raise CompareError("--iters must be >= 1")
+        bins = binaries(args)
         if bins["detwan"] is None:
-            raise compare.CompareError("detwan-bench not built")
+            raise CompareError("detwan-bench not built")
         doc["binaries"] = bins
         for loss in args.losses:
             run_loss(runs, args, bins, loss, doc)

@@ -145,7 +145,7 @@ def iperf3_goodput_bps(src: str, dst: dict, seconds: int = 4, cc: str | None = N
             server.wait(timeout=5)
 
 
-def _wait_listening(ns: str, port: int, proto: str = "t", timeout_s: float = 10) -> None:
+def wait_listening(ns: str, port: int, proto: str = "t", timeout_s: float = 10) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:  # ready when the port listens
         ss = subprocess.run(["ip", "netns", "exec", ns, "ss", f"-H{proto}ln", f"sport = :{port}"],
@@ -172,7 +172,7 @@ def iperf3_udp(src: str, dst: dict, addr_key: str = "best_effort_addr", rate: st
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               stdin=subprocess.DEVNULL)
     try:
-        _wait_listening(dst["host_ns"], port)
+        wait_listening(dst["host_ns"], port)
         cmd = [str(TESTBED), "exec", src, "--", "iperf3", "-c", addr, "-p", str(port), "-u",
                "-b", rate, "-t", f"{seconds:g}", "-l", str(length), "-J"]
         if dscp is not None:
@@ -222,12 +222,12 @@ def lab_present() -> str | None:
     return builder.existing_lab()
 
 
-class _Terminated(Exception):
-    pass
+class Terminated(Exception):
+    """SIGTERM or SIGHUP inside own_lab: the lab is removed, then this is raised."""
 
 
 def _raise_terminated(signum, _frame):
-    raise _Terminated(f"signal {signum}")
+    raise Terminated(f"signal {signum}")
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ def server(dst: dict, port: int = DEFAULT_PORT, extra: list[str] | None = None):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
     try:
-        measure._wait_listening(dst["host_ns"], port)
+        measure.wait_listening(dst["host_ns"], port)
         yield proc
     finally:
         if proc.poll() is None:

@@ -29,7 +29,8 @@ import shutil
 import subprocess
 import sys
 
-from lab.units import parse_duration_ns, parse_fraction, parse_rate_bps, parse_size_bytes
+from lab.units import (arg_type, parse_duration_ns, parse_fraction, parse_rate_bps,
+                       parse_size_bytes)
 from lab import measure, wanem
 from lab.transport_key import MODES as SECURITY_MODES, security_args
 
@@ -47,17 +48,6 @@ class BenchError(Exception):
 
 
 # ------------------------------------------------------------------------------ quantities
-
-def _arg(parse):
-    """An argparse type from a lab.units parser: its ValueError becomes the usage error."""
-    def convert(text: str):
-        try:
-            return parse(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    convert.__name__ = parse.__name__
-    return convert
-
 
 def wan_spec(rate_bps: int, rtt_ns: int, loss: float, queue_bytes: int) -> str:
     delay_us = rtt_ns // 2 // 1000
@@ -205,7 +195,7 @@ def run_iperf3(dst: dict, cc: str, args, seconds: float | None, size: int) -> di
         "iperf3", "-s", "-1", "-B", addr, "-p", str(args.iperf_port)]),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     try:
-        measure._wait_listening(dst["host_ns"], args.iperf_port)
+        measure.wait_listening(dst["host_ns"], args.iperf_port)
         amount = ["-t", f"{seconds:g}"] if seconds else ["-n", str(size)]
         cmd = exec_cmd(SENDER, False, ["iperf3", "-c", addr, "-p", str(args.iperf_port), "-C", cc,
                                        "-i", "0.2", "-J", *amount])
@@ -263,14 +253,14 @@ def run_lab_bench(binary: str, extra: list[str], timeout_s: float = 3600) -> dic
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--rate", type=_arg(parse_rate_bps), help="path rate, e.g. 200mbit (per path)")
-    p.add_argument("--rtt", type=_arg(parse_duration_ns), default=parse_duration_ns("40ms"),
+    p.add_argument("--rate", type=arg_type(parse_rate_bps), help="path rate, e.g. 200mbit (per path)")
+    p.add_argument("--rtt", type=arg_type(parse_duration_ns), default=parse_duration_ns("40ms"),
                    help="round-trip time (delay = rtt/2 each way; default 40ms)")
-    p.add_argument("--loss", type=_arg(parse_fraction), default=0.0, help="random loss each way, 1%%")
-    p.add_argument("--size", type=_arg(parse_size_bytes), default=1 << 30, help="bytes (1g = 2^30)")
-    p.add_argument("--message-size", type=_arg(parse_size_bytes), default=4 << 20)
+    p.add_argument("--loss", type=arg_type(parse_fraction), default=0.0, help="random loss each way, 1%%")
+    p.add_argument("--size", type=arg_type(parse_size_bytes), default=1 << 30, help="bytes (1g = 2^30)")
+    p.add_argument("--message-size", type=arg_type(parse_size_bytes), default=4 << 20)
     p.add_argument("--inflight", type=int, default=0, help="detwan messages in flight (0 = auto)")
-    p.add_argument("--queue", type=_arg(parse_size_bytes), help="emulator queue (default max(BDP, 128k))")
+    p.add_argument("--queue", type=arg_type(parse_size_bytes), help="emulator queue (default max(BDP, 128k))")
     p.add_argument("--paths", type=int, choices=(1, 2), default=1,
                    help="2: stripe detwan over two disjoint paths of --rate each")
     p.add_argument("--fec", action="store_true", help="detwan with Reed-Solomon FEC")
@@ -279,7 +269,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="udp", help="detwan transport backend (default udp)")
     p.add_argument("--security", choices=SECURITY_MODES, default="authenticate",
                    help="the transfer's channel security (a key file is made for the run)")
-    p.add_argument("--detwan-rate", type=_arg(parse_rate_bps),
+    p.add_argument("--detwan-rate", type=arg_type(parse_rate_bps),
                    help="detwan's reserved rate per path (default: the path rate)")
     p.add_argument("--best-effort", action="store_true",
                    help="run detwan best effort (congestion control) instead of reserved")

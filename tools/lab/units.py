@@ -4,7 +4,9 @@ binary prefixes), fractions ('1%', '0.01') and shares ('150%', '1.5'). Errors ar
 naming the text."""
 from __future__ import annotations
 
+import argparse
 import re
+from typing import Any, Callable
 
 _DURATION_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _RATE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -74,3 +76,25 @@ def format_rate(bps: int) -> str:
         if bps % scale == 0:
             return f"{bps // scale}{unit}"
     return f"{bps}bit"
+
+
+def arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from one of the parsers above: its ValueError becomes the usage error."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def list_type(parse: Callable[[str], Any]) -> Callable[[str], list]:
+    """An argparse type for a comma-separated list, each item read by `parse`."""
+    def convert(text: str):
+        try:
+            return [parse(t) for t in text.split(",") if t.strip()]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = parse.__name__ + "_list"
+    return convert

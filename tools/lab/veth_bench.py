@@ -133,7 +133,7 @@ def _iperf3(pair: VethPair, client_args: list[str], timeout_s: float, what: str)
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               stdin=subprocess.DEVNULL)
     try:
-        measure._wait_listening(pair.b, IPERF_PORT)
+        measure.wait_listening(pair.b, IPERF_PORT)
         res = subprocess.run(_in(pair.a, ["iperf3", "-c", ADDR_B, "-p", str(IPERF_PORT),
                                           *client_args, "-J"]),
                              capture_output=True, text=True, timeout=timeout_s,
