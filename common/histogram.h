@@ -24,7 +24,8 @@ class LogLinearHistogram {
   explicit LogLinearHistogram(int sub_bucket_bits = 7);
 
   void record(int64_t value) noexcept { record_n(value, 1); }
-  // Inline: the dataplane records several delays per packet (docs/benchmarks.md, issue 17).
+  // Inline: the dataplane records several delays per packet (docs/benchmarks/dataplane.md,
+  // issue 17).
   void record_n(int64_t value, uint64_t count) noexcept {
     if (count == 0) return;
     // Well defined for INT64_MIN: unsigned negation is modular.

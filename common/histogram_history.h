@@ -1,6 +1,6 @@
 #pragma once
 // Percentiles over the last seconds or minutes of a cumulative histogram (`stats --json`'s
-// "windows": last 10 s, 1 min, 5 min; docs/gateway.md, "Statistics").
+// "windows": last 10 s, 1 min, 5 min; docs/gateway-stats.md, "Statistics").
 //
 // The histogram keeps counting from its start; a HistogramHistory keeps compact copies of it
 // (only its used buckets) taken every `tick_ns`, for `horizon_ns`. A window of W is the

@@ -46,7 +46,7 @@ json::value histogram(const json::object* playout, std::string_view key) {
                       {"mean", integer_at(&o, "mean")}};
 }
 
-// The WAN delay of the last 10 s of the class (stats' rx.windows, docs/gateway.md): what the
+// The WAN delay of the last 10 s of the class (stats' rx.windows, docs/gateway-stats.md): what the
 // console calls live; null when no packet arrived in it (or the gateway predates windows).
 json::value recent_delay(const json::value* rx, std::string_view cls) {
   const json::object* windows = object_at(rx, "windows");
@@ -60,7 +60,8 @@ json::value recent_delay(const json::value* rx, std::string_view cls) {
                       {"max", integer_at(&o, "max")}};
 }
 
-// One tunnel of a gateway's stats document (docs/gateway.md, "Counters") -> the console's row.
+// One tunnel of a gateway's stats document (docs/gateway-stats.md, "stats_json") -> the
+// console's row.
 // The receive side is the class that carried traffic (on time if any).
 json::object tunnel_summary(const json::object& t) {
   const json::value* rx = t.if_contains("rx");

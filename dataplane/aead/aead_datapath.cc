@@ -44,8 +44,9 @@ bool AeadKey::seal(const Nonce& nonce, std::span<const std::byte> aad, std::span
   EVP_CIPHER_CTX* ctx = contexts_->seal;
   int n = 0;
   if (!fits_int(aad.size()) || !fits_int(text.size())) return false;
-  // The OpenSSL 3 calls with the least per-call overhead (measured in docs/benchmarks.md, "AEAD
-  // cost"): the *_ex2 init (nonce only) and the tag through a parameter, not a ctrl.
+  // The OpenSSL 3 calls with the least per-call overhead (measured in
+  // docs/benchmarks/dataplane-security.md, "AEAD cost"): the *_ex2 init (nonce only) and the tag
+  // through a parameter, not a ctrl.
   if (EVP_EncryptInit_ex2(ctx, nullptr, nullptr, uc(nonce.data()), nullptr) != 1) return false;
   if (!aad.empty() &&
       EVP_EncryptUpdate(ctx, nullptr, &n, uc(aad.data()), static_cast<int>(aad.size())) != 1) {

@@ -1,6 +1,7 @@
 // AES-256-GCM of tunnel packets on intel-ipsec-mb's direct API (built when the library is
 // present). Why: OpenSSL 3's EVP layer costs ~650 cycles per call on top of the cipher at small
-// packets (docs/benchmarks.md, "AEAD cost"); intel-ipsec-mb's single-call GCM functions take the
+// packets (docs/benchmarks/dataplane-security.md, "AEAD cost"); intel-ipsec-mb's single-call GCM
+// functions take the
 // key expanded once (gcm_key_data) and dispatch once, at manager set-up, to the best code for
 // the CPU (AVX-512/VAES, AVX2, SSE). The functions keep no state in the manager, so threads
 // share one. Datapath functions here: no allocation, no exceptions, no logging.

@@ -1,5 +1,5 @@
 #pragma once
-// detwan-gw's HTTP exporter (config `metrics:`; docs/gateway.md, "Metrics over HTTP"):
+// detwan-gw's HTTP exporter (config `metrics:`; docs/gateway-stats.md, "Metrics over HTTP"):
 // GET /metrics answers the gateway's Prometheus exposition (Engine::prometheus_text, merged over
 // the shards) plus the exporter's own connection counters (detwan_gw_http_connections_total).
 //
@@ -32,8 +32,8 @@ namespace detwan::dataplane::daemon {
 class MetricsServer {
  public:
   static constexpr size_t kMaxWaiting = 64;
-  // Tunnels per part: ~0.5 ms of the loop (docs/benchmarks.md, "Scrape cost": 2.6 ms per 50);
-  // a longer stall of the loop delays TUN reads into a burst beyond a tunnel's policer
+  // Tunnels per part: ~0.5 ms of the loop (docs/benchmarks/observability.md, "Scrape cost":
+  // 2.6 ms per 50); a longer stall of the loop delays TUN reads into a burst beyond a tunnel's policer
   // ("its effect on forwarding").
   static constexpr uint32_t kTunnelsPerPart = 10;
   // Listens on config.listen (errors name it, or the tokens file). `control` must outlive the

@@ -51,7 +51,7 @@ enum class FrameDrop : uint8_t {
   kCount
 };
 inline constexpr int kFrameDropCount = static_cast<int>(FrameDrop::kCount);
-// "other_mac", "not_ip", ... (counter names in docs/gateway.md, section dpdk).
+// "other_mac", "not_ip", ... (counter names in docs/gateway-dpdk.md, "Counters").
 std::string_view to_string(FrameDrop reason) noexcept;
 
 // What the NIC already checked (RX checksum offload); kUnknown means "verify in software".

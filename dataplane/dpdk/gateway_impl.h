@@ -102,7 +102,7 @@ inline void set_data_type(rte_mbuf* mbuf, wire::DataType type) noexcept {
 
 // Prefetching as DPDK's l3fwd does: while frame i is handled, the data of frame i + kPrefetchAhead
 // is fetched (a burst's mbuf headers first, since the data address is in them). With thousands
-// of frames in flight their buffers are not in cache (docs/benchmarks.md, issue 17).
+// of frames in flight their buffers are not in cache (docs/benchmarks/dataplane.md, issue 17).
 inline constexpr uint32_t kPrefetchAhead = 3;
 inline void prefetch_data(const rte_mbuf* m) noexcept {
   rte_prefetch0(rte_pktmbuf_mtod(m, const void*));

@@ -215,7 +215,7 @@ struct DpdkConfig {
   friend bool operator==(const DpdkConfig&, const DpdkConfig&) = default;
 };
 
-// The HTTP exporter (`metrics:`; docs/gateway.md, "Metrics over HTTP"): GET /metrics answers
+// The HTTP exporter (`metrics:`; docs/gateway-stats.md, "Metrics over HTTP"): GET /metrics answers
 // the Prometheus exposition over HTTP, built on the datapath thread like the control socket's
 // "prometheus" request, at most once per min_interval (closer scrapes get the last answer).
 struct MetricsConfig {

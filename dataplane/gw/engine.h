@@ -381,7 +381,7 @@ class Engine {
                                               bool best_effort = false) const noexcept;
   PortIo& port_io(uint32_t port_index) noexcept;
   LocalIo& local_io() noexcept;
-  // Everything the engine counts, as one JSON object (schema in docs/gateway.md):
+  // Everything the engine counts, as one JSON object (schema in docs/gateway-stats.md):
   // {"gateway":..,"uptime_ns":..,"drops":{..},"ports":[..],"tunnels":[..],"peers":[..],"local":..}
   [[nodiscard]] std::string stats_json(int64_t now_ns) const;
   // The same in Prometheus text exposition format (counters *_total, latencies as histograms;

@@ -1,5 +1,6 @@
 // Engine::prometheus_text(): the engine's counters in the Prometheus text exposition format
-// 0.0.4 (docs/gateway.md, "Statistics"; written by common/prometheus.h). Counters end in _total;
+// 0.0.4 (docs/gateway-stats.md, "Statistics"; written by common/prometheus.h). Counters end in
+// _total;
 // latencies are Prometheus histograms in seconds with the fixed buckets of common/prometheus.h
 // (delays: kDelayBucketsSeconds; errors against a schedule: kErrorBucketsSeconds). A sharded
 // gateway's exposition is the same families, merged over its shards (each tunnel from its owner).

@@ -1,5 +1,6 @@
 // Engine::stats_json(): everything the engine counts as one JSON document (schema in
-// docs/gateway.md, "Statistics"). Built with boost::json on the datapath thread between polls;
+// docs/gateway-stats.md, "Statistics"). Built with boost::json on the datapath thread between
+// polls;
 // the sched and wire libraries' own JSON (counters_json, summary_json, to_json) is parsed and
 // embedded as is, so the document is valid JSON by construction.
 #include <string>
@@ -48,7 +49,7 @@ json::object counters_object(const C& c, const common::CounterField<C> (&fields)
   return out;
 }
 
-// The windowed percentiles of one histogram (docs/gateway.md, "Statistics": "windows").
+// The windowed percentiles of one histogram (docs/gateway-stats.md, "Statistics": "windows").
 json::object windows_json(const common::HistogramHistory& history,
                           const common::LogLinearHistogram& current, int64_t now_ns) {
   json::object out;

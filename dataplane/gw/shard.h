@@ -1,5 +1,5 @@
 #pragma once
-// A gateway spread over several cores (docs/gateway.md, "Many cores"): N engine instances, the
+// A gateway spread over several cores (docs/gateway-dpdk.md, "Many cores"): N engine instances, the
 // shards, each run by one datapath thread (a DPDK lcore). Every shard is built from the whole
 // configuration, so every shard's gate control list of a port is the same list: the reserved
 // slots of each tunnel are the same slots everywhere. A tunnel is *owned* by exactly one shard

@@ -2,7 +2,7 @@
 // The control channel of a gateway spread over shards (shard.h): one answer for the whole
 // gateway. Setup tier: runs on shard 0's thread while the other shards are paused (the backend
 // pauses them), may allocate, never throws.
-//   stats      one document of the stats_json() schema (docs/gateway.md): each tunnel's entry
+//   stats      one document of the stats_json() schema (docs/gateway-stats.md): each tunnel's entry
 //              from the shard that owns it, each peer's from its lead, the drops, port I/O,
 //              port scheduler counters and host-side counters summed over the shards, plus
 //              "shards": N. Histograms of summed counter sets add their counts and keep the

@@ -40,7 +40,7 @@ NAME = "lab"
 RESERVABLE = "90%"
 # What the lab vouches for in the bounds (docs/control.md, "Admission and bounds"): the
 # gateways run SCHED_FIFO on a shared 2-vCPU machine; their release error was measured at
-# p99 60-70 us (docs/benchmarks.md), with a tail from vCPU preemption.
+# p99 60-70 us (docs/benchmarks/dataplane-determinism.md), with a tail from vCPU preemption.
 PLAYOUT_ERROR = "200us"
 PROCESSING_DELAY = "100us"
 RECONCILE_INTERVAL = "500ms"

@@ -218,7 +218,7 @@ def find_tunnel(stats_json: dict, tunnel: int) -> dict:
 
 
 def tunnel_counters(stats_json: dict, tunnel: int) -> dict:
-    """The counters of one tunnel from `detwan-gw stats --json` (schema in docs/gateway.md,
+    """The counters of one tunnel from `detwan-gw stats --json` (schema in docs/gateway-stats.md,
     "Statistics"), flattened for tests and benchmarks:
       tx_sent        data packets sent into the tunnel (tx.sent_on_time + sent_best_effort)
       tx_frames_offered / tx_frames_sent / tx_dropped   the tunnel's slot scheduler

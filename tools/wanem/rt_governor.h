@@ -6,7 +6,7 @@
 // sched_rt_period_us on a CPU (950 ms of 1 s by default) and then stops them until the period
 // ends. An emulator forwarding near line rate uses a whole vCPU: it was stopped ~50 ms every
 // second, both directions at once (a TCP flow's ACKs too), and a 1 Gbit/s TCP flow reached
-// 95.5 % of the rate instead of 97.9 % (docs/benchmarks.md, 2026-12-04).
+// 95.5 % of the rate instead of 97.9 % (docs/benchmarks/wanem.md, 2026-12-04).
 //
 // The governor measures the thread's CPU share over fixed windows. Above leave_share of the
 // real-time budget it moves the thread to SCHED_OTHER: a thread that busy does not sleep, so a

@@ -1,7 +1,7 @@
 // PacketCipher on intel-ipsec-mb's direct AES-256-GCM API (built when the library is present).
 // Why not OpenSSL here: per 1,472-byte datagram on this project's machines (VAES + AVX-512),
 // tag-only GCM costs ~75 ns with intel-ipsec-mb against ~365 ns through OpenSSL 3's EVP layer,
-// and encrypting ~160 ns against ~630 ns (docs/benchmarks.md, "Authenticated transport
+// and encrypting ~160 ns against ~630 ns (docs/benchmarks/transport.md, "Authenticated transport
 // channels"). The key is expanded once (create / rekey); per packet only the nonce. One
 // process-wide manager dispatches to the best implementation for the CPU; the single-call GCM
 // functions keep no state in it, so threads share it.

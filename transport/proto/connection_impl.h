@@ -146,8 +146,8 @@ struct OutMessage {
 // most kReassemblyFillBytes (zero-filled in steps that large, one memset instead of one per
 // segment). Why 64 MiB: a 64 MiB message that started at 4 MiB and grew cost its receiver
 // ~30 % more CPU than one allocated at once (the reallocation's faults and unmapping, measured
-// on the veth pair; docs/benchmarks.md), while an announcement's first 64 MiB of address space
-// stay untouched until data arrives.
+// on the veth pair; docs/benchmarks/transport.md), while an announcement's first 64 MiB of address
+// space stay untouched until data arrives.
 inline constexpr uint64_t kReassemblyReserveBytes = uint64_t{64} << 20;
 inline constexpr uint64_t kReassemblyGrowth = 8;
 inline constexpr uint64_t kReassemblyFillBytes = uint64_t{1} << 20;

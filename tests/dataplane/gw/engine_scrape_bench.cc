@@ -6,7 +6,8 @@
 //
 //   build/tests/dataplane/gw/dataplane_gw_scrape_bench --benchmark_counters_tabular=true
 //
-// docs/benchmarks.md, "Scrape cost", records it against an earlier tree: the file uses the
+// docs/benchmarks/observability.md, "Scrape cost", records it against an earlier tree: the file
+// uses the
 // engine's public API only (its configuration is its own, like engine_apply_bench.cc's), so it
 // can be copied into an older tree and built there.
 #include <cstdint>

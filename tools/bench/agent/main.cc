@@ -1,4 +1,4 @@
-// detwan-agent-bench: the control agent's benchmarks (docs/benchmarks.md, "Control agent").
+// detwan-agent-bench: the control agent's benchmarks (docs/benchmarks/control.md, "Control agent").
 //
 //   detwan-agent-bench paths --nodes N [--reservations R] [--queries Q] [--seed S] [--json]
 //       in process: a synthetic topology of N nodes (~5 links per node, a site every 10th node),
