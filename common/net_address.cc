@@ -1,5 +1,7 @@
 #include "common/net_address.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <system_error>
@@ -20,6 +22,10 @@ bool parse_u32(std::string_view text, uint32_t max_value, uint32_t* out) {
   if (ec != std::errc() || end != text.data() + text.size() || value > max_value) return false;
   *out = static_cast<uint32_t>(value);
   return true;
+}
+
+bool is_name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '-' || c == '_';
 }
 
 void mask_to(IpAddress* address, uint8_t length) noexcept {
@@ -73,35 +79,104 @@ Result<IpPrefix> parse_ip_prefix(std::string_view text) {
   return prefix;
 }
 
-Result<HostPort> parse_host_port(std::string_view text, bool allow_zero_port) {
-  auto bad = [&](std::string_view why) {
-    return make_error(
-        ErrorCode::kInvalidArgument,
-        fmt::format("'{}' is not an endpoint like 127.0.0.1:7800 or [::1]:7800 ({})", text, why));
+Result<Endpoint> parse_endpoint(std::string_view text, const EndpointRules& rules) {
+  auto bad = [&](std::string_view why) -> Result<Endpoint> {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("'{}' is not an endpoint like 10.0.0.1:7800, [fd00::1]:7800{} "
+                                  "({})",
+                                  text, rules.allow_names ? " or host.example:7800" : "", why));
   };
   std::string_view host;
   std::string_view port_text;
+  bool has_port = true;
+  bool bracketed = false;
   if (!text.empty() && text.front() == '[') {
+    bracketed = true;
     const size_t close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      return bad("unbalanced brackets or no port");
-    }
+    if (close == std::string_view::npos) return bad("'[' without ']'");
     host = text.substr(1, close - 1);
-    port_text = text.substr(close + 2);
+    const std::string_view after = text.substr(close + 1);
+    if (after.empty()) {
+      has_port = false;
+    } else if (after.front() != ':') {
+      return bad("expected ':PORT' after ']'");
+    } else {
+      port_text = after.substr(1);
+    }
   } else {
     const size_t colon = text.rfind(':');
-    if (colon == std::string_view::npos) return bad("no port");
-    host = text.substr(0, colon);
-    if (host.find(':') != std::string_view::npos) return bad("write an IPv6 address in brackets");
-    port_text = text.substr(colon + 1);
+    if (colon == std::string_view::npos) {
+      host = text;
+      has_port = false;
+    } else {
+      host = text.substr(0, colon);
+      port_text = text.substr(colon + 1);
+    }
+    if (host.find(':') != std::string_view::npos) {
+      return bad("write an IPv6 address in brackets: [fd00::1]:7800");
+    }
   }
-  auto address = parse_ip_address(host);
-  if (!address) return bad(address.error().message);
+  Endpoint out;
+  if (bracketed) {
+    const size_t percent = host.find('%');
+    const std::string_view address = host.substr(0, percent);
+    auto parsed = parse_ip_address(address);
+    if (address.find(':') == std::string_view::npos || !parsed) {
+      return bad(fmt::format("'{}' in brackets is not an IPv6 address", host));
+    }
+    if (percent != std::string_view::npos) {
+      const std::string_view zone = host.substr(percent + 1);
+      if (zone.empty() || zone.size() > 15 || !std::ranges::all_of(zone, is_name_char)) {
+        return bad(fmt::format("'{}' is not a zone (an interface name)", zone));
+      }
+      if (!rules.allow_names)
+        return bad("a zone needs the resolver; an IP address is expected here");
+    } else {
+      out.literal = *parsed;
+    }
+  } else if (host.empty()) {
+    if (!rules.allow_empty_host) return bad("no host");
+  } else if (auto parsed = parse_ip_address(host)) {
+    out.literal = *parsed;
+  } else {
+    const bool name_like = host.size() <= 253 && std::ranges::all_of(host, is_name_char);
+    const bool dotted_digits = std::ranges::all_of(
+        host, [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; });
+    if (!name_like || dotted_digits) {
+      return bad(fmt::format("'{}' is not an IP address{}", host,
+                             rules.allow_names ? " or a host name" : ""));
+    }
+    if (!rules.allow_names) {
+      return bad(fmt::format("'{}' is a name; an IP address is expected here", host));
+    }
+  }
+  out.host = std::string(host);
+  if (!has_port) {
+    if (rules.default_port == 0) return bad("no port");
+    out.port = rules.default_port;
+    return out;
+  }
   uint32_t port = 0;
-  if (!parse_u32(port_text, 65535, &port) || (port == 0 && !allow_zero_port)) {
-    return bad(allow_zero_port ? "port must be 0..65535" : "port must be 1..65535");
+  if (!parse_u32(port_text, 65535, &port) || (port == 0 && !rules.allow_zero_port)) {
+    return bad(fmt::format("port '{}' is not a number in [{}, 65535]", port_text,
+                           rules.allow_zero_port ? 0 : 1));
   }
-  return HostPort{*address, static_cast<uint16_t>(port)};
+  out.port = static_cast<uint16_t>(port);
+  return out;
+}
+
+Result<HostPort> parse_host_port(std::string_view text, bool allow_zero_port) {
+  EndpointRules rules;
+  rules.allow_names = false;
+  rules.allow_zero_port = allow_zero_port;
+  auto endpoint = parse_endpoint(text, rules);
+  if (!endpoint) return std::unexpected(endpoint.error());
+  return HostPort{*endpoint->literal, endpoint->port};
+}
+
+std::string join_host_port(std::string_view host, uint16_t port) {
+  if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
 }
 
 std::string format_ip_address(const IpAddress& address) {

@@ -106,46 +106,11 @@ Result<Spec> parse_spec(std::string_view text) {
     spec.dir = std::string(rest);
     return spec;
   }
-  std::string_view host;
-  std::string_view port_text;
-  if (rest.starts_with('[')) {
-    const size_t close = rest.find(']');
-    if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
-      return bad_spec(text, "expected [IPV6]:PORT");
-    }
-    host = rest.substr(1, close - 1);
-    port_text = rest.substr(close + 2);
-  } else {
-    const size_t colon = rest.rfind(':');
-    if (colon == std::string_view::npos) return bad_spec(text, "missing :PORT");
-    host = rest.substr(0, colon);
-    port_text = rest.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) {
-      return bad_spec(text, "put an IPv6 address in brackets: [ADDR]:PORT");
-    }
-  }
-  if (host.empty()) return bad_spec(text, "empty host");
-  for (char c : host) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_' &&
-        c != ':' && c != '%') {
-      return bad_spec(text, fmt::format("bad character '{}' in host", c));
-    }
-  }
-  int port = 0;
-  if (port_text.empty() || port_text.size() > 5 ||
-      !std::ranges::all_of(port_text, [](char c) { return c >= '0' && c <= '9'; })) {
-    return bad_spec(text, "port must be a number 1..65535");
-  }
-  for (char c : port_text) port = port * 10 + (c - '0');
-  if (port < 1 || port > 65535) return bad_spec(text, "port must be a number 1..65535");
-  spec.host = std::string(host);
-  spec.port = port;
+  auto endpoint = common::parse_endpoint(rest);
+  if (!endpoint) return bad_spec(text, endpoint.error().message);
+  spec.host = std::move(endpoint->host);
+  spec.port = endpoint->port;
   return spec;
-}
-
-std::string join_host_port(const std::string& host, int port) {
-  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
-  return fmt::format("{}:{}", host, port);
 }
 
 int64_t now_ns() {

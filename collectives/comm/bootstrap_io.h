@@ -11,6 +11,7 @@
 
 #include "collectives/comm/bootstrap_codec.h"
 #include "collectives/types.h"
+#include "common/net_address.h"
 #include "common/unique_fd.h"
 
 namespace detwan::collectives::bootstrap {
@@ -38,8 +39,8 @@ struct Spec {
 // kInvalidArgument naming the problem, e.g. a secret that is too short.
 Result<Spec> parse_spec(std::string_view text);
 
-// "HOST:PORT" with brackets around IPv6 literals.
-std::string join_host_port(const std::string& host, int port);
+// "HOST:PORT" with brackets around IPv6 literals (the one in common/, which parse_spec reads).
+using common::join_host_port;
 
 // CLOCK_MONOTONIC nanoseconds.
 int64_t now_ns();

@@ -23,6 +23,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "common/net_address.h"
 #include "common/secret_file.h"
 
 namespace detwan::control::client {
@@ -36,7 +37,6 @@ common::Result<Url> parse_url(const std::string& text) {
   if (rest.rfind("https://", 0) == 0) {
     rest = rest.substr(8);
     url.https = true;
-    url.port = "443";
   } else if (rest.rfind("http://", 0) == 0) {
     rest = rest.substr(7);
   }
@@ -46,24 +46,17 @@ common::Result<Url> parse_url(const std::string& text) {
     while (!url.base_path.empty() && url.base_path.back() == '/') url.base_path.pop_back();
     rest = rest.substr(0, slash);
   }
-  if (!rest.empty() && rest.front() == '[') {
-    const size_t close = rest.find(']');
-    if (close == std::string::npos) {
-      return common::make_error(common::ErrorCode::kInvalidArgument,
-                                fmt::format("'{}': unbalanced '['", text));
-    }
-    url.host = rest.substr(1, close - 1);
-    if (close + 1 < rest.size() && rest[close + 1] == ':') url.port = rest.substr(close + 2);
-  } else {
-    const size_t colon = rest.rfind(':');
-    url.host = rest.substr(0, colon);
-    if (colon != std::string::npos) url.port = rest.substr(colon + 1);
-  }
-  if (url.host.empty() || url.port.empty()) {
+  common::EndpointRules rules;
+  rules.default_port = url.https ? 443 : 80;
+  auto endpoint = common::parse_endpoint(rest, rules);
+  if (!endpoint) {
     return common::make_error(
         common::ErrorCode::kInvalidArgument,
-        fmt::format("'{}' is not an agent URL like http://127.0.0.1:7800", text));
+        fmt::format("'{}' is not an agent URL like http://127.0.0.1:7800: {}", text,
+                    endpoint.error().message));
   }
+  url.host = std::move(endpoint->host);
+  url.port = std::to_string(endpoint->port);
   return url;
 }
 

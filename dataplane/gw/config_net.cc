@@ -20,19 +20,6 @@ namespace {
 using common::ErrorCode;
 using common::make_error;
 
-// Parses a bare IPv4 or IPv6 address (no brackets, no zone) into 16 bytes.
-bool parse_address(std::string_view text, bool* ipv6, uint8_t* address) {
-  if (text.empty() || text.size() > 45) return false;  // INET6_ADDRSTRLEN - 1
-  const std::string copy(text);                        // inet_pton wants a C string
-  std::memset(address, 0, 16);
-  if (copy.find(':') != std::string::npos) {
-    *ipv6 = true;
-    return inet_pton(AF_INET6, copy.c_str(), address) == 1;
-  }
-  *ipv6 = false;
-  return inet_pton(AF_INET, copy.c_str(), address) == 1;
-}
-
 std::string format_address(bool ipv6, const uint8_t* address) {
   char text[INET6_ADDRSTRLEN] = {};
   if (inet_ntop(ipv6 ? AF_INET6 : AF_INET, address, text, sizeof(text)) == nullptr) return "?";
@@ -89,11 +76,14 @@ common::Result<Prefix> parse_prefix(std::string_view raw) {
                                   text));
   }
   Prefix prefix;
-  if (!parse_address(text.substr(0, slash), &prefix.ipv6, prefix.address)) {
+  const auto address = common::parse_ip_address(text.substr(0, slash));
+  if (!address) {
     return make_error(
         ErrorCode::kInvalidArgument,
         fmt::format("'{}': '{}' is not an IPv4 or IPv6 address", text, text.substr(0, slash)));
   }
+  prefix.ipv6 = address->ipv6;
+  std::memcpy(prefix.address, address->bytes, sizeof prefix.address);
   const uint32_t max_length = prefix.ipv6 ? 128 : 32;
   uint32_t length = 0;
   if (!parse_decimal(text.substr(slash + 1), max_length, &length)) {
@@ -111,50 +101,17 @@ common::Result<Prefix> parse_prefix(std::string_view raw) {
 }
 
 common::Result<Endpoint> parse_endpoint(std::string_view raw) {
-  const std::string_view text = common::trim(raw);
+  // The one endpoint grammar (common/net_address.h); IP literals only: the gateway's sockets
+  // and source checks are per address, never resolved.
+  common::EndpointRules rules;
+  rules.allow_names = false;
+  rules.allow_zero_port = true;
+  auto parsed = common::parse_endpoint(common::trim(raw), rules);
+  if (!parsed) return std::unexpected(parsed.error());
   Endpoint endpoint;
-  std::string_view address;
-  std::string_view port;
-  if (!text.empty() && text.front() == '[') {
-    const size_t close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      return make_error(
-          ErrorCode::kInvalidArgument,
-          fmt::format("'{}': expected [IPv6 address]:port, e.g. [fd00::1]:4789", text));
-    }
-    address = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-    if (!parse_address(address, &endpoint.ipv6, endpoint.address) || !endpoint.ipv6) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("'{}': '{}' is not an IPv6 address", text, address));
-    }
-  } else {
-    const size_t colon = text.find(':');
-    if (colon == std::string_view::npos) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("'{}': missing port (expected address:port, e.g. "
-                                    "10.101.12.1:4789 or [fd00::1]:4789)",
-                                    text));
-    }
-    if (text.find(':', colon + 1) != std::string_view::npos) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("'{}': write IPv6 endpoints as [address]:port, e.g. "
-                                    "[fd00::1]:4789",
-                                    text));
-    }
-    address = text.substr(0, colon);
-    port = text.substr(colon + 1);
-    if (!parse_address(address, &endpoint.ipv6, endpoint.address) || endpoint.ipv6) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        fmt::format("'{}': '{}' is not an IPv4 address", text, address));
-    }
-  }
-  uint32_t port_number = 0;
-  if (!parse_decimal(port, 65535, &port_number)) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      fmt::format("'{}': port '{}' must be a number in [0, 65535]", text, port));
-  }
-  endpoint.port = static_cast<uint16_t>(port_number);
+  endpoint.ipv6 = parsed->literal->ipv6;
+  std::memcpy(endpoint.address, parsed->literal->bytes, sizeof endpoint.address);
+  endpoint.port = parsed->port;
   return endpoint;
 }
 

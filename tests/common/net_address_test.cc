@@ -101,6 +101,92 @@ TEST(NetAddress, HostPort) {
   EXPECT_NE(parse_host_port("::1:80").error().message.find("brackets"), std::string::npos);
 }
 
+// The one endpoint grammar, every accepted and refused form, under each set of rules the
+// programs use: tcp/verbs listen (empty host, port 0), udp (port 0), collectives' bootstrap
+// (names), agent URLs (default port), the gateway (literals only).
+TEST(NetAddress, EndpointGrammar) {
+  EndpointRules strict;  // names allowed; host and port required; port 1..65535
+  EndpointRules listen;
+  listen.allow_empty_host = true;
+  listen.allow_zero_port = true;
+  EndpointRules literal;
+  literal.allow_names = false;
+  EndpointRules url;
+  url.default_port = 80;
+  struct Case {
+    const char* text;
+    const EndpointRules* rules;
+    const char* host;   // expected host, or nullptr when refused
+    int port;           // expected port
+    bool is_literal;    // expected: an IP literal (no name, no zone)
+    const char* error;  // expected substring when refused
+  };
+  const Case cases[] = {
+      {"10.0.0.1:7800", &strict, "10.0.0.1", 7800, true, ""},
+      {"[fd00::1]:7800", &strict, "fd00::1", 7800, true, ""},
+      {"[::]:65535", &strict, "::", 65535, true, ""},
+      {"agent-1.example_site:7800", &strict, "agent-1.example_site", 7800, false, ""},
+      {"localhost:1", &strict, "localhost", 1, false, ""},
+      {"[fe80::1%eth0]:7800", &strict, "fe80::1%eth0", 7800, false, ""},
+      {":7800", &listen, "", 7800, false, ""},
+      {"127.0.0.1:0", &listen, "127.0.0.1", 0, true, ""},
+      {"[::1]:0", &listen, "::1", 0, true, ""},
+      {"agent.example", &url, "agent.example", 80, false, ""},
+      {"[::1]", &url, "::1", 80, true, ""},
+      {"10.0.0.1:8080", &url, "10.0.0.1", 8080, true, ""},
+      {"10.0.0.1:7800", &literal, "10.0.0.1", 7800, true, ""},
+      // refused
+      {":7800", &strict, nullptr, 0, false, "no host"},
+      {"", &strict, nullptr, 0, false, "no host"},
+      {"10.0.0.1", &strict, nullptr, 0, false, "no port"},
+      {"[::1]", &strict, nullptr, 0, false, "no port"},
+      {"10.0.0.1:", &strict, nullptr, 0, false, "port '' is not a number in [1, 65535]"},
+      {"10.0.0.1:0", &strict, nullptr, 0, false, "[1, 65535]"},
+      {"10.0.0.1:65536", &listen, nullptr, 0, false, "port '65536' is not a number in [0, 65535]"},
+      {"10.0.0.1:-1", &strict, nullptr, 0, false, "port '-1'"},
+      {"10.0.0.1:80x", &strict, nullptr, 0, false, "port '80x'"},
+      {"10.0.0.1: 80", &strict, nullptr, 0, false, "port ' 80'"},
+      {"fd00::1:80", &strict, nullptr, 0, false, "IPv6 address in brackets"},
+      {"::1", &url, nullptr, 0, false, "IPv6 address in brackets"},
+      {"[::1:80", &strict, nullptr, 0, false, "'[' without ']'"},
+      {"[::1]80", &strict, nullptr, 0, false, "expected ':PORT' after ']'"},
+      {"[10.0.0.1]:80", &strict, nullptr, 0, false, "in brackets is not an IPv6 address"},
+      {"[host.example]:80", &strict, nullptr, 0, false, "in brackets is not an IPv6 address"},
+      {"[]:80", &strict, nullptr, 0, false, "in brackets is not an IPv6 address"},
+      {"[fe80::1%]:80", &strict, nullptr, 0, false, "is not a zone"},
+      {"[fe80::1%eth0]:80", &literal, nullptr, 0, false, "an IP address is expected here"},
+      {"host.example:80", &literal, nullptr, 0, false, "an IP address is expected here"},
+      {"10.0.0.256:80", &strict, nullptr, 0, false, "is not an IP address or a host name"},
+      {"ho st:80", &strict, nullptr, 0, false, "is not an IP address or a host name"},
+      {"host/x:80", &strict, nullptr, 0, false, "is not an IP address or a host name"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    const auto parsed = parse_endpoint(c.text, *c.rules);
+    if (c.host == nullptr) {
+      ASSERT_FALSE(parsed.has_value()) << "accepted as host '" << parsed->host << "'";
+      EXPECT_NE(parsed.error().message.find(c.error), std::string::npos) << parsed.error().message;
+      // The message quotes the text it refused.
+      EXPECT_NE(parsed.error().message.find(std::string("'") + c.text + "'"), std::string::npos)
+          << parsed.error().message;
+      continue;
+    }
+    ASSERT_TRUE(parsed.has_value()) << parsed.error().message;
+    EXPECT_EQ(parsed->host, c.host);
+    EXPECT_EQ(parsed->port, c.port);
+    EXPECT_EQ(parsed->literal.has_value(), c.is_literal);
+    if (c.host[0] != '\0' && parsed->port != 0) {
+      // join_host_port writes what parse_endpoint reads back.
+      const auto again = parse_endpoint(join_host_port(parsed->host, parsed->port), *c.rules);
+      ASSERT_TRUE(again.has_value()) << again.error().message;
+      EXPECT_EQ(again->host, parsed->host);
+      EXPECT_EQ(again->port, parsed->port);
+    }
+  }
+  EXPECT_EQ(join_host_port("fd00::1", 80), "[fd00::1]:80");
+  EXPECT_EQ(join_host_port("10.0.0.1", 80), "10.0.0.1:80");
+}
+
 TEST(NetAddress, ContainsAndOverlaps) {
   const IpPrefix ten = prefix("10.0.0.0/8");
   EXPECT_TRUE(prefix_contains(ten, address("10.255.1.2")));

@@ -24,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include "common/net_address.h"
 #include "tools/bench/transport_bench.h"
 #include "tools/bench/transport_report.h"
 #include "transport/proto/wire.h"
@@ -74,11 +75,12 @@ Result<Measured> measure(const InfoOptions& o) {
   if (!server_ep) return std::unexpected(server_ep.error());
   auto addr = (*server_ep)->listen("127.0.0.1:0");
   if (!addr) return std::unexpected(addr.error());
-  const auto colon = addr->rfind(':');
+  const auto listening = common::parse_host_port(*addr);
+  if (!listening) return std::unexpected(listening.error());
   sockaddr_in server_addr{};
   server_addr.sin_family = AF_INET;
   server_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  server_addr.sin_port = htons(static_cast<uint16_t>(std::atoi(addr->c_str() + colon + 1)));
+  server_addr.sin_port = htons(listening->port);
 
   const int front = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   const int back = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 
+#include "common/net_address.h"
 #include "tools/perf/perf_wire.h"
 
 namespace detwan::perf {
@@ -49,11 +50,6 @@ bool wait_for(ClientPath& path, DatagramReader& reader, Kind kind, uint64_t seq,
 
 }  // namespace
 
-std::string format_target(const std::string& host, uint16_t port) {
-  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
-  return fmt::format("{}:{}", host, port);
-}
-
 json::object clock_message(const char* type, const ClockSync& clock, ClockMode mode) {
   return json::object{{"type", type},
                       {"correction_ns", clock.correction_ns(mode)},
@@ -63,7 +59,7 @@ json::object clock_message(const char* type, const ClockSync& clock, ClockMode m
 
 common::Result<std::unique_ptr<ClientPath>> open_path(const ClientOptions& options,
                                                       const std::string& host) {
-  const std::string target = format_target(host, options.port);
+  const std::string target = common::join_host_port(host, options.port);
   // A lost SYN is resent after 1 s, then 3 s (Linux): a connect gets at least 3.5 s so that one
   // lost SYN on a lossy path is not "cannot reach", whatever --peer-timeout is.
   constexpr int64_t kMinConnectTimeoutNs = 3'500'000'000;

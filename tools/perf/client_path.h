@@ -67,7 +67,6 @@ void run_path(ClientPath& path, ClientContext& context);
 // thread of the test has been joined. Partial when the path failed.
 void finish_path(ClientPath& path, const ClientContext& context);
 
-[[nodiscard]] std::string format_target(const std::string& host, uint16_t port);
 boost::json::object clock_message(const char* type, const ClockSync& clock, ClockMode mode);
 
 }  // namespace detwan::perf

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 
 #include "common/clock.h"
+#include "common/net_address.h"
 #include "tools/perf/clock_sync.h"
 #include "tools/perf/stamp.h"
 #include "tools/perf/stamp_session.h"
@@ -182,11 +183,6 @@ struct Collector {
   bool have_last = false;
 };
 
-std::string target_text(const std::string& host, uint16_t port) {
-  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
-                                             : fmt::format("{}:{}", host, port);
-}
-
 }  // namespace
 
 common::Result<StampSenderResult> run_stamp_session(const StampSenderOptions& options) {
@@ -248,7 +244,7 @@ common::Result<StampSenderResult> run_stamp_session(const StampSenderOptions& op
   pacing.join();
 
   StampSenderResult r = std::move(collector.result);
-  r.target = target_text(options.host, options.port);
+  r.target = common::join_host_port(options.host, options.port);
   r.ssid = options.ssid;
   r.timestamp = options.timestamp;
   r.sent = pacer.sent.load();

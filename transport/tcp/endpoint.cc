@@ -1,7 +1,6 @@
 // The tcp backend: endpoint setup (listen, accept, connect) and its registry entry.
 #include "transport/tcp/endpoint.h"
 
-#include <charconv>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -11,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/net_address.h"
 #include "transport/tcp/channel.h"
 #include "transport/tcp/handshake.h"
 #include "transport/tcp/sealed_handshake.h"
@@ -25,32 +25,6 @@ using boost::system::error_code;
 
 namespace {
 
-struct HostPort {
-  std::string host;
-  std::string port;
-};
-
-// "host:port", "[v6]:port" or ":port" (all interfaces).
-Result<HostPort> split_address(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return common::make_error(ErrorCode::kInvalidArgument,
-                              fmt::format("tcp: address '{}': expected host:port", address));
-  }
-  HostPort out{address.substr(0, colon), address.substr(colon + 1)};
-  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']') {
-    out.host = out.host.substr(1, out.host.size() - 2);
-  }
-  unsigned port = 0;
-  const auto [end, ec] = std::from_chars(out.port.data(), out.port.data() + out.port.size(), port);
-  if (out.port.empty() || ec != std::errc() || end != out.port.data() + out.port.size() ||
-      port > 65535) {
-    return common::make_error(ErrorCode::kInvalidArgument,
-                              fmt::format("tcp: address '{}': bad port '{}'", address, out.port));
-  }
-  return out;
-}
-
 std::string format_endpoint(const tcp::endpoint& endpoint) {
   const std::string host = endpoint.address().to_string();
   return endpoint.address().is_v6() ? fmt::format("[{}]:{}", host, endpoint.port())
@@ -59,13 +33,20 @@ std::string format_endpoint(const tcp::endpoint& endpoint) {
 
 Result<tcp::resolver::results_type> resolve(asio::io_context& io, const std::string& address,
                                             bool passive) {
-  auto parts = split_address(address);
-  if (!parts) return std::unexpected(parts.error());
+  // ":port" listens on every interface; port 0 picks one (listen only).
+  common::EndpointRules rules;
+  rules.allow_empty_host = true;
+  rules.allow_zero_port = passive;
+  auto parts = common::parse_endpoint(address, rules);
+  if (!parts) {
+    return common::make_error(ErrorCode::kInvalidArgument,
+                              fmt::format("tcp: {}", parts.error().message));
+  }
   tcp::resolver resolver(io);
   error_code ec;
   auto flags = tcp::resolver::numeric_service;
   if (passive) flags |= tcp::resolver::passive;
-  auto results = resolver.resolve(parts->host, parts->port, flags, ec);
+  auto results = resolver.resolve(parts->host, std::to_string(parts->port), flags, ec);
   if (ec || results.empty()) {
     return common::make_error(ErrorCode::kInvalidArgument,
                               fmt::format("tcp: cannot resolve '{}': {}", address,

@@ -5,10 +5,11 @@
 #include <netinet/in.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 
 #include <fmt/format.h>
+
+#include "common/net_address.h"
 
 namespace detwan::transport::udp {
 namespace {
@@ -30,38 +31,29 @@ void set_buffer(int fd, int option, int force_option) {
 }  // namespace
 
 common::Result<UdpAddress> parse_address(std::string_view text) {
-  std::string_view host;
-  std::string_view port_text;
-  if (!text.empty() && text.front() == '[') {
-    const size_t close = text.find("]:");
-    if (close == std::string_view::npos) return bad(text, "expected [ipv6]:port");
-    host = text.substr(1, close - 1);
-    port_text = text.substr(close + 2);
-  } else {
-    const size_t colon = text.rfind(':');
-    if (colon == std::string_view::npos) return bad(text, "expected host:port");
-    host = text.substr(0, colon);
-    port_text = text.substr(colon + 1);
+  common::EndpointRules rules;
+  rules.allow_zero_port = true;
+  auto endpoint = common::parse_endpoint(text, rules);
+  if (!endpoint) {
+    return common::make_error(common::ErrorCode::kInvalidArgument,
+                              fmt::format("udp: {}", endpoint.error().message));
   }
-  uint16_t port = 0;
-  const auto [end, error] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || error != std::errc{} || end != port_text.data() + port_text.size()) {
-    return bad(text, fmt::format("port '{}' is not a number in [0, 65535]", port_text));
-  }
-  if (host.empty()) return bad(text, "empty host");
-  const std::string host_string(host);
+  const uint16_t port = endpoint->port;
+  const std::string& host_string = endpoint->host;
   UdpAddress address;
   auto* v4 = reinterpret_cast<sockaddr_in*>(&address.storage);
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&address.storage);
-  if (::inet_pton(AF_INET, host_string.c_str(), &v4->sin_addr) == 1) {
+  if (endpoint->literal && !endpoint->literal->ipv6) {
     v4->sin_family = AF_INET;
     v4->sin_port = htons(port);
+    std::memcpy(&v4->sin_addr, endpoint->literal->bytes, 4);
     address.length = sizeof(sockaddr_in);
     return address;
   }
-  if (::inet_pton(AF_INET6, host_string.c_str(), &v6->sin6_addr) == 1) {
+  if (endpoint->literal) {
     v6->sin6_family = AF_INET6;
     v6->sin6_port = htons(port);
+    std::memcpy(&v6->sin6_addr, endpoint->literal->bytes, 16);
     address.length = sizeof(sockaddr_in6);
     return address;
   }
@@ -71,7 +63,7 @@ common::Result<UdpAddress> parse_address(std::string_view text) {
   addrinfo* found = nullptr;
   const int status = ::getaddrinfo(host_string.c_str(), nullptr, &hints, &found);
   if (status != 0 || found == nullptr) {
-    return bad(text, fmt::format("host '{}' does not resolve: {}", host, ::gai_strerror(status)));
+    return bad(text, fmt::format("host '{}' does not resolve: {}", host_string, ::gai_strerror(status)));
   }
   const addrinfo* pick = found;
   for (const addrinfo* it = found; it != nullptr; it = it->ai_next) {

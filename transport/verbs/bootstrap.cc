@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "common/byte_order.h"
+#include "common/net_address.h"
 
 namespace detwan::transport::verbs {
 namespace {
@@ -39,14 +40,16 @@ struct AddrInfoDeleter {
 
 Result<std::unique_ptr<addrinfo, AddrInfoDeleter>> resolve(const std::string& address,
                                                            bool passive) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
+  common::EndpointRules rules;
+  rules.allow_empty_host = true;
+  rules.allow_zero_port = passive;
+  auto parts = common::parse_endpoint(address, rules);
+  if (!parts) {
     return common::make_error(ErrorCode::kInvalidArgument,
-                              fmt::format("verbs: address '{}': expected host:port", address));
+                              fmt::format("verbs: {}", parts.error().message));
   }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  const std::string port = address.substr(colon + 1);
+  const std::string& host = parts->host;
+  const std::string port = std::to_string(parts->port);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);

@@ -441,7 +441,7 @@ TEST(TcpBootstrap, ArgumentErrors) {
   EXPECT_FALSE(join_bootstrap("udp://127.0.0.1:1", 0, 1, kSecondNs).has_value());
   auto bad = join_bootstrap("tcp://127.0.0.1#" + std::string(kSecret), 0, 1, kSecondNs);
   ASSERT_FALSE(bad.has_value());
-  EXPECT_NE(bad.error().message.find("missing :PORT"), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("no port"), std::string::npos) << bad.error().message;
   EXPECT_EQ(bad.error().message.find(kSecret), std::string::npos) << bad.error().message;
   auto short_secret = join_bootstrap("tcp://127.0.0.1:1#abcd", 0, 1, kSecondNs);
   ASSERT_FALSE(short_secret.has_value());
