@@ -1,8 +1,16 @@
 """Lab tests: real network namespaces, veth and detwan-wanem on one machine.
 
 Run as root: `python3 -m pytest tests/lab` (build first; DETWAN_BUILD_DIR selects the build,
-default <repo>/build). Tests that need namespaces skip with the reason when not root or when
-`ip netns` does not work. Every test that brings a lab up tears it down in a finalizer.
+default <repo>/build). Every test that brings a lab up tears it down in a finalizer.
+
+Two kinds, told apart by the `netns` marker:
+  netns      needs root and network namespaces (a lab, an emulator, a gateway); skipped with the
+             reason when not root or when `ip netns` does not work. Every test that uses the
+             wanem_ready fixture (every lab fixture does) must carry it: collection fails
+             otherwise.
+  unmarked   needs neither: the package's structure and unit grammar, configuration rendering,
+             programs on loopback. `python3 -m pytest -m "not netns" tests/lab` runs just
+             these, as any user, in seconds; tools/run-tests runs both kinds.
 """
 from __future__ import annotations
 
@@ -35,7 +43,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "netns: needs root and network namespaces")
 
 
+# Fixtures that bring up (or wait for) a lab: a test using one needs namespaces.
+NETNS_FIXTURES = {"wanem_ready"}
+
+
 def pytest_collection_modifyitems(config, items):
+    unmarked = [item.nodeid for item in items if "netns" not in item.keywords
+                and NETNS_FIXTURES & set(getattr(item, "fixturenames", ()))]
+    if unmarked:
+        raise pytest.UsageError("tests that bring up a lab must be marked netns "
+                                "(@pytest.mark.netns): " + ", ".join(unmarked))
     if NETNS_PROBLEM:
         skip = pytest.mark.skip(reason=NETNS_PROBLEM)
         for item in items:

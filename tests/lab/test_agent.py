@@ -82,6 +82,7 @@ def test_generated_topology_and_gateway_configs_are_accepted(tmp_path):
         assert status == 0, message
 
 
+@pytest.mark.netns
 def test_static_tunnel_options_are_refused_with_agents(wanem_ready):
     res = tb("up", "--dataplane", "uring", "--agents", "--tunnel-rate", "10mbit")
     assert res.returncode == 2

@@ -364,6 +364,7 @@ def post(url: str, path: str, token: str, body: dict | None = None) -> tuple[int
         return e.code, json.loads(e.read().decode() or "{}")
 
 
+@pytest.mark.netns  # root: the module skips without it (see _browser_problem)
 def test_console_without_gateways(solo_agent, browser):
     from selenium.webdriver.common.by import By  # pylint: disable=import-outside-toplevel
     from selenium.webdriver.support.ui import WebDriverWait  # pylint: disable=import-outside-toplevel

@@ -132,6 +132,7 @@ def test_configuration_files(tmp_path):
         "duration=1h timeout=30")
 
 
+@pytest.mark.netns
 def test_slurm_needs_agents(wanem_ready):
     res = tb("up", "--dataplane", "uring", "--slurm")
     assert res.returncode == 2 and "--slurm needs --agents" in res.stderr
