@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -18,33 +19,25 @@ namespace detwan::collectives {
 Executor::Executor() : thread_([this] { loop(); }) {}
 
 Executor::~Executor() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
+  queue_.close();  // the loop runs what is queued, then ends
   thread_.join();
 }
 
 void Executor::post(Task task, std::shared_ptr<Request::State> state) {
-  {
-    std::lock_guard lock(mutex_);
-    queue_.emplace_back(std::move(task), std::move(state));
+  Item item{std::move(task), std::move(state)};
+  if (!queue_.post(item)) {  // only while the executor is being destroyed
+    item.second->complete(
+        make_error(ErrorCode::kUnavailable, "communicator: destroyed while posting"));
   }
-  wake_.notify_all();
 }
 
 void Executor::loop() {
-  for (;;) {
-    std::pair<Task, std::shared_ptr<Request::State>> item;
-    {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and every posted task has run
-      item = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    item.second->complete(item.first());
+  queue_.set_owner(std::this_thread::get_id());
+  std::vector<Item> batch;
+  // False once closed and empty: every posted task has run.
+  while (queue_.wait_drain_st(batch)) {
+    for (Item& item : batch) item.second->complete(item.first());
+    batch.clear();
   }
 }
 
@@ -109,12 +102,11 @@ Result<void> Communicator::Impl::run_ops(std::span<const OpDesc> ops, int64_t op
                                op.root);
         break;
       case Collective::kReduce:
-        done = algo::reduce(ctx, planned(op.collective), op.send, op.recv, op.count, op.type,
-                            op.op, op.root);
+        done = algo::reduce(ctx, planned(op.collective), op.send, op.recv, op.count, op.type, op.op,
+                            op.root);
         break;
       case Collective::kAllGather:
-        done = algo::all_gather(ctx, planned(op.collective), op.send, op.recv, op.count,
-                                op.type);
+        done = algo::all_gather(ctx, planned(op.collective), op.send, op.recv, op.count, op.type);
         break;
       case Collective::kReduceScatter:
         done = algo::reduce_scatter(ctx, planned(op.collective), op.send, op.recv, op.count,
@@ -133,20 +125,20 @@ Result<void> Communicator::Impl::run_ops(std::span<const OpDesc> ops, int64_t op
   }
   // Sends to self pair with receives from self in issue order, inside the group.
   if (self_sends.size() != self_recvs.size()) {
-    return std::unexpected(fail(Error{
-        ErrorCode::kInvalidArgument,
-        fmt::format("rank {}: {} send(s) to self but {} receive(s) from self in one group "
-                    "(a rank can only send to itself inside a group with a matching recv)",
-                    rank, self_sends.size(), self_recvs.size())}));
+    return std::unexpected(fail(
+        Error{ErrorCode::kInvalidArgument,
+              fmt::format("rank {}: {} send(s) to self but {} receive(s) from self in one group "
+                          "(a rank can only send to itself inside a group with a matching recv)",
+                          rank, self_sends.size(), self_recvs.size())}));
   }
   for (size_t i = 0; i < self_sends.size(); ++i) {
     const size_t send_bytes = self_sends[i]->count * data_type_size(self_sends[i]->type);
     const size_t recv_bytes = self_recvs[i]->count * data_type_size(self_recvs[i]->type);
     if (send_bytes != recv_bytes) {
-      return std::unexpected(fail(Error{
-          ErrorCode::kInvalidArgument,
-          fmt::format("rank {}: send to self of {} bytes matched a recv of {} bytes", rank,
-                      send_bytes, recv_bytes)}));
+      return std::unexpected(
+          fail(Error{ErrorCode::kInvalidArgument,
+                     fmt::format("rank {}: send to self of {} bytes matched a recv of {} bytes",
+                                 rank, send_bytes, recv_bytes)}));
     }
     if (send_bytes > 0) std::memmove(self_recvs[i]->recv, self_sends[i]->send, send_bytes);
   }
@@ -212,8 +204,7 @@ Plan Communicator::Impl::plan_for(Collective collective, int64_t bytes, bool log
   if (!log || rank != 0) return plan;
   {
     std::lock_guard lock(plan_mutex);
-    const auto key = std::make_pair(static_cast<int>(collective),
-                                    static_cast<int>(plan.algorithm));
+    const auto key = std::make_pair(static_cast<int>(collective), static_cast<int>(plan.algorithm));
     if (!logged_plans.insert(key).second) return plan;
   }
   // "allreduce 64 MiB: hier chunk 4 MiB (predicted 2.9 s; ring 4.3 s, hd 4.6 s)"
@@ -226,13 +217,13 @@ Plan Communicator::Impl::plan_for(Collective collective, int64_t bytes, bool log
     others += fmt::format("{}{} {}", others.empty() ? "" : ", ", to_string(a), human_ns(ns));
   }
   common::logger("collectives")
-      ->info("{} {}: {} chunk {} (predicted {}{}{}){}", to_string(collective), human_bytes(bytes),
-             to_string(plan.algorithm),
-             plan.chunk_bytes > 0 ? human_bytes(plan.chunk_bytes) : std::string("whole"),
-             human_ns(plan.predicted_ns), others.empty() ? "" : "; ", others,
-             // the cost model's reason matters when an override was not honoured
-             config.algorithm == Algorithm::kAuto || plan.reason.empty() ? ""
-                                                                         : " - " + plan.reason);
+      ->info(
+          "{} {}: {} chunk {} (predicted {}{}{}){}", to_string(collective), human_bytes(bytes),
+          to_string(plan.algorithm),
+          plan.chunk_bytes > 0 ? human_bytes(plan.chunk_bytes) : std::string("whole"),
+          human_ns(plan.predicted_ns), others.empty() ? "" : "; ", others,
+          // the cost model's reason matters when an override was not honoured
+          config.algorithm == Algorithm::kAuto || plan.reason.empty() ? "" : " - " + plan.reason);
   return plan;
 }
 

@@ -5,15 +5,13 @@
 //
 // Threading: post() from any thread; tasks run on the executor thread only. The destructor
 // runs every task already posted, then joins (a pending Request is never abandoned).
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <utility>
 
 #include "collectives/comm/communicator.h"
+#include "common/post_queue.h"
 
 namespace detwan::collectives {
 
@@ -30,13 +28,11 @@ class Executor {
   void post(Task task, std::shared_ptr<Request::State> state);
 
  private:
+  using Item = std::pair<Task, std::shared_ptr<Request::State>>;
   void loop();
 
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::pair<Task, std::shared_ptr<Request::State>>> queue_;
-  bool stopping_ = false;
-  std::thread thread_;  // last: starts after the queue exists
+  common::PostQueue<Item> queue_;  // the loop blocks in wait_drain_st (no other wake-up)
+  std::thread thread_;             // last: starts after the queue exists
 };
 
 }  // namespace detwan::collectives

@@ -82,6 +82,7 @@ class Forwarder {
   // ones waiting for transmission.
   void run_st() {
     assert_owner();
+    posts_.set_owner(std::this_thread::get_id());
     while (!stop_.load(std::memory_order_relaxed)) {
       int64_t now_ns = clock_.now_ns();
       if (now_ns >= options_.end_ns) break;

@@ -23,37 +23,17 @@ PostQueue::~PostQueue() {
   if (event_fd_ >= 0) ::close(event_fd_);
 }
 
-bool PostQueue::post(Task task) {
-  {
-    std::lock_guard lock(mutex_);
-    if (closed_) return false;
-    tasks_.push_back(std::move(task));
-    pending_.store(true, std::memory_order_release);
-  }
-  wake();
-  return true;
-}
-
 void PostQueue::close() {
-  std::deque<Task> dropped;
-  {
-    std::lock_guard lock(mutex_);
-    closed_ = true;
-    dropped.swap(tasks_);
-    pending_.store(false, std::memory_order_release);
-  }
+  std::vector<Task> dropped;
+  queue_.close(dropped);
   // `dropped` destroys the tasks outside the lock (their destructors may break promises).
 }
 
 void PostQueue::run_pending_st(PollThreadView& view) {
   drain_eventfd();
-  std::deque<Task> tasks;
-  {
-    std::lock_guard lock(mutex_);
-    tasks.swap(tasks_);
-    pending_.store(false, std::memory_order_release);
-  }
-  for (Task& task : tasks) task(view);
+  queue_.drain_st(running_);
+  for (Task& task : running_) task(view);
+  running_.clear();
 }
 
 void PostQueue::wake() noexcept {

@@ -1,17 +1,17 @@
 #pragma once
 // The one way other threads get work done on the poll thread: post() a closure, the poll loop
-// runs it between bursts (run_pending_st). An eventfd wakes a sleeping poll loop; a busy-polling
-// one checks pending() (one relaxed atomic load) every iteration.
+// runs it between bursts (run_pending_st). The queue is common::PostQueue; an eventfd wakes a
+// sleeping poll loop; a busy-polling one checks pending() (one atomic load) every iteration.
 //
-// Threading: post(), close() from any thread; run_pending_st() and wake_fd() readers only on the
-// poll thread. post() allocates (it is control-plane work), the poll loop never does unless a
-// closure is pending.
-#include <atomic>
-#include <deque>
+// Threading: post(), close() from any thread; set_owner() then run_pending_st() and wake_fd()
+// readers only on the poll thread. post() allocates (it is control-plane work), the poll loop
+// never does unless a closure is pending.
 #include <functional>
-#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "common/histogram.h"
+#include "common/post_queue.h"
 #include "tools/wanem/port.h"
 
 namespace detwan::wanem {
@@ -24,8 +24,8 @@ class Session;
 // events without a frame, e.g. cross traffic, count too).
 struct LoopStats {
   uint64_t sleeps = 0;
-  uint64_t timer_wakeups = 0;  // woken by the deadline
-  uint64_t io_wakeups = 0;     // woken by a frame or a control request
+  uint64_t timer_wakeups = 0;     // woken by the deadline
+  uint64_t io_wakeups = 0;        // woken by a frame or a control request
   uint64_t coalesced_sleeps = 0;  // slept to the next release without watching for arrivals
   common::LogLinearHistogram timer_late_ns{7};
   common::LogLinearHistogram release_late_ns{7};
@@ -55,11 +55,13 @@ class PostQueue {
   PostQueue& operator=(const PostQueue&) = delete;
 
   // Returns false (and drops the task) once the queue is closed: the poll thread has stopped.
-  [[nodiscard]] bool post(Task task);
+  [[nodiscard]] bool post(Task task) { return queue_.post(task); }
   // After close() every post() fails; tasks still queued are destroyed without running.
   void close();
 
-  [[nodiscard]] bool pending() const noexcept { return pending_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool pending() const noexcept { return queue_.pending(); }
+  // The poll thread names itself before it runs tasks (checked in builds with assertions).
+  void set_owner(std::thread::id id) noexcept { queue_.set_owner(id); }
   // Runs every queued task in posting order. Poll thread only.
   void run_pending_st(PollThreadView& view);
   // Readable while tasks are pending (or a stop was requested); cleared by run_pending_st().
@@ -71,10 +73,8 @@ class PostQueue {
   void drain_eventfd() noexcept;
 
   int event_fd_ = -1;
-  std::atomic<bool> pending_{false};
-  std::mutex mutex_;
-  std::deque<Task> tasks_;
-  bool closed_ = false;
+  common::PostQueue<Task> queue_{[this] { wake(); }};
+  std::vector<Task> running_;  // poll thread only
 };
 
 }  // namespace detwan::wanem

@@ -31,12 +31,12 @@
 // The event loop itself is in driver_datapath.h.
 #include <algorithm>
 #include <atomic>
-#include <functional>
-#include <mutex>
-#include <optional>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -97,7 +97,6 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     }
     if (inline_) return;
     thread_ = std::thread([this] { run(); });
-    queue_->set_progress_thread(thread_.get_id());
   }
 
   ~DatagramEndpoint() override {
@@ -125,8 +124,9 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     if (security_error_) return std::unexpected(*security_error_);
     return run_task<std::string>([this, address]() -> Result<std::string> {
       if (listen_socket_) {
-        return common::make_error(ErrorCode::kAlreadyExists,
-                                  fmt::format("{}: already listening on {}", backend_, listen_name_));
+        return common::make_error(
+            ErrorCode::kAlreadyExists,
+            fmt::format("{}: already listening on {}", backend_, listen_name_));
       }
       auto opened = link_->open_listen(address);
       if (!opened) return std::unexpected(opened.error());
@@ -134,7 +134,8 @@ class DatagramEndpoint final : public DatagramEndpointBase {
       listen_name_ = opened->second;
       // What this side's HELLO_ACKs announce: exactly what its accepted channels will use.
       if (auto normalized = normalize_options(accept_options_, listen_name_)) {
-        own_hello_.recv_window_bytes = static_cast<uint64_t>(proto::receive_window_bytes(*normalized));
+        own_hello_.recv_window_bytes =
+            static_cast<uint64_t>(proto::receive_window_bytes(*normalized));
         own_hello_.segment_bytes =
             static_cast<uint16_t>(proto::segment_payload_bytes(*normalized, keyring_->mode()));
       }
@@ -237,8 +238,8 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     const std::thread::id self = std::this_thread::get_id();
     std::thread::id owner{};
     if (owner_.compare_exchange_strong(owner, self, std::memory_order_acq_rel)) {
-      queue_->set_progress_thread(self);  // its own posts need no wake-up
-      common::set_min_timer_slack();      // timers as precise as the progress thread's
+      queue_->set_owner(self);        // its own posts need no wake-up
+      common::set_min_timer_slack();  // timers as precise as the progress thread's
       return {};
     }
     if (owner == self) {
@@ -278,7 +279,8 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     op.kind = Op::Kind::kTask;
     op.task = [&promise, &task, this] {
       if (stop_.load(std::memory_order_acquire) || stopped_) {
-        promise.set_value(common::make_error(ErrorCode::kUnavailable, backend_ + ": endpoint stopped"));
+        promise.set_value(
+            common::make_error(ErrorCode::kUnavailable, backend_ + ": endpoint stopped"));
       } else {
         promise.set_value(task());
       }
@@ -302,9 +304,10 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     }
     const uint64_t key = next_key_++;
     shared->key = key;
-    shared->description = fmt::format("{} {} -> {}{}", backend_, link_->local_name(paths[0].socket),
-                                      link_->format(paths[0].remote),
-                                      paths.size() > 1 ? fmt::format(" ({} paths)", paths.size()) : "");
+    shared->description =
+        fmt::format("{} {} -> {}{}", backend_, link_->local_name(paths[0].socket),
+                    link_->format(paths[0].remote),
+                    paths.size() > 1 ? fmt::format(" ({} paths)", paths.size()) : "");
     proto::ConnectionConfig config;
     config.role = proto::Role::kClient;
     // From the CSPRNG, random in every bit, and never 0 in its low 32 bits (the short form's
@@ -321,9 +324,9 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     config.rx_pool = &shared->rx_pool;
     config.endpoint_budget = budget_.get();
     config.keyring = keyring_.get();
-    auto [it, inserted] = conns_.emplace(
-        key, Conn{Session(config, clock_.now_ns(), shared), std::move(paths), false, false, 0,
-                  config.connection_id});
+    auto [it, inserted] =
+        conns_.emplace(key, Conn{Session(config, clock_.now_ns(), shared), std::move(paths), false,
+                                 false, 0, config.connection_id});
     for (const Path& path : it->second.paths) socket_owner_[path.socket] = key;
     return key;
   }
@@ -408,8 +411,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
     link_->flush();
     for (auto& [key, conn] : conns_) conn.session.fail_st(error);
     std::vector<Op> ops;
-    queue_->drain(ops);
-    queue_->stop(ops);
+    queue_->close(ops);
     stopped_ = true;
     for (Op& op : ops) fail_op(op, error);
     for (auto& [key, conn] : conns_) release_sockets_st(conn);
@@ -433,7 +435,7 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   // Progress thread only.
   static constexpr int kMaxChainedRounds = 8;
   static constexpr int64_t kMinTimerSleepNs = 100'000;
-  int chained_rounds_ = 0;  // loop rounds in a row that skipped the link for posted calls
+  int chained_rounds_ = 0;    // loop rounds in a row that skipped the link for posted calls
   size_t callbacks_run_ = 0;  // completion callbacks run since pass_st() began
   bool in_pass_ = false;      // inline: pass_st() is running (a callback may not re-enter)
   std::vector<Op> ops_;       // posted calls being applied (capacity reused)
@@ -447,9 +449,9 @@ class DatagramEndpoint final : public DatagramEndpointBase {
   size_t answer_count_ = 0;
   std::optional<SocketId> listen_socket_;
   std::string listen_name_;
-  std::unordered_map<uint64_t, Conn> conns_;               // by channel key
-  std::unordered_map<SocketId, uint64_t> socket_owner_;    // client socket -> channel key
-  std::unordered_map<uint64_t, uint64_t> server_by_id_;    // connection id -> channel key
+  std::unordered_map<uint64_t, Conn> conns_;                   // by channel key
+  std::unordered_map<SocketId, uint64_t> socket_owner_;        // client socket -> channel key
+  std::unordered_map<uint64_t, uint64_t> server_by_id_;        // connection id -> channel key
   std::unordered_map<uint32_t, uint64_t> server_by_short_id_;  // its low 32 bits -> key
   DriverCounters counters_;
 

@@ -17,16 +17,17 @@ namespace detwan::transport::datagram {
 
 template <DatagramLink Link>
 void DatagramEndpoint<Link>::run() {
+  queue_->set_owner(std::this_thread::get_id());  // its own posts need no wake-up
   common::set_min_timer_slack();
   while (!stop_.load(std::memory_order_acquire)) {
     int64_t deadline_ns = round_st();
     // Calls posted by this round's callbacks (a reply chained from a receive callback): apply
     // them at once instead of first polling the link, which would cost a syscall per hop of a
     // ping-pong. Bounded, so a chain of callbacks cannot starve received datagrams.
-    if (!queue_->empty() && ++chained_rounds_ <= kMaxChainedRounds) continue;
+    if (queue_->pending() && ++chained_rounds_ <= kMaxChainedRounds) continue;
     chained_rounds_ = 0;
     const int64_t now_ns = clock_.now_ns();
-    if (!queue_->empty()) {
+    if (queue_->pending()) {
       deadline_ns = 0;  // they did not write the wakeup
     } else if (deadline_ns > now_ns) {
       // Timers (pacing, delayed ACK, RTO) may run up to kMinTimerSleepNs late: a reserved
@@ -41,7 +42,7 @@ void DatagramEndpoint<Link>::run() {
 
 template <DatagramLink Link>
 int64_t DatagramEndpoint<Link>::round_st() {
-  queue_->drain(ops_);
+  queue_->drain_st(ops_);
   int64_t now_ns = clock_.now_ns();
   for (Op& op : ops_) apply_st(op, now_ns);
   ops_.clear();
@@ -76,7 +77,7 @@ size_t DatagramEndpoint<Link>::pass_st(int64_t wait_until_ns) {
   callbacks_run_ = 0;
   in_pass_ = true;
   int64_t deadline_ns = round_st();
-  if (callbacks_run_ == 0 && queue_->empty()) {
+  if (callbacks_run_ == 0 && !queue_->pending()) {
     const int64_t now_ns = clock_.now_ns();
     if (deadline_ns > now_ns) deadline_ns = std::max(deadline_ns, now_ns + kMinTimerSleepNs);
     receive_st(std::min(deadline_ns, wait_until_ns));

@@ -10,37 +10,11 @@ namespace {
 
 constexpr int64_t kStatsPublishIntervalNs = 1'000'000;
 
-Error unavailable(std::string message) { return Error{ErrorCode::kUnavailable, std::move(message)}; }
+Error unavailable(std::string message) {
+  return Error{ErrorCode::kUnavailable, std::move(message)};
+}
 
 }  // namespace
-
-// ---- PostQueue ----
-
-bool PostQueue::post(Op& op) {
-  std::lock_guard lock(mutex_);
-  if (stopped_) return false;
-  ops_.push_back(std::move(op));
-  // More ops: the progress thread was woken already.
-  if (ops_.size() == 1 && std::this_thread::get_id() != progress_thread_.load()) wake_();
-  return true;
-}
-
-bool PostQueue::empty() {
-  std::lock_guard lock(mutex_);
-  return ops_.empty();
-}
-
-void PostQueue::drain(std::vector<Op>& out) {
-  std::lock_guard lock(mutex_);
-  out.swap(ops_);
-}
-
-void PostQueue::stop(std::vector<Op>& out) {
-  std::lock_guard lock(mutex_);
-  stopped_ = true;
-  for (Op& op : ops_) out.push_back(std::move(op));
-  ops_.clear();
-}
 
 void fail_op(Op& op, const Error& error) {
   if (op.send_done) std::exchange(op.send_done, nullptr)(std::unexpected(error));
@@ -125,9 +99,9 @@ Result<std::unique_ptr<Channel>> AcceptQueue::pop(int64_t timeout_ns) {
                                      [&] { return stopped_ || !channels_.empty(); });
   if (stopped_) return common::make_error(ErrorCode::kUnavailable, "endpoint is shutting down");
   if (!ready) {
-    return common::make_error(ErrorCode::kTimeout,
-                              fmt::format("accept: no peer connected within {} ms",
-                                          timeout_ns / 1'000'000));
+    return common::make_error(
+        ErrorCode::kTimeout,
+        fmt::format("accept: no peer connected within {} ms", timeout_ns / 1'000'000));
   }
   std::unique_ptr<Channel> channel = std::move(channels_.front());
   channels_.pop_front();
@@ -169,15 +143,14 @@ void Session::send_st(std::span<const std::byte> message, SendCallback done) {
   }
   ++callbacks_run_;
   if (status == common::Status::kInvalidArgument) {
-    done(common::make_error(
-        ErrorCode::kInvalidArgument,
-        fmt::format("{}: message of {} bytes exceeds max_message_bytes", shared_->description,
-                    message.size())));
+    done(common::make_error(ErrorCode::kInvalidArgument,
+                            fmt::format("{}: message of {} bytes exceeds max_message_bytes",
+                                        shared_->description, message.size())));
     return;
   }
-  done(common::make_error(ErrorCode::kUnavailable,
-                          fmt::format("{}: channel is closed ({})", shared_->description,
-                                      common::to_string(status))));
+  done(common::make_error(
+      ErrorCode::kUnavailable,
+      fmt::format("{}: channel is closed ({})", shared_->description, common::to_string(status))));
 }
 
 void Session::recv_st(RecvCallback done) {

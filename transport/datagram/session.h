@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/post_queue.h"
 #include "transport/buffer_pool.h"
 #include "transport/proto/connection.h"
 #include "transport/transport.h"
@@ -38,10 +39,10 @@ Result<ChannelOptions> normalize_options(const ChannelOptions& options,
 // thread, read from anywhere.
 struct DriverCounters {
   uint64_t datagrams_received = 0;
-  uint64_t dropped_not_transport = 0;      // not a detwan transport datagram (listen socket)
-  uint64_t dropped_unknown_connection = 0; // unknown connection id and not a HELLO
-  uint64_t dropped_accept_backlog = 0;     // HELLO while too many channels wait for accept()
-  uint64_t dropped_id_collision = 0;       // HELLO whose id's low 32 bits a live channel has
+  uint64_t dropped_not_transport = 0;       // not a detwan transport datagram (listen socket)
+  uint64_t dropped_unknown_connection = 0;  // unknown connection id and not a HELLO
+  uint64_t dropped_accept_backlog = 0;      // HELLO while too many channels wait for accept()
+  uint64_t dropped_id_collision = 0;        // HELLO whose id's low 32 bits a live channel has
   uint64_t connections_accepted = 0;
   // Authenticated channels (docs/transport.md "Authenticated channels"). dropped_auth: a HELLO
   // whose MAC does not verify, a half-open channel's datagram that does not open, a datagram of
@@ -93,27 +94,10 @@ struct Op {
   std::shared_ptr<PacingGroup> pacing_group;
 };
 
-// The one mutex-protected queue from API threads to the progress thread, plus its wakeup.
-class PostQueue {
- public:
-  explicit PostQueue(std::function<void()> wake) : wake_(std::move(wake)) {}
-  // Queues `op` and wakes the progress thread (a post from the progress thread itself, i.e. from
-  // a completion callback, needs no wakeup: the loop looks at the queue before it waits).
-  // After stop() it returns false and leaves `op` untouched, so the caller completes it itself.
-  bool post(Op& op);
-  void set_progress_thread(std::thread::id id) { progress_thread_.store(id); }
-  [[nodiscard]] bool empty();
-  void drain(std::vector<Op>& out);
-  // No further posts are accepted; returns what was still queued.
-  void stop(std::vector<Op>& out);
-
- private:
-  std::mutex mutex_;
-  std::vector<Op> ops_;
-  bool stopped_ = false;
-  std::function<void()> wake_;  // called under mutex_, so it never runs after stop()
-  std::atomic<std::thread::id> progress_thread_{};
-};
+// The queue from API threads to the progress thread (common/post_queue.h), woken through the
+// link. After close() a post returns false and leaves the op untouched, so the caller completes
+// it itself.
+using PostQueue = common::PostQueue<Op>;
 
 // `timeout_ns` as a duration a condition variable or future can wait for without overflowing
 // the clock (INT64_MAX = "forever" is common in callers).

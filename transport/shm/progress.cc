@@ -11,31 +11,31 @@
 
 namespace detwan::transport::shm {
 
-Progress::Progress(common::UniqueFd control_fd) : control_fd_(std::move(control_fd)) {}
+Progress::Progress(common::UniqueFd control_fd)
+    : control_fd_(std::move(control_fd)), queue_([this] { wake(); }) {}
 
 Progress::~Progress() { stop(); }
 
+void Progress::wake() noexcept {
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(control_fd_.get(), &one, sizeof(one));
+}
+
 bool Progress::post(Op&& op) {
-  bool foreign = true;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return false;
-    queue_.push_back(std::move(op));
     if (!thread_.joinable()) {
       // shared_from_this: a progress thread asked to stop from inside a callback is detached
       // and keeps its Progress alive until it returns.
       thread_ = std::thread([self = shared_from_this()] { self->run_st(); });
       thread_id_ = thread_.get_id();
     }
-    foreign = std::this_thread::get_id() != thread_id_;
   }
-  // The loop drains the queue before sleeping, so its own posts need no wake-up; other
-  // threads write the eventfd once per batch (wake_requested_ is cleared before each drain).
-  if (foreign && !wake_requested_.exchange(true)) {
-    const uint64_t one = 1;
-    [[maybe_unused]] const ssize_t n = ::write(control_fd_.get(), &one, sizeof(one));
-  }
-  return true;
+  // False once stop() closed the queue: `op` is untouched and the caller completes it. The
+  // loop drains the queue before sleeping, so its own posts need no wake-up; other threads
+  // write the eventfd once per batch.
+  return queue_.post(op);
 }
 
 void Progress::stop() {
@@ -43,15 +43,14 @@ void Progress::stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    queue_.close();  // no more posts; the loop is woken, completes what is queued and ends
     if (!thread_.joinable()) return;
     if (std::this_thread::get_id() == thread_id_) {
-      thread_.detach();  // the loop sees stopping_ when the current callback returns
+      thread_.detach();  // the loop sees the queue closed when the current callback returns
       return;
     }
     thread = std::move(thread_);
   }
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(control_fd_.get(), &one, sizeof(one));
   thread.join();
 }
 
@@ -74,14 +73,10 @@ void Progress::apply_st(Op& op) {
 
 void Progress::run_st() {
   const common::MonotonicClock clock;
+  queue_.set_owner(std::this_thread::get_id());
   for (;;) {
-    wake_requested_.store(false);
-    bool stop = false;
-    {
-      std::lock_guard lock(mutex_);
-      batch_.swap(queue_);
-      stop = stopping_;
-    }
+    const bool stop = queue_.closed();  // read before the drain: what was queued with it runs
+    queue_.drain_st(batch_);
     for (auto& op : batch_) apply_st(op);
     batch_.clear();
     if (stop) break;
@@ -95,11 +90,8 @@ void Progress::run_st() {
   const Error closed{ErrorCode::kUnavailable, "shm: endpoint closed"};
   for (auto& channel : channels_) channel->fail_st(closed);
   channels_.clear();
-  // Nothing can be queued after stopping_ was seen, but ops queued with it are completed too.
-  {
-    std::lock_guard lock(mutex_);
-    batch_.swap(queue_);
-  }
+  // Nothing can be queued after the close was seen, but ops queued with it are completed too.
+  queue_.close(batch_);
   for (auto& op : batch_) {
     op.channel->fail_st(closed);
     if (op.kind != Op::Kind::kAdd) apply_st(op);
@@ -110,10 +102,7 @@ void Progress::run_st() {
 void Progress::sleep_st() {
   bool ready = false;
   for (auto& channel : channels_) ready |= channel->prepare_sleep_st();
-  {
-    std::lock_guard lock(mutex_);
-    ready = ready || !queue_.empty() || stopping_;
-  }
+  ready = ready || queue_.pending() || queue_.closed();
   if (!ready) {
     std::vector<pollfd>& fds = poll_fds_;
     fds.clear();

@@ -19,6 +19,7 @@
 
 #include <poll.h>
 
+#include "common/post_queue.h"
 #include "common/unique_fd.h"
 #include "transport/shm/channel_state.h"
 
@@ -53,14 +54,14 @@ class Progress : public std::enable_shared_from_this<Progress> {
   void run_st();
   void apply_st(Op& op);
   void sleep_st();
+  void wake() noexcept;  // writes the control eventfd
 
   common::UniqueFd control_fd_;
+  common::PostQueue<Op> queue_;  // API calls for the progress thread (wakes it via control_fd_)
   std::mutex mutex_;
-  std::deque<Op> queue_;       // guarded by mutex_
   bool stopping_ = false;      // guarded by mutex_
   std::thread thread_;         // guarded by mutex_ (started by the first post)
   std::thread::id thread_id_;  // guarded by mutex_
-  std::atomic<bool> wake_requested_{false};
 
   // Progress thread only.
   std::vector<std::shared_ptr<ChannelState>> channels_;

@@ -1,4 +1,6 @@
 // Verbs channel setup and teardown (the datapath is channel_datapath.cc).
+#include "transport/verbs/channel.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -12,7 +14,6 @@
 #include <unistd.h>
 
 #include "transport/verbs/bootstrap.h"
-#include "transport/verbs/channel.h"
 
 namespace detwan::transport::verbs {
 
@@ -24,10 +25,10 @@ namespace {
 // The bootstrap socket is the idle peer-death detector: keepalive probes every
 // keepalive_interval_ns (whole seconds), TCP_USER_TIMEOUT = peer_timeout_ns -> ETIMEDOUT.
 void apply_keepalive(int fd, const ChannelOptions& options) {
-  const int interval_s = static_cast<int>(std::clamp<int64_t>(
-      (options.keepalive_interval_ns + 999'999'999) / 1'000'000'000, 1, 32767));
-  const int timeout_ms = static_cast<int>(
-      std::clamp<int64_t>(options.peer_timeout_ns / 1'000'000, 1, INT32_MAX));
+  const int interval_s = static_cast<int>(
+      std::clamp<int64_t>((options.keepalive_interval_ns + 999'999'999) / 1'000'000'000, 1, 32767));
+  const int timeout_ms =
+      static_cast<int>(std::clamp<int64_t>(options.peer_timeout_ns / 1'000'000, 1, INT32_MAX));
   const int one = 1;
   (void)::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &interval_s, sizeof(interval_s));
@@ -44,8 +45,7 @@ Result<std::unique_ptr<Channel>> make_channel(std::shared_ptr<Device> device, Un
   if (!qp) return std::unexpected(qp.error());
   auto send_pool = register_pool(device->pd.get(), kSendChunks, kChunkBytes, 0);
   if (!send_pool) return std::unexpected(send_pool.error());
-  auto recv_pool =
-      register_pool(device->pd.get(), kRecvSlots, kChunkBytes, IBV_ACCESS_LOCAL_WRITE);
+  auto recv_pool = register_pool(device->pd.get(), kRecvSlots, kChunkBytes, IBV_ACCESS_LOCAL_WRITE);
   if (!recv_pool) return std::unexpected(recv_pool.error());
   if (auto init = to_init(qp->qp.get()); !init) return std::unexpected(init.error());
   UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -64,8 +64,8 @@ Result<std::unique_ptr<Channel>> make_channel(std::shared_ptr<Device> device, Un
 
   const int fd = bootstrap.get();
   auto channel = std::make_shared<ChannelCore>(std::move(device), std::move(*qp),
-                                                std::move(*send_pool), std::move(*recv_pool),
-                                                std::move(bootstrap), std::move(wake), options);
+                                               std::move(*send_pool), std::move(*recv_pool),
+                                               std::move(bootstrap), std::move(wake), options);
   if (auto posted = channel->post_all_receives(); !posted) return std::unexpected(posted.error());
   auto peer = exchange_qp_info(fd, local, timeout_ns);
   if (!peer) return std::unexpected(peer.error());
@@ -76,8 +76,8 @@ Result<std::unique_ptr<Channel>> make_channel(std::shared_ptr<Device> device, Un
 }
 
 ChannelCore::ChannelCore(std::shared_ptr<Device> device, QueuePair qp, ChunkPool send_pool,
-                           ChunkPool recv_pool, UniqueFd bootstrap, UniqueFd wake,
-                           const ChannelOptions& options)
+                         ChunkPool recv_pool, UniqueFd bootstrap, UniqueFd wake,
+                         const ChannelOptions& options)
     : device_(std::move(device)),
       send_pool_(std::move(send_pool)),
       recv_pool_(std::move(recv_pool)),
@@ -121,10 +121,11 @@ ChannelCore::~ChannelCore() {
 }
 
 void ChannelCore::post(std::function<void()> op) {
-  {
-    std::lock_guard lock(ops_mutex_);
-    ops_.push_back(std::move(op));
-  }
+  // The queue is never closed: the channel's thread runs until its stop op.
+  (void)ops_.post(op);
+}
+
+void ChannelCore::wake() noexcept {
   const uint64_t one = 1;
   (void)::write(wake_.get(), &one, sizeof(one));
 }

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/post_queue.h"
 #include "common/unique_fd.h"
 #include "transport/stream_counters.h"
 #include "transport/transport.h"
@@ -49,8 +50,8 @@ Result<std::unique_ptr<Channel>> make_channel(std::shared_ptr<Device> device,
 class ChannelCore : public std::enable_shared_from_this<ChannelCore> {
  public:
   ChannelCore(std::shared_ptr<Device> device, QueuePair qp, ChunkPool send_pool,
-               ChunkPool recv_pool, common::UniqueFd bootstrap, common::UniqueFd wake,
-               const ChannelOptions& options);
+              ChunkPool recv_pool, common::UniqueFd bootstrap, common::UniqueFd wake,
+              const ChannelOptions& options);
   ~ChannelCore();
   ChannelCore(const ChannelCore&) = delete;
   ChannelCore& operator=(const ChannelCore&) = delete;
@@ -91,6 +92,7 @@ class ChannelCore : public std::enable_shared_from_this<ChannelCore> {
   bool post_send_st(int32_t chunk, size_t length);
   bool post_recv_st(uint32_t chunk);
   void fail_st(common::Error error, bool keep_received);
+  void wake() noexcept;
 
   std::shared_ptr<Device> device_;  // first: ibverbs objects below die before the PD
   ChunkPool send_pool_;
@@ -102,8 +104,8 @@ class ChannelCore : public std::enable_shared_from_this<ChannelCore> {
   uint64_t send_limit_bytes_ = 0;  // set by connect_and_start, before the thread starts
   std::string description_;
 
-  std::mutex ops_mutex_;
-  std::vector<std::function<void()>> ops_;
+  // Ops for the channel's thread; a post from another thread writes wake_.
+  common::PostQueue<std::function<void()>> ops_{[this] { wake(); }};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 

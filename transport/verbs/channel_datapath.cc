@@ -33,12 +33,14 @@ Error completion_error(const ibv_wc& wc, const std::string& description) {
 }  // namespace
 
 void ChannelCore::run_st() {
+  ops_.set_owner(std::this_thread::get_id());
+  std::vector<std::function<void()>> ops;
   while (!stop_.load(std::memory_order_acquire)) {
-    std::array<pollfd, 3> fds{pollfd{wake_.get(), POLLIN, 0},
-                              pollfd{qp_.events->fd, POLLIN, 0},
+    std::array<pollfd, 3> fds{pollfd{wake_.get(), POLLIN, 0}, pollfd{qp_.events->fd, POLLIN, 0},
                               pollfd{bootstrap_.get(), POLLIN, 0}};
     const nfds_t count = error_ ? 2 : 3;  // after failure the bootstrap socket is shut down
-    if (::poll(fds.data(), count, -1) < 0 && errno != EINTR) {
+    // Ops posted by this thread's own callbacks wrote no wake-up: do not sleep on them.
+    if (::poll(fds.data(), count, ops_.pending() ? 0 : -1) < 0 && errno != EINTR) {
       fail_st(Error{ErrorCode::kIo,
                     fmt::format("{}: poll failed: {}", description_, std::strerror(errno))},
               false);
@@ -52,15 +54,12 @@ void ChannelCore::run_st() {
       }
       drain_cq_st();
     }
-    if (fds[0].revents & POLLIN) {
+    if ((fds[0].revents & POLLIN) || ops_.pending()) {
       uint64_t ignored = 0;
-      (void)::read(wake_.get(), &ignored, sizeof(ignored));
-      std::vector<std::function<void()>> ops;
-      {
-        std::lock_guard lock(ops_mutex_);
-        ops.swap(ops_);
-      }
+      if (fds[0].revents & POLLIN) (void)::read(wake_.get(), &ignored, sizeof(ignored));
+      ops_.drain_st(ops);
       for (auto& op : ops) op();
+      ops.clear();
     }
     // The peer's completions were drained above, so messages it sent before closing the
     // bootstrap socket are already delivered or kept.
@@ -132,11 +131,11 @@ void ChannelCore::on_recv_st(uint32_t chunk, const ibv_wc& wc) {
       const uint64_t message_bytes = common::load_be64(data);
       if (message_bytes > recv_limit_bytes_) {
         counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
-        return fail_st(Error{ErrorCode::kIo, fmt::format("{}: peer sent a message of {} bytes, "
-                                                         "above max_message_bytes {}",
-                                                         description_, message_bytes,
-                                                         recv_limit_bytes_)},
-                       false);
+        return fail_st(
+            Error{ErrorCode::kIo, fmt::format("{}: peer sent a message of {} bytes, "
+                                              "above max_message_bytes {}",
+                                              description_, message_bytes, recv_limit_bytes_)},
+            false);
       }
       try {
         body_.resize(message_bytes);
@@ -152,9 +151,9 @@ void ChannelCore::on_recv_st(uint32_t chunk, const ibv_wc& wc) {
     }
     if (length > body_.size() - body_filled_) {
       counters_.dropped_malformed.fetch_add(1, std::memory_order_relaxed);
-      return fail_st(Error{ErrorCode::kIo, fmt::format("{}: chunk overruns its message",
-                                                       description_)},
-                     false);
+      return fail_st(
+          Error{ErrorCode::kIo, fmt::format("{}: chunk overruns its message", description_)},
+          false);
     }
     std::memcpy(body_.data() + body_filled_, data, length);
     body_filled_ += length;
@@ -227,8 +226,8 @@ bool ChannelCore::post_send_st(int32_t chunk, size_t length) {
   wr.imm_data = htonl(owed_credits_);
   ibv_send_wr* bad = nullptr;
   if (int rc = ibv_post_send(qp_.qp.get(), &wr, &bad); rc != 0) {
-    fail_st(Error{ErrorCode::kIo, fmt::format("{}: ibv_post_send failed: {}", description_,
-                                              std::strerror(rc))},
+    fail_st(Error{ErrorCode::kIo,
+                  fmt::format("{}: ibv_post_send failed: {}", description_, std::strerror(rc))},
             false);
     return false;
   }
@@ -247,8 +246,8 @@ bool ChannelCore::post_recv_st(uint32_t chunk) {
   wr.num_sge = 1;
   ibv_recv_wr* bad = nullptr;
   if (int rc = ibv_post_recv(qp_.qp.get(), &wr, &bad); rc != 0) {
-    fail_st(Error{ErrorCode::kIo, fmt::format("{}: ibv_post_recv failed: {}", description_,
-                                              std::strerror(rc))},
+    fail_st(Error{ErrorCode::kIo,
+                  fmt::format("{}: ibv_post_recv failed: {}", description_, std::strerror(rc))},
             false);
     return false;
   }
@@ -310,13 +309,11 @@ void ChannelCore::recv_async(RecvCallback done) {
 
 void ChannelCore::close() {
   post([this] {
-    if (!error_) fail_st(Error{ErrorCode::kUnavailable, description_ + ": channel closed locally"},
-                         false);
+    if (!error_)
+      fail_st(Error{ErrorCode::kUnavailable, description_ + ": channel closed locally"}, false);
   });
 }
 
-ChannelStats ChannelCore::stats() const {
-  return counters_.snapshot();
-}
+ChannelStats ChannelCore::stats() const { return counters_.snapshot(); }
 
 }  // namespace detwan::transport::verbs
