@@ -25,8 +25,9 @@ class FencedGatewayClient final : public gateway::GatewayClient {
   common::Result<std::string> request(const std::string& socket, const std::string& line) override {
     if (!election_.leading_now()) {
       return common::make_error(common::ErrorCode::kUnavailable,
-                                "not sent to " + socket + ": this replica's lease is not "
-                                "certainly alive (no longer, or not yet, the leader)");
+                                "not sent to " + socket +
+                                    ": this replica's lease is not "
+                                    "certainly alive (no longer, or not yet, the leader)");
     }
     return inner_.request(socket, line);
   }
@@ -95,8 +96,7 @@ common::Result<std::unique_ptr<Replica>> Replica::start(model::Topology topology
   r->client_ = std::move(*client);
   // Checks now that etcd answers, the domain is this one and the key opens its values.
   auto probe = store::EtcdStore::open(
-      r->client_, store::EtcdStoreOptions{r->topology_.domain, r->store_key_, {}},
-      r->description_);
+      r->client_, store::EtcdStoreOptions{r->topology_.domain, r->store_key_, {}}, r->description_);
   if (!probe) return std::unexpected(probe.error());
   auto election = store::LeaderElection::start(
       r->client_, store::ElectionOptions{r->topology_.domain, r->settings_.replica,
@@ -123,9 +123,10 @@ void Replica::warm_loop() {
       if (!synced) {
         warm_failures_.fetch_add(1);
         if (!failing) {
-          log->warn("replica {}: warm copy not synced: {} (retried; an elected replica reads "
-                    "what it lacks)",
-                    settings_.replica, synced.error().message);
+          log->warn(
+              "replica {}: warm copy not synced: {} (retried; an elected replica reads "
+              "what it lacks)",
+              settings_.replica, synced.error().message);
         }
       } else if (synced->full) {
         log->info("replica {}: warm copy read whole: {} rows", settings_.replica, warm_->rows());
@@ -180,9 +181,10 @@ void Replica::poll() {
     return;
   }
   if (term && term->store->uncertain()) {
-    log->warn("replica {}: a write's outcome is unknown (etcd stopped answering): resigning, "
-              "the next leader reads the true state",
-              settings_.replica);
+    log->warn(
+        "replica {}: a write's outcome is unknown (etcd stopped answering): resigning, "
+        "the next leader reads the true state",
+        settings_.replica);
     {
       std::lock_guard lock(mutex_);
       term_.reset();
@@ -243,42 +245,35 @@ void Replica::open_term(const store::Fence& fence) {
   term_ = std::move(term);
 }
 
-std::string Replica::metrics_text(bool leading) const {
-  return fmt::format(
-      "# HELP detwan_agent_leader 1 while this replica leads its domain.\n"
-      "# TYPE detwan_agent_leader gauge\n"
-      "detwan_agent_leader{{replica=\"{0}\"}} {1}\n"
-      "# HELP detwan_agent_terms_won_total Terms this replica was elected for.\n"
-      "# TYPE detwan_agent_terms_won_total counter\n"
-      "detwan_agent_terms_won_total{{replica=\"{0}\"}} {2}\n"
-      "# HELP detwan_agent_terms_lost_total Terms that ended without a resignation at stop.\n"
-      "# TYPE detwan_agent_terms_lost_total counter\n"
-      "detwan_agent_terms_lost_total{{replica=\"{0}\"}} {3}\n"
-      "# HELP detwan_agent_warm_rows Rows of the state this follower holds warm for a failover.\n"
-      "# TYPE detwan_agent_warm_rows gauge\n"
-      "detwan_agent_warm_rows{{replica=\"{0}\"}} {4}\n"
-      "# HELP detwan_agent_warm_syncs_total Syncs of the warm copy that completed.\n"
-      "# TYPE detwan_agent_warm_syncs_total counter\n"
-      "detwan_agent_warm_syncs_total{{replica=\"{0}\"}} {5}\n"
-      "# HELP detwan_agent_warm_sync_failures_total Syncs of the warm copy that failed.\n"
-      "# TYPE detwan_agent_warm_sync_failures_total counter\n"
-      "detwan_agent_warm_sync_failures_total{{replica=\"{0}\"}} {6}\n",
-      settings_.replica, leading ? 1 : 0, election_->terms_won(), election_->terms_lost(),
-      warm_ ? warm_->rows() : 0, warm_ ? warm_->syncs() : 0, warm_failures_.load());
+ReplicaState Replica::state(bool leading) const {
+  ReplicaState state;
+  state.replica = settings_.replica;
+  state.leading = leading;
+  state.warm_rows = warm_ ? warm_->rows() : 0;
+  state.counters.terms_won = election_->terms_won();
+  state.counters.terms_lost = election_->terms_lost();
+  state.counters.warm_syncs = warm_ ? warm_->syncs() : 0;
+  state.counters.warm_sync_failures = warm_failures_.load();
+  return state;
 }
 
-void Replica::follower_answer(const api::HttpRequest& request,
-                              const api::Respond& respond) const {
+std::string Replica::metrics_text(bool leading) const {
+  return replica_metrics_text(state(leading));
+}
+
+void Replica::follower_answer(const api::HttpRequest& request, const api::Respond& respond) const {
   const std::optional<store::LeaderInfo> leader = election_->leader();
   if (request.method == "GET" && request.path == "/healthz") {
-    respond(api::HttpResponse{200,
-                              json::serialize(json::object{{"status", "ok"},
-                                                           {"role", "follower"},
-                                                           {"replica", settings_.replica},
-                                                           {"leader", leader_json(leader)},
-                                                           {"store", description_}}),
-                              "application/json",
-                              {}});
+    respond(
+        api::HttpResponse{200,
+                          json::serialize(json::object{{"status", "ok"},
+                                                       {"role", "follower"},
+                                                       {"replica", settings_.replica},
+                                                       {"leader", leader_json(leader)},
+                                                       {"store", description_},
+                                                       {"election", replica_json(state(false))}}),
+                          "application/json",
+                          {}});
     return;
   }
   if (request.method == "GET" && request.path == "/metrics") {
@@ -318,6 +313,7 @@ api::Handler Replica::handler() {
           body.as_object()["role"] = "leader";
           body.as_object()["replica"] = replica;
           body.as_object()["leader"] = json::object{{"replica", replica}, {"url", url}};
+          body.as_object()["election"] = replica_json(state(true));
           response.body = json::serialize(body);
         }
         respond(std::move(response));

@@ -20,13 +20,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
 #include "control/agent/agent.h"
 #include "control/api/http_server.h"
+#include "control/daemon/replica_metrics.h"
 #include "control/model/topology.h"
 #include "control/store/etcd_store.h"
 #include "control/store/leader_election.h"
@@ -35,10 +36,10 @@
 namespace detwan::control::daemon {
 
 struct ReplicaSettings {
-  std::string store;            // "etcd://HOST:PORT,..."
-  std::string store_key_file;   // 32 bytes, the same on every replica
-  std::string replica;          // this replica's name
-  std::string advertise;        // this replica's API URL, as clients reach it
+  std::string store;           // "etcd://HOST:PORT,..."
+  std::string store_key_file;  // 32 bytes, the same on every replica
+  std::string replica;         // this replica's name
+  std::string advertise;       // this replica's API URL, as clients reach it
   int64_t lease_ttl_s = 5;
   // A follower brings its warm copy of the state (store/warm_rows.h) up to date this often, so
   // that once elected it reads only what changed; 0: no copy (an elected replica reads all).
@@ -75,6 +76,7 @@ class Replica {
   std::shared_ptr<Term> current() const;
   void open_term(const store::Fence& fence);
   void retire(std::shared_ptr<Term> term);
+  ReplicaState state(bool leading) const;  // counters and gauges, for /healthz and /metrics
   std::string metrics_text(bool leading) const;
   void follower_answer(const api::HttpRequest& request, const api::Respond& respond) const;
   // The warm copy's thread: syncs while this replica follows, until stop_warming().
@@ -91,7 +93,7 @@ class Replica {
   mutable std::mutex mutex_;
   std::shared_ptr<Term> term_;
   std::vector<std::shared_ptr<Term>> retired_;  // dropped by poll()
-  int64_t failed_term_ = 0;  // the term whose opening failed (resigned; not retried)
+  int64_t failed_term_ = 0;                // the term whose opening failed (resigned; not retried)
   std::shared_ptr<store::WarmRows> warm_;  // nullptr: warm_sync_ms 0
   std::thread warmer_;
   std::condition_variable warm_wake_;
