@@ -1,13 +1,11 @@
 // Per-packet AEAD: nonce, seal and open over a tunnel packet in place. No allocation, no
 // exceptions, no logging; failures are return values the engine counts.
-#include <openssl/core_names.h>
+#include <array>
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/params.h>
 
-#include <array>
-#include <climits>
-
+#include "common/aead_gcm.h"
 #include "dataplane/aead/aead.h"
 #include "dataplane/aead/aead_impl.h"
 #include "dataplane/wire/byte_order.h"
@@ -19,8 +17,6 @@ namespace {
 
 auto* uc(std::byte* p) noexcept { return reinterpret_cast<unsigned char*>(p); }
 auto* uc(const std::byte* p) noexcept { return reinterpret_cast<const unsigned char*>(p); }
-
-bool fits_int(std::size_t n) noexcept { return n <= static_cast<std::size_t>(INT_MAX); }
 
 }  // namespace
 
@@ -41,26 +37,8 @@ bool AeadKey::seal(const Nonce& nonce, std::span<const std::byte> aad, std::span
                    tag.data());
     return true;
   }
-  EVP_CIPHER_CTX* ctx = contexts_->seal;
-  int n = 0;
-  if (!fits_int(aad.size()) || !fits_int(text.size())) return false;
-  // The OpenSSL 3 calls with the least per-call overhead (measured in
-  // docs/benchmarks/dataplane-security.md, "AEAD cost"): the *_ex2 init (nonce only) and the tag
-  // through a parameter, not a ctrl.
-  if (EVP_EncryptInit_ex2(ctx, nullptr, nullptr, uc(nonce.data()), nullptr) != 1) return false;
-  if (!aad.empty() &&
-      EVP_EncryptUpdate(ctx, nullptr, &n, uc(aad.data()), static_cast<int>(aad.size())) != 1) {
-    return false;
-  }
-  if (!text.empty() && EVP_EncryptUpdate(ctx, uc(text.data()), &n, uc(text.data()),
-                                         static_cast<int>(text.size())) != 1) {
-    return false;
-  }
-  if (EVP_EncryptFinal_ex(ctx, uc(text.data() + text.size()), &n) != 1) return false;
-  OSSL_PARAM params[2] = {OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG,
-                                                            uc(tag.data()), kTagBytes),
-                          OSSL_PARAM_construct_end()};
-  return EVP_CIPHER_CTX_get_params(ctx, params) == 1;
+  // The OpenSSL 3 path (common/aead_gcm.h).
+  return common::gcm_seal(contexts_->seal, nonce.data(), aad, text, tag.data());
 }
 
 bool AeadKey::open(const Nonce& nonce, std::span<const std::byte> aad, std::span<std::byte> text,
@@ -76,25 +54,13 @@ bool AeadKey::open(const Nonce& nonce, std::span<const std::byte> aad, std::span
     }
     return false;
   }
-  EVP_CIPHER_CTX* ctx = contexts_->open;
+  bool decrypted = false;  // the text was decrypted in place and the tag did not match
+  if (common::gcm_open(contexts_->open, nonce.data(), aad, text, text.data(), tag.data(),
+                       &decrypted)) {
+    return true;
+  }
   int n = 0;
-  if (!fits_int(aad.size()) || !fits_int(text.size())) return false;
-  // OpenSSL takes the expected tag through a non-const pointer; it only reads it.
-  OSSL_PARAM params[2] = {
-      OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG,
-                                        const_cast<unsigned char*>(uc(tag.data())), kTagBytes),
-      OSSL_PARAM_construct_end()};
-  if (EVP_DecryptInit_ex2(ctx, nullptr, nullptr, uc(nonce.data()), params) != 1) return false;
-  if (!aad.empty() &&
-      EVP_DecryptUpdate(ctx, nullptr, &n, uc(aad.data()), static_cast<int>(aad.size())) != 1) {
-    return false;
-  }
-  if (!text.empty() && EVP_DecryptUpdate(ctx, uc(text.data()), &n, uc(text.data()),
-                                         static_cast<int>(text.size())) != 1) {
-    return false;
-  }
-  if (EVP_DecryptFinal_ex(ctx, uc(text.data() + text.size()), &n) == 1) return true;
-  if (restore && !text.empty()) {
+  if (restore && decrypted) {
     EVP_CIPHER_CTX* again = contexts_->seal;
     if (EVP_EncryptInit_ex2(again, nullptr, nullptr, uc(nonce.data()), nullptr) == 1) {
       (void)EVP_EncryptUpdate(again, uc(text.data()), &n, uc(text.data()),

@@ -1,23 +1,14 @@
 // PacketCipher on OpenSSL 3's EVP AES-256-GCM (built when intel-ipsec-mb is absent): contexts
-// keyed once, per packet only the nonce (the API style of dataplane/aead/aead_datapath.cc).
-#include <climits>
+// keyed once, per packet only the nonce (common/aead_gcm.h, shared with dataplane/aead).
 #include <utility>
 
-#include <openssl/core_names.h>
 #include <openssl/evp.h>
-#include <openssl/params.h>
 
+#include "common/aead_gcm.h"
 #include "transport/crypto/crypto.h"
 #include "transport/crypto/crypto_impl.h"
 
 namespace detwan::transport::crypto {
-namespace {
-
-auto* uc(std::byte* p) noexcept { return reinterpret_cast<unsigned char*>(p); }
-auto* uc(const std::byte* p) noexcept { return reinterpret_cast<const unsigned char*>(p); }
-bool fits_int(size_t n) noexcept { return n <= static_cast<size_t>(INT_MAX); }
-
-}  // namespace
 
 struct PacketCipher::Contexts {
   EVP_CIPHER_CTX* seal = nullptr;
@@ -69,50 +60,19 @@ bool PacketCipher::rekey(const Key& key) noexcept {
 
 bool PacketCipher::seal(uint64_t packet_number, std::span<const std::byte> aad,
                         std::span<std::byte> text, std::span<std::byte, kTagBytes> tag) noexcept {
-  EVP_CIPHER_CTX* ctx = contexts_->seal;
-  int n = 0;
-  if (!keyed_ || !fits_int(aad.size()) || !fits_int(text.size())) return false;
+  if (!keyed_) return false;
   const auto nonce = gcm_nonce(packet_number);
-  if (EVP_EncryptInit_ex2(ctx, nullptr, nullptr, nonce.data(), nullptr) != 1) return false;
-  if (!aad.empty() &&
-      EVP_EncryptUpdate(ctx, nullptr, &n, uc(aad.data()), static_cast<int>(aad.size())) != 1) {
-    return false;
-  }
-  if (!text.empty() && EVP_EncryptUpdate(ctx, uc(text.data()), &n, uc(text.data()),
-                                         static_cast<int>(text.size())) != 1) {
-    return false;
-  }
-  if (EVP_EncryptFinal_ex(ctx, uc(text.data() + text.size()), &n) != 1) return false;
-  OSSL_PARAM params[2] = {
-      OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, uc(tag.data()), kTagBytes),
-      OSSL_PARAM_construct_end()};
-  return EVP_CIPHER_CTX_get_params(ctx, params) == 1;
+  return common::gcm_seal(contexts_->seal, reinterpret_cast<const std::byte*>(nonce.data()), aad,
+                          text, tag.data());
 }
 
 bool PacketCipher::open(uint64_t packet_number, std::span<const std::byte> aad,
                         std::span<const std::byte> text, std::span<std::byte> plain,
                         std::span<const std::byte, kTagBytes> tag) noexcept {
-  EVP_CIPHER_CTX* ctx = contexts_->open;
-  int n = 0;
-  if (!keyed_ || !fits_int(aad.size()) || !fits_int(text.size()) || plain.size() != text.size()) {
-    return false;
-  }
+  if (!keyed_ || plain.size() != text.size()) return false;
   const auto nonce = gcm_nonce(packet_number);
-  // OpenSSL takes the expected tag through a non-const pointer; it only reads it.
-  OSSL_PARAM params[2] = {
-      OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG,
-                                        const_cast<unsigned char*>(uc(tag.data())), kTagBytes),
-      OSSL_PARAM_construct_end()};
-  if (EVP_DecryptInit_ex2(ctx, nullptr, nullptr, nonce.data(), params) != 1) return false;
-  if (!aad.empty() &&
-      EVP_DecryptUpdate(ctx, nullptr, &n, uc(aad.data()), static_cast<int>(aad.size())) != 1) {
-    return false;
-  }
-  if (!text.empty() && EVP_DecryptUpdate(ctx, uc(plain.data()), &n, uc(text.data()),
-                                         static_cast<int>(text.size())) != 1) {
-    return false;
-  }
-  return EVP_DecryptFinal_ex(ctx, uc(plain.data() + plain.size()), &n) == 1;
+  return common::gcm_open(contexts_->open, reinterpret_cast<const std::byte*>(nonce.data()), aad,
+                          text, plain.data(), tag.data());
 }
 
 }  // namespace detwan::transport::crypto
