@@ -53,9 +53,9 @@ class LogLinearHistogram {
   void reset() noexcept;
 
   [[nodiscard]] uint64_t count() const noexcept { return count_; }
-  [[nodiscard]] int64_t min() const noexcept;  // exact; 0 when empty
-  [[nodiscard]] int64_t max() const noexcept;  // exact; 0 when empty
-  [[nodiscard]] double mean() const noexcept;  // exact (from the running sum); 0 when empty
+  [[nodiscard]] int64_t min() const noexcept;    // exact; 0 when empty
+  [[nodiscard]] int64_t max() const noexcept;    // exact; 0 when empty
+  [[nodiscard]] double mean() const noexcept;    // exact (from the running sum); 0 when empty
   [[nodiscard]] double stddev() const noexcept;  // from bucket midpoints
 
   // Value at quantile q in [0, 1] (0.99 = p99). Returns a value v such that at least q*count

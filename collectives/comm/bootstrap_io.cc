@@ -1,14 +1,5 @@
 #include "collectives/comm/bootstrap_io.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -17,7 +8,15 @@
 #include <cstring>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "collectives/crypto.h"
 #include "common/byte_order.h"
@@ -55,8 +54,8 @@ Result<addrinfo*> resolve(const std::string& host, int port, bool passive) {
   hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
   addrinfo* result = nullptr;
   const std::string service = std::to_string(port);
-  const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints,
-                               &result);
+  const int rc =
+      ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &result);
   if (rc != 0) {
     return make_error(ErrorCode::kInvalidArgument,
                       fmt::format("cannot resolve host '{}': {}", host, ::gai_strerror(rc)));
@@ -160,8 +159,8 @@ Result<Listener> listen_tcp(const std::string& host, int port, bool reuse_addres
     return Listener{std::move(fd), bound_port};
   }
   ::freeaddrinfo(*resolved);
-  return make_error(ErrorCode::kIo, fmt::format("cannot listen on {}: {}",
-                                                join_host_port(host, port), last_error));
+  return make_error(ErrorCode::kIo,
+                    fmt::format("cannot listen on {}: {}", join_host_port(host, port), last_error));
 }
 
 Result<common::UniqueFd> connect_tcp(const std::string& host, int port, int64_t deadline_ns,
@@ -172,8 +171,7 @@ Result<common::UniqueFd> connect_tcp(const std::string& host, int port, int64_t 
     auto resolved = resolve(host, port, /*passive=*/false);
     if (!resolved) return std::unexpected(resolved.error());
     for (addrinfo* ai = *resolved; ai != nullptr; ai = ai->ai_next) {
-      common::UniqueFd fd(
-          ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+      common::UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
       if (!fd.valid()) {
         last_error = errno_text(errno);
         continue;

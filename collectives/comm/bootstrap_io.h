@@ -26,9 +26,9 @@ inline constexpr size_t kMaxSecretChars = 64;
 struct Spec {
   enum class Kind : uint8_t { kTcp, kFile };
   Kind kind = Kind::kTcp;
-  std::string host;   // tcp: without brackets
-  int port = 0;       // tcp: 1..65535
-  std::string dir;    // file: absolute path
+  std::string host;  // tcp: without brackets
+  int port = 0;      // tcp: 1..65535
+  std::string dir;   // file: absolute path
   // Lower-case hex, kMinSecretChars..kMaxSecretChars. Absent: a tcp spec is in fixed-address
   // mode (the secret is $DETWAN_BOOTSTRAP_SECRET); a file spec is refused at join.
   std::optional<std::string> secret;

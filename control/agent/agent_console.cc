@@ -55,8 +55,10 @@ json::value recent_delay(const json::value* rx, std::string_view cls) {
   const json::value* w = delay != nullptr ? delay->if_contains("10s") : nullptr;
   if (w == nullptr || !w->is_object() || integer_at(&w->as_object(), "count") == 0) return nullptr;
   const json::object& o = w->as_object();
-  return json::object{{"span_ns", integer_at(&o, "span_ns")}, {"count", integer_at(&o, "count")},
-                      {"p50", integer_at(&o, "p50")},         {"p99", integer_at(&o, "p99")},
+  return json::object{{"span_ns", integer_at(&o, "span_ns")},
+                      {"count", integer_at(&o, "count")},
+                      {"p50", integer_at(&o, "p50")},
+                      {"p99", integer_at(&o, "p99")},
                       {"max", integer_at(&o, "max")}};
 }
 
@@ -90,16 +92,16 @@ json::object tunnel_summary(const json::object& t) {
       {"tx", json::object{{"sent_on_time_packets", integer_at(tx, "sent_on_time_packets")},
                           {"sent_best_effort_packets", integer_at(tx, "sent_best_effort_packets")},
                           {"missed_slot_packets", integer_at(tx, "missed_slot_packets")}}},
-      {"rx", json::object{{"class", timed ? "on_time" : "best_effort"},
-                          {"received_packets", integer_at(playout, "received_packets")},
-                          {"released_packets", integer_at(playout, "released_packets")},
-                          {"late_packets", integer_at(playout, "late_packets")},
-                          {"dropped", std::move(dropped)},
-                          {"wan_delay_ns", histogram(playout, "wan_delay_ns")},
-                          {"recent_wan_delay_ns",
-                           recent_delay(rx, timed ? "on_time" : "best_effort")},
-                          {"one_way_delay_ns", histogram(playout, "one_way_delay_ns")},
-                          {"lateness_ns", histogram(playout, "lateness_ns")}}}};
+      {"rx",
+       json::object{{"class", timed ? "on_time" : "best_effort"},
+                    {"received_packets", integer_at(playout, "received_packets")},
+                    {"released_packets", integer_at(playout, "released_packets")},
+                    {"late_packets", integer_at(playout, "late_packets")},
+                    {"dropped", std::move(dropped)},
+                    {"wan_delay_ns", histogram(playout, "wan_delay_ns")},
+                    {"recent_wan_delay_ns", recent_delay(rx, timed ? "on_time" : "best_effort")},
+                    {"one_way_delay_ns", histogram(playout, "one_way_delay_ns")},
+                    {"lateness_ns", histogram(playout, "lateness_ns")}}}};
   return out;
 }
 

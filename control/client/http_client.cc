@@ -50,10 +50,9 @@ common::Result<Url> parse_url(const std::string& text) {
   rules.default_port = url.https ? 443 : 80;
   auto endpoint = common::parse_endpoint(rest, rules);
   if (!endpoint) {
-    return common::make_error(
-        common::ErrorCode::kInvalidArgument,
-        fmt::format("'{}' is not an agent URL like http://127.0.0.1:7800: {}", text,
-                    endpoint.error().message));
+    return common::make_error(common::ErrorCode::kInvalidArgument,
+                              fmt::format("'{}' is not an agent URL like http://127.0.0.1:7800: {}",
+                                          text, endpoint.error().message));
   }
   url.host = std::move(endpoint->host);
   url.port = std::to_string(endpoint->port);
@@ -369,8 +368,8 @@ common::Result<HttpAnswer> HttpConnectionPool::call(const std::string& method,
                        true, &reusable, &answered);
       } else {
         c->plain->expires_after(std::chrono::milliseconds(timeout_ms));
-        got = exchange(*c->plain, m.url, method, path, body, token, timeout_ms, m.user_agent,
-                       where, true, &reusable, &answered);
+        got = exchange(*c->plain, m.url, method, path, body, token, timeout_ms, m.user_agent, where,
+                       true, &reusable, &answered);
       }
       // An idle connection the server closed: nothing came back; once on a fresh one (the
       // other idle ones are as old or older: dropped too).
@@ -408,10 +407,10 @@ common::Result<std::vector<Url>> parse_urls(const std::string& text) {
 }
 
 common::Result<HttpAnswer> http_call_replicas(const std::vector<Url>& urls,
-                                              const std::string& method,
-                                              const std::string& path, const std::string& body,
-                                              const std::string& token, int timeout_ms,
-                                              int retry_ms, const std::string& user_agent,
+                                              const std::string& method, const std::string& path,
+                                              const std::string& body, const std::string& token,
+                                              int timeout_ms, int retry_ms,
+                                              const std::string& user_agent,
                                               const TlsClientOptions* tls) {
   static std::atomic<size_t> last_leader{0};
   if (urls.size() == 1) {

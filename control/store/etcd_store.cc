@@ -12,6 +12,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/net_address.h"
 #include "common/secret_file.h"
 #include "common/split.h"
 #include "control/store/sealed_value.h"
@@ -88,18 +89,19 @@ std::string domain_prefix(const std::string& domain) { return "/detwan/" + domai
 common::Result<std::vector<std::string>> parse_etcd_url(const std::string& url) {
   constexpr std::string_view kScheme = "etcd://";
   if (!url.starts_with(kScheme)) {
-    return make_error(ErrorCode::kConfig,
-                      fmt::format("store '{}': an etcd store is etcd://HOST:PORT[,HOST:PORT...]",
-                                  url));
+    return make_error(
+        ErrorCode::kConfig,
+        fmt::format("store '{}': an etcd store is etcd://HOST:PORT[,HOST:PORT...]", url));
   }
   std::vector<std::string> endpoints;
   for (std::string_view member : common::split(std::string_view(url).substr(kScheme.size()), ',')) {
-    if (member.empty() || member.find('/') != std::string_view::npos ||
-        member.find(':') == std::string_view::npos) {
+    auto endpoint = common::parse_endpoint(member);
+    if (!endpoint) {
       return make_error(ErrorCode::kConfig,
-                        fmt::format("store '{}': member '{}' is not HOST:PORT", url, member));
+                        fmt::format("store '{}': member '{}' is not HOST:PORT: {}", url, member,
+                                    endpoint.error().message));
     }
-    endpoints.push_back("http://" + std::string(member));
+    endpoints.push_back("http://" + common::join_host_port(endpoint->host, endpoint->port));
   }
   return endpoints;
 }
@@ -136,13 +138,13 @@ EtcdStore::EtcdStore(std::shared_ptr<EtcdClient> client, EtcdStoreOptions option
 EtcdStore::~EtcdStore() = default;
 
 common::Result<std::unique_ptr<EtcdStore>> EtcdStore::open(std::shared_ptr<EtcdClient> client,
-                                                            EtcdStoreOptions options,
-                                                            std::string description) {
+                                                           EtcdStoreOptions options,
+                                                           std::string description) {
   if (options.store_key.size() != kStoreKeyBytes) {
-    return make_error(ErrorCode::kConfig, fmt::format("etcd store {}: the store key has {} bytes, "
-                                                      "not {}",
-                                                      description, options.store_key.size(),
-                                                      kStoreKeyBytes));
+    return make_error(ErrorCode::kConfig,
+                      fmt::format("etcd store {}: the store key has {} bytes, "
+                                  "not {}",
+                                  description, options.store_key.size(), kStoreKeyBytes));
   }
   if (options.domain.empty() || options.domain.find('/') != std::string::npos) {
     return make_error(ErrorCode::kConfig,
@@ -157,9 +159,9 @@ common::Result<std::unique_ptr<EtcdStore>> EtcdStore::open(std::shared_ptr<EtcdC
   if (found->kvs.empty()) {  // a new domain: its name, sealed (which also proves the key later)
     auto sealed = store->seal(key, store->options_.domain);
     if (!sealed) return std::unexpected(sealed.error());
-    auto created = store->client_->txn({Compare{key, Compare::Target::kCreateRevision,
-                                                Compare::Result::kEqual, 0, ""}},
-                                       {store->put(key, *sealed)});
+    auto created = store->client_->txn(
+        {Compare{key, Compare::Target::kCreateRevision, Compare::Result::kEqual, 0, ""}},
+        {store->put(key, *sealed)});
     if (!created) return std::unexpected(created.error());
     return store;
   }
@@ -213,9 +215,8 @@ common::Result<void> EtcdStore::write(std::vector<Compare> compares,
     // Sent, perhaps applied, perhaps not (or applied by a retry on another member): nothing
     // more is written until the state is read again from etcd.
     uncertain_ = true;
-    return make_error(ErrorCode::kUnavailable,
-                      fmt::format("etcd store {}: {}: {}", description_, what,
-                                  done.error().message));
+    return make_error(ErrorCode::kUnavailable, fmt::format("etcd store {}: {}: {}", description_,
+                                                           what, done.error().message));
   }
   if (!done->succeeded) {
     const bool lost = fence.create_revision > 0 &&
@@ -345,9 +346,9 @@ common::Result<void> EtcdStore::record(const journal::Event& event, uint64_t nex
     if (!sealed) return std::unexpected(sealed.error());
     ops.push_back(put(key, *sealed));
   }
-  auto ok = write({Compare{event_key, Compare::Target::kCreateRevision, Compare::Result::kEqual, 0,
-                           ""}},
-                  ops, "transition of " + event.id);
+  auto ok =
+      write({Compare{event_key, Compare::Target::kCreateRevision, Compare::Result::kEqual, 0, ""}},
+            ops, "transition of " + event.id);
   if (ok) next_seq_ = seq + 1;
   return ok;
 }
@@ -383,8 +384,8 @@ common::Result<std::vector<std::pair<std::string, std::string>>> EtcdStore::fede
   const std::string section = "federation/" + kind + "/";
   std::vector<std::pair<int64_t, std::pair<std::string, std::string>>> rows;
   auto ok = scan(section, [&](const KeyValue& kv, std::string&& body) -> common::Result<void> {
-    rows.push_back({kv.create_revision,
-                    {kv.key.substr(prefix_.size() + section.size()), std::move(body)}});
+    rows.push_back(
+        {kv.create_revision, {kv.key.substr(prefix_.size() + section.size()), std::move(body)}});
     return {};
   });
   if (!ok) return std::unexpected(ok.error());

@@ -5,13 +5,12 @@
 // key expanded once (gcm_key_data) and dispatch once, at manager set-up, to the best code for
 // the CPU (AVX-512/VAES, AVX2, SSE). The functions keep no state in the manager, so threads
 // share one. Datapath functions here: no allocation, no exceptions, no logging.
+#include <new>
+
 #include <intel-ipsec-mb.h>
 #include <openssl/crypto.h>
 
 #include "common/ipsec_mb.h"
-
-#include <new>
-
 #include "dataplane/aead/aead_impl.h"
 
 namespace detwan::dataplane::aead::ipsec_mb {
@@ -52,9 +51,8 @@ void seal(const ExpandedKey* key, const Nonce& nonce, const std::byte* aad, std:
                      u8(nonce.data()), u8(aad), aad_bytes, u8(tag), kTagBytes);
 }
 
-void open(const ExpandedKey* key, const Nonce& nonce, const std::byte* aad,
-          std::size_t aad_bytes, std::byte* text, std::size_t text_bytes,
-          std::byte* computed_tag) noexcept {
+void open(const ExpandedKey* key, const Nonce& nonce, const std::byte* aad, std::size_t aad_bytes,
+          std::byte* text, std::size_t text_bytes, std::byte* computed_tag) noexcept {
   gcm_context_data context;
   IMB_AES256_GCM_DEC(manager(), &key->data, &context, u8(text), u8(text), text_bytes,
                      u8(nonce.data()), u8(aad), aad_bytes, u8(computed_tag), kTagBytes);

@@ -33,14 +33,15 @@ class MetricsServer {
  public:
   static constexpr size_t kMaxWaiting = 64;
   // Tunnels per part: ~0.5 ms of the loop (docs/benchmarks/observability.md, "Scrape cost":
-  // 2.6 ms per 50); a longer stall of the loop delays TUN reads into a burst beyond a tunnel's policer
+  // 2.6 ms per 50); a longer stall of the loop delays TUN reads into a burst beyond a tunnel's
+  // policer
   // ("its effect on forwarding").
   static constexpr uint32_t kTunnelsPerPart = 10;
   // Listens on config.listen (errors name it, or the tokens file). `control` must outlive the
   // server's use of it: destroy the MetricsServer first. clock_ns: monotonic time.
-  static common::Result<std::unique_ptr<MetricsServer>> start(
-      const gw::MetricsConfig& config, gw::ControlServer& control,
-      std::function<int64_t()> clock_ns);
+  static common::Result<std::unique_ptr<MetricsServer>> start(const gw::MetricsConfig& config,
+                                                              gw::ControlServer& control,
+                                                              std::function<int64_t()> clock_ns);
   // Answers waiting scrapes 503 (and gives them 200 ms to be written), then stops the HTTP
   // server.
   ~MetricsServer();

@@ -37,17 +37,17 @@ struct MacAddress {
 // Why a frame received on a WAN port never reached the engine (the port's own drop reasons;
 // the tunnel header's are wire::DropReason, counted by the engine).
 enum class FrameDrop : uint8_t {
-  kNone = 0,        // accepted
-  kOtherMac,        // destination MAC is not this port's (we answer no ARP: no broadcast)
-  kNotIp,           // EtherType is not IPv4 or IPv6 (ARP, VLAN, ...), or the frame is too short
-  kBadIpHeader,     // IP version/header length/total length inconsistent with the frame
-  kFragment,        // an IPv4 fragment (tunnels never rely on fragmentation)
-  kNotUdp,          // IP protocol / IPv6 next header is not UDP (extension headers included)
-  kWrongAddress,    // destination IP is not the port's local address
-  kWrongPort,       // destination UDP port is not the port's local port
-  kBadUdpLength,    // UDP length field below 8 or different from the IP payload length
-  kBadChecksum,     // IPv4 header checksum or UDP checksum wrong (IPv6 UDP checksum 0 too)
-  kMultiSegment,    // frame larger than one mbuf (jumbo frame without a large enough pool)
+  kNone = 0,      // accepted
+  kOtherMac,      // destination MAC is not this port's (we answer no ARP: no broadcast)
+  kNotIp,         // EtherType is not IPv4 or IPv6 (ARP, VLAN, ...), or the frame is too short
+  kBadIpHeader,   // IP version/header length/total length inconsistent with the frame
+  kFragment,      // an IPv4 fragment (tunnels never rely on fragmentation)
+  kNotUdp,        // IP protocol / IPv6 next header is not UDP (extension headers included)
+  kWrongAddress,  // destination IP is not the port's local address
+  kWrongPort,     // destination UDP port is not the port's local port
+  kBadUdpLength,  // UDP length field below 8 or different from the IP payload length
+  kBadChecksum,   // IPv4 header checksum or UDP checksum wrong (IPv6 UDP checksum 0 too)
+  kMultiSegment,  // frame larger than one mbuf (jumbo frame without a large enough pool)
   kCount
 };
 inline constexpr int kFrameDropCount = static_cast<int>(FrameDrop::kCount);
@@ -66,7 +66,7 @@ struct WanAddress {
 struct ParsedFrame {
   uint32_t udp_payload_offset = 0;  // from the start of the frame
   uint32_t udp_payload_bytes = 0;
-  gw::Endpoint source;              // sender's IP address and UDP port
+  gw::Endpoint source;  // sender's IP address and UDP port
 };
 
 // Parses one received Ethernet frame. Accepts exactly: destination MAC = `address.mac`,
@@ -74,9 +74,9 @@ struct ParsedFrame {
 // destination = `address.local`, UDP length consistent with the IP length, UDP checksum right
 // (0 = none is accepted over IPv4 only). Bytes after the IP packet (Ethernet padding) are
 // ignored. On kNone, *out is filled.
-[[nodiscard]] FrameDrop parse_wan_frame(std::span<const std::byte> frame,
-                                        const WanAddress& address, ChecksumState ip_checksum,
-                                        ChecksumState udp_checksum, ParsedFrame* out) noexcept;
+[[nodiscard]] FrameDrop parse_wan_frame(std::span<const std::byte> frame, const WanAddress& address,
+                                        ChecksumState ip_checksum, ChecksumState udp_checksum,
+                                        ParsedFrame* out) noexcept;
 
 // What goes in front of a tunnel datagram.
 struct OuterSpec {

@@ -219,9 +219,9 @@ struct DpdkConfig {
 // the Prometheus exposition over HTTP, built on the datapath thread like the control socket's
 // "prometheus" request, at most once per min_interval (closer scrapes get the last answer).
 struct MetricsConfig {
-  std::string listen;                // "host:port"; "" = no HTTP exporter
-  std::vector<std::string> allow;    // client prefixes; empty = loopback only
-  std::string tokens_file;           // bearer tokens (control/api/http_server.h); "" = none
+  std::string listen;              // "host:port"; "" = no HTTP exporter
+  std::vector<std::string> allow;  // client prefixes; empty = loopback only
+  std::string tokens_file;         // bearer tokens (control/api/http_server.h); "" = none
   int64_t min_interval_ns = 1'000'000'000;
   friend bool operator==(const MetricsConfig&, const MetricsConfig&) = default;
 };
@@ -277,7 +277,7 @@ struct GatewayConfig {
 };
 
 inline constexpr std::size_t kMaxOwnerBytes = 64;
-inline constexpr uint32_t kMaxUringShards = 64;  // gateway.shards
+inline constexpr uint32_t kMaxUringShards = 64;         // gateway.shards
 inline constexpr int64_t kMaxWakeBatchNs = 10'000'000;  // release_ahead, playout_ahead, rx_coalesce
 
 common::Result<GatewayConfig> load_gateway_config(const std::string& path);

@@ -210,8 +210,7 @@ void parse_metrics_section(const common::ConfigNode& node, MetricsConfig* metric
   if (const auto tokens = node.maybe_child("tokens_file")) {
     metrics->tokens_file = tokens->as_string();
   }
-  metrics->min_interval_ns =
-      duration_field(node, "min_interval", 1'000'000'000, 0, 60'000'000'000);
+  metrics->min_interval_ns = duration_field(node, "min_interval", 1'000'000'000, 0, 60'000'000'000);
 }
 
 }  // namespace config_detail

@@ -54,12 +54,12 @@ enum class EngineDrop : uint8_t {
   kUnknownPath,     // WAN packet for a known tunnel with a path id it does not have (0, and 1
                     // on a protected tunnel)
   // Authenticated tunnels (docs/wire-format.md): also counted per tunnel.
-  kAuthMissing,     // the tunnel has keys, the packet lacks flag A
-  kAuthUnexpected,  // flag A on a tunnel without keys
-  kAuthTruncated,   // flag A and a payload shorter than the tag
-  kAuthFailed,      // no key of the tunnel opens it (forged, corrupted, replayed into another
-                    // tunnel or header, sealed for another epoch or direction)
-  kReflected,       // a control packet carrying this gateway's own epoch (its own, sent back)
+  kAuthMissing,       // the tunnel has keys, the packet lacks flag A
+  kAuthUnexpected,    // flag A on a tunnel without keys
+  kAuthTruncated,     // flag A and a payload shorter than the tag
+  kAuthFailed,        // no key of the tunnel opens it (forged, corrupted, replayed into another
+                      // tunnel or header, sealed for another epoch or direction)
+  kReflected,         // a control packet carrying this gateway's own epoch (its own, sent back)
   kAuthAwaitingPeer,  // data on an authenticated tunnel before the peer's epoch is known
   kAuthRateLimited,   // a control packet from an unknown epoch beyond the candidate key rate
   // The control exchange (docs/wire-format.md, "Keepalive"); also counted per peer.
@@ -108,8 +108,8 @@ struct ControlIo {
   uint64_t refused_peers = 0;   // admin socket connections refused by uid (SO_PEERCRED)
   uint64_t applied = 0;         // writes that changed the gateway
   uint64_t refused_writes = 0;  // writes refused (bad request, stale generation, read-only socket)
-  uint64_t deferred = 0;      // requests answered at a later poll: the per-poll budget was spent
-  uint64_t rate_limited = 0;  // requests held because their uid was over its rate (read-only)
+  uint64_t deferred = 0;        // requests answered at a later poll: the per-poll budget was spent
+  uint64_t rate_limited = 0;    // requests held because their uid was over its rate (read-only)
 };
 
 // What a successful apply_st() did.

@@ -70,8 +70,8 @@ void playout_counters(Exposition& e, const Labels& labels, const sched::PlayoutC
                  c.one_way_delay_ns, kDelayBucketsSeconds);
   e.histogram_ns(fmt::format("{}_lateness_seconds", p), "Arrival minus target of late packets",
                  labels, c.lateness_ns, kErrorBucketsSeconds);
-  e.histogram_ns(fmt::format("{}_playout_error_seconds", p), "Actual minus target release",
-                 labels, c.playout_error_ns, kErrorBucketsSeconds);
+  e.histogram_ns(fmt::format("{}_playout_error_seconds", p), "Actual minus target release", labels,
+                 c.playout_error_ns, kErrorBucketsSeconds);
 }
 
 // Sums of the shards' counters (prometheus_text over shards).
@@ -220,8 +220,8 @@ void Engine::write_tunnel(common::prometheus::Exposition& e, const std::vector<E
     for (const bool best_effort : {false, true}) {
       Labels with_class = labels;
       with_class.emplace_back("class", best_effort ? "best_effort" : "on_time");
-      playout_counters(e, with_class,
-                       best_effort ? t.best_effort.counters() : t.on_time.counters(), !best_effort);
+      playout_counters(e, with_class, best_effort ? t.best_effort.counters() : t.on_time.counters(),
+                       !best_effort);
     }
     for (const auto reason : {wire::DropReason::kDuplicate, wire::DropReason::kTooOld}) {
       Labels with_reason = labels;

@@ -27,7 +27,8 @@ json::value parse_embedded(const std::string& text) {
   return value;
 }
 
-// The fields of a counter table into `into` (engine_counters.h); a key "a.b" goes to into["a"]["b"].
+// The fields of a counter table into `into` (engine_counters.h); a key "a.b" goes to
+// into["a"]["b"].
 template <typename C, size_t N>
 void put_counters(json::object& into, const C& c, const common::CounterField<C> (&fields)[N]) {
   for (const common::CounterField<C>& f : fields) {
@@ -57,9 +58,9 @@ json::object windows_json(const common::HistogramHistory& history,
        {std::pair{"10s", int64_t{10'000'000'000}}, std::pair{"1m", int64_t{60'000'000'000}},
         std::pair{"5m", int64_t{300'000'000'000}}}) {
     const common::HistogramWindow w = history.window(current, window_ns, now_ns);
-    out[name] = json::object{{"span_ns", w.span_ns}, {"count", w.count}, {"p50", w.p50},
-                             {"p90", w.p90},         {"p99", w.p99},     {"p99_9", w.p99_9},
-                             {"max", w.max}};
+    out[name] =
+        json::object{{"span_ns", w.span_ns}, {"count", w.count}, {"p50", w.p50}, {"p90", w.p90},
+                     {"p99", w.p99},         {"p99_9", w.p99_9}, {"max", w.max}};
   }
   return out;
 }
@@ -147,9 +148,9 @@ std::string Engine::stats_json(int64_t now_ns) const {
                       {"lateness_ns", windows_json(t.windows.on_time_lateness,
                                                    t.on_time.counters().lateness_ns, now_ns)}}},
         {"best_effort",
-         json::object{{"wan_delay_ns",
-                       windows_json(t.windows.best_effort_wan_delay,
-                                    t.best_effort.counters().wan_delay_ns, now_ns)}}}};
+         json::object{
+             {"wan_delay_ns", windows_json(t.windows.best_effort_wan_delay,
+                                           t.best_effort.counters().wan_delay_ns, now_ns)}}}};
     // Per path: the primary (0) and, on a protected tunnel, the protection path (1).
     json::array paths;
     for (uint32_t path = 0; path < (t.protected_path() ? kMaxPaths : 1); ++path) {

@@ -7,12 +7,6 @@
 // So the figure always matches the protocol as built, whatever its header layout.
 // If the backend cannot run (not built, no io_uring), the layout in transport/proto/wire.h is
 // used and "source" says "assumed".
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -22,7 +16,12 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/net_address.h"
 #include "tools/bench/transport_bench.h"
@@ -39,8 +38,8 @@ using common::Result;
 // For when it cannot be measured (backend not usable): the DATA datagram's layout as the
 // protocol declares it (DATA's short header).
 constexpr int kAssumedHeaderBytes = static_cast<int>(transport::proto::wire::kDataHeaderBytes);
-constexpr int kIpUdpBytes = 28;          // IPv4 20 + UDP 8
-constexpr int kEthernetBytes = 14;       // what detwan-wanem's rate limiter adds per frame
+constexpr int kIpUdpBytes = 28;     // IPv4 20 + UDP 8
+constexpr int kEthernetBytes = 14;  // what detwan-wanem's rate limiter adds per frame
 constexpr size_t kProbeMessageBytes = 256 * 1024;
 constexpr size_t kMatchBytes = 32;
 
@@ -145,23 +144,27 @@ Result<Measured> measure(const InfoOptions& o) {
   transport::ChannelOptions copts;
   copts.mtu_bytes = o.mtu_bytes;
   auto client_ep = transport::make_endpoint(o.backend, endpoint_options);
-  Result<std::unique_ptr<transport::Channel>> client = std::unexpected(
-      client_ep ? common::Error{} : client_ep.error());
+  Result<std::unique_ptr<transport::Channel>> client =
+      std::unexpected(client_ep ? common::Error{} : client_ep.error());
   if (client_ep) {
-    client = (*client_ep)->connect(fmt::format("127.0.0.1:{}", ntohs(relay.sin_port)), copts,
-                                   10'000'000'000);
+    client =
+        (*client_ep)
+            ->connect(fmt::format("127.0.0.1:{}", ntohs(relay.sin_port)), copts, 10'000'000'000);
   }
   acceptor.join();
   Result<void> outcome;
-  if (!client) outcome = std::unexpected(client.error());
-  else if (!accepted) outcome = std::unexpected(accepted.error());
+  if (!client)
+    outcome = std::unexpected(client.error());
+  else if (!accepted)
+    outcome = std::unexpected(accepted.error());
   if (outcome) {
     auto got = (*accepted)->recv();
     auto sent = (*client)->send(message);
     auto r = await_result(got, 20'000'000'000, "probe message");
-    if (!r) outcome = std::unexpected(r.error());
-    else if (*r != message) outcome = common::make_error(common::ErrorCode::kInternal,
-                                                         "probe message arrived altered");
+    if (!r)
+      outcome = std::unexpected(r.error());
+    else if (*r != message)
+      outcome = common::make_error(common::ErrorCode::kInternal, "probe message arrived altered");
     (void)await_result(sent, 5'000'000'000, "probe message acknowledgement");
     (*client)->close();
     (*accepted)->close();
@@ -205,10 +208,12 @@ int run_info(const InfoOptions& o) {
     return 2;
   }
   const transport::BackendInfo backend = transport::backend_info(o.backend);
-  json::object doc{{"backend", o.backend}, {"mtu_bytes", o.mtu_bytes},
+  json::object doc{{"backend", o.backend},
+                   {"mtu_bytes", o.mtu_bytes},
                    {"udp_payload_bytes", o.mtu_bytes - kIpUdpBytes},
                    {"frame_overhead_bytes", kIpUdpBytes + kEthernetBytes},
-                   {"backend_usable", backend.usable}, {"reason", nullptr}};
+                   {"backend_usable", backend.usable},
+                   {"reason", nullptr}};
   int header = kAssumedHeaderBytes;
   auto m = backend.usable ? measure(o)
                           : common::make_error(common::ErrorCode::kUnavailable, backend.reason);
@@ -229,11 +234,12 @@ int run_info(const InfoOptions& o) {
   if (o.json) {
     print_json(doc);
   } else {
-    std::printf("%s at MTU %d: %d header bytes (%s), %d payload bytes per %d-byte frame "
-                "(%.2f%% of a rate limiter counting Ethernet frames)\n",
-                o.backend.c_str(), o.mtu_bytes, header, doc["source"].as_string().c_str(),
-                payload, o.mtu_bytes + kEthernetBytes,
-                100.0 * static_cast<double>(payload) / (o.mtu_bytes + kEthernetBytes));
+    std::printf(
+        "%s at MTU %d: %d header bytes (%s), %d payload bytes per %d-byte frame "
+        "(%.2f%% of a rate limiter counting Ethernet frames)\n",
+        o.backend.c_str(), o.mtu_bytes, header, doc["source"].as_string().c_str(), payload,
+        o.mtu_bytes + kEthernetBytes,
+        100.0 * static_cast<double>(payload) / (o.mtu_bytes + kEthernetBytes));
   }
   return 0;
 }

@@ -11,7 +11,6 @@
 #include <openssl/crypto.h>
 
 #include "common/ipsec_mb.h"
-
 #include "transport/crypto/crypto.h"
 #include "transport/crypto/crypto_impl.h"
 

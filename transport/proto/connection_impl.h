@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "transport/fec/codec.h"
+#include "transport/pacing_group.h"
 #include "transport/proto/cc_cubic.h"
 #include "transport/proto/connection.h"
-#include "transport/pacing_group.h"
 #include "transport/proto/pacer.h"
 #include "transport/proto/rtt.h"
 #include "transport/proto/wire.h"
@@ -153,8 +153,8 @@ inline constexpr uint64_t kReassemblyGrowth = 8;
 inline constexpr uint64_t kReassemblyFillBytes = uint64_t{1} << 20;
 struct InMessage {
   std::vector<std::byte> bytes;
-  uint64_t bound = 0;            // the most it may hold: exact once size_known
-  uint64_t charged = 0;          // capacity counted in reassembly_bytes_ and the budgets
+  uint64_t bound = 0;    // the most it may hold: exact once size_known
+  uint64_t charged = 0;  // capacity counted in reassembly_bytes_ and the budgets
   uint32_t last_index = 0;
   uint32_t received_segments = 0;
   bool size_known = false;  // the last segment arrived: bytes.size() is the message's
@@ -371,7 +371,7 @@ class ConnectionImpl {
   std::map<uint64_t, InMessage> in_messages_;
   uint64_t reassembly_bytes_ = 0;  // sum of in_messages_' charged capacities
   MemoryBudget* endpoint_budget_ = nullptr;
-  uint64_t budget_charged_ = 0;     // taken from endpoint_budget_: reassembly + unread
+  uint64_t budget_charged_ = 0;    // taken from endpoint_budget_: reassembly + unread
   uint64_t unread_bytes_ = 0;      // delivered messages the application has not taken yet
   uint64_t next_deliver_seq_ = 0;  // first seq of the next message to deliver
   int pending_ack_segments_ = 0;

@@ -6,8 +6,9 @@
 #include <future>
 #include <mutex>
 
-#include <boost/asio/post.hpp>
 #include <fmt/format.h>
+
+#include <boost/asio/post.hpp>
 
 #include "common/logging.h"
 #include "common/net_address.h"
@@ -48,9 +49,9 @@ Result<tcp::resolver::results_type> resolve(asio::io_context& io, const std::str
   if (passive) flags |= tcp::resolver::passive;
   auto results = resolver.resolve(parts->host, std::to_string(parts->port), flags, ec);
   if (ec || results.empty()) {
-    return common::make_error(ErrorCode::kInvalidArgument,
-                              fmt::format("tcp: cannot resolve '{}': {}", address,
-                                          ec ? ec.message() : "no addresses"));
+    return common::make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("tcp: cannot resolve '{}': {}", address, ec ? ec.message() : "no addresses"));
   }
   return results;
 }
@@ -76,7 +77,8 @@ class Listener : public std::enable_shared_from_this<Listener> {
       if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
       if (!ec) self->handshake_st(std::move(socket));
       // Other accept errors (ECONNABORTED, EMFILE) concern one connection: keep listening.
-      else common::logger("transport.tcp")->warn("tcp: accept: {}", ec.message());
+      else
+        common::logger("transport.tcp")->warn("tcp: accept: {}", ec.message());
       self->accept_next_st();
     });
   }
@@ -102,9 +104,9 @@ class Listener : public std::enable_shared_from_this<Listener> {
                                           [&] { return !ready_.empty() || closed_; });
     if (closed_) return common::make_error(ErrorCode::kUnavailable, "tcp: endpoint closed");
     if (!ready) {
-      return common::make_error(ErrorCode::kTimeout,
-                                fmt::format("tcp: no peer connected within {} ms",
-                                            timeout_ns / 1'000'000));
+      return common::make_error(
+          ErrorCode::kTimeout,
+          fmt::format("tcp: no peer connected within {} ms", timeout_ns / 1'000'000));
     }
     Accepted accepted = std::move(ready_.front());
     ready_.pop_front();
@@ -127,22 +129,21 @@ class Listener : public std::enable_shared_from_this<Listener> {
       return;
     }
     auto done = [self = shared_from_this()](Result<Hello> hello, tcp::socket socket) {
-          if (!hello) {
-            common::logger("transport.tcp")->warn("{} (connection dropped)",
-                                                  hello.error().message);
-            if (hello.error().code == ErrorCode::kInvalidArgument) {
-              self->count_rejection(hello.error());
-            }
-            return;
-          }
-          std::lock_guard lock(self->mutex_);
-          if (self->closed_) return;
-          self->ready_.push_back(Accepted{std::move(socket), *hello});
-          self->ready_cv_.notify_one();
-        };
+      if (!hello) {
+        common::logger("transport.tcp")->warn("{} (connection dropped)", hello.error().message);
+        if (hello.error().code == ErrorCode::kInvalidArgument) {
+          self->count_rejection(hello.error());
+        }
+        return;
+      }
+      std::lock_guard lock(self->mutex_);
+      if (self->closed_) return;
+      self->ready_.push_back(Accepted{std::move(socket), *hello});
+      self->ready_cv_.notify_one();
+    };
     if (keyring_) {
-      start_sealed_server_handshake(std::move(socket), options_, options_.peer_timeout_ns,
-                                    keyring_, std::move(done));
+      start_sealed_server_handshake(std::move(socket), options_, options_.peer_timeout_ns, keyring_,
+                                    std::move(done));
     } else {
       start_server_handshake(std::move(socket), options_, options_.peer_timeout_ns,
                              std::move(done));
@@ -209,9 +210,9 @@ Result<std::string> TcpEndpoint::listen(const std::string& address) {
   if (ec) {
     error_code ignored;
     acceptor.close(ignored);
-    return common::make_error(ec == asio::error::address_in_use ? ErrorCode::kAlreadyExists
-                                                                : ErrorCode::kIo,
-                              fmt::format("tcp: listen on '{}': {}", address, ec.message()));
+    return common::make_error(
+        ec == asio::error::address_in_use ? ErrorCode::kAlreadyExists : ErrorCode::kIo,
+        fmt::format("tcp: listen on '{}': {}", address, ec.message()));
   }
   listen_address_ = format_endpoint(bound);
   asio::post(io_->context(), [listener = listener_] { listener->accept_next_st(); });

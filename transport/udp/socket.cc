@@ -1,13 +1,12 @@
 #include "transport/udp/socket.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-
 #include <cerrno>
 #include <cstring>
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netdb.h>
+#include <netinet/in.h>
 
 #include "common/net_address.h"
 
@@ -63,7 +62,8 @@ common::Result<UdpAddress> parse_address(std::string_view text) {
   addrinfo* found = nullptr;
   const int status = ::getaddrinfo(host_string.c_str(), nullptr, &hints, &found);
   if (status != 0 || found == nullptr) {
-    return bad(text, fmt::format("host '{}' does not resolve: {}", host_string, ::gai_strerror(status)));
+    return bad(text,
+               fmt::format("host '{}' does not resolve: {}", host_string, ::gai_strerror(status)));
   }
   const addrinfo* pick = found;
   for (const addrinfo* it = found; it != nullptr; it = it->ai_next) {
@@ -135,10 +135,12 @@ common::Result<BoundSocket> open_socket(const UdpAddress& local, std::string_vie
   set_buffer(socket.fd.get(), SO_RCVBUF, SO_RCVBUFFORCE);
   set_buffer(socket.fd.get(), SO_SNDBUF, SO_SNDBUFFORCE);
   const int one = 1;
-  if (reuse_port && ::setsockopt(socket.fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+  if (reuse_port &&
+      ::setsockopt(socket.fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
     return fail("SO_REUSEPORT");
   }
-  if (::bind(socket.fd.get(), reinterpret_cast<const sockaddr*>(&local.storage), local.length) != 0) {
+  if (::bind(socket.fd.get(), reinterpret_cast<const sockaddr*>(&local.storage), local.length) !=
+      0) {
     return fail("bind");
   }
   socket.local.length = sizeof socket.local.storage;

@@ -30,8 +30,8 @@ constexpr size_t kInfoBytes = 4 + 4 + 4 + 2 + 16 + 8 + 4;
 
 std::unexpected<common::Error> sys_error(const std::string& what, int error) {
   const ErrorCode code = error == ECONNREFUSED ? ErrorCode::kUnavailable : ErrorCode::kIo;
-  return common::make_error(code, fmt::format("verbs bootstrap: {}: {}", what,
-                                              std::strerror(error)));
+  return common::make_error(code,
+                            fmt::format("verbs bootstrap: {}: {}", what, std::strerror(error)));
 }
 
 struct AddrInfoDeleter {
@@ -65,11 +65,11 @@ Result<std::unique_ptr<addrinfo, AddrInfoDeleter>> resolve(const std::string& ad
 // Waits until `fd` is ready for `events` or the deadline passes.
 Result<void> wait_fd(int fd, short events, Clock::time_point deadline, const char* what) {
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                            Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
-      return common::make_error(ErrorCode::kTimeout, fmt::format("verbs bootstrap: {}: timed out",
-                                                                 what));
+      return common::make_error(ErrorCode::kTimeout,
+                                fmt::format("verbs bootstrap: {}: timed out", what));
     }
     pollfd p{fd, events, 0};
     const int rc = ::poll(&p, 1, static_cast<int>(left.count()));
@@ -189,9 +189,9 @@ Result<QpInfo> exchange_qp_info(int fd, const QpInfo& local, int64_t timeout_ns)
   peer.max_message_bytes = common::load_be64(in.data() + 30);
   peer.recv_slots = common::load_be32(in.data() + 38);
   if (peer.recv_slots < 2) {
-    return common::make_error(ErrorCode::kInvalidArgument,
-                              fmt::format("verbs bootstrap: peer offers {} receive slots (< 2)",
-                                          peer.recv_slots));
+    return common::make_error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("verbs bootstrap: peer offers {} receive slots (< 2)", peer.recv_slots));
   }
   return peer;
 }

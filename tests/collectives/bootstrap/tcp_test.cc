@@ -1,16 +1,15 @@
 // The TCP rendezvous: a root thread (or rank 0 in fixed-address mode) and ranks on threads; and
 // what strangers get from it: squatters on the root's port, joiners without the secret, floods
 // of connections that never prove it, oversized or altered answers.
-#include <poll.h>
-#include <sys/socket.h>
-
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <future>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include "collectives/comm/bootstrap.h"
 #include "collectives/comm/bootstrap_io.h"
@@ -79,8 +78,8 @@ TEST(TcpBootstrap, OneToEightRanksWithDifferentBlobs) {
     });
     const auto expected = expected_blobs(nranks);
     for (int rank = 0; rank < nranks; ++rank) {
-      ASSERT_TRUE(results[rank].has_value()) << "nranks " << nranks << " rank " << rank << ": "
-                                             << results[rank].error().message;
+      ASSERT_TRUE(results[rank].has_value())
+          << "nranks " << nranks << " rank " << rank << ": " << results[rank].error().message;
       EXPECT_EQ(*results[rank], expected) << "nranks " << nranks << " rank " << rank;
       EXPECT_EQ(hosts[rank], "127.0.0.1");
       EXPECT_EQ(keys[rank], keys[0]) << "every rank derives the same communicator key";
@@ -299,11 +298,11 @@ struct WithSecret {
 };
 
 TEST(TcpBootstrap, FixedAddressNeedsASecret) {
-  for (const char* bad : {static_cast<const char*>(nullptr), "", "abcd", "not-hex-but-long-enough-"
-                                                                       "xxxxxxxxxxxxxxxx"}) {
+  for (const char* bad : {static_cast<const char*>(nullptr), "", "abcd",
+                          "not-hex-but-long-enough-"
+                          "xxxxxxxxxxxxxxxx"}) {
     WithSecret secret(bad);
-    auto joined = join_bootstrap("tcp://127.0.0.1:" + std::to_string(free_port()), 0, 2,
-                                 kSecondNs);
+    auto joined = join_bootstrap("tcp://127.0.0.1:" + std::to_string(free_port()), 0, 2, kSecondNs);
     ASSERT_FALSE(joined.has_value());
     EXPECT_EQ(joined.error().code, ErrorCode::kInvalidArgument);
     EXPECT_NE(joined.error().message.find("DETWAN_BOOTSTRAP_SECRET"), std::string::npos)
@@ -349,8 +348,7 @@ TEST(TcpBootstrap, FixedAddressPortInUseIsAnError) {
   WithSecret secret(kSecret);
   auto taken = bootstrap::listen_tcp("127.0.0.1", 0, /*reuse_address=*/false);
   ASSERT_TRUE(taken.has_value());
-  auto joined = join_bootstrap("tcp://127.0.0.1:" + std::to_string(taken->port), 0, 2,
-                               kSecondNs);
+  auto joined = join_bootstrap("tcp://127.0.0.1:" + std::to_string(taken->port), 0, 2, kSecondNs);
   ASSERT_FALSE(joined.has_value());
   EXPECT_NE(joined.error().message.find("rank 0 starting the root"), std::string::npos)
       << joined.error().message;
@@ -411,9 +409,8 @@ TEST(TcpBootstrap, RanksThatNeverJoinAreNamed) {
   auto spec = start_bootstrap_root("127.0.0.1", kSecondNs / 4);
   ASSERT_TRUE(spec.has_value());
   // Ranks 0 and 2 of 4 join; 1 and 3 never do. The root gives up after 0.25 s.
-  auto results = on_threads<Blobs>(2, [&](int i) {
-    return join_and_exchange(*spec, 2 * i, 4, 20 * kSecondNs);
-  });
+  auto results = on_threads<Blobs>(
+      2, [&](int i) { return join_and_exchange(*spec, 2 * i, 4, 20 * kSecondNs); });
   for (const auto& result : results) {
     ASSERT_FALSE(result.has_value());
     EXPECT_EQ(result.error().code, ErrorCode::kTimeout);

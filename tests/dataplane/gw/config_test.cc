@@ -380,8 +380,7 @@ TEST(ConfigExample, DocsExampleLoadsAndRoundTrips) {
   for (const char* tunnel : {"7", "8", "9"}) {
     const fs::path key = keys / (std::string("tunnel-") + tunnel + ".key");
     std::ofstream(key) << std::string(64, tunnel[0]) << "\n";
-    fs::permissions(key, fs::perms::owner_read | fs::perms::owner_write,
-                    fs::perm_options::replace);
+    fs::permissions(key, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
   }
   const std::string operator_dir = "secret_file: /etc/detwan/keys";
   const std::string test_dir = "secret_file: " + keys.string();

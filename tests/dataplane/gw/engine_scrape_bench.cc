@@ -120,7 +120,8 @@ Loaded loaded(uint32_t tunnels) {
     for (const auto& p : packets) {
       for (int f = 0; f < 4; ++f) (void)l.engine->submit_tun_st(++handle, p, l.now_ns);
     }
-    for (int64_t t = l.now_ns; t < l.now_ns + kCycleNs; t += 10'000) (void)l.engine->poll_tx_st(t, sink);
+    for (int64_t t = l.now_ns; t < l.now_ns + kCycleNs; t += 10'000)
+      (void)l.engine->poll_tx_st(t, sink);
     l.now_ns += kCycleNs;
   }
   return l;

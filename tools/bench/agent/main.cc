@@ -38,9 +38,9 @@
 #include "common/histogram.h"
 #include "common/logging.h"
 #include "control/agent/agent.h"
+#include "control/client/http_client.h"
 #include "tools/bench/agent/startup.h"
 #include "tools/bench/agent/synthetic.h"
-#include "control/client/http_client.h"
 
 namespace detwan::tools::agent_bench {
 namespace {
@@ -271,7 +271,8 @@ int command_load(const std::string& url_text, const SyntheticOptions& options, u
         const uint32_t i = next++;
         if (i >= requests) return;
         const int64_t t0 = now_ns();
-        auto answer = control::client::http_call(*url, "POST", "/v1/reservations", bodies[i], "", 60'000);
+        auto answer =
+            control::client::http_call(*url, "POST", "/v1/reservations", bodies[i], "", 60'000);
         const int64_t spent = now_ns() - t0;
         std::lock_guard lock(mutex);
         latency.record(spent);
@@ -344,8 +345,9 @@ int run(int argc, char** argv) {
   scale_cmd->add_option("--queries", scale.queries, "timed admissions")->capture_default_str();
   scale_cmd->add_option("--spread-days", scale.spread_days, "start times within this many days")
       ->capture_default_str();
-  scale_cmd->add_option("--plans", scale.plans,
-                        "timed co-scheduling plans (a pool at every site, jobs of 8-24 ranks)")
+  scale_cmd
+      ->add_option("--plans", scale.plans,
+                   "timed co-scheduling plans (a pool at every site, jobs of 8-24 ranks)")
       ->capture_default_str();
   scale_cmd->add_option("--etcd", scale.etcd, "etcd://HOST:PORT,...: also the startup from etcd");
   scale_cmd->add_option("--store-key", scale.store_key, "with --etcd: the store key file");
