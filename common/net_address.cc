@@ -174,6 +174,19 @@ Result<HostPort> parse_host_port(std::string_view text, bool allow_zero_port) {
   return HostPort{*endpoint->literal, endpoint->port};
 }
 
+Result<Endpoint> parse_socket_endpoint(std::string_view text, bool listening,
+                                       std::string_view who) {
+  EndpointRules rules;
+  rules.allow_empty_host = true;
+  rules.allow_zero_port = listening;
+  auto endpoint = parse_endpoint(text, rules);
+  if (!endpoint) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      fmt::format("{}: {}", who, endpoint.error().message));
+  }
+  return endpoint;
+}
+
 std::string join_host_port(std::string_view host, uint16_t port) {
   if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
   return fmt::format("{}:{}", host, port);

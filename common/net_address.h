@@ -59,6 +59,10 @@ struct Endpoint {
 
 // Errors (kInvalidArgument) quote the text and say which rule it broke.
 Result<Endpoint> parse_endpoint(std::string_view text, const EndpointRules& rules = {});
+// A stream socket's address as the transports take it (tcp, the verbs bootstrap): ":PORT" is
+// every interface (listening) or the local host, port 0 only when listening; names allowed.
+// Errors start with `who` ("tcp: '...' is not an endpoint ...").
+Result<Endpoint> parse_socket_endpoint(std::string_view text, bool listening, std::string_view who);
 // "host:port", with brackets around an IPv6 host: what parse_endpoint reads back.
 std::string join_host_port(std::string_view host, uint16_t port);
 

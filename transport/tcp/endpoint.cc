@@ -27,22 +27,14 @@ using boost::system::error_code;
 namespace {
 
 std::string format_endpoint(const tcp::endpoint& endpoint) {
-  const std::string host = endpoint.address().to_string();
-  return endpoint.address().is_v6() ? fmt::format("[{}]:{}", host, endpoint.port())
-                                    : fmt::format("{}:{}", host, endpoint.port());
+  return common::join_host_port(endpoint.address().to_string(), endpoint.port());
 }
 
 Result<tcp::resolver::results_type> resolve(asio::io_context& io, const std::string& address,
                                             bool passive) {
   // ":port" listens on every interface; port 0 picks one (listen only).
-  common::EndpointRules rules;
-  rules.allow_empty_host = true;
-  rules.allow_zero_port = passive;
-  auto parts = common::parse_endpoint(address, rules);
-  if (!parts) {
-    return common::make_error(ErrorCode::kInvalidArgument,
-                              fmt::format("tcp: {}", parts.error().message));
-  }
+  auto parts = common::parse_socket_endpoint(address, passive, "tcp");
+  if (!parts) return std::unexpected(parts.error());
   tcp::resolver resolver(io);
   error_code ec;
   auto flags = tcp::resolver::numeric_service;

@@ -40,14 +40,8 @@ struct AddrInfoDeleter {
 
 Result<std::unique_ptr<addrinfo, AddrInfoDeleter>> resolve(const std::string& address,
                                                            bool passive) {
-  common::EndpointRules rules;
-  rules.allow_empty_host = true;
-  rules.allow_zero_port = passive;
-  auto parts = common::parse_endpoint(address, rules);
-  if (!parts) {
-    return common::make_error(ErrorCode::kInvalidArgument,
-                              fmt::format("verbs: {}", parts.error().message));
-  }
+  auto parts = common::parse_socket_endpoint(address, passive, "verbs");
+  if (!parts) return std::unexpected(parts.error());
   const std::string& host = parts->host;
   const std::string port = std::to_string(parts->port);
   addrinfo hints{};

@@ -1,14 +1,15 @@
 // The agent's counter registry (control/agent/agent_counters.h): every counter of GET /v1/stats
 // is in GET /metrics under its family with the same value, after admissions, a refusal,
 // transitions and reconciliation passes that changed the gateways.
+#include "control/agent/agent_counters.h"
+
 #include <map>
-#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "control/agent/agent_counters.h"
+#include "tests/common/exposition_samples.h"
 #include "tests/control/agent/agent_test_util.h"
 
 namespace detwan::control::testing {
@@ -16,17 +17,8 @@ namespace {
 
 using json = boost::json::object;
 
-// "name{labels} value" lines of the exposition, by everything before the value.
 std::map<std::string, double> samples_of(const std::string& text) {
-  std::map<std::string, double> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t space = line.rfind(' ');
-    out[line.substr(0, space)] = std::stod(line.substr(space + 1));
-  }
-  return out;
+  return detwan::test_support::exposition_samples(text);
 }
 
 TEST_F(AgentFixture, EveryStatsCounterIsInTheExpositionWithTheSameValue) {
@@ -55,8 +47,8 @@ TEST_F(AgentFixture, EveryStatsCounterIsInTheExpositionWithTheSameValue) {
           family.const_label_name.empty()
               ? ""
               : fmt::format("{}=\"{}\",", family.const_label_name, family.const_label_value);
-      expect_sample(fmt::format("{}{}{{{}{}=\"{}\"}}", agent::kAgentPrefix, family.metric,
-                                constant, family.label, std::string(label)),
+      expect_sample(fmt::format("{}{}{{{}{}=\"{}\"}}", agent::kAgentPrefix, family.metric, constant,
+                                family.label, std::string(label)),
                     n.to_number<uint64_t>());
     }
   }

@@ -4,25 +4,18 @@
 #include "control/daemon/replica_metrics.h"
 
 #include <map>
-#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "tests/common/exposition_samples.h"
+
 namespace detwan::control::daemon {
 namespace {
 
 std::map<std::string, double> samples_of(const std::string& text) {
-  std::map<std::string, double> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t space = line.rfind(' ');
-    out[line.substr(0, space)] = std::stod(line.substr(space + 1));
-  }
-  return out;
+  return detwan::test_support::exposition_samples(text);
 }
 
 TEST(ReplicaMetrics, EveryCounterIsInHealthzAndTheExpositionWithTheSameValue) {
