@@ -19,11 +19,12 @@
 #include <atomic>
 #include <cassert>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace detwan::common {
 
@@ -104,8 +105,17 @@ class PostQueue {
   }
 
  private:
+  // Into an empty vector the jobs move by a swap: both sides keep their capacity, so a steady
+  // stream of posts and drains allocates nothing (the datapath drains into such a vector).
   template <typename Out>
   void take_locked(Out& out) {
+    if constexpr (std::is_same_v<Out, std::vector<Job>>) {
+      if (out.empty()) {
+        out.swap(jobs_);
+        pending_.store(false, std::memory_order_release);
+        return;
+      }
+    }
     for (Job& job : jobs_) out.push_back(std::move(job));
     jobs_.clear();
     pending_.store(false, std::memory_order_release);
@@ -117,7 +127,7 @@ class PostQueue {
 
   mutable std::mutex mutex_;
   std::condition_variable ready_;  // wait_drain_st's owner
-  std::deque<Job> jobs_;           // guarded by mutex_
+  std::vector<Job> jobs_;          // guarded by mutex_
   bool closed_ = false;            // guarded by mutex_
   bool waiting_ = false;           // guarded by mutex_: the owner is in wait_drain_st
   std::atomic<bool> pending_{false};

@@ -10,7 +10,6 @@
 // has no thread (and a process may fork() after listen()).
 #include <atomic>
 #include <cstddef>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -65,7 +64,7 @@ class Progress : public std::enable_shared_from_this<Progress> {
 
   // Progress thread only.
   std::vector<std::shared_ptr<ChannelState>> channels_;
-  std::deque<Op> batch_;
+  std::vector<Op> batch_;
   std::vector<pollfd> poll_fds_;
 };
 
